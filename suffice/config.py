@@ -1,0 +1,50 @@
+"""Judge settings: frozen, checked once at construction, errors name the parameter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from suffice.exceptions import ConfigError
+
+BACKENDS = ("outlines", "xgrammar", "guidance")
+GATES = ("sufficiency",)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """How to build a judge.
+
+    ``model`` is a local Hugging Face folder; ``None`` means the embedded
+    SmolLM2-135M-Instruct (it proves the pipeline, not the judgement).
+    """
+
+    gate: str = "sufficiency"
+    backend: str = "outlines"
+    model: Path | None = None
+    max_model_len: int | None = None
+    enforce_eager: bool = True
+    prefix_caching: bool = True
+    kv_cache_gib: float = 2.0
+    max_question_tokens: int = 512
+    min_chunk_tokens: int = 24
+    max_chunks: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gate not in GATES:
+            raise ConfigError("gate", self.gate, f"must be one of {', '.join(GATES)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
+        if self.model is not None and not isinstance(self.model, Path):
+            object.__setattr__(self, "model", Path(self.model))
+        if self.max_model_len is not None and self.max_model_len < 1024:
+            raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
+        if not self.kv_cache_gib > 0:
+            raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be positive")
+        if self.max_question_tokens < 16:
+            raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")
+        if self.min_chunk_tokens < 4:
+            raise ConfigError("min_chunk_tokens", self.min_chunk_tokens, "must be at least 4")
+        if not 1 <= self.max_chunks <= 512:
+            raise ConfigError("max_chunks", self.max_chunks, "must be between 1 and 512")

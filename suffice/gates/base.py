@@ -1,0 +1,45 @@
+"""What a gate is: a prompt, a constraint per chunk count, and a parser.
+
+The judge is gate-agnostic; adding a gate means writing one of these and its
+template folder, nothing in the engine or the batch logic.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from pydantic import BaseModel
+
+from suffice.grammars.constraint import Constraint
+from suffice.prompts.fitting import FittedPrompt
+from suffice.prompts.templates import PromptTemplate
+from suffice.records import Item, parse_record
+
+
+class Gate(ABC):
+    name: str
+    template: PromptTemplate
+    #: Post-generation gates check a generated answer given as ``response``.
+    needs_response: bool = False
+
+    def parse_item(self, record: object) -> Item:
+        return parse_record(record, need_response=self.needs_response)
+
+    def shortcut(self, item: Item) -> BaseModel | None:
+        """A verdict decided without the model, or ``None`` to ask it."""
+        return None
+
+    @abstractmethod
+    def constraint_for(self, n_chunks: int) -> Constraint:
+        """The constraint for a prompt showing ``n_chunks`` chunks."""
+
+    def system_context(self) -> dict[str, Any]:
+        return {}
+
+    def user_context(self, item: Item) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def parse(self, text: str, fitted: FittedPrompt) -> BaseModel:
+        """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""

@@ -1,0 +1,71 @@
+"""The pre-generation sufficiency gate (RAGFlow's ``sufficiency_select``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from suffice.exceptions import VerdictError
+from suffice.gates.base import Gate
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.sufficiency import (
+    SufficiencyBounds,
+    SufficiencyOutput,
+    SufficiencyVerdict,
+    sufficiency_constraint,
+    to_verdict,
+)
+from suffice.prompts.fitting import FittedPrompt
+from suffice.prompts.templates import load_prompt
+from suffice.records import Item
+
+
+class SufficiencyGate(Gate):
+    name = "sufficiency"
+
+    def __init__(self, prompt_version: str = "v1") -> None:
+        self.template = load_prompt("sufficiency", prompt_version)
+
+    def shortcut(self, item: Item) -> SufficiencyVerdict | None:
+        if item.chunks:
+            return None
+        return SufficiencyVerdict(
+            is_sufficient=False,
+            required_entities=[],
+            coverage={},
+            missing_information=["No content was retrieved for this question."],
+            contradictions=[],
+            confidence=1.0,
+            reasoning="The chunk list is empty, so no answer can be inferred; the model was not called.",
+            useful_chunk_ids=[],
+            prompt_version=self.template.name,
+            model_called=False,
+        )
+
+    def constraint_for(self, n_chunks: int) -> Constraint:
+        return sufficiency_constraint(n_chunks)
+
+    def system_context(self) -> dict[str, Any]:
+        return {"bounds": SufficiencyBounds}
+
+    def parse(self, text: str, fitted: FittedPrompt) -> SufficiencyVerdict:
+        try:
+            output = SufficiencyOutput.model_validate(json.loads(text))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise VerdictError(f"output is not a valid sufficiency verdict: {exc}", text) from exc
+        n = len(fitted.shown)
+        ids = output.useful_chunk_ids
+        if any(not 0 <= i < n for i in ids) or ids != sorted(set(ids)):
+            raise VerdictError(f"useful_chunk_ids {ids} must be distinct ids from 0..{n - 1}", text)
+        if output.is_sufficient == bool(output.missing_information):
+            raise VerdictError("missing_information must be empty exactly when is_sufficient is true", text)
+        return to_verdict(
+            output,
+            fitted.chunk_ids,
+            prompt_version=self.template.name,
+            truncated_chunk_ids=fitted.truncated_chunk_ids,
+            omitted_chunk_ids=fitted.omitted_chunk_ids,
+            question_truncated=fitted.question_truncated,
+        )

@@ -1,0 +1,203 @@
+"""The sufficiency verdict (RAGFlow's ``sufficiency_select``) and its decode-time constraint.
+
+Two shapes, on purpose:
+
+* :class:`SufficiencyOutput` is what the model generates: a lean, compact form in
+  which every seed requirement that a grammar can express holds by construction.
+  Coverage is a list of ``{"entity", "covered"}`` pairs, so the coverage keys are
+  exactly the required entities; chunk ids are the prompt's labels ``0..n-1``,
+  increasing, so each appears at most once and the pattern depends on ``n`` only.
+* :class:`SufficiencyVerdict` is what callers get: the user's own chunk ids, the
+  prompt version and what the prompt had to cut.  :meth:`SufficiencyVerdict.to_ragflow`
+  exports the seed's exact JSON shape for drop-in use.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.regex import (
+    JSON_BOOL,
+    UNIT_INTERVAL,
+    alt,
+    increasing_ids,
+    json_list,
+    json_members,
+    json_object,
+    json_string,
+    lit,
+)
+
+ChunkId = int | str
+
+
+class SufficiencyBounds:
+    """Every string and list the model writes is bounded; these are the bounds."""
+
+    ENTITIES_MAX = 4
+    ENTITY_CHARS = 40
+    MISSING_MAX = 3
+    MISSING_CHARS = 64
+    CONTRADICTIONS_MAX = 2
+    CONTRADICTION_CHARS = 64
+    REASONING_CHARS = 200
+
+
+B = SufficiencyBounds
+
+
+class EntityCoverage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    entity: str = Field(min_length=1, max_length=B.ENTITY_CHARS)
+    covered: bool
+
+
+class SufficiencyOutput(BaseModel):
+    """The generated form, in generation order (entities, then the decision)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    required_entities: list[EntityCoverage] = Field(min_length=1, max_length=B.ENTITIES_MAX)
+    is_sufficient: bool
+    missing_information: list[str] = Field(max_length=B.MISSING_MAX)
+    contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
+    confidence: float = Field(ge=0.0, le=1.0)
+    reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
+    useful_chunk_ids: list[int]
+
+
+class SufficiencyVerdict(BaseModel):
+    """A sufficiency verdict in the caller's terms."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    is_sufficient: bool
+    required_entities: list[str]
+    coverage: dict[str, bool]
+    missing_information: list[str]
+    contradictions: list[str]
+    confidence: float = Field(ge=0.0, le=1.0)
+    reasoning: str
+    useful_chunk_ids: list[ChunkId]
+    prompt_version: str
+    truncated_chunk_ids: list[ChunkId] = Field(default_factory=list)
+    omitted_chunk_ids: list[ChunkId] = Field(default_factory=list)
+    question_truncated: bool = False
+    model_called: bool = True
+
+    def to_ragflow(self) -> dict[str, Any]:
+        """The seed's JSON shape, both decision keys included."""
+        return {
+            "Sufficient Context": self.is_sufficient,
+            "is_sufficient": self.is_sufficient,
+            "required_entities": list(self.required_entities),
+            "coverage": dict(self.coverage),
+            "missing_information": list(self.missing_information),
+            "contradictions": list(self.contradictions),
+            "confidence": self.confidence,
+            "reasoning": self.reasoning,
+            "useful_chunk_ids": list(self.useful_chunk_ids),
+        }
+
+
+def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
+    return json_list(json_string(1, max_chars), min_items, max_items)
+
+
+@lru_cache(maxsize=512)
+def sufficiency_constraint(n_chunks: int) -> Constraint:
+    """The regex for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
+
+    The entities come first (the seed's reasoning step 1), then the decision, which
+    picks the branch: ``true`` forces an empty ``missing_information``, ``false`` at
+    least one item (seed requirements 2 and 7).  Putting the entities before the
+    branch keeps the automaton small, so the constraint compiles fast.
+    """
+    entity = json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", JSON_BOOL)])
+    entities = json_list(entity, 1, B.ENTITIES_MAX)
+    tail = json_members(
+        [
+            ("contradictions", _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS)),
+            ("confidence", UNIT_INTERVAL),
+            ("reasoning", json_string(1, B.REASONING_CHARS)),
+            ("useful_chunk_ids", increasing_ids(n_chunks)),
+        ]
+    )
+    decision = alt(
+        lit('true,"missing_information":[]'),
+        lit('false,"missing_information":') + _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1),
+    )
+    rx = lit('{"required_entities":') + entities + lit(',"is_sufficient":') + decision + lit(",") + tail + lit("}")
+    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}")
+
+
+def to_verdict(
+    output: SufficiencyOutput,
+    chunk_ids: list[ChunkId],
+    *,
+    prompt_version: str,
+    truncated_chunk_ids: list[ChunkId],
+    omitted_chunk_ids: list[ChunkId],
+    question_truncated: bool,
+) -> SufficiencyVerdict:
+    """Map prompt labels back to the caller's chunk ids.
+
+    A repeated entity name keeps its first coverage mark, so ``coverage`` keys and
+    ``required_entities`` stay exactly the same set (a grammar cannot compare
+    generated strings with each other).
+    """
+    coverage: dict[str, bool] = {}
+    for item in output.required_entities:
+        coverage.setdefault(item.entity, item.covered)
+    return SufficiencyVerdict(
+        is_sufficient=output.is_sufficient,
+        required_entities=list(coverage),
+        coverage=coverage,
+        missing_information=list(output.missing_information),
+        contradictions=list(output.contradictions),
+        confidence=output.confidence,
+        reasoning=output.reasoning,
+        useful_chunk_ids=[chunk_ids[i] for i in output.useful_chunk_ids],
+        prompt_version=prompt_version,
+        truncated_chunk_ids=truncated_chunk_ids,
+        omitted_chunk_ids=omitted_chunk_ids,
+        question_truncated=question_truncated,
+    )
+
+
+#: JSON schema of the seed's exported shape, for consumers that validate it.
+RAGFLOW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "Sufficient Context",
+        "is_sufficient",
+        "required_entities",
+        "coverage",
+        "missing_information",
+        "contradictions",
+        "confidence",
+        "reasoning",
+        "useful_chunk_ids",
+    ],
+    "properties": {
+        "Sufficient Context": {"type": "boolean"},
+        "is_sufficient": {"type": "boolean"},
+        "required_entities": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "coverage": {"type": "object", "additionalProperties": {"type": "boolean"}},
+        "missing_information": {"type": "array", "items": {"type": "string"}},
+        "contradictions": {"type": "array", "items": {"type": "string"}},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "reasoning": {"type": "string"},
+        "useful_chunk_ids": {
+            "type": "array",
+            "items": {"type": ["integer", "string"]},
+            "uniqueItems": True,
+        },
+    },
+}

@@ -1,0 +1,220 @@
+"""The judge: build once (engine, model, backend), then judge batches.
+
+A batch goes to the engine in one call so vLLM schedules it as one batch.  Every
+item yields exactly one :class:`JudgeResult`, in input order: bad input, a prompt
+that cannot fit, or an output that fails validation twice becomes an error result
+for that item only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from pydantic import BaseModel
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineError, ItemError, VerdictError
+from suffice.gates import Gate, make_gate
+from suffice.prompts.fitting import FittedPrompt, fit_prompt
+from suffice.records import record_id
+from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+from suffice.serving.base import Engine, Generation, GenerationRequest
+
+#: Appended once when an output fails validation (the seeds' retry rule).
+RETRY_NOTE = (
+    "Your previous output failed schema validation: {error}\n"
+    "Answer again with only the JSON object in the required format."
+)
+_ERROR_CHARS = 200
+
+
+@dataclass
+class JudgeStats:
+    """Counters over the judge's lifetime; retries should stay at zero under a constraint."""
+
+    items: int = 0
+    verdicts: int = 0
+    errors: int = 0
+    retries: int = 0
+    retry_failures: int = 0
+    length_cutoffs: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error_types: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    index: int
+    item_id: str
+    fitted: FittedPrompt
+    tokens: TokenCounts = TokenCounts()
+
+
+class Judge:
+    def __init__(self, engine: Engine, gate: Gate | str = "sufficiency", config: JudgeConfig | None = None) -> None:
+        self.engine = engine
+        self.gate = make_gate(gate) if isinstance(gate, str) else gate
+        self.config = config or JudgeConfig(gate=self.gate.name)
+        self.stats = JudgeStats()
+
+    @classmethod
+    def open(cls, config: JudgeConfig) -> Judge:
+        """A judge on a new in-process vLLM engine."""
+        from suffice.serving.vllm_engine import VLLMEngine
+
+        return cls(VLLMEngine(config), config.gate, config)
+
+    @property
+    def prompt_version(self) -> str:
+        return self.gate.template.name
+
+    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+        results: list[JudgeResult | None] = [None] * len(records)
+        pending: list[_Pending] = []
+        for index, record in enumerate(records):
+            try:
+                item = self.gate.parse_item(record)
+                verdict = self.gate.shortcut(item)
+                if verdict is not None:
+                    results[index] = self._verdict(item.id, verdict, TokenCounts(), retries=0)
+                    continue
+                fitted = fit_prompt(
+                    self.engine,
+                    self.gate.template,
+                    item,
+                    self.config,
+                    self.gate.constraint_for,
+                    self.gate.system_context(),
+                    self.gate.user_context(item),
+                )
+                pending.append(_Pending(index, item.id, fitted))
+            except ItemError as exc:
+                results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
+
+        failed = self._run(pending, results, retries=0)
+        if failed:
+            self.stats.retries += len(failed)
+            retry = [
+                _Pending(
+                    p.index,
+                    p.item_id,
+                    _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(exc))[:_ERROR_CHARS])),
+                    p.tokens,
+                )
+                for p, exc in failed
+            ]
+            for p, exc in self._run(retry, results, retries=1):
+                self.stats.retry_failures += 1
+                results[p.index] = self._error(p.item_id, exc, p.tokens, retries=1)
+
+        final = [r for r in results if r is not None]
+        assert len(final) == len(records), "every item gets exactly one result"
+        self.stats.items += len(final)
+        return final
+
+    def _run(
+        self, pending: list[_Pending], results: list[JudgeResult | None], retries: int
+    ) -> list[tuple[_Pending, ItemError]]:
+        """Generate for ``pending``, store verdicts, return the items that failed validation."""
+        failed: list[tuple[_Pending, ItemError]] = []
+        generations = self._generate([GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending])
+        for p, gen in zip(pending, generations, strict=True):
+            if isinstance(gen, EngineError):
+                results[p.index] = self._error(p.item_id, VerdictError(str(gen), ""), p.tokens, retries)
+                continue
+            p.tokens = TokenCounts(
+                prompt=p.tokens.prompt + gen.prompt_tokens,
+                completion=p.tokens.completion + gen.completion_tokens,
+            )
+            self.stats.prompt_tokens += gen.prompt_tokens
+            self.stats.completion_tokens += gen.completion_tokens
+            try:
+                if gen.finish_reason == "length":
+                    self.stats.length_cutoffs += 1
+                    raise VerdictError(
+                        f"output cut off at max_tokens={p.fitted.constraint.max_tokens} "
+                        "(the constraint's worst case should make this impossible)",
+                        gen.text,
+                    )
+                verdict = self.gate.parse(gen.text, p.fitted)
+            except VerdictError as exc:
+                failed.append((p, exc))
+                continue
+            results[p.index] = self._verdict(p.item_id, verdict, p.tokens, retries)
+        return failed
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[Generation | EngineError]:
+        """One engine call; if it fails, split the batch so one poisoned request fails alone."""
+        if not requests:
+            return []
+        try:
+            return list(self.engine.generate(requests))
+        except EngineError as exc:
+            if len(requests) == 1:
+                return [exc]
+            mid = len(requests) // 2
+            return self._generate(requests[:mid]) + self._generate(requests[mid:])
+
+    def _verdict(self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int) -> JudgeResult:
+        self.stats.verdicts += 1
+        return JudgeResult(
+            id=item_id,
+            gate=self.gate.name,
+            verdict=verdict,
+            model=self.engine.model_id,
+            backend=self.engine.backend,
+            prompt_version=self.prompt_version,
+            tokens=tokens,
+            retries=retries,
+        )
+
+    def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:
+        self.stats.errors += 1
+        name = type(exc).__name__
+        self.stats.error_types[name] = self.stats.error_types.get(name, 0) + 1
+        return JudgeResult(
+            id=item_id,
+            gate=self.gate.name,
+            error=ErrorInfo.from_exception(exc),
+            model=self.engine.model_id,
+            backend=self.engine.backend,
+            prompt_version=self.prompt_version,
+            tokens=tokens,
+            retries=retries,
+        )
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _ascii(text: str) -> str:
+    """ASCII only, so the note's token count stays within the fitting's reserve."""
+    return text.encode("ascii", "replace").decode("ascii")
+
+
+def _with_note(fitted: FittedPrompt, note: str) -> FittedPrompt:
+    """The same prompt with the validation error appended to the user turn."""
+    *head, last = fitted.messages
+    messages = (*head, {**last, "content": last["content"] + "\n\n" + note})
+    return FittedPrompt(
+        messages=tuple(messages),
+        shown=fitted.shown,
+        constraint=fitted.constraint,
+        truncated_chunk_ids=fitted.truncated_chunk_ids,
+        omitted_chunk_ids=fitted.omitted_chunk_ids,
+        question_truncated=fitted.question_truncated,
+    )

@@ -1,0 +1,156 @@
+"""Fit an item's prompt into the model's context window.
+
+Policy (documented in README.md):
+
+1. The question (and any other per-item free text, such as a response to check)
+   is cut to ``max_question_tokens`` tokens.
+2. At most ``max_chunks`` chunks are shown.
+3. The room left is ``max_model_len`` minus the constraint's worst-case output
+   (so generation can never run out of tokens) minus the prompt without chunk text.
+   If every chunk fits whole, nothing is cut.  Otherwise every chunk keeps an equal
+   share ("water-filling"): short chunks stay whole, long ones are cut to the same
+   token cap and end with ``[truncated]``.  Every chunk stays represented.
+4. Only when even ``min_chunk_tokens`` per chunk does not fit are chunks left out:
+   the lowest retrieval score first (without scores, the last ones first).
+
+Which chunks were cut or left out goes into the verdict.  The chunks shown are
+labelled ``0..n-1`` in their original order, so the constraint depends on ``n`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import PromptTooLongError
+from suffice.grammars.constraint import Constraint
+from suffice.prompts.templates import Message, PromptTemplate
+from suffice.records import Chunk, ChunkId, Item
+from suffice.serving.base import Engine
+
+TRUNCATION_MARK = " [truncated]"
+_MARK_TOKENS = 4
+_MAX_ATTEMPTS = 5
+#: Room kept free for the one retry note the judge may append (see judge.RETRY_NOTE).
+RETRY_RESERVE = 256
+
+
+@dataclass(frozen=True)
+class ShownChunk:
+    label: int
+    id: ChunkId
+    text: str
+    source: str | None
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    messages: tuple[Message, ...]
+    shown: tuple[ShownChunk, ...]
+    constraint: Constraint
+    truncated_chunk_ids: list[ChunkId]
+    omitted_chunk_ids: list[ChunkId]
+    question_truncated: bool
+
+    @property
+    def chunk_ids(self) -> list[ChunkId]:
+        """The caller's id for each prompt label."""
+        return [c.id for c in self.shown]
+
+
+def water_level(lengths: Sequence[int], room: int) -> int:
+    """The largest cap ``c`` with ``sum(min(l, c)) <= room``."""
+    lo, hi = 0, max(lengths, default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in lengths) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _priority(chunks: Sequence[Chunk]) -> list[int]:
+    """Indices, most worth keeping first."""
+    if any(c.score is not None for c in chunks):
+        return sorted(range(len(chunks)), key=lambda i: (chunks[i].score is None, -(chunks[i].score or 0.0), i))
+    return list(range(len(chunks)))
+
+
+def cut_text(engine: Engine, text: str, max_tokens: int) -> tuple[str, bool]:
+    if engine.count_tokens([text])[0] <= max_tokens:
+        return text, False
+    return engine.truncate(text, max(max_tokens - _MARK_TOKENS, 1)) + TRUNCATION_MARK, True
+
+
+def fit_prompt(
+    engine: Engine,
+    template: PromptTemplate,
+    item: Item,
+    config: JudgeConfig,
+    constraint_for: Callable[[int], Constraint],
+    system_context: dict[str, Any],
+    user_context: dict[str, Any],
+) -> FittedPrompt:
+    """Render the item's prompt so that prompt plus worst-case output fits the model."""
+    question, question_truncated = cut_text(engine, item.question, config.max_question_tokens)
+    priority = _priority(item.chunks)
+    keep = set(priority[: config.max_chunks])
+    lengths = engine.count_tokens([c.text for c in item.chunks])
+    slack = 0
+
+    def render(texts: dict[int, str]) -> tuple[Message, ...]:
+        shown = [
+            {"label": label, "text": texts[i], "source": item.chunks[i].source}
+            for label, i in enumerate(sorted(keep))
+        ]
+        return template.render(system_context, {**user_context, "question": question, "chunks": shown})
+
+    for _ in range(_MAX_ATTEMPTS):
+        # Leave chunks out only while even the minimum share per chunk cannot fit.
+        while True:
+            constraint = constraint_for(len(keep))
+            budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
+            overhead = engine.prompt_tokens(render({i: "" for i in keep}))
+            room = budget - overhead - slack
+            if len(keep) * config.min_chunk_tokens <= room or not keep:
+                break
+            allowed = max(room // config.min_chunk_tokens, 0)
+            ranked = [i for i in priority if i in keep]
+            keep = set(ranked[:allowed]) if allowed < len(keep) else set(ranked[:-1])
+        if not keep or room <= 0:
+            raise PromptTooLongError(
+                f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown "
+                f"(instructions and question take {overhead} tokens, the output needs {constraint.max_tokens})"
+            )
+        kept = sorted(keep)
+        cap = water_level([lengths[i] for i in kept], room)
+        texts: dict[int, str] = {}
+        truncated: set[int] = set()
+        for i in kept:
+            if lengths[i] > cap:
+                texts[i] = engine.truncate(item.chunks[i].text, max(cap - _MARK_TOKENS, 1)) + TRUNCATION_MARK
+                truncated.add(i)
+            else:
+                texts[i] = item.chunks[i].text
+        messages = render(texts)
+        actual = engine.prompt_tokens(messages)
+        if actual <= budget:
+            shown = tuple(
+                ShownChunk(label, item.chunks[i].id, texts[i], item.chunks[i].source, i in truncated)
+                for label, i in enumerate(kept)
+            )
+            return FittedPrompt(
+                messages=messages,
+                shown=shown,
+                constraint=constraint,
+                truncated_chunk_ids=[item.chunks[i].id for i in kept if i in truncated],
+                omitted_chunk_ids=[c.id for i, c in enumerate(item.chunks) if i not in keep],
+                question_truncated=question_truncated,
+            )
+        # Token boundaries shift when texts are joined: take the overshoot off and retry.
+        slack += actual - budget + 8
+    raise PromptTooLongError(f"could not fit the prompt into max_model_len={engine.max_model_len}")

@@ -1,0 +1,66 @@
+"""Prompt templates are files, versioned by folder: ``templates/<gate>/<version>/``.
+
+Each version holds ``system.j2`` (the instructions, identical for every item, so
+vLLM's prefix cache computes them once) and ``user.j2`` (the per-item text).
+Rendering uses ``StrictUndefined``: a missing variable is an error, never an
+empty string in a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from suffice.exceptions import ConfigError
+
+TEMPLATE_ROOT = Path(__file__).parent / "templates"
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATE_ROOT),
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+    trim_blocks=True,
+    keep_trailing_newline=False,
+)
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    gate: str
+    version: str
+    system: jinja2.Template
+    user: jinja2.Template
+
+    @property
+    def name(self) -> str:
+        """The version string carried into every verdict, e.g. ``sufficiency/v1``."""
+        return f"{self.gate}/{self.version}"
+
+    def render(self, system_context: dict[str, Any], user_context: dict[str, Any]) -> tuple[Message, ...]:
+        return (
+            {"role": "system", "content": self.system.render(**system_context).strip()},
+            {"role": "user", "content": self.user.render(**user_context).strip()},
+        )
+
+
+def available_versions(gate: str) -> list[str]:
+    folder = TEMPLATE_ROOT / gate
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+@lru_cache(maxsize=None)
+def load_prompt(gate: str, version: str = "v1") -> PromptTemplate:
+    if version not in available_versions(gate):
+        raise ConfigError("prompt_version", f"{gate}/{version}", f"no such template; have {available_versions(gate)}")
+    return PromptTemplate(
+        gate=gate,
+        version=version,
+        system=_ENV.get_template(f"{gate}/{version}/system.j2"),
+        user=_ENV.get_template(f"{gate}/{version}/user.j2"),
+    )

@@ -1,0 +1,114 @@
+"""Input records: the ``../shared/data`` JSONL format, checked field by field.
+
+Why so strict: one malformed record must become one error line naming its field,
+never a crash of the batch and never a silent guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from suffice.exceptions import InputError
+
+ChunkId = int | str
+
+# C0 controls other than tab/newline/CR, DEL and C1 controls: they carry no meaning
+# for the judge and some tokenizers choke on them.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: ChunkId
+    text: str
+    source: str | None = None
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    """A record that passed validation.  ``response`` is for post-generation gates."""
+
+    id: str
+    question: str
+    chunks: tuple[Chunk, ...]
+    response: str | None = None
+
+
+def clean_text(text: str) -> str:
+    return _CONTROL.sub("", text)
+
+
+def record_id(record: object) -> str | None:
+    """The record's id if it has a usable one (for error lines of bad records)."""
+    if isinstance(record, Mapping):
+        value = record.get("id")
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _chunk(raw: object, index: int) -> Chunk:
+    where = f"chunks[{index}]"
+    if not isinstance(raw, Mapping):
+        raise InputError(where, f"must be an object, got {type(raw).__name__}")
+    cid = raw.get("id")
+    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or cid == "":
+        raise InputError(f"{where}.id", f"must be an integer or non-empty string, got {cid!r}")
+    text = raw.get("text")
+    if not isinstance(text, str):
+        raise InputError(f"{where}.text", f"must be a string, got {type(text).__name__}")
+    source = raw.get("source")
+    if source is not None and not isinstance(source, str):
+        raise InputError(f"{where}.source", f"must be a string, got {type(source).__name__}")
+    score = raw.get("score")
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise InputError(f"{where}.score", f"must be a finite number, got {score!r}")
+        score = float(score)
+    return Chunk(id=cid, text=clean_text(text), source=None if source is None else clean_text(source), score=score)
+
+
+def parse_record(record: object, *, need_response: bool = False) -> Item:
+    """Validate one raw record; raise :class:`InputError` naming the first bad field."""
+    if not isinstance(record, Mapping):
+        raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
+    rid = record.get("id")
+    if rid is None:
+        raise InputError("id", "is missing")
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
+        raise InputError("id", f"must be a non-empty string or integer, got {rid!r}")
+    question = record.get("question")
+    if question is None:
+        raise InputError("question", "is missing")
+    if not isinstance(question, str) or not question.strip():
+        raise InputError("question", "must be a non-empty string")
+    raw_chunks: Any = record.get("chunks")
+    if raw_chunks is None:
+        raise InputError("chunks", "is missing")
+    if not isinstance(raw_chunks, list):
+        raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
+    chunks = tuple(_chunk(raw, i) for i, raw in enumerate(raw_chunks))
+    seen: dict[ChunkId, int] = {}
+    for i, chunk in enumerate(chunks):
+        if chunk.id in seen:
+            raise InputError(f"chunks[{i}].id", f"duplicate chunk id {chunk.id!r} (also chunks[{seen[chunk.id]}])")
+        seen[chunk.id] = i
+    response = record.get("response")
+    if need_response:
+        if response is None:
+            raise InputError("response", "is missing (this gate checks a generated answer)")
+        if not isinstance(response, str) or not response.strip():
+            raise InputError("response", "must be a non-empty string")
+    elif response is not None and not isinstance(response, str):
+        response = None
+    return Item(
+        id=str(rid),
+        question=clean_text(question),
+        chunks=chunks,
+        response=None if response is None else clean_text(response),
+    )

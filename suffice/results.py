@@ -1,0 +1,48 @@
+"""One result per input item: a verdict or an error, plus what produced it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, SerializeAsAny
+
+from suffice.exceptions import ItemError, VerdictError
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    message: str
+    field: str | None = None
+    raw_text: str | None = None
+
+    @classmethod
+    def from_exception(cls, exc: ItemError) -> ErrorInfo:
+        raw = exc.raw_text if isinstance(exc, VerdictError) else None
+        return cls(type=type(exc).__name__, message=str(exc), field=exc.field, raw_text=raw)
+
+
+class TokenCounts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prompt: int = 0
+    completion: int = 0
+
+
+class JudgeResult(BaseModel):
+    """Exactly one of ``verdict`` and ``error`` is set."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str | None
+    gate: str
+    verdict: SerializeAsAny[BaseModel] | None = None
+    error: ErrorInfo | None = None
+    model: str
+    backend: str
+    prompt_version: str
+    tokens: TokenCounts = TokenCounts()
+    retries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None

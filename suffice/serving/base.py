@@ -1,0 +1,99 @@
+"""The engine interface: one batched call, results in input order.
+
+Why an interface at all: the gates, the fitting of prompts into the context window
+and the retry rule are engine-independent, and tests of harness logic can run on a
+scripted engine while the real ones (vLLM; later others) live behind the same
+methods.  Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from suffice.grammars.constraint import Constraint
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    messages: tuple[Message, ...]
+    constraint: Constraint
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Engine(ABC):
+    """A text generator that honours a regex constraint per request."""
+
+    #: Identifies the weights in results (a name or path, never a hub id fetched live).
+    model_id: str
+    #: The structured-output backend that enforces constraints.
+    backend: str
+    #: Prompt plus generated tokens must fit in this many tokens.
+    max_model_len: int
+
+    @abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Generate for all requests in one batch; ``result[i]`` answers ``requests[i]``."""
+
+    @abstractmethod
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of plain texts (no special tokens)."""
+
+    @abstractmethod
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` that is at most ``max_tokens`` tokens."""
+
+    @abstractmethod
+    def prompt_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of the chat-templated prompt, generation prompt included."""
+
+    def close(self) -> None:
+        """Release the engine's resources; the default holds none."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class TokenizerMixin:
+    """Token counting for engines that hold a Hugging Face tokenizer."""
+
+    tokenizer: object
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        encoded = self.tokenizer(list(texts), add_special_tokens=False)  # type: ignore[operator]
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+        if len(ids) <= max_tokens:
+            return text
+        prefix: str = self.tokenizer.decode(ids[: max(max_tokens, 0)])  # type: ignore[attr-defined]
+        # A cut inside a multi-byte character decodes to U+FFFD; drop it.
+        return prefix.rstrip("\ufffd")
+
+    def prompt_tokens(self, messages: Sequence[Message]) -> int:
+        text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # type: ignore[operator]

