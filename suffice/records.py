@@ -75,6 +75,8 @@ def _chunk(raw: object, index: int) -> Chunk:
 
 def parse_record(record: object, *, need_response: bool = False) -> Item:
     """Validate one raw record; raise :class:`InputError` naming the first bad field."""
+    if isinstance(record, InvalidRecord):
+        raise InputError("record", f"line {record.line} is not valid JSON: {record.message}")
     if not isinstance(record, Mapping):
         raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
     rid = record.get("id")
@@ -112,3 +114,11 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         chunks=chunks,
         response=None if response is None else clean_text(response),
     )
+
+
+@dataclass(frozen=True)
+class InvalidRecord:
+    """Stands in for an input line that is not JSON, so it still gets its error line."""
+
+    line: int
+    message: str

@@ -1,0 +1,43 @@
+"""``suffice demo``: judge the bundled 50-item sample and print the summary."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from suffice.cli import judge_cmd
+from suffice.config import BACKENDS
+
+
+def sample_path() -> Path:
+    return Path(str(files("suffice") / "data" / "sample.jsonl"))
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
+    )
+    p.add_argument("-o", "--output", type=Path, default=Path("out/demo-verdicts.jsonl"))
+    p.add_argument("--backend", choices=BACKENDS, default="outlines")
+    p.add_argument("--model", type=Path, default=None)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
+    judge_args = argparse.Namespace(
+        input=sample_path(),
+        output=args.output,
+        gate="sufficiency",
+        model=args.model,
+        backend=args.backend,
+        batch_size=256,
+        max_model_len=None,
+        compile=False,
+        overwrite=True,
+        format="suffice",
+        no_progress=False,
+    )
+    return judge_cmd.run(judge_args)

@@ -1,0 +1,121 @@
+"""``suffice judge``: JSONL in, one result line per record out, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.config import BACKENDS, GATES, JudgeConfig
+from suffice.exceptions import ConfigError, SufficeError
+from suffice.jsonl import ResumableWriter, read_records
+from suffice.results import JudgeResult
+from suffice.summary import RunSummary
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
+    )
+    p.add_argument("input", type=Path, help="JSONL records (id, question, chunks[, response])")
+    p.add_argument("-o", "--output", type=Path, required=True, help="JSONL results, appended as batches finish")
+    p.add_argument("--gate", choices=GATES, default="sufficiency")
+    p.add_argument("--model", type=Path, default=None, help="local Hugging Face model folder (default: embedded)")
+    p.add_argument("--backend", choices=BACKENDS, default="outlines", help="structured-output backend")
+    p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
+    p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
+    p.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start, faster decode)")
+    p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
+    p.add_argument("--format", choices=("suffice", "ragflow"), default="suffice", help="verdict shape in OUTPUT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(run=run)
+
+
+def result_row(result: JudgeResult, fmt: str) -> dict[str, Any]:
+    row = result.model_dump(mode="json")
+    verdict = result.verdict
+    if fmt == "ragflow" and verdict is not None and hasattr(verdict, "to_ragflow"):
+        row["verdict"] = verdict.to_ragflow()
+        row["fitting"] = verdict.model_dump(
+            mode="json", include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"}
+        )
+    return row
+
+
+def _batches(records: Iterator[object], size: int) -> Iterator[list[object]]:
+    batch: list[object] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from suffice.judge import Judge
+
+    if args.batch_size < 1:
+        print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.input.is_file():
+        print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = JudgeConfig(
+            gate=args.gate,
+            backend=args.backend,
+            model=args.model,
+            max_model_len=args.max_model_len,
+            enforce_eager=not args.compile,
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    total = sum(1 for _ in read_records(args.input))
+    summary = RunSummary()
+    try:
+        writer = ResumableWriter(args.output, overwrite=args.overwrite)
+        records = read_records(args.input)
+        for index in range(len(writer.done_ids)):
+            record = next(records, None)
+            if record is None:
+                raise SufficeError(f"{args.output} has more lines than {args.input} has records; use --overwrite")
+            writer.verify(index, record)
+        if writer.done_ids:
+            print(f"resuming: {len(writer.done_ids)} of {total} records already in {args.output}", file=sys.stderr)
+        if len(writer.done_ids) == total:
+            print(f"nothing to do: every record already has a result in {args.output}", file=sys.stderr)
+            return EXIT_OK
+        judge = Judge.open(config)
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+
+    bar = tqdm(total=total, initial=len(writer.done_ids), unit="rec", disable=args.no_progress, file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        for batch in _batches(records, args.batch_size):
+            results = judge.judge_batch(batch)
+            writer.write(result_row(r, args.format) for r in results)
+            summary.add(batch, results)
+            bar.update(len(batch))
+    except SufficeError as exc:
+        print(f"\nerror: {exc}\nresults so far are in {args.output}; rerun the same command to resume", file=sys.stderr)
+        return EXIT_FATAL
+    finally:
+        bar.close()
+        writer.close()
+        judge.close()
+    summary.seconds = time.perf_counter() - start
+    print(summary.table(), file=sys.stderr)
+    print(f"verdicts written to {args.output}", file=sys.stderr)
+    return EXIT_OK if summary.errors == 0 else EXIT_ITEM_ERRORS
