@@ -9,6 +9,7 @@ The tree::
     └── ItemError                   one item cannot be judged; becomes one error record
         ├── InputError              a record field is missing or invalid (names the field)
         ├── PromptTooLongError      the prompt cannot be fitted into the context window
+        ├── GenerationError         the engine failed on this item alone
         └── VerdictError            the model's text failed parsing or validation twice
                                     (keeps the raw text)
 
@@ -56,6 +57,10 @@ class PromptTooLongError(ItemError):
     def __init__(self, message: str) -> None:
         self.field = "chunks"
         super().__init__(message)
+
+
+class GenerationError(ItemError):
+    pass
 
 
 class VerdictError(ItemError):

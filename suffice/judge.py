@@ -15,7 +15,7 @@ from types import TracebackType
 from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineError, ItemError, VerdictError
+from suffice.exceptions import EngineError, GenerationError, ItemError, VerdictError
 from suffice.gates import Gate, make_gate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import record_id
@@ -123,7 +123,7 @@ class Judge:
         generations = self._generate([GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending])
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
-                results[p.index] = self._error(p.item_id, VerdictError(str(gen), ""), p.tokens, retries)
+                results[p.index] = self._error(p.item_id, GenerationError(str(gen)), p.tokens, retries)
                 continue
             p.tokens = TokenCounts(
                 prompt=p.tokens.prompt + gen.prompt_tokens,
@@ -143,7 +143,7 @@ class Judge:
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue
-            results[p.index] = self._verdict(p.item_id, verdict, p.tokens, retries)
+            results[p.index] = self._verdict(p.item_id, verdict, p.tokens, retries, gen.text)
         return failed
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Generation | EngineError]:
@@ -158,7 +158,9 @@ class Judge:
             mid = len(requests) // 2
             return self._generate(requests[:mid]) + self._generate(requests[mid:])
 
-    def _verdict(self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int) -> JudgeResult:
+    def _verdict(
+        self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None
+    ) -> JudgeResult:
         self.stats.verdicts += 1
         return JudgeResult(
             id=item_id,
@@ -169,6 +171,7 @@ class Judge:
             prompt_version=self.prompt_version,
             tokens=tokens,
             retries=retries,
+            raw_text=raw_text,
         )
 
     def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:

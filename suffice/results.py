@@ -42,6 +42,8 @@ class JudgeResult(BaseModel):
     prompt_version: str
     tokens: TokenCounts = TokenCounts()
     retries: int = 0
+    #: The model's text behind the verdict (None when the model was not called).
+    raw_text: str | None = None
 
     @property
     def ok(self) -> bool:

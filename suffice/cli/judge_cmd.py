@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def result_row(result: JudgeResult, fmt: str) -> dict[str, Any]:
-    row = result.model_dump(mode="json")
+    row = result.model_dump(mode="json", exclude={"raw_text"})
     verdict = result.verdict
     if fmt == "ragflow" and verdict is not None and hasattr(verdict, "to_ragflow"):
         row["verdict"] = verdict.to_ragflow()

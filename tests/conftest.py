@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SAMPLE = Path(__file__).resolve().parents[1] / "suffice" / "data" / "sample.jsonl"
+
+
+def load_records(name: str, limit: int) -> list[dict[str, object]]:
+    """Records from ../shared/data when present, else from the bundled sample."""
+    path = DATA / name
+    if not path.exists():
+        path = SAMPLE
+    out = []
+    with path.open() as handle:
+        for line in handle:
+            out.append(json.loads(line))
+            if len(out) >= limit:
+                break
+    return out
+
+
+@pytest.fixture
+def squad_records() -> list[dict[str, object]]:
+    return load_records("squad2.jsonl", 6)

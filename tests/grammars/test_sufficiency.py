@@ -1,0 +1,150 @@
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
+from suffice.grammars.sufficiency import (
+    RAGFLOW_SCHEMA,
+    SufficiencyBounds,
+    SufficiencyOutput,
+    sufficiency_constraint,
+    to_verdict,
+)
+
+B = SufficiencyBounds
+
+
+def output(**overrides):
+    base = {
+        "required_entities": [{"entity": "Paris", "covered": True}],
+        "is_sufficient": True,
+        "missing_information": [],
+        "contradictions": [],
+        "confidence": 0.9,
+        "reasoning": "Chunk 0 names the capital.",
+        "useful_chunk_ids": [0, 2],
+    }
+    base.update(overrides)
+    return json.dumps(base, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_constraint_accepts_a_conforming_verdict():
+    c = sufficiency_constraint(3)
+    assert c.matches(output())
+    assert c.key == "sufficiency/3"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        ({"useful_chunk_ids": [0, 3]}, "id 3 is not in a 3-chunk request"),
+        ({"useful_chunk_ids": [1, 1]}, "repeated id"),
+        ({"useful_chunk_ids": [2, 0]}, "ids out of order"),
+        ({"missing_information": ["a date"]}, "missing info while sufficient"),
+        ({"is_sufficient": False}, "insufficient with nothing missing"),
+        ({"confidence": 1.5}, "confidence above 1"),
+        ({"confidence": 0.123}, "more than two decimals"),
+        ({"required_entities": []}, "no entity"),
+        ({"required_entities": [{"entity": "e", "covered": True}] * (B.ENTITIES_MAX + 1)}, "too many entities"),
+        ({"reasoning": "x" * (B.REASONING_CHARS + 1)}, "reasoning too long"),
+        ({"reasoning": 'say "hi"'}, "quote needs an escape"),
+    ],
+)
+def test_constraint_rejects_what_the_seed_forbids(overrides, why):
+    assert not sufficiency_constraint(3).matches(output(**overrides)), why
+
+
+def test_insufficient_branch_requires_missing_information():
+    c = sufficiency_constraint(2)
+    assert c.matches(output(is_sufficient=False, missing_information=["the year"], useful_chunk_ids=[]))
+
+
+def test_constraints_are_shared_by_chunk_count():
+    assert sufficiency_constraint(7) is sufficiency_constraint(7)
+    assert sufficiency_constraint(7).pattern != sufficiency_constraint(8).pattern
+
+
+def worst_case(n: int) -> str:
+    """The longest text the constraint allows, built by hand: every bound at its maximum."""
+    wide = "\u4e2d"  # 3 bytes in UTF-8
+    assert len(wide.encode()) == STRING_CHAR_MAX_BYTES
+    return output(
+        required_entities=[{"entity": wide * B.ENTITY_CHARS, "covered": False}] * B.ENTITIES_MAX,
+        is_sufficient=False,
+        missing_information=[wide * B.MISSING_CHARS] * B.MISSING_MAX,
+        contradictions=[wide * B.CONTRADICTION_CHARS] * B.CONTRADICTIONS_MAX,
+        confidence=0.55,
+        reasoning=wide * B.REASONING_CHARS,
+        useful_chunk_ids=list(range(n)),
+    )
+
+
+@pytest.mark.parametrize("n", [0, 1, 10, 80])
+def test_max_tokens_is_the_exact_worst_case(n):
+    c = sufficiency_constraint(n)
+    text = worst_case(n)
+    assert c.matches(text)
+    assert len(text.encode("utf-8")) == c.max_bytes
+    assert c.max_tokens == c.max_bytes + 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
+    n = data.draw(st.integers(min_value=0, max_value=6))
+    c = sufficiency_constraint(n)
+    text = data.draw(st.from_regex(c.pattern, fullmatch=True))
+    assert len(text.encode("utf-8")) <= c.max_bytes
+    parsed = SufficiencyOutput.model_validate(json.loads(text))
+    assert parsed.is_sufficient == (not parsed.missing_information)
+    assert parsed.useful_chunk_ids == sorted(set(parsed.useful_chunk_ids))
+    assert all(0 <= i < n for i in parsed.useful_chunk_ids)
+    verdict = to_verdict(
+        parsed,
+        [f"c{i}" for i in range(n)],
+        prompt_version="sufficiency/v1",
+        truncated_chunk_ids=[],
+        omitted_chunk_ids=[],
+        question_truncated=False,
+    )
+    exported = verdict.to_ragflow()
+    jsonschema.validate(exported, RAGFLOW_SCHEMA)
+    assert set(exported["coverage"]) == set(exported["required_entities"])
+
+
+def test_to_verdict_maps_ids_and_dedupes_entities():
+    parsed = SufficiencyOutput.model_validate_json(
+        output(
+            required_entities=[
+                {"entity": "A", "covered": True},
+                {"entity": "B", "covered": False},
+                {"entity": "A", "covered": False},
+            ],
+            useful_chunk_ids=[0, 2],
+        )
+    )
+    v = to_verdict(
+        parsed,
+        [10, 11, 12],
+        prompt_version="sufficiency/v1",
+        truncated_chunk_ids=[11],
+        omitted_chunk_ids=[],
+        question_truncated=False,
+    )
+    assert v.useful_chunk_ids == [10, 12]
+    assert v.required_entities == ["A", "B"]
+    assert v.coverage == {"A": True, "B": False}
+    exported = v.to_ragflow()
+    assert exported["Sufficient Context"] is True and exported["is_sufficient"] is True
+    jsonschema.validate(exported, RAGFLOW_SCHEMA)
+
+
+def test_output_model_mirrors_grammar_bounds():
+    with pytest.raises(ValidationError):
+        SufficiencyOutput.model_validate_json(output(confidence=1.2))
+    with pytest.raises(ValidationError):
+        SufficiencyOutput.model_validate_json(output(extra_key=1))

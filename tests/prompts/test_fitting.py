@@ -1,0 +1,83 @@
+import pytest
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import PromptTooLongError
+from suffice.gates.sufficiency import SufficiencyGate
+from suffice.prompts.fitting import TRUNCATION_MARK, fit_prompt, water_level
+from suffice.records import parse_record
+from tests.fakes import ScriptedEngine
+
+
+def fit(record, max_model_len, **config):
+    gate = SufficiencyGate()
+    engine = ScriptedEngine(lambda r: "", max_model_len=max_model_len)
+    item = parse_record(record)
+    fitted = fit_prompt(
+        engine, gate.template, item, JudgeConfig(**config), gate.constraint_for, gate.system_context(), {}
+    )
+    return engine, fitted
+
+
+def record(lengths, scores=None):
+    chunks = []
+    for i, n in enumerate(lengths):
+        chunk = {"id": f"c{i}", "text": " ".join(f"w{i}" for _ in range(n))}
+        if scores:
+            chunk["score"] = scores[i]
+        chunks.append(chunk)
+    return {"id": "r", "question": "What is it?", "chunks": chunks}
+
+
+def test_water_level():
+    assert water_level([10, 50, 100], 160) == 100
+    assert water_level([10, 50, 100], 90) == 40
+    assert water_level([10, 50, 100], 30) == 10
+    assert water_level([], 10) == 0
+
+
+def test_everything_fits_untouched():
+    engine, f = fit(record([20, 30]), 8192)
+    assert f.truncated_chunk_ids == [] and f.omitted_chunk_ids == []
+    assert [c.label for c in f.shown] == [0, 1]
+    assert engine.prompt_tokens(f.messages) + f.constraint.max_tokens <= 8192
+
+
+def test_long_chunks_are_cut_to_an_equal_share_and_short_ones_kept():
+    engine, f = fit(record([40, 5000, 6000]), 6000)
+    assert f.omitted_chunk_ids == []
+    assert f.truncated_chunk_ids == ["c1", "c2"]
+    assert not f.shown[0].truncated and f.shown[0].text.count("w0") == 40
+    assert f.shown[1].text.endswith(TRUNCATION_MARK)
+    assert abs(f.shown[1].text.count("w1") - f.shown[2].text.count("w2")) <= 1
+    assert engine.prompt_tokens(f.messages) + f.constraint.max_tokens <= 6000
+
+
+def test_chunks_left_out_lowest_score_first_when_even_the_minimum_does_not_fit():
+    lengths = [100] * 80
+    scores = [float(i) for i in range(80)]  # later chunks score higher
+    engine, f = fit(record(lengths, scores), 5000, min_chunk_tokens=50)
+    assert f.omitted_chunk_ids
+    omitted = {int(str(c)[1:]) for c in f.omitted_chunk_ids}
+    kept = {int(str(c.id)[1:]) for c in f.shown}
+    assert max(omitted) < min(kept)  # the lowest scores went first
+    assert [c.label for c in f.shown] == list(range(len(f.shown)))
+    assert f.constraint.key == f"sufficiency/{len(f.shown)}"
+    assert engine.prompt_tokens(f.messages) + f.constraint.max_tokens <= 5000
+
+
+def test_without_scores_the_last_chunks_go_first():
+    _, f = fit(record([100] * 80), 5000, min_chunk_tokens=50)
+    assert f.omitted_chunk_ids == [f"c{i}" for i in range(len(f.shown), 80)]
+
+
+def test_long_question_is_cut_and_flagged():
+    r = record([10])
+    r["question"] = "why " * 2000
+    _, f = fit(r, 8192, max_question_tokens=64)
+    assert f.question_truncated
+
+
+def test_no_room_at_all_is_a_clear_item_error():
+    with pytest.raises(PromptTooLongError) as info:
+        fit(record([10]), 3000)
+    assert info.value.field == "chunks"

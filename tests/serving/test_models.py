@@ -1,0 +1,28 @@
+import pytest
+
+from suffice.exceptions import ModelNotFoundError
+from suffice.serving.models import embedded_model, local_model, resolve_model
+
+
+def test_hub_ids_and_missing_paths_are_errors_naming_the_path(tmp_path):
+    with pytest.raises(ModelNotFoundError) as info:
+        local_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert info.value.path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "never downloads" in str(info.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        local_model(tmp_path / "empty")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelNotFoundError, match="not a folder"):
+        local_model(tmp_path / "file")
+
+
+def test_embedded_model_is_converted_once_into_a_loadable_folder():
+    ref = embedded_model()
+    assert (ref.path / "config.json").is_file() and (ref.path / "model.safetensors").is_file()
+    assert (ref.path / "tokenizer.json").is_file()
+    assert "SmolLM2-135M-Instruct" in ref.model_id and "embedded" in ref.model_id
+    before = (ref.path / "model.safetensors").stat().st_mtime
+    again = resolve_model(None)
+    assert again == ref and (ref.path / "model.safetensors").stat().st_mtime == before
+    assert local_model(ref.path).path == ref.path

@@ -1,0 +1,89 @@
+"""Harness logic on a scripted engine (generation itself is tested on vLLM)."""
+
+import json
+
+from suffice.gates.sufficiency import SufficiencyGate
+from suffice.grammars.sufficiency import SufficiencyVerdict
+from suffice.judge import Judge
+from suffice.serving.base import Generation, GenerationRequest
+from tests.fakes import ScriptedEngine
+
+GOOD = {
+    "required_entities": [{"entity": "Ada", "covered": True}],
+    "is_sufficient": True,
+    "missing_information": [],
+    "contradictions": [],
+    "confidence": 0.8,
+    "reasoning": "Chunk 0 answers.",
+    "useful_chunk_ids": [0],
+}
+
+
+def good(request: GenerationRequest) -> str:
+    text = json.dumps(GOOD, separators=(",", ":"))
+    assert request.constraint.matches(text)
+    return text
+
+
+def rec(i, **kw):
+    base = {"id": f"r{i}", "question": f"Question {i}?", "chunks": [{"id": 5, "text": "Ada wrote it."}]}
+    base.update(kw)
+    return base
+
+
+def test_results_in_input_order_one_engine_call_and_bad_items_isolated():
+    engine = ScriptedEngine(good)
+    judge = Judge(engine, SufficiencyGate())
+    records = [rec(0), {"question": "no id"}, rec(2, chunks=[]), rec(3, chunks="x"), rec(4)]
+    results = judge.judge_batch(records)
+    assert [r.id for r in results] == ["r0", None, "r2", "r3", "r4"]
+    assert engine.calls == [2]  # both judgeable items in one batch
+    assert results[1].error.field == "id" and results[3].error.field == "chunks"
+    assert isinstance(results[0].verdict, SufficiencyVerdict)
+    assert results[0].verdict.useful_chunk_ids == [5]  # mapped back from label 0
+    empty = results[2].verdict
+    assert empty.is_sufficient is False and empty.model_called is False and results[2].tokens.prompt == 0
+    assert all(r.prompt_version == "sufficiency/v1" for r in results)
+    assert judge.stats.verdicts == 3 and judge.stats.errors == 2
+
+
+def test_invalid_output_is_retried_once_with_the_error_appended():
+    seen = []
+
+    def script(request):
+        seen.append(request.messages[-1]["content"])
+        return "not json" if len(seen) == 1 else good(request)
+
+    judge = Judge(ScriptedEngine(script), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.ok and result.retries == 1
+    assert "failed schema validation" in seen[1] and "failed schema validation" not in seen[0]
+    assert judge.stats.retries == 1 and judge.stats.retry_failures == 0
+
+
+def test_two_failures_give_an_error_that_keeps_the_raw_text():
+    judge = Judge(ScriptedEngine(lambda r: '{"oops": 1}'), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.error.type == "VerdictError" and result.error.raw_text == '{"oops": 1}'
+    assert judge.stats.retry_failures == 1
+
+
+def test_cut_off_output_counts_and_is_retried():
+    answers = iter([Generation('{"required_', "length", 10, 5)])
+
+    def script(request):
+        return next(answers, None) or good(request)
+
+    judge = Judge(ScriptedEngine(script), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.ok and judge.stats.length_cutoffs == 1
+
+
+def test_an_engine_failure_on_one_request_fails_only_that_item():
+    engine = ScriptedEngine(good, fail_when=lambda content: "POISON" in content)
+    judge = Judge(engine, SufficiencyGate())
+    records = [rec(i) for i in range(5)]
+    records[3]["question"] = "POISON?"
+    results = judge.judge_batch(records)
+    assert [r.ok for r in results] == [True, True, True, False, True]
+    assert "scripted engine failure" in results[3].error.message

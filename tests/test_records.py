@@ -1,0 +1,58 @@
+import pytest
+
+from suffice.exceptions import InputError
+from suffice.records import InvalidRecord, parse_record, record_id
+
+
+def rec(**kw):
+    base = {"id": "q1", "question": "Who?", "chunks": [{"id": 0, "text": "Ada."}]}
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        ({"question": "Who?", "chunks": []}, "id"),
+        (rec(id=None), "id"),
+        (rec(id=True), "id"),
+        ({"id": "x", "chunks": []}, "question"),
+        (rec(question="   "), "question"),
+        (rec(chunks="not a list"), "chunks"),
+        (rec(chunks=None), "chunks"),
+        (rec(chunks=[{"id": 0, "text": "a"}, {"id": 0, "text": "b"}]), "chunks[1].id"),
+        (rec(chunks=[{"id": 0, "text": 5}]), "chunks[0].text"),
+        (rec(chunks=[{"id": [1], "text": "a"}]), "chunks[0].id"),
+        (rec(chunks=[{"id": 0, "text": "a", "score": "high"}]), "chunks[0].score"),
+        (rec(chunks=[{"id": 0, "text": "a", "score": float("nan")}]), "chunks[0].score"),
+        (rec(chunks=["just text"]), "chunks[0]"),
+        (["not", "an", "object"], "record"),
+        (InvalidRecord(line=3, message="Expecting value"), "record"),
+    ],
+)
+def test_bad_records_name_the_field(record, field):
+    with pytest.raises(InputError) as info:
+        parse_record(record)
+    assert info.value.field == field
+    assert str(info.value).startswith(field)
+
+
+def test_response_required_only_when_asked():
+    assert parse_record(rec()).response is None
+    with pytest.raises(InputError) as info:
+        parse_record(rec(), need_response=True)
+    assert info.value.field == "response"
+    assert parse_record(rec(response="Ada did."), need_response=True).response == "Ada did."
+
+
+def test_control_characters_are_removed_and_other_text_kept():
+    item = parse_record(rec(chunks=[{"id": "a", "text": 'x\x00y\x1b{"}\\ 東京\n', "source": "s", "score": 1}]))
+    assert item.chunks[0].text == 'xy{"}\\ 東京\n'
+    assert item.chunks[0].score == 1.0
+    assert item.id == "q1"
+
+
+def test_record_id_for_error_lines():
+    assert record_id({"id": 7}) == "7"
+    assert record_id({"question": "x"}) is None
+    assert record_id(InvalidRecord(1, "bad")) is None
