@@ -50,7 +50,7 @@ class _Pending:
     index: int
     item_id: str
     fitted: FittedPrompt
-    tokens: TokenCounts = TokenCounts()
+    tokens: TokenCounts = field(default_factory=TokenCounts)
 
 
 class Judge:
@@ -101,14 +101,14 @@ class Judge:
                 _Pending(
                     p.index,
                     p.item_id,
-                    _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(exc))[:_ERROR_CHARS])),
+                    _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(error))[:_ERROR_CHARS])),
                     p.tokens,
                 )
-                for p, exc in failed
+                for p, error in failed
             ]
-            for p, exc in self._run(retry, results, retries=1):
+            for p, error in self._run(retry, results, retries=1):
                 self.stats.retry_failures += 1
-                results[p.index] = self._error(p.item_id, exc, p.tokens, retries=1)
+                results[p.index] = self._error(p.item_id, error, p.tokens, retries=1)
 
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"

@@ -46,6 +46,10 @@ class RunSummary:
         return self.agree / self.labeled if self.labeled else None
 
     @property
+    def tokens_per_verdict(self) -> float | None:
+        return self.completion_tokens / self.verdicts if self.verdicts else None
+
+    @property
     def verdicts_per_second(self) -> float | None:
         return self.verdicts / self.seconds if self.seconds > 0 else None
 
@@ -69,7 +73,7 @@ class RunSummary:
             ("share judged sufficient", fmt(self.share_sufficient, "{:.1%}")),
             ("agreement with labels", fmt(self.agreement, "{:.1%}") + f" (of {self.labeled} labeled)"),
             ("verdicts per second", fmt(self.verdicts_per_second, "{:.2f}")),
-            ("output tokens per verdict", fmt(self.completion_tokens / self.verdicts if self.verdicts else None, "{:.0f}")),
+            ("output tokens per verdict", fmt(self.tokens_per_verdict, "{:.0f}")),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -23,6 +23,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.regex import (
     JSON_BOOL,
     UNIT_INTERVAL,
+    Rx,
     alt,
     increasing_ids,
     json_list,

@@ -104,8 +104,7 @@ def fit_prompt(
 
     def render(texts: dict[int, str]) -> tuple[Message, ...]:
         shown = [
-            {"label": label, "text": texts[i], "source": item.chunks[i].source}
-            for label, i in enumerate(sorted(keep))
+            {"label": label, "text": texts[i], "source": item.chunks[i].source} for label, i in enumerate(sorted(keep))
         ]
         return template.render(system_context, {**user_context, "question": question, "chunks": shown})
 

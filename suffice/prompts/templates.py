@@ -9,7 +9,7 @@ empty string in a prompt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ def available_versions(gate: str) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(gate: str, version: str = "v1") -> PromptTemplate:
     if version not in available_versions(gate):
         raise ConfigError("prompt_version", f"{gate}/{version}", f"no such template; have {available_versions(gate)}")

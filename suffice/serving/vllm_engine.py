@@ -36,7 +36,7 @@ def _cpu_environment(kv_cache_gib: float) -> None:
 def _core_ranges(cores: list[int]) -> str:
     parts: list[str] = []
     start = prev = cores[0]
-    for core in cores[1:] + [-2]:
+    for core in [*cores[1:], -2]:
         if core != prev + 1:
             parts.append(f"{start}-{prev}" if prev != start else str(start))
             start = core
@@ -113,4 +113,4 @@ class VLLMEngine(TokenizerMixin, Engine):
             shutdown = getattr(llm, "shutdown", None)
             if callable(shutdown):
                 shutdown()
-            self._llm = None
+            del self._llm

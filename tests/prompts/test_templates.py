@@ -17,7 +17,10 @@ def test_chunks_are_labelled_and_instructions_come_first():
     t = load_prompt("sufficiency")
     system, user = t.render(
         {"bounds": SufficiencyBounds},
-        {"question": "Who?", "chunks": [{"label": 0, "text": "Ada", "source": "wiki"}, {"label": 1, "text": "{x}", "source": None}]},
+        {
+            "question": "Who?",
+            "chunks": [{"label": 0, "text": "Ada", "source": "wiki"}, {"label": 1, "text": "{x}", "source": None}],
+        },
     )
     assert system["role"] == "system" and user["role"] == "user"
     assert "Who?" not in system["content"]  # per-item text stays out of the shared prefix

@@ -10,7 +10,7 @@ def test_hub_ids_and_missing_paths_are_errors_naming_the_path(tmp_path):
     assert info.value.path == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert "never downloads" in str(info.value)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ModelNotFoundError, match="config.json"):
+    with pytest.raises(ModelNotFoundError, match=r"config\.json"):
         local_model(tmp_path / "empty")
     (tmp_path / "file").write_text("x")
     with pytest.raises(ModelNotFoundError, match="not a folder"):

@@ -86,22 +86,22 @@ def judged(request):
 
 
 def test_every_item_gets_one_result_in_order(judged):
-    _, judge, records, results = judged
+    _, _judge, records, results = judged
     assert len(results) == len(records)
-    for record, result in zip(records, results):
+    for record, result in zip(records, results, strict=False):
         assert result.id == (str(record["id"]) if "id" in record else None)
         assert (result.verdict is None) != (result.error is None)
 
 
 def test_bad_records_get_errors_naming_the_field(judged):
-    _, _, records, results = judged
+    _, _, _records, results = judged
     errors = {r.id: r.error.field for r in results if r.error is not None}
     assert errors == EXPECTED_ERRORS
 
 
 def test_every_verdict_is_valid_against_schema_and_seed_rules(judged):
     backend, judge, records, results = judged
-    for record, result in zip(records, results):
+    for record, result in zip(records, results, strict=False):
         if result.verdict is None:
             continue
         assert isinstance(result.verdict, SufficiencyVerdict)
