@@ -45,10 +45,14 @@ class ResumableWriter:
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
         self.path = path
         self.done_ids: list[str | None] = []
+        #: Lines already written that hold an error instead of a verdict.
+        self.done_errors = 0
         if path.exists() and not overwrite:
             for number, line in enumerate(_complete_lines(path), start=1):
                 try:
-                    self.done_ids.append(json.loads(line).get("id"))
+                    row = json.loads(line)
+                    self.done_ids.append(row.get("id"))
+                    self.done_errors += row.get("error") is not None
                 except (json.JSONDecodeError, AttributeError) as exc:
                     raise SufficeError(f"{path}:{number} is not a result line; use --overwrite to start over") from exc
         path.parent.mkdir(parents=True, exist_ok=True)

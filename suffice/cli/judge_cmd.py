@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"resuming: {len(writer.done_ids)} of {total} records already in {args.output}", file=sys.stderr)
         if len(writer.done_ids) == total:
             print(f"nothing to do: every record already has a result in {args.output}", file=sys.stderr)
-            return EXIT_OK
+            return EXIT_OK if writer.done_errors == 0 else EXIT_ITEM_ERRORS
         judge = Judge.open(config)
     except SufficeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -118,4 +118,4 @@ def run(args: argparse.Namespace) -> int:
     summary.seconds = time.perf_counter() - start
     print(summary.table(), file=sys.stderr)
     print(f"verdicts written to {args.output}", file=sys.stderr)
-    return EXIT_OK if summary.errors == 0 else EXIT_ITEM_ERRORS
+    return EXIT_OK if summary.errors + writer.done_errors == 0 else EXIT_ITEM_ERRORS

@@ -1,0 +1,77 @@
+"""``suffice judge`` end to end: a subprocess on the real engine, and its exit statuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
+from suffice.grammars.sufficiency import RAGFLOW_SCHEMA, SufficiencyVerdict
+from tests.conftest import load_records
+
+
+def suffice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "suffice.cli.main", *args], capture_output=True, text=True, timeout=900
+    )
+
+
+def write_input(path: Path) -> list[str | None]:
+    records = load_records("squad2.jsonl", 3)
+    lines = [json.dumps(r) for r in records]
+    lines.insert(1, json.dumps({"id": "no-question", "chunks": []}))
+    lines.append("{not json")
+    path.write_text("\n".join(lines) + "\n")
+    return [str(records[0]["id"]), "no-question", *[str(r["id"]) for r in records[1:]], None]
+
+
+def test_missing_model_folder_is_a_fatal_error_naming_the_path(tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), "--model", "/no/such/model")
+    assert proc.returncode == EXIT_FATAL
+    assert "/no/such/model" in proc.stderr
+
+
+def test_usage_errors(tmp_path):
+    proc = suffice("judge", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "o.jsonl"))
+    assert proc.returncode == EXIT_USAGE and "missing.jsonl" in proc.stderr
+    proc = suffice("judge", "x.jsonl", "-o", "y.jsonl", "--backend", "nope")
+    assert proc.returncode == EXIT_USAGE
+
+
+@pytest.mark.engine
+def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    expected_ids = write_input(source)
+    proc = suffice("judge", str(source), "-o", str(out), "--backend", "xgrammar", "--format", "ragflow")
+    assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
+    assert "%|" in proc.stderr  # the progress bar
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == expected_ids
+    assert rows[1]["error"]["field"] == "question"
+    assert rows[4]["error"]["field"] == "record"
+    for row in (rows[0], rows[2], rows[3]):
+        jsonschema.validate(row["verdict"], RAGFLOW_SCHEMA)
+        assert row["gate"] == "sufficiency" and row["backend"] == "xgrammar"
+        assert row["prompt_version"] == "sufficiency/v1" and row["tokens"]["completion"] > 0
+        assert "SmolLM2" in row["model"]
+
+    # A crash mid-write: two lines and a half remain; the rerun completes the rest.
+    kept = out.read_text().splitlines()[:2]
+    out.write_text("\n".join(kept) + "\n" + '{"id": "partial')
+    proc = suffice("judge", str(source), "-o", str(out), "--backend", "xgrammar", "--no-progress")
+    assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
+    assert "resuming: 2 of 5" in proc.stderr
+    lines = out.read_text().splitlines()
+    assert lines[:2] == kept
+    rows = [json.loads(line) for line in lines]
+    assert [r["id"] for r in rows] == expected_ids
+    SufficiencyVerdict.model_validate(rows[2]["verdict"])
+
+    proc = suffice("judge", str(source), "-o", str(out), "--no-progress")
+    assert proc.returncode == EXIT_ITEM_ERRORS and "nothing to do" in proc.stderr
