@@ -8,7 +8,8 @@ from pathlib import Path
 from suffice.exceptions import ConfigError
 
 BACKENDS = ("outlines", "xgrammar", "guidance")
-GATES = ("sufficiency",)
+THRESHOLD_PRESETS = ("strict", "loose")
+GATES = ("sufficiency", "recovery", "adequacy")
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,17 @@ class JudgeConfig:
     gate: str = "sufficiency"
     backend: str = "outlines"
     model: Path | None = None
+    #: Adequacy gate: the default rubric reference and the store folder (None: built-in).
+    rubric: str | None = None
+    rubric_dir: Path | None = None
+    #: Recovery gate: the SufficiencyThreshold preset.
+    threshold: str = "strict"
     max_model_len: int | None = None
     enforce_eager: bool = True
     prefix_caching: bool = True
     kv_cache_gib: float = 2.0
     max_question_tokens: int = 512
+    max_response_tokens: int = 1024
     min_chunk_tokens: int = 24
     max_chunks: int = 128
     seed: int = 0
@@ -36,6 +43,10 @@ class JudgeConfig:
             raise ConfigError("gate", self.gate, f"must be one of {', '.join(GATES)}")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
+        if self.threshold not in THRESHOLD_PRESETS:
+            raise ConfigError("threshold", self.threshold, f"must be one of {', '.join(THRESHOLD_PRESETS)}")
+        if self.rubric_dir is not None and not isinstance(self.rubric_dir, Path):
+            object.__setattr__(self, "rubric_dir", Path(self.rubric_dir))
         if self.model is not None and not isinstance(self.model, Path):
             object.__setattr__(self, "model", Path(self.model))
         if self.max_model_len is not None and self.max_model_len < 1024:
@@ -44,6 +55,8 @@ class JudgeConfig:
             raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be positive")
         if self.max_question_tokens < 16:
             raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")
+        if self.max_response_tokens < 16:
+            raise ConfigError("max_response_tokens", self.max_response_tokens, "must be at least 16")
         if self.min_chunk_tokens < 4:
             raise ConfigError("min_chunk_tokens", self.min_chunk_tokens, "must be at least 4")
         if not 1 <= self.max_chunks <= 512:

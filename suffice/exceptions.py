@@ -8,6 +8,7 @@ The tree::
     ├── EngineError                 the engine failed to start or to generate
     └── ItemError                   one item cannot be judged; becomes one error record
         ├── InputError              a record field is missing or invalid (names the field)
+        │   └── RubricError         a rubric is unknown or fails its schema (names the field)
         ├── PromptTooLongError      the prompt cannot be fitted into the context window
         ├── GenerationError         the engine failed on this item alone
         └── VerdictError            the model's text failed parsing or validation twice
@@ -51,6 +52,10 @@ class InputError(ItemError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+class RubricError(InputError):
+    pass
 
 
 class PromptTooLongError(ItemError):

@@ -8,6 +8,7 @@ for that item only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -18,7 +19,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError, GenerationError, ItemError, VerdictError
 from suffice.gates import Gate, make_gate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
-from suffice.records import record_id
+from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.serving.base import Engine, Generation, GenerationRequest
 
@@ -48,16 +49,20 @@ class JudgeStats:
 @dataclass
 class _Pending:
     index: int
-    item_id: str
+    item: Item
     fitted: FittedPrompt
     tokens: TokenCounts = field(default_factory=TokenCounts)
 
 
 class Judge:
-    def __init__(self, engine: Engine, gate: Gate | str = "sufficiency", config: JudgeConfig | None = None) -> None:
+    def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
+        """``gate`` defaults to the one ``config`` names (built with its rubric or threshold)."""
         self.engine = engine
-        self.gate = make_gate(gate) if isinstance(gate, str) else gate
-        self.config = config or JudgeConfig(gate=self.gate.name)
+        self.config = config or JudgeConfig(gate=gate if isinstance(gate, str) else "sufficiency")
+        if gate is None or isinstance(gate, str):
+            c = self.config
+            gate = make_gate(gate or c.gate, rubric=c.rubric, rubric_dir=c.rubric_dir, threshold=c.threshold)
+        self.gate = gate
         self.stats = JudgeStats()
 
     @classmethod
@@ -65,7 +70,8 @@ class Judge:
         """A judge on a new in-process vLLM engine."""
         from suffice.serving.vllm_engine import VLLMEngine
 
-        return cls(VLLMEngine(config), config.gate, config)
+        gate = make_gate(config.gate, rubric=config.rubric, rubric_dir=config.rubric_dir, threshold=config.threshold)
+        return cls(VLLMEngine(config), gate, config)
 
     @property
     def prompt_version(self) -> str:
@@ -87,10 +93,10 @@ class Judge:
                     item,
                     self.config,
                     self.gate.constraint_for,
-                    self.gate.system_context(),
+                    self.gate.system_context(item),
                     self.gate.user_context(item),
                 )
-                pending.append(_Pending(index, item.id, fitted))
+                pending.append(_Pending(index, item, fitted))
             except ItemError as exc:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
 
@@ -100,7 +106,7 @@ class Judge:
             retry = [
                 _Pending(
                     p.index,
-                    p.item_id,
+                    p.item,
                     _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(error))[:_ERROR_CHARS])),
                     p.tokens,
                 )
@@ -108,7 +114,7 @@ class Judge:
             ]
             for p, error in self._run(retry, results, retries=1):
                 self.stats.retry_failures += 1
-                results[p.index] = self._error(p.item_id, error, p.tokens, retries=1)
+                results[p.index] = self._error(p.item.id, error, p.tokens, retries=1)
 
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"
@@ -123,7 +129,7 @@ class Judge:
         generations = self._generate([GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending])
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
-                results[p.index] = self._error(p.item_id, GenerationError(str(gen)), p.tokens, retries)
+                results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)
                 continue
             p.tokens = TokenCounts(
                 prompt=p.tokens.prompt + gen.prompt_tokens,
@@ -139,11 +145,11 @@ class Judge:
                         "(the constraint's worst case should make this impossible)",
                         gen.text,
                     )
-                verdict = self.gate.parse(gen.text, p.fitted)
+                verdict = self.gate.parse(gen.text, p.fitted, p.item)
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue
-            results[p.index] = self._verdict(p.item_id, verdict, p.tokens, retries, gen.text)
+            results[p.index] = self._verdict(p.item.id, verdict, p.tokens, retries, gen.text)
         return failed
 
     def _generate(self, requests: list[GenerationRequest]) -> list[Generation | EngineError]:
@@ -213,11 +219,4 @@ def _with_note(fitted: FittedPrompt, note: str) -> FittedPrompt:
     """The same prompt with the validation error appended to the user turn."""
     *head, last = fitted.messages
     messages = (*head, {**last, "content": last["content"] + "\n\n" + note})
-    return FittedPrompt(
-        messages=tuple(messages),
-        shown=fitted.shown,
-        constraint=fitted.constraint,
-        truncated_chunk_ids=fitted.truncated_chunk_ids,
-        omitted_chunk_ids=fitted.omitted_chunk_ids,
-        question_truncated=fitted.question_truncated,
-    )
+    return dataclasses.replace(fitted, messages=tuple(messages))

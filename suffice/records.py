@@ -37,6 +37,8 @@ class Item:
     question: str
     chunks: tuple[Chunk, ...]
     response: str | None = None
+    #: A per-record rubric reference (``name[@version]``) for rubric-driven gates.
+    rubric: str | None = None
 
 
 def clean_text(text: str) -> str:
@@ -108,8 +110,12 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
             raise InputError("response", "must be a non-empty string")
     elif response is not None and not isinstance(response, str):
         response = None
+    rubric = record.get("rubric")
+    if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):
+        raise InputError("rubric", f"must be a non-empty string such as 'legal-review@1.0.0', got {rubric!r}")
     return Item(
         id=str(rid),
+        rubric=rubric,
         question=clean_text(question),
         chunks=chunks,
         response=None if response is None else clean_text(response),

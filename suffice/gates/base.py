@@ -7,6 +7,7 @@ template folder, nothing in the engine or the batch logic.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 from suffice.grammars.constraint import Constraint
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
-from suffice.records import Item, parse_record
+from suffice.records import Chunk, Item, parse_record
 
 
 class Gate(ABC):
@@ -31,15 +32,20 @@ class Gate(ABC):
         return None
 
     @abstractmethod
-    def constraint_for(self, n_chunks: int) -> Constraint:
-        """The constraint for a prompt showing ``n_chunks`` chunks."""
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        """The constraint for a prompt showing these chunks (labelled ``0..n-1``).
 
-    def system_context(self) -> dict[str, Any]:
+        It should depend on counts only (chunks, sources), so that requests of the
+        same shape share one compiled form.
+        """
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        """Instructions shared by many items (kept identical so the prefix cache hits)."""
         return {}
 
     def user_context(self, item: Item) -> dict[str, Any]:
         return {}
 
     @abstractmethod
-    def parse(self, text: str, fitted: FittedPrompt) -> BaseModel:
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
         """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""

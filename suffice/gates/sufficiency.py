@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from suffice.grammars.sufficiency import (
 )
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
-from suffice.records import Item
+from suffice.records import Chunk, Item
 
 
 class SufficiencyGate(Gate):
@@ -44,13 +45,13 @@ class SufficiencyGate(Gate):
             model_called=False,
         )
 
-    def constraint_for(self, n_chunks: int) -> Constraint:
-        return sufficiency_constraint(n_chunks)
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        return sufficiency_constraint(len(shown))
 
-    def system_context(self) -> dict[str, Any]:
+    def system_context(self, item: Item) -> dict[str, Any]:
         return {"bounds": SufficiencyBounds}
 
-    def parse(self, text: str, fitted: FittedPrompt) -> SufficiencyVerdict:
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> SufficiencyVerdict:
         try:
             output = SufficiencyOutput.model_validate(json.loads(text))
         except (json.JSONDecodeError, ValidationError) as exc:

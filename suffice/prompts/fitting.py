@@ -2,8 +2,8 @@
 
 Policy (documented in README.md):
 
-1. The question (and any other per-item free text, such as a response to check)
-   is cut to ``max_question_tokens`` tokens.
+1. The question is cut to ``max_question_tokens`` tokens, a response to check
+   (post-generation gates) to ``max_response_tokens``.
 2. At most ``max_chunks`` chunks are shown.
 3. The room left is ``max_model_len`` minus the constraint's worst-case output
    (so generation can never run out of tokens) minus the prompt without chunk text.
@@ -44,6 +44,24 @@ class ShownChunk:
     text: str
     source: str | None
     truncated: bool
+    score: float | None = None
+
+
+def source_key(chunk: Chunk) -> str:
+    """A chunk's source id for citations: its ``source``, else its own id."""
+    return chunk.source if chunk.source is not None else str(chunk.id)
+
+
+def source_labels(chunks: Sequence[Chunk]) -> dict[str, int]:
+    """Distinct sources numbered ``0..m-1`` in order of first appearance.
+
+    Several chunks of one document share a source; citations name the number, so a
+    constraint over citations depends on ``m`` only.
+    """
+    labels: dict[str, int] = {}
+    for chunk in chunks:
+        labels.setdefault(source_key(chunk), len(labels))
+    return labels
 
 
 @dataclass(frozen=True)
@@ -54,11 +72,17 @@ class FittedPrompt:
     truncated_chunk_ids: list[ChunkId]
     omitted_chunk_ids: list[ChunkId]
     question_truncated: bool
+    response_truncated: bool = False
 
     @property
     def chunk_ids(self) -> list[ChunkId]:
         """The caller's id for each prompt label."""
         return [c.id for c in self.shown]
+
+    @property
+    def sources(self) -> list[str]:
+        """The caller's source id for each source label."""
+        return list(source_labels([Chunk(c.id, "", c.source) for c in self.shown]))
 
 
 def water_level(lengths: Sequence[int], room: int) -> int:
@@ -91,27 +115,40 @@ def fit_prompt(
     template: PromptTemplate,
     item: Item,
     config: JudgeConfig,
-    constraint_for: Callable[[int], Constraint],
+    constraint_for: Callable[[Sequence[Chunk]], Constraint],
     system_context: dict[str, Any],
     user_context: dict[str, Any],
 ) -> FittedPrompt:
     """Render the item's prompt so that prompt plus worst-case output fits the model."""
     question, question_truncated = cut_text(engine, item.question, config.max_question_tokens)
+    response, response_truncated = (
+        cut_text(engine, item.response, config.max_response_tokens) if item.response is not None else (None, False)
+    )
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
     lengths = engine.count_tokens([c.text for c in item.chunks])
     slack = 0
 
     def render(texts: dict[int, str]) -> tuple[Message, ...]:
+        kept = [item.chunks[i] for i in sorted(keep)]
+        sources = source_labels(kept)
         shown = [
-            {"label": label, "text": texts[i], "source": item.chunks[i].source} for label, i in enumerate(sorted(keep))
+            {
+                "label": label,
+                "text": texts[i],
+                "source": item.chunks[i].source,
+                "source_label": sources[source_key(item.chunks[i])],
+                "score": item.chunks[i].score,
+            }
+            for label, i in enumerate(sorted(keep))
         ]
-        return template.render(system_context, {**user_context, "question": question, "chunks": shown})
+        context = {**user_context, "question": question, "chunks": shown, "response": response}
+        return template.render(system_context, context)
 
     for _ in range(_MAX_ATTEMPTS):
         # Leave chunks out only while even the minimum share per chunk cannot fit.
         while True:
-            constraint = constraint_for(len(keep))
+            constraint = constraint_for([item.chunks[i] for i in sorted(keep)])
             budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
             overhead = engine.prompt_tokens(render({i: "" for i in keep}))
             room = budget - overhead - slack
@@ -139,7 +176,9 @@ def fit_prompt(
         actual = engine.prompt_tokens(messages)
         if actual <= budget:
             shown = tuple(
-                ShownChunk(label, item.chunks[i].id, texts[i], item.chunks[i].source, i in truncated)
+                ShownChunk(
+                    label, item.chunks[i].id, texts[i], item.chunks[i].source, i in truncated, item.chunks[i].score
+                )
                 for label, i in enumerate(kept)
             )
             return FittedPrompt(
@@ -149,6 +188,7 @@ def fit_prompt(
                 truncated_chunk_ids=[item.chunks[i].id for i in kept if i in truncated],
                 omitted_chunk_ids=[c.id for i, c in enumerate(item.chunks) if i not in keep],
                 question_truncated=question_truncated,
+                response_truncated=response_truncated,
             )
         # Token boundaries shift when texts are joined: take the overshoot off and retry.
         slack += actual - budget + 8

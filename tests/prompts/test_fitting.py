@@ -13,7 +13,7 @@ def fit(record, max_model_len, **config):
     engine = ScriptedEngine(lambda r: "", max_model_len=max_model_len)
     item = parse_record(record)
     fitted = fit_prompt(
-        engine, gate.template, item, JudgeConfig(**config), gate.constraint_for, gate.system_context(), {}
+        engine, gate.template, item, JudgeConfig(**config), gate.constraint_for, gate.system_context(item), {}
     )
     return engine, fitted
 

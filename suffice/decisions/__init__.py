@@ -1,0 +1,1 @@
+"""Decisions computed in code from verdicts: deterministic, auditable, no model call."""

@@ -1,0 +1,86 @@
+"""The adequacy decision, computed in code from dimension scores and a rubric.
+
+The seed: "Do not rely on the model's internal pass boolean alone; compute the
+composite score from dimension values in your application code and apply the
+threshold there."  PASS needs the weighted composite at or above the threshold and
+no critical dimension under its floor.  The risk level makes it more conservative
+("for HIGH risk use cases, err toward FAIL when evidence is ambiguous or
+incomplete"): a margin on the threshold, and for HIGH a FAIL whenever the model
+itself says FAIL or reports missing information.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from suffice.grammars.adequacy import AdequacyDecision, AdequacyOutput
+from suffice.grammars.routes import Route
+from suffice.rubric_store import Rubric
+
+#: Added to the rubric's pass threshold (capped at 1) by risk level.
+RISK_MARGIN = {"HIGH": 0.10, "MEDIUM": 0.05, "LOW": 0.0}
+
+_FAIL_ROUTES: dict[str, Route] = {
+    "RETRIEVE_MORE": "retrieve_more",
+    "ESCALATE_TO_HUMAN": "human_review",
+    "FLAG_AS_UNANSWERABLE": "abstain",
+    # The model recommends proceeding but the computed decision is FAIL.
+    "PROCEED_WITH_ANSWER": "retrieve_more",
+}
+
+
+def composite_score(scores: Mapping[str, float], rubric: Rubric) -> float:
+    """Weighted mean of the dimension scores with the rubric's weights.
+
+    Rounded to 6 decimals, as the threshold is, so that a composite exactly on the
+    threshold passes whatever the float arithmetic did on the way.
+    """
+    total = sum(rubric.weight(d) for d in scores)
+    return round(sum(rubric.weight(d) * s for d, s in scores.items()) / total, 6)
+
+
+def decide(
+    output: AdequacyOutput,
+    rubric: Rubric,
+    *,
+    threshold: float | None = None,
+    can_retrieve: bool = True,
+) -> AdequacyDecision:
+    """``threshold`` overrides the rubric's (e.g. one chosen by calibration)."""
+    scores = output.dimensions.scores()
+    composite = composite_score(scores, rubric)
+    base = rubric.pass_threshold if threshold is None else threshold
+    effective = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
+    failed = {d: scores[d] for d, floor in rubric.critical.items() if scores[d] < floor}
+    vetoes = []
+    if rubric.risk_level == "HIGH":
+        if output.adequacy_decision == "FAIL":
+            vetoes.append("HIGH risk: the model itself judged the context inadequate")
+        if output.missing_information:
+            vetoes.append("HIGH risk: the model reports missing information")
+    passed = composite >= effective and not failed and not vetoes
+    decision: Literal["PASS", "FAIL"] = "PASS" if passed else "FAIL"
+    if passed:
+        route: Route = "deliver"
+        reason = f"composite {composite:.3f} >= threshold {effective:.2f}, no critical dimension under its floor"
+    else:
+        reasons = []
+        if composite < effective:
+            reasons.append(f"composite {composite:.3f} < threshold {effective:.2f}")
+        reasons += [f"{d} {s:.2f} < floor {rubric.critical[d]:.2f}" for d, s in failed.items()]
+        reasons += vetoes
+        route = _FAIL_ROUTES[output.recommendation]
+        if route == "retrieve_more" and not can_retrieve:
+            route = "human_review"
+        reason = "; ".join(reasons)
+    return AdequacyDecision(
+        decision=decision,
+        composite_score=composite,
+        threshold=effective,
+        failed_critical=failed,
+        conservative_vetoes=vetoes,
+        route=route,
+        reason=reason,
+        agrees_with_model=decision == output.adequacy_decision,
+    )

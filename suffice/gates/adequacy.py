@@ -1,0 +1,99 @@
+"""The pre-generation adequacy gate: rubric-driven, decision computed in code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from suffice.decisions.adequacy import decide
+from suffice.exceptions import InputError, VerdictError
+from suffice.gates.base import Gate
+from suffice.grammars.adequacy import (
+    DIMENSIONS,
+    AdequacyBounds,
+    AdequacyOutput,
+    AdequacyVerdict,
+    Dimension,
+    Dimensions,
+    adequacy_constraint,
+)
+from suffice.grammars.constraint import Constraint
+from suffice.prompts.fitting import FittedPrompt
+from suffice.prompts.templates import load_prompt
+from suffice.records import Chunk, Item
+from suffice.rubric_store import Rubric, RubricStore
+
+
+class AdequacyGate(Gate):
+    """``rubric`` is the default reference; a record's own ``rubric`` field overrides it."""
+
+    name = "adequacy"
+
+    def __init__(
+        self,
+        store: RubricStore | None = None,
+        rubric: str | None = None,
+        *,
+        threshold: float | None = None,
+        prompt_version: str = "v1",
+    ) -> None:
+        self.template = load_prompt("adequacy", prompt_version)
+        self.store = store or RubricStore()
+        self.default_rubric = rubric
+        self.threshold = threshold
+        if rubric is not None:
+            self.store.get(rubric)  # fail at construction for a bad default
+
+    def rubric_for(self, item: Item) -> Rubric:
+        ref = item.rubric or self.default_rubric
+        if ref is None:
+            raise InputError("rubric", "no rubric given: pass --rubric NAME[@VERSION] or a per-record 'rubric'")
+        return self.store.get(ref)
+
+    def parse_item(self, record: object) -> Item:
+        item = super().parse_item(record)
+        self.rubric_for(item)  # an unknown or broken rubric is this item's error
+        return item
+
+    def shortcut(self, item: Item) -> AdequacyVerdict | None:
+        if item.chunks:
+            return None
+        rubric = self.rubric_for(item)
+        empty = Dimension(score=0.0, assessment="No context was retrieved.")
+        output = AdequacyOutput(
+            adequacy_decision="FAIL",
+            adequacy_score=0.0,
+            dimensions=Dimensions(**{d: empty for d in DIMENSIONS}),
+            missing_information=["Any retrieved context for the question."],
+            recommendation="RETRIEVE_MORE",
+            rationale="The chunk list is empty; the model was not called.",
+        )
+        return self._verdict(output, rubric, None)
+
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        return adequacy_constraint()
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        return {"bounds": AdequacyBounds, "rubric": self.rubric_for(item), "dimensions": DIMENSIONS}
+
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> AdequacyVerdict:
+        try:
+            output = AdequacyOutput.model_validate(json.loads(text))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise VerdictError(f"output is not a valid adequacy verdict: {exc}", text) from exc
+        return self._verdict(output, self.rubric_for(item), fitted)
+
+    def _verdict(self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None) -> AdequacyVerdict:
+        return AdequacyVerdict(
+            **output.model_dump(),
+            rubric=rubric.ref,
+            risk_level=rubric.risk_level,
+            prompt_version=self.template.name,
+            truncated_chunk_ids=fitted.truncated_chunk_ids if fitted else [],
+            omitted_chunk_ids=fitted.omitted_chunk_ids if fitted else [],
+            question_truncated=fitted.question_truncated if fitted else False,
+            decision=decide(output, rubric, threshold=self.threshold),
+        )

@@ -1,0 +1,82 @@
+"""The post-generation recovery gate: cited answer or abstention, routed in code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from suffice.decisions.recovery import SufficiencyThreshold, decide
+from suffice.exceptions import VerdictError
+from suffice.gates.base import Gate
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.recovery import (
+    Classification,
+    RecoveryBounds,
+    RecoveryOutput,
+    RecoveryVerdict,
+    recovery_constraint,
+    relabel_citations,
+)
+from suffice.prompts.fitting import FittedPrompt, source_labels
+from suffice.prompts.templates import load_prompt
+from suffice.records import Chunk, Item
+
+
+class RecoveryGate(Gate):
+    name = "recovery"
+    needs_response = True
+
+    def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
+        self.template = load_prompt("recovery", prompt_version)
+        self.threshold = threshold or SufficiencyThreshold()
+
+    def shortcut(self, item: Item) -> RecoveryVerdict | None:
+        if item.chunks:
+            return None
+        verdict = RecoveryVerdict(
+            classification=Classification.INSUFFICIENT,
+            supported_claims=[],
+            unsupported_claims=["The answer's claims (no evidence was retrieved)."],
+            abstention_notice="No evidence was retrieved, so no claim of the answer can be supported.",
+            suggested_retrieval_queries=[item.question[: RecoveryBounds.QUERY_CHARS]],
+            prompt_version=self.template.name,
+        )
+        return verdict.model_copy(update={"decision": decide(verdict, [], self.threshold)})
+
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        return recovery_constraint(len(source_labels(shown)))
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        return {"bounds": RecoveryBounds, "threshold": self.threshold.describe()}
+
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> RecoveryVerdict:
+        try:
+            output = RecoveryOutput.model_validate(json.loads(text))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise VerdictError(f"output is not a valid recovery verdict: {exc}", text) from exc
+        sources = fitted.sources
+        answer: str | None = None
+        cited: list[str] = []
+        if output.answer is not None:
+            try:
+                answer, cited = relabel_citations(output.answer, sources)
+            except (ValueError, IndexError) as exc:
+                raise VerdictError(f"a citation names no source shown in the request: {exc}", text) from exc
+        verdict = RecoveryVerdict(
+            classification=output.classification,
+            supported_claims=list(output.supported_claims),
+            unsupported_claims=list(output.unsupported_claims),
+            answer=answer,
+            abstention_notice=output.abstention_notice,
+            suggested_retrieval_queries=output.suggested_retrieval_queries,
+            cited_sources=cited,
+            prompt_version=self.template.name,
+            truncated_chunk_ids=fitted.truncated_chunk_ids,
+            omitted_chunk_ids=fitted.omitted_chunk_ids,
+            question_truncated=fitted.question_truncated,
+            response_truncated=fitted.response_truncated,
+        )
+        return verdict.model_copy(update={"decision": decide(verdict, fitted.shown, self.threshold)})

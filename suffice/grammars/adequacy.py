@@ -1,0 +1,118 @@
+"""The adequacy verdict (context adequacy evaluation against a rubric) and its constraint.
+
+The model writes the seed's exact schema: a decision and score of its own, five
+scored dimensions with assessments, missing information, a recommendation and a
+rationale.  Every score is a number in [0, 1] with at most two decimals, every
+string and list is bounded.  Nothing depends on the request, so one compiled
+form serves every item.  The decision that routes is computed in code
+(:mod:`suffice.decisions.adequacy`) and stored beside the model's own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.regex import UNIT_INTERVAL, alt, json_list, json_object, json_string, lit
+from suffice.grammars.routes import Route
+
+DIMENSIONS = (
+    "factual_coverage",
+    "temporal_relevance",
+    "source_authority",
+    "entity_completeness",
+    "rubric_alignment",
+)
+RECOMMENDATIONS = ("PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE")
+
+
+class AdequacyBounds:
+    ASSESSMENT_CHARS = 100
+    MISSING_MAX = 3
+    MISSING_CHARS = 64
+    RATIONALE_CHARS = 200
+
+
+B = AdequacyBounds
+
+
+@lru_cache(maxsize=1)
+def adequacy_constraint() -> Constraint:
+    dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
+    rx = json_object(
+        [
+            ("adequacy_decision", alt(lit('"PASS"'), lit('"FAIL"'))),
+            ("adequacy_score", UNIT_INTERVAL),
+            ("dimensions", json_object([(d, dimension) for d in DIMENSIONS])),
+            ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
+            ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
+            ("rationale", json_string(1, B.RATIONALE_CHARS)),
+        ]
+    )
+    return Constraint.from_rx(rx, key="adequacy")
+
+
+class Dimension(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score: float = Field(ge=0.0, le=1.0)
+    assessment: str = Field(min_length=1, max_length=B.ASSESSMENT_CHARS)
+
+
+class Dimensions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    factual_coverage: Dimension
+    temporal_relevance: Dimension
+    source_authority: Dimension
+    entity_completeness: Dimension
+    rubric_alignment: Dimension
+
+    def scores(self) -> dict[str, float]:
+        return {d: getattr(self, d).score for d in DIMENSIONS}
+
+
+Recommendation = Literal["PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE"]
+
+
+class AdequacyOutput(BaseModel):
+    """The generated form: the seed's output schema, field for field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    adequacy_decision: Literal["PASS", "FAIL"]
+    adequacy_score: float = Field(ge=0.0, le=1.0)
+    dimensions: Dimensions
+    missing_information: list[str] = Field(max_length=B.MISSING_MAX)
+    recommendation: Recommendation
+    rationale: str = Field(min_length=1, max_length=B.RATIONALE_CHARS)
+
+
+class AdequacyDecision(BaseModel):
+    """Computed in code from the dimension scores and the rubric; this one routes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: Literal["PASS", "FAIL"]
+    composite_score: float
+    threshold: float
+    failed_critical: dict[str, float] = Field(default_factory=dict)
+    conservative_vetoes: list[str] = Field(default_factory=list)
+    route: Route
+    reason: str
+    agrees_with_model: bool
+
+
+class AdequacyVerdict(AdequacyOutput):
+    """The model's opinion (the seed's fields) plus the computed decision."""
+
+    rubric: str
+    risk_level: Literal["HIGH", "MEDIUM", "LOW"]
+    prompt_version: str
+    truncated_chunk_ids: list[int | str] = Field(default_factory=list)
+    omitted_chunk_ids: list[int | str] = Field(default_factory=list)
+    question_truncated: bool = False
+    decision: AdequacyDecision

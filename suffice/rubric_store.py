@@ -1,0 +1,145 @@
+"""Versioned adequacy rubrics in a folder: ``<name>@<version>.json``.
+
+Rubrics are configuration, not code (the adequacy seed: "populated from a
+configuration store, not hardcoded"), so they are schema-checked on load and
+every error names the field.  ``name`` alone means the newest version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from suffice.exceptions import RubricError
+from suffice.grammars.adequacy import DIMENSIONS
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+class Rubric(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    version: str
+    use_case: str = Field(min_length=1)
+    risk_level: Literal["HIGH", "MEDIUM", "LOW"]
+    criteria: list[str] = Field(min_length=1)
+    weights: dict[str, float]
+    critical: dict[str, float] = Field(default_factory=dict)
+    pass_threshold: float = Field(ge=0.0, le=1.0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be lower-case letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not _VERSION.match(value):
+            raise ValueError("must be dotted numbers such as 1 or 1.2.0")
+        return value
+
+    @field_validator("weights", "critical")
+    @classmethod
+    def _known_dimensions(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(DIMENSIONS))
+        if unknown:
+            raise ValueError(f"unknown dimension(s) {unknown}; known: {list(DIMENSIONS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _weights_and_floors(self) -> Rubric:
+        if any(w < 0 for w in self.weights.values()):
+            raise ValueError("weights: every weight must be >= 0")
+        if not sum(self.weights.values()) > 0:
+            raise ValueError("weights: must sum to a positive number")
+        if any(not 0 <= f <= 1 for f in self.critical.values()):
+            raise ValueError("critical: every floor must be in [0, 1]")
+        return self
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def weight(self, dimension: str) -> float:
+        return self.weights.get(dimension, 0.0)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def builtin_dir() -> Path:
+    return Path(str(files("suffice") / "rubrics"))
+
+
+def _field_of(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    if not loc and str(err.get("msg", "")).startswith("Value error, weights"):
+        return "weights"
+    if not loc and str(err.get("msg", "")).startswith("Value error, critical"):
+        return "critical"
+    return loc or "rubric"
+
+
+def load_rubric_file(path: Path) -> Rubric:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RubricError("rubric", f"{path}: cannot read rubric JSON: {exc}") from exc
+    try:
+        rubric = Rubric.model_validate(data)
+    except ValidationError as exc:
+        field = _field_of(exc)
+        raise RubricError(f"rubric.{field}", f"{path}: {exc.errors()[0]['msg']}") from exc
+    if path.stem != rubric.ref:
+        raise RubricError("rubric.name", f"{path}: file name must be {rubric.ref}.json")
+    return rubric
+
+
+class RubricStore:
+    """A folder of ``<name>@<version>.json`` files (default: the rubrics shipped with suffice)."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder or builtin_dir()
+        if not self.folder.is_dir():
+            raise RubricError("rubric_dir", f"{self.folder} is not a folder")
+        self._cache: dict[str, Rubric] = {}
+
+    def refs(self) -> list[tuple[str, str]]:
+        out = []
+        for path in self.folder.glob("*@*.json"):
+            name, _, version = path.stem.partition("@")
+            if _VERSION.match(version):
+                out.append((name, version))
+        return sorted(out, key=lambda nv: (nv[0], _version_key(nv[1])))
+
+    def versions(self, name: str) -> list[str]:
+        return [v for n, v in self.refs() if n == name]
+
+    def get(self, ref: str) -> Rubric:
+        """``name`` (newest version) or ``name@version``; errors name the ``rubric`` field."""
+        if ref in self._cache:
+            return self._cache[ref]
+        name, _, version = ref.partition("@")
+        versions = self.versions(name)
+        if not versions:
+            known = sorted({n for n, _ in self.refs()})
+            raise RubricError("rubric", f"unknown rubric {name!r} in {self.folder}; have {known}")
+        if not version:
+            version = versions[-1]
+        elif version not in versions:
+            raise RubricError("rubric", f"rubric {name!r} has no version {version!r}; have {versions}")
+        rubric = load_rubric_file(self.folder / f"{name}@{version}.json")
+        self._cache[ref] = rubric
+        return rubric

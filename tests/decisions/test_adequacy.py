@@ -1,0 +1,76 @@
+"""The composite and the decision against values computed by hand."""
+
+import pytest
+
+from suffice.decisions.adequacy import composite_score, decide
+from suffice.grammars.adequacy import DIMENSIONS, AdequacyOutput
+from suffice.rubric_store import Rubric
+
+
+def rubric(risk="LOW", critical=None, threshold=0.6):
+    return Rubric(
+        name="t",
+        version="1",
+        use_case="test",
+        risk_level=risk,
+        criteria=["c"],
+        weights={"factual_coverage": 2.0, "temporal_relevance": 1.0, "source_authority": 1.0},
+        critical=critical or {},
+        pass_threshold=threshold,
+    )
+
+
+def output(scores, decision="PASS", missing=(), recommendation="RETRIEVE_MORE"):
+    return AdequacyOutput(
+        adequacy_decision=decision,
+        adequacy_score=0.5,
+        dimensions={d: {"score": scores.get(d, 0.0), "assessment": "a"} for d in DIMENSIONS},
+        missing_information=list(missing),
+        recommendation=recommendation,
+        rationale="r",
+    )
+
+
+SCORES = {"factual_coverage": 0.9, "temporal_relevance": 0.5, "source_authority": 0.3, "entity_completeness": 1.0}
+
+
+def test_composite_uses_weights_not_a_plain_mean():
+    # (2*0.9 + 1*0.5 + 1*0.3 + 0*1.0 + 0*0.0) / 4 = 0.65
+    assert composite_score(output(SCORES).dimensions.scores(), rubric()) == pytest.approx(0.65)
+
+
+def test_pass_when_composite_reaches_threshold():
+    d = decide(output(SCORES), rubric(threshold=0.65))
+    assert d.decision == "PASS" and d.route == "deliver" and d.threshold == pytest.approx(0.65)
+    assert d.agrees_with_model
+
+
+def test_fail_below_threshold_routes_by_the_model_recommendation():
+    d = decide(output(SCORES, recommendation="FLAG_AS_UNANSWERABLE"), rubric(threshold=0.66))
+    assert d.decision == "FAIL" and d.route == "abstain"
+    d = decide(output(SCORES, recommendation="PROCEED_WITH_ANSWER"), rubric(threshold=0.66))
+    assert d.route == "retrieve_more" and not d.agrees_with_model
+    d = decide(output(SCORES, recommendation="RETRIEVE_MORE"), rubric(threshold=0.66), can_retrieve=False)
+    assert d.route == "human_review"
+
+
+def test_critical_floor_fails_even_above_threshold():
+    d = decide(output(SCORES), rubric(critical={"source_authority": 0.4}, threshold=0.5))
+    assert d.decision == "FAIL" and d.failed_critical == {"source_authority": 0.3}
+
+
+def test_risk_level_is_more_conservative():
+    # 0.65 passes LOW at 0.6, fails MEDIUM (0.6 + 0.05 = 0.65 passes exactly) and HIGH (0.7).
+    assert decide(output(SCORES), rubric("LOW")).decision == "PASS"
+    assert decide(output(SCORES), rubric("MEDIUM")).decision == "PASS"
+    high = decide(output(SCORES), rubric("HIGH"))
+    assert high.decision == "FAIL" and high.threshold == pytest.approx(0.7)
+    rich = {**SCORES, "source_authority": 0.9}  # composite (1.8 + 0.5 + 0.9) / 4 = 0.8
+    assert decide(output(rich), rubric("HIGH")).decision == "PASS"
+    assert decide(output(rich, missing=["a date"]), rubric("HIGH")).decision == "FAIL"
+    assert decide(output(rich, decision="FAIL"), rubric("HIGH")).decision == "FAIL"
+    assert decide(output(rich, decision="FAIL"), rubric("LOW")).decision == "PASS"
+
+
+def test_calibrated_threshold_overrides_the_rubric():
+    assert decide(output(SCORES), rubric(threshold=0.9), threshold=0.6).decision == "PASS"

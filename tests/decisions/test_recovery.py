@@ -1,0 +1,89 @@
+"""Routing from fixed verdicts, against expectations computed by hand."""
+
+import pytest
+
+from suffice.decisions.recovery import SufficiencyThreshold, decide
+from suffice.exceptions import ConfigError
+from suffice.grammars.recovery import Classification, RecoveryVerdict
+from suffice.prompts.fitting import ShownChunk
+
+SHOWN = [
+    ShownChunk(0, 10, "a", "docA", False, 0.9),
+    ShownChunk(1, 11, "b", "docA", False, 0.4),
+    ShownChunk(2, 12, "c", "docB", False, 0.3),
+    ShownChunk(3, 13, "d", None, False, None),
+]
+
+
+def verdict(cls, supported=("c1",), unsupported=(), cited=(), queries=None):
+    sufficient = cls is Classification.SUFFICIENT
+    return RecoveryVerdict(
+        classification=cls,
+        supported_claims=list(supported),
+        unsupported_claims=list(unsupported),
+        answer="x [CITATION:docA]" if sufficient else None,
+        abstention_notice=None if sufficient else "gap",
+        suggested_retrieval_queries=None if sufficient else list(queries or ["q1"]),
+        cited_sources=list(cited),
+        prompt_version="recovery/v1",
+    )
+
+
+def test_sufficient_meeting_threshold_delivers_with_hand_computed_evidence():
+    t = SufficiencyThreshold(min_passages=2, min_cumulative_score=1.2, required_support_ratio=1.0)
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, t)
+    assert d.route == "deliver"
+    assert d.supporting_passages == 2  # both docA chunks
+    assert d.cumulative_score == pytest.approx(1.3)  # 0.9 + 0.4
+    assert d.support_ratio == 1.0
+
+
+def test_sufficient_below_threshold_retrieves_then_abstains_or_escalates():
+    t = SufficiencyThreshold(min_passages=3)
+    v = verdict(Classification.SUFFICIENT, supported=["c1", "c2"], cited=["docB"])
+    d = decide(v, SHOWN, t)
+    assert d.route == "retrieve_more" and d.queries == ["c1", "c2"]
+    assert d.gap == ["1 supporting passage(s), threshold 3"]
+    assert decide(v, SHOWN, t, can_retrieve=False).route == "abstain"
+    strict = SufficiencyThreshold(min_passages=3, high_stakes=True)
+    assert decide(v, SHOWN, strict, can_retrieve=False).route == "human_review"
+
+
+def test_a_source_without_name_is_cited_by_chunk_id():
+    d = decide(verdict(Classification.SUFFICIENT, cited=["13"]), SHOWN, SufficiencyThreshold())
+    assert d.supporting_passages == 1 and d.cumulative_score == 0.0 and d.route == "deliver"
+
+
+def test_partial_support():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a", "b"], unsupported=["c"], queries=["q"])
+    assert decide(v, SHOWN, SufficiencyThreshold.strict()).route == "human_review"
+    loose = decide(v, SHOWN, SufficiencyThreshold.loose())
+    assert loose.route == "deliver" and loose.support_ratio == pytest.approx(2 / 3)
+    d = decide(v, SHOWN, SufficiencyThreshold())
+    assert d.route == "retrieve_more" and d.queries == ["q"] and d.gap == ["c"]
+    assert decide(v, SHOWN, SufficiencyThreshold(), can_retrieve=False).route == "abstain"
+
+
+def test_insufficient():
+    v = verdict(Classification.INSUFFICIENT, supported=[], unsupported=["x", "y"], queries=["q1", "q2"])
+    d = decide(v, SHOWN, SufficiencyThreshold.loose())
+    assert d.route == "retrieve_more" and d.queries == ["q1", "q2"] and d.support_ratio == 0.0
+    final = decide(v, SHOWN, SufficiencyThreshold.loose(), can_retrieve=False)
+    assert final.route == "abstain" and final.gap == ["x", "y"] and final.queries == []
+
+
+def test_same_inputs_same_decision():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a"], unsupported=["b"])
+    assert decide(v, SHOWN, SufficiencyThreshold.loose()) == decide(v, SHOWN, SufficiencyThreshold.loose())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [({"min_passages": -1}, "min_passages"), ({"required_support_ratio": 1.5}, "required_support_ratio")],
+)
+def test_threshold_errors_name_the_parameter(kwargs, parameter):
+    with pytest.raises(ConfigError) as info:
+        SufficiencyThreshold(**kwargs)
+    assert info.value.parameter == parameter
+    with pytest.raises(ConfigError, match="threshold"):
+        SufficiencyThreshold.preset("medium")

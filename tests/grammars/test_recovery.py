@@ -1,0 +1,117 @@
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suffice.grammars.recovery import (
+    SEED_SCHEMA,
+    Classification,
+    RecoveryBounds,
+    RecoveryOutput,
+    RecoveryVerdict,
+    recovery_constraint,
+    relabel_citations,
+)
+
+B = RecoveryBounds
+
+
+def dumps(obj):
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+SUFFICIENT = {
+    "classification": "SUFFICIENT",
+    "supported_claims": ["Ada wrote the notes"],
+    "unsupported_claims": [],
+    "answer": "Ada Lovelace wrote the notes [CITATION:1]",
+}
+ABSTAIN = {
+    "classification": "PARTIALLY_SUFFICIENT",
+    "supported_claims": ["Ada wrote the notes"],
+    "unsupported_claims": ["the year 1843"],
+    "abstention_notice": "The year is not in the evidence.",
+    "suggested_retrieval_queries": ["Ada Lovelace notes publication year"],
+}
+
+
+def test_both_branches_accepted():
+    c = recovery_constraint(2)
+    assert c.matches(dumps(SUFFICIENT)) and c.matches(dumps(ABSTAIN))
+    assert c.matches(dumps({**ABSTAIN, "classification": "INSUFFICIENT", "supported_claims": []}))
+
+
+@pytest.mark.parametrize(
+    ("obj", "why"),
+    [
+        ({**SUFFICIENT, "answer": "Ada wrote the notes."}, "SUFFICIENT answer without a citation"),
+        ({**SUFFICIENT, "answer": "Ada [CITATION:2]"}, "source 2 not in a 2-source request"),
+        ({**SUFFICIENT, "answer": "Ada [CITATION:Wikipedia]"}, "citation must name a source label"),
+        ({**SUFFICIENT, "answer": "Ada [x] [CITATION:0]"}, "brackets could fake a marker"),
+        ({**SUFFICIENT, "unsupported_claims": ["x"]}, "SUFFICIENT with an unsupported claim"),
+        ({**SUFFICIENT, "abstention_notice": "n"}, "abstention field with SUFFICIENT"),
+        ({**ABSTAIN, "answer": "Ada [CITATION:0]"}, "answer when not SUFFICIENT"),
+        ({k: v for k, v in ABSTAIN.items() if k != "suggested_retrieval_queries"}, "no queries"),
+        ({**ABSTAIN, "suggested_retrieval_queries": []}, "empty queries"),
+        ({**ABSTAIN, "unsupported_claims": []}, "abstention with nothing unsupported"),
+        ({**ABSTAIN, "classification": "MAYBE"}, "unknown class"),
+    ],
+)
+def test_conditional_fields_and_citations_by_construction(obj, why):
+    assert not recovery_constraint(2).matches(dumps(obj)), why
+
+
+def test_worst_case_is_exact():
+    wide = "\u4e2d"
+    c = recovery_constraint(12)
+    sufficient = {
+        "classification": "SUFFICIENT",
+        "supported_claims": [wide * B.CLAIM_CHARS] * B.CLAIMS_MAX,
+        "unsupported_claims": [],
+        "answer": (wide * B.SENTENCE_CHARS + "[CITATION:11]") * B.ANSWER_SENTENCES,
+    }
+    other = {
+        "classification": "PARTIALLY_SUFFICIENT",
+        "supported_claims": [wide * B.CLAIM_CHARS] * B.CLAIMS_MAX,
+        "unsupported_claims": [wide * B.CLAIM_CHARS] * B.CLAIMS_MAX,
+        "abstention_notice": wide * B.NOTICE_CHARS,
+        "suggested_retrieval_queries": [wide * B.QUERY_CHARS] * B.QUERIES_MAX,
+    }
+    sizes = []
+    for obj in (sufficient, other):
+        text = dumps(obj)
+        assert c.matches(text)
+        sizes.append(len(text.encode()))
+    assert max(sizes) == c.max_bytes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_allowed_string_parses_and_exports_to_the_seed_schema(data):
+    m = data.draw(st.integers(min_value=1, max_value=4))
+    c = recovery_constraint(m)
+    text = data.draw(st.from_regex(c.pattern, fullmatch=True))
+    out = RecoveryOutput.model_validate(json.loads(text))
+    sources = [f"doc-{i}" for i in range(m)]
+    answer, cited = relabel_citations(out.answer, sources) if out.answer else (None, [])
+    verdict = RecoveryVerdict(
+        classification=out.classification,
+        supported_claims=out.supported_claims,
+        unsupported_claims=out.unsupported_claims,
+        answer=answer,
+        abstention_notice=out.abstention_notice,
+        suggested_retrieval_queries=out.suggested_retrieval_queries,
+        cited_sources=cited,
+        prompt_version="recovery/v1",
+    )
+    jsonschema.validate(verdict.to_seed(), SEED_SCHEMA)
+    assert set(cited) <= set(sources)
+    assert (verdict.classification is Classification.SUFFICIENT) == bool(cited)
+
+
+def test_relabel_citations():
+    text, cited = relabel_citations("A [CITATION:1] B [CITATION:0] C [CITATION:1]", ["s0", "s1"])
+    assert text == "A [CITATION:s1] B [CITATION:s0] C [CITATION:s1]"
+    assert cited == ["s1", "s0"]

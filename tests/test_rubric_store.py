@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from suffice.exceptions import InputError, RubricError
+from suffice.rubric_store import RubricStore
+
+
+def write(folder, name, version, **overrides):
+    doc = {
+        "name": name,
+        "version": version,
+        "use_case": "u",
+        "risk_level": "LOW",
+        "criteria": ["c"],
+        "weights": {"factual_coverage": 1.0},
+        "critical": {},
+        "pass_threshold": 0.5,
+    }
+    doc.update(overrides)
+    (folder / f"{name}@{version}.json").write_text(json.dumps(doc))
+
+
+def test_builtin_rubrics():
+    store = RubricStore()
+    names = {n for n, _ in store.refs()}
+    assert {"legal-review", "clinical-guidance", "customer-support"} <= names
+    assert store.get("legal-review").risk_level == "HIGH"
+    assert store.get("customer-support@1.0.0").ref == "customer-support@1.0.0"
+
+
+def test_newest_version_when_none_given(tmp_path):
+    for v in ("1.2.0", "1.10.0", "1.9.3"):
+        write(tmp_path, "faq", v, pass_threshold=0.1)
+    store = RubricStore(tmp_path)
+    assert store.get("faq").version == "1.10.0"
+    assert store.get("faq@1.2.0").version == "1.2.0"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"weights": {"factual_coverage": 0.0}}, "rubric.weights"),
+        ({"weights": {"factual_coverage": -1.0, "source_authority": 0.5}}, "rubric.weights"),
+        ({"weights": {"vibes": 1.0}}, "rubric.weights"),
+        ({"risk_level": "EXTREME"}, "rubric.risk_level"),
+        ({"pass_threshold": 1.5}, "rubric.pass_threshold"),
+        ({"critical": {"factual_coverage": 2}}, "rubric.critical"),
+        ({"criteria": []}, "rubric.criteria"),
+        ({"extra": 1}, "rubric.extra"),
+    ],
+)
+def test_bad_rubrics_name_the_field(tmp_path, overrides, field):
+    write(tmp_path, "bad", "1", **overrides)
+    with pytest.raises(RubricError) as info:
+        RubricStore(tmp_path).get("bad")
+    assert info.value.field == field
+    assert isinstance(info.value, InputError)
+
+
+def test_unknown_rubric_and_version(tmp_path):
+    write(tmp_path, "faq", "1")
+    store = RubricStore(tmp_path)
+    with pytest.raises(RubricError, match="unknown rubric 'nope'") as info:
+        store.get("nope")
+    assert info.value.field == "rubric"
+    with pytest.raises(RubricError, match="no version '2'"):
+        store.get("faq@2")
