@@ -14,11 +14,10 @@ import argparse
 import os
 import platform
 import sys
-import tempfile
 import time
 from typing import Any
 
-from common import load_items, table, verdict_is_valid, write_json
+from common import PeakMemory, load_items, table, verdict_is_valid, write_json
 
 from suffice.config import BACKENDS, JudgeConfig
 from suffice.judge import Judge
@@ -29,9 +28,10 @@ def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     judge = Judge.open(JudgeConfig(backend=backend))
     startup = time.perf_counter() - started
     try:
-        began = time.perf_counter()
-        results = judge.judge_batch(items)
-        seconds = time.perf_counter() - began
+        with PeakMemory() as memory:
+            began = time.perf_counter()
+            results = judge.judge_batch(items)
+            seconds = time.perf_counter() - began
     finally:
         judge.close()
     valid = sum(verdict_is_valid(r, item) for r, item in zip(results, items, strict=True))
@@ -47,6 +47,7 @@ def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
         "share_valid": valid / len(items),
         "share_cut_off": judge.stats.length_cutoffs / len(items),
         "retries": judge.stats.retries,
+        "peak_rss_gib": memory.peak_gib,
         "share_sufficient": sum(bool(getattr(r.verdict, "is_sufficient", False)) for r in results) / len(items),
     }
 
@@ -56,8 +57,6 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     args = parser.parse_args()
-    # A cold outlines cache for every run, so backends compare compile cost too.
-    os.environ["OUTLINES_CACHE_DIR"] = tempfile.mkdtemp(prefix="suffice-bench-outlines-")
     items = load_items(args.items)
     rows = []
     for backend in args.backends:
@@ -77,6 +76,7 @@ def main() -> None:
         ("share_valid", "valid", ".1%"),
         ("share_cut_off", "cut off", ".1%"),
         ("retries", "retries", "d"),
+        ("peak_rss_gib", "peak RSS GiB", ".1f"),
     ]
     print(table(rows, columns))
     path = write_json(

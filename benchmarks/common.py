@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,62 @@ def verdict_is_valid(result: JudgeResult, record: dict[str, Any]) -> bool:
         and 0 <= verdict.confidence <= 1
         and (not verdict.missing_information) == verdict.is_sufficient
     )
+
+
+class PeakMemory:
+    """Peak resident memory of this process and its children (the engine runs in one),
+    sampled every 0.2 s from /proc."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _tree_rss() -> int:
+        total = 0
+        me = os.getpid()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().split()
+                if int(pid) != me and not _descends(int(pid), me):
+                    continue
+                total += int(stat[23]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self._tree_rss())
+
+    def __enter__(self) -> PeakMemory:
+        self.peak = self._tree_rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_gib(self) -> float:
+        return self.peak / 2**30
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    for _ in range(8):
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:

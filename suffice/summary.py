@@ -9,6 +9,19 @@ from typing import Any
 from suffice.results import JudgeResult
 
 
+def positive(verdict: object) -> bool:
+    """Whether a verdict of any gate says "enough evidence".
+
+    Sufficiency: ``is_sufficient``; recovery: SUFFICIENT; adequacy: the computed PASS.
+    """
+    if hasattr(verdict, "is_sufficient"):
+        return bool(verdict.is_sufficient)
+    if hasattr(verdict, "classification"):
+        return str(verdict.classification) == "SUFFICIENT"
+    decision = getattr(verdict, "decision", None)
+    return getattr(decision, "decision", None) == "PASS"
+
+
 @dataclass
 class RunSummary:
     items: int = 0
@@ -30,7 +43,7 @@ class RunSummary:
                 self.errors += 1
                 continue
             self.verdicts += 1
-            decision = bool(getattr(result.verdict, "is_sufficient", False))
+            decision = positive(result.verdict)
             self.sufficient += decision
             label = record.get("sufficient") if isinstance(record, Mapping) else None
             if isinstance(label, bool):
@@ -70,7 +83,7 @@ class RunSummary:
             ("items", str(self.items)),
             ("verdicts", str(self.verdicts)),
             ("errors", str(self.errors)),
-            ("share judged sufficient", fmt(self.share_sufficient, "{:.1%}")),
+            ("share judged sufficient (or PASS)", fmt(self.share_sufficient, "{:.1%}")),
             ("agreement with labels", fmt(self.agreement, "{:.1%}") + f" (of {self.labeled} labeled)"),
             ("verdicts per second", fmt(self.verdicts_per_second, "{:.2f}")),
             ("output tokens per verdict", fmt(self.tokens_per_verdict, "{:.0f}")),

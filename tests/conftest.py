@@ -26,3 +26,18 @@ def load_records(name: str, limit: int) -> list[dict[str, object]]:
 @pytest.fixture
 def squad_records() -> list[dict[str, object]]:
     return load_records("squad2.jsonl", 6)
+
+
+@pytest.fixture(scope="session", params=["outlines", "xgrammar", "guidance"])
+def engine(request):
+    """One real vLLM engine per structured-output backend, shared by every gate's tests.
+
+    Session-scoped and parametrized: pytest groups the tests by backend and closes
+    each engine before the next starts.
+    """
+    from suffice.config import JudgeConfig
+    from suffice.serving.vllm_engine import VLLMEngine
+
+    built = VLLMEngine(JudgeConfig(backend=request.param))
+    yield built
+    built.close()

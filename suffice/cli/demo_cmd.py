@@ -39,5 +39,8 @@ def run(args: argparse.Namespace) -> int:
         overwrite=True,
         format="suffice",
         no_progress=False,
+        rubric=None,
+        rubric_dir=None,
+        threshold="strict",
     )
     return judge_cmd.run(judge_args)

@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import BACKENDS, GATES, JudgeConfig
-from suffice.exceptions import ConfigError, SufficeError
+from suffice.config import BACKENDS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.exceptions import ConfigError, InputError, SufficeError
+from suffice.gates import make_gate
 from suffice.jsonl import ResumableWriter, read_records
 from suffice.results import JudgeResult
 from suffice.summary import RunSummary
@@ -30,7 +33,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
     p.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start, faster decode)")
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
-    p.add_argument("--format", choices=("suffice", "ragflow"), default="suffice", help="verdict shape in OUTPUT")
+    p.add_argument(
+        "--format",
+        choices=("suffice", "seed", "ragflow"),
+        default="suffice",
+        help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
+    )
+    p.add_argument("--rubric", default=None, help="adequacy gate: rubric NAME[@VERSION] (newest if no version)")
+    p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
+    p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: threshold preset")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=run)
 
@@ -38,11 +49,15 @@ def add_parser(sub: Any) -> None:
 def result_row(result: JudgeResult, fmt: str) -> dict[str, Any]:
     row = result.model_dump(mode="json", exclude={"raw_text"})
     verdict = result.verdict
-    if fmt == "ragflow" and verdict is not None and hasattr(verdict, "to_ragflow"):
-        row["verdict"] = verdict.to_ragflow()
+    if fmt in ("seed", "ragflow") and verdict is not None and hasattr(verdict, "to_seed"):
+        row["verdict"] = verdict.to_seed()
         row["fitting"] = verdict.model_dump(
-            mode="json", include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"}
+            mode="json",
+            include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
         )
+        decision = getattr(verdict, "decision", None)
+        if isinstance(decision, BaseModel):
+            row["decision"] = decision.model_dump(mode="json")
     return row
 
 
@@ -75,8 +90,13 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             max_model_len=args.max_model_len,
             enforce_eager=not args.compile,
+            rubric=args.rubric,
+            rubric_dir=args.rubric_dir,
+            threshold=args.threshold,
         )
-    except ConfigError as exc:
+        # Build the gate now: an unknown rubric is a usage error before the engine starts.
+        make_gate(config.gate, rubric=config.rubric, rubric_dir=config.rubric_dir, threshold=config.threshold)
+    except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

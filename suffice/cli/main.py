@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from suffice.cli import demo_cmd, judge_cmd
+from suffice.cli import demo_cmd, judge_cmd, rubrics_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
+    rubrics_cmd.add_parser(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ form serves every item.  The decision that routes is computed in code
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -116,3 +116,9 @@ class AdequacyVerdict(AdequacyOutput):
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
     decision: AdequacyDecision
+
+    def to_seed(self) -> dict[str, Any]:
+        """The seed's output schema alone (the model's opinion, not the computed decision)."""
+        return AdequacyOutput.model_validate(self.model_dump(include=set(AdequacyOutput.model_fields))).model_dump(
+            mode="json"
+        )

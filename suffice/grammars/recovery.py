@@ -11,7 +11,7 @@ least one; every string and list is bounded.
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
@@ -23,10 +23,10 @@ from suffice.grammars.routes import Route
 
 
 class RecoveryBounds:
-    CLAIMS_MAX = 4
+    CLAIMS_MAX = 3
     CLAIM_CHARS = 64
     ANSWER_SENTENCES = 3
-    SENTENCE_CHARS = 120
+    SENTENCE_CHARS = 100
     NOTICE_CHARS = 160
     QUERIES_MAX = 3
     QUERY_CHARS = 64
@@ -35,7 +35,7 @@ class RecoveryBounds:
 B = RecoveryBounds
 
 
-class Classification(str, Enum):
+class Classification(StrEnum):
     SUFFICIENT = "SUFFICIENT"
     PARTIALLY_SUFFICIENT = "PARTIALLY_SUFFICIENT"
     INSUFFICIENT = "INSUFFICIENT"

@@ -91,6 +91,10 @@ class SufficiencyVerdict(BaseModel):
     question_truncated: bool = False
     model_called: bool = True
 
+    def to_seed(self) -> dict[str, Any]:
+        """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
+        return self.to_ragflow()
+
     def to_ragflow(self) -> dict[str, Any]:
         """The seed's JSON shape, both decision keys included."""
         return {

@@ -15,7 +15,7 @@ from typing import Any
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, TokenizerMixin
-from suffice.serving.models import ModelRef, cache_root, resolve_model
+from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
 
@@ -26,11 +26,10 @@ def _cpu_environment(kv_cache_gib: float) -> None:
     # vLLM's default binding ("auto") pins every thread to one core.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _core_ranges(cores))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # A gate's regex compiles in seconds with outlines (vLLM's default limit is 5 s);
-    # compiled indexes go to a disk cache, so each chunk count compiles once per machine.
+    # A gate's regex compiles in 3-8 s with outlines (vLLM's default limit is 5 s).
+    # vLLM's optional outlines disk cache is left off: it hands every request its own
+    # unpickled copy of the index (hundreds of MB each) and ran a 2-core box out of memory.
     os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
-    os.environ.setdefault("VLLM_V1_USE_OUTLINES_CACHE", "1")
-    os.environ.setdefault("OUTLINES_CACHE_DIR", str(cache_root() / "outlines"))
 
 
 def _core_ranges(cores: list[int]) -> str:

@@ -12,7 +12,6 @@ import re
 import jsonschema
 import pytest
 
-from suffice.config import BACKENDS, JudgeConfig
 from suffice.grammars.sufficiency import (
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
@@ -77,12 +76,12 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
     assert shown >= 1 or not verdict.model_called
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
-def judged(request):
+@pytest.fixture(scope="session")
+def judged(engine):
     records = mixed_batch()
-    with Judge.open(JudgeConfig(backend=request.param)) as judge:
-        results = judge.judge_batch(records)
-        yield request.param, judge, records, results
+    judge = Judge(engine, "sufficiency")
+    results = judge.judge_batch(records)
+    return engine.backend, judge, records, results
 
 
 def test_every_item_gets_one_result_in_order(judged):

@@ -1,0 +1,40 @@
+"""``suffice rubrics list``: what the rubric store holds."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import InputError
+from suffice.rubric_store import RubricStore
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("rubrics", help="adequacy rubrics in the store")
+    actions = p.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="list rubrics: name, version, risk level, threshold, use case")
+    listing.add_argument("--rubric-dir", type=Path, default=None, help="a rubric folder (default: built-in)")
+    listing.set_defaults(run=run_list)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    try:
+        store = RubricStore(args.rubric_dir)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"rubric store: {store.folder}")
+    print(f"{'rubric':<32} {'risk':<7} {'pass':>5}  use case")
+    broken = 0
+    for name, version in store.refs():
+        try:
+            r = store.get(f"{name}@{version}")
+        except InputError as exc:
+            broken += 1
+            print(f"{name + '@' + version:<32} INVALID: {exc}")
+            continue
+        print(f"{r.ref:<32} {r.risk_level:<7} {r.pass_threshold:>5.2f}  {r.use_case}")
+    return EXIT_OK if not broken else EXIT_USAGE

@@ -1,0 +1,81 @@
+"""The adequacy gate on the real engine, every backend: rubric per item, decision in code."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import jsonschema
+import pytest
+
+from suffice.decisions.adequacy import RISK_MARGIN
+from suffice.gates.adequacy import AdequacyGate
+from suffice.grammars.adequacy import AdequacyOutput, AdequacyVerdict, adequacy_constraint
+from suffice.judge import Judge
+from suffice.rubric_store import RubricStore, builtin_dir
+from tests.conftest import load_records
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="session")
+def rubric_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rubrics")
+    for path in builtin_dir().glob("*.json"):
+        shutil.copy(path, folder)
+    bad = json.loads((folder / "customer-support@1.0.0.json").read_text())
+    bad.update(name="zero-weights", weights={"factual_coverage": 0.0})
+    (folder / "zero-weights@1.json").write_text(json.dumps(bad))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def adequacy_judged(engine, rubric_dir):
+    records = load_records("squad2.jsonl", 3) + load_records("musique.jsonl", 1)
+    records[1] = {**records[1], "rubric": "customer-support@1.0.0"}
+    records += [
+        {"id": "unknown-rubric", "question": "Q?", "chunks": [{"id": 0, "text": "x"}], "rubric": "nope"},
+        {"id": "unknown-version", "question": "Q?", "chunks": [{"id": 0, "text": "x"}], "rubric": "legal-review@9"},
+        {"id": "zero-weights", "question": "Q?", "chunks": [{"id": 0, "text": "x"}], "rubric": "zero-weights"},
+        {"id": "dup", "question": "Q?", "chunks": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]},
+        {"id": "empty", "question": "Q?", "chunks": []},
+    ]
+    store = RubricStore(rubric_dir)
+    judge = Judge(engine, AdequacyGate(store, "legal-review"))
+    return judge, store, records, judge.judge_batch(records)
+
+
+def test_rubric_and_input_errors_are_per_item(adequacy_judged):
+    _, _, _, results = adequacy_judged
+    errors = {r.id: r.error.field for r in results if r.error is not None}
+    assert errors == {
+        "unknown-rubric": "rubric",
+        "unknown-version": "rubric",
+        "zero-weights": "rubric.weights",
+        "dup": "chunks[1].id",
+    }
+
+
+def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
+    judge, store, records, results = adequacy_judged
+    verdicts = [(rec, r) for rec, r in zip(records, results, strict=True) if r.verdict is not None]
+    assert len(verdicts) == 5
+    for record, result in verdicts:
+        v = result.verdict
+        assert isinstance(v, AdequacyVerdict)
+        jsonschema.validate(v.model_dump(mode="json"), AdequacyVerdict.model_json_schema())
+        rubric = store.get(record.get("rubric") or "legal-review")
+        assert v.rubric == rubric.ref and v.risk_level == rubric.risk_level
+        scores = v.dimensions.scores()
+        by_hand = sum(rubric.weight(d) * s for d, s in scores.items()) / sum(rubric.weights.values())
+        assert v.decision.composite_score == pytest.approx(by_hand, abs=1e-6)
+        threshold = min(1.0, rubric.pass_threshold + RISK_MARGIN[rubric.risk_level])
+        floors_ok = all(scores[d] >= f for d, f in rubric.critical.items())
+        expected = by_hand >= threshold - 1e-9 and floors_ok and not v.decision.conservative_vetoes
+        assert (v.decision.decision == "PASS") == expected
+        assert (v.decision.route == "deliver") == (v.decision.decision == "PASS")
+        if result.raw_text is not None:
+            assert re.fullmatch(adequacy_constraint().pattern, result.raw_text)
+            AdequacyOutput.model_validate(json.loads(result.raw_text))
+    assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
