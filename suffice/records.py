@@ -47,6 +47,8 @@ def clean_text(text: str) -> str:
 
 def record_id(record: object) -> str | None:
     """The record's id if it has a usable one (for error lines of bad records)."""
+    if isinstance(record, Item):
+        return record.id
     if isinstance(record, Mapping):
         value = record.get("id")
         if isinstance(value, (str, int)) and not isinstance(value, bool):
@@ -54,7 +56,7 @@ def record_id(record: object) -> str | None:
     return None
 
 
-def _chunk(raw: object, index: int) -> Chunk:
+def parse_chunk(raw: object, index: int) -> Chunk:
     where = f"chunks[{index}]"
     if not isinstance(raw, Mapping):
         raise InputError(where, f"must be an object, got {type(raw).__name__}")
@@ -76,7 +78,15 @@ def _chunk(raw: object, index: int) -> Chunk:
 
 
 def parse_record(record: object, *, need_response: bool = False) -> Item:
-    """Validate one raw record; raise :class:`InputError` naming the first bad field."""
+    """Validate one raw record; raise :class:`InputError` naming the first bad field.
+
+    An :class:`Item` (built by the harness) passes through, checked only for what
+    this gate needs.
+    """
+    if isinstance(record, Item):
+        if need_response and not record.response:
+            raise InputError("response", "is missing (this gate checks a generated answer)")
+        return record
     if isinstance(record, InvalidRecord):
         raise InputError("record", f"line {record.line} is not valid JSON: {record.message}")
     if not isinstance(record, Mapping):
@@ -96,7 +106,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         raise InputError("chunks", "is missing")
     if not isinstance(raw_chunks, list):
         raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
-    chunks = tuple(_chunk(raw, i) for i, raw in enumerate(raw_chunks))
+    chunks = tuple(parse_chunk(raw, i) for i, raw in enumerate(raw_chunks))
     seen: dict[ChunkId, int] = {}
     for i, chunk in enumerate(chunks):
         if chunk.id in seen:

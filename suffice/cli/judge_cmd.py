@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,11 @@ from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_U
 from suffice.config import BACKENDS, GATES, THRESHOLD_PRESETS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.gates import make_gate
+from suffice.harness.audit import AuditLog, weights_hash
+from suffice.harness.recording import audit_result
 from suffice.jsonl import ResumableWriter, read_records
+from suffice.judge import Judge
+from suffice.records import Item
 from suffice.results import JudgeResult
 from suffice.summary import RunSummary
 
@@ -43,6 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
     p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: threshold preset")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--audit-db", type=Path, default=None, help="record every evaluation in this audit database")
     p.set_defaults(run=run)
 
 
@@ -72,10 +78,15 @@ def _batches(records: Iterator[object], size: int) -> Iterator[list[object]]:
         yield batch
 
 
+def _item_or_none(judge: Judge, record: object) -> Item | None:
+    try:
+        return judge.gate.parse_item(record)
+    except InputError:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
-
-    from suffice.judge import Judge
 
     if args.batch_size < 1:
         print(f"error: --batch-size must be at least 1, got {args.batch_size}", file=sys.stderr)
@@ -116,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"nothing to do: every record already has a result in {args.output}", file=sys.stderr)
             return EXIT_OK if writer.done_errors == 0 else EXIT_ITEM_ERRORS
         judge = Judge.open(config)
+        audit = AuditLog(args.audit_db) if args.audit_db else None
     except SufficeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FATAL
@@ -123,8 +135,16 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(total=total, initial=len(writer.done_ids), unit="rec", disable=args.no_progress, file=sys.stderr)
     start = time.perf_counter()
     try:
+        run_id = uuid.uuid4().hex
+        weights = weights_hash(getattr(judge.engine, "model_path", None)) if audit else None
         for batch in _batches(records, args.batch_size):
+            began = time.perf_counter()
             results = judge.judge_batch(batch)
+            latency = (time.perf_counter() - began) * 1000
+            if audit is not None:
+                for record, result in zip(batch, results, strict=True):
+                    item = _item_or_none(judge, record)
+                    audit_result(audit, result, item, run_id=run_id, round=1, latency_ms=latency, weights_hash=weights)
             writer.write(result_row(r, args.format) for r in results)
             summary.add(batch, results)
             bar.update(len(batch))
@@ -135,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         writer.close()
         judge.close()
+        if audit is not None:
+            audit.close()
     summary.seconds = time.perf_counter() - start
     print(summary.table(), file=sys.stderr)
     print(f"verdicts written to {args.output}", file=sys.stderr)

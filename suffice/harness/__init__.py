@@ -1,0 +1,1 @@
+"""The stateful harness around the gates: retrieval loop, audit log, review queue."""

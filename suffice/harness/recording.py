@@ -1,0 +1,56 @@
+"""Writing judge results into the audit log (used by the CLI and the pipeline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suffice.harness.audit import AuditLog, chunk_digests, sha256_text
+from suffice.harness.routing import route_of
+from suffice.records import Item
+from suffice.results import JudgeResult
+
+
+def audit_result(
+    audit: AuditLog,
+    result: JudgeResult,
+    item: Item | None,
+    *,
+    run_id: str,
+    round: int,
+    latency_ms: float,
+    weights_hash: str | None,
+) -> int:
+    """One audit row for one evaluation (a verdict or an error)."""
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "item_id": result.id,
+        "gate": result.gate,
+        "prompt_version": result.prompt_version,
+        "model_id": result.model,
+        "weights_hash": weights_hash,
+        "backend": result.backend,
+        "raw_output": result.raw_text
+        if result.raw_text is not None
+        else (result.error.raw_text if result.error else None),
+        "round": round,
+        "latency_ms": round_ms(latency_ms),
+    }
+    if item is not None:
+        values["query_hash"] = sha256_text(item.question)
+        values["chunks"] = chunk_digests(item.chunks)
+    if result.verdict is not None:
+        routing = route_of(result.verdict)
+        values["verdict"] = result.verdict.model_dump(mode="json")
+        values["scores"] = routing.scores
+        values["decision"] = routing.route
+        if routing.rubric:
+            name, _, version = routing.rubric.partition("@")
+            values["rubric"], values["rubric_version"] = name, version
+    else:
+        values["error"] = result.error.model_dump(mode="json") if result.error else None
+        values["decision"] = "error"
+    return audit.record(**values)
+
+
+def round_ms(value: float) -> float:
+    return float(f"{value:.3f}")

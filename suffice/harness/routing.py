@@ -1,0 +1,63 @@
+"""One routing view over every gate's verdict: route, queries, gap, scores.
+
+The pre-generation sufficiency gate has no decision object of its own; its route
+follows the seed's rule (sufficient → proceed; otherwise the missing information
+is what to retrieve).  The other two gates carry a decision computed in code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from suffice.grammars.adequacy import AdequacyVerdict
+from suffice.grammars.recovery import RecoveryVerdict
+from suffice.grammars.routes import Route
+from suffice.grammars.sufficiency import SufficiencyVerdict
+
+
+@dataclass(frozen=True)
+class Routing:
+    route: Route
+    reason: str
+    queries: list[str] = field(default_factory=list)
+    gap: list[str] = field(default_factory=list)
+    scores: dict[str, Any] = field(default_factory=dict)
+    rubric: str | None = None
+
+
+def route_of(verdict: BaseModel) -> Routing:
+    if isinstance(verdict, SufficiencyVerdict):
+        scores: dict[str, Any] = {"confidence": verdict.confidence}
+        if verdict.is_sufficient:
+            return Routing("deliver", "the context is sufficient", scores=scores)
+        gap = list(verdict.missing_information)
+        return Routing("retrieve_more", "the context is insufficient", queries=gap, gap=gap, scores=scores)
+    if isinstance(verdict, RecoveryVerdict) and verdict.decision is not None:
+        rd = verdict.decision
+        return Routing(
+            rd.route,
+            rd.reason,
+            queries=list(rd.queries),
+            gap=list(rd.gap),
+            scores={
+                "support_ratio": rd.support_ratio,
+                "cumulative_score": rd.cumulative_score,
+                "supporting_passages": rd.supporting_passages,
+            },
+        )
+    if isinstance(verdict, AdequacyVerdict):
+        d = verdict.decision
+        scores = {"composite": d.composite_score, "threshold": d.threshold, **verdict.dimensions.scores()}
+        queries = list(verdict.missing_information)
+        return Routing(
+            d.route,
+            d.reason,
+            queries=queries,
+            gap=list(verdict.missing_information),
+            scores=scores,
+            rubric=verdict.rubric,
+        )
+    raise TypeError(f"no routing for {type(verdict).__name__}")
