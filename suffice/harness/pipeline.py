@@ -88,6 +88,8 @@ class _Open:
     item: Item
     tried: list[str] = field(default_factory=list)
     trace: list[RoundTrace] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
+    gap: list[str] = field(default_factory=list)
 
 
 class Pipeline:
@@ -176,6 +178,7 @@ class Pipeline:
             return self._review(run_id, item.id, item, reason, [], None, seq, state.trace)
         routing = route_of(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
+        state.verdict, state.gap = verdict, routing.gap
         state.trace.append(RoundTrace(round=round, route=routing.route, reason=routing.reason, audit_seq=seq))
         if routing.route == "deliver":
             return self._outcome("delivered", item, routing.reason, routing, verdict, state.trace)
@@ -253,7 +256,7 @@ class Pipeline:
         last = state.trace[-1] if state.trace else None
         reason = f"{why} after round {last.round if last else 0}; escalated"
         seq = next((t.audit_seq for t in reversed(state.trace) if t.audit_seq is not None), None)
-        return self._review(run_id, state.item.id, state.item, reason, [], None, seq, state.trace)
+        return self._review(run_id, state.item.id, state.item, reason, state.gap, state.verdict, seq, state.trace)
 
     # -- retrieval ----------------------------------------------------------------------
     def _rewrite(self, states: list[_Open], queries: dict[int, list[str]]) -> None:

@@ -60,9 +60,8 @@ def test_drop_then_widened_retrieval_delivers_in_round_two(tmp_path):
     assert engine.calls == [len(pairs), len(pairs)]  # one engine call per round, all questions together
     assert [c.width for c in calls[: len(pairs)]] == [5] * len(pairs)
     for outcome in outcomes:
-        # merged and de-duplicated: the 9 paragraphs plus the missing one, renamed (its id was taken)
+        # merged and de-duplicated: the 9 paragraphs plus the missing one
         assert len(outcome.chunk_ids) == len(set(outcome.chunk_ids)) == 10
-        assert [c for c in outcome.chunk_ids if str(c).startswith("r2-")]
         routes = [t.route for t in outcome.trace]
         assert routes == ["retrieval", "retrieve_more", "retrieval", "deliver"]
         assert outcome.trace[2].new_chunks == 1
@@ -80,8 +79,10 @@ def test_budget_spent_is_escalated_never_silent(tmp_path):
     # width 1 → drop set, judged; width 2 → the drop set again: nothing new, escalated at once.
     assert all(o.kind == "review" and "nothing new" in o.reason and o.rounds == 1 for o in outcomes)
     assert engine.calls == [6]
-    _, _, engine, pipeline, outcomes = run(tmp_path, lambda r: sufficiency_json(False, labels(r)))
-    assert all(o.kind == "review" and "budget of 3 rounds" in o.reason and o.rounds == 3 for o in outcomes)
+    _, _, engine, pipeline, outcomes = run(
+        tmp_path / "second", lambda r: sufficiency_json(False, labels(r)), PipelineConfig(max_rounds=2)
+    )
+    assert all(o.kind == "review" and "budget of 2 rounds" in o.reason and o.rounds == 2 for o in outcomes)
     reviews = pipeline.audit.reviews()
     assert {r["item_id"] for r in reviews} == {o.id for o in outcomes}
     payload = json.loads(reviews[0]["payload"])
@@ -90,7 +91,7 @@ def test_budget_spent_is_escalated_never_silent(tmp_path):
 
 def test_bad_records_and_engine_failures_end_in_review(tmp_path):
     records = [*questions(load_pairs())[:2], {"question": "no id"}]
-    _, _, _, pipeline, outcomes = run(tmp_path, complete_when_all_ten, records=records)
+    *_, outcomes = run(tmp_path, complete_when_all_ten, records=records)
     assert [o.kind for o in outcomes] == ["delivered", "delivered", "review"]
     assert "input error" in outcomes[2].reason
 
