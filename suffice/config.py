@@ -9,6 +9,7 @@ from suffice.exceptions import ConfigError
 
 BACKENDS = ("outlines", "xgrammar", "guidance")
 THRESHOLD_PRESETS = ("strict", "loose")
+ENGINES = ("vllm", "transformers")
 GATES = ("sufficiency", "recovery", "adequacy")
 
 
@@ -21,6 +22,8 @@ class JudgeConfig:
     """
 
     gate: str = "sufficiency"
+    #: ``vllm`` (default) or ``transformers`` (transformers + Outlines, where vLLM cannot run).
+    engine: str = "vllm"
     backend: str = "outlines"
     model: Path | None = None
     #: Adequacy gate: the default rubric reference and the store folder (None: built-in).
@@ -41,6 +44,8 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if self.gate not in GATES:
             raise ConfigError("gate", self.gate, f"must be one of {', '.join(GATES)}")
+        if self.engine not in ENGINES:
+            raise ConfigError("engine", self.engine, f"must be one of {', '.join(ENGINES)}")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
         if self.threshold not in THRESHOLD_PRESETS:

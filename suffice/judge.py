@@ -67,11 +67,18 @@ class Judge:
 
     @classmethod
     def open(cls, config: JudgeConfig) -> Judge:
-        """A judge on a new in-process vLLM engine."""
-        from suffice.serving.vllm_engine import VLLMEngine
-
+        """A judge on a new in-process engine (``config.engine``: vLLM or transformers)."""
         gate = make_gate(config.gate, rubric=config.rubric, rubric_dir=config.rubric_dir, threshold=config.threshold)
-        return cls(VLLMEngine(config), gate, config)
+        engine: Engine
+        if config.engine == "transformers":
+            from suffice.serving.transformers_engine import TransformersEngine
+
+            engine = TransformersEngine(config)
+        else:
+            from suffice.serving.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(config)
+        return cls(engine, gate, config)
 
     @property
     def prompt_version(self) -> str:

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         gate="sufficiency",
         model=args.model,
         backend=args.backend,
+        engine="vllm",
         batch_size=256,
         max_model_len=None,
         compile=False,

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import BACKENDS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.config import BACKENDS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.gates import make_gate
 from suffice.harness.audit import AuditLog, weights_hash
@@ -33,7 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help="JSONL results, appended as batches finish")
     p.add_argument("--gate", choices=GATES, default="sufficiency")
     p.add_argument("--model", type=Path, default=None, help="local Hugging Face model folder (default: embedded)")
-    p.add_argument("--backend", choices=BACKENDS, default="outlines", help="structured-output backend")
+    p.add_argument("--backend", choices=BACKENDS, default="outlines", help="structured-output backend (vLLM)")
+    p.add_argument("--engine", choices=ENGINES, default="vllm", help="vllm, or transformers where vLLM cannot run")
     p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
     p.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start, faster decode)")
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = JudgeConfig(
             gate=args.gate,
+            engine=args.engine,
             backend=args.backend,
             model=args.model,
             max_model_len=args.max_model_len,
