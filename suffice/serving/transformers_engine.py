@@ -41,7 +41,7 @@ class TransformersEngine(TokenizerMixin, Engine):
         except Exception as exc:
             raise EngineError(f"transformers could not load {ref.path}: {exc}") from exc
         if torch.cuda.is_available():
-            hf_model = hf_model.to("cuda")
+            hf_model = hf_model.to("cuda")  # type: ignore[arg-type]
         hf_model.eval()  # type: ignore[no-untyped-call]
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
