@@ -40,6 +40,8 @@ class JudgeConfig:
     min_chunk_tokens: int = 24
     max_chunks: int = 128
     seed: int = 0
+    #: Top log-probabilities per generated token (for decision probabilities); 0 turns them off.
+    top_logprobs: int = 8
 
     def __post_init__(self) -> None:
         if self.gate not in GATES:
@@ -64,5 +66,7 @@ class JudgeConfig:
             raise ConfigError("max_response_tokens", self.max_response_tokens, "must be at least 16")
         if self.min_chunk_tokens < 4:
             raise ConfigError("min_chunk_tokens", self.min_chunk_tokens, "must be at least 4")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
         if not 1 <= self.max_chunks <= 512:
             raise ConfigError("max_chunks", self.max_chunks, "must be between 1 and 512")

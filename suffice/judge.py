@@ -21,6 +21,7 @@ from suffice.gates import Gate, make_gate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+from suffice.scores import decision_probabilities
 from suffice.serving.base import Engine, Generation, GenerationRequest
 
 #: Appended once when an output fails validation (the seeds' retry rule).
@@ -153,6 +154,11 @@ class Judge:
                         gen.text,
                     )
                 verdict = self.gate.parse(gen.text, p.fitted, p.item)
+                if gen.tokens is not None and gen.top_logprobs is not None and self.gate.decision_marker:
+                    probabilities = decision_probabilities(
+                        gen.text, gen.tokens, gen.top_logprobs, self.gate.decision_marker, self.gate.decision_values
+                    )
+                    verdict = self.gate.with_probabilities(verdict, probabilities)
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue

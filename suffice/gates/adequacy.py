@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suffice.decisions.adequacy import decide
 from suffice.exceptions import InputError, VerdictError
@@ -31,6 +31,8 @@ class AdequacyGate(Gate):
     """``rubric`` is the default reference; a record's own ``rubric`` field overrides it."""
 
     name = "adequacy"
+    decision_marker = '"adequacy_decision":'
+    decision_values = ('"PASS"', '"FAIL"')
 
     def __init__(
         self,
@@ -72,6 +74,11 @@ class AdequacyGate(Gate):
             rationale="The chunk list is empty; the model was not called.",
         )
         return self._verdict(output, rubric, None)
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        if probabilities is None:
+            return verdict
+        return verdict.model_copy(update={"p_model_pass": probabilities['"PASS"']})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return adequacy_constraint()

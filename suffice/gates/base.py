@@ -23,6 +23,10 @@ class Gate(ABC):
     template: PromptTemplate
     #: Post-generation gates check a generated answer given as ``response``.
     needs_response: bool = False
+    #: Where the decision starts in the generated text, and the values it can take
+    #: there (for decision probabilities from log-probabilities).
+    decision_marker: str = ""
+    decision_values: tuple[str, ...] = ()
 
     def parse_item(self, record: object) -> Item:
         return parse_record(record, need_response=self.needs_response)
@@ -45,6 +49,10 @@ class Gate(ABC):
 
     def user_context(self, item: Item) -> dict[str, Any]:
         return {}
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        """The verdict with its decision probabilities filled in (default: unchanged)."""
+        return verdict
 
     @abstractmethod
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suffice.decisions.recovery import SufficiencyThreshold, decide
 from suffice.exceptions import VerdictError
@@ -28,6 +28,8 @@ from suffice.records import Chunk, Item
 class RecoveryGate(Gate):
     name = "recovery"
     needs_response = True
+    decision_marker = '{"classification":"'
+    decision_values = ("SUFFICIENT", "PARTIALLY_SUFFICIENT", "INSUFFICIENT")
 
     def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
         self.template = load_prompt("recovery", prompt_version)
@@ -45,6 +47,11 @@ class RecoveryGate(Gate):
             prompt_version=self.template.name,
         )
         return verdict.model_copy(update={"decision": decide(verdict, [], self.threshold)})
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        if probabilities is None:
+            return verdict
+        return verdict.model_copy(update={"class_probabilities": probabilities})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return recovery_constraint(len(source_labels(shown)))

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate
@@ -25,6 +25,8 @@ from suffice.records import Chunk, Item
 
 class SufficiencyGate(Gate):
     name = "sufficiency"
+    decision_marker = '"is_sufficient":'
+    decision_values = ("true", "false")
 
     def __init__(self, prompt_version: str = "v1") -> None:
         self.template = load_prompt("sufficiency", prompt_version)
@@ -47,6 +49,11 @@ class SufficiencyGate(Gate):
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return sufficiency_constraint(len(shown))
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        if probabilities is None:
+            return verdict
+        return verdict.model_copy(update={"p_sufficient": probabilities["true"]})
 
     def system_context(self, item: Item) -> dict[str, Any]:
         return {"bounds": SufficiencyBounds}

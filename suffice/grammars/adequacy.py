@@ -116,6 +116,8 @@ class AdequacyVerdict(AdequacyOutput):
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
     decision: AdequacyDecision
+    #: P(the model's adequacy_decision = PASS) from the engine's log-probabilities.
+    p_model_pass: float | None = Field(default=None, ge=0.0, le=1.0)
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's output schema alone (the model's opinion, not the computed decision)."""

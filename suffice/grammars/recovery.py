@@ -148,6 +148,8 @@ class RecoveryVerdict(BaseModel):
     question_truncated: bool = False
     response_truncated: bool = False
     decision: RecoveryDecision | None = None
+    #: Probability of each classification from the engine's log-probabilities.
+    class_probabilities: dict[str, float] | None = None
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's output schema: conditional fields present only where allowed."""

@@ -90,6 +90,8 @@ class SufficiencyVerdict(BaseModel):
     omitted_chunk_ids: list[ChunkId] = Field(default_factory=list)
     question_truncated: bool = False
     model_called: bool = True
+    #: P(is_sufficient = true) from the engine's log-probabilities at the decision.
+    p_sufficient: float | None = Field(default=None, ge=0.0, le=1.0)
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""

@@ -30,6 +30,10 @@ class Generation:
     finish_reason: str | None
     prompt_tokens: int
     completion_tokens: int
+    #: The generated tokens as text, and for each the engine's top log-probabilities
+    #: (token text → log-probability), when the engine reports them.
+    tokens: tuple[str, ...] | None = None
+    top_logprobs: tuple[dict[str, float], ...] | None = None
 
 
 class Engine(ABC):

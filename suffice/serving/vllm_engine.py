@@ -12,6 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, TokenizerMixin
@@ -41,6 +43,31 @@ def _core_ranges(cores: list[int]) -> str:
             start = core
         prev = core
     return ",".join(parts)
+
+
+def _token_logprobs(
+    token_ids: Sequence[int], logprobs: Any
+) -> tuple[tuple[str, ...] | None, tuple[dict[str, float], ...] | None]:
+    """Token texts and top log-probabilities by text (ids decoding alike are merged)."""
+    if not logprobs or len(logprobs) != len(token_ids):
+        return None, None
+    tokens: list[str] = []
+    tops: list[dict[str, float]] = []
+    for token_id, position in zip(token_ids, logprobs, strict=True):
+        chosen = position.get(token_id)
+        if chosen is None or chosen.decoded_token is None:
+            return None, None
+        tokens.append(chosen.decoded_token)
+        top: dict[str, float] = {}
+        for entry in position.values():
+            if entry.decoded_token is None:
+                continue
+            previous = top.get(entry.decoded_token)
+            top[entry.decoded_token] = (
+                entry.logprob if previous is None else float(np.logaddexp(previous, entry.logprob))
+            )
+        tops.append(top)
+    return tuple(tokens), tuple(tops)
 
 
 class VLLMEngine(TokenizerMixin, Engine):
@@ -73,6 +100,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.backend = config.backend
         self.tokenizer = self._llm.get_tokenizer()
         self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
+        self.logprobs = config.top_logprobs
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         if not requests:
@@ -84,6 +112,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             SamplingParams(
                 temperature=0.0,
                 max_tokens=r.constraint.max_tokens,
+                logprobs=self.logprobs or None,
                 structured_outputs=StructuredOutputsParams(regex=r.constraint.pattern),
             )
             for r in requests
@@ -96,12 +125,15 @@ class VLLMEngine(TokenizerMixin, Engine):
         results = []
         for out in outputs:
             completion = out.outputs[0]
+            tokens, top = _token_logprobs(completion.token_ids, completion.logprobs)
             results.append(
                 Generation(
                     text=completion.text,
                     finish_reason=completion.finish_reason,
                     prompt_tokens=len(out.prompt_token_ids or []),
                     completion_tokens=len(completion.token_ids),
+                    tokens=tokens,
+                    top_logprobs=top,
                 )
             )
         return results

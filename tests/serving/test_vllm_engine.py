@@ -128,3 +128,16 @@ def test_special_items(judged):
     assert len(eighty.truncated_chunk_ids) + len(eighty.omitted_chunk_ids) > 0
     for rid in ("hostile", "inject"):
         assert by_id[rid].verdict is not None
+
+
+def test_decision_probability_from_logprobs(judged):
+    _, _, _, results = judged
+    called = [r.verdict for r in results if r.verdict is not None and r.verdict.model_called]
+    with_p = [v for v in called if v.p_sufficient is not None]
+    assert len(with_p) >= 0.9 * len(called)
+    for v in with_p:
+        assert 0.0 <= v.p_sufficient <= 1.0
+        chosen = v.p_sufficient if v.is_sufficient else 1.0 - v.p_sufficient
+        assert chosen > 0.0  # the generated value had probability mass
+    agree = sum((v.p_sufficient >= 0.5) == v.is_sufficient for v in with_p)
+    assert agree >= 0.9 * len(with_p)  # greedy decoding picks the more likely value
