@@ -31,6 +31,8 @@ class JudgeConfig:
     rubric_dir: Path | None = None
     #: Recovery gate: the SufficiencyThreshold preset.
     threshold: str = "strict"
+    #: Sufficiency gate: a calibrated threshold file written by ``suffice calibrate``.
+    gate_config: Path | None = None
     max_model_len: int | None = None
     enforce_eager: bool = True
     prefix_caching: bool = True

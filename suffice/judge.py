@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError, GenerationError, ItemError, VerdictError
-from suffice.gates import Gate, make_gate
+from suffice.gates import Gate, make_gate, make_gate_for
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
@@ -60,16 +60,18 @@ class Judge:
         """``gate`` defaults to the one ``config`` names (built with its rubric or threshold)."""
         self.engine = engine
         self.config = config or JudgeConfig(gate=gate if isinstance(gate, str) else "sufficiency")
-        if gate is None or isinstance(gate, str):
+        if gate is None:
+            gate = make_gate_for(self.config)
+        elif isinstance(gate, str):
             c = self.config
-            gate = make_gate(gate or c.gate, rubric=c.rubric, rubric_dir=c.rubric_dir, threshold=c.threshold)
+            gate = make_gate(gate, rubric=c.rubric, rubric_dir=c.rubric_dir, threshold=c.threshold)
         self.gate = gate
         self.stats = JudgeStats()
 
     @classmethod
     def open(cls, config: JudgeConfig) -> Judge:
         """A judge on a new in-process engine (``config.engine``: vLLM or transformers)."""
-        gate = make_gate(config.gate, rubric=config.rubric, rubric_dir=config.rubric_dir, threshold=config.threshold)
+        gate = make_gate_for(config)
         engine: Engine
         if config.engine == "transformers":
             from suffice.serving.transformers_engine import TransformersEngine

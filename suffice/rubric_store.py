@@ -11,7 +11,7 @@ import json
 import re
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -33,6 +33,10 @@ class Rubric(BaseModel):
     weights: dict[str, float]
     critical: dict[str, float] = Field(default_factory=dict)
     pass_threshold: float = Field(ge=0.0, le=1.0)
+    #: A composite threshold chosen on golden data (``suffice calibrate``); when set it
+    #: is used as is, without the risk level's margin (the calibration chose the tolerance).
+    calibrated_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    calibration: dict[str, Any] | None = None
 
     @field_validator("name")
     @classmethod

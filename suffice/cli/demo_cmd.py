@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.cli import judge_cmd
-from suffice.config import BACKENDS
+from suffice.config import BACKENDS, JudgeConfig
 
 
 def sample_path() -> Path:
@@ -27,21 +27,5 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
-    judge_args = argparse.Namespace(
-        input=sample_path(),
-        output=args.output,
-        gate="sufficiency",
-        model=args.model,
-        backend=args.backend,
-        engine="vllm",
-        batch_size=256,
-        max_model_len=None,
-        compile=False,
-        overwrite=True,
-        format="suffice",
-        no_progress=False,
-        rubric=None,
-        rubric_dir=None,
-        threshold="strict",
-    )
-    return judge_cmd.run(judge_args)
+    config = JudgeConfig(backend=args.backend, model=args.model)
+    return judge_cmd.judge_file(config, sample_path(), args.output, overwrite=True)

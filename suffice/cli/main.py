@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from suffice.cli import audit_cmd, demo_cmd, judge_cmd, rubrics_cmd
+from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, rubrics_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_parser(sub)
     rubrics_cmd.add_parser(sub)
     audit_cmd.add_parsers(sub)
+    calibrate_cmd.add_parser(sub)
     return parser
 
 

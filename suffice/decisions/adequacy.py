@@ -50,8 +50,11 @@ def decide(
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration)."""
     scores = output.dimensions.scores()
     composite = composite_score(scores, rubric)
-    base = rubric.pass_threshold if threshold is None else threshold
-    effective = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
+    if threshold is None and rubric.calibrated_threshold is not None:
+        effective = round(rubric.calibrated_threshold, 6)
+    else:
+        base = rubric.pass_threshold if threshold is None else threshold
+        effective = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
     failed = {d: scores[d] for d, floor in rubric.critical.items() if scores[d] < floor}
     vetoes = []
     if rubric.risk_level == "HIGH":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suffice.config import GATES
+from suffice.calibration.thresholds import GateConfig
+from suffice.config import GATES, JudgeConfig
 from suffice.decisions.recovery import SufficiencyThreshold
 from suffice.exceptions import ConfigError
 from suffice.gates.adequacy import AdequacyGate
@@ -20,9 +21,10 @@ def make_gate(
     rubric: str | None = None,
     rubric_dir: Path | None = None,
     threshold: str = "strict",
+    calibration: GateConfig | None = None,
 ) -> Gate:
     if name == "sufficiency":
-        return SufficiencyGate()
+        return SufficiencyGate(calibration=calibration)
     if name == "recovery":
         return RecoveryGate(SufficiencyThreshold.preset(threshold))
     if name == "adequacy":
@@ -30,4 +32,18 @@ def make_gate(
     raise ConfigError("gate", name, f"must be one of {', '.join(GATES)}")
 
 
-__all__ = ["AdequacyGate", "Gate", "RecoveryGate", "SufficiencyGate", "make_gate"]
+def make_gate_for(config: JudgeConfig) -> Gate:
+    """The gate a config names, with its rubric, threshold preset or calibrated gate config."""
+    calibration = GateConfig.load(config.gate_config) if config.gate_config else None
+    if calibration is not None and calibration.gate != config.gate:
+        raise ConfigError("gate_config", str(config.gate_config), f"is for the {calibration.gate} gate")
+    return make_gate(
+        config.gate,
+        rubric=config.rubric,
+        rubric_dir=config.rubric_dir,
+        threshold=config.threshold,
+        calibration=calibration,
+    )
+
+
+__all__ = ["AdequacyGate", "Gate", "RecoveryGate", "SufficiencyGate", "make_gate", "make_gate_for"]

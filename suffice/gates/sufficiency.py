@@ -8,10 +8,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from suffice.calibration.thresholds import GateConfig, sufficiency_score
 from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.sufficiency import (
+    CalibratedDecision,
     SufficiencyBounds,
     SufficiencyOutput,
     SufficiencyVerdict,
@@ -28,8 +30,26 @@ class SufficiencyGate(Gate):
     decision_marker = '"is_sufficient":'
     decision_values = ("true", "false")
 
-    def __init__(self, prompt_version: str = "v1") -> None:
+    def __init__(self, prompt_version: str = "v1", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
+        self.calibration = calibration
+
+    def decide(self, verdict: SufficiencyVerdict) -> SufficiencyVerdict:
+        """Apply the calibrated threshold, if any; without a score the model's boolean stands."""
+        config = self.calibration
+        if config is None or not verdict.model_called:
+            return verdict
+        score = sufficiency_score(verdict, config.score)
+        if score is None:
+            sufficient, reason = verdict.is_sufficient, f"no {config.score} available: the model's decision stands"
+        else:
+            sufficient = score >= config.threshold
+            relation = ">=" if sufficient else "<"
+            reason = f"{config.score} {score:.3f} {relation} calibrated threshold {config.threshold:.3f}"
+        decision = CalibratedDecision(
+            score_name=config.score, score=score, threshold=config.threshold, sufficient=sufficient, reason=reason
+        )
+        return verdict.model_copy(update={"decision": decision})
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:
         if item.chunks:
@@ -51,9 +71,9 @@ class SufficiencyGate(Gate):
         return sufficiency_constraint(len(shown))
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        if probabilities is None:
-            return verdict
-        return verdict.model_copy(update={"p_sufficient": probabilities["true"]})
+        if probabilities is not None:
+            verdict = verdict.model_copy(update={"p_sufficient": probabilities["true"]})
+        return self.decide(verdict) if isinstance(verdict, SufficiencyVerdict) else verdict
 
     def system_context(self, item: Item) -> dict[str, Any]:
         return {"bounds": SufficiencyBounds}
@@ -69,7 +89,7 @@ class SufficiencyGate(Gate):
             raise VerdictError(f"useful_chunk_ids {ids} must be distinct ids from 0..{n - 1}", text)
         if output.is_sufficient == bool(output.missing_information):
             raise VerdictError("missing_information must be empty exactly when is_sufficient is true", text)
-        return to_verdict(
+        verdict = to_verdict(
             output,
             fitted.chunk_ids,
             prompt_version=self.template.name,
@@ -77,3 +97,4 @@ class SufficiencyGate(Gate):
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
         )
+        return self.decide(verdict)

@@ -72,6 +72,18 @@ class SufficiencyOutput(BaseModel):
     useful_chunk_ids: list[int]
 
 
+class CalibratedDecision(BaseModel):
+    """``sufficient = score >= threshold`` for a threshold chosen on golden data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score_name: str
+    score: float | None
+    threshold: float
+    sufficient: bool
+    reason: str
+
+
 class SufficiencyVerdict(BaseModel):
     """A sufficiency verdict in the caller's terms."""
 
@@ -92,6 +104,8 @@ class SufficiencyVerdict(BaseModel):
     model_called: bool = True
     #: P(is_sufficient = true) from the engine's log-probabilities at the decision.
     p_sufficient: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: Set when a calibrated gate config decides instead of the model's boolean.
+    decision: CalibratedDecision | None = None
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""

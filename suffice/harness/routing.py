@@ -30,11 +30,16 @@ class Routing:
 
 def route_of(verdict: BaseModel) -> Routing:
     if isinstance(verdict, SufficiencyVerdict):
-        scores: dict[str, Any] = {"confidence": verdict.confidence}
-        if verdict.is_sufficient:
-            return Routing("deliver", "the context is sufficient", scores=scores)
-        gap = list(verdict.missing_information)
-        return Routing("retrieve_more", "the context is insufficient", queries=gap, gap=gap, scores=scores)
+        scores: dict[str, Any] = {"confidence": verdict.confidence, "p_sufficient": verdict.p_sufficient}
+        sufficient, reason = verdict.is_sufficient, "the context is sufficient"
+        if verdict.decision is not None:
+            sufficient, reason = verdict.decision.sufficient, verdict.decision.reason
+            scores[verdict.decision.score_name] = verdict.decision.score
+        if sufficient:
+            return Routing("deliver", reason, scores=scores)
+        gap = list(verdict.missing_information) or ["evidence for the question"]
+        why = "the context is insufficient" if verdict.decision is None else verdict.decision.reason
+        return Routing("retrieve_more", why, queries=list(verdict.missing_information), gap=gap, scores=scores)
     if isinstance(verdict, RecoveryVerdict) and verdict.decision is not None:
         rd = verdict.decision
         return Routing(

@@ -1,0 +1,1 @@
+"""Calibration on golden data: metrics, threshold choice, reports and plots."""

@@ -1,0 +1,189 @@
+"""The calibration report: metrics per score, chunk agreement, plots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from suffice.calibration.metrics import (
+    best_f1,
+    curve,
+    expected_calibration_error,
+    point,
+    reliability,
+    roc_auc,
+    set_agreement,
+    threshold_for_precision,
+)
+
+
+def scores_of(gate: str, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+    """Every score a verdict row offers, by name; ``decision`` is the binary decision."""
+    if gate == "sufficiency":
+        confidence = float(verdict["confidence"])
+        sufficient = bool(verdict["is_sufficient"])
+        decision = verdict.get("decision")
+        return {
+            "p_sufficient": verdict.get("p_sufficient"),
+            "self_confidence": confidence if sufficient else 1.0 - confidence,
+            "decision": float(decision["sufficient"] if decision else sufficient),
+        }
+    if gate == "recovery":
+        probs = verdict.get("class_probabilities") or {}
+        return {
+            "p_sufficient_class": probs.get("SUFFICIENT"),
+            "decision": float(verdict["classification"] == "SUFFICIENT"),
+        }
+    if gate == "adequacy":
+        decision = verdict["decision"]
+        return {
+            "composite": float(decision["composite_score"]),
+            "p_model_pass": verdict.get("p_model_pass"),
+            "decision": float(decision["decision"] == "PASS"),
+        }
+    raise ValueError(f"unknown gate {gate!r}")
+
+
+def build_report(
+    gate: str,
+    records: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    precision_target: float,
+) -> dict[str, Any]:
+    by_id = {str(r.get("id")): r for r in records}
+    columns: dict[str, list[tuple[float, bool]]] = {}
+    predicted_ids: list[list[Any]] = []
+    gold_ids: list[list[Any]] = []
+    skipped = {"error": 0, "unlabeled": 0}
+    for row in rows:
+        verdict = row.get("verdict")
+        record = by_id.get(str(row.get("id")))
+        if verdict is None or record is None:
+            skipped["error"] += 1
+            continue
+        label = record.get("sufficient")
+        if not isinstance(label, bool):
+            skipped["unlabeled"] += 1
+            continue
+        for name, value in scores_of(gate, verdict).items():
+            if value is not None:
+                columns.setdefault(name, []).append((float(value), label))
+        if (
+            gate == "sufficiency"
+            and label
+            and record.get("useful_chunk_ids") is not None
+            and verdict.get("model_called", True)
+        ):
+            predicted_ids.append(list(verdict.get("useful_chunk_ids", [])))
+            gold_ids.append(list(record["useful_chunk_ids"]))
+
+    report: dict[str, Any] = {
+        "gate": gate,
+        "items": len(rows),
+        "skipped": skipped,
+        "precision_target": precision_target,
+    }
+    scores: dict[str, Any] = {}
+    for name, pairs in columns.items():
+        values = [s for s, _ in pairs]
+        labels = [y for _, y in pairs]
+        target = threshold_for_precision(values, labels, precision_target)
+        scores[name] = {
+            "n": len(pairs),
+            "positives": sum(labels),
+            "auc": roc_auc(values, labels),
+            "best_f1": best_f1(values, labels).as_dict(),
+            "precision_target": None if target is None else target.as_dict(),
+            "accuracy_at_0_5": point(values, labels, 0.5).accuracy,
+            "ece": expected_calibration_error(values, labels),
+            "reliability": reliability(values, labels),
+            "curve": [p.as_dict() for p in curve(values, labels)],
+            "_values": values,
+            "_labels": labels,
+        }
+    report["scores"] = scores
+    if gate == "sufficiency":
+        report["useful_chunk_ids"] = set_agreement(predicted_ids, gold_ids)
+    return report
+
+
+def write_report(report: dict[str, Any], out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = _plots(report, out)
+    clean = {
+        **report,
+        "scores": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in report["scores"].items()},
+    }
+    clean["plots"] = [p.name for p in plots]
+    (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
+    return [out / "report.json", out / "report.md", *plots]
+
+
+def _fmt(value: Any, pattern: str = "{:.3f}") -> str:
+    return "n/a" if value is None else pattern.format(value)
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Calibration report: {report['gate']} gate",
+        "",
+        f"{report['items']} results; skipped {report['skipped']['error']} errors and "
+        f"{report['skipped']['unlabeled']} unlabeled items. Precision target {report['precision_target']:.2f}.",
+        "",
+        "| score | n | AUC | best-F1 threshold | P | R | F1 | threshold for target precision | P | R "
+        "| accuracy@0.5 | ECE |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in report["scores"].items():
+        b, t = s["best_f1"], s["precision_target"] or {}
+        lines.append(
+            f"| {name} | {s['n']} | {_fmt(s['auc'])} | {_fmt(b['threshold'])} | {_fmt(b['precision'])} | "
+            f"{_fmt(b['recall'])} | {_fmt(b['f1'])} | {_fmt(t.get('threshold'))} | {_fmt(t.get('precision'))} | "
+            f"{_fmt(t.get('recall'))} | {_fmt(s['accuracy_at_0_5'])} | {_fmt(s['ece'])} |"
+        )
+    if "useful_chunk_ids" in report:
+        u = report["useful_chunk_ids"]
+        lines += [
+            "",
+            f"useful_chunk_ids against the gold evidence (sufficient items): precision {_fmt(u['precision'])}, "
+            f"recall {_fmt(u['recall'])} over {int(u['items'])} items.",
+        ]
+    lines += ["", "Plots: " + ", ".join(report.get("plots", [])), ""]
+    return "\n".join(lines)
+
+
+def _plots(report: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    for name, s in report["scores"].items():
+        values, labels = s["_values"], s["_labels"]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        pos = [v for v, y in zip(values, labels, strict=True) if y]
+        neg = [v for v, y in zip(values, labels, strict=True) if not y]
+        bins = [i / 20 for i in range(21)]
+        axes[0].hist([pos, neg], bins=bins, label=["sufficient", "insufficient"], color=["tab:green", "tab:red"])
+        axes[0].axvline(s["best_f1"]["threshold"], color="black", linestyle="--", label="best-F1 threshold")
+        axes[0].set(title=f"{name}: score distributions", xlabel=name, ylabel="items")
+        axes[0].legend()
+        points = s["curve"]
+        axes[1].plot([p["recall"] for p in points], [p["precision"] for p in points], marker=".")
+        axes[1].set(title="precision-recall", xlabel="recall", ylabel="precision", xlim=(0, 1.02), ylim=(0, 1.02))
+        table = s["reliability"]
+        axes[2].plot([0, 1], [0, 1], color="grey", linestyle=":")
+        axes[2].plot([r["mean_score"] for r in table], [r["share_positive"] for r in table], marker="o")
+        axes[2].set(
+            title="reliability", xlabel="mean score in bin", ylabel="share sufficient", xlim=(0, 1), ylim=(0, 1)
+        )
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

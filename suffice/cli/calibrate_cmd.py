@@ -1,0 +1,150 @@
+"""``suffice calibrate``: judge labeled records, report metrics and plots, save a threshold."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from suffice.calibration.report import build_report, write_report
+from suffice.calibration.thresholds import GateConfig
+from suffice.cli import judge_cmd
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import ConfigError, InputError
+from suffice.jsonl import read_records
+from suffice.rubric_store import Rubric, RubricStore
+
+SAVEABLE = {"sufficiency": ("p_sufficient", "self_confidence"), "adequacy": ("composite",)}
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "calibrate",
+        help="tune a gate on golden data",
+        description="Judge labeled records (`sufficient` is the label), then write report.json, report.md and plots.",
+    )
+    p.add_argument("golden", type=Path, help="labeled JSONL (the ../shared/data format)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="report folder (verdicts.jsonl resumes there)")
+    judge_cmd.add_engine_args(p)
+    p.add_argument("--limit", type=int, default=None, help="use the first N records only")
+    p.add_argument("--precision-target", type=float, default=0.9, help="precision for the high-stakes threshold")
+    p.add_argument("--score", default=None, help="which score's threshold to save (default: best AUC)")
+    p.add_argument(
+        "--choose", choices=("best-f1", "precision-target"), default="best-f1", help="which threshold to save"
+    )
+    p.add_argument("--save-config", type=Path, default=None, help="sufficiency: write a gate config here")
+    p.add_argument("--save-rubric", action="store_true", help="adequacy: write the next rubric version")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.precision_target <= 1:
+        print(f"error: --precision-target must be in (0, 1], got {args.precision_target}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.golden.is_file():
+        print(f"error: golden file {str(args.golden)!r} is not a file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = judge_cmd.config_from_args(args)
+    except (ConfigError, InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    records = [r for r in read_records(args.golden) if isinstance(r, dict)]
+    if args.limit is not None:
+        records = records[: args.limit]
+    args.output.mkdir(parents=True, exist_ok=True)
+    source = args.output / "golden.jsonl"
+    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    verdicts = args.output / "verdicts.jsonl"
+    status = judge_cmd.judge_file(config, source, verdicts, batch_size=args.batch_size, progress=not args.no_progress)
+    if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
+        return status
+    rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
+    report = build_report(args.gate, records, rows, args.precision_target)
+    if not report["scores"]:
+        print("error: no labeled verdicts to calibrate on", file=sys.stderr)
+        return EXIT_FATAL
+    files = write_report(report, args.output)
+    print(_summary(report), file=sys.stderr)
+    for path in files:
+        print(f"wrote {path}", file=sys.stderr)
+    return _save(args, config.rubric, report)
+
+
+def _summary(report: dict[str, Any]) -> str:
+    lines = []
+    for name, s in report["scores"].items():
+        auc = "n/a" if s["auc"] is None else f"{s['auc']:.3f}"
+        b = s["best_f1"]
+        lines.append(f"{name:<20} n={s['n']:<5} AUC={auc:<6} best-F1 {b['f1']:.3f} at {b['threshold']:.3f}")
+    return "\n".join(lines)
+
+
+def _choose(args: argparse.Namespace, report: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    allowed = [s for s in SAVEABLE.get(args.gate, ()) if s in report["scores"]]
+    if args.score is not None:
+        if args.score not in allowed:
+            print(f"error: --score {args.score!r} cannot be saved; have {allowed}", file=sys.stderr)
+            return None
+        name = args.score
+    elif allowed:
+        name = max(allowed, key=lambda s: report["scores"][s]["auc"] or 0.0)
+    else:
+        print(f"error: no saveable score for the {args.gate} gate", file=sys.stderr)
+        return None
+    scores = report["scores"][name]
+    chosen = scores["best_f1"] if args.choose == "best-f1" else scores["precision_target"]
+    if chosen is None:
+        print(f"error: no threshold of {name} reaches precision {args.precision_target}", file=sys.stderr)
+        return None
+    return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": args.choose}
+
+
+def _save(args: argparse.Namespace, rubric_ref: str | None, report: dict[str, Any]) -> int:
+    if args.save_config is None and not args.save_rubric:
+        return EXIT_OK
+    picked = _choose(args, report)
+    if picked is None:
+        return EXIT_USAGE
+    name, metrics = picked
+    if args.save_config is not None:
+        if args.gate != "sufficiency":
+            print("error: --save-config is for the sufficiency gate (use --save-rubric for adequacy)", file=sys.stderr)
+            return EXIT_USAGE
+        config = GateConfig(
+            gate="sufficiency",
+            score=name,  # type: ignore[arg-type]
+            threshold=metrics["threshold"],
+            calibrated_on=str(args.golden),
+            metrics=metrics,
+        )
+        config.save(args.save_config)
+        print(f"saved {name} >= {metrics['threshold']:.3f} to {args.save_config}", file=sys.stderr)
+    if args.save_rubric:
+        if args.gate != "adequacy" or rubric_ref is None:
+            print("error: --save-rubric needs --gate adequacy and --rubric", file=sys.stderr)
+            return EXIT_USAGE
+        store = RubricStore(args.rubric_dir)
+        base = store.get(rubric_ref)
+        folder = args.rubric_dir or args.output / "rubrics"
+        if args.rubric_dir is None:  # a store of its own: the base version beside the new one
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        path = save_rubric_version(base, metrics, folder)
+        print(f"saved rubric version {path.stem} (calibrated threshold {metrics['threshold']:.3f})", file=sys.stderr)
+    return EXIT_OK
+
+
+def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
+    """The rubric's next patch version, with the calibrated composite threshold."""
+    parts = rubric.version.split(".")
+    parts[-1] = str(int(parts[-1]) + 1)
+    version = ".".join(parts)
+    data = rubric.model_dump(mode="json")
+    data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{rubric.name}@{version}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,87 @@
+import json
+
+import pytest
+
+from suffice.calibration.report import build_report, write_report
+from suffice.calibration.thresholds import GateConfig
+from suffice.cli.calibrate_cmd import save_rubric_version
+from suffice.decisions.adequacy import decide
+from suffice.exceptions import ConfigError
+from suffice.gates.sufficiency import SufficiencyGate
+from suffice.grammars.sufficiency import SufficiencyVerdict
+from suffice.rubric_store import RubricStore
+from tests.decisions.test_adequacy import SCORES, output, rubric
+
+
+def rows_and_records():
+    records, rows = [], []
+    for i, (p, label) in enumerate([(0.9, True), (0.8, True), (0.7, False), (0.6, True), (0.2, False), (0.1, False)]):
+        records.append({"id": f"r{i}", "sufficient": label, "useful_chunk_ids": [0, 1]})
+        rows.append(
+            {
+                "id": f"r{i}",
+                "verdict": {
+                    "is_sufficient": p >= 0.5,
+                    "confidence": 0.8,
+                    "p_sufficient": p,
+                    "useful_chunk_ids": [0],
+                    "model_called": True,
+                },
+            }
+        )
+    rows.append({"id": "bad", "verdict": None, "error": {"type": "InputError"}})
+    return records, rows
+
+
+def test_report_metrics_and_files(tmp_path):
+    records, rows = rows_and_records()
+    report = build_report("sufficiency", records, rows, precision_target=1.0)
+    s = report["scores"]["p_sufficient"]
+    assert s["n"] == 6 and s["auc"] == pytest.approx(8 / 9)  # the 0.7 negative beats one positive (0.6)
+    assert s["best_f1"]["threshold"] == 0.6 and s["precision_target"]["threshold"] == 0.8
+    assert report["skipped"]["error"] == 1
+    assert report["useful_chunk_ids"]["precision"] == 1.0 and report["useful_chunk_ids"]["recall"] == 0.5
+    files = write_report(report, tmp_path)
+    names = {f.name for f in files}
+    assert {"report.json", "report.md", "p_sufficient.png", "self_confidence.png"} <= names
+    assert (tmp_path / "p_sufficient.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["scores"]["p_sufficient"]["best_f1"]["f1"] == pytest.approx(s["best_f1"]["f1"])
+
+
+def test_gate_config_decides_instead_of_the_model(tmp_path):
+    path = tmp_path / "gate.json"
+    GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
+    gate = SufficiencyGate(calibration=GateConfig.load(path))
+    verdict = SufficiencyVerdict(
+        is_sufficient=True,
+        required_entities=[],
+        coverage={},
+        missing_information=[],
+        contradictions=[],
+        confidence=0.9,
+        reasoning="r",
+        useful_chunk_ids=[],
+        prompt_version="sufficiency/v1",
+        p_sufficient=0.65,
+    )
+    decided = gate.decide(verdict)
+    assert decided.decision.sufficient is False and decided.decision.threshold == 0.7
+    from suffice.harness.routing import route_of
+
+    assert route_of(decided).route == "retrieve_more"
+    (tmp_path / "bad.json").write_text('{"gate": "sufficiency", "score": "vibes", "threshold": 2}')
+    with pytest.raises(ConfigError) as info:
+        GateConfig.load(tmp_path / "bad.json")
+    assert info.value.parameter == "gate_config" and "score" in str(info.value)
+
+
+def test_calibrated_rubric_version_is_used_by_the_decision(tmp_path):
+    base = rubric("HIGH", threshold=0.9)
+    path = save_rubric_version(base, {"threshold": 0.62, "f1": 0.8}, tmp_path)
+    assert path.name == "t@2.json"
+    calibrated = RubricStore(tmp_path).get("t")
+    assert calibrated.version == "2" and calibrated.calibrated_threshold == 0.62
+    assert decide(output(SCORES), base).decision == "FAIL"  # 0.65 < 0.9 + 0.1
+    d = decide(output(SCORES), calibrated)
+    assert d.decision == "PASS" and d.threshold == 0.62  # the calibrated threshold, no margin
