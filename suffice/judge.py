@@ -87,6 +87,30 @@ class Judge:
     def prompt_version(self) -> str:
         return self.gate.template.name
 
+    def requests(self, records: Sequence[object]) -> list[GenerationRequest]:
+        """The engine requests the judgeable records would send (for benchmarks and inspection)."""
+        out = []
+        for record in records:
+            try:
+                item = self.gate.parse_item(record)
+                if self.gate.shortcut(item) is None:
+                    fitted = self._fit(item)
+                    out.append(GenerationRequest(fitted.messages, fitted.constraint))
+            except ItemError:
+                continue
+        return out
+
+    def _fit(self, item: Item) -> FittedPrompt:
+        return fit_prompt(
+            self.engine,
+            self.gate.template,
+            item,
+            self.config,
+            self.gate.constraint_for,
+            self.gate.system_context(item),
+            self.gate.user_context(item),
+        )
+
     def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
@@ -97,15 +121,7 @@ class Judge:
                 if verdict is not None:
                     results[index] = self._verdict(item.id, verdict, TokenCounts(), retries=0)
                     continue
-                fitted = fit_prompt(
-                    self.engine,
-                    self.gate.template,
-                    item,
-                    self.config,
-                    self.gate.constraint_for,
-                    self.gate.system_context(item),
-                    self.gate.user_context(item),
-                )
+                fitted = self._fit(item)
                 pending.append(_Pending(index, item, fitted))
             except ItemError as exc:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
