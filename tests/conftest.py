@@ -28,16 +28,23 @@ def squad_records() -> list[dict[str, object]]:
     return load_records("squad2.jsonl", 6)
 
 
-@pytest.fixture(scope="session", params=["outlines", "xgrammar", "guidance"])
+@pytest.fixture(scope="session", params=["outlines", "xgrammar", "guidance", "transformers"])
 def engine(request):
-    """One real vLLM engine per structured-output backend, shared by every gate's tests.
+    """One real engine per structured-output backend (and the transformers engine),
+    shared by every gate's tests.
 
     Session-scoped and parametrized: pytest groups the tests by backend and closes
     each engine before the next starts.
     """
     from suffice.config import JudgeConfig
-    from suffice.serving.vllm_engine import VLLMEngine
 
-    built = VLLMEngine(JudgeConfig(backend=request.param))
+    if request.param == "transformers":
+        from suffice.serving.transformers_engine import TransformersEngine
+
+        built = TransformersEngine(JudgeConfig(engine="transformers"))
+    else:
+        from suffice.serving.vllm_engine import VLLMEngine
+
+        built = VLLMEngine(JudgeConfig(backend=request.param))
     yield built
     built.close()

@@ -1,0 +1,67 @@
+"""``suffice calibrate`` end to end on the real engine, then the saved threshold in use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from suffice.calibration.thresholds import GateConfig
+from suffice.cli.exit_codes import EXIT_OK
+from tests.conftest import load_records
+
+pytestmark = pytest.mark.engine
+
+
+def suffice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "suffice.cli.main", *args], capture_output=True, text=True, timeout=1200
+    )
+
+
+def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
+    records = load_records("squad2.jsonl", 16)
+    assert {r["sufficient"] for r in records} == {True, False}
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out, config = tmp_path / "calib", tmp_path / "gate.json"
+    proc = suffice(
+        "calibrate",
+        str(golden),
+        "--gate",
+        "sufficiency",
+        "-o",
+        str(out),
+        "--backend",
+        "xgrammar",
+        "--save-config",
+        str(config),
+        "--score",
+        "self_confidence",
+        "--no-progress",
+    )
+    assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["scores"]) >= {"p_sufficient", "self_confidence", "decision"}
+    for score in report["scores"].values():
+        assert score["n"] == 16
+        assert score["auc"] is None or 0.0 <= score["auc"] <= 1.0
+        assert 0.0 <= score["best_f1"]["f1"] <= 1.0
+    assert report["useful_chunk_ids"]["items"] > 0
+    for name in ("p_sufficient.png", "self_confidence.png", "report.md"):
+        assert (out / name).stat().st_size > 0
+    saved = GateConfig.load(config)
+    assert saved.score == "self_confidence"
+    assert saved.threshold == report["scores"]["self_confidence"]["best_f1"]["threshold"]
+
+    judged = tmp_path / "judged.jsonl"
+    proc = suffice(
+        "judge", str(golden), "-o", str(judged), "--backend", "xgrammar", "--gate-config", str(config), "--no-progress"
+    )
+    assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
+    for line in judged.read_text().splitlines():
+        decision = json.loads(line)["verdict"]["decision"]
+        assert decision["threshold"] == saved.threshold
+        assert decision["sufficient"] == (decision["score"] >= saved.threshold)
