@@ -11,6 +11,7 @@ for the value it leads to.  Costs no extra engine call.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 
 
@@ -26,7 +27,11 @@ def decision_probabilities(
     found = text.find(marker)
     if found < 0 or not tokens or len(tokens) != len(top_logprobs):
         return None
-    start = found + len(marker)
+    # A prefix all values share (the quote of '"PASS"' / '"FAIL"') is forced by the
+    # grammar: the decision happens after it.
+    common = os.path.commonprefix(list(values))
+    start = found + len(marker) + len(common)
+    labels = {v[len(common) :]: v for v in values}
     index = position = 0
     while index < len(tokens) and position + len(tokens[index]) <= start:
         position += len(tokens[index])
@@ -41,9 +46,9 @@ def decision_probabilities(
         if not candidate.startswith(forced) or len(candidate) == len(forced):
             continue
         rest = candidate[len(forced) :]
-        matches = [v for v in values if v.startswith(rest) or rest.startswith(v)]
+        matches = [v for v in labels if v.startswith(rest) or rest.startswith(v)]
         if len(matches) == 1:
-            mass[matches[0]] += math.exp(logprob)
+            mass[labels[matches[0]]] += math.exp(logprob)
     total = sum(mass.values())
     if total <= 0:
         return None

@@ -40,3 +40,14 @@ def test_unlocatable_positions_give_none():
     assert decision_probabilities(TEXT, ["x" * len(TEXT)], [{"true": 0.0}], '"is_sufficient":', ("true",)) is None
     tokens = split(TEXT, [10])
     assert decision_probabilities(TEXT, tokens, [{}, {"zzz": 0.0}], '"is_sufficient":', ("true", "false")) is None
+
+
+def test_a_shared_prefix_of_the_values_is_skipped():
+    text = '{"adequacy_decision":"FAIL","adequacy_score":0.2}'
+    marker = '"adequacy_decision":'
+    cut = text.index(marker) + len(marker) + 1  # the token '"' is forced; the next decides
+    tokens = split(text, [cut - 1, cut, cut + 2])
+    top = [{} for _ in tokens]
+    top[2] = {"FA": math.log(0.6), "PASS": math.log(0.3), "P": math.log(0.1)}
+    probs = decision_probabilities(text, tokens, top, marker, ('"PASS"', '"FAIL"'))
+    assert probs == pytest.approx({'"PASS"': 0.4, '"FAIL"': 0.6})
