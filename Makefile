@@ -42,7 +42,8 @@ lint: dev
 	$(BIN)/mypy
 
 bench: dev
-	$(BIN)/python benchmarks/bench_backends.py --items 240
+	$(BIN)/python benchmarks/bench_backends.py --items 80
+	$(BIN)/python benchmarks/bench_alternatives.py --items 64 --loop-items 8
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

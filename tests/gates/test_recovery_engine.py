@@ -8,7 +8,7 @@ import re
 import jsonschema
 import pytest
 
-from suffice.decisions.recovery import SufficiencyThreshold, decide
+from suffice.decisions.recovery import decide
 from suffice.grammars.recovery import (
     CITATION,
     SEED_SCHEMA,
@@ -97,7 +97,7 @@ def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
             RecoveryOutput.model_validate(json.loads(result.raw_text))
         # The routing is computed in code and reproducible from the verdict alone.
         shown = [ShownChunk(i, c.id, c.text, c.source, False, c.score) for i, c in enumerate(item.chunks)]
-        assert v.decision == decide(v, shown, SufficiencyThreshold())
+        assert v.decision == decide(v, shown, judge.gate.threshold)
         assert v.decision.route in {"deliver", "retrieve_more", "abstain", "human_review"}
         if result.raw_text is not None and result.backend != "outlines-transformers":
             probs = v.class_probabilities
