@@ -97,3 +97,24 @@ def test_weights_hash_changes_with_the_file_list(tmp_path):
     first = weights_hash(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"x" * 11)
     assert weights_hash(tmp_path) != first and weights_hash(None) is None
+
+
+def test_a_killed_writer_leaves_a_database_that_verifies(tmp_path):
+    path = tmp_path / "killed.db"
+    script = (
+        "import sys\n"
+        "from suffice.harness.audit import AuditLog\n"
+        "log = AuditLog(sys.argv[1])\n"
+        "i = 0\n"
+        "while True:\n"
+        "    log.record(item_id=f'q{i}', gate='sufficiency', raw_output='x' * 500, round=1)\n"
+        "    i += 1\n"
+        "    if i == 50:\n"
+        "        print('ready', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.kill()  # SIGKILL mid-run: no cleanup, no checkpoint
+    proc.wait()
+    report = AuditLog(path).verify()
+    assert report.ok and report.rows >= 50
