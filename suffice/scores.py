@@ -29,7 +29,7 @@ def decision_probabilities(
         return None
     # A prefix all values share (the quote of '"PASS"' / '"FAIL"') is forced by the
     # grammar: the decision happens after it.
-    common = os.path.commonprefix(list(values))
+    common = os.path.commonprefix(list(values))  # noqa: RUF071 - a character prefix is meant
     start = found + len(marker) + len(common)
     labels = {v[len(common) :]: v for v in values}
     index = position = 0
