@@ -41,8 +41,8 @@ lint: dev
 	$(BIN)/mypy
 
 bench: dev
-	$(BIN)/python benchmarks/bench_backends.py --items 80
-	$(BIN)/python benchmarks/bench_alternatives.py --items 64 --loop-items 8
+	$(BIN)/python benchmarks/bench_backends.py --items 60
+	$(BIN)/python benchmarks/bench_alternatives.py --items 48 --loop-items 6
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
