@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from suffice.results import JudgeResult
 
@@ -65,15 +64,6 @@ class RunSummary:
     @property
     def verdicts_per_second(self) -> float | None:
         return self.verdicts / self.seconds if self.seconds > 0 else None
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(
-            share_sufficient=self.share_sufficient,
-            agreement=self.agreement,
-            verdicts_per_second=self.verdicts_per_second,
-        )
-        return data
 
     def table(self) -> str:
         def fmt(value: float | None, pattern: str) -> str:

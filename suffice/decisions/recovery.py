@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from suffice.exceptions import ConfigError
 from suffice.grammars.recovery import Classification, RecoveryDecision, RecoveryVerdict
 from suffice.grammars.routes import Route
-from suffice.prompts.fitting import ShownChunk
+from suffice.prompts.fitting import ShownChunk, source_key
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def decide(
     claims = len(supported) + len(unsupported)
     ratio = len(supported) / claims if claims else 0.0
     cited = set(verdict.cited_sources)
-    backing = [c for c in shown if (c.source if c.source is not None else str(c.id)) in cited]
+    backing = [c for c in shown if source_key(c) in cited]
     passages = len(backing)
     score = sum(c.score or 0.0 for c in backing)
     gap = list(unsupported)

@@ -47,7 +47,7 @@ class ShownChunk:
     score: float | None = None
 
 
-def source_key(chunk: Chunk) -> str:
+def source_key(chunk: Chunk | ShownChunk) -> str:
     """A chunk's source id for citations: its ``source``, else its own id."""
     return chunk.source if chunk.source is not None else str(chunk.id)
 
@@ -82,7 +82,7 @@ class FittedPrompt:
     @property
     def sources(self) -> list[str]:
         """The caller's source id for each source label."""
-        return list(source_labels([Chunk(c.id, "", c.source) for c in self.shown]))
+        return list(dict.fromkeys(source_key(c) for c in self.shown))
 
 
 def water_level(lengths: Sequence[int], room: int) -> int:
