@@ -11,6 +11,8 @@ BACKENDS = ("outlines", "xgrammar", "guidance")
 THRESHOLD_PRESETS = ("strict", "loose")
 ENGINES = ("vllm", "transformers")
 GATES = ("sufficiency", "recovery", "adequacy")
+#: ``full``: the whole verdict; ``decision``: only the decision and its probability.
+DETAILS = ("full", "decision")
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,13 @@ class JudgeConfig:
     max_model_len: int | None = None
     enforce_eager: bool = True
     prefix_caching: bool = True
-    kv_cache_gib: float = 2.0
+    #: KV cache in GiB (CPU); ``None``: a share of the memory available at start-up.
+    kv_cache_gib: float | None = None
+    #: Cores for the engine's threads, like ``"0-3"``; ``None``: the process's affinity mask.
+    cores: str | None = None
+    #: Show the engine's own log lines and the settings read off the machine.
+    verbose: bool = False
+    detail: str = "full"
     max_question_tokens: int = 512
     max_response_tokens: int = 1024
     min_chunk_tokens: int = 24
@@ -60,7 +68,9 @@ class JudgeConfig:
             object.__setattr__(self, "model", Path(self.model))
         if self.max_model_len is not None and self.max_model_len < 1024:
             raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
-        if not self.kv_cache_gib > 0:
+        if self.detail not in DETAILS:
+            raise ConfigError("detail", self.detail, f"must be one of {', '.join(DETAILS)}")
+        if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):
             raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be positive")
         if self.max_question_tokens < 16:
             raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")

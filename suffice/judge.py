@@ -22,7 +22,7 @@ from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
-from suffice.serving.base import Engine, Generation, GenerationRequest
+from suffice.serving.base import Engine, Generation, GenerationRequest, Progress
 
 #: Appended once when an output fails validation (the seeds' retry rule).
 RETRY_NOTE = (
@@ -111,7 +111,9 @@ class Judge:
             self.gate.user_context(item),
         )
 
-    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+    def judge_batch(self, records: Sequence[object], progress: Progress | None = None) -> list[JudgeResult]:
+        """One result per record, in order; ``progress(n)`` is called as records finish
+        (records without a model call at once, the others as the engine completes them)."""
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
         for index, record in enumerate(records):
@@ -126,7 +128,9 @@ class Judge:
             except ItemError as exc:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
 
-        failed = self._run(pending, results, retries=0)
+        if progress is not None and len(records) > len(pending):
+            progress(len(records) - len(pending))
+        failed = self._run(pending, results, retries=0, progress=progress)
         if failed:
             self.stats.retries += len(failed)
             retry = [
@@ -148,11 +152,16 @@ class Judge:
         return final
 
     def _run(
-        self, pending: list[_Pending], results: list[JudgeResult | None], retries: int
+        self,
+        pending: list[_Pending],
+        results: list[JudgeResult | None],
+        retries: int,
+        progress: Progress | None = None,
     ) -> list[tuple[_Pending, ItemError]]:
         """Generate for ``pending``, store verdicts, return the items that failed validation."""
         failed: list[tuple[_Pending, ItemError]] = []
-        generations = self._generate([GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending])
+        requests = [GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending]
+        generations = self._generate(requests, progress)
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
                 results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)
@@ -183,17 +192,21 @@ class Judge:
             results[p.index] = self._verdict(p.item.id, verdict, p.tokens, retries, gen.text)
         return failed
 
-    def _generate(self, requests: list[GenerationRequest]) -> list[Generation | EngineError]:
+    def _generate(
+        self, requests: list[GenerationRequest], progress: Progress | None = None
+    ) -> list[Generation | EngineError]:
         """One engine call; if it fails, split the batch so one poisoned request fails alone."""
         if not requests:
             return []
         try:
-            return list(self.engine.generate(requests))
+            return list(self.engine.generate(requests, progress))
         except EngineError as exc:
             if len(requests) == 1:
+                if progress is not None:
+                    progress(1)
                 return [exc]
             mid = len(requests) // 2
-            return self._generate(requests[:mid]) + self._generate(requests[mid:])
+            return self._generate(requests[:mid], progress) + self._generate(requests[mid:], progress)
 
     def _verdict(
         self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from suffice.exceptions import EngineError
-from suffice.serving.base import Engine, Generation, GenerationRequest, Message
+from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress
 
 Script = Callable[[GenerationRequest], str | Generation]
 
@@ -28,7 +28,7 @@ class ScriptedEngine(Engine):
         self.fail_when = fail_when
         self.calls: list[int] = []
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         self.calls.append(len(requests))
         if self.fail_when and any(self.fail_when(r.messages[-1]["content"]) for r in requests):
             raise EngineError("scripted engine failure")
@@ -39,6 +39,8 @@ class ScriptedEngine(Engine):
                 out.append(answer)
             else:
                 out.append(Generation(answer, "stop", self.prompt_tokens(r.messages), len(words(answer))))
+            if progress is not None:
+                progress(1)
         return out
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -30,7 +30,7 @@ class SufficiencyGate(Gate):
     decision_marker = '"is_sufficient":'
     decision_values = ("true", "false")
 
-    def __init__(self, prompt_version: str = "v1", calibration: GateConfig | None = None) -> None:
+    def __init__(self, prompt_version: str = "v2", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
         self.calibration = calibration
 
@@ -84,9 +84,8 @@ class SufficiencyGate(Gate):
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid sufficiency verdict: {exc}", text) from exc
         n = len(fitted.shown)
-        ids = output.useful_chunk_ids
-        if any(not 0 <= i < n for i in ids) or ids != sorted(set(ids)):
-            raise VerdictError(f"useful_chunk_ids {ids} must be distinct ids from 0..{n - 1}", text)
+        if len(output.chunk_useful) != n:
+            raise VerdictError(f"chunk_useful has {len(output.chunk_useful)} flags for {n} chunks shown", text)
         if output.is_sufficient == bool(output.missing_information):
             raise VerdictError("missing_information must be empty exactly when is_sufficient is true", text)
         verdict = to_verdict(

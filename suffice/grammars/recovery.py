@@ -6,6 +6,12 @@ numbered ``0..m-1``, so the pattern depends on ``m`` only; suffice rewrites the
 markers to the caller's source ids); the abstention notice and the suggested
 queries exist only otherwise; SUFFICIENT has no unsupported claim, the others at
 least one; every string and list is bounded.
+
+Decoded in segments (see :mod:`suffice.grammars.constraint`): only the source label
+inside a citation depends on the request, so generation stops at each
+``[CITATION:``, a tiny segment picks the label and closes the marker, and a
+request-independent segment goes on with the next sentence or closes the answer.
+The large segments are compiled once per engine, whatever the source counts.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from suffice.grammars.constraint import Constraint
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import Rx, alt, json_list, json_members, json_string, lit, repeat, seq
 from suffice.grammars.routes import Route
 
@@ -46,34 +52,34 @@ _ANSWER_CHAR = "[ !#-Z^-~\u00a0-\ud7ff\ue000-\ufffd]"
 CITATION = re.compile(r"\[CITATION:([^\]]+)\]")
 
 
-def _citation(n_sources: int) -> Rx:
-    labels = [str(i) for i in range(n_sources)]
-    return seq(lit("[CITATION:"), alt(*[lit(x) for x in labels]), lit("]"))
+CITATION_OPEN = "[CITATION:"
 
 
-def _answer(n_sources: int) -> Rx:
-    sentence = Rx(_ANSWER_CHAR, 3)
-    cited = seq(repeat(sentence, 1, B.SENTENCE_CHARS), _citation(n_sources))
-    return seq(lit('"'), repeat(cited, 1, B.ANSWER_SENTENCES), lit('"'))
+def _citation_label(n_sources: int) -> Rx:
+    return alt(*[lit(str(i)) for i in range(n_sources)])
+
+
+def _sentence() -> Rx:
+    return repeat(Rx(_ANSWER_CHAR, 3), 1, B.SENTENCE_CHARS)
 
 
 def _claims(lo: int) -> Rx:
     return json_list(json_string(1, B.CLAIM_CHARS), lo, B.CLAIMS_MAX)
 
 
-@lru_cache(maxsize=256)
-def recovery_constraint(n_sources: int) -> Constraint:
-    if n_sources < 1:
-        raise ValueError(f"a recovery request shows at least one source, got n_sources={n_sources}")
+def _recovery(answer: Rx, *, answer_closed: bool = True) -> Rx:
+    """The whole verdict with ``answer`` as the SUFFICIENT branch's answer; with
+    ``answer_closed=False`` that branch stops right after ``answer`` (no ``}``)."""
     sufficient = seq(
         lit('SUFFICIENT",'),
         json_members(
             [
                 ("supported_claims", _claims(1)),
                 ("unsupported_claims", lit("[]")),
-                ("answer", _answer(n_sources)),
+                ("answer", answer),
             ]
         ),
+        lit("}") if answer_closed else Rx("", 0),
     )
     other = seq(
         alt(lit("PARTIALLY_SUFFICIENT"), lit("INSUFFICIENT")),
@@ -86,9 +92,60 @@ def recovery_constraint(n_sources: int) -> Constraint:
                 ("suggested_retrieval_queries", json_list(json_string(1, B.QUERY_CHARS), 1, B.QUERIES_MAX)),
             ]
         ),
+        lit("}"),
     )
-    rx = seq(lit('{"classification":"'), alt(sufficient, other), lit("}"))
-    return Constraint.from_rx(rx, key=f"recovery/{n_sources}")
+    return seq(lit('{"classification":"'), alt(sufficient, other))
+
+
+@lru_cache(maxsize=1)
+def recovery_head() -> Segment:
+    """The first segment, the same for every request: a whole abstention verdict, or
+    an answering verdict up to its first ``[CITATION:``."""
+    answer_start = seq(lit('"'), _sentence(), lit(CITATION_OPEN))
+    return Segment.from_rx(_recovery(answer_start, answer_closed=False), key="recovery/head")
+
+
+@lru_cache(maxsize=1)
+def _more() -> Segment:
+    """After a citation, when another sentence is allowed: a sentence up to its marker,
+    or the end of the answer."""
+    rx = alt(seq(_sentence(), lit(CITATION_OPEN)), lit('"}'))
+    return Segment.from_rx(rx, key="recovery/more")
+
+
+@lru_cache(maxsize=1)
+def _close() -> Segment:
+    return Segment.from_rx(lit('"}'), key="recovery/close")
+
+
+@lru_cache(maxsize=1024)
+def citation_segment(n_sources: int) -> Segment:
+    """A source label from ``0..m-1`` and the marker's closing bracket (tiny)."""
+    return Segment.from_rx(seq(_citation_label(n_sources), lit("]")), key=f"citation/{n_sources}")
+
+
+def _answer(n_sources: int) -> Rx:
+    cited = seq(_sentence(), lit(CITATION_OPEN), _citation_label(n_sources), lit("]"))
+    return seq(lit('"'), repeat(cited, 1, B.ANSWER_SENTENCES), lit('"'))
+
+
+@lru_cache(maxsize=1024)
+def recovery_constraint(n_sources: int) -> Constraint:
+    if n_sources < 1:
+        raise ValueError(f"a recovery request shows at least one source, got n_sources={n_sources}")
+    cite = citation_segment(n_sources)
+
+    def continuation(text: str) -> Segment | None:
+        if text.endswith(CITATION_OPEN):
+            return cite
+        if text.endswith("]") and '"answer":"' in text:
+            # Answer text cannot contain brackets, so "]" here closed a citation.
+            cited = text.split('"answer":"', 1)[1].count(CITATION_OPEN)
+            return _more() if cited < B.ANSWER_SENTENCES else _close()
+        return None
+
+    rx = _recovery(_answer(n_sources))
+    return Constraint.from_rx(rx, key=f"recovery/{n_sources}", head=recovery_head(), continuation=continuation)
 
 
 class RecoveryOutput(BaseModel):

@@ -5,8 +5,12 @@ Two shapes, on purpose:
 * :class:`SufficiencyOutput` is what the model generates: a lean, compact form in
   which every seed requirement that a grammar can express holds by construction.
   Coverage is a list of ``{"entity", "covered"}`` pairs, so the coverage keys are
-  exactly the required entities; chunk ids are the prompt's labels ``0..n-1``,
-  increasing, so each appears at most once and the pattern depends on ``n`` only.
+  exactly the required entities; usefulness is one ``true``/``false`` per chunk
+  shown, in label order (``chunk_useful``), so only chunks of the request can be
+  named, each at most once.  That list is the only part that depends on the
+  request (its length), so it is generated as a short second segment that
+  continues the same sequence: the large first segment is one compiled form for
+  every request (see :mod:`suffice.grammars.constraint`).
 * :class:`SufficiencyVerdict` is what callers get: the user's own chunk ids, the
   prompt version and what the prompt had to cut.  :meth:`SufficiencyVerdict.to_ragflow`
   exports the seed's exact JSON shape for drop-in use.
@@ -19,13 +23,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suffice.grammars.constraint import Constraint
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import (
     JSON_BOOL,
     UNIT_INTERVAL,
     Rx,
     alt,
-    increasing_ids,
+    bool_flags,
     json_list,
     json_members,
     json_object,
@@ -69,7 +73,8 @@ class SufficiencyOutput(BaseModel):
     contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
     reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
-    useful_chunk_ids: list[int]
+    #: One flag per chunk shown, in label order.
+    chunk_useful: list[bool]
 
 
 class CalibratedDecision(BaseModel):
@@ -130,15 +135,11 @@ def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
     return json_list(json_string(1, max_chars), min_items, max_items)
 
 
-@lru_cache(maxsize=512)
-def sufficiency_constraint(n_chunks: int) -> Constraint:
-    """The regex for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
+#: Where the request-independent head segment ends and the per-request flags begin.
+FLAGS_KEY = '"chunk_useful":'
 
-    The entities come first (the seed's reasoning step 1), then the decision, which
-    picks the branch: ``true`` forces an empty ``missing_information``, ``false`` at
-    least one item (seed requirements 2 and 7).  Putting the entities before the
-    branch keeps the automaton small, so the constraint compiles fast.
-    """
+
+def _head() -> Rx:
     entity = json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", JSON_BOOL)])
     entities = json_list(entity, 1, B.ENTITIES_MAX)
     tail = json_members(
@@ -146,15 +147,46 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
             ("contradictions", _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS)),
             ("confidence", UNIT_INTERVAL),
             ("reasoning", json_string(1, B.REASONING_CHARS)),
-            ("useful_chunk_ids", increasing_ids(n_chunks)),
         ]
     )
     decision = alt(
         lit('true,"missing_information":[]'),
         lit('false,"missing_information":') + _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1),
     )
-    rx = lit('{"required_entities":') + entities + lit(',"is_sufficient":') + decision + lit(",") + tail + lit("}")
-    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}")
+    return lit('{"required_entities":') + entities + lit(',"is_sufficient":') + decision + lit(",") + tail + lit(
+        "," + FLAGS_KEY
+    )
+
+
+@lru_cache(maxsize=1)
+def sufficiency_head() -> Segment:
+    """The first segment, the same for every request: everything up to the flags."""
+    return Segment.from_rx(_head(), key="sufficiency/head")
+
+
+@lru_cache(maxsize=1024)
+def flags_segment(n_chunks: int) -> Segment:
+    """``[b0,...,b(n-1)]}``: exactly one flag per chunk shown (linear in ``n``)."""
+    return Segment.from_rx(bool_flags(n_chunks) + lit("}"), key=f"flags/{n_chunks}")
+
+
+@lru_cache(maxsize=1024)
+def sufficiency_constraint(n_chunks: int) -> Constraint:
+    """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
+
+    The entities come first (the seed's reasoning step 1), then the decision, which
+    picks the branch: ``true`` forces an empty ``missing_information``, ``false`` at
+    least one item (seed requirements 2 and 7).  Decoded in two segments: the head
+    (compiled once per engine) and the flags for this chunk count (tiny).
+    """
+    flags = flags_segment(n_chunks)
+    head = sufficiency_head()
+
+    def continuation(text: str) -> Segment | None:
+        return flags if text.endswith(FLAGS_KEY) else None
+
+    rx = _head() + bool_flags(n_chunks) + lit("}")
+    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}", head=head, continuation=continuation)
 
 
 def to_verdict(
@@ -183,7 +215,7 @@ def to_verdict(
         contradictions=list(output.contradictions),
         confidence=output.confidence,
         reasoning=output.reasoning,
-        useful_chunk_ids=[chunk_ids[i] for i in output.useful_chunk_ids],
+        useful_chunk_ids=[chunk_id for chunk_id, useful in zip(chunk_ids, output.chunk_useful, strict=True) if useful],
         prompt_version=prompt_version,
         truncated_chunk_ids=truncated_chunk_ids,
         omitted_chunk_ids=omitted_chunk_ids,

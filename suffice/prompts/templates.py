@@ -55,9 +55,13 @@ def available_versions(gate: str) -> list[str]:
 
 
 @cache
-def load_prompt(gate: str, version: str = "v1") -> PromptTemplate:
-    if version not in available_versions(gate):
-        raise ConfigError("prompt_version", f"{gate}/{version}", f"no such template; have {available_versions(gate)}")
+def load_prompt(gate: str, version: str | None = None) -> PromptTemplate:
+    """A gate's template; without ``version``, the newest one."""
+    versions = available_versions(gate)
+    if version is None and versions:
+        version = max(versions, key=lambda v: int(v.lstrip("v")) if v.lstrip("v").isdigit() else 0)
+    if version is None or version not in versions:
+        raise ConfigError("prompt_version", f"{gate}/{version}", f"no such template; have {versions}")
     return PromptTemplate(
         gate=gate,
         version=version,

@@ -9,13 +9,15 @@ methods.  Nothing here imports vLLM.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 from suffice.grammars.constraint import Constraint
 
 Message = dict[str, str]
+#: Called with the number of requests that just completed.
+Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Generation:
 
 
 class Engine(ABC):
-    """A text generator that honours a regex constraint per request."""
+    """A text generator that honours a segmented regex constraint per request."""
 
     #: Identifies the weights in results (a name or path, never a hub id fetched live).
     model_id: str
@@ -47,8 +49,13 @@ class Engine(ABC):
     max_model_len: int
 
     @abstractmethod
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """Generate for all requests in one batch; ``result[i]`` answers ``requests[i]``."""
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        """Generate for all requests in one batch; ``result[i]`` answers ``requests[i]``.
+
+        Each request's constraint is generated segment by segment, every segment
+        continuing the text so far (see :class:`suffice.grammars.constraint.Constraint`);
+        ``progress(n)`` is called as requests complete.
+        """
 
     @abstractmethod
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -1,10 +1,10 @@
 """The transformers + Outlines engine, for machines where vLLM cannot run.
 
 Same interface and the same constraints as the vLLM engine: each request's regex
-is enforced by an Outlines logits processor, and ``max_tokens`` is the
-constraint's worst case.  Requests that share a constraint (same gate, same chunk
-count) are generated together as one padded batch with one compiled processor,
-which is reused across calls (building it is the expensive part).  Slower than vLLM
+is enforced segment by segment by an Outlines logits processor, and ``max_tokens``
+is each segment's worst case.  Requests at the same segment are generated together
+as one padded batch with one compiled processor, reused across calls (building it
+is the expensive part, and the large segments are the same for every request).  Slower than vLLM
 (no paged attention, no prefix cache), but it needs nothing beyond transformers.
 """
 
@@ -16,7 +16,8 @@ from typing import Any
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
-from suffice.serving.base import Engine, Generation, GenerationRequest, TokenizerMixin
+from suffice.grammars.constraint import Segment
+from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress, TokenizerMixin
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -50,6 +51,8 @@ class TransformersEngine(TokenizerMixin, Engine):
         self.tokenizer = tokenizer
         self._outlines = outlines
         self._model = outlines.from_transformers(hf_model, tokenizer)  # type: ignore[arg-type]
+        # Prompts arrive templated (plus the segments generated so far): no second template.
+        self._model.type_adapter.has_chat_template = False
         self._generators: OrderedDict[str, Any] = OrderedDict()
         self.model_id = ref.model_id
         self.model_path = ref.path
@@ -70,29 +73,57 @@ class TransformersEngine(TokenizerMixin, Engine):
             self._generators.move_to_end(key)
         return generator
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        from outlines.inputs import Chat
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        """Segment by segment: each round generates the current segment of every open
+        request, grouped by segment pattern, each prompt being the templated chat plus
+        the text generated so far."""
+        prompts = [self._chat_text(r.messages) for r in requests]
+        texts = [""] * len(requests)
+        completion = [0] * len(requests)
+        finish: list[str | None] = [None] * len(requests)
+        current: dict[int, Segment] = {i: r.constraint.first_segment() for i, r in enumerate(requests)}
+        while current:
+            groups: dict[str, list[int]] = {}
+            for index, segment in current.items():
+                groups.setdefault(segment.key, []).append(index)
+            following: dict[int, Segment] = {}
+            for key, indices in groups.items():
+                segment = current[indices[0]]
+                generator = self._generator(key, segment.pattern)
+                for start in range(0, len(indices), _BATCH):
+                    chunk = indices[start : start + _BATCH]
+                    try:
+                        outputs = generator.batch(
+                            [prompts[i] + texts[i] for i in chunk],
+                            max_new_tokens=segment.max_tokens,
+                            do_sample=False,
+                        )
+                    except Exception as exc:
+                        raise EngineError(f"transformers generation failed: {exc}") from exc
+                    for i, text in zip(chunk, outputs, strict=True):
+                        used = self.count_tokens([text])[0]
+                        completion[i] += used
+                        texts[i] += text
+                        if used >= segment.max_tokens:
+                            finish[i] = "length"
+                            continue
+                        finish[i] = "stop"
+                        nxt = requests[i].constraint.next_segment(texts[i])
+                        if nxt is not None:
+                            following[i] = nxt
+                        elif progress is not None:
+                            progress(1)
+            current = following
+        return [
+            Generation(
+                text=texts[i],
+                finish_reason=finish[i],
+                prompt_tokens=self.prompt_tokens(r.messages),
+                completion_tokens=completion[i],
+            )
+            for i, r in enumerate(requests)
+        ]
 
-        results: list[Generation | None] = [None] * len(requests)
-        groups: dict[str, list[int]] = {}
-        for index, request in enumerate(requests):
-            groups.setdefault(request.constraint.key, []).append(index)
-        for key, indices in groups.items():
-            constraint = requests[indices[0]].constraint
-            generator = self._generator(key, constraint.pattern)
-            for start in range(0, len(indices), _BATCH):
-                chunk = indices[start : start + _BATCH]
-                prompts = [Chat(list(requests[i].messages)) for i in chunk]
-                try:
-                    texts = generator.batch(prompts, max_new_tokens=constraint.max_tokens, do_sample=False)
-                except Exception as exc:
-                    raise EngineError(f"transformers generation failed: {exc}") from exc
-                for i, text in zip(chunk, texts, strict=True):
-                    completion = self.count_tokens([text])[0]
-                    results[i] = Generation(
-                        text=text,
-                        finish_reason="length" if completion >= constraint.max_tokens else "stop",
-                        prompt_tokens=self.prompt_tokens(requests[i].messages),
-                        completion_tokens=completion,
-                    )
-        return [r for r in results if r is not None]
+    def _chat_text(self, messages: Sequence[Message]) -> str:
+        text: str = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return text

