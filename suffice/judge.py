@@ -85,7 +85,7 @@ class Judge:
 
     @property
     def prompt_version(self) -> str:
-        return self.gate.template.name
+        return self.gate.prompt_version
 
     def requests(self, records: Sequence[object]) -> list[GenerationRequest]:
         """The engine requests the judgeable records would send (for benchmarks and inspection)."""

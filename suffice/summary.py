@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from pydantic import BaseModel
 
 from suffice.results import JudgeResult
 
 
-def positive(verdict: object) -> bool:
-    """Whether a verdict of any gate says "enough evidence".
-
-    Sufficiency: ``is_sufficient``; recovery: SUFFICIENT; adequacy: the computed PASS.
-    """
-    if hasattr(verdict, "is_sufficient"):
-        return bool(verdict.is_sufficient)
-    if hasattr(verdict, "classification"):
-        return str(verdict.classification) == "SUFFICIENT"
-    decision = getattr(verdict, "decision", None)
-    return getattr(decision, "decision", None) == "PASS"
+def _never(verdict: BaseModel) -> bool:
+    return False
 
 
 @dataclass
 class RunSummary:
+    """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted."""
+
+    positive: Callable[[BaseModel], bool] = _never
     items: int = 0
     verdicts: int = 0
     errors: int = 0
@@ -42,7 +38,7 @@ class RunSummary:
                 self.errors += 1
                 continue
             self.verdicts += 1
-            decision = positive(result.verdict)
+            decision = self.positive(result.verdict)
             self.sufficient += decision
             label = record.get("sufficient") if isinstance(record, Mapping) else None
             if isinstance(label, bool):

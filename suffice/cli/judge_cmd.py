@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import BACKENDS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.config import BACKENDS, DETAILS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
@@ -38,6 +38,17 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
     p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: threshold preset")
     p.add_argument("--gate-config", type=Path, default=None, help="sufficiency gate: a calibrated threshold file")
+    p.add_argument(
+        "--detail",
+        choices=DETAILS,
+        default="full",
+        help="full verdicts, or only the decision and its probability (one short step: for batch scoring)",
+    )
+    p.add_argument("--cores", default=None, help="cores for the engine's threads, e.g. 0-3 (default: all allowed)")
+    p.add_argument(
+        "--kv-cache-gib", type=int, default=None, help="KV cache in GiB (CPU; default: 20%% of available memory)"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -107,6 +118,10 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         rubric_dir=args.rubric_dir,
         threshold=args.threshold,
         gate_config=args.gate_config,
+        detail=args.detail,
+        cores=args.cores,
+        kv_cache_gib=args.kv_cache_gib,
+        verbose=args.verbose,
     )
     make_gate_for(config)
     return config
@@ -148,7 +163,7 @@ def judge_file(
     from tqdm import tqdm
 
     total = sum(1 for _ in read_records(source))
-    summary = RunSummary()
+    summary = RunSummary(positive=make_gate_for(config).is_positive)
     try:
         writer = ResumableWriter(output, overwrite=overwrite)
         records = read_records(source)
@@ -168,14 +183,22 @@ def judge_file(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FATAL
 
-    bar = tqdm(total=total, initial=len(writer.done_ids), unit="rec", disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        total=total,
+        initial=len(writer.done_ids),
+        unit="rec",
+        disable=not progress,
+        file=sys.stderr,
+        smoothing=0.1,
+        dynamic_ncols=True,
+    )
     start = time.perf_counter()
     try:
         run_id = uuid.uuid4().hex
         weights = weights_hash(getattr(judge.engine, "model_path", None)) if audit else None
         for batch in _batches(records, batch_size):
             began = time.perf_counter()
-            results = judge.judge_batch(batch)
+            results = judge.judge_batch(batch, progress=bar.update)
             latency = (time.perf_counter() - began) * 1000
             if audit is not None:
                 for record, result in zip(batch, results, strict=True):
@@ -183,7 +206,6 @@ def judge_file(
                     audit_result(audit, result, item, run_id=run_id, round=1, latency_ms=latency, weights_hash=weights)
             writer.write(result_row(r, fmt) for r in results)
             summary.add(batch, results)
-            bar.update(len(batch))
     except SufficeError as exc:
         print(f"\nerror: {exc}\nresults so far are in {output}; rerun the same command to resume", file=sys.stderr)
         return EXIT_FATAL

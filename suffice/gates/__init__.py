@@ -10,6 +10,7 @@ from suffice.decisions.recovery import SufficiencyThreshold
 from suffice.exceptions import ConfigError
 from suffice.gates.adequacy import AdequacyGate
 from suffice.gates.base import Gate
+from suffice.gates.decision import DecisionGate
 from suffice.gates.recovery import RecoveryGate
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.rubric_store import RubricStore
@@ -37,13 +38,14 @@ def make_gate_for(config: JudgeConfig) -> Gate:
     calibration = GateConfig.load(config.gate_config) if config.gate_config else None
     if calibration is not None and calibration.gate != config.gate:
         raise ConfigError("gate_config", str(config.gate_config), f"is for the {calibration.gate} gate")
-    return make_gate(
+    gate = make_gate(
         config.gate,
         rubric=config.rubric,
         rubric_dir=config.rubric_dir,
         threshold=config.threshold,
         calibration=calibration,
     )
+    return DecisionGate(gate) if config.detail == "decision" else gate
 
 
-__all__ = ["AdequacyGate", "Gate", "RecoveryGate", "SufficiencyGate", "make_gate", "make_gate_for"]
+__all__ = ["AdequacyGate", "DecisionGate", "Gate", "RecoveryGate", "SufficiencyGate", "make_gate", "make_gate_for"]

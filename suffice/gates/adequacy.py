@@ -33,6 +33,9 @@ class AdequacyGate(Gate):
     name = "adequacy"
     decision_marker = '"adequacy_decision":'
     decision_values = ('"PASS"', '"FAIL"')
+    decision_key = "adequacy_decision"
+    decision_json_values = ('"PASS"', '"FAIL"')
+    positive_value = '"PASS"'
 
     def __init__(
         self,
@@ -59,6 +62,11 @@ class AdequacyGate(Gate):
         item = super().parse_item(record)
         self.rubric_for(item)  # an unknown or broken rubric is this item's error
         return item
+
+    def is_positive(self, verdict: BaseModel) -> bool:
+        """The PASS computed in code from the rubric (not the model's own opinion)."""
+        decision = getattr(verdict, "decision", None)
+        return isinstance(verdict, AdequacyVerdict) and getattr(decision, "decision", None) == "PASS"
 
     def shortcut(self, item: Item) -> AdequacyVerdict | None:
         if item.chunks:

@@ -27,6 +27,20 @@ class Gate(ABC):
     #: there (for decision probabilities from log-probabilities).
     decision_marker: str = ""
     decision_values: tuple[str, ...] = ()
+    #: The decision as a JSON key and its values as JSON texts, and the value that
+    #: says "enough evidence" (decision-only mode and summaries use these).
+    decision_key: str = ""
+    decision_json_values: tuple[str, ...] = ()
+    positive_value: str = ""
+
+    @property
+    def prompt_version(self) -> str:
+        """The version string carried into every result."""
+        return self.template.name
+
+    @abstractmethod
+    def is_positive(self, verdict: BaseModel) -> bool:
+        """Whether this gate's verdict says "enough evidence" (the decision that routes)."""
 
     def parse_item(self, record: object) -> Item:
         return parse_record(record, need_response=self.needs_response)

@@ -30,10 +30,16 @@ class RecoveryGate(Gate):
     needs_response = True
     decision_marker = '{"classification":"'
     decision_values = ("SUFFICIENT", "PARTIALLY_SUFFICIENT", "INSUFFICIENT")
+    decision_key = "classification"
+    decision_json_values = ('"SUFFICIENT"', '"PARTIALLY_SUFFICIENT"', '"INSUFFICIENT"')
+    positive_value = '"SUFFICIENT"'
 
     def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
         self.template = load_prompt("recovery", prompt_version)
         self.threshold = threshold or SufficiencyThreshold()
+
+    def is_positive(self, verdict: BaseModel) -> bool:
+        return isinstance(verdict, RecoveryVerdict) and verdict.classification is Classification.SUFFICIENT
 
     def shortcut(self, item: Item) -> RecoveryVerdict | None:
         if item.chunks:

@@ -29,6 +29,9 @@ class SufficiencyGate(Gate):
     name = "sufficiency"
     decision_marker = '"is_sufficient":'
     decision_values = ("true", "false")
+    decision_key = "is_sufficient"
+    decision_json_values = ("true", "false")
+    positive_value = "true"
 
     def __init__(self, prompt_version: str = "v2", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
@@ -50,6 +53,12 @@ class SufficiencyGate(Gate):
             score_name=config.score, score=score, threshold=config.threshold, sufficient=sufficient, reason=reason
         )
         return verdict.model_copy(update={"decision": decision})
+
+    def is_positive(self, verdict: BaseModel) -> bool:
+        """The calibrated decision when a gate config set one, else the model's boolean."""
+        if not isinstance(verdict, SufficiencyVerdict):
+            return False
+        return verdict.decision.sufficient if verdict.decision is not None else verdict.is_sufficient
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:
         if item.chunks:

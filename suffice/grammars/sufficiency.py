@@ -153,8 +153,14 @@ def _head() -> Rx:
         lit('true,"missing_information":[]'),
         lit('false,"missing_information":') + _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1),
     )
-    return lit('{"required_entities":') + entities + lit(',"is_sufficient":') + decision + lit(",") + tail + lit(
-        "," + FLAGS_KEY
+    return (
+        lit('{"required_entities":')
+        + entities
+        + lit(',"is_sufficient":')
+        + decision
+        + lit(",")
+        + tail
+        + lit("," + FLAGS_KEY)
     )
 
 

@@ -103,8 +103,17 @@ class TokenizerMixin:
         # A cut inside a multi-byte character decodes to U+FFFD; drop it.
         return prefix.rstrip("\ufffd")
 
-    def prompt_tokens(self, messages: Sequence[Message]) -> int:
+    def chat_text(self, messages: Sequence[Message]) -> str:
+        """The chat-templated prompt, generation prompt included."""
         text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
             list(messages), tokenize=False, add_generation_prompt=True
         )
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+        return text
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        encoded = self.tokenizer(self.chat_text(messages), add_special_tokens=False)  # type: ignore[operator]
+        ids: list[int] = encoded["input_ids"]
+        return ids
+
+    def prompt_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self.prompt_ids(messages))

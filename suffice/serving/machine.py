@@ -13,8 +13,12 @@ it starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
@@ -146,3 +150,51 @@ def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
     if not verbose:
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+
+
+def engine_log_path() -> Path:
+    """Where the engine's own output goes when it is hidden (one file per process)."""
+    from suffice.serving.models import cache_root
+
+    folder = cache_root() / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"engine-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def engine_output(verbose: bool) -> Iterator[Path | None]:
+    """While the engine starts, send file descriptors 1 and 2 to a log file.
+
+    vLLM's engine core is a separate process started here: it inherits these
+    descriptors for its whole life, so its warnings, progress bars and library
+    notices (about 335 lines for a 50-item demo) land in the log, not on the
+    user's terminal.  This process's own descriptors are restored at once, so
+    suffice's messages still show.  With ``verbose`` nothing is redirected.
+    """
+    if verbose:
+        yield None
+        return
+    path = engine_log_path()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def log_tail(path: Path | None, lines: int = 15) -> str:
+    """The last lines of an engine log, for an error message."""
+    if path is None or not path.exists():
+        return ""
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return "\n".join(text)

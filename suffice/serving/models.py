@@ -62,7 +62,7 @@ def _convert(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # a one-off step: no bars over the user's output
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a one-off step: no bars over the user's output
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(
@@ -77,7 +77,7 @@ def _convert(gguf: Path, target: Path) -> None:
         )
     # GGUF dequantises to float32; bfloat16 halves the folder (about 270 MB instead of
     # 538 MB) and its load time, and matches the dtype vLLM runs it in (no cast warning).
-    model = model.to(torch.bfloat16)
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]
     model.config.dtype = torch.bfloat16
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)

