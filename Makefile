@@ -27,7 +27,7 @@ $(DEVSTAMP): $(STAMP)
 	touch $(DEVSTAMP)
 
 demo: install
-	$(BIN)/suffice demo
+	$(BIN)/suffice demo $(DEMO_ARGS)
 
 test: dev
 	$(BIN)/python -m pytest -q -ra
@@ -41,8 +41,9 @@ lint: dev
 	$(BIN)/mypy
 
 bench: dev
-	$(BIN)/python benchmarks/bench_backends.py --items 60
-	$(BIN)/python benchmarks/bench_alternatives.py --items 48 --loop-items 6
+	$(BIN)/python benchmarks/bench_chunk_counts.py --items 32
+	$(BIN)/python benchmarks/bench_overhead.py --items 12
+	$(BIN)/python benchmarks/bench_throughput.py --items 24
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -110,10 +110,18 @@ def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
     import json_repair
     from vllm import LLM, SamplingParams
 
-    from suffice.serving.vllm_engine import _cpu_environment, shutdown_llm
+    from suffice.serving.machine import apply_settings, machine_settings
+    from suffice.serving.vllm_engine import shutdown_llm
 
-    _cpu_environment(2.0)
-    llm = LLM(model=str(resolve_model(None).path), enable_prefix_caching=True, enforce_eager=True, seed=0)
+    settings = machine_settings(JudgeConfig())
+    apply_settings(settings)
+    llm = LLM(
+        model=str(resolve_model(None).path),
+        enable_prefix_caching=True,
+        enforce_eager=True,
+        seed=0,
+        dtype=settings.dtype,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
     conversations = {i: [{"role": "user", "content": ragflow_prompt(r)}] for i, r in enumerate(items)}
     valid: dict[int, bool] = {}

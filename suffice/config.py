@@ -8,6 +8,8 @@ from pathlib import Path
 from suffice.exceptions import ConfigError
 
 BACKENDS = ("outlines", "xgrammar", "guidance")
+#: Chosen by measurement (README, "Structured-output backends").
+DEFAULT_BACKEND = "outlines"
 THRESHOLD_PRESETS = ("strict", "loose")
 ENGINES = ("vllm", "transformers")
 GATES = ("sufficiency", "recovery", "adequacy")
@@ -26,7 +28,7 @@ class JudgeConfig:
     gate: str = "sufficiency"
     #: ``vllm`` (default) or ``transformers`` (transformers + Outlines, where vLLM cannot run).
     engine: str = "vllm"
-    backend: str = "outlines"
+    backend: str = DEFAULT_BACKEND
     model: Path | None = None
     #: Adequacy gate: the default rubric reference and the store folder (None: built-in).
     rubric: str | None = None

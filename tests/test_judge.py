@@ -87,3 +87,13 @@ def test_an_engine_failure_on_one_request_fails_only_that_item():
     results = judge.judge_batch(records)
     assert [r.ok for r in results] == [True, True, True, False, True]
     assert "scripted engine failure" in results[3].error.message
+
+
+def test_progress_counts_every_record_once():
+    engine = ScriptedEngine(good)
+    judge = Judge(engine, SufficiencyGate())
+    seen: list[int] = []
+    records = [rec(0), {"question": "no id"}, rec(2, chunks=[]), rec(3), rec(4)]
+    judge.judge_batch(records, progress=seen.append)
+    assert sum(seen) == len(records)
+    assert len(seen) == 4  # the two without a model call at once, then each request as it completes

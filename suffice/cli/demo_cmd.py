@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.cli import judge_cmd
-from suffice.config import BACKENDS, JudgeConfig
+from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, JudgeConfig
 
 
 def sample_path() -> Path:
@@ -20,12 +20,14 @@ def add_parser(sub: Any) -> None:
         "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
     )
     p.add_argument("-o", "--output", type=Path, default=Path("out/demo-verdicts.jsonl"))
-    p.add_argument("--backend", choices=BACKENDS, default="outlines")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
     p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--detail", choices=DETAILS, default="full")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
-    config = JudgeConfig(backend=args.backend, model=args.model)
+    config = JudgeConfig(backend=args.backend, model=args.model, detail=args.detail, verbose=args.verbose)
     return judge_cmd.judge_file(config, sample_path(), args.output, overwrite=True)

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import BACKENDS, DETAILS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
@@ -29,7 +29,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
     p.add_argument("--gate", choices=GATES, default="sufficiency")
     p.add_argument("--model", type=Path, default=None, help="local Hugging Face model folder (default: embedded)")
-    p.add_argument("--backend", choices=BACKENDS, default="outlines", help="structured-output backend (vLLM)")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND, help="structured-output backend (vLLM)")
     p.add_argument("--engine", choices=ENGINES, default="vllm", help="vllm, or transformers where vLLM cannot run")
     p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
@@ -177,6 +177,10 @@ def judge_file(
         if len(writer.done_ids) == total:
             print(f"nothing to do: every record already has a result in {output}", file=sys.stderr)
             return EXIT_OK if writer.done_errors == 0 else EXIT_ITEM_ERRORS
+        print(
+            f"starting the engine ({config.engine}, backend {config.backend}, model {config.model or 'embedded'})",
+            file=sys.stderr,
+        )
         judge = Judge.open(config)
         audit = AuditLog(audit_db) if audit_db else None
     except SufficeError as exc:

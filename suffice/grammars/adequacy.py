@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suffice.grammars.constraint import Constraint
-from suffice.grammars.regex import UNIT_INTERVAL, alt, json_list, json_object, json_string, lit
+from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.regex import UNIT_INTERVAL, Rx, alt, json_list, json_members, json_object, json_string, lit, seq
 from suffice.grammars.routes import Route
 
 DIMENSIONS = (
@@ -39,20 +39,46 @@ class AdequacyBounds:
 B = AdequacyBounds
 
 
+DECISION_KEY = '{"adequacy_decision":'
+
+
+def _rest() -> Rx:
+    dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
+    return seq(
+        lit(","),
+        json_members(
+            [
+                ("adequacy_score", UNIT_INTERVAL),
+                ("dimensions", json_object([(d, dimension) for d in DIMENSIONS])),
+                ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
+                ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
+                ("rationale", json_string(1, B.RATIONALE_CHARS)),
+            ]
+        ),
+        lit("}"),
+    )
+
+
+_DECISION = alt(lit('"PASS"'), lit('"FAIL"'))
+
+
 @lru_cache(maxsize=1)
 def adequacy_constraint() -> Constraint:
-    dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
-    rx = json_object(
-        [
-            ("adequacy_decision", alt(lit('"PASS"'), lit('"FAIL"'))),
-            ("adequacy_score", UNIT_INTERVAL),
-            ("dimensions", json_object([(d, dimension) for d in DIMENSIONS])),
-            ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
-            ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
-            ("rationale", json_string(1, B.RATIONALE_CHARS)),
-        ]
-    )
-    return Constraint.from_rx(rx, key="adequacy")
+    """Three segments, none depending on the request: the key, the decision alone
+    (the only one with log-probabilities), the rest."""
+    key = Segment.from_rx(lit(DECISION_KEY), key="adequacy/key")
+    decision = Segment.from_rx(_DECISION, key="adequacy/decision", logprobs=True)
+    rest = Segment.from_rx(_rest(), key="adequacy/rest")
+
+    def continuation(text: str) -> Segment | None:
+        if text == DECISION_KEY:
+            return decision
+        if text in (DECISION_KEY + '"PASS"', DECISION_KEY + '"FAIL"'):
+            return rest
+        return None
+
+    rx = seq(lit(DECISION_KEY), _DECISION, _rest())
+    return Constraint.from_rx(rx, key="adequacy", head=key, continuation=continuation)
 
 
 class Dimension(BaseModel):

@@ -7,11 +7,13 @@ markers to the caller's source ids); the abstention notice and the suggested
 queries exist only otherwise; SUFFICIENT has no unsupported claim, the others at
 least one; every string and list is bounded.
 
-Decoded in segments (see :mod:`suffice.grammars.constraint`): only the source label
-inside a citation depends on the request, so generation stops at each
-``[CITATION:``, a tiny segment picks the label and closes the marker, and a
-request-independent segment goes on with the next sentence or closes the answer.
-The large segments are compiled once per engine, whatever the source counts.
+Decoded in segments (see :mod:`suffice.grammars.constraint`): the key, the
+classification alone (the only segment with log-probabilities), the rest of that
+branch up to the first ``[CITATION:`` (or the end of an abstention); then a tiny
+segment picks each citation's source label and closes the marker, and a
+request-independent one goes on with the next sentence or closes the answer.  Only
+the label segment depends on the request (its source count); the large segments
+are compiled once per engine.
 """
 
 from __future__ import annotations
@@ -67,22 +69,25 @@ def _claims(lo: int) -> Rx:
     return json_list(json_string(1, B.CLAIM_CHARS), lo, B.CLAIMS_MAX)
 
 
-def _recovery(answer: Rx, *, answer_closed: bool = True) -> Rx:
-    """The whole verdict with ``answer`` as the SUFFICIENT branch's answer; with
-    ``answer_closed=False`` that branch stops right after ``answer`` (no ``}``)."""
-    sufficient = seq(
-        lit('SUFFICIENT",'),
-        json_members(
-            [
-                ("supported_claims", _claims(1)),
-                ("unsupported_claims", lit("[]")),
-                ("answer", answer),
-            ]
-        ),
-        lit("}") if answer_closed else Rx("", 0),
-    )
-    other = seq(
-        alt(lit("PARTIALLY_SUFFICIENT"), lit("INSUFFICIENT")),
+CLASSIFICATION_KEY = '{"classification":"'
+
+
+def _rest(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
+    """Everything after the classification value; with ``answer_closed=False`` an
+    answering verdict stops right after ``answer`` (no closing ``}``)."""
+    if classification is Classification.SUFFICIENT:
+        return seq(
+            lit('",'),
+            json_members(
+                [
+                    ("supported_claims", _claims(1)),
+                    ("unsupported_claims", lit("[]")),
+                    ("answer", answer),
+                ]
+            ),
+            lit("}") if answer_closed else Rx("", 0),
+        )
+    return seq(
         lit('",'),
         json_members(
             [
@@ -94,15 +99,35 @@ def _recovery(answer: Rx, *, answer_closed: bool = True) -> Rx:
         ),
         lit("}"),
     )
-    return seq(lit('{"classification":"'), alt(sufficient, other))
+
+
+def _recovery(answer: Rx) -> Rx:
+    """The whole verdict with ``answer`` as the SUFFICIENT branch's answer."""
+    return seq(lit(CLASSIFICATION_KEY), alt(*[seq(lit(c.value), _rest(c, answer)) for c in Classification]))
+
+
+def _answer_start() -> Rx:
+    return seq(lit('"'), _sentence(), lit(CITATION_OPEN))
 
 
 @lru_cache(maxsize=1)
+def _segments() -> dict[str, Segment]:
+    """The request-independent segments, compiled once per engine."""
+    segments = {
+        "key": Segment.from_rx(lit(CLASSIFICATION_KEY), key="recovery/key"),
+        "decision": Segment.from_rx(
+            alt(*[lit(c.value) for c in Classification]), key="recovery/decision", logprobs=True
+        ),
+    }
+    for c in Classification:
+        rx = _rest(c, _answer_start(), answer_closed=False)
+        segments[c.value] = Segment.from_rx(rx, key=f"recovery/after-{c.value}")
+    return segments
+
+
 def recovery_head() -> Segment:
-    """The first segment, the same for every request: a whole abstention verdict, or
-    an answering verdict up to its first ``[CITATION:``."""
-    answer_start = seq(lit('"'), _sentence(), lit(CITATION_OPEN))
-    return Segment.from_rx(_recovery(answer_start, answer_closed=False), key="recovery/head")
+    """The first segment, the same for every request."""
+    return _segments()["key"]
 
 
 @lru_cache(maxsize=1)
@@ -134,8 +159,13 @@ def recovery_constraint(n_sources: int) -> Constraint:
     if n_sources < 1:
         raise ValueError(f"a recovery request shows at least one source, got n_sources={n_sources}")
     cite = citation_segment(n_sources)
+    segments = _segments()
 
     def continuation(text: str) -> Segment | None:
+        if text == CLASSIFICATION_KEY:
+            return segments["decision"]
+        if text.startswith(CLASSIFICATION_KEY) and text[len(CLASSIFICATION_KEY) :] in segments:
+            return segments[text[len(CLASSIFICATION_KEY) :]]
         if text.endswith(CITATION_OPEN):
             return cite
         if text.endswith("]") and '"answer":"' in text:

@@ -135,13 +135,20 @@ def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
     return json_list(json_string(1, max_chars), min_items, max_items)
 
 
-#: Where the request-independent head segment ends and the per-request flags begin.
+#: Where the decision starts, and where the request-independent segments end.
+DECISION_KEY = '"is_sufficient":'
 FLAGS_KEY = '"chunk_useful":'
 
 
-def _head() -> Rx:
+def _entities() -> Rx:
     entity = json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", JSON_BOOL)])
-    entities = json_list(entity, 1, B.ENTITIES_MAX)
+    return lit('{"required_entities":') + json_list(entity, 1, B.ENTITIES_MAX) + lit("," + DECISION_KEY)
+
+
+def _after(decision: bool) -> Rx:
+    """What follows the decision value: ``true`` forces an empty ``missing_information``,
+    ``false`` at least one item (seed requirements 2 and 7)."""
+    missing = lit("[]") if decision else _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
     tail = json_members(
         [
             ("contradictions", _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS)),
@@ -149,25 +156,27 @@ def _head() -> Rx:
             ("reasoning", json_string(1, B.REASONING_CHARS)),
         ]
     )
-    decision = alt(
-        lit('true,"missing_information":[]'),
-        lit('false,"missing_information":') + _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1),
-    )
-    return (
-        lit('{"required_entities":')
-        + entities
-        + lit(',"is_sufficient":')
-        + decision
-        + lit(",")
-        + tail
-        + lit("," + FLAGS_KEY)
-    )
+    return lit(',"missing_information":') + missing + lit(",") + tail + lit("," + FLAGS_KEY)
+
+
+def _head() -> Rx:
+    return _entities() + alt(lit("true") + _after(True), lit("false") + _after(False))
 
 
 @lru_cache(maxsize=1)
+def _segments() -> dict[str, Segment]:
+    """The request-independent segments: compiled once per engine, whatever the input."""
+    return {
+        "entities": Segment.from_rx(_entities(), key="sufficiency/entities"),
+        "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
+        "true": Segment.from_rx(_after(True), key="sufficiency/after-true"),
+        "false": Segment.from_rx(_after(False), key="sufficiency/after-false"),
+    }
+
+
 def sufficiency_head() -> Segment:
-    """The first segment, the same for every request: everything up to the flags."""
-    return Segment.from_rx(_head(), key="sufficiency/head")
+    """The first segment, the same for every request."""
+    return _segments()["entities"]
 
 
 @lru_cache(maxsize=1024)
@@ -181,18 +190,26 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
     """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
 
     The entities come first (the seed's reasoning step 1), then the decision, which
-    picks the branch: ``true`` forces an empty ``missing_information``, ``false`` at
-    least one item (seed requirements 2 and 7).  Decoded in two segments: the head
-    (compiled once per engine) and the flags for this chunk count (tiny).
+    picks the branch.  Decoded in segments: the entities, the decision alone (the
+    only segment with log-probabilities), the rest of the branch, then the flags for
+    this chunk count (tiny); all but the flags are the same for every request.
     """
     flags = flags_segment(n_chunks)
-    head = sufficiency_head()
+    segments = _segments()
 
     def continuation(text: str) -> Segment | None:
-        return flags if text.endswith(FLAGS_KEY) else None
+        if text.endswith(FLAGS_KEY):
+            return flags
+        if text.endswith(DECISION_KEY):
+            return segments["decision"]
+        if text.endswith(DECISION_KEY + "true"):
+            return segments["true"]
+        if text.endswith(DECISION_KEY + "false"):
+            return segments["false"]
+        return None
 
     rx = _head() + bool_flags(n_chunks) + lit("}")
-    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}", head=head, continuation=continuation)
+    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}", head=segments["entities"], continuation=continuation)
 
 
 def to_verdict(

@@ -27,6 +27,7 @@ from suffice.exceptions import ConfigError
 KV_SHARE = 0.2
 KV_MIN_GIB = 1
 KV_MAX_GIB = 8
+CPU_BLOCK_SIZE = 32
 
 
 #: CPU flags that mean native bfloat16 arithmetic.
@@ -43,6 +44,8 @@ class MachineSettings:
     #: The dtype the engine computes in: ``auto`` (the weights' own) or ``float32``.
     dtype: str = "auto"
     dtype_from: str = "the weights"
+    #: KV block size (tokens); ``None`` leaves vLLM's default.
+    block_size: int | None = None
 
     def describe(self) -> str:
         return (
@@ -134,7 +137,11 @@ def machine_settings(config: JudgeConfig, *, gpu: bool = False) -> MachineSettin
         kv = float(int(min(max(available * KV_SHARE, KV_MIN_GIB), KV_MAX_GIB)))
         kv_from = f"{KV_SHARE:.0%} of {available:.1f} GiB available"
     dtype, dtype_from = compute_dtype(gpu)
-    return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from)
+    # A segment's continuation recomputes the last, partial KV block of its prompt: vLLM's
+    # CPU default of 128 tokens makes that up to 127 tokens per segment; 32 is the
+    # smallest size its CPU attention prefers.
+    block_size = None if gpu else CPU_BLOCK_SIZE
+    return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size)
 
 
 def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:

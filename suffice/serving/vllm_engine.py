@@ -101,6 +101,8 @@ class VLLMEngine(TokenizerMixin, Engine):
             "seed": config.seed,
             "dtype": self.settings.dtype,
         }
+        if self.settings.block_size is not None:
+            kwargs["block_size"] = self.settings.block_size
         if config.max_model_len is not None:
             kwargs["max_model_len"] = config.max_model_len
         with engine_output(config.verbose) as log:
@@ -185,7 +187,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             params = SamplingParams(
                 temperature=0.0,
                 max_tokens=seq.segment.max_tokens,
-                logprobs=self.logprobs or None,
+                logprobs=(self.logprobs or None) if seq.segment.logprobs else None,
                 structured_outputs=StructuredOutputsParams(regex=seq.segment.pattern),
                 output_kind=RequestOutputKind.FINAL_ONLY,
             )
@@ -203,13 +205,17 @@ class VLLMEngine(TokenizerMixin, Engine):
         while kept and token_ids[kept - 1] in self._eos_ids:
             kept -= 1
         seq.generated_ids.extend(token_ids[:kept])
-        seq.text += completion.text
         seq.finish_reason = completion.finish_reason
-        if tokens is None or top is None:
+        if not seq.segment.logprobs:
+            # One stand-in token for the whole segment: positions stay aligned with the text.
+            seq.tokens.append(completion.text)
+            seq.top_logprobs.append({})
+        elif tokens is None or top is None:
             seq.logprobs_ok = False
         else:
             seq.tokens.extend(tokens[:kept])
             seq.top_logprobs.extend(top[:kept])
+        seq.text += completion.text
 
     def close(self) -> None:
         llm = getattr(self, "_llm", None)

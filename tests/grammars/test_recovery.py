@@ -1,4 +1,5 @@
 import json
+import re
 
 import jsonschema
 import pytest
@@ -115,3 +116,89 @@ def test_relabel_citations():
     text, cited = relabel_citations("A [CITATION:1] B [CITATION:0] C [CITATION:1]", ["s0", "s1"])
     assert text == "A [CITATION:s1] B [CITATION:s0] C [CITATION:s1]"
     assert cited == ["s1", "s0"]
+
+
+@pytest.mark.parametrize("n_sources", [1, 3, 40])
+def test_the_large_segments_are_the_same_for_every_source_count(n_sources):
+    c = recovery_constraint(n_sources)
+    assert c.first_segment() == recovery_constraint(1).first_segment()
+    text = dumps({**SUFFICIENT, "answer": "One [CITATION:0] Two [CITATION:0]"})
+    keys = [segment.key for segment, _ in c.segments_of(text)]
+    assert [k for k in keys if k != f"citation/{n_sources}"] == [
+        "recovery/key",
+        "recovery/decision",
+        "recovery/after-SUFFICIENT",
+        "recovery/more",
+        "recovery/more",
+    ]
+
+
+HEAD = ["recovery/key", "recovery/decision", "recovery/after-SUFFICIENT"]
+
+
+def test_only_the_decision_segment_asks_for_log_probabilities():
+    pieces = recovery_constraint(2).segments_of(dumps(SUFFICIENT))
+    assert [segment.key for segment, _ in pieces if segment.logprobs] == ["recovery/decision"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "keys"),
+    [
+        ("One [CITATION:1]", [*HEAD, "citation/3", "recovery/more"]),
+        (
+            "One [CITATION:2] Two [CITATION:0]",
+            [*HEAD, "citation/3", "recovery/more", "citation/3", "recovery/more"],
+        ),
+        (
+            "A [CITATION:0] B [CITATION:1] C [CITATION:2]",
+            [
+                *HEAD,
+                "citation/3",
+                "recovery/more",
+                "citation/3",
+                "recovery/more",
+                "citation/3",
+                "recovery/close",
+            ],
+        ),
+    ],
+)
+def test_an_answer_is_generated_in_segments_that_compose_to_it(answer, keys):
+    c = recovery_constraint(3)
+    text = dumps({**SUFFICIENT, "answer": answer})
+    pieces = c.segments_of(text)
+    assert [segment.key for segment, _ in pieces] == keys
+    assert "".join(piece for _, piece in pieces) == text
+
+
+def test_an_abstention_is_one_segment():
+    text = dumps(ABSTAIN)
+    pieces = recovery_constraint(2).segments_of(text)
+    assert [segment.key for segment, _ in pieces] == [
+        "recovery/key",
+        "recovery/decision",
+        "recovery/after-PARTIALLY_SUFFICIENT",
+    ]
+
+
+def test_the_citation_segment_names_only_sources_of_the_request():
+    c = recovery_constraint(2)
+    cite = c.next_segment(dumps(SUFFICIENT).split("[CITATION:")[0] + "[CITATION:")
+    assert cite is not None
+    assert re.fullmatch(cite.pattern, "1]")
+    assert not re.fullmatch(cite.pattern, "2]")
+    assert not re.fullmatch(cite.pattern, "01]")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_allowed_output_splits_into_its_segments(data):
+    n = data.draw(st.integers(min_value=1, max_value=5))
+    c = recovery_constraint(n)
+    text = data.draw(st.from_regex(c.pattern, fullmatch=True))
+    pieces = c.segments_of(text)
+    assert "".join(piece for _, piece in pieces) == text
+    for segment, piece in pieces:
+        assert re.fullmatch(segment.pattern, piece)
+        assert len(piece.encode("utf-8")) <= segment.max_bytes
+    assert sum(len(p.encode("utf-8")) for _, p in pieces) <= c.max_bytes

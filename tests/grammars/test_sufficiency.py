@@ -79,17 +79,25 @@ def test_segments_compose_to_the_whole_output(n):
     c = sufficiency_constraint(n)
     text = output(chunk_useful=[i % 3 == 0 for i in range(n)])
     pieces = c.segments_of(text)
-    assert [segment.key for segment, _ in pieces] == ["sufficiency/head", f"flags/{n}"]
+    assert [segment.key for segment, _ in pieces] == [
+        "sufficiency/entities",
+        "sufficiency/decision",
+        "sufficiency/after-true",
+        f"flags/{n}",
+    ]
     assert "".join(piece for _, piece in pieces) == text
-    assert pieces[1][1] == json.dumps([i % 3 == 0 for i in range(n)], separators=(",", ":")) + "}"
+    assert pieces[-1][1] == json.dumps([i % 3 == 0 for i in range(n)], separators=(",", ":")) + "}"
+    assert [segment.key for segment, _ in pieces if segment.logprobs] == ["sufficiency/decision"]
 
 
 def test_the_request_dependent_segment_is_small():
-    head = sufficiency_constraint(64).first_segment()
-    flags = sufficiency_constraint(64).next_segment(head_text())
+    c = sufficiency_constraint(64)
+    after = c.next_segment(head_text().split('"is_sufficient":')[0] + '"is_sufficient":true')
+    flags = c.next_segment(head_text())
     assert flags is not None
+    assert after is not None
     assert len(flags.pattern) < 60
-    assert len(head.pattern) > 10 * len(flags.pattern)
+    assert len(after.pattern) > 5 * len(flags.pattern)
 
 
 def head_text() -> str:

@@ -12,6 +12,8 @@ import re
 import jsonschema
 import pytest
 
+from suffice.gates import DecisionGate, SufficiencyGate
+from suffice.grammars.decision import DecisionVerdict
 from suffice.grammars.sufficiency import (
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
@@ -143,3 +145,78 @@ def test_decision_probability_from_logprobs(judged):
         assert chosen > 0.0  # the generated value had probability mass
     agree = sum((v.p_sufficient >= 0.5) == v.is_sufficient for v in with_p)
     assert agree >= 0.9 * len(with_p)  # greedy decoding picks the more likely value
+
+
+def many_counts_batch(top: int = 14) -> list[dict]:
+    """One item per chunk count 1..top: the same question over more and more short chunks."""
+    facts = [f"Fact {i}: the lighthouse on island {i} was built in {1850 + i}." for i in range(top)]
+    return [
+        {
+            "id": f"n{n}",
+            "question": "When was the lighthouse on island 3 built?",
+            "chunks": [{"id": f"c{i}", "text": facts[i]} for i in range(n)],
+        }
+        for n in range(1, top + 1)
+    ]
+
+
+@pytest.fixture(scope="session")
+def many_counts(engine):
+    records = many_counts_batch()
+    judge = Judge(engine, "sufficiency")
+    return judge, records, judge.judge_batch(records)
+
+
+def test_a_batch_over_many_chunk_counts_is_valid_and_shares_one_head(many_counts):
+    judge, records, results = many_counts
+    for record, result in zip(records, results, strict=True):
+        assert result.verdict is not None, result.error
+        check_verdict(result.verdict, record)
+        n_shown = len(record["chunks"]) - len(result.verdict.omitted_chunk_ids)
+        raw = result.raw_text
+        pieces = sufficiency_constraint(n_shown).segments_of(raw)
+        assert [segment.key for segment, _ in pieces][:2] == ["sufficiency/entities", "sufficiency/decision"]
+        assert pieces[-1][0].key == f"flags/{n_shown}"
+        flags = json.loads(pieces[-1][1][:-1])
+        assert len(flags) == n_shown
+        assert [c["id"] for c, useful in zip(record["chunks"], flags, strict=True) if useful] == list(
+            result.verdict.useful_chunk_ids
+        )
+    assert judge.stats.length_cutoffs == 0
+    assert judge.stats.retries == 0
+
+
+@pytest.fixture(scope="session")
+def decided(engine):
+    records = (
+        load_records("squad2.jsonl", 4)
+        + load_records("hotpotqa.jsonl", 2)
+        + [{"id": "empty", "question": "Who?", "chunks": []}]
+    )
+    judge = Judge(engine, DecisionGate(SufficiencyGate()))
+    return judge, records, judge.judge_batch(records)
+
+
+def test_decision_mode_writes_only_the_decision(decided):
+    judge, _, results = decided
+    constraint = judge.gate.constraint_for([])
+    for result in results:
+        verdict = result.verdict
+        assert isinstance(verdict, DecisionVerdict)
+        assert result.prompt_version == "sufficiency/v2/decision"
+        if verdict.model_called:
+            assert constraint.matches(result.raw_text)
+            assert verdict.decision in ("true", "false")
+            assert verdict.positive == (verdict.decision == "true")
+            assert result.tokens.completion <= constraint.max_tokens
+    assert results[-1].verdict.model_called is False
+
+
+def test_decision_mode_reads_the_probability(decided):
+    judge, _, results = decided
+    if judge.engine.backend == "outlines-transformers":
+        pytest.skip("the transformers engine reports no log-probabilities")
+    called = [r.verdict for r in results if r.verdict.model_called]
+    for verdict in called:
+        assert verdict.probability is not None
+        assert (verdict.probability >= 0.5) == verdict.positive  # greedy picks the likelier value

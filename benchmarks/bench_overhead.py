@@ -1,0 +1,132 @@
+"""What the constraint costs: warm overhead per backend, and cold (compile) cost per gate.
+
+For each backend, one engine:
+
+* **cold cost per gate**: one request of each gate on a fresh engine (the gate's
+  head segment is compiled inside it), then the same request again (warm); the
+  difference is the compile cost.
+* **warm overhead**: the gate's requests for ``--items`` items generated under the
+  constraint (segments and all), then the same prompts generated without any
+  constraint to exactly the same number of tokens per request (``min_tokens`` =
+  ``max_tokens``, end-of-sequence ignored), both after a warm-up, both with the
+  same log-probabilities.  The ratio is the overhead: mask computation, the extra
+  step of each segment, and the decision the backend makes per token.
+* **prefill only**: the same prompts with one output token, for scale.
+
+    .venv/bin/python benchmarks/bench_overhead.py --items 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from typing import Any
+
+from common import load_items, table, write_json
+
+from suffice.config import BACKENDS, JudgeConfig
+from suffice.judge import Judge
+from suffice.serving.base import GenerationRequest
+from suffice.serving.vllm_engine import VLLMEngine
+
+
+def _recovery_item(item: dict[str, Any]) -> dict[str, Any]:
+    return {**item, "response": str(item.get("answer") or "It is not known.") + " This is well documented."}
+
+
+def _unconstrained(engine: VLLMEngine, requests: list[GenerationRequest], lengths: list[int]) -> float:
+    from vllm import SamplingParams, TokensPrompt
+
+    prompts = [TokensPrompt(prompt_token_ids=engine.prompt_ids(r.messages)) for r in requests]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, logprobs=engine.logprobs or None)
+        for n in lengths
+    ]
+    began = time.perf_counter()
+    engine._llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - began
+
+
+def _prefill_only(engine: VLLMEngine, requests: list[GenerationRequest]) -> float:
+    return _unconstrained(engine, requests, [1] * len(requests))
+
+
+def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    config = JudgeConfig(backend=backend, rubric="customer-support")
+    engine = VLLMEngine(config)
+    try:
+        row: dict[str, Any] = {"backend": backend}
+        probes = {
+            "sufficiency": items[0],
+            "recovery": _recovery_item(items[0]),
+            "adequacy": items[0],
+        }
+        for gate, record in probes.items():
+            judge = Judge(engine, gate, JudgeConfig(gate=gate, backend=backend, rubric="customer-support"))
+            began = time.perf_counter()
+            judge.judge_batch([record])
+            cold = time.perf_counter() - began
+            began = time.perf_counter()
+            judge.judge_batch([record])
+            warm = time.perf_counter() - began
+            row[f"cold_{gate}_s"] = cold
+            row[f"compile_{gate}_s"] = max(cold - warm, 0.0)
+
+        judge = Judge(engine, "sufficiency", config)
+        requests = judge.requests(items)
+        judge.judge_batch(items[:4])  # warm-up: every segment pattern seen at least once
+        began = time.perf_counter()
+        generations = engine.generate(requests)
+        constrained = time.perf_counter() - began
+        lengths = [max(g.completion_tokens, 1) for g in generations]
+        free = _unconstrained(engine, requests, lengths)
+        prefill = _prefill_only(engine, requests)
+        row.update(
+            {
+                "items": len(requests),
+                "output_tokens": sum(lengths),
+                "constrained_s": constrained,
+                "unconstrained_s": free,
+                "prefill_only_s": prefill,
+                "overhead": constrained / free - 1.0,
+                "valid": sum(r.constraint.matches(g.text) for r, g in zip(requests, generations, strict=True))
+                / len(requests),
+            }
+        )
+        return row
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--items", type=int, default=24)
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    args = parser.parse_args()
+    items = load_items(args.items)
+    rows = [run_backend(backend, items) for backend in args.backends]
+    columns = [
+        ("backend", "backend", ""),
+        ("items", "items", "d"),
+        ("output_tokens", "output tokens", "d"),
+        ("constrained_s", "constrained s", ".1f"),
+        ("unconstrained_s", "same tokens unconstrained s", ".1f"),
+        ("overhead", "warm overhead", "+.1%"),
+        ("prefill_only_s", "prefill only s", ".1f"),
+        ("valid", "valid", ".0%"),
+        ("compile_sufficiency_s", "compile sufficiency s", ".1f"),
+        ("compile_recovery_s", "compile recovery s", ".1f"),
+        ("compile_adequacy_s", "compile adequacy s", ".1f"),
+    ]
+    print(table(rows, columns))
+    path = write_json(
+        "overhead.json",
+        {"machine": platform.platform(), "python": sys.version.split()[0], "argv": sys.argv[1:], "rows": rows},
+    )
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Throughput against this machine's prefill roofline, full verdicts beside decision-only.
+
+One engine on ``--backend``; the same items from ``../shared/data`` judged with the
+full verdict, then with ``--detail decision``.  For each: verdicts per second and
+prompt tokens per second over the whole run (prefill and decode), and that rate as
+a share of the prefill roofline computed here, at run time:
+
+    peak FLOP/s  = cores in the affinity mask x clock x FMA units (2) x 2 x SIMD lanes
+                   (lanes: 16 with AVX-512, 8 with AVX2, 4 otherwise; x2 when the CPU has
+                   native bfloat16 and the engine computes in it)
+    FLOPs/token  = 2 x the model's non-embedding parameters (prefill computes no logits
+                   but the last position's; attention's quadratic term is left out)
+    roofline     = peak FLOP/s / FLOPs per token   (prompt tokens per second)
+
+Prompt tokens include those the prefix cache serves (the shared instructions), as a
+user counts them; the roofline is what a machine could prefill with no cache at all.
+
+    .venv/bin/python benchmarks/bench_throughput.py --items 240
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import load_items, table, write_json
+
+from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
+from suffice.gates import DecisionGate, SufficiencyGate
+from suffice.judge import Judge
+from suffice.serving.machine import cpu_flags
+from suffice.serving.vllm_engine import VLLMEngine
+
+
+def parameter_counts(folder: Path) -> tuple[int, int]:
+    """(all parameters, embedding parameters) from the safetensors headers (no tensor is loaded)."""
+    total = embedding = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with path.open("rb") as handle:
+            size = struct.unpack("<Q", handle.read(8))[0]
+            header = json.loads(handle.read(size))
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in meta["shape"]:
+                count *= dim
+            total += count
+            if "embed" in name:
+                embedding += count
+    return total, embedding
+
+
+def clock_ghz() -> float:
+    """The highest clock the kernel reports (``cpu MHz`` lines), in GHz."""
+    best = 0.0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                best = max(best, float(line.split(":")[1]))
+    except (OSError, ValueError):
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        best = max(best, int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1000)
+    return best / 1000 if best else 2.0
+
+
+def roofline(folder: Path, dtype: str) -> dict[str, Any]:
+    flags = cpu_flags()
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    bf16 = dtype != "float32" and any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+    cores = len(os.sched_getaffinity(0))
+    ghz = clock_ghz()
+    peak = cores * ghz * 1e9 * 2 * 2 * lanes * (2 if bf16 else 1)
+    total, embedding = parameter_counts(folder)
+    per_token = 2 * (total - embedding)
+    return {
+        "cores": cores,
+        "clock_ghz": ghz,
+        "simd_lanes_fp32": lanes,
+        "native_bf16": bf16,
+        "compute_dtype": dtype,
+        "peak_gflops": peak / 1e9,
+        "parameters": total,
+        "non_embedding_parameters": total - embedding,
+        "roofline_prompt_tokens_per_s": peak / per_token,
+    }
+
+
+def run(judge: Judge, items: list[dict[str, Any]], label: str, roof: float) -> dict[str, Any]:
+    prompt_before = judge.stats.prompt_tokens
+    completion_before = judge.stats.completion_tokens
+    began = time.perf_counter()
+    results = judge.judge_batch(items)
+    seconds = time.perf_counter() - began
+    prompt = judge.stats.prompt_tokens - prompt_before
+    return {
+        "mode": label,
+        "items": len(items),
+        "verdicts": sum(r.verdict is not None for r in results),
+        "seconds": seconds,
+        "verdicts_per_s": len(items) / seconds,
+        "prompt_tokens": prompt,
+        "output_tokens": judge.stats.completion_tokens - completion_before,
+        "prompt_tokens_per_s": prompt / seconds,
+        "share_of_roofline": prompt / seconds / roof,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--items", type=int, default=240)
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
+    parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
+    args = parser.parse_args()
+    items = load_items(args.items)
+    config = JudgeConfig(backend=args.backend, enforce_eager=not args.compile)
+    began = time.perf_counter()
+    engine = VLLMEngine(config)
+    startup = time.perf_counter() - began
+    try:
+        roof = roofline(engine.model_path, engine.settings.dtype)
+        rate = roof["roofline_prompt_tokens_per_s"]
+        decision = run(Judge(engine, DecisionGate(SufficiencyGate()), config), items, "decision only", rate)
+        full = run(Judge(engine, SufficiencyGate(), config), items, "full verdict", rate)
+    finally:
+        engine.close()
+    rows = [full, decision]
+    for row in rows:
+        row["vs_full"] = row["verdicts_per_s"] / full["verdicts_per_s"]
+    print(
+        f"roofline: {roof['cores']} cores x {roof['clock_ghz']:.2f} GHz x 2 FMA x 2 x {roof['simd_lanes_fp32']} lanes"
+        f"{' x 2 (bf16)' if roof['native_bf16'] else ''} = {roof['peak_gflops']:.0f} GFLOP/s; "
+        f"{roof['non_embedding_parameters'] / 1e6:.0f} M non-embedding parameters -> "
+        f"{rate:,.0f} prompt tokens/s; engine start-up {startup:.0f} s"
+    )
+    columns = [
+        ("mode", "mode", ""),
+        ("items", "items", "d"),
+        ("seconds", "seconds", ".0f"),
+        ("verdicts_per_s", "verdicts/s", ".2f"),
+        ("vs_full", "vs full", ".2f"),
+        ("prompt_tokens", "prompt tokens", ",d"),
+        ("output_tokens", "output tokens", ",d"),
+        ("prompt_tokens_per_s", "prompt tokens/s", ",.0f"),
+        ("share_of_roofline", "% of roofline", ".0%"),
+    ]
+    print(table(rows, columns))
+    path = write_json(
+        "throughput.json",
+        {
+            "machine": platform.platform(),
+            "python": sys.version.split()[0],
+            "argv": sys.argv[1:],
+            "backend": args.backend,
+            "startup_s": startup,
+            "roofline": roof,
+            "rows": rows,
+        },
+    )
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Engine settings read off the machine, and the engine's output kept off the terminal."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError
+from suffice.serving import machine
+from suffice.serving.machine import core_ranges, engine_output, machine_settings, parse_cores
+
+
+def test_cores_round_trip():
+    assert parse_cores("0-3,6") == (0, 1, 2, 3, 6)
+    assert core_ranges([0, 1, 2, 3, 6]) == "0-3,6"
+    assert core_ranges([1]) == "1"
+
+
+@pytest.mark.parametrize("spec", ["a-b", "3-1", "-1", ""])
+def test_bad_cores_name_the_parameter(spec):
+    with pytest.raises(ConfigError) as info:
+        parse_cores(spec)
+    assert info.value.parameter == "cores"
+
+
+def test_defaults_come_from_the_affinity_mask_and_available_memory(monkeypatch):
+    monkeypatch.setattr(machine, "available_memory_gib", lambda: 20.0)
+    settings = machine_settings(JudgeConfig())
+    assert settings.cores == tuple(sorted(os.sched_getaffinity(0)))
+    assert settings.kv_cache_gib == 4  # 20 % of 20 GiB
+    assert "available" in settings.kv_from
+
+
+def test_kv_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(machine, "available_memory_gib", lambda: 400.0)
+    assert machine_settings(JudgeConfig()).kv_cache_gib == machine.KV_MAX_GIB
+    monkeypatch.setattr(machine, "available_memory_gib", lambda: 2.0)
+    assert machine_settings(JudgeConfig()).kv_cache_gib == machine.KV_MIN_GIB
+
+
+def test_overrides_win():
+    first = min(os.sched_getaffinity(0))
+    settings = machine_settings(JudgeConfig(cores=str(first), kv_cache_gib=3))
+    assert settings.cores == (first,)
+    assert settings.kv_cache_gib == 3
+
+
+def test_cores_outside_the_affinity_mask_are_refused():
+    with pytest.raises(ConfigError) as info:
+        machine_settings(JudgeConfig(cores="4096"))
+    assert info.value.parameter == "cores"
+
+
+def test_no_native_bf16_means_float32(monkeypatch):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "fma"})
+    assert machine.compute_dtype(gpu=False)[0] == "float32"
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert machine.compute_dtype(gpu=False)[0] == "auto"
+
+
+def test_a_child_process_started_while_hidden_writes_to_the_log(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path))
+    with engine_output(verbose=False) as log:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; print('engine says hi'); sys.stderr.write('warn\\n')"]
+        )
+        child.wait()
+    print("after")
+    out, err = capfd.readouterr()
+    assert log is not None
+    assert "engine says hi" in log.read_text()
+    assert "warn" in log.read_text()
+    assert "engine says hi" not in out
+    assert "warn" not in err
+    assert "after" in out
+
+
+def test_verbose_redirects_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path))
+    with engine_output(verbose=True) as log:
+        assert log is None
