@@ -15,7 +15,7 @@ GOOD = {
     "contradictions": [],
     "confidence": 0.8,
     "reasoning": "Chunk 0 answers.",
-    "chunk_useful": [True],
+    "chunk_useful": "Y",
 }
 
 

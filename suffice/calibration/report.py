@@ -21,6 +21,8 @@ from suffice.calibration.metrics import (
 
 def scores_of(gate: str, verdict: Mapping[str, Any]) -> dict[str, float | None]:
     """Every score a verdict row offers, by name; ``decision`` is the binary decision."""
+    if verdict.get("detail") == "decision":  # --detail decision, any gate
+        return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
     if gate == "sufficiency":
         confidence = float(verdict["confidence"])
         sufficient = bool(verdict["is_sufficient"])

@@ -22,6 +22,7 @@ from suffice.jsonl import ResumableWriter, read_records
 from suffice.judge import Judge
 from suffice.records import Item
 from suffice.results import JudgeResult
+from suffice.serving.machine import machine_settings
 from suffice.summary import RunSummary
 
 
@@ -124,6 +125,7 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         verbose=args.verbose,
     )
     make_gate_for(config)
+    machine_settings(config)  # --cores outside the affinity mask is a usage error, before the engine starts
     return config
 
 

@@ -28,6 +28,9 @@ class DecisionGate(Gate):
         self.name = inner.name
         self.template = inner.template
         self.needs_response = inner.needs_response
+        self.decision_key = inner.decision_key
+        self.decision_json_values = inner.decision_json_values
+        self.positive_value = inner.positive_value
         self.decision_marker = decision_marker(inner.decision_key)
         self.decision_values = inner.decision_json_values
         self._constraint = decision_constraint(inner.decision_key, inner.decision_json_values)

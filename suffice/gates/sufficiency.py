@@ -94,7 +94,7 @@ class SufficiencyGate(Gate):
             raise VerdictError(f"output is not a valid sufficiency verdict: {exc}", text) from exc
         n = len(fitted.shown)
         if len(output.chunk_useful) != n:
-            raise VerdictError(f"chunk_useful has {len(output.chunk_useful)} flags for {n} chunks shown", text)
+            raise VerdictError(f"chunk_useful has {len(output.chunk_useful)} letters for {n} chunks shown", text)
         if output.is_sufficient == bool(output.missing_information):
             raise VerdictError("missing_information must be empty exactly when is_sufficient is true", text)
         verdict = to_verdict(

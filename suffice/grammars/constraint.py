@@ -43,10 +43,13 @@ class Segment:
     #: segment holding the decision needs them, and computing them for every token
     #: cost about a fifth of the decode time here (214 vs 173 ms a step, batch 16).
     logprobs: bool = False
+    #: Whether the pattern depends on the request (chunk or source count): such
+    #: segments are tiny and many; the others are few, large and worth keeping.
+    per_request: bool = False
 
     @classmethod
-    def from_rx(cls, rx: Rx, key: str, logprobs: bool = False) -> Segment:
-        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, logprobs=logprobs)
+    def from_rx(cls, rx: Rx, key: str, logprobs: bool = False, per_request: bool = False) -> Segment:
+        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, logprobs=logprobs, per_request=per_request)
 
     @property
     def max_tokens(self) -> int:

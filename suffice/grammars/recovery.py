@@ -146,7 +146,7 @@ def _close() -> Segment:
 @lru_cache(maxsize=1024)
 def citation_segment(n_sources: int) -> Segment:
     """A source label from ``0..m-1`` and the marker's closing bracket (tiny)."""
-    return Segment.from_rx(seq(_citation_label(n_sources), lit("]")), key=f"citation/{n_sources}")
+    return Segment.from_rx(seq(_citation_label(n_sources), lit("]")), key=f"citation/{n_sources}", per_request=True)
 
 
 def _answer(n_sources: int) -> Rx:

@@ -5,7 +5,7 @@ Two shapes, on purpose:
 * :class:`SufficiencyOutput` is what the model generates: a lean, compact form in
   which every seed requirement that a grammar can express holds by construction.
   Coverage is a list of ``{"entity", "covered"}`` pairs, so the coverage keys are
-  exactly the required entities; usefulness is one ``true``/``false`` per chunk
+  exactly the required entities; usefulness is one letter ``Y``/``N`` per chunk
   shown, in label order (``chunk_useful``), so only chunks of the request can be
   named, each at most once.  That list is the only part that depends on the
   request (its length), so it is generated as a short second segment that
@@ -29,7 +29,7 @@ from suffice.grammars.regex import (
     UNIT_INTERVAL,
     Rx,
     alt,
-    bool_flags,
+    flag_string,
     json_list,
     json_members,
     json_object,
@@ -73,8 +73,8 @@ class SufficiencyOutput(BaseModel):
     contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
     reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
-    #: One flag per chunk shown, in label order.
-    chunk_useful: list[bool]
+    #: One letter per chunk shown, in label order: ``Y`` useful, ``N`` not.
+    chunk_useful: str = Field(pattern=r"^[YN]*$")
 
 
 class CalibratedDecision(BaseModel):
@@ -181,8 +181,8 @@ def sufficiency_head() -> Segment:
 
 @lru_cache(maxsize=1024)
 def flags_segment(n_chunks: int) -> Segment:
-    """``[b0,...,b(n-1)]}``: exactly one flag per chunk shown (linear in ``n``)."""
-    return Segment.from_rx(bool_flags(n_chunks) + lit("}"), key=f"flags/{n_chunks}")
+    """``"YNN...Y"}``: exactly one letter per chunk shown (linear in ``n``)."""
+    return Segment.from_rx(flag_string(n_chunks) + lit("}"), key=f"flags/{n_chunks}", per_request=True)
 
 
 @lru_cache(maxsize=1024)
@@ -208,7 +208,7 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
             return segments["false"]
         return None
 
-    rx = _head() + bool_flags(n_chunks) + lit("}")
+    rx = _head() + flag_string(n_chunks) + lit("}")
     return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}", head=segments["entities"], continuation=continuation)
 
 
@@ -238,7 +238,9 @@ def to_verdict(
         contradictions=list(output.contradictions),
         confidence=output.confidence,
         reasoning=output.reasoning,
-        useful_chunk_ids=[chunk_id for chunk_id, useful in zip(chunk_ids, output.chunk_useful, strict=True) if useful],
+        useful_chunk_ids=[
+            chunk_id for chunk_id, flag in zip(chunk_ids, output.chunk_useful, strict=True) if flag == "Y"
+        ],
         prompt_version=prompt_version,
         truncated_chunk_ids=truncated_chunk_ids,
         omitted_chunk_ids=omitted_chunk_ids,

@@ -21,7 +21,9 @@ from suffice.serving.base import Engine, Generation, GenerationRequest, Progress
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
-_GENERATORS_KEPT = 16
+#: Generators for per-request segments (tiny, many) kept; the request-independent
+#: ones (a few per gate, each an index built in seconds) are always kept.
+_GENERATORS_KEPT = 32
 _BATCH = 8
 
 
@@ -54,23 +56,25 @@ class TransformersEngine(TokenizerMixin, Engine):
         # Prompts arrive templated (plus the segments generated so far): no second template.
         self._model.type_adapter.has_chat_template = False  # type: ignore[attr-defined]
         self._generators: OrderedDict[str, Any] = OrderedDict()
+        self._shared: dict[str, Any] = {}
         self.model_id = ref.model_id
         self.model_path = ref.path
         self.backend = "outlines-transformers"
         limit = getattr(hf_model.config, "max_position_embeddings", None) or 8192
         self.max_model_len = min(int(limit), config.max_model_len or int(limit))
 
-    def _generator(self, key: str, pattern: str) -> Any:
-        generator = self._generators.get(key)
+    def _generator(self, segment: Segment) -> Any:
+        cache = self._generators if segment.per_request else self._shared
+        generator = cache.get(segment.key)
         if generator is None:
             from outlines.types import Regex
 
-            generator = self._outlines.Generator(self._model, Regex(pattern))
-            self._generators[key] = generator
+            generator = self._outlines.Generator(self._model, Regex(segment.pattern))
+            cache[segment.key] = generator
             while len(self._generators) > _GENERATORS_KEPT:
                 self._generators.popitem(last=False)
-        else:
-            self._generators.move_to_end(key)
+        elif segment.per_request:
+            self._generators.move_to_end(segment.key)
         return generator
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
@@ -87,9 +91,9 @@ class TransformersEngine(TokenizerMixin, Engine):
             for index, segment in current.items():
                 groups.setdefault(segment.key, []).append(index)
             following: dict[int, Segment] = {}
-            for key, indices in groups.items():
+            for indices in groups.values():
                 segment = current[indices[0]]
-                generator = self._generator(key, segment.pattern)
+                generator = self._generator(segment)
                 for start in range(0, len(indices), _BATCH):
                     chunk = indices[start : start + _BATCH]
                     try:

@@ -85,3 +85,10 @@ def test_calibrated_rubric_version_is_used_by_the_decision(tmp_path):
     assert decide(output(SCORES), base).decision == "FAIL"  # 0.65 < 0.9 + 0.1
     d = decide(output(SCORES), calibrated)
     assert d.decision == "PASS" and d.threshold == 0.62  # the calibrated threshold, no margin
+
+
+def test_decision_only_rows_offer_their_probability():
+    from suffice.calibration.report import scores_of
+
+    row = {"detail": "decision", "decision": "false", "positive": False, "probability": 0.25}
+    assert scores_of("sufficiency", row) == {"probability": 0.25, "decision": 0.0}

@@ -51,6 +51,11 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
     proc = suffice("judge", str(source), "-o", str(out), "--backend", "xgrammar", "--format", "ragflow")
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
     assert "%|" in proc.stderr  # the progress bar
+    assert "rec/s" in proc.stderr or "s/rec" in proc.stderr  # with its rate
+    # vLLM's own lines stay in the engine log unless -v.
+    assert "Loading safetensors" not in proc.stderr
+    assert "WARNING" not in proc.stderr
+    assert "Triton" not in proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == expected_ids
     assert rows[1]["error"]["field"] == "question"
@@ -75,3 +80,41 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
 
     proc = suffice("judge", str(source), "-o", str(out), "--no-progress")
     assert proc.returncode == EXIT_ITEM_ERRORS and "nothing to do" in proc.stderr
+
+
+@pytest.mark.engine
+def test_verbose_decision_mode_shows_settings_and_writes_decisions(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    records = load_records("squad2.jsonl", 3)
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = suffice(
+        "judge",
+        str(source),
+        "-o",
+        str(out),
+        "--detail",
+        "decision",
+        "-v",
+        "--kv-cache-gib",
+        "1",
+        "--backend",
+        "guidance",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "engine threads bound to cores" in proc.stderr
+    assert "KV cache 1 GiB (--kv-cache-gib)" in proc.stderr
+    assert "Loading safetensors" in proc.stderr  # -v lets the engine's own output through
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [str(r["id"]) for r in records]
+    for row in rows:
+        assert row["verdict"]["detail"] == "decision"
+        assert row["verdict"]["decision"] in ("true", "false")
+        assert 0.0 <= row["verdict"]["probability"] <= 1.0
+        assert row["prompt_version"] == "sufficiency/v2/decision"
+
+
+def test_bad_cores_are_a_usage_error(tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), "--cores", "9999")
+    assert proc.returncode == EXIT_USAGE
+    assert "cores" in proc.stderr

@@ -12,28 +12,26 @@ def test_escape_only_metacharacters():
     assert R.escape("a b,c") == "a b,c"
 
 
-def test_bool_flags_exact_pattern():
-    assert R.bool_flags(0) == R.Rx("\\[\\]", 2)
-    assert R.bool_flags(1).pattern == "\\[(true|false)\\]"
-    rx = R.bool_flags(3)
-    assert rx.pattern == "\\[(true|false)(,(true|false)){2,2}\\]"
-    assert rx.max_bytes == len("[false,false,false]")
+def test_flag_string_exact_pattern():
+    assert R.flag_string(0) == R.Rx('""', 2)
+    rx = R.flag_string(3)
+    assert rx.pattern == '"[YN]{3,3}"'
+    assert rx.max_bytes == len('"YNN"')
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 11, 80, 128])
-def test_bool_flags_accepts_exactly_one_flag_per_chunk(n):
-    compiled = re.compile(R.bool_flags(n).pattern)
-    assert compiled.fullmatch("[" + ",".join(["true"] * n) + "]")
-    assert compiled.fullmatch("[" + ",".join(["false"] * n) + "]")
-    assert not compiled.fullmatch("[" + ",".join(["true"] * (n + 1)) + "]")  # a chunk not in the request
-    assert not compiled.fullmatch("[" + ",".join(["true"] * (n - 1)) + "]")  # a chunk left out
-    if n > 1:
-        assert not compiled.fullmatch("[" + ", ".join(["true"] * n) + "]")  # no free whitespace
+def test_flag_string_accepts_exactly_one_letter_per_chunk(n):
+    compiled = re.compile(R.flag_string(n).pattern)
+    assert compiled.fullmatch('"' + "Y" * n + '"')
+    assert compiled.fullmatch('"' + "N" * n + '"')
+    assert not compiled.fullmatch('"' + "Y" * (n + 1) + '"')  # a chunk not in the request
+    assert not compiled.fullmatch('"' + "Y" * (n - 1) + '"')  # a chunk left out
+    assert not compiled.fullmatch('"' + "y" * n + '"')  # only the two letters
 
 
 @pytest.mark.parametrize("n", [8, 64, 128])
-def test_bool_flags_pattern_grows_linearly(n):
-    assert len(R.bool_flags(n).pattern) == len(R.bool_flags(2).pattern) + len(str(n - 1)) * 2 - 2
+def test_flag_string_pattern_does_not_grow_with_n_beyond_its_digits(n):
+    assert len(R.flag_string(n).pattern) == len('"[YN]{,}"') + 2 * len(str(n))
 
 
 def test_json_string_exact_pattern_and_bound():

@@ -27,7 +27,7 @@ def output(**overrides):
         "contradictions": [],
         "confidence": 0.9,
         "reasoning": "Chunk 0 names the capital.",
-        "chunk_useful": [True, False, True],
+        "chunk_useful": "YNY",
     }
     base.update(overrides)
     return json.dumps(base, separators=(",", ":"), ensure_ascii=False)
@@ -42,9 +42,10 @@ def test_constraint_accepts_a_conforming_verdict():
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ({"chunk_useful": [True, False, True, True]}, "a fourth chunk is not in a 3-chunk request"),
-        ({"chunk_useful": [True, False]}, "a chunk left out"),
-        ({"chunk_useful": [0, 2]}, "ids instead of flags"),
+        ({"chunk_useful": "YNYY"}, "a fourth chunk is not in a 3-chunk request"),
+        ({"chunk_useful": "YN"}, "a chunk left out"),
+        ({"chunk_useful": [0, 2]}, "ids instead of letters"),
+        ({"chunk_useful": "YnY"}, "only Y and N"),
         ({"missing_information": ["a date"]}, "missing info while sufficient"),
         ({"is_sufficient": False}, "insufficient with nothing missing"),
         ({"confidence": 1.5}, "confidence above 1"),
@@ -61,7 +62,7 @@ def test_constraint_rejects_what_the_seed_forbids(overrides, why):
 
 def test_insufficient_branch_requires_missing_information():
     c = sufficiency_constraint(2)
-    assert c.matches(output(is_sufficient=False, missing_information=["the year"], chunk_useful=[False, False]))
+    assert c.matches(output(is_sufficient=False, missing_information=["the year"], chunk_useful="NN"))
 
 
 def test_constraints_are_shared_by_chunk_count():
@@ -77,7 +78,7 @@ def test_the_large_segment_is_the_same_for_every_chunk_count(n):
 @pytest.mark.parametrize("n", [1, 3, 80])
 def test_segments_compose_to_the_whole_output(n):
     c = sufficiency_constraint(n)
-    text = output(chunk_useful=[i % 3 == 0 for i in range(n)])
+    text = output(chunk_useful="".join("Y" if i % 3 == 0 else "N" for i in range(n)))
     pieces = c.segments_of(text)
     assert [segment.key for segment, _ in pieces] == [
         "sufficiency/entities",
@@ -86,7 +87,7 @@ def test_segments_compose_to_the_whole_output(n):
         f"flags/{n}",
     ]
     assert "".join(piece for _, piece in pieces) == text
-    assert pieces[-1][1] == json.dumps([i % 3 == 0 for i in range(n)], separators=(",", ":")) + "}"
+    assert pieces[-1][1] == '"' + "".join("Y" if i % 3 == 0 else "N" for i in range(n)) + '"}'
     assert [segment.key for segment, _ in pieces if segment.logprobs] == ["sufficiency/decision"]
 
 
@@ -115,7 +116,7 @@ def worst_case(n: int) -> str:
         contradictions=[wide * B.CONTRADICTION_CHARS] * B.CONTRADICTIONS_MAX,
         confidence=0.55,
         reasoning=wide * B.REASONING_CHARS,
-        chunk_useful=[False] * n,
+        chunk_useful="N" * n,
     )
 
 
@@ -164,7 +165,7 @@ def test_to_verdict_maps_ids_and_dedupes_entities():
                 {"entity": "B", "covered": False},
                 {"entity": "A", "covered": False},
             ],
-            chunk_useful=[True, False, True],
+            chunk_useful="YNY",
         )
     )
     v = to_verdict(

@@ -27,7 +27,7 @@ def sufficiency_json(sufficient: bool, n: int) -> str:
             "contradictions": [],
             "confidence": 0.9,
             "reasoning": "r",
-            "chunk_useful": [i == 0 for i in range(n)],
+            "chunk_useful": "".join("Y" if i == 0 else "N" for i in range(n)),
         },
         separators=(",", ":"),
     )

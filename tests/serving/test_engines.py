@@ -179,7 +179,7 @@ def test_a_batch_over_many_chunk_counts_is_valid_and_shares_one_head(many_counts
         assert pieces[-1][0].key == f"flags/{n_shown}"
         flags = json.loads(pieces[-1][1][:-1])
         assert len(flags) == n_shown
-        assert [c["id"] for c, useful in zip(record["chunks"], flags, strict=True) if useful] == list(
+        assert [c["id"] for c, flag in zip(record["chunks"], flags, strict=True) if flag == "Y"] == list(
             result.verdict.useful_chunk_ids
         )
     assert judge.stats.length_cutoffs == 0

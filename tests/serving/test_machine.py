@@ -81,3 +81,18 @@ def test_verbose_redirects_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path))
     with engine_output(verbose=True) as log:
         assert log is None
+
+
+@pytest.mark.engine
+def test_an_engine_that_cannot_start_quotes_its_log(tmp_path, monkeypatch):
+    from suffice.exceptions import EngineError
+    from suffice.serving.models import ModelRef
+    from suffice.serving.vllm_engine import VLLMEngine
+
+    monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path / "cache"))
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(EngineError) as info:
+        VLLMEngine(JudgeConfig(), ModelRef(broken, "broken"))
+    assert str(broken) in str(info.value)

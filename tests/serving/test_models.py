@@ -35,3 +35,15 @@ def test_importing_suffice_switches_hub_downloads_off():
     code = "import os, suffice; print(os.environ['HF_HUB_OFFLINE'], os.environ['TRANSFORMERS_OFFLINE'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PATH": "/usr/bin"})
     assert out.stdout.split() == ["1", "1"]
+
+
+def test_embedded_model_is_cached_in_bfloat16():
+    import json
+    import struct
+
+    ref = embedded_model()
+    assert json.loads((ref.path / "config.json").read_text())["dtype"] == "bfloat16"
+    with (ref.path / "model.safetensors").open("rb") as handle:
+        header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
+    dtypes = {meta["dtype"] for name, meta in header.items() if name != "__metadata__"}
+    assert dtypes == {"BF16"}

@@ -1,0 +1,35 @@
+"""Registries stay honest: every engine implements the whole engine interface, every gate
+every hook, and every gate's segments are request-independent except the declared ones."""
+
+import inspect
+
+import pytest
+
+from suffice.gates import AdequacyGate, DecisionGate, RecoveryGate, SufficiencyGate
+from suffice.gates.base import Gate
+from suffice.serving.base import Engine
+from suffice.serving.transformers_engine import TransformersEngine
+from suffice.serving.vllm_engine import VLLMEngine
+from tests.fakes import ScriptedEngine
+
+ENGINES = [VLLMEngine, TransformersEngine, ScriptedEngine]
+GATES = [SufficiencyGate(), RecoveryGate(), AdequacyGate(rubric="customer-support")]
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.__name__)
+def test_every_engine_implements_every_method_with_the_same_parameters(engine):
+    assert not inspect.isabstract(engine)
+    for name, member in inspect.getmembers(Engine, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        expected = list(inspect.signature(member).parameters)
+        assert list(inspect.signature(getattr(engine, name)).parameters) == expected, name
+
+
+@pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)
+def test_every_gate_implements_every_hook(gate):
+    assert not inspect.isabstract(type(gate))
+    for name in ("decision_key", "decision_json_values", "positive_value", "decision_marker", "decision_values"):
+        assert getattr(gate, name), name
+    assert gate.prompt_version.startswith(gate.name + "/")
+    assert isinstance(gate, Gate)
