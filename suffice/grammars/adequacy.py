@@ -78,7 +78,8 @@ def adequacy_constraint() -> Constraint:
         return None
 
     rx = seq(lit(DECISION_KEY), _DECISION, _rest())
-    return Constraint.from_rx(rx, key="adequacy", head=key, continuation=continuation)
+    coarse = Segment.from_rx(rx, key="adequacy/whole", logprobs=True)
+    return Constraint.from_rx(rx, key="adequacy", head=key, continuation=continuation, coarse_head=coarse)
 
 
 class Dimension(BaseModel):

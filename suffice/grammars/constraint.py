@@ -78,19 +78,37 @@ class Constraint:
     #: The first segment; ``None`` means one segment, the whole pattern.
     head: Segment | None = None
     continuation: Continuation | None = field(default=None, repr=False, compare=False)
+    #: The first segment with the request-independent segments after it merged (same
+    #: continuation), for engines that pay for every continuation by re-encoding the
+    #: whole prompt (no KV cache across calls): fewer steps, still compiled once.
+    coarse_head: Segment | None = None
     _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_rx(
-        cls, rx: Rx, key: str, head: Segment | None = None, continuation: Continuation | None = None
+        cls,
+        rx: Rx,
+        key: str,
+        head: Segment | None = None,
+        continuation: Continuation | None = None,
+        coarse_head: Segment | None = None,
     ) -> Constraint:
-        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, head=head, continuation=continuation)
+        return cls(
+            pattern=rx.pattern,
+            max_bytes=rx.max_bytes,
+            key=key,
+            head=head,
+            continuation=continuation,
+            coarse_head=coarse_head,
+        )
 
     @property
     def max_tokens(self) -> int:
         return self.max_bytes + EOS_TOKENS
 
-    def first_segment(self) -> Segment:
+    def first_segment(self, coarse: bool = False) -> Segment:
+        if coarse and self.coarse_head is not None:
+            return self.coarse_head
         return self.head if self.head is not None else Segment(self.pattern, self.max_bytes, self.key, logprobs=True)
 
     def next_segment(self, text: str) -> Segment | None:
@@ -99,11 +117,11 @@ class Constraint:
             return None
         return self.continuation(text)
 
-    def segments_of(self, text: str) -> list[tuple[Segment, str]]:
+    def segments_of(self, text: str, coarse: bool = False) -> list[tuple[Segment, str]]:
         """Split a complete output into the pieces its segments generate (for tests
         and checks): each piece must match its segment's pattern."""
         pieces: list[tuple[Segment, str]] = []
-        segment: Segment | None = self.first_segment()
+        segment: Segment | None = self.first_segment(coarse)
         rest, done = text, ""
         while segment is not None:
             compiled = re.compile(segment.pattern)

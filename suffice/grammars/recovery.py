@@ -175,7 +175,19 @@ def recovery_constraint(n_sources: int) -> Constraint:
         return None
 
     rx = _recovery(_answer(n_sources))
-    return Constraint.from_rx(rx, key=f"recovery/{n_sources}", head=recovery_head(), continuation=continuation)
+    return Constraint.from_rx(
+        rx, key=f"recovery/{n_sources}", head=recovery_head(), continuation=continuation, coarse_head=_coarse_head()
+    )
+
+
+@lru_cache(maxsize=1)
+def _coarse_head() -> Segment:
+    """A whole abstention, or an answering verdict up to its first ``[CITATION:``."""
+    rx = seq(
+        lit(CLASSIFICATION_KEY),
+        alt(*[seq(lit(c.value), _rest(c, _answer_start(), answer_closed=False)) for c in Classification]),
+    )
+    return Segment.from_rx(rx, key="recovery/coarse-head", logprobs=True)
 
 
 class RecoveryOutput(BaseModel):

@@ -209,7 +209,18 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         return None
 
     rx = _head() + flag_string(n_chunks) + lit("}")
-    return Constraint.from_rx(rx, key=f"sufficiency/{n_chunks}", head=segments["entities"], continuation=continuation)
+    return Constraint.from_rx(
+        rx,
+        key=f"sufficiency/{n_chunks}",
+        head=segments["entities"],
+        continuation=continuation,
+        coarse_head=_coarse_head(),
+    )
+
+
+@lru_cache(maxsize=1)
+def _coarse_head() -> Segment:
+    return Segment.from_rx(_head(), key="sufficiency/coarse-head", logprobs=True)
 
 
 def to_verdict(

@@ -85,7 +85,9 @@ class TransformersEngine(TokenizerMixin, Engine):
         texts = [""] * len(requests)
         completion = [0] * len(requests)
         finish: list[str | None] = [None] * len(requests)
-        current: dict[int, Segment] = {i: r.constraint.first_segment() for i, r in enumerate(requests)}
+        # Coarse segments: every continuation re-encodes the prompt here, so the
+        # request-independent segments are merged (still compiled once).
+        current: dict[int, Segment] = {i: r.constraint.first_segment(coarse=True) for i, r in enumerate(requests)}
         while current:
             groups: dict[str, list[int]] = {}
             for index, segment in current.items():

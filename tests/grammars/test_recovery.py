@@ -202,3 +202,11 @@ def test_every_allowed_output_splits_into_its_segments(data):
         assert re.fullmatch(segment.pattern, piece)
         assert len(piece.encode("utf-8")) <= segment.max_bytes
     assert sum(len(p.encode("utf-8")) for _, p in pieces) <= c.max_bytes
+
+
+def test_coarse_segments_compose_to_the_same_output():
+    c = recovery_constraint(3)
+    text = dumps({**SUFFICIENT, "answer": "One [CITATION:2] Two [CITATION:0]"})
+    keys = [segment.key for segment, _ in c.segments_of(text, coarse=True)]
+    assert keys == ["recovery/coarse-head", "citation/3", "recovery/more", "citation/3", "recovery/more"]
+    assert [segment.key for segment, _ in c.segments_of(dumps(ABSTAIN), coarse=True)] == ["recovery/coarse-head"]

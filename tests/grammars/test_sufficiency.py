@@ -189,3 +189,12 @@ def test_output_model_mirrors_grammar_bounds():
         SufficiencyOutput.model_validate_json(output(confidence=1.2))
     with pytest.raises(ValidationError):
         SufficiencyOutput.model_validate_json(output(extra_key=1))
+
+
+@pytest.mark.parametrize("n", [1, 7])
+def test_coarse_segments_compose_to_the_same_output(n):
+    c = sufficiency_constraint(n)
+    text = output(chunk_useful="Y" * n)
+    pieces = c.segments_of(text, coarse=True)
+    assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"flags/{n}"]
+    assert "".join(piece for _, piece in pieces) == text
