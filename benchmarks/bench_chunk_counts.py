@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from common import DATA, SAMPLE, table, write_json
+from common import DATA, SAMPLE, report
 
 from suffice.config import BACKENDS
 
@@ -187,18 +186,7 @@ def main() -> None:
         ("verdicts", "verdicts", ""),
         ("errors", "errors", "d"),
     ]
-    print(table(rows, columns))
-    path = write_json(
-        "chunk_counts.json",
-        {
-            "machine": platform.platform(),
-            "cores": len(os.sched_getaffinity(0)),
-            "python": sys.version.split()[0],
-            "argv": sys.argv[1:],
-            "rows": rows,
-        },
-    )
-    print(f"\nwritten to {path}")
+    report("chunk_counts.json", rows, columns, cores=len(os.sched_getaffinity(0)))
 
 
 if __name__ == "__main__":

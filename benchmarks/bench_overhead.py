@@ -19,12 +19,10 @@ For each backend, one engine:
 from __future__ import annotations
 
 import argparse
-import platform
-import sys
 import time
 from typing import Any
 
-from common import load_items, table, write_json
+from common import load_items, report
 
 from suffice.config import BACKENDS, JudgeConfig
 from suffice.judge import Judge
@@ -120,12 +118,7 @@ def main() -> None:
         ("compile_recovery_s", "compile recovery s", ".1f"),
         ("compile_adequacy_s", "compile adequacy s", ".1f"),
     ]
-    print(table(rows, columns))
-    path = write_json(
-        "overhead.json",
-        {"machine": platform.platform(), "python": sys.version.split()[0], "argv": sys.argv[1:], "rows": rows},
-    )
-    print(f"\nwritten to {path}")
+    report("overhead.json", rows, columns)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,12 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import struct
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from common import load_items, table, write_json
+from common import load_items, report
 
 from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
 from suffice.gates import DecisionGate, SufficiencyGate
@@ -153,20 +151,7 @@ def main() -> None:
         ("prompt_tokens_per_s", "prompt tokens/s", ",.0f"),
         ("share_of_roofline", "% of roofline", ".0%"),
     ]
-    print(table(rows, columns))
-    path = write_json(
-        "throughput.json",
-        {
-            "machine": platform.platform(),
-            "python": sys.version.split()[0],
-            "argv": sys.argv[1:],
-            "backend": args.backend,
-            "startup_s": startup,
-            "roofline": roof,
-            "rows": rows,
-        },
-    )
-    print(f"\nwritten to {path}")
+    report("throughput.json", rows, columns, backend=args.backend, startup_s=startup, roofline=roof)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,18 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]
     return "\n".join([head, rule, *body])
 
 
+def report(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]], **extra: Any) -> Path:
+    """Print the rows as a table and write them, with the machine and arguments, to ``results/name``."""
+    import platform
+    import sys
+
+    print(table(rows, columns))
+    payload = {"machine": platform.platform(), "python": sys.version.split()[0], "argv": sys.argv[1:], **extra}
+    path = write_json(name, {**payload, "rows": list(rows)})
+    print(f"\nwritten to {path}")
+    return path
+
+
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name

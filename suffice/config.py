@@ -73,7 +73,7 @@ class JudgeConfig:
         if self.detail not in DETAILS:
             raise ConfigError("detail", self.detail, f"must be one of {', '.join(DETAILS)}")
         if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):
-            raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be positive")
+            raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be a whole number of GiB, at least 1")
         if self.max_question_tokens < 16:
             raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")
         if self.max_response_tokens < 16:

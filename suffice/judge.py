@@ -183,7 +183,11 @@ class Judge:
                 verdict = self.gate.parse(gen.text, p.fitted, p.item)
                 if gen.tokens is not None and gen.top_logprobs is not None and self.gate.decision_marker:
                     probabilities = decision_probabilities(
-                        gen.text, gen.tokens, gen.top_logprobs, self.gate.decision_marker, self.gate.decision_values
+                        gen.text,
+                        gen.tokens,
+                        gen.top_logprobs,
+                        self.gate.decision_marker,
+                        self.gate.decision_json_values,
                     )
                     verdict = self.gate.with_probabilities(verdict, probabilities)
             except VerdictError as exc:

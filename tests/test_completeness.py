@@ -29,7 +29,7 @@ def test_every_engine_implements_every_method_with_the_same_parameters(engine):
 @pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)
 def test_every_gate_implements_every_hook(gate):
     assert not inspect.isabstract(type(gate))
-    for name in ("decision_key", "decision_json_values", "positive_value", "decision_marker", "decision_values"):
+    for name in ("decision_key", "decision_json_values", "positive_value", "decision_marker"):
         assert getattr(gate, name), name
     assert gate.prompt_version.startswith(gate.name + "/")
     assert isinstance(gate, Gate)

@@ -165,7 +165,6 @@ def judge_file(
     from tqdm import tqdm
 
     total = sum(1 for _ in read_records(source))
-    summary = RunSummary(positive=make_gate_for(config).is_positive)
     try:
         writer = ResumableWriter(output, overwrite=overwrite)
         records = read_records(source)
@@ -189,6 +188,7 @@ def judge_file(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FATAL
 
+    summary = RunSummary(positive=judge.gate.is_positive)  # what routes is what is counted
     bar = tqdm(
         total=total,
         initial=len(writer.done_ids),

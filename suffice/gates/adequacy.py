@@ -31,8 +31,6 @@ class AdequacyGate(Gate):
     """``rubric`` is the default reference; a record's own ``rubric`` field overrides it."""
 
     name = "adequacy"
-    decision_marker = '"adequacy_decision":'
-    decision_values = ('"PASS"', '"FAIL"')
     decision_key = "adequacy_decision"
     decision_json_values = ('"PASS"', '"FAIL"')
     positive_value = '"PASS"'

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from suffice.grammars.constraint import Constraint
+from suffice.grammars.decision import decision_marker
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
 from suffice.records import Chunk, Item, parse_record
@@ -23,15 +24,17 @@ class Gate(ABC):
     template: PromptTemplate
     #: Post-generation gates check a generated answer given as ``response``.
     needs_response: bool = False
-    #: Where the decision starts in the generated text, and the values it can take
-    #: there (for decision probabilities from log-probabilities).
-    decision_marker: str = ""
-    decision_values: tuple[str, ...] = ()
     #: The decision as a JSON key and its values as JSON texts, and the value that
-    #: says "enough evidence" (decision-only mode and summaries use these).
+    #: says "enough evidence": decision probabilities (read at the key), decision-only
+    #: mode and summaries all derive from these.
     decision_key: str = ""
     decision_json_values: tuple[str, ...] = ()
     positive_value: str = ""
+
+    @property
+    def decision_marker(self) -> str:
+        """Where the decision starts in the generated text: ``"<key>":``."""
+        return decision_marker(self.decision_key)
 
     @property
     def prompt_version(self) -> str:

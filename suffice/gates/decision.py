@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format, decision_marker
+from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format
 from suffice.prompts.fitting import FittedPrompt
 from suffice.records import Chunk, Item
 
@@ -31,8 +31,6 @@ class DecisionGate(Gate):
         self.decision_key = inner.decision_key
         self.decision_json_values = inner.decision_json_values
         self.positive_value = inner.positive_value
-        self.decision_marker = decision_marker(inner.decision_key)
-        self.decision_values = inner.decision_json_values
         self._constraint = decision_constraint(inner.decision_key, inner.decision_json_values)
 
     @property
@@ -56,7 +54,7 @@ class DecisionGate(Gate):
         )
 
     def _negative(self) -> str:
-        return next(v for v in self.decision_values if v != self.inner.positive_value)
+        return next(v for v in self.decision_json_values if v != self.positive_value)
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return self._constraint

@@ -28,8 +28,6 @@ from suffice.records import Chunk, Item
 class RecoveryGate(Gate):
     name = "recovery"
     needs_response = True
-    decision_marker = '{"classification":"'
-    decision_values = ("SUFFICIENT", "PARTIALLY_SUFFICIENT", "INSUFFICIENT")
     decision_key = "classification"
     decision_json_values = ('"SUFFICIENT"', '"PARTIALLY_SUFFICIENT"', '"INSUFFICIENT"')
     positive_value = '"SUFFICIENT"'
@@ -57,7 +55,9 @@ class RecoveryGate(Gate):
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:
             return verdict
-        return verdict.model_copy(update={"class_probabilities": probabilities})
+        # Keyed by class name, not by its JSON text.
+        by_class = {json.loads(value): p for value, p in probabilities.items()}
+        return verdict.model_copy(update={"class_probabilities": by_class})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return recovery_constraint(len(source_labels(shown)))

@@ -27,8 +27,6 @@ from suffice.records import Chunk, Item
 
 class SufficiencyGate(Gate):
     name = "sufficiency"
-    decision_marker = '"is_sufficient":'
-    decision_values = ("true", "false")
     decision_key = "is_sufficient"
     decision_json_values = ("true", "false")
     positive_value = "true"

@@ -8,8 +8,9 @@ with SmolLM2's vocabulary, measured on this machine) and vLLM keeps up to 128 of
 them, so a run over varied chunk counts held tens of GB.  Now a constraint is
 decoded as a chain of segments that continue one token sequence: the large,
 request-independent segments are the same for every request of a gate (compiled
-once), and only tiny segments name request ids (a 64-chunk id segment compiles in
-about 0.2-0.4 s and holds no measurable memory with outlines).
+once), and only tiny segments name request ids (outlines-core builds the index of a
+64-chunk flag segment in 0.03 s, a 128-chunk one in 0.06 s, against 2.3-5.3 s for each
+large segment of the sufficiency gate).
 
 The whole language (``pattern``) is still what every output must match, and the
 segments compose to exactly that language: tests check both.

@@ -125,11 +125,6 @@ def _segments() -> dict[str, Segment]:
     return segments
 
 
-def recovery_head() -> Segment:
-    """The first segment, the same for every request."""
-    return _segments()["key"]
-
-
 @lru_cache(maxsize=1)
 def _more() -> Segment:
     """After a citation, when another sentence is allowed: a sentence up to its marker,
@@ -176,7 +171,7 @@ def recovery_constraint(n_sources: int) -> Constraint:
 
     rx = _recovery(_answer(n_sources))
     return Constraint.from_rx(
-        rx, key=f"recovery/{n_sources}", head=recovery_head(), continuation=continuation, coarse_head=_coarse_head()
+        rx, key=f"recovery/{n_sources}", head=_segments()["key"], continuation=continuation, coarse_head=_coarse_head()
     )
 
 

@@ -126,7 +126,7 @@ def flag_string(n: int) -> Rx:
 
     Why this form: a list of ids needs a regex that grows with the square of ``n``
     (any id may come first: 2.9 s to compile for ``n = 64`` with outlines-core,
-    13.6 s for 128); a list of booleans is linear (0.2-0.4 s) but costs two tokens
+    13.6 s for 128); a list of booleans is linear but costs two tokens
     a chunk (65 tokens for 32 chunks with SmolLM2's tokenizer), so the output grew
     with the chunk count.  This string is linear, names only chunks of the request,
     each once, by construction, and runs of ``N`` merge into few tokens (18 for 32).

@@ -174,11 +174,6 @@ def _segments() -> dict[str, Segment]:
     }
 
 
-def sufficiency_head() -> Segment:
-    """The first segment, the same for every request."""
-    return _segments()["entities"]
-
-
 @lru_cache(maxsize=1024)
 def flags_segment(n_chunks: int) -> Segment:
     """``"YNN...Y"}``: exactly one letter per chunk shown (linear in ``n``)."""

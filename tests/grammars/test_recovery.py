@@ -15,6 +15,7 @@ from suffice.grammars.recovery import (
     recovery_constraint,
     relabel_citations,
 )
+from tests.grammars.segments import assert_splits_into_segments
 
 B = RecoveryBounds
 
@@ -95,6 +96,7 @@ def test_every_allowed_string_parses_and_exports_to_the_seed_schema(data):
     c = recovery_constraint(m)
     text = data.draw(st.from_regex(c.pattern, fullmatch=True))
     out = RecoveryOutput.model_validate(json.loads(text))
+    assert_splits_into_segments(c, text)
     sources = [f"doc-{i}" for i in range(m)]
     answer, cited = relabel_citations(out.answer, sources) if out.answer else (None, [])
     verdict = RecoveryVerdict(
@@ -188,20 +190,6 @@ def test_the_citation_segment_names_only_sources_of_the_request():
     assert re.fullmatch(cite.pattern, "1]")
     assert not re.fullmatch(cite.pattern, "2]")
     assert not re.fullmatch(cite.pattern, "01]")
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_every_allowed_output_splits_into_its_segments(data):
-    n = data.draw(st.integers(min_value=1, max_value=5))
-    c = recovery_constraint(n)
-    text = data.draw(st.from_regex(c.pattern, fullmatch=True))
-    pieces = c.segments_of(text)
-    assert "".join(piece for _, piece in pieces) == text
-    for segment, piece in pieces:
-        assert re.fullmatch(segment.pattern, piece)
-        assert len(piece.encode("utf-8")) <= segment.max_bytes
-    assert sum(len(p.encode("utf-8")) for _, p in pieces) <= c.max_bytes
 
 
 def test_coarse_segments_compose_to_the_same_output():

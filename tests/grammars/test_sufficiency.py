@@ -1,5 +1,4 @@
 import json
-import re
 
 import jsonschema
 import pytest
@@ -15,6 +14,7 @@ from suffice.grammars.sufficiency import (
     sufficiency_constraint,
     to_verdict,
 )
+from tests.grammars.segments import assert_splits_into_segments
 
 B = SufficiencyBounds
 
@@ -139,11 +139,7 @@ def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
     parsed = SufficiencyOutput.model_validate(json.loads(text))
     assert parsed.is_sufficient == (not parsed.missing_information)
     assert len(parsed.chunk_useful) == n
-    pieces = c.segments_of(text)
-    assert "".join(piece for _, piece in pieces) == text
-    for segment, piece in pieces:
-        assert re.fullmatch(segment.pattern, piece)
-        assert len(piece.encode("utf-8")) <= segment.max_bytes
+    assert_splits_into_segments(c, text)
     verdict = to_verdict(
         parsed,
         [f"c{i}" for i in range(n)],
