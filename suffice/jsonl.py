@@ -1,77 +1,84 @@
-"""JSONL in and out, written as it goes so a killed job loses nothing and resumes.
+"""JSONL in and out, whatever the lines hold.
 
-The output is append-only and flushed after every batch; on resume a trailing
-partial line (the process died mid-write) is cut off and the records already
-answered are skipped, after checking that their ids match the input's.
+Reading: every non-blank line becomes one record, or an :class:`InvalidRecord`
+saying why it is not one (not UTF-8, not JSON, a number too long to convert, nesting
+too deep for the parser), so that it still gets its own error line and the run goes
+on.  A byte-order mark and CRLF line ends are accepted.
+
+Writing: a row is one line of UTF-8 JSON.  Strings that cannot be encoded as UTF-8
+(a lone surrogate such as ``"\\ud800"`` read from an input's escape) are written as
+JSON escapes instead, so the line is valid and reads back to the same string.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from suffice.exceptions import SufficeError
-from suffice.records import InvalidRecord, record_id
+from suffice.records import InvalidRecord
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """One non-blank input line: its 1-based line number and its parsed record."""
+
+    line: int
+    record: object
+
+
+def parse_line(raw: bytes, number: int) -> object:
+    """The JSON value of one input line, or an :class:`InvalidRecord` saying why not."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return InvalidRecord(line=number, message=f"not UTF-8 (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return InvalidRecord(line=number, message=str(exc))
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)
+        return InvalidRecord(line=number, message=f"unreadable value: {exc}")
+    except RecursionError:
+        return InvalidRecord(line=number, message="nested too deeply to parse")
+
+
+def read_lines(path: Path) -> Iterator[SourceLine]:
+    """Every non-blank line of ``path`` with its line number."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            if not raw.strip():
+                continue
+            yield SourceLine(number, parse_line(raw, number))
 
 
 def read_records(path: Path) -> Iterator[object]:
     """Each non-blank line as parsed JSON, or :class:`InvalidRecord` if it is not JSON."""
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield InvalidRecord(line=number, message=str(exc))
+    for source in read_lines(path):
+        yield source.record
 
 
-def _complete_lines(path: Path) -> list[str]:
-    """The output's complete lines; a partial last line is cut off the file."""
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):
-        with path.open("r+b") as handle:
-            handle.truncate(end)
-    return data[:end].decode("utf-8").splitlines()
+def count_lines(path: Path) -> int:
+    """Non-blank lines (records) in ``path``, without parsing them."""
+    count = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            count += bool(raw.strip())
+    return count
 
 
-class ResumableWriter:
-    """Appends result lines; knows how many input records are already answered."""
-
-    def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        self.path = path
-        self.done_ids: list[str | None] = []
-        #: Lines already written that hold an error instead of a verdict.
-        self.done_errors = 0
-        if path.exists() and not overwrite:
-            for number, line in enumerate(_complete_lines(path), start=1):
-                try:
-                    row = json.loads(line)
-                    self.done_ids.append(row.get("id"))
-                    self.done_errors += row.get("error") is not None
-                except (json.JSONDecodeError, AttributeError) as exc:
-                    raise SufficeError(f"{path}:{number} is not a result line; use --overwrite to start over") from exc
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle: IO[str] = path.open("a" if self.done_ids else "w", encoding="utf-8")
-
-    def verify(self, index: int, record: object) -> None:
-        """An answered line must belong to this input's record at the same position."""
-        done = self.done_ids[index]
-        if record_id(record) != done:
-            raise SufficeError(
-                f"{self.path} does not continue this input (line {index + 1} has id {done!r}, "
-                f"the input has {record_id(record)!r}); use --overwrite to start over"
-            )
-
-    def write(self, rows: Iterable[dict[str, Any]]) -> None:
-        for row in rows:
-            self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-
-    def close(self) -> None:
-        self._handle.close()
+def dump_line(row: dict[str, Any]) -> bytes:
+    """One row as a UTF-8 JSON line; strings UTF-8 cannot hold are escaped, not lost."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(row, ensure_ascii=True) + "\n").encode("ascii")

@@ -16,7 +16,7 @@ from types import TracebackType
 from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineError, GenerationError, ItemError, VerdictError
+from suffice.exceptions import EngineDeadError, EngineError, GenerationError, ItemError, PreparationError, VerdictError
 from suffice.gates import Gate, make_gate, make_gate_for
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
@@ -92,13 +92,40 @@ class Judge:
         out = []
         for record in records:
             try:
-                item = self.gate.parse_item(record)
-                if self.gate.shortcut(item) is None:
-                    fitted = self._fit(item)
-                    out.append(GenerationRequest(fitted.messages, fitted.constraint))
+                _, prepared = self._prepare(record)
             except ItemError:
                 continue
+            if isinstance(prepared, FittedPrompt):
+                out.append(GenerationRequest(prepared.messages, prepared.constraint))
         return out
+
+    def item_or_none(self, record: object) -> Item | None:
+        """The record as this gate's item, or ``None`` if it is not one."""
+        try:
+            return self.gate.parse_item(record)
+        except Exception:
+            return None
+
+    def _prepare(self, record: object) -> tuple[Item, BaseModel | FittedPrompt]:
+        """The record's item and either its verdict without the model or its fitted prompt.
+
+        Anything raised on the way (a value the parser or tokenizer cannot take, a
+        recursion limit, a bug) becomes this record's :class:`ItemError`, never the
+        batch's.
+        """
+        try:
+            item = self.gate.parse_item(record)
+        except ItemError:
+            raise
+        except Exception as exc:
+            raise PreparationError("record", f"cannot be read: {type(exc).__name__}: {exc}") from exc
+        try:
+            verdict = self.gate.shortcut(item)
+            return item, (verdict if verdict is not None else self._fit(item))
+        except ItemError:
+            raise
+        except Exception as exc:
+            raise PreparationError("chunks", f"cannot be fitted into a prompt: {type(exc).__name__}: {exc}") from exc
 
     def _fit(self, item: Item) -> FittedPrompt:
         return fit_prompt(
@@ -118,15 +145,14 @@ class Judge:
         pending: list[_Pending] = []
         for index, record in enumerate(records):
             try:
-                item = self.gate.parse_item(record)
-                verdict = self.gate.shortcut(item)
-                if verdict is not None:
-                    results[index] = self._verdict(item.id, verdict, TokenCounts(), retries=0)
-                    continue
-                fitted = self._fit(item)
-                pending.append(_Pending(index, item, fitted))
+                item, prepared = self._prepare(record)
             except ItemError as exc:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
+                continue
+            if isinstance(prepared, FittedPrompt):
+                pending.append(_Pending(index, item, prepared))
+            else:
+                results[index] = self._verdict(item.id, prepared, TokenCounts(), retries=0)
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
@@ -199,12 +225,19 @@ class Judge:
     def _generate(
         self, requests: list[GenerationRequest], progress: Progress | None = None
     ) -> list[Generation | EngineError]:
-        """One engine call; if it fails, split the batch so one poisoned request fails alone."""
+        """One engine call; if it fails, split the batch so one poisoned request fails alone.
+
+        A dead engine is not split: :class:`EngineDeadError` goes to the caller, and no
+        request is blamed for it.
+        """
         if not requests:
             return []
         try:
             return list(self.engine.generate(requests, progress))
+        except EngineDeadError:
+            raise
         except EngineError as exc:
+            self.engine.check_alive()
             if len(requests) == 1:
                 if progress is not None:
                     progress(1)

@@ -19,6 +19,9 @@ ChunkId = int | str
 # C0 controls other than tab/newline/CR, DEL and C1 controls: they carry no meaning
 # for the judge and some tokenizers choke on them.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Lone surrogates (a JSON escape such as "\\ud800" with no partner): not text, and
+# tokenizers and UTF-8 writers reject them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Item:
 
 
 def clean_text(text: str) -> str:
-    return _CONTROL.sub("", text)
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
 
 
 def record_id(record: object) -> str | None:

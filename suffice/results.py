@@ -14,11 +14,13 @@ class ErrorInfo(BaseModel):
     message: str
     field: str | None = None
     raw_text: str | None = None
+    #: False when the engine, not the record, may be at fault: a resumed run judges it again.
+    final: bool = True
 
     @classmethod
     def from_exception(cls, exc: ItemError) -> ErrorInfo:
         raw = exc.raw_text if isinstance(exc, VerdictError) else None
-        return cls(type=type(exc).__name__, message=str(exc), field=exc.field, raw_text=raw)
+        return cls(type=type(exc).__name__, message=str(exc), field=exc.field, raw_text=raw, final=exc.final)
 
 
 class TokenCounts(BaseModel):

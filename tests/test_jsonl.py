@@ -1,9 +1,6 @@
 import json
 
-import pytest
-
-from suffice.exceptions import SufficeError
-from suffice.jsonl import ResumableWriter, read_records
+from suffice.jsonl import count_lines, dump_line, read_lines, read_records
 from suffice.records import InvalidRecord
 
 
@@ -11,27 +8,57 @@ def test_read_records_marks_bad_lines_and_skips_blank_ones(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"id": 1}\n\nnot json\n{"id": 2}\n')
     records = list(read_records(path))
-    assert records[0] == {"id": 1} and records[2] == {"id": 2}
-    assert isinstance(records[1], InvalidRecord) and records[1].line == 3
+    assert records[0] == {"id": 1}
+    assert records[2] == {"id": 2}
+    assert isinstance(records[1], InvalidRecord)
+    assert records[1].line == 3
 
 
-def test_resume_cuts_a_partial_line_and_checks_ids(tmp_path):
-    out = tmp_path / "out.jsonl"
-    out.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c", "verd')
-    writer = ResumableWriter(out)
-    assert writer.done_ids == ["a", "b"]
-    writer.verify(0, {"id": "a"})
-    with pytest.raises(SufficeError, match="does not continue"):
-        writer.verify(1, {"id": "x"})
-    writer.write([{"id": "c"}])
-    writer.close()
-    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["a", "b", "c"]
+def test_line_numbers_count_blank_lines(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": 1}\n\n  \n{"id": 2}\n')
+    assert [s.line for s in read_lines(path)] == [1, 4]
 
 
-def test_overwrite_starts_over(tmp_path):
-    out = tmp_path / "out.jsonl"
-    out.write_text('{"id": "a"}\n')
-    writer = ResumableWriter(out, overwrite=True)
-    assert writer.done_ids == []
-    writer.close()
-    assert out.read_text() == ""
+def _one(tmp_path, raw: bytes):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(raw)
+    [line] = list(read_lines(path))
+    return line.record
+
+
+def test_a_byte_order_mark_and_crlf_are_accepted(tmp_path):
+    assert _one(tmp_path, b'\xef\xbb\xbf{"id": "a"}\r\n') == {"id": "a"}
+
+
+def test_an_integer_too_long_to_convert_is_an_invalid_record(tmp_path):
+    record = _one(tmp_path, b'{"id": ' + b"9" * 5000 + b"}\n")
+    assert isinstance(record, InvalidRecord)
+    assert "unreadable value" in record.message
+
+
+def test_nesting_too_deep_for_the_parser_is_an_invalid_record(tmp_path):
+    record = _one(tmp_path, b"[" * 200_000 + b"]" * 200_000 + b"\n")
+    assert isinstance(record, InvalidRecord)
+    assert "nested too deeply" in record.message
+
+
+def test_bytes_that_are_not_utf8_are_an_invalid_record(tmp_path):
+    record = _one(tmp_path, b'{"id": "\xff\xfe"}\n')
+    assert isinstance(record, InvalidRecord)
+    assert "not UTF-8" in record.message
+
+
+def test_count_lines_counts_records_only(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": 1}\n\n\r\nnot json\n')
+    assert count_lines(path) == 2
+
+
+def test_dump_line_keeps_a_lone_surrogate_as_an_escape():
+    line = dump_line({"id": "a\ud800b"})
+    assert json.loads(line)["id"] == "a\ud800b"
+
+
+def test_dump_line_writes_other_text_as_utf8():
+    assert "é".encode() in dump_line({"id": "é"})

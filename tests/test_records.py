@@ -1,7 +1,7 @@
 import pytest
 
 from suffice.exceptions import InputError
-from suffice.records import InvalidRecord, parse_record, record_id
+from suffice.records import InvalidRecord, clean_text, parse_record, record_id
 
 
 def rec(**kw):
@@ -56,3 +56,7 @@ def test_record_id_for_error_lines():
     assert record_id({"id": 7}) == "7"
     assert record_id({"question": "x"}) is None
     assert record_id(InvalidRecord(1, "bad")) is None
+
+
+def test_a_lone_surrogate_in_text_becomes_the_replacement_character():
+    assert clean_text("a\ud800b") == "a\ufffdb"

@@ -1,4 +1,9 @@
-"""``suffice audit verify|export`` and ``suffice review list|resolve``."""
+"""``suffice audit verify|anchor|keygen|export`` and ``suffice review list|resolve``.
+
+Exit statuses of ``audit verify``: 0 intact, 4 tampered (the message names the
+row, review or anchor problem), 2 usage (no database, a bad key or anchor file, a
+keyed database without ``--audit-key``, a database of an older format).
+"""
 
 from __future__ import annotations
 
@@ -10,20 +15,32 @@ from pathlib import Path
 from typing import Any
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
-from suffice.exceptions import SufficeError
-from suffice.harness.audit import REVIEW_DECISIONS, AuditLog
+from suffice.exceptions import AuditError, SufficeError
+from suffice.harness.audit import REVIEW_DECISIONS, AuditLog, load_anchor, load_key, save_anchor, write_key_file
 from suffice.harness.pipeline import DEFAULT_AUDIT_DB
 
-#: ``suffice audit verify`` when the chain is broken.
+#: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
 EXIT_TAMPERED = 4
+
+_KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
 
 
 def add_parsers(sub: Any) -> None:
-    audit = sub.add_parser("audit", help="check or export an audit database")
+    audit = sub.add_parser("audit", help="check, anchor or export an audit database; make a key")
     actions = audit.add_subparsers(dest="action", required=True)
-    verify = actions.add_parser("verify", help="check the hash chain (exit 0 intact, 4 broken)")
+    verify = actions.add_parser("verify", help="check the chains (exit 0 intact, 4 tampered, 2 usage)")
     verify.add_argument("db", type=Path)
+    verify.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
+    verify.add_argument("--anchor", type=Path, default=None, help="an anchor file from `suffice audit anchor`")
     verify.set_defaults(run=run_verify)
+    anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
+    anchor.add_argument("db", type=Path)
+    anchor.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
+    anchor.add_argument("-o", "--output", type=Path, required=True)
+    anchor.set_defaults(run=run_anchor)
+    keygen = actions.add_parser("keygen", help="write a new random key (hex, mode 0600; never overwrites)")
+    keygen.add_argument("-o", "--output", type=Path, required=True)
+    keygen.set_defaults(run=run_keygen)
     export = actions.add_parser("export", help="write every evaluation row as JSONL")
     export.add_argument("db", type=Path)
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -42,27 +59,81 @@ def add_parsers(sub: Any) -> None:
     resolve.add_argument("--by", default=None, help="who decides (default: the login name)")
     resolve.add_argument("--note", default=None)
     resolve.add_argument("--db", type=Path, default=DEFAULT_AUDIT_DB)
+    resolve.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
     resolve.set_defaults(run=run_review_resolve)
 
 
-def _open(db: Path) -> AuditLog | None:
+def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
+    """The database opened with its key, or None after printing why not: a missing
+    file is not created here, since a typo must not look like an empty, intact log."""
     if not db.is_file():
         print(f"error: no audit database at {db}", file=sys.stderr)
         return None
-    return AuditLog(db)
+    try:
+        return AuditLog(db, key=load_key(key_file) if key_file else None)
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    log = _open(args.db)
+    try:
+        anchor = load_anchor(args.anchor) if args.anchor else None
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
-    report = log.verify()
-    log.close()
-    if report.ok:
-        print(f"intact: {report.rows} rows")
-        return EXIT_OK
-    print(f"BROKEN at row {report.first_broken}: {report.reason}", file=sys.stderr)
-    return EXIT_TAMPERED
+    try:
+        report = log.verify(anchor)
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
+    if not report.ok:
+        print(f"BROKEN: {report.reason}", file=sys.stderr)
+        return EXIT_TAMPERED
+    how = "HMAC-SHA256 with the key" if report.keyed else "SHA-256 without a key: accidental edits only"
+    covered = f"; all {report.anchored_rows} anchored rows present and unchanged" if anchor else "; no anchor given"
+    print(f"intact: {report.rows} rows, {report.review_events} review events ({how}){covered}")
+    return EXIT_OK
+
+
+def run_anchor(args: argparse.Namespace) -> int:
+    log = _open(args.db, args.audit_key)
+    if log is None:
+        return EXIT_USAGE
+    try:
+        anchor = log.anchor()
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_TAMPERED if isinstance(exc, AuditError) else EXIT_USAGE  # a broken chain is not anchored
+    finally:
+        log.close()
+    try:
+        save_anchor(anchor, args.output)
+    except OSError as exc:
+        print(f"error: cannot write the anchor to {args.output}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    chains = anchor["chains"]
+    print(
+        f"anchored {chains['evaluations']['count']} rows and {chains['reviews']['count']} review events "
+        f"to {args.output}" + ("" if anchor["mac"] else " (no key: the anchor has no MAC)"),
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    try:
+        kid = write_key_file(args.output)
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"key {kid} written to {args.output} (mode 0600): keep it apart from the database", file=sys.stderr)
+    return EXIT_OK
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -94,7 +165,7 @@ def run_review_list(args: argparse.Namespace) -> int:
 
 
 def run_review_resolve(args: argparse.Namespace) -> int:
-    log = _open(args.db)
+    log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
     by = args.by or getpass.getuser()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suffice.batch import BatchOptions
 from suffice.calibration.report import build_report, write_report
 from suffice.calibration.thresholds import GateConfig
 from suffice.cli import judge_cmd
@@ -29,6 +30,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help="report folder (verdicts.jsonl resumes there)")
     judge_cmd.add_engine_args(p)
     p.add_argument("--limit", type=int, default=None, help="use the first N records only")
+    p.add_argument("--overwrite", action="store_true", help="judge again instead of resuming verdicts.jsonl")
+    judge_cmd.add_audit_args(p)
     p.add_argument("--precision-target", type=float, default=0.9, help="precision for the high-stakes threshold")
     p.add_argument("--score", default=None, help="which score's threshold to save (default: best AUC)")
     p.add_argument(
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         config = judge_cmd.config_from_args(args)
+        key = judge_cmd.audit_key_of(args)
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -58,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     source = args.output / "golden.jsonl"
     source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     verdicts = args.output / "verdicts.jsonl"
-    status = judge_cmd.judge_file(config, source, verdicts, batch_size=args.batch_size, progress=not args.no_progress)
+    options = BatchOptions(batch_size=args.batch_size, overwrite=args.overwrite, audit_db=args.audit_db, audit_key=key)
+    status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress)
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]

@@ -7,6 +7,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from suffice.batch import BatchOptions
 from suffice.cli import judge_cmd
 from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, JudgeConfig
 
@@ -30,4 +31,4 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
     config = JudgeConfig(backend=args.backend, model=args.model, detail=args.detail, verbose=args.verbose)
-    return judge_cmd.judge_file(config, sample_path(), args.output, overwrite=True)
+    return judge_cmd.judge_file(config, sample_path(), args.output, BatchOptions(overwrite=True))

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
+from suffice import batch
+from suffice.batch import BatchOptions
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
-from suffice.exceptions import ConfigError, InputError, SufficeError
+from suffice.exceptions import ConfigError, EngineDeadError, InputError, OutputMismatchError, SufficeError
 from suffice.gates import make_gate_for
-from suffice.harness.audit import AuditLog, weights_hash
-from suffice.harness.recording import audit_result
-from suffice.jsonl import ResumableWriter, read_records
-from suffice.judge import Judge
-from suffice.records import Item
-from suffice.results import JudgeResult
+from suffice.harness.audit import load_key
 from suffice.serving.machine import machine_settings
-from suffice.summary import RunSummary
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -53,6 +45,25 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def add_audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--audit-db", type=Path, default=None, help="record every evaluation in this audit database")
+    p.add_argument(
+        "--audit-key",
+        type=Path,
+        default=None,
+        help="key file (suffice audit keygen) for the audit log's keyed MAC chain",
+    )
+
+
+def audit_key_of(args: argparse.Namespace) -> bytes | None:
+    """The audit key's bytes; a key without a database is a usage error (ConfigError)."""
+    if args.audit_key is None:
+        return None
+    if args.audit_db is None:
+        raise ConfigError("audit_key", str(args.audit_key), "needs --audit-db")
+    return load_key(args.audit_key)
+
+
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
@@ -62,46 +73,22 @@ def add_parser(sub: Any) -> None:
     add_engine_args(p)
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
     p.add_argument(
+        "--retry-errors", action="store_true", help="when resuming, judge again every record whose line is an error"
+    )
+    p.add_argument(
         "--format",
         choices=("suffice", "seed", "ragflow"),
         default="suffice",
         help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
     )
     p.add_argument("--audit-db", type=Path, default=None, help="record every evaluation in this audit database")
+    p.add_argument(
+        "--audit-key",
+        type=Path,
+        default=None,
+        help="key file (suffice audit keygen) for the audit log's keyed MAC chain",
+    )
     p.set_defaults(run=run)
-
-
-def result_row(result: JudgeResult, fmt: str) -> dict[str, Any]:
-    row = result.model_dump(mode="json", exclude={"raw_text"})
-    verdict = result.verdict
-    if fmt in ("seed", "ragflow") and verdict is not None and hasattr(verdict, "to_seed"):
-        row["verdict"] = verdict.to_seed()
-        row["fitting"] = verdict.model_dump(
-            mode="json",
-            include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
-        )
-        decision = getattr(verdict, "decision", None)
-        if isinstance(decision, BaseModel):
-            row["decision"] = decision.model_dump(mode="json")
-    return row
-
-
-def _batches(records: Iterator[object], size: int) -> Iterator[list[object]]:
-    batch: list[object] = []
-    for record in records:
-        batch.append(record)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _item_or_none(judge: Judge, record: object) -> Item | None:
-    try:
-        return judge.gate.parse_item(record)
-    except InputError:
-        return None
 
 
 def config_from_args(args: argparse.Namespace) -> JudgeConfig:
@@ -135,93 +122,49 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         config = config_from_args(args)
+        key = audit_key_of(args)
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return judge_file(
-        config,
-        args.input,
-        args.output,
+    options = BatchOptions(
         batch_size=args.batch_size,
         fmt=args.format,
         overwrite=args.overwrite,
-        progress=not args.no_progress,
+        retry_errors=args.retry_errors,
         audit_db=args.audit_db,
+        audit_key=key,
     )
+    return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
 
 
-def judge_file(
-    config: JudgeConfig,
-    source: Path,
-    output: Path,
-    *,
-    batch_size: int = 256,
-    fmt: str = "suffice",
-    overwrite: bool = False,
-    progress: bool = True,
-    audit_db: Path | None = None,
-) -> int:
-    """Judge every record of ``source`` into ``output`` (resuming it); returns the exit status."""
+def progress_bar(total: int, done: int) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """A progress bar on stderr: advances per record, with rate and ETA."""
     from tqdm import tqdm
 
-    total = sum(1 for _ in read_records(source))
-    try:
-        writer = ResumableWriter(output, overwrite=overwrite)
-        records = read_records(source)
-        for index in range(len(writer.done_ids)):
-            record = next(records, None)
-            if record is None:
-                raise SufficeError(f"{output} has more lines than {source} has records; use --overwrite")
-            writer.verify(index, record)
-        if writer.done_ids:
-            print(f"resuming: {len(writer.done_ids)} of {total} records already in {output}", file=sys.stderr)
-        if len(writer.done_ids) == total:
-            print(f"nothing to do: every record already has a result in {output}", file=sys.stderr)
-            return EXIT_OK if writer.done_errors == 0 else EXIT_ITEM_ERRORS
-        print(
-            f"starting the engine ({config.engine}, backend {config.backend}, model {config.model or 'embedded'})",
-            file=sys.stderr,
-        )
-        judge = Judge.open(config)
-        audit = AuditLog(audit_db) if audit_db else None
-    except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FATAL
+    bar = tqdm(total=total, initial=done, unit="rec", file=sys.stderr, smoothing=0.1, dynamic_ncols=True)
+    return bar.update, bar.close
 
-    summary = RunSummary(positive=judge.gate.is_positive)  # what routes is what is counted
-    bar = tqdm(
-        total=total,
-        initial=len(writer.done_ids),
-        unit="rec",
-        disable=not progress,
-        file=sys.stderr,
-        smoothing=0.1,
-        dynamic_ncols=True,
-    )
-    start = time.perf_counter()
+
+def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOptions, *, progress: bool = True) -> int:
+    """Run :func:`suffice.batch.judge_file` and turn its outcome into an exit status."""
+
+    def notify(message: str) -> None:
+        print(message, file=sys.stderr)
+
     try:
-        run_id = uuid.uuid4().hex
-        weights = weights_hash(getattr(judge.engine, "model_path", None)) if audit else None
-        for batch in _batches(records, batch_size):
-            began = time.perf_counter()
-            results = judge.judge_batch(batch, progress=bar.update)
-            latency = (time.perf_counter() - began) * 1000
-            if audit is not None:
-                for record, result in zip(batch, results, strict=True):
-                    item = _item_or_none(judge, record)
-                    audit_result(audit, result, item, run_id=run_id, round=1, latency_ms=latency, weights_hash=weights)
-            writer.write(result_row(r, fmt) for r in results)
-            summary.add(batch, results)
+        report = batch.judge_file(
+            config, source, output, options, notify=notify, progress=progress_bar if progress else None
+        )
+    except OutputMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except EngineDeadError as exc:
+        print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
+        return EXIT_FATAL
     except SufficeError as exc:
         print(f"\nerror: {exc}\nresults so far are in {output}; rerun the same command to resume", file=sys.stderr)
         return EXIT_FATAL
-    finally:
-        bar.close()
-        writer.close()
-        judge.close()
-        if audit is not None:
-            audit.close()
-    summary.seconds = time.perf_counter() - start
-    print(summary.table(), file=sys.stderr)
-    print(f"verdicts written to {output}", file=sys.stderr)
-    return EXIT_OK if summary.errors + writer.done_errors == 0 else EXIT_ITEM_ERRORS
+    if report.summary.items:
+        print(report.summary.table(), file=sys.stderr)
+        print(f"verdicts written to {output}", file=sys.stderr)
+    return EXIT_OK if report.errors == 0 else EXIT_ITEM_ERRORS

@@ -50,6 +50,11 @@ class AdequacyGate(Gate):
         if rubric is not None:
             self.store.get(rubric)  # fail at construction for a bad default
 
+    def settings(self) -> dict[str, str]:
+        """The default rubric as resolved now (``name@version``) and the rubric store."""
+        rubric = "none" if self.default_rubric is None else self.store.get(self.default_rubric).ref
+        return {**super().settings(), "rubric": rubric, "rubric_store": str(self.store.folder)}
+
     def rubric_for(self, item: Item) -> Rubric:
         ref = item.rubric or self.default_rubric
         if ref is None:

@@ -41,6 +41,11 @@ class Gate(ABC):
         """The version string carried into every result."""
         return self.template.name
 
+    def settings(self) -> dict[str, str]:
+        """What, besides the model and engine, decides this gate's verdicts: recorded
+        beside a batch output so a resumed run with other settings is refused."""
+        return {"gate": self.name, "prompt_version": self.prompt_version}
+
     @abstractmethod
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether this gate's verdict says "enough evidence" (the decision that routes)."""

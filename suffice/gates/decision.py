@@ -37,6 +37,9 @@ class DecisionGate(Gate):
     def prompt_version(self) -> str:
         return f"{self.template.name}/decision"
 
+    def settings(self) -> dict[str, str]:
+        return {**self.inner.settings(), "prompt_version": self.prompt_version, "detail": "decision"}
+
     def parse_item(self, record: object) -> Item:
         return self.inner.parse_item(record)
 

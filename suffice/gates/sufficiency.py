@@ -52,6 +52,11 @@ class SufficiencyGate(Gate):
         )
         return verdict.model_copy(update={"decision": decision})
 
+    def settings(self) -> dict[str, str]:
+        config = self.calibration
+        calibrated = "none" if config is None else f"{config.score}>={config.threshold!r}"
+        return {**super().settings(), "gate_config": calibrated}
+
     def is_positive(self, verdict: BaseModel) -> bool:
         """The calibrated decision when a gate config set one, else the model's boolean."""
         if not isinstance(verdict, SufficiencyVerdict):

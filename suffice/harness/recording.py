@@ -20,7 +20,22 @@ def audit_result(
     latency_ms: float,
     weights_hash: str | None,
 ) -> int:
-    """One audit row for one evaluation (a verdict or an error)."""
+    """One audit row for one evaluation (a verdict or an error), in its own transaction."""
+    values = audit_values(result, item, run_id=run_id, round=round, latency_ms=latency_ms, weights_hash=weights_hash)
+    return audit.record(**values)
+
+
+def audit_values(
+    result: JudgeResult,
+    item: Item | None,
+    *,
+    run_id: str,
+    round: int,
+    latency_ms: float,
+    weights_hash: str | None,
+) -> dict[str, Any]:
+    """The audit row's values for one evaluation, for :meth:`AuditLog.record_many`
+    (a whole batch in one transaction: one disk sync instead of one per row)."""
     values: dict[str, Any] = {
         "run_id": run_id,
         "item_id": result.id,
@@ -49,8 +64,9 @@ def audit_result(
     else:
         values["error"] = result.error.model_dump(mode="json") if result.error else None
         values["decision"] = "error"
-    return audit.record(**values)
+    return values
 
 
 def round_ms(value: float) -> float:
+    """Milliseconds to three decimals, always a float (the audit stores latency as REAL)."""
     return float(f"{value:.3f}")

@@ -148,6 +148,11 @@ def fit_prompt(
     for _ in range(_MAX_ATTEMPTS):
         # Leave chunks out only while even the minimum share per chunk cannot fit.
         while True:
+            if not keep:
+                raise PromptTooLongError(
+                    f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown "
+                    "(the instructions, question and other fields leave no room for evidence)"
+                )
             constraint = constraint_for([item.chunks[i] for i in sorted(keep)])
             budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
             overhead = engine.prompt_tokens(render({i: "" for i in keep}))
@@ -157,7 +162,7 @@ def fit_prompt(
             allowed = max(room // config.min_chunk_tokens, 0)
             ranked = [i for i in priority if i in keep]
             keep = set(ranked[:allowed]) if allowed < len(keep) else set(ranked[:-1])
-        if not keep or room <= 0:
+        if room <= 0:
             raise PromptTooLongError(
                 f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown "
                 f"(instructions and question take {overhead} tokens, the output needs {constraint.max_tokens})"

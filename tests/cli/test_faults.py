@@ -1,0 +1,163 @@
+"""Faults caused for real on ``suffice judge`` with the embedded model.
+
+One input, one output, three runs in sequence (each a real process with its own
+engine): the engine core is SIGKILLed mid-batch (the run must stop within seconds
+with exit 1 and blame no record), then the CLI itself is SIGKILLed mid-run (nothing
+lost, nothing doubled), then a rerun finishes: every input line exactly once, a
+verdict for every good record and an error row naming the field for every hostile
+line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
+from tests.conftest import load_records
+from tests.test_batch import WORST
+
+pytestmark = pytest.mark.engine
+
+GOOD = 24
+
+
+def _command(source: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "suffice.cli.main",
+        "judge",
+        str(source),
+        "-o",
+        str(out),
+        "--detail",
+        "decision",
+        "--batch-size",
+        "4",
+        "--no-progress",
+    ]
+
+
+def _lines(out: Path) -> int:
+    return out.read_bytes().count(b"\n") if out.exists() else 0
+
+
+def _start(source: Path, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        _command(source, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def _wait_for_lines(proc: subprocess.Popen[bytes], out: Path, count: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while _lines(out) < count:
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, "the run wrote nothing in time"
+        time.sleep(0.05)
+
+
+def _engine_core(proc: subprocess.Popen[bytes]) -> psutil.Process:
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()[:1]):
+            return child
+    raise AssertionError("no VLLM::EngineCore process under the CLI")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Whatever a SIGKILLed CLI left behind (its engine processes) goes too."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("faults")
+    source, out = tmp / "in.jsonl", tmp / "out.jsonl"
+    good = [json.dumps(r).encode() for r in load_records("squad2.jsonl", GOOD)]
+    lines = good[:4] + WORST + good[4:]
+    source.write_bytes(b"".join(line + b"\n" for line in lines))
+    found: dict[str, object] = {"lines": lines}
+
+    # 1. The engine core dies mid-batch.
+    proc = _start(source, out)
+    try:
+        _wait_for_lines(proc, out, 4)
+        before = _lines(out)
+        _engine_core(proc).kill()
+        killed = time.monotonic()
+        _, stderr = proc.communicate(timeout=300)
+        found["dead_seconds"] = time.monotonic() - killed
+        found["dead_status"] = proc.returncode
+        found["dead_stderr"] = stderr.decode()
+        found["dead_rows"] = [json.loads(x) for x in out.read_text().splitlines()]
+        found["dead_rows_before_kill"] = before
+    finally:
+        _kill_group(proc)
+
+    # 2. The CLI itself is SIGKILLed while it writes.
+    proc = _start(source, out)
+    try:
+        _wait_for_lines(proc, out, len(found["dead_rows"]) + 4)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        _kill_group(proc)
+
+    # 3. The rerun completes the job.
+    proc = _start(source, out)
+    _, stderr = proc.communicate(timeout=900)
+    found["final_status"] = proc.returncode
+    found["final_stderr"] = stderr.decode()
+    found["final_rows"] = [json.loads(x) for x in out.read_text().splitlines()]
+    return found
+
+
+def test_a_dead_engine_stops_the_run_with_exit_1(runs):
+    assert runs["dead_status"] == EXIT_FATAL, runs["dead_stderr"][-3000:]
+
+
+def test_a_dead_engine_is_noticed_within_seconds(runs):
+    assert runs["dead_seconds"] < 60
+
+
+def test_a_dead_engine_says_so_and_how_to_resume(runs):
+    assert "rerun the same command to resume" in runs["dead_stderr"]
+
+
+def test_a_dead_engine_blames_no_record(runs):
+    types = {row["error"]["type"] for row in runs["dead_rows"] if row["error"] is not None}
+    assert types <= {"InputError"}
+
+
+def test_what_was_done_before_the_engine_died_is_kept(runs):
+    assert len(runs["dead_rows"]) >= runs["dead_rows_before_kill"]
+
+
+def test_the_rerun_finishes(runs):
+    assert runs["final_status"] == EXIT_ITEM_ERRORS, runs["final_stderr"][-3000:]
+
+
+def test_every_input_line_is_answered_exactly_once(runs):
+    assert [row["line"] for row in runs["final_rows"]] == list(range(1, len(runs["lines"]) + 1))
+
+
+def test_every_good_record_has_a_verdict(runs):
+    verdicts = [row for row in runs["final_rows"] if row["verdict"] is not None]
+    good_lines = [*range(1, 5), *range(5 + len(WORST), len(runs["lines"]) + 1)]
+    assert [row["line"] for row in verdicts if row["line"] in good_lines] == good_lines
+
+
+def test_every_hostile_line_has_an_error_naming_the_field(runs):
+    hostile = [row for row in runs["final_rows"] if 5 <= row["line"] < 5 + len(WORST)]
+    fields = [row["error"]["field"] for row in hostile if row["error"] is not None]
+    assert None not in fields

@@ -1,0 +1,246 @@
+"""The batch runner on a scripted engine: hostile lines, dead engines, resume rules.
+
+Generation itself is proven on the real engine (tests/cli/test_faults.py); here the
+engine is scripted so thousands of odd inputs run in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from suffice.batch import BatchOptions, judge_file
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineDeadError, OutputMismatchError
+from suffice.judge import Judge
+from suffice.serving.base import GenerationRequest, Progress
+from tests.fakes import ScriptedEngine
+
+GOOD = {
+    "required_entities": [{"entity": "Ada", "covered": True}],
+    "is_sufficient": True,
+    "missing_information": [],
+    "contradictions": [],
+    "confidence": 0.8,
+    "reasoning": "Chunk 0 answers.",
+}
+
+
+def good(request: GenerationRequest) -> str:
+    """A valid sufficiency output for any number of chunks."""
+    for n in range(1, 600):
+        text = json.dumps({**GOOD, "chunk_useful": "Y" * n}, separators=(",", ":"))
+        if request.constraint.matches(text):
+            return text
+    raise AssertionError("no chunk count matches the constraint")
+
+
+def record(i: int, text: str = "Ada wrote it.") -> dict[str, object]:
+    return {"id": f"r{i}", "question": f"Who wrote {i}?", "chunks": [{"id": 0, "text": text}]}
+
+
+def write_lines(path: Path, lines: list[bytes]) -> None:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+
+
+def rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def opener(engine: ScriptedEngine):
+    return lambda config: Judge(engine, config=config)
+
+
+CONFIG = JudgeConfig()
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+records = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": json_values,
+        "question": st.text() | json_values,
+        "chunks": st.lists(
+            st.fixed_dictionaries({}, optional={"id": json_values, "text": st.text(), "source": json_values}),
+            max_size=3,
+        )
+        | json_values,
+        "response": json_values,
+    },
+)
+line_values = st.one_of(
+    json_values.map(lambda v: json.dumps(v).encode()),
+    records.map(lambda r: json.dumps(r).encode()),
+    st.binary(max_size=64).map(lambda b: b.replace(b"\n", b" ")),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(line_values, min_size=1, max_size=8))
+def test_every_input_line_gets_exactly_one_row(tmp_path, lines):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [record(0), *lines, record(1)]
+    encoded = [json.dumps(x).encode() if isinstance(x, dict) else x for x in lines]
+    write_lines(source, encoded)
+    expected = [n for n, raw in enumerate(encoded, start=1) if raw.strip()]
+    judge_file(CONFIG, source, out, BatchOptions(overwrite=True, batch_size=3), open_judge=opener(ScriptedEngine(good)))
+    assert [row["line"] for row in rows(out)] == expected
+
+
+WORST = [
+    b'{"id": ' + b"7" * 5000 + b', "question": "q?", "chunks": []}',
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"id": "\\ud800", "question": "q?", "chunks": [{"id": 0, "text": "Ada"}]}',
+    b'{"id": "s", "question": "lone \\udfff here?", "chunks": [{"id": 0, "text": "x \\ud800 y"}]}',
+    b'{"id": NaN, "question": "q?", "chunks": []}',
+    b'{"id": "inf", "question": "q?", "chunks": [{"id": 0, "text": "a", "score": Infinity}]}',
+    b"\xff\xfe not utf-8",
+    b'"a string"',
+    b'{"id": [1, 2], "question": "q?", "chunks": []}',
+    b'{"id": {"a": 1}, "question": "q?", "chunks": []}',
+    b'{"id": null, "question": "q?", "chunks": []}',
+    b'{"id": 12, "question": "q?", "chunks": [{"id": 0, "text": "' + b"word " * 400_000 + b'"}]}',
+]
+
+
+def test_the_worst_lines_each_get_a_row_and_good_records_still_get_verdicts(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [json.dumps(record(0)).encode(), *WORST, json.dumps(record(1)).encode()]
+    write_lines(source, lines)
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=4), open_judge=opener(ScriptedEngine(good)))
+    written = rows(out)
+    assert [row["line"] for row in written] == list(range(1, len(lines) + 1))
+    assert written[0]["verdict"] is not None
+    assert written[-1]["verdict"] is not None
+    assert written[3]["id"] == "\ud800"  # the lone surrogate survives the round trip
+
+
+def test_a_lone_surrogate_id_resumes(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [WORST[2], json.dumps(record(1)).encode()])
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=1), open_judge=opener(ScriptedEngine(good)))
+    report = judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert report.skipped == 2
+
+
+class DyingEngine(ScriptedEngine):
+    """Generates normally for ``calls`` engine calls, then its process is 'gone'."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(good)
+        self.left = calls
+
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None):
+        if self.left == 0:
+            raise EngineDeadError("the engine process 1234 exited")
+        self.left -= 1
+        return super().generate(requests, progress)
+
+
+def test_a_dead_engine_stops_the_run_without_error_rows(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(6)])
+    with pytest.raises(EngineDeadError):
+        judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(DyingEngine(calls=1)))
+    written = rows(out)
+    assert [row["line"] for row in written] == [1, 2]
+    assert [row["error"] for row in written] == [None, None]
+
+
+def test_a_rerun_after_a_dead_engine_judges_every_record_once(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(6)])
+    with pytest.raises(EngineDeadError):
+        judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(DyingEngine(calls=2)))
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(ScriptedEngine(good)))
+    assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(6)]
+
+
+def test_a_request_the_engine_fails_on_is_isolated_and_judged_again_on_rerun(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i, "poison" if i == 2 else "Ada")).encode() for i in range(4)])
+    failing = ScriptedEngine(good, fail_when=lambda prompt: "poison" in prompt)
+    first = judge_file(CONFIG, source, out, open_judge=opener(failing))
+    assert first.errors == 1
+    assert rows(out)[2]["error"]["final"] is False
+    second = judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert second.redone == 1
+    assert rows(out)[2]["error"] is None
+
+
+def test_retry_errors_judges_input_errors_again(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode(), b'{"id": "x"}'])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    report = judge_file(CONFIG, source, out, BatchOptions(retry_errors=True), open_judge=opener(ScriptedEngine(good)))
+    assert report.redone == 1
+
+
+def test_an_input_error_row_is_final(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode(), b'{"id": "x"}'])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    report = judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert report.redone == 0
+
+
+@pytest.mark.parametrize(
+    ("changed", "options", "setting"),
+    [
+        (JudgeConfig(max_model_len=2048), BatchOptions(), "max_model_len"),
+        (JudgeConfig(backend="xgrammar"), BatchOptions(), "backend"),
+        (JudgeConfig(detail="decision"), BatchOptions(), "prompt_version"),
+        (JudgeConfig(), BatchOptions(fmt="seed"), "format"),
+        (JudgeConfig(gate="recovery"), BatchOptions(), "gate"),
+    ],
+)
+def test_a_rerun_with_other_settings_is_refused_naming_the_setting(tmp_path, changed, options, setting):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(changed, source, out, options, open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.setting == setting
+
+
+def test_an_output_without_its_settings_is_refused(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    out.write_text('{"id": "r0", "line": 1}\n')
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.setting == "settings"
+
+
+def test_overwrite_starts_over_with_other_settings(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    report = judge_file(
+        CONFIG, source, out, BatchOptions(fmt="seed", overwrite=True), open_judge=opener(ScriptedEngine(good))
+    )
+    assert report.summary.verdicts == 1
+
+
+def test_the_input_as_output_is_refused(tmp_path):
+    source = tmp_path / "in.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(CONFIG, source, source, open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.setting == "output"
+
+
+def test_the_input_is_untouched_when_refused_as_output(tmp_path):
+    source = tmp_path / "in.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    before = source.read_bytes()
+    with pytest.raises(OutputMismatchError):
+        judge_file(CONFIG, source, source, open_judge=opener(ScriptedEngine(good)))
+    assert source.read_bytes() == before
