@@ -41,7 +41,10 @@ def engine(request):
     if request.param == "transformers":
         from suffice.serving.transformers_engine import TransformersEngine
 
-        built = TransformersEngine(JudgeConfig(engine="transformers"))
+        # The transformers engine re-encodes the whole prompt for every segment (no KV
+        # cache across calls): a 4,096-token window (the worst-case output fits) keeps
+        # its prompts short enough for CI on two cores.
+        built = TransformersEngine(JudgeConfig(engine="transformers", max_model_len=4096))
     else:
         from suffice.serving.vllm_engine import VLLMEngine
 

@@ -21,8 +21,12 @@ class SufficiencyThreshold:
     """When evidence is enough to deliver an answer.
 
     ``min_cumulative_score`` is in the retriever's own units (chunks without a
-    score count 0).  ``high_stakes`` sends PARTIALLY_SUFFICIENT verdicts and
-    exhausted retrieval budgets to human review instead of deciding automatically.
+    score count 0).  ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
+    support ratio meets ``required_support_ratio``: the checked answer goes out with
+    caveats naming what the evidence does not support (the seed: "a looser threshold
+    allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
+    verdicts and exhausted retrieval budgets to human review instead of deciding
+    automatically.
     """
 
     min_passages: int = 1
@@ -74,7 +78,11 @@ def decide(
     *,
     can_retrieve: bool = True,
 ) -> RecoveryDecision:
-    """One route: ``deliver``, ``retrieve_more``, ``abstain`` or ``human_review``."""
+    """One route: ``deliver``, ``retrieve_more``, ``abstain`` or ``human_review``.
+
+    A partial delivery carries ``caveats`` (see :func:`partial_caveats`); every other
+    decision carries none, so caveats are present exactly when they must be shown.
+    """
     supported, unsupported = verdict.supported_claims, verdict.unsupported_claims
     claims = len(supported) + len(unsupported)
     ratio = len(supported) / claims if claims else 0.0
@@ -85,7 +93,9 @@ def decide(
     gap = list(unsupported)
     queries = list(verdict.suggested_retrieval_queries or [])
 
-    def out(route: Route, reason: str, queries: list[str] = queries, gap: list[str] = gap) -> RecoveryDecision:
+    def out(
+        route: Route, reason: str, queries: list[str] = queries, gap: list[str] = gap, caveats: list[str] | None = None
+    ) -> RecoveryDecision:
         return RecoveryDecision(
             route=route,
             reason=reason,
@@ -94,6 +104,7 @@ def decide(
             support_ratio=ratio,
             queries=queries if route == "retrieve_more" else [],
             gap=gap,
+            caveats=caveats or [],
             threshold=threshold.describe(),
         )
 
@@ -121,7 +132,8 @@ def decide(
         if threshold.high_stakes:
             return out("human_review", "PARTIALLY_SUFFICIENT in high-stakes use goes to human review")
         if threshold.accept_partial and ratio >= threshold.required_support_ratio:
-            return out("deliver", f"partial support accepted (support ratio {ratio:.2f})")
+            reason = f"partial support accepted (support ratio {ratio:.2f}): delivered with caveats"
+            return out("deliver", reason, caveats=partial_caveats(verdict))
         if can_retrieve:
             return out("retrieve_more", "PARTIALLY_SUFFICIENT: retrieve for the unsupported claims")
         return no_more_retrieval("PARTIALLY_SUFFICIENT")
@@ -129,3 +141,19 @@ def decide(
     if can_retrieve:
         return out("retrieve_more", "INSUFFICIENT: retrieve with the suggested queries")
     return no_more_retrieval("INSUFFICIENT")
+
+
+#: The caveat added when the checked answer was cut to fit the prompt.
+TRUNCATED_CAVEAT = "Only the beginning of the answer was checked: it was cut to fit the model's context."
+
+
+def partial_caveats(verdict: RecoveryVerdict) -> list[str]:
+    """What a partially supported answer must be delivered with, in the seed's terms:
+    each unsupported claim, then what was missing (the abstention notice), and a
+    note when part of the answer was never checked."""
+    caveats = list(verdict.unsupported_claims)
+    if verdict.abstention_notice:
+        caveats.append(verdict.abstention_notice)
+    if verdict.response_truncated:
+        caveats.append(TRUNCATED_CAVEAT)
+    return caveats

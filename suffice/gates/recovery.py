@@ -1,4 +1,8 @@
-"""The post-generation recovery gate: cited answer or abstention, routed in code."""
+"""The post-generation recovery gate: cited answer or abstention, routed in code.
+
+Under a threshold that accepts partial support, a PARTIALLY_SUFFICIENT verdict is
+delivered as the checked answer with caveats (see :func:`decide`).
+"""
 
 from __future__ import annotations
 
@@ -92,4 +96,10 @@ class RecoveryGate(Gate):
             question_truncated=fitted.question_truncated,
             response_truncated=fitted.response_truncated,
         )
-        return verdict.model_copy(update={"decision": decide(verdict, fitted.shown, self.threshold)})
+        decision = decide(verdict, fitted.shown, self.threshold)
+        update: dict[str, Any] = {"decision": decision}
+        if decision.route == "deliver" and output.classification is Classification.PARTIALLY_SUFFICIENT:
+            # Partial support accepted: the checked answer itself is what goes out,
+            # with the decision's caveats (the seed's schema has no answer here).
+            update["partial_answer"] = item.response
+        return verdict.model_copy(update=update)

@@ -3,7 +3,8 @@
 By construction: the answer exists only for SUFFICIENT and carries at least one
 ``[CITATION:k]`` marker whose ``k`` is a source shown in the request (sources are
 numbered ``0..m-1``, so the pattern depends on ``m`` only; suffice rewrites the
-markers to the caller's source ids); the abstention notice and the suggested
+markers to the caller's source ids, escaped so that any id round-trips, see
+:func:`cite_source`); the abstention notice and the suggested
 queries exist only otherwise; SUFFICIENT has no unsupported claim, the others at
 least one; every string and list is bounded.
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from suffice.exceptions import CitationError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import Rx, alt, json_list, json_members, json_string, lit, repeat, seq
 from suffice.grammars.routes import Route
@@ -221,6 +223,8 @@ class RecoveryDecision(BaseModel):
     support_ratio: float
     queries: list[str] = Field(default_factory=list)
     gap: list[str] = Field(default_factory=list)
+    #: For a partial delivery only: what the delivered answer must be shown with.
+    caveats: list[str] = Field(default_factory=list)
     threshold: str
 
 
@@ -244,6 +248,25 @@ class RecoveryVerdict(BaseModel):
     decision: RecoveryDecision | None = None
     #: Probability of each classification from the engine's log-probabilities.
     class_probabilities: dict[str, float] | None = None
+    #: The checked answer (the record's ``response``), set only when the threshold
+    #: accepts partial support and the decision delivers a PARTIALLY_SUFFICIENT
+    #: verdict; it goes out with ``decision.caveats``.  Kept apart from ``answer``,
+    #: which the seed reserves for SUFFICIENT.
+    partial_answer: str | None = None
+
+    @model_validator(mode="after")
+    def _partial_only_when_partial(self) -> RecoveryVerdict:
+        if self.partial_answer is not None and self.classification is not Classification.PARTIALLY_SUFFICIENT:
+            raise ValueError("partial_answer is only for PARTIALLY_SUFFICIENT verdicts")
+        return self
+
+    @property
+    def delivered_answer(self) -> str | None:
+        """What a ``deliver`` decision hands to the user: the cited answer, or the
+        partial answer (with ``decision.caveats``); ``None`` for any other route."""
+        if self.decision is None or self.decision.route != "deliver":
+            return None
+        return self.answer if self.classification is Classification.SUFFICIENT else self.partial_answer
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's output schema: conditional fields present only where allowed."""
@@ -260,15 +283,79 @@ class RecoveryVerdict(BaseModel):
         return out
 
 
+#: Characters of a source id written as ``%XX`` (UTF-8 bytes) in a citation: the
+#: escape character itself and the brackets that delimit the marker; characters
+#: that are not printable (controls, line breaks, unusual spaces) are escaped too.
+_ESCAPED = frozenset("%[]")
+#: An empty source id: no escaped id is a lone ``%`` (``%`` itself is always escaped).
+EMPTY_SOURCE = "%"
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+
+
+def _escape_char(char: str) -> str:
+    if char in _ESCAPED or not char.isprintable():
+        return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+    return char
+
+
+def cite_source(source: str) -> str:
+    """A source id as written in ``[CITATION:...]``: never empty, never containing
+    ``]``, and read back exactly by :func:`parse_citations`.
+
+    The escaping: ``%``, ``[``, ``]`` and every non-printable character become their
+    UTF-8 bytes as ``%XX`` (upper-case hex); everything else, non-Latin scripts,
+    quotes and spaces included, is written as is; the empty id is a lone ``%``.  Ids
+    without these characters (the usual case) are written unchanged.
+    """
+    if not source:
+        return EMPTY_SOURCE
+    return "".join(_escape_char(c) for c in source)
+
+
+def _read_source(marker: str, text: str) -> str:
+    """Undo :func:`cite_source`; reject anything it cannot have written."""
+    if text == EMPTY_SOURCE:
+        return ""
+    out = bytearray()
+    at = 0
+    for match in _ESCAPE.finditer(text):
+        out += _literal(marker, text[at : match.start()])
+        out.append(int(match.group(1), 16))
+        at = match.end()
+    out += _literal(marker, text[at:])
+    try:
+        return out.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise CitationError(marker, f"its %-escapes are not UTF-8: {exc.reason}") from exc
+
+
+def _literal(marker: str, text: str) -> bytes:
+    for char in text:
+        if char in _ESCAPED or not char.isprintable():
+            raise CitationError(marker, f"{char!r} must be %-escaped")
+    return text.encode("utf-8", "surrogatepass")
+
+
+def parse_citations(answer: str) -> list[str]:
+    """The source ids of every ``[CITATION:...]`` marker in an exported answer, in
+    order (repeats kept); raises :class:`CitationError` for a damaged marker.
+
+    The inverse of the export: ``parse_citations(relabel_citations(a, sources)[0])``
+    gives back the cited sources exactly, whatever characters they contain.
+    """
+    return [_read_source(match.group(0), match.group(1)) for match in CITATION.finditer(answer)]
+
+
 def relabel_citations(answer: str, sources: list[str]) -> tuple[str, list[str]]:
-    """``[CITATION:k]`` → ``[CITATION:<source id>]``, and the cited ids in order."""
+    """``[CITATION:k]`` → ``[CITATION:<escaped source id>]``, and the cited ids (as
+    given, unescaped) in order of first citation."""
     cited: list[str] = []
 
     def swap(match: re.Match[str]) -> str:
         source = sources[int(match.group(1))]
         if source not in cited:
             cited.append(source)
-        return f"[CITATION:{source}]"
+        return f"[CITATION:{cite_source(source)}]"
 
     return CITATION.sub(swap, answer), cited
 

@@ -5,6 +5,12 @@ retriever call for all that need more evidence.  Every question ends in exactly 
 outcome: ``delivered``, ``abstained`` (with the gap described) or ``review``
 (queued for a person, with the reason).  When the round budget is spent, or a
 retrieval finds nothing new, the outcome is escalation to review, never silence.
+
+Retrieval and query rewriting run foreign code (the caller's retriever, the engine)
+once per round for many questions.  A failure there (an exception, a wrong number
+of results, a malformed chunk) is confined to the question it belongs to: that
+question goes to review with the step and the error as its reason, and every other
+question goes on (see :mod:`suffice.harness.isolation`).
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suffice.exceptions import ConfigError, InputError
+from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError
 from suffice.harness.audit import AuditLog, weights_hash
+from suffice.harness.isolation import isolated
 from suffice.harness.recording import audit_result
-from suffice.harness.retrieval import RetrievalRequest, Retriever, merge_chunks
+from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.harness.routing import Routing, route_of
 from suffice.judge import Judge
@@ -65,8 +72,32 @@ class RoundTrace(BaseModel):
     audit_seq: int | None = None
 
 
+#: Trace routes of harness steps (not gate evaluations).
+_STEPS = frozenset({RetrievalError.step, RewriteError.step})
+
+
+class StepFailure(BaseModel):
+    """The harness step that failed for a question, kept apart from the free-text
+    reason so that a reviewer (or a script) can tell a broken retriever from a gap
+    in the evidence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: ``retrieval`` or ``rewrite`` (the step's name in the trace).
+    step: str
+    #: The round the failed step was preparing (retrieval before round 1 is round 1).
+    round: int
+    #: What went wrong: the exception's type and message, or the malformed result.
+    message: str
+
+
 class Outcome(BaseModel):
-    """How one question ended.  ``verdict`` is the last gate verdict (if any)."""
+    """How one question ended.  ``verdict`` is the last gate verdict (if any).
+
+    A delivered ``answer`` comes with ``caveats`` when the gate accepted partial
+    support (what the evidence does not support); ``failure`` is set when a harness
+    step, not the gate, sent the question to review.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -76,6 +107,8 @@ class Outcome(BaseModel):
     rounds: int
     gap: list[str] = Field(default_factory=list)
     answer: str | None = None
+    caveats: list[str] = Field(default_factory=list)
+    failure: StepFailure | None = None
     chunk_ids: list[Any] = Field(default_factory=list)
     review_id: int | None = None
     verdict: dict[str, Any] | None = None
@@ -90,6 +123,7 @@ class _Open:
     trace: list[RoundTrace] = field(default_factory=list)
     verdict: dict[str, Any] | None = None
     gap: list[str] = field(default_factory=list)
+    failure: StepFailure | None = None
 
 
 class Pipeline:
@@ -125,7 +159,11 @@ class Pipeline:
             (open_ if item.chunks else first_retrieval).append(state)
         if first_retrieval:  # no chunks given: the first retrieval is the question itself
             self._retrieve(first_retrieval, {id(s): [s.item.question] for s in first_retrieval}, round=1)
-            open_ += first_retrieval
+            for state in first_retrieval:
+                if state.failure is not None:
+                    outcomes[state.index] = self._failed(run_id, state)
+                else:
+                    open_.append(state)
             open_.sort(key=lambda s: s.index)
 
         for round in range(1, self.config.max_rounds + 1):
@@ -152,12 +190,13 @@ class Pipeline:
                 else:
                     outcomes[state.index] = outcome
             if again and self.rewriter is not None:
-                self._rewrite(again, queries)
-            if again:
-                self._retrieve(again, queries, round=round + 1)
+                self._rewrite(again, queries, round=round + 1)
+            self._retrieve([s for s in again if s.failure is None], queries, round=round + 1)
             still_open = []
             for state in again:
-                if state.trace[-1].new_chunks == 0:
+                if state.failure is not None:
+                    outcomes[state.index] = self._failed(run_id, state)
+                elif state.trace[-1].new_chunks == 0:
                     outcomes[state.index] = self._escalate(run_id, state, "retrieval found nothing new")
                 else:
                     still_open.append(state)
@@ -207,7 +246,8 @@ class Pipeline:
             reason=reason,
             rounds=_rounds(trace),
             gap=routing.gap,
-            answer=verdict.get("answer"),
+            answer=routing.answer,
+            caveats=routing.caveats,
             chunk_ids=[c.id for c in item.chunks],
             verdict=verdict,
             trace=list(trace),
@@ -223,6 +263,7 @@ class Pipeline:
         verdict: dict[str, Any] | None,
         seq: int | None,
         trace: list[RoundTrace] | None = None,
+        failure: StepFailure | None = None,
     ) -> Outcome:
         payload = {
             "question": item.question if item else None,
@@ -231,6 +272,7 @@ class Pipeline:
             else [],
             "verdict": verdict,
             "gap": gap,
+            "failure": failure.model_dump(mode="json") if failure else None,
         }
         review_id = self.audit.enqueue_review(
             item_id=item_id or "",
@@ -250,29 +292,60 @@ class Pipeline:
             review_id=review_id,
             verdict=verdict,
             trace=list(trace or []),
+            failure=failure,
         )
 
     def _escalate(self, run_id: str, state: _Open, why: str) -> Outcome:
         last = state.trace[-1] if state.trace else None
         reason = f"{why} after round {last.round if last else 0}; escalated"
-        seq = next((t.audit_seq for t in reversed(state.trace) if t.audit_seq is not None), None)
-        return self._review(run_id, state.item.id, state.item, reason, state.gap, state.verdict, seq, state.trace)
+        return self._review(
+            run_id, state.item.id, state.item, reason, state.gap, state.verdict, _last_seq(state), state.trace
+        )
+
+    def _failed(self, run_id: str, state: _Open) -> Outcome:
+        """Review for a question whose retrieval or rewriting failed; the reason names
+        the step, the round and the error, and the last verdict (if any) goes along."""
+        failure = state.failure
+        assert failure is not None
+        reason = f"{failure.step} failed in round {failure.round}: {failure.message}"
+        return self._review(
+            run_id, state.item.id, state.item, reason, state.gap, state.verdict, _last_seq(state), state.trace, failure
+        )
+
+    @staticmethod
+    def _fail(state: _Open, error: StepError, round: int, queries: Sequence[str]) -> None:
+        """Mark one question as failed at a step; the round loop turns it into review."""
+        state.failure = StepFailure(step=error.step, round=round, message=error.detail)
+        state.trace.append(RoundTrace(round=round, route=error.step, reason=str(error), queries=list(queries)))
 
     # -- retrieval ----------------------------------------------------------------------
-    def _rewrite(self, states: list[_Open], queries: dict[int, list[str]]) -> None:
-        assert self.rewriter is not None
+    def _rewrite(self, states: list[_Open], queries: dict[int, list[str]], round: int) -> None:
+        rewriter = self.rewriter
+        assert rewriter is not None
         requests = [RewriteRequest(s.item.question, tuple(queries[id(s)]), tuple(s.tried)) for s in states]
-        for state, rewritten in zip(states, self.rewriter.rewrite(requests), strict=True):
-            queries[id(state)] = rewritten
+        for state, rewritten in zip(states, isolated(rewriter.rewrite, requests, RewriteError), strict=True):
+            if isinstance(rewritten, StepError):
+                self._fail(state, rewritten, round, queries[id(state)])
+            else:
+                queries[id(state)] = rewritten
 
     def _retrieve(self, states: list[_Open], queries: dict[int, list[str]], round: int) -> None:
+        """One retriever call for every question (split only if it fails); a question
+        whose call fails or whose chunks are malformed is marked failed, untouched."""
         requests = [
             RetrievalRequest(s.item.id, s.item.question, tuple(queries[id(s)]), round, self.config.width(round))
             for s in states
         ]
-        found = self.retriever.retrieve(requests)
+        found: list[list[RawChunk] | StepError] = isolated(self.retriever.retrieve, requests, RetrievalError)
         for state, request, chunks in zip(states, requests, found, strict=True):
-            merged, added = merge_chunks(state.item.chunks, chunks, round)
+            if isinstance(chunks, StepError):
+                self._fail(state, chunks, round, request.queries)
+                continue
+            try:
+                merged, added = merge_chunks(state.item.chunks, chunks, round)
+            except InputError as exc:
+                self._fail(state, RetrievalError(f"malformed chunk: {exc}"), round, request.queries)
+                continue
             state.item = replace(state.item, chunks=tuple(merged))
             state.tried.extend(request.queries)
             state.trace.append(
@@ -287,5 +360,10 @@ class Pipeline:
 
 
 def _rounds(trace: Sequence[RoundTrace]) -> int:
-    """Gate evaluations in a trace (retrieval steps are traced too)."""
-    return sum(1 for t in trace if t.route != "retrieval")
+    """Gate evaluations in a trace (retrieval and rewrite steps are traced too)."""
+    return sum(1 for t in trace if t.route not in _STEPS)
+
+
+def _last_seq(state: _Open) -> int | None:
+    """The audit row of the question's last gate evaluation (for its review entry)."""
+    return next((t.audit_seq for t in reversed(state.trace) if t.audit_seq is not None), None)

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from suffice.records import Chunk, ChunkId, clean_text, parse_chunk
+from suffice.exceptions import InputError
+from suffice.records import Chunk, ChunkId, parse_chunk
 
 
 @dataclass(frozen=True)
@@ -64,19 +65,27 @@ def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: in
     """Existing chunks plus the new ones, de-duplicated by source and content.
 
     A new chunk keeps its id unless that id is taken, then it becomes ``r<round>-<n>``.
-    Returns the merged list and how many chunks were new.
+    Returns the merged list and how many chunks were new.  Retrieved chunks are
+    checked like input chunks (a :class:`Chunk` too: it is the caller's object), so a
+    malformed one raises :class:`InputError` naming it (``chunks[n].text``) before
+    anything is merged, instead of failing later inside the prompt.
     """
+    if isinstance(found, (str, bytes, Mapping)) or not isinstance(found, Iterable):
+        raise InputError("chunks", f"must be a list of chunks, got {type(found).__name__}")
+    parsed: list[Chunk] = []
+    for n, raw in enumerate(found):
+        if isinstance(raw, Chunk):
+            data: dict[str, object] = {"id": raw.id, "text": raw.text, "source": raw.source, "score": raw.score}
+        elif isinstance(raw, Mapping):
+            data = {"id": f"r{round}-{n}", **raw}
+        else:
+            raise InputError(f"chunks[{n}]", f"must be an object, got {type(raw).__name__}")
+        parsed.append(parse_chunk(data, n))
     merged = list(existing)
     seen = {content_key(c) for c in merged}
     ids: set[ChunkId] = {c.id for c in merged}
     added = 0
-    for n, raw in enumerate(found):
-        if isinstance(raw, Chunk):
-            chunk = Chunk(raw.id, clean_text(raw.text), raw.source, raw.score)
-        else:
-            data = dict(raw)
-            data.setdefault("id", f"r{round}-{n}")
-            chunk = parse_chunk(data, n)
+    for n, chunk in enumerate(parsed):
         key = content_key(chunk)
         if key in seen or not chunk.text.strip():
             continue

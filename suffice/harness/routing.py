@@ -20,12 +20,18 @@ from suffice.grammars.sufficiency import SufficiencyVerdict
 
 @dataclass(frozen=True)
 class Routing:
+    """``answer`` is what a ``deliver`` route hands to the user (``None`` for a
+    pre-generation gate, which delivers evidence, not an answer), with ``caveats``
+    when the gate accepted partial support."""
+
     route: Route
     reason: str
     queries: list[str] = field(default_factory=list)
     gap: list[str] = field(default_factory=list)
     scores: dict[str, Any] = field(default_factory=dict)
     rubric: str | None = None
+    answer: str | None = None
+    caveats: list[str] = field(default_factory=list)
 
 
 def route_of(verdict: BaseModel) -> Routing:
@@ -52,6 +58,8 @@ def route_of(verdict: BaseModel) -> Routing:
                 "cumulative_score": rd.cumulative_score,
                 "supporting_passages": rd.supporting_passages,
             },
+            answer=verdict.delivered_answer,
+            caveats=list(rd.caveats),
         )
     if isinstance(verdict, AdequacyVerdict):
         d = verdict.decision

@@ -87,3 +87,31 @@ def test_threshold_errors_name_the_parameter(kwargs, parameter):
     assert info.value.parameter == parameter
     with pytest.raises(ConfigError, match="threshold"):
         SufficiencyThreshold.preset("medium")
+
+
+def test_loose_partial_delivery_carries_the_unsupported_claims_then_the_notice_as_caveats():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a", "b"], unsupported=["c"], queries=["q"])
+    assert decide(v, SHOWN, SufficiencyThreshold.loose()).caveats == ["c", "gap"]
+
+
+def test_a_truncated_answer_delivered_in_part_says_so():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a", "b"], unsupported=["c"])
+    d = decide(v.model_copy(update={"response_truncated": True}), SHOWN, SufficiencyThreshold.loose())
+    assert d.caveats[-1] == "Only the beginning of the answer was checked: it was cut to fit the model's context."
+
+
+def test_strict_partial_has_no_caveats():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a", "b"], unsupported=["c"], queries=["q"])
+    assert decide(v, SHOWN, SufficiencyThreshold.strict()).caveats == []
+
+
+def test_a_partial_verdict_sent_to_retrieval_has_no_caveats():
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a"], unsupported=["b", "c"], queries=["q"])
+    d = decide(v, SHOWN, SufficiencyThreshold.loose())  # support ratio 1/3 < 0.5
+    assert d.route == "retrieve_more"
+    assert d.caveats == []
+
+
+def test_a_sufficient_delivery_has_no_caveats():
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, SufficiencyThreshold.loose())
+    assert d.caveats == []

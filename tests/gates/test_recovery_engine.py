@@ -10,11 +10,11 @@ import pytest
 
 from suffice.decisions.recovery import decide
 from suffice.grammars.recovery import (
-    CITATION,
     SEED_SCHEMA,
     Classification,
     RecoveryOutput,
     RecoveryVerdict,
+    parse_citations,
     recovery_constraint,
 )
 from suffice.judge import Judge
@@ -93,7 +93,7 @@ def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
         jsonschema.validate(v.to_seed(), SEED_SCHEMA)
         sources = {c.get("source") or str(c["id"]) for c in record["chunks"]}
         if v.classification is Classification.SUFFICIENT:
-            markers = CITATION.findall(v.answer)
+            markers = parse_citations(v.answer)
             assert markers and set(markers) <= sources and v.abstention_notice is None
             assert v.unsupported_claims == []
         else:

@@ -6,12 +6,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from suffice.exceptions import CitationError
 from suffice.grammars.recovery import (
+    CITATION,
     SEED_SCHEMA,
     Classification,
     RecoveryBounds,
     RecoveryOutput,
     RecoveryVerdict,
+    parse_citations,
     recovery_constraint,
     relabel_citations,
 )
@@ -198,3 +201,93 @@ def test_coarse_segments_compose_to_the_same_output():
     keys = [segment.key for segment, _ in c.segments_of(text, coarse=True)]
     assert keys == ["recovery/coarse-head", "citation/3", "recovery/more", "citation/3", "recovery/more"]
     assert [segment.key for segment, _ in c.segments_of(dumps(ABSTAIN), coarse=True)] == ["recovery/coarse-head"]
+
+
+# -- exported citations name any source id in a form that reads back exactly --------------
+
+#: (the caller's source id, the marker it is exported as), written by hand from the
+#: documented escaping: ``%``, ``[``, ``]`` and non-printable characters as UTF-8 ``%XX``,
+#: the empty id as a lone ``%``.
+ODD_SOURCES = [
+    ("", "[CITATION:%]"),
+    ("Wiki [en]", "[CITATION:Wiki %5Ben%5D]"),
+    ("]", "[CITATION:%5D]"),
+    ('The "Times"', '[CITATION:The "Times"]'),
+    ("'quoted'", "[CITATION:'quoted']"),
+    ("Википедия", "[CITATION:Википедия]"),
+    ("維基百科", "[CITATION:維基百科]"),
+    ("ويكيبيديا", "[CITATION:ويكيبيديا]"),
+    ("100% sure", "[CITATION:100%25 sure]"),
+    ("%", "[CITATION:%25]"),
+    ("line\nbreak", "[CITATION:line%0Abreak]"),
+    ("no\u00a0break", "[CITATION:no%C2%A0break]"),
+]
+
+
+@pytest.mark.parametrize(("source", "marker"), ODD_SOURCES)
+def test_a_source_id_is_exported_escaped(source, marker):
+    assert relabel_citations("Ada wrote it [CITATION:0]", [source])[0] == f"Ada wrote it {marker}"
+
+
+@pytest.mark.parametrize(("source", "marker"), ODD_SOURCES)
+def test_an_exported_citation_reads_back_as_its_source(source, marker):
+    exported, _ = relabel_citations("Ada wrote it [CITATION:0]", [source])
+    assert parse_citations(exported) == [source]
+
+
+@pytest.mark.parametrize(("source", "marker"), ODD_SOURCES)
+def test_an_exported_citation_is_one_whole_marker(source, marker):
+    assert CITATION.fullmatch(marker) is not None
+
+
+@pytest.mark.parametrize(("source", "marker"), ODD_SOURCES)
+def test_the_cited_sources_are_the_ids_as_given(source, marker):
+    assert relabel_citations("Ada wrote it [CITATION:0]", [source])[1] == [source]
+
+
+@pytest.mark.parametrize(("source", "marker"), ODD_SOURCES)
+def test_an_answer_citing_an_odd_source_exports_to_the_seed_schema(source, marker):
+    answer, cited = relabel_citations("Ada wrote it [CITATION:0]", [source])
+    verdict = RecoveryVerdict(
+        classification=Classification.SUFFICIENT,
+        supported_claims=["Ada wrote it"],
+        unsupported_claims=[],
+        answer=answer,
+        cited_sources=cited,
+        prompt_version="recovery/v1",
+    )
+    jsonschema.validate(verdict.to_seed(), SEED_SCHEMA)
+
+
+def test_ordinary_source_ids_are_exported_unchanged():
+    assert relabel_citations("A [CITATION:0]", ["en.wikipedia.org/wiki/Ada_Lovelace"])[0] == (
+        "A [CITATION:en.wikipedia.org/wiki/Ada_Lovelace]"
+    )
+
+
+def test_repeated_citations_read_back_in_order():
+    exported, _ = relabel_citations("A [CITATION:1] B [CITATION:0] C [CITATION:1]", ["", "x]y"])
+    assert parse_citations(exported) == ["x]y", "", "x]y"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(), min_size=1, max_size=4, unique=True))
+def test_every_source_id_round_trips_through_the_export(sources):
+    answer = " ".join(f"Sentence {k} [CITATION:{k}]" for k in range(len(sources)))
+    exported, _ = relabel_citations(answer, sources)
+    assert parse_citations(exported) == sources
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "A [CITATION:a[b]",  # a bracket suffice would have escaped
+        "A [CITATION:50%]",  # a % that starts no escape
+        "A [CITATION:%zz]",  # not hex
+        "A [CITATION:%C3]",  # half of a UTF-8 character
+        "A [CITATION:tab\there]",  # a control character suffice would have escaped
+    ],
+)
+def test_a_damaged_citation_is_an_error_not_another_source(answer):
+    with pytest.raises(CitationError):
+        parse_citations(answer)

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError
+from suffice.decisions.recovery import SufficiencyThreshold
+from suffice.exceptions import ConfigError, EngineError, InputError
+from suffice.gates.recovery import RecoveryGate
 from suffice.harness.audit import AuditLog
-from suffice.harness.pipeline import Pipeline, PipelineConfig
-from suffice.harness.retrieval import merge_chunks
+from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig, StepFailure
+from suffice.harness.retrieval import FunctionRetriever, RawChunk, RetrievalRequest, Retriever, merge_chunks
+from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.judge import Judge
 from suffice.records import Chunk
-from tests.fakes import ScriptedEngine
+from suffice.serving.base import GenerationRequest
+from tests.fakes import Script, ScriptedEngine
 from tests.harness.hotpot import hotpot_retriever, load_pairs, questions
 
 
@@ -44,7 +50,7 @@ def complete_when_all_ten(request) -> str:
 
 def run(tmp_path, script, config=None, records=None):
     pairs = load_pairs()
-    calls = []
+    calls: list[RetrievalRequest] = []
     engine = ScriptedEngine(script, max_model_len=32768)
     pipeline = Pipeline(
         Judge(engine, "sufficiency"), hotpot_retriever(pairs, calls), config, audit=tmp_path / "audit.db"
@@ -118,6 +124,228 @@ def test_config_errors_name_the_parameter():
     assert info.value.parameter == "max_rounds"
 
 
+# -- one question's retrieval or rewriting fails: it alone goes to review ----------------
+
+
+def breaking_for(
+    pairs: dict[str, dict[str, dict]], target: str, round: int, breaking: Callable[[list[Any]], list[Any]]
+) -> FunctionRetriever:
+    """The HotpotQA retriever, except that ``breaking`` replaces (or raises instead of)
+    the target question's chunks in one round; every other call is untouched."""
+    search = hotpot_retriever(pairs, []).fn
+
+    def broken(query: str, k: int, request: RetrievalRequest) -> list[Any]:
+        found = list(search(query, k, request))
+        return breaking(found) if request.item_id == target and request.round == round else found
+
+    return FunctionRetriever(broken, pass_request=True)
+
+
+def run_with(
+    tmp_path, script: Script, retriever: Retriever, config: PipelineConfig | None = None
+) -> tuple[Pipeline, dict[str | None, Outcome]]:
+    pipeline = Pipeline(
+        Judge(ScriptedEngine(script, max_model_len=32768), "sufficiency"),
+        retriever,
+        config,
+        audit=tmp_path / "audit.db",
+    )
+    outcomes = pipeline.run(questions(load_pairs()))
+    return pipeline, {o.id: o for o in outcomes}
+
+
+def others(outcomes: dict[str | None, Outcome], target: str) -> list[Outcome]:
+    return [o for key, o in outcomes.items() if key != target]
+
+
+TARGET = next(iter(load_pairs()))
+
+
+def offline(found: list[dict]) -> list[dict]:
+    raise ConnectionError("index offline")
+
+
+@pytest.mark.parametrize("round", [1, 2])
+def test_a_retriever_that_raises_for_one_question_sends_only_it_to_review(tmp_path, round):
+    pipeline, outcomes = run_with(tmp_path, complete_when_all_ten, breaking_for(load_pairs(), TARGET, round, offline))
+    assert outcomes[TARGET].kind == "review"
+    assert outcomes[TARGET].reason == f"retrieval failed in round {round}: ConnectionError: index offline"
+    assert outcomes[TARGET].failure == StepFailure(
+        step="retrieval", round=round, message="ConnectionError: index offline"
+    )
+    assert outcomes[TARGET].rounds == round - 1
+    assert [r["item_id"] for r in pipeline.audit.reviews()] == [TARGET]
+    assert [o.kind for o in others(outcomes, TARGET)] == ["delivered"] * 5
+
+
+def test_the_review_entry_of_a_failed_retrieval_keeps_the_step_and_the_error(tmp_path):
+    pipeline, _ = run_with(tmp_path, complete_when_all_ten, breaking_for(load_pairs(), TARGET, 2, offline))
+    review = pipeline.audit.reviews()[0]
+    assert review["reason"] == "retrieval failed in round 2: ConnectionError: index offline"
+    assert json.loads(review["payload"])["failure"] == {
+        "step": "retrieval",
+        "round": 2,
+        "message": "ConnectionError: index offline",
+    }
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"id": 0, "text": None}, "malformed chunk: chunks[0].text: must be a string, got NoneType"),
+        ("just a string", "malformed chunk: chunks[0]: must be an object, got str"),
+        (
+            {"id": 0, "text": "t", "score": "high"},
+            "malformed chunk: chunks[0].score: must be a finite number, got 'high'",
+        ),
+    ],
+)
+def test_a_malformed_chunk_for_one_question_sends_only_it_to_review(tmp_path, bad, message):
+    retriever = breaking_for(load_pairs(), TARGET, 2, lambda found: [bad, *found])
+    _, outcomes = run_with(tmp_path, complete_when_all_ten, retriever)
+    assert outcomes[TARGET].kind == "review"
+    assert outcomes[TARGET].reason == f"retrieval failed in round 2: {message}"
+    assert outcomes[TARGET].failure == StepFailure(step="retrieval", round=2, message=message)
+    assert [o.kind for o in others(outcomes, TARGET)] == ["delivered"] * 5
+
+
+class MiscountingRetriever:
+    """A batched retriever with a bug: in round 2 it returns ``copies`` results (0: drops
+    it, 2: doubles it) for the target question, so the batch has the wrong length."""
+
+    def __init__(self, pairs: dict[str, dict[str, dict]], copies: int) -> None:
+        self.inner = hotpot_retriever(pairs, [])
+        self.copies = copies
+        self.batches: list[int] = []
+
+    def retrieve(self, requests: Sequence[RetrievalRequest]) -> list[list[RawChunk]]:
+        self.batches.append(len(requests))
+        out: list[list[RawChunk]] = []
+        for request, found in zip(requests, self.inner.retrieve(requests), strict=True):
+            out += [found] * (self.copies if request.item_id == TARGET and request.round == 2 else 1)
+        return out
+
+
+@pytest.mark.parametrize(
+    ("copies", "message"), [(0, "returned 0 results for 1 request"), (2, "returned 2 results for 1 request")]
+)
+def test_a_wrong_number_of_results_sends_only_the_question_at_fault_to_review(tmp_path, copies, message):
+    _, outcomes = run_with(tmp_path, complete_when_all_ten, MiscountingRetriever(load_pairs(), copies))
+    assert outcomes[TARGET].kind == "review"
+    assert outcomes[TARGET].reason == f"retrieval failed in round 2: {message}"
+    assert [o.kind for o in others(outcomes, TARGET)] == ["delivered"] * 5
+    # No result of the misaligned batch was given to the wrong question: each has its 10 paragraphs.
+    assert [len(o.chunk_ids) for o in others(outcomes, TARGET)] == [10] * 5
+
+
+def test_a_wrong_number_of_results_is_retried_in_halves_not_one_by_one(tmp_path):
+    retriever = MiscountingRetriever(load_pairs(), 0)
+    run_with(tmp_path, complete_when_all_ten, retriever)
+    # Round 1: all 6 at once.  Round 2: 6 (short by one, the target is first) → its half
+    # of 3 (short) → the target alone (short) and the 2 after it → the other half of 3.
+    assert retriever.batches == [6, 6, 3, 1, 2, 3]
+
+
+def rewriter_failing_for(question: str) -> Script:
+    """Judge requests as in the other tests; rewrite requests return one query, except
+    for ``question``, whose rewrite makes the engine raise (failing the whole batch)."""
+
+    def script(request: GenerationRequest) -> str:
+        if request.constraint.key != "rewrite":
+            return complete_when_all_ten(request)
+        if question in request.messages[-1]["content"]:
+            raise EngineError("rewriter offline")
+        return '["the second paragraph, rewritten"]'
+
+    return script
+
+
+def test_a_rewriter_that_raises_for_one_question_sends_only_it_to_review(tmp_path):
+    question = next(q["question"] for q in questions(load_pairs()) if q["id"] == TARGET)
+    _, outcomes = run_with(
+        tmp_path,
+        rewriter_failing_for(question),
+        hotpot_retriever(load_pairs(), []),
+        PipelineConfig(rewrite_queries=True),
+    )
+    assert outcomes[TARGET].kind == "review"
+    assert outcomes[TARGET].reason == "rewrite failed in round 2: EngineError: rewriter offline"
+    assert outcomes[TARGET].failure == StepFailure(step="rewrite", round=2, message="EngineError: rewriter offline")
+    assert [o.kind for o in others(outcomes, TARGET)] == ["delivered"] * 5
+    # The others were retrieved with their rewritten queries.
+    assert [o.trace[2].queries for o in others(outcomes, TARGET)] == [["the second paragraph, rewritten"]] * 5
+
+
+def test_a_failed_step_is_traced_but_not_counted_as_an_evaluation(tmp_path):
+    _, outcomes = run_with(tmp_path, complete_when_all_ten, breaking_for(load_pairs(), TARGET, 2, offline))
+    assert [t.route for t in outcomes[TARGET].trace] == ["retrieval", "retrieve_more", "retrieval"]
+    assert outcomes[TARGET].rounds == 1
+
+
+def test_merge_rejects_a_result_that_is_not_a_list_of_chunks():
+    with pytest.raises(InputError) as info:
+        merge_chunks([], {"id": 0, "text": "a chunk, not a list"}, 2)  # type: ignore[arg-type]
+    assert info.value.field == "chunks"
+
+
+def test_merge_checks_a_chunk_object_like_a_mapping():
+    with pytest.raises(InputError) as info:
+        merge_chunks([], [Chunk(0, None)], 2)  # type: ignore[arg-type]
+    assert info.value.field == "chunks[0].text"
+
+
+# -- partial support under the loose and strict presets ------------------------------------
+
+RESPONSE = "Ada Lovelace wrote the notes in 1843."
+PARTIAL = json.dumps(
+    {
+        "classification": "PARTIALLY_SUFFICIENT",
+        "supported_claims": ["Ada Lovelace wrote the notes"],
+        "unsupported_claims": ["the notes are from 1843"],
+        "abstention_notice": "No passage gives the year.",
+        "suggested_retrieval_queries": ["Ada Lovelace notes year"],
+    },
+    separators=(",", ":"),
+)
+ADA = {
+    "id": "ada",
+    "question": "Who wrote the notes, and when?",
+    "response": RESPONSE,
+    "chunks": [{"id": 0, "text": "Ada Lovelace wrote the notes on the Analytical Engine.", "source": "ada.txt"}],
+}
+
+
+def partial_outcome(tmp_path, threshold: SufficiencyThreshold) -> Outcome:
+    judge = Judge(ScriptedEngine(lambda request: PARTIAL), RecoveryGate(threshold))
+    pipeline = Pipeline(judge, FunctionRetriever(lambda query, k: []), audit=tmp_path / "audit.db")
+    return pipeline.run([ADA])[0]
+
+
+def test_loose_preset_delivers_a_partial_answer(tmp_path):
+    assert partial_outcome(tmp_path, SufficiencyThreshold.loose()).kind == "delivered"
+
+
+def test_loose_preset_delivers_the_checked_answer(tmp_path):
+    assert partial_outcome(tmp_path, SufficiencyThreshold.loose()).answer == RESPONSE
+
+
+def test_loose_preset_delivers_the_unsupported_claims_and_the_gap_as_caveats(tmp_path):
+    caveats = partial_outcome(tmp_path, SufficiencyThreshold.loose()).caveats
+    assert caveats == ["the notes are from 1843", "No passage gives the year."]
+
+
+def test_strict_preset_sends_a_partial_answer_to_review(tmp_path):
+    assert partial_outcome(tmp_path, SufficiencyThreshold.strict()).kind == "review"
+
+
+def test_strict_preset_delivers_no_partial_answer(tmp_path):
+    assert partial_outcome(tmp_path, SufficiencyThreshold.strict()).answer is None
+
+
+def test_strict_preset_gives_no_caveats(tmp_path):
+    assert partial_outcome(tmp_path, SufficiencyThreshold.strict()).caveats == []
+
+
 @pytest.mark.engine
 def test_loop_on_the_real_engine(tmp_path):
     pairs = load_pairs()
@@ -132,3 +360,49 @@ def test_loop_on_the_real_engine(tmp_path):
     report = pipeline.audit.verify()
     assert report.ok and report.rows == evaluations
     assert all(r["model_id"].startswith("SmolLM2") and r["weights_hash"] for r in pipeline.audit.rows())
+
+
+class RecordingRewriter(QueryRewriter):
+    """The pipeline's query rewriter, keeping what it was asked (proof that rewriting ran)."""
+
+    def __init__(self, rewriter: QueryRewriter) -> None:
+        super().__init__(rewriter.engine)
+        self.requests: list[RewriteRequest] = []
+
+    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[str]]:
+        self.requests.extend(requests)
+        return super().rewrite(requests)
+
+
+@pytest.mark.engine
+def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path):
+    """Forced past round 1 (no verdict can show 100 supporting passages: the twins have
+    10 paragraphs), through query rewriting, into a round-2 retrieval that fails for
+    one question: that question goes to review with the reason, the others finish."""
+    pairs = load_pairs()
+    records = [
+        {"id": base, "question": twins["full"]["question"], "response": twins["full"]["answer"]}
+        for base, twins in pairs.items()
+    ][:4]
+    unreachable = SufficiencyThreshold(min_passages=100)
+    with Judge.open(JudgeConfig(gate="recovery", backend="xgrammar")) as opened:
+        judge = Judge(opened.engine, RecoveryGate(unreachable), opened.config)
+        pipeline = Pipeline(
+            judge,
+            breaking_for(pairs, TARGET, 2, offline),
+            PipelineConfig(max_rounds=2, rewrite_queries=True),
+            audit=tmp_path / "audit.db",
+        )
+        assert pipeline.rewriter is not None
+        rewriter = RecordingRewriter(pipeline.rewriter)
+        pipeline.rewriter = rewriter
+        outcomes = {o.id: o for o in pipeline.run(records)}
+    rest = others(outcomes, TARGET)
+    assert outcomes[TARGET].kind == "review"
+    assert outcomes[TARGET].reason == "retrieval failed in round 2: ConnectionError: index offline"
+    assert outcomes[TARGET].failure == StepFailure(step="retrieval", round=2, message="ConnectionError: index offline")
+    assert records[0]["question"] in [r.question for r in rewriter.requests]  # rewritten before it failed
+    assert [o.failure for o in rest] == [None, None, None]
+    assert [o.rounds for o in rest] == [2, 2, 2]  # past round 1, to the end of the budget
+    assert [o.reason.startswith("retrieval budget of 2 rounds spent") for o in rest] == [True, True, True]
+    assert pipeline.audit.verify().rows == 1 + 3 * 2
