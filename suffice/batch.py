@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputMismatchError
 from suffice.gates import make_gate_for
+from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
 from suffice.jsonl import SourceLine, count_lines, read_lines
@@ -75,20 +74,13 @@ class BatchReport:
     redone: int = 0
 
 
-def result_row(result: JudgeResult, fmt: str, line: int) -> dict[str, Any]:
-    """The output row of one result (``line``: the input line it answers)."""
+def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str, Any]:
+    """The output row of one result (``line``: the input line it answers); the gate
+    shapes the verdict for ``fmt``."""
     row = result.model_dump(mode="json", exclude={"raw_text"})
     row["line"] = line
-    verdict = result.verdict
-    if fmt in ("seed", "ragflow") and verdict is not None and hasattr(verdict, "to_seed"):
-        row["verdict"] = verdict.to_seed()
-        row["fitting"] = verdict.model_dump(
-            mode="json",
-            include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
-        )
-        decision = getattr(verdict, "decision", None)
-        if isinstance(decision, BaseModel):
-            row["decision"] = decision.model_dump(mode="json")
+    if result.verdict is not None:
+        row.update(gate.export(result.verdict, fmt))
     return row
 
 
@@ -215,10 +207,13 @@ def _run(
             began = time.perf_counter()
             judged = judge.judge_batch(records, progress=update)
             latency = (time.perf_counter() - began) * 1000
-            results.write(result_row(r, options.fmt, line.line) for r, line in zip(judged, batch, strict=True))
+            results.write(
+                result_row(r, judge.gate, options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
+            )
             if audit is not None:
                 audit.record_many(
                     audit_values(
+                        judge.gate,
                         result,
                         judge.item_or_none(record),
                         run_id=run_id,

@@ -33,3 +33,19 @@ def test_every_gate_implements_every_hook(gate):
         assert getattr(gate, name), name
     assert gate.prompt_version.startswith(gate.name + "/")
     assert isinstance(gate, Gate)
+
+
+def test_every_gate_name_the_config_accepts_builds_a_gate():
+    from suffice.config import GATES as NAMES
+    from suffice.gates import make_gate
+
+    assert sorted(make_gate(name, rubric="customer-support").name for name in NAMES) == sorted(NAMES)
+
+
+HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "parse", "constraint_for")
+
+
+@pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_gate_defines_its_own_hooks(gate, hook):
+    assert getattr(type(gate), hook) is not getattr(Gate, hook)

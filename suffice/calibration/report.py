@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suffice.calibration.metrics import (
     best_f1,
@@ -18,38 +18,12 @@ from suffice.calibration.metrics import (
     threshold_for_precision,
 )
 
-
-def scores_of(gate: str, verdict: Mapping[str, Any]) -> dict[str, float | None]:
-    """Every score a verdict row offers, by name; ``decision`` is the binary decision."""
-    if verdict.get("detail") == "decision":  # --detail decision, any gate
-        return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
-    if gate == "sufficiency":
-        confidence = float(verdict["confidence"])
-        sufficient = bool(verdict["is_sufficient"])
-        decision = verdict.get("decision")
-        return {
-            "p_sufficient": verdict.get("p_sufficient"),
-            "self_confidence": confidence if sufficient else 1.0 - confidence,
-            "decision": float(decision["sufficient"] if decision else sufficient),
-        }
-    if gate == "recovery":
-        probs = verdict.get("class_probabilities") or {}
-        return {
-            "p_sufficient_class": probs.get("SUFFICIENT"),
-            "decision": float(verdict["classification"] == "SUFFICIENT"),
-        }
-    if gate == "adequacy":
-        decision = verdict["decision"]
-        return {
-            "composite": float(decision["composite_score"]),
-            "p_model_pass": verdict.get("p_model_pass"),
-            "decision": float(decision["decision"] == "PASS"),
-        }
-    raise ValueError(f"unknown gate {gate!r}")
+if TYPE_CHECKING:
+    from suffice.gates.base import Gate
 
 
 def build_report(
-    gate: str,
+    gate: Gate,
     records: Sequence[Mapping[str, Any]],
     rows: Sequence[Mapping[str, Any]],
     precision_target: float,
@@ -69,20 +43,16 @@ def build_report(
         if not isinstance(label, bool):
             skipped["unlabeled"] += 1
             continue
-        for name, value in scores_of(gate, verdict).items():
+        for name, value in gate.calibration_scores(verdict).items():
             if value is not None:
                 columns.setdefault(name, []).append((float(value), label))
-        if (
-            gate == "sufficiency"
-            and label
-            and record.get("useful_chunk_ids") is not None
-            and verdict.get("model_called", True)
-        ):
-            predicted_ids.append(list(verdict.get("useful_chunk_ids", [])))
+        predicted = gate.useful_chunk_ids(verdict)
+        if predicted is not None and label and record.get("useful_chunk_ids") is not None:
+            predicted_ids.append(predicted)
             gold_ids.append(list(record["useful_chunk_ids"]))
 
     report: dict[str, Any] = {
-        "gate": gate,
+        "gate": gate.name,
         "items": len(rows),
         "skipped": skipped,
         "precision_target": precision_target,
@@ -106,7 +76,7 @@ def build_report(
             "_labels": labels,
         }
     report["scores"] = scores
-    if gate == "sufficiency":
+    if gold_ids:
         report["useful_chunk_ids"] = set_agreement(predicted_ids, gold_ids)
     return report
 

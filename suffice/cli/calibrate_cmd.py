@@ -14,6 +14,7 @@ from suffice.calibration.thresholds import GateConfig
 from suffice.cli import judge_cmd
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.exceptions import ConfigError, InputError
+from suffice.gates import make_gate_for
 from suffice.jsonl import read_records
 from suffice.rubric_store import Rubric, RubricStore
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
-    report = build_report(args.gate, records, rows, args.precision_target)
+    report = build_report(make_gate_for(config), records, rows, args.precision_target)
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -21,6 +21,7 @@ from suffice.grammars.adequacy import (
     adequacy_constraint,
 )
 from suffice.grammars.constraint import Constraint
+from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
 from suffice.records import Chunk, Item
@@ -54,6 +55,34 @@ class AdequacyGate(Gate):
         """The default rubric as resolved now (``name@version``) and the rubric store."""
         rubric = "none" if self.default_rubric is None else self.store.get(self.default_rubric).ref
         return {**super().settings(), "rubric": rubric, "rubric_store": str(self.store.folder)}
+
+    def route(self, verdict: BaseModel) -> Routing:
+        """The rubric's weighted composite against its threshold, computed in code."""
+        if not isinstance(verdict, AdequacyVerdict):
+            raise TypeError(f"the adequacy gate cannot route a {type(verdict).__name__}")
+        d = verdict.decision
+        scores = {"composite": d.composite_score, "threshold": d.threshold, **verdict.dimensions.scores()}
+        return Routing(
+            d.route,
+            d.reason,
+            queries=list(verdict.missing_information),
+            gap=list(verdict.missing_information),
+            scores=scores,
+            rubric=verdict.rubric,
+        )
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        decision = verdict["decision"]
+        return {
+            "composite": float(decision["composite_score"]),
+            "p_model_pass": verdict.get("p_model_pass"),
+            "decision": float(decision["decision"] == "PASS"),
+        }
+
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        if not isinstance(verdict, AdequacyVerdict):
+            raise TypeError(f"the adequacy gate cannot export a {type(verdict).__name__}")
+        return verdict.to_seed()
 
     def rubric_for(self, item: Item) -> Rubric:
         ref = item.rubric or self.default_rubric

@@ -1,19 +1,24 @@
-"""What a gate is: a prompt, a constraint per chunk count, and a parser.
+"""What a gate is: a prompt, a constraint per chunk count, a parser, and everything
+else that differs from gate to gate.
 
-The judge is gate-agnostic; adding a gate means writing one of these and its
-template folder, nothing in the engine or the batch logic.
+The judge, the batch runner, the harness, the audit log, the summary and the
+calibration report are gate-agnostic: they ask the gate (its route, what counts as
+positive, its calibration scores, its export row, its settings).  Adding a gate means
+writing one of these, its grammar and its template folder; the completeness test
+(tests/test_completeness.py) checks that every gate implements every hook.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import decision_marker
+from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
 from suffice.records import Chunk, Item, parse_record
@@ -49,6 +54,44 @@ class Gate(ABC):
     @abstractmethod
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether this gate's verdict says "enough evidence" (the decision that routes)."""
+
+    @abstractmethod
+    def route(self, verdict: BaseModel) -> Routing:
+        """Where the verdict sends the item, by the decision that counts (the calibrated
+        one when the gate has a calibration): the pipeline, the audit log and the
+        summary all read this one."""
+
+    @abstractmethod
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        """Every score an output row's verdict (JSON) offers for calibration, by name;
+        ``decision`` is the binary decision that routes."""
+
+    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
+        """The chunk ids an output row's verdict names as useful, to compare with gold
+        evidence; ``None`` when the gate names none."""
+        return None
+
+    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
+        """The output row's verdict fields in format ``fmt``: ``suffice`` (the verdict
+        as it is) or ``seed`` / ``ragflow`` (the seed prompt's own shape, with the fitting
+        notes and the computed decision beside it)."""
+        if fmt == "suffice":
+            return {"verdict": verdict.model_dump(mode="json")}
+        row: dict[str, Any] = {
+            "verdict": self.seed_verdict(verdict),
+            "fitting": verdict.model_dump(
+                mode="json",
+                include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
+            ),
+        }
+        decision = getattr(verdict, "decision", None)
+        if isinstance(decision, BaseModel):
+            row["decision"] = decision.model_dump(mode="json")
+        return row
+
+    @abstractmethod
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        """The verdict in the seed prompt's own output schema."""
 
     def parse_item(self, record: object) -> Item:
         return parse_record(record, need_response=self.needs_response)

@@ -9,7 +9,7 @@ declaring those three attributes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,6 +18,7 @@ from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format
+from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.records import Chunk, Item
 
@@ -75,6 +76,25 @@ class DecisionGate(Gate):
 
     def is_positive(self, verdict: BaseModel) -> bool:
         return isinstance(verdict, DecisionVerdict) and verdict.positive
+
+    def route(self, verdict: BaseModel) -> Routing:
+        """A bare decision: positive delivers, negative asks for more evidence (there is
+        no computed decision, gap or query in this mode)."""
+        if not isinstance(verdict, DecisionVerdict):
+            raise TypeError(f"decision-only mode cannot route a {type(verdict).__name__}")
+        scores = {"probability": verdict.probability}
+        reason = f"decision {verdict.decision}" + (
+            "" if verdict.probability is None else f" with probability {verdict.probability:.3f}"
+        )
+        return Routing("deliver" if verdict.positive else "retrieve_more", reason, scores=scores)
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
+
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        if not isinstance(verdict, DecisionVerdict):
+            raise TypeError(f"decision-only mode cannot export a {type(verdict).__name__}")
+        return verdict.to_seed()
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:

@@ -7,7 +7,7 @@ delivered as the checked answer with caveats (see :func:`decide`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +24,7 @@ from suffice.grammars.recovery import (
     recovery_constraint,
     relabel_citations,
 )
+from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
 from suffice.prompts.templates import load_prompt
 from suffice.records import Chunk, Item
@@ -42,6 +43,40 @@ class RecoveryGate(Gate):
 
     def is_positive(self, verdict: BaseModel) -> bool:
         return isinstance(verdict, RecoveryVerdict) and verdict.classification is Classification.SUFFICIENT
+
+    def settings(self) -> dict[str, str]:
+        return {**super().settings(), "threshold": self.threshold.describe()}
+
+    def route(self, verdict: BaseModel) -> Routing:
+        """The decision computed in code (support ratio, passages, preset)."""
+        if not isinstance(verdict, RecoveryVerdict) or verdict.decision is None:
+            raise TypeError(f"the recovery gate cannot route a {type(verdict).__name__} without a decision")
+        rd = verdict.decision
+        return Routing(
+            rd.route,
+            rd.reason,
+            queries=list(rd.queries),
+            gap=list(rd.gap),
+            scores={
+                "support_ratio": rd.support_ratio,
+                "cumulative_score": rd.cumulative_score,
+                "supporting_passages": rd.supporting_passages,
+            },
+            answer=verdict.delivered_answer,
+            caveats=list(rd.caveats),
+        )
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        probs = verdict.get("class_probabilities") or {}
+        return {
+            "p_sufficient_class": probs.get("SUFFICIENT"),
+            "decision": float(verdict["classification"] == "SUFFICIENT"),
+        }
+
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        if not isinstance(verdict, RecoveryVerdict):
+            raise TypeError(f"the recovery gate cannot export a {type(verdict).__name__}")
+        return verdict.to_seed()
 
     def shortcut(self, item: Item) -> RecoveryVerdict | None:
         if item.chunks:

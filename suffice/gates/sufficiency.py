@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -12,6 +12,7 @@ from suffice.calibration.thresholds import GateConfig, sufficiency_score
 from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
+from suffice.grammars.routes import Routing
 from suffice.grammars.sufficiency import (
     CalibratedDecision,
     SufficiencyBounds,
@@ -62,6 +63,50 @@ class SufficiencyGate(Gate):
         if not isinstance(verdict, SufficiencyVerdict):
             return False
         return verdict.decision.sufficient if verdict.decision is not None else verdict.is_sufficient
+
+    def route(self, verdict: BaseModel) -> Routing:
+        """The seed's rule: sufficient -> deliver the evidence; otherwise the missing
+        information is what to retrieve.  A calibrated decision, when set, decides."""
+        if not isinstance(verdict, SufficiencyVerdict):
+            raise TypeError(f"the sufficiency gate cannot route a {type(verdict).__name__}")
+        scores: dict[str, Any] = {"confidence": verdict.confidence, "p_sufficient": verdict.p_sufficient}
+        decision = verdict.decision
+        if decision is not None:
+            scores[decision.score_name] = decision.score
+        if self.is_positive(verdict):
+            return Routing(
+                "deliver", "the context is sufficient" if decision is None else decision.reason, scores=scores
+            )
+        gap = list(verdict.missing_information) or ["evidence for the question"]
+        why = "the context is insufficient" if decision is None else decision.reason
+        return Routing("retrieve_more", why, queries=list(verdict.missing_information), gap=gap, scores=scores)
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        confidence = float(verdict["confidence"])
+        sufficient = bool(verdict["is_sufficient"])
+        decision = verdict.get("decision")
+        return {
+            "p_sufficient": verdict.get("p_sufficient"),
+            "self_confidence": confidence if sufficient else 1.0 - confidence,
+            "decision": float(decision["sufficient"] if decision else sufficient),
+        }
+
+    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
+        if not verdict.get("model_called", True):
+            return None
+        return list(verdict.get("useful_chunk_ids", []))
+
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        """RAGFlow's shape; both of its decision keys carry the decision that routes."""
+        if not isinstance(verdict, SufficiencyVerdict):
+            raise TypeError(f"the sufficiency gate cannot export a {type(verdict).__name__}")
+        return verdict.to_ragflow(sufficient=self.is_positive(verdict))
+
+    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
+        row = super().export(verdict, fmt)
+        if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict) and verdict.decision is not None:
+            row["model_is_sufficient"] = verdict.is_sufficient  # the model's own, beside the calibrated one
+        return row
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:
         if item.chunks:

@@ -116,11 +116,13 @@ class SufficiencyVerdict(BaseModel):
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
         return self.to_ragflow()
 
-    def to_ragflow(self) -> dict[str, Any]:
-        """The seed's JSON shape, both decision keys included."""
+    def to_ragflow(self, sufficient: bool | None = None) -> dict[str, Any]:
+        """The seed's JSON shape, both decision keys included (``sufficient``: the
+        decision to write there, when it is not the model's own)."""
+        decided = self.is_sufficient if sufficient is None else sufficient
         return {
-            "Sufficient Context": self.is_sufficient,
-            "is_sufficient": self.is_sufficient,
+            "Sufficient Context": decided,
+            "is_sufficient": decided,
             "required_entities": list(self.required_entities),
             "coverage": dict(self.coverage),
             "missing_information": list(self.missing_information),

@@ -25,12 +25,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError
+from suffice.grammars.routes import Routing
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.isolation import isolated
 from suffice.harness.recording import audit_result
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
-from suffice.harness.routing import Routing, route_of
 from suffice.judge import Judge
 from suffice.records import Item, record_id
 from suffice.results import JudgeResult
@@ -177,6 +177,7 @@ class Pipeline:
             for state, result in zip(open_, results, strict=True):
                 seq = audit_result(
                     self.audit,
+                    self.judge.gate,
                     result,
                     state.item,
                     run_id=run_id,
@@ -215,7 +216,7 @@ class Pipeline:
             reason = f"evaluation failed: {result.error.message if result.error else 'unknown'}"
             state.trace.append(RoundTrace(round=round, route="error", reason=reason, audit_seq=seq))
             return self._review(run_id, item.id, item, reason, [], None, seq, state.trace)
-        routing = route_of(result.verdict)
+        routing = self.judge.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
         state.verdict, state.gap = verdict, routing.gap
         state.trace.append(RoundTrace(round=round, route=routing.route, reason=routing.reason, audit_seq=seq))

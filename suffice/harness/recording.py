@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog, chunk_digests, sha256_text
-from suffice.harness.routing import route_of
 from suffice.records import Item
 from suffice.results import JudgeResult
 
 
 def audit_result(
     audit: AuditLog,
+    gate: Gate,
     result: JudgeResult,
     item: Item | None,
     *,
@@ -21,11 +22,14 @@ def audit_result(
     weights_hash: str | None,
 ) -> int:
     """One audit row for one evaluation (a verdict or an error), in its own transaction."""
-    values = audit_values(result, item, run_id=run_id, round=round, latency_ms=latency_ms, weights_hash=weights_hash)
+    values = audit_values(
+        gate, result, item, run_id=run_id, round=round, latency_ms=latency_ms, weights_hash=weights_hash
+    )
     return audit.record(**values)
 
 
 def audit_values(
+    gate: Gate,
     result: JudgeResult,
     item: Item | None,
     *,
@@ -35,7 +39,8 @@ def audit_values(
     weights_hash: str | None,
 ) -> dict[str, Any]:
     """The audit row's values for one evaluation, for :meth:`AuditLog.record_many`
-    (a whole batch in one transaction: one disk sync instead of one per row)."""
+    (a whole batch in one transaction: one disk sync instead of one per row).  The
+    decision recorded is the gate's route: the calibrated one when configured."""
     values: dict[str, Any] = {
         "run_id": run_id,
         "item_id": result.id,
@@ -54,7 +59,7 @@ def audit_values(
         values["query_hash"] = sha256_text(item.question)
         values["chunks"] = chunk_digests(item.chunks)
     if result.verdict is not None:
-        routing = route_of(result.verdict)
+        routing = gate.route(result.verdict)
         values["verdict"] = result.verdict.model_dump(mode="json")
         values["scores"] = routing.scores
         values["decision"] = routing.route

@@ -35,7 +35,7 @@ def rows_and_records():
 
 def test_report_metrics_and_files(tmp_path):
     records, rows = rows_and_records()
-    report = build_report("sufficiency", records, rows, precision_target=1.0)
+    report = build_report(SufficiencyGate(), records, rows, precision_target=1.0)
     s = report["scores"]["p_sufficient"]
     assert s["n"] == 6 and s["auc"] == pytest.approx(8 / 9)  # the 0.7 negative beats one positive (0.6)
     assert s["best_f1"]["threshold"] == 0.6 and s["precision_target"]["threshold"] == 0.8
@@ -67,9 +67,7 @@ def test_gate_config_decides_instead_of_the_model(tmp_path):
     )
     decided = gate.decide(verdict)
     assert decided.decision.sufficient is False and decided.decision.threshold == 0.7
-    from suffice.harness.routing import route_of
-
-    assert route_of(decided).route == "retrieve_more"
+    assert gate.route(decided).route == "retrieve_more"
     (tmp_path / "bad.json").write_text('{"gate": "sufficiency", "score": "vibes", "threshold": 2}')
     with pytest.raises(ConfigError) as info:
         GateConfig.load(tmp_path / "bad.json")
@@ -88,7 +86,7 @@ def test_calibrated_rubric_version_is_used_by_the_decision(tmp_path):
 
 
 def test_decision_only_rows_offer_their_probability():
-    from suffice.calibration.report import scores_of
+    from suffice.gates import DecisionGate
 
     row = {"detail": "decision", "decision": "false", "positive": False, "probability": 0.25}
-    assert scores_of("sufficiency", row) == {"probability": 0.25, "decision": 0.0}
+    assert DecisionGate(SufficiencyGate()).calibration_scores(row) == {"probability": 0.25, "decision": 0.0}

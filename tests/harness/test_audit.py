@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from suffice.exceptions import AuditError, ConfigError, SufficeError
+from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.sufficiency import SufficiencyVerdict
 from suffice.harness import audit
 from suffice.harness.audit import AuditLog, load_key, weights_hash, write_key_file
@@ -168,9 +169,11 @@ def mixed_rows(n: int) -> list[dict]:
     for i in range(n):
         kind = i % 4
         if kind == 0:
-            rows.append(audit_values(ok, item, run_id="r", round=1, latency_ms=i, weights_hash=None))
+            rows.append(audit_values(SufficiencyGate(), ok, item, run_id="r", round=1, latency_ms=i, weights_hash=None))
         elif kind == 1:
-            rows.append(audit_values(failed, None, run_id="r", round=2, latency_ms=i / 7, weights_hash="w"))
+            rows.append(
+                audit_values(SufficiencyGate(), failed, None, run_id="r", round=2, latency_ms=i / 7, weights_hash="w")
+            )
         elif kind == 2:
             rows.append({"item_id": i, "latency_ms": i, "round": 3, "scores": {"s": i / 3, "z": None}})
         else:
