@@ -22,11 +22,11 @@ from tests.fakes import ScriptedEngine
 
 GOOD = {
     "required_entities": [{"entity": "Ada", "covered": True}],
+    "contradictions": [],
+    "reasoning": "Chunk 0 answers.",
     "is_sufficient": True,
     "missing_information": [],
-    "contradictions": [],
     "confidence": 0.8,
-    "reasoning": "Chunk 0 answers.",
 }
 
 

@@ -32,7 +32,7 @@ class SufficiencyGate(Gate):
     decision_json_values = ("true", "false")
     positive_value = "true"
 
-    def __init__(self, prompt_version: str = "v2", calibration: GateConfig | None = None) -> None:
+    def __init__(self, prompt_version: str = "v3", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
         self.calibration = calibration
 
@@ -128,6 +128,10 @@ class SufficiencyGate(Gate):
         return sufficiency_constraint(len(shown))
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        if isinstance(verdict, SufficiencyVerdict) and not all(verdict.coverage.values()):
+            # An uncovered entity left the constraint only "false": under the
+            # constraint, P(true) is 0 whatever the unconstrained logits said.
+            probabilities = {"true": 0.0, "false": 1.0}
         if probabilities is not None:
             verdict = verdict.model_copy(update={"p_sufficient": probabilities["true"]})
         return self.decide(verdict) if isinstance(verdict, SufficiencyVerdict) else verdict

@@ -63,8 +63,18 @@ def _citation_label(n_sources: int) -> Rx:
     return alt(*[lit(str(i)) for i in range(n_sources)])
 
 
+#: The answer's first character: visible, so the answer has text besides its citations.
+_VISIBLE_CHAR = "[!#-Z^-~\u00a1-\ud7ff\ue000-\ufffd]"
+
+
 def _sentence() -> Rx:
     return repeat(Rx(_ANSWER_CHAR, 3), 1, B.SENTENCE_CHARS)
+
+
+def _first_sentence() -> Rx:
+    """The answer's first sentence starts with a visible character: an answer is never
+    only citations (or blanks before one)."""
+    return seq(Rx(_VISIBLE_CHAR, 3), repeat(Rx(_ANSWER_CHAR, 3), 0, B.SENTENCE_CHARS - 1))
 
 
 def _claims(lo: int) -> Rx:
@@ -109,7 +119,7 @@ def _recovery(answer: Rx) -> Rx:
 
 
 def _answer_start() -> Rx:
-    return seq(lit('"'), _sentence(), lit(CITATION_OPEN))
+    return seq(lit('"'), _first_sentence(), lit(CITATION_OPEN))
 
 
 @lru_cache(maxsize=1)
@@ -147,8 +157,10 @@ def citation_segment(n_sources: int) -> Segment:
 
 
 def _answer(n_sources: int) -> Rx:
-    cited = seq(_sentence(), lit(CITATION_OPEN), _citation_label(n_sources), lit("]"))
-    return seq(lit('"'), repeat(cited, 1, B.ANSWER_SENTENCES), lit('"'))
+    label = seq(lit(CITATION_OPEN), _citation_label(n_sources), lit("]"))
+    first = seq(_first_sentence(), label)
+    more = repeat(seq(_sentence(), label), 0, B.ANSWER_SENTENCES - 1)
+    return seq(lit('"'), first, more, lit('"'))
 
 
 @lru_cache(maxsize=1024)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import (
@@ -35,6 +35,8 @@ from suffice.grammars.regex import (
     json_object,
     json_string,
     lit,
+    repeat,
+    seq,
 )
 
 ChunkId = int | str
@@ -63,18 +65,32 @@ class EntityCoverage(BaseModel):
 
 
 class SufficiencyOutput(BaseModel):
-    """The generated form, in generation order (entities, then the decision)."""
+    """The generated form, in generation order: entities, contradictions and reasoning
+    before the decision (the seed's procedure), then what the decision implies."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     required_entities: list[EntityCoverage] = Field(min_length=1, max_length=B.ENTITIES_MAX)
+    contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
+    reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
     is_sufficient: bool
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
-    contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
-    reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
     #: One letter per chunk shown, in label order: ``Y`` useful, ``N`` not.
     chunk_useful: str = Field(pattern=r"^[YN]*$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SufficiencyOutput:
+        """The rules the constraint enforces, checked again for outputs made without it."""
+        if self.is_sufficient and not all(e.covered for e in self.required_entities):
+            raise ValueError("a required entity is not covered, so the context cannot be sufficient")
+        if self.is_sufficient and self.missing_information:
+            raise ValueError("a sufficient verdict has no missing_information")
+        if not self.is_sufficient and not self.missing_information:
+            raise ValueError("an insufficient verdict lists what is missing")
+        if self.is_sufficient and "Y" not in self.chunk_useful:
+            raise ValueError("a sufficient verdict names at least one useful chunk")
+        return self
 
 
 class CalibratedDecision(BaseModel):
@@ -140,76 +156,122 @@ def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
 #: Where the decision starts, and where the request-independent segments end.
 DECISION_KEY = '"is_sufficient":'
 FLAGS_KEY = '"chunk_useful":'
+UNCOVERED = '"covered":false'
 
 
-def _entities() -> Rx:
-    entity = json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", JSON_BOOL)])
-    return lit('{"required_entities":') + json_list(entity, 1, B.ENTITIES_MAX) + lit("," + DECISION_KEY)
+def _entity(covered: Rx) -> Rx:
+    return json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", covered)])
+
+
+def _entities(all_covered: bool | None) -> Rx:
+    """The entity list: any (``None``), every entity covered (``True``), or at least
+    one not covered (``False``: the first uncovered one at each possible position)."""
+    if all_covered is None:
+        return json_list(_entity(JSON_BOOL), 1, B.ENTITIES_MAX)
+    if all_covered:
+        return json_list(_entity(lit("true")), 1, B.ENTITIES_MAX)
+    options = []
+    for before in range(B.ENTITIES_MAX):
+        covered = [seq(_entity(lit("true")), lit(","))] * before
+        after = repeat(seq(lit(","), _entity(JSON_BOOL)), 0, B.ENTITIES_MAX - 1 - before)
+        options.append(seq(lit("["), *covered, _entity(lit("false")), after, lit("]")))
+    return alt(*options)
+
+
+def _head(all_covered: bool | None) -> Rx:
+    """Entities, contradictions and the reasoning, up to the decision: the seed's
+    reasoning steps 1-5 come before its step 6 (the decision)."""
+    return seq(
+        lit('{"required_entities":'),
+        _entities(all_covered),
+        lit(',"contradictions":'),
+        _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS),
+        lit(',"reasoning":'),
+        json_string(1, B.REASONING_CHARS),
+        lit("," + DECISION_KEY),
+    )
 
 
 def _after(decision: bool) -> Rx:
     """What follows the decision value: ``true`` forces an empty ``missing_information``,
     ``false`` at least one item (seed requirements 2 and 7)."""
     missing = lit("[]") if decision else _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
-    tail = json_members(
-        [
-            ("contradictions", _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS)),
-            ("confidence", UNIT_INTERVAL),
-            ("reasoning", json_string(1, B.REASONING_CHARS)),
-        ]
-    )
+    tail = json_members([("confidence", UNIT_INTERVAL)])
     return lit(',"missing_information":') + missing + lit(",") + tail + lit("," + FLAGS_KEY)
 
 
-def _head() -> Rx:
-    return _entities() + alt(lit("true") + _after(True), lit("false") + _after(False))
+def _whole(n_chunks: int) -> Rx:
+    """Every output the segments can produce, in one pattern (for ``matches`` and the
+    worst-case token count).  An uncovered entity leaves only ``false``; ``true``
+    needs at least one useful chunk."""
+    insufficient = seq(lit("false"), _after(False), flag_string(n_chunks))
+    if n_chunks == 0:  # nothing to rest an answer on
+        return seq(_head(None), insufficient, lit("}"))
+    sufficient = seq(lit("true"), _after(True), flag_string(n_chunks, at_least_one=True))
+    return seq(
+        alt(
+            seq(_head(True), alt(sufficient, insufficient)),
+            seq(_head(False), insufficient),
+        ),
+        lit("}"),
+    )
 
 
 @lru_cache(maxsize=1)
 def _segments() -> dict[str, Segment]:
     """The request-independent segments: compiled once per engine, whatever the input."""
     return {
-        "entities": Segment.from_rx(_entities(), key="sufficiency/entities"),
+        "head": Segment.from_rx(_head(None), key="sufficiency/head"),
         "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
+        "forced-false": Segment.from_rx(lit("false"), key="sufficiency/forced-false", logprobs=True),
         "true": Segment.from_rx(_after(True), key="sufficiency/after-true"),
         "false": Segment.from_rx(_after(False), key="sufficiency/after-false"),
     }
 
 
 @lru_cache(maxsize=1024)
-def flags_segment(n_chunks: int) -> Segment:
-    """``"YNN...Y"}``: exactly one letter per chunk shown (linear in ``n``)."""
-    return Segment.from_rx(flag_string(n_chunks) + lit("}"), key=f"flags/{n_chunks}", per_request=True)
+def flags_segment(n_chunks: int, at_least_one: bool = False) -> Segment:
+    """``"YNN...Y"}``: exactly one letter per chunk shown (linear in ``n``); after a
+    sufficient decision at least one ``Y`` (seed requirement 6: a plausible answer
+    rests on some chunk)."""
+    key = f"flags/{n_chunks}" + ("/some" if at_least_one else "")
+    return Segment.from_rx(flag_string(n_chunks, at_least_one=at_least_one) + lit("}"), key=key, per_request=True)
+
+
+def forced_insufficient(text: str) -> bool:
+    """Whether the entities generated so far leave only ``is_sufficient: false``."""
+    return UNCOVERED in text.split(DECISION_KEY, 1)[0]
 
 
 @lru_cache(maxsize=1024)
 def sufficiency_constraint(n_chunks: int) -> Constraint:
     """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
 
-    The entities come first (the seed's reasoning step 1), then the decision, which
-    picks the branch.  Decoded in segments: the entities, the decision alone (the
-    only segment with log-probabilities), the rest of the branch, then the flags for
-    this chunk count (tiny); all but the flags are the same for every request.
+    The seed's reasoning order: entities and their coverage, contradictions, the
+    reasoning, then the decision, which picks the branch.  Consistent by
+    construction: an entity marked not covered leaves only ``false`` (with at least
+    one missing item), and ``true`` names at least one useful chunk.  Decoded in
+    segments: the head, the decision alone (the only segment with log-probabilities),
+    the rest of the branch, then the flags for this chunk count (tiny); all but the
+    flags are the same for every request.
     """
-    flags = flags_segment(n_chunks)
     segments = _segments()
 
     def continuation(text: str) -> Segment | None:
         if text.endswith(FLAGS_KEY):
-            return flags
+            return flags_segment(n_chunks, at_least_one=DECISION_KEY + "true" in text)
         if text.endswith(DECISION_KEY):
-            return segments["decision"]
+            return segments["forced-false" if forced_insufficient(text) else "decision"]
         if text.endswith(DECISION_KEY + "true"):
             return segments["true"]
         if text.endswith(DECISION_KEY + "false"):
             return segments["false"]
         return None
 
-    rx = _head() + flag_string(n_chunks) + lit("}")
     return Constraint.from_rx(
-        rx,
+        _whole(n_chunks),
         key=f"sufficiency/{n_chunks}",
-        head=segments["entities"],
+        head=segments["head"],
         continuation=continuation,
         coarse_head=_coarse_head(),
     )
@@ -217,7 +279,13 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
 
 @lru_cache(maxsize=1)
 def _coarse_head() -> Segment:
-    return Segment.from_rx(_head(), key="sufficiency/coarse-head", logprobs=True)
+    """For engines without a KV cache across calls: everything up to the flags in one
+    segment (the forcing rule included)."""
+    rx = alt(
+        seq(_head(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
+        seq(_head(False), lit("false") + _after(False)),
+    )
+    return Segment.from_rx(rx, key="sufficiency/coarse-head", logprobs=True)
 
 
 def to_verdict(

@@ -291,3 +291,24 @@ def test_every_source_id_round_trips_through_the_export(sources):
 def test_a_damaged_citation_is_an_error_not_another_source(answer):
     with pytest.raises(CitationError):
         parse_citations(answer)
+
+
+def test_an_answer_is_never_only_a_citation():
+    text = json.dumps(
+        {"classification": "SUFFICIENT", "supported_claims": ["c"], "unsupported_claims": [], "answer": "[CITATION:0]"},
+        separators=(",", ":"),
+    )
+    assert not recovery_constraint(1).matches(text)
+
+
+def test_an_answer_may_not_start_with_a_blank():
+    text = json.dumps(
+        {
+            "classification": "SUFFICIENT",
+            "supported_claims": ["c"],
+            "unsupported_claims": [],
+            "answer": " [CITATION:0]",
+        },
+        separators=(",", ":"),
+    )
+    assert not recovery_constraint(1).matches(text)

@@ -28,11 +28,11 @@ def sufficiency_json(sufficient: bool, n: int) -> str:
     return json.dumps(
         {
             "required_entities": [{"entity": "x", "covered": sufficient}],
+            "contradictions": [],
+            "reasoning": "r",
             "is_sufficient": sufficient,
             "missing_information": [] if sufficient else ["the second paragraph"],
-            "contradictions": [],
             "confidence": 0.9,
-            "reasoning": "r",
             "chunk_useful": "".join("Y" if i == 0 else "N" for i in range(n)),
         },
         separators=(",", ":"),

@@ -8,7 +8,7 @@ from suffice.prompts.templates import load_prompt
 
 def test_version_and_strict_undefined():
     t = load_prompt("sufficiency")
-    assert t.name == "sufficiency/v2"
+    assert t.name == "sufficiency/v3"
     with pytest.raises(jinja2.UndefinedError):
         t.render({"bounds": SufficiencyBounds}, {"question": "q"})  # chunks missing
 

@@ -71,7 +71,7 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
     assert 0.0 <= verdict.confidence <= 1.0
     assert (verdict.missing_information == []) == verdict.is_sufficient
     assert len(verdict.reasoning) <= SufficiencyBounds.REASONING_CHARS
-    assert verdict.prompt_version == "sufficiency/v2"
+    assert verdict.prompt_version == "sufficiency/v3"
     shown = len(request_ids) - len(verdict.omitted_chunk_ids)
     assert set(verdict.omitted_chunk_ids) <= set(request_ids)
     assert set(verdict.truncated_chunk_ids) <= set(request_ids) - set(verdict.omitted_chunk_ids)
@@ -205,7 +205,7 @@ def test_decision_mode_writes_only_the_decision(decided):
     for result in results:
         verdict = result.verdict
         assert isinstance(verdict, DecisionVerdict)
-        assert result.prompt_version == "sufficiency/v2/decision"
+        assert result.prompt_version == "sufficiency/v3/decision"
         if verdict.model_called:
             assert constraint.matches(result.raw_text)
             assert verdict.decision in ("true", "false")
