@@ -27,10 +27,10 @@ pytestmark = pytest.mark.engine
 WRONG = "It was founded on Mars in 1802 by Napoleon's cat, according to all sources."
 
 
-def recovery_batch() -> list[dict]:
+def recovery_batch(real_count: int = 7) -> list[dict]:
     records = []
     for i, r in enumerate(load_records("squad2.jsonl", 12) + load_records("hotpotqa.jsonl", 2)):
-        if r.get("answer") and len(records) < 7:
+        if r.get("answer") and len(records) < real_count:
             records.append({**r, "response": r["answer"] if i % 3 else WRONG})
     shared_source = {
         "id": "same-source",
@@ -72,7 +72,8 @@ def recovery_batch() -> list[dict]:
 
 @pytest.fixture(scope="session")
 def recovery_judged(engine):
-    records = recovery_batch()
+    # The transformers engine runs one item at a time (about a minute each here).
+    records = recovery_batch(2 if engine.backend == "outlines-transformers" else 7)
     judge = Judge(engine, "recovery")
     return judge, records, judge.judge_batch(records)
 
