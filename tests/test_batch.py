@@ -19,15 +19,9 @@ from suffice.exceptions import EngineDeadError, OutputMismatchError
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest, Progress
 from tests.fakes import ScriptedEngine
+from tests.test_judge import GOOD as JUDGE_GOOD
 
-GOOD = {
-    "required_entities": [{"entity": "Ada", "covered": True}],
-    "contradictions": [],
-    "reasoning": "Chunk 0 answers.",
-    "is_sufficient": True,
-    "missing_information": [],
-    "confidence": 0.8,
-}
+GOOD = {key: value for key, value in JUDGE_GOOD.items() if key != "chunk_useful"}
 
 
 def good(request: GenerationRequest) -> str:
