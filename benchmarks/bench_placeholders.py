@@ -99,6 +99,8 @@ def main() -> None:
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     verdicts = [r["verdict"] for r in rows if r.get("verdict") and r["verdict"].get("model_called", True)]
     with_copy = sum(copied(v) for v in verdicts)
+    called = [r for r in rows if r.get("verdict") and r["verdict"].get("model_called", True)]
+    completion = sum(r["tokens"]["completion"] for r in called) / len(called) if called else None
     prompt = rows[0]["prompt_version"] if rows else "n/a"
     row = {
         "label": args.label,
@@ -110,6 +112,7 @@ def main() -> None:
         "sufficient": sum(bool(v.get("is_sufficient")) for v in verdicts),
         "exit": proc.returncode,
         "seconds": seconds,
+        "completion": completion,
     }
     columns = [
         ("label", "run", "s"),
@@ -119,6 +122,7 @@ def main() -> None:
         ("share", "share", ".1%"),
         ("sufficient", "judged sufficient", "d"),
         ("exit", "exit", "d"),
+        ("completion", "output tokens per verdict", ".0f"),
         ("seconds", "wall s", ".0f"),
     ]
     report(f"placeholders-{args.label}.json", [row], columns)
