@@ -15,10 +15,9 @@ from suffice.cli import judge_cmd
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates import make_gate_for
+from suffice.gates.base import Gate
 from suffice.jsonl import read_records
 from suffice.rubric_store import Rubric, RubricStore
-
-SAVEABLE = {"sufficiency": ("p_sufficient", "self_confidence"), "adequacy": ("composite",)}
 
 
 def add_parser(sub: Any) -> None:
@@ -68,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
-    report = build_report(make_gate_for(config), records, rows, args.precision_target)
+    gate = make_gate_for(config)
+    report = build_report(gate, records, rows, args.precision_target)
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {path}", file=sys.stderr)
-    return _save(args, config.rubric, report)
+    return _save(args, gate, config.rubric, report)
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -88,8 +88,8 @@ def _summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _choose(args: argparse.Namespace, report: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    allowed = [s for s in SAVEABLE.get(args.gate, ()) if s in report["scores"]]
+def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    allowed = [s for s in gate.saveable_scores if s in report["scores"]]
     if args.score is not None:
         if args.score not in allowed:
             print(f"error: --score {args.score!r} cannot be saved; have {allowed}", file=sys.stderr)
@@ -108,15 +108,15 @@ def _choose(args: argparse.Namespace, report: dict[str, Any]) -> tuple[str, dict
     return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": args.choose}
 
 
-def _save(args: argparse.Namespace, rubric_ref: str | None, report: dict[str, Any]) -> int:
+def _save(args: argparse.Namespace, gate: Gate, rubric_ref: str | None, report: dict[str, Any]) -> int:
     if args.save_config is None and not args.save_rubric:
         return EXIT_OK
-    picked = _choose(args, report)
+    picked = _choose(args, gate, report)
     if picked is None:
         return EXIT_USAGE
     name, metrics = picked
     if args.save_config is not None:
-        if args.gate != "sufficiency":
+        if gate.calibration_target != "gate_config":
             print("error: --save-config is for the sufficiency gate (use --save-rubric for adequacy)", file=sys.stderr)
             return EXIT_USAGE
         config = GateConfig(
@@ -129,7 +129,7 @@ def _save(args: argparse.Namespace, rubric_ref: str | None, report: dict[str, An
         config.save(args.save_config)
         print(f"saved {name} >= {metrics['threshold']:.3f} to {args.save_config}", file=sys.stderr)
     if args.save_rubric:
-        if args.gate != "adequacy" or rubric_ref is None:
+        if gate.calibration_target != "rubric" or rubric_ref is None:
             print("error: --save-rubric needs --gate adequacy and --rubric", file=sys.stderr)
             return EXIT_USAGE
         store = RubricStore(args.rubric_dir)

@@ -35,6 +35,8 @@ class AdequacyGate(Gate):
     decision_key = "adequacy_decision"
     decision_json_values = ('"PASS"', '"FAIL"')
     positive_value = '"PASS"'
+    saveable_scores = ("composite",)
+    calibration_target = "rubric"
 
     def __init__(
         self,

@@ -35,6 +35,11 @@ class Gate(ABC):
     decision_key: str = ""
     decision_json_values: tuple[str, ...] = ()
     positive_value: str = ""
+    #: Which calibration scores a threshold can be saved for, and where it goes:
+    #: ``gate_config`` (a file for ``--gate-config``), ``rubric`` (a new rubric version)
+    #: or ``None`` (the gate's threshold is a preset, not calibrated).
+    saveable_scores: tuple[str, ...] = ()
+    calibration_target: str | None = None
 
     @property
     def decision_marker(self) -> str:

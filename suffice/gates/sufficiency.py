@@ -31,6 +31,8 @@ class SufficiencyGate(Gate):
     decision_key = "is_sufficient"
     decision_json_values = ("true", "false")
     positive_value = "true"
+    saveable_scores = ("p_sufficient", "self_confidence")
+    calibration_target = "gate_config"
 
     def __init__(self, prompt_version: str = "v3", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
