@@ -23,6 +23,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
-from suffice.jsonl import SourceLine, count_lines, read_lines
+from suffice.jsonl import SourceLine, read_lines
 from suffice.judge import Judge
 from suffice.output import ResultFile
 from suffice.results import JudgeResult
@@ -127,64 +128,52 @@ def judge_file(
     if not fresh:
         settings.check(output)
     results = ResultFile(output, overwrite=options.overwrite, retry_errors=options.retry_errors)
-    settings.write(output)
-    total = count_lines(source)
-    report = BatchReport(total=total, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
-    try:
-        todo = _pending(source, results, report)
-        first = next(todo, None)
+    # Every answered row is checked against the input before anything is written.
+    total, missing = _check_answered(source, results)
+    report = BatchReport(total=total, skipped=total - missing, summary=RunSummary(positive=gate.is_positive))
+    report.redone = results.redo
+    with ExitStack() as stack:
+        stack.callback(results.close)
         if results.done:
             notify(f"resuming: {len(results.done)} of {total} records already in {output}")
-        if results.redo:
-            notify(f"judging again {results.redo} records whose rows were engine failures or errors")
-        if first is None:
+        if missing == 0:
             notify(f"nothing to do: every record already has a result in {output}")
             report.errors = results.done_errors
             return report
+        if results.redo:
+            notify(f"judging again {results.redo} records whose rows were engine failures or errors")
         # A bad key or a damaged audit log stops the run before the engine starts.
-        audit = AuditLog(options.audit_db, key=options.audit_key) if options.audit_db else None
-    except BaseException:
-        results.close()
-        raise
-    try:
+        audit = (
+            stack.enter_context(closing(AuditLog(options.audit_db, key=options.audit_key)))
+            if options.audit_db
+            else None
+        )
+        results.start()
+        settings.write(output)
         notify(f"starting the engine ({config.engine}, backend {config.backend}, model {config.model or 'embedded'})")
-        judge = open_judge(config)
-    except BaseException:
-        results.close()
-        if audit is not None:
-            audit.close()
-        raise
-    try:
-        _run(judge, options, results, audit, _chain(first, todo), total, report, progress)
-    finally:
-        results.close()
-        judge.close()
-        if audit is not None:
-            audit.close()
+        judge = stack.enter_context(closing(open_judge(config)))
+        todo = (line for line in read_lines(source) if line.line not in results.done)
+        _run(judge, options, results, audit, todo, total, report, progress)
     report.errors = results.done_errors + report.summary.errors
     return report
 
 
-def _chain(first: SourceLine, rest: Iterator[SourceLine]) -> Iterator[SourceLine]:
-    yield first
-    yield from rest
-
-
-def _pending(source: Path, results: ResultFile, report: BatchReport) -> Iterator[SourceLine]:
-    """The input lines without a final row, after checking the answered ones belong to it."""
-    seen = 0
+def _check_answered(source: Path, results: ResultFile) -> tuple[int, int]:
+    """(records in the input, records without a final row), after checking that every
+    answered row carries the id of the input record at its line."""
+    total = seen = 0
     for line in read_lines(source):
+        total += 1
         if line.line in results.done:
             results.verify(line.line, line.record)
             seen += 1
-            report.skipped += 1
-            continue
-        yield line
     if seen != len(results.done):
-        extra = sorted(set(results.done) - {line.line for line in read_lines(source)})
+        lines = {line.line for line in read_lines(source)}
+        extra = sorted(set(results.done) - lines)
         raise OutputMismatchError(
             "input", f"{results.path} answers input lines this input does not have (e.g. line {extra[0]})"
         )
+    return total, total - seen
 
 
 def _run(
@@ -207,10 +196,7 @@ def _run(
             began = time.perf_counter()
             judged = judge.judge_batch(records, progress=update)
             latency = (time.perf_counter() - began) * 1000
-            results.write(
-                result_row(r, judge.gate, options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
-            )
-            if audit is not None:
+            if audit is not None:  # audited before written: a row on disk is always in the log
                 audit.record_many(
                     audit_values(
                         judge.gate,
@@ -223,6 +209,9 @@ def _run(
                     )
                     for record, result in zip(records, judged, strict=True)
                 )
+            results.write(
+                result_row(r, judge.gate, options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
+            )
             report.summary.add(records, judged)
     finally:
         if close_progress is not None:

@@ -55,6 +55,8 @@ class ResultFile:
     """Appends result rows; knows which input lines are already answered."""
 
     def __init__(self, path: Path, *, overwrite: bool = False, retry_errors: bool = False) -> None:
+        """Read what ``path`` holds; nothing is changed until :meth:`start`, so a run
+        refused after reading (another input, other settings) leaves it as it was."""
         self.path = path
         #: Input line number -> the id its final row carries.
         self.done: dict[int, str | None] = {}
@@ -64,11 +66,13 @@ class ResultFile:
         self.redo = 0
         self._last_line = 0
         self._in_order = True
-        lines: list[bytes] = []
+        self._overwrite = overwrite
+        self._keep: list[bytes] = []
+        self._rewrite = True
+        self._handle: IO[bytes] | None = None
         if path.exists() and not overwrite:
             data = path.read_bytes()
             end = data.rfind(b"\n") + 1
-            keep: list[bytes] = []
             for number, raw in enumerate(data[:end].splitlines(keepends=True), start=1):
                 row = self._row(raw, number)
                 if not row_is_final(row, retry_errors):
@@ -81,14 +85,19 @@ class ResultFile:
                 self.done_errors += row.get("error") is not None
                 self._in_order = self._in_order and line > self._last_line
                 self._last_line = max(self._last_line, line)
-                keep.append(raw)
-            lines = keep
-            if end < len(data) or self.redo:
-                _replace(path, lines)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _replace(path, [])
-        self._handle: IO[bytes] = path.open("ab")
+                self._keep.append(raw)
+            self._rewrite = end < len(data) or self.redo > 0
+
+    def start(self) -> None:
+        """Cut a partial last line, drop the rows to judge again (atomically), and open
+        the file for appending."""
+        if self._handle is not None:
+            return
+        if self._rewrite or not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _replace(self.path, self._keep)
+        self._keep = []
+        self._handle = self.path.open("ab")
 
     def _row(self, raw: bytes, number: int) -> dict[str, Any]:
         try:
@@ -114,6 +123,8 @@ class ResultFile:
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Append rows (each with its ``line``) and flush them to disk."""
+        self.start()
+        assert self._handle is not None
         for row in rows:
             line = row["line"]
             self._in_order = self._in_order and line > self._last_line
@@ -123,7 +134,12 @@ class ResultFile:
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        """Close the file; rows appended out of input order are put back in order."""
+        """Close the file; rows out of input order are put back in order."""
+        if self._handle is None:
+            if self._in_order or self._rewrite:
+                return  # never started: the file is as it was
+            self.start()
+        assert self._handle is not None
         if self._handle.closed:
             return
         self._handle.close()

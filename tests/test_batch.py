@@ -238,3 +238,17 @@ def test_the_input_is_untouched_when_refused_as_output(tmp_path):
     with pytest.raises(OutputMismatchError):
         judge_file(CONFIG, source, source, open_judge=opener(ScriptedEngine(good)))
     assert source.read_bytes() == before
+
+
+def test_a_refused_resume_leaves_the_output_as_it_was(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    rows_before = out.read_text().splitlines()
+    kept = "\n".join(rows_before[:1]) + "\n"
+    out.write_text(kept)
+    other = tmp_path / "other.jsonl"
+    write_lines(other, [json.dumps(record(9)).encode(), *(json.dumps(record(i)).encode() for i in range(2))])
+    with pytest.raises(OutputMismatchError):
+        judge_file(CONFIG, other, out, open_judge=opener(ScriptedEngine(good)))
+    assert out.read_text() == kept

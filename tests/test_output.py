@@ -21,6 +21,7 @@ def test_a_partial_last_line_is_cut_off(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "a", "line": 1}\n{"id": "b", "line": 2}\n{"id": "c", "li')
     results = ResultFile(out)
+    results.start()
     results.close()
     assert [r["id"] for r in _rows(out)] == ["a", "b"]
 
@@ -51,6 +52,7 @@ def test_engine_failures_are_removed_to_be_judged_again(tmp_path):
     ]
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     results = ResultFile(out)
+    results.start()
     results.close()
     assert sorted(results.done) == [2, 3]
     assert results.redo == 1
@@ -104,5 +106,21 @@ def test_overwrite_starts_over(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "a", "line": 1}\n')
     results = ResultFile(out, overwrite=True)
+    results.start()
     results.close()
     assert out.read_text() == ""
+
+
+def test_nothing_changes_until_start(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "line": 1, "error": {"type": "GenerationError", "final": false}}\n{"id": "b", "li')
+    before = out.read_bytes()
+    ResultFile(out).close()
+    assert out.read_bytes() == before
+
+
+def test_rows_left_out_of_order_by_a_killed_run_are_sorted_even_with_nothing_to_do(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "a", "line": 1}\n{"id": "c", "line": 3}\n{"id": "b", "line": 2}\n')
+    ResultFile(out).close()
+    assert [r["line"] for r in _rows(out)] == [1, 2, 3]

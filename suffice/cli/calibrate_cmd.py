@@ -16,7 +16,7 @@ from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_U
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
-from suffice.jsonl import read_records
+from suffice.jsonl import dump_line, read_records
 from suffice.rubric_store import Rubric, RubricStore
 
 
@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
         records = records[: args.limit]
     args.output.mkdir(parents=True, exist_ok=True)
     source = args.output / "golden.jsonl"
-    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    if args.golden.resolve() == source.resolve():
+        print(
+            f"error: the golden file is {source}, which calibrate writes; move it or choose another -o", file=sys.stderr
+        )
+        return EXIT_USAGE
+    source.write_bytes(b"".join(dump_line(r) for r in records))
     verdicts = args.output / "verdicts.jsonl"
     options = BatchOptions(batch_size=args.batch_size, overwrite=args.overwrite, audit_db=args.audit_db, audit_key=key)
     status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress)

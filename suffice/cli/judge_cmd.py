@@ -155,14 +155,17 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
         report = batch.judge_file(
             config, source, output, options, notify=notify, progress=progress_bar if progress else None
         )
-    except OutputMismatchError as exc:
+    except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except EngineDeadError as exc:
         print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
         return EXIT_FATAL
     except SufficeError as exc:
-        print(f"\nerror: {exc}\nresults so far are in {output}; rerun the same command to resume", file=sys.stderr)
+        print(
+            f"\nerror: {exc}\nresults so far are in {output}; fix the cause, then rerun the same command to resume",
+            file=sys.stderr,
+        )
         return EXIT_FATAL
     if report.summary.items:
         print(report.summary.table(), file=sys.stderr)

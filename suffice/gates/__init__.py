@@ -45,6 +45,12 @@ def make_gate_for(config: JudgeConfig) -> Gate:
         threshold=config.threshold,
         calibration=calibration,
     )
+    if config.detail == "decision" and calibration is not None:
+        raise ConfigError(
+            "gate_config",
+            str(config.gate_config),
+            "applies to full verdicts; with --detail decision use the decision probability directly",
+        )
     return DecisionGate(gate) if config.detail == "decision" else gate
 
 

@@ -42,7 +42,13 @@ class RecoveryGate(Gate):
         self.threshold = threshold or SufficiencyThreshold()
 
     def is_positive(self, verdict: BaseModel) -> bool:
-        return isinstance(verdict, RecoveryVerdict) and verdict.classification is Classification.SUFFICIENT
+        """Whether the computed decision delivers (a SUFFICIENT class under the threshold
+        does not; a partial answer under the loose preset does): what routes."""
+        if not isinstance(verdict, RecoveryVerdict):
+            return False
+        if verdict.decision is None:
+            return verdict.classification is Classification.SUFFICIENT
+        return verdict.decision.route == "deliver"
 
     def settings(self) -> dict[str, str]:
         return {**super().settings(), "threshold": self.threshold.describe()}

@@ -64,7 +64,10 @@ def _citation_label(n_sources: int) -> Rx:
 
 
 #: The answer's first character: visible, so the answer has text besides its citations.
-_VISIBLE_CHAR = "[!#-Z^-~\u00a1-\ud7ff\ue000-\ufffd]"
+_VISIBLE_CHAR = (
+    "[!#-Z^-~\u00a1-\u00ac\u00ae-\u167f\u1681-\u1fff\u2010-\u2027\u2030-\u205e"
+    "\u2070-\u2fff\u3001-\ud7ff\ue000-\ufefe\uff00-\ufffd]"
+)
 
 
 def _sentence() -> Rx:

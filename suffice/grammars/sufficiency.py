@@ -299,13 +299,13 @@ def to_verdict(
 ) -> SufficiencyVerdict:
     """Map prompt labels back to the caller's chunk ids.
 
-    A repeated entity name keeps its first coverage mark, so ``coverage`` keys and
-    ``required_entities`` stay exactly the same set (a grammar cannot compare
-    generated strings with each other).
+    A repeated entity name is covered only if every mark says so (the forcing rule
+    read any uncovered mark), so ``coverage`` keys and ``required_entities`` stay
+    exactly the same set (a grammar cannot compare generated strings with each other).
     """
     coverage: dict[str, bool] = {}
     for item in output.required_entities:
-        coverage.setdefault(item.entity, item.covered)
+        coverage[item.entity] = coverage.get(item.entity, True) and item.covered
     return SufficiencyVerdict(
         is_sufficient=output.is_sufficient,
         required_entities=list(coverage),

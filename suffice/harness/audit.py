@@ -194,6 +194,14 @@ _CHAINS = (_EVALUATIONS, _REVIEW_EVENTS)
 # -- hashing ------------------------------------------------------------------------------
 
 
+def _same(a: object, b: object) -> bool:
+    """Constant-time equality of two digests as text; anything else (a tampered value
+    that is not ASCII, or not text) is simply unequal, never a crash."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -334,12 +342,23 @@ def weights_hash(model_path: Path | None) -> str | None:
     return ModelRef(model_path, str(model_path)).fingerprint()
 
 
+def _storable(text: str) -> str:
+    """Text SQLite can store: a lone surrogate (an input's ``"\\ud800"``) is not UTF-8,
+    so it is written as its backslash escape; what is hashed is what is stored."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _json_text(value: Any) -> str:
     """Structured values are stored as compact JSON text (the text is what is hashed)."""
     try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
     except TypeError:  # keys of mixed types cannot be sorted; the stored text is still fixed
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _storable(text)
 
 
 def _store(column: str, kind: _Kind, value: Any) -> _Stored:
@@ -348,7 +367,7 @@ def _store(column: str, kind: _Kind, value: Any) -> _Stored:
     if value is None:
         return None
     if kind == "text":
-        return value if isinstance(value, str) else _json_text(value)
+        return _storable(value) if isinstance(value, str) else _json_text(value)
     if kind == "int":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -410,7 +429,8 @@ class AuditLog:
             meta = self._open_or_create(key)
             self.db_id = meta["db_id"]
             self.keyed = meta["mac"] == _ALG_KEYED
-            self._check_key(key, meta)
+            #: Why the given key does not fit this database (None: it fits, or none given).
+            self._key_problem = self._check_key(key, meta)
         except BaseException:
             self._db.close()
             raise
@@ -461,25 +481,28 @@ class AuditLog:
             raise AuditError(f"{self.path}: the meta table is damaged or was altered ({meta})")
         return meta
 
-    def _check_key(self, key: bytes | None, meta: Mapping[str, str]) -> None:
+    def _check_key(self, key: bytes | None, meta: Mapping[str, str]) -> str | None:
+        """Why ``key`` does not fit this database, or None.  Writes refuse (a usage error);
+        :meth:`verify` reports it as a break: a keyed log rewritten as an unkeyed one, or
+        its key id edited, looks exactly like this."""
         if key is None:
-            return
+            return None
         if not self.keyed:
-            raise ConfigError(
-                "audit_key",
-                f"key {key_id(key)}",
-                f"{self.path} was created without a key (plain SHA-256 chain); a key cannot be added "
-                "later: record into a new database to use one",
+            return (
+                f"{self.path} says it was created without a key (plain SHA-256 chain), but a key was given: "
+                "either it was rewritten without the key (tampering) or the key is not this database's"
             )
-        if not hmac.compare_digest(key_id(key), meta.get("key_id", "")):
-            raise ConfigError(
-                "audit_key",
-                f"key {key_id(key)}",
-                f"not the key {self.path} was created with (key {meta.get('key_id')}), or its meta table was altered",
+        if not _same(key_id(key), meta.get("key_id", "")):
+            return (
+                f"the given key (key {key_id(key)}) is not the key {self.path} names ({meta.get('key_id')!r}): "
+                "the wrong key, or the meta table was altered"
             )
+        return None
 
     def _need_key(self, action: str) -> bytes | None:
         """The key for ``action``; a keyed database cannot be written or checked without it."""
+        if self._key_problem is not None and action != "verifying":
+            raise ConfigError("audit_key", "<key>", self._key_problem)
         if self.keyed and self._key is None:
             raise ConfigError(
                 "audit_key",
@@ -512,7 +535,7 @@ class AuditLog:
         if head is None:
             raise AuditError(f"{self.path}: the {chain.name} chain head is missing; run `suffice audit verify`")
         count, prev, mac = head
-        if not hmac.compare_digest(str(mac), _head_digest(key, chain.name, self.db_id, count, prev)):
+        if not _same(str(mac), _head_digest(key, chain.name, self.db_id, count, prev)):
             raise AuditError(f"{self.path}: the {chain.name} chain head does not verify; run `suffice audit verify`")
         last = cur.execute(f"SELECT seq, row_hash FROM {chain.table} ORDER BY seq DESC LIMIT 1").fetchone()
         if (last or (0, GENESIS)) != (count, prev):
@@ -576,6 +599,8 @@ class AuditLog:
         that is a usage error, not evidence of tampering.
         """
         key = self._need_key("verifying")
+        if self._key_problem is not None:
+            return VerifyReport(False, 0, None, self._key_problem, "meta", 0, self.keyed)
         with self._transaction("DEFERRED") as cur:
             return self._verify(cur, key, anchor)
 
@@ -620,7 +645,7 @@ class AuditLog:
             if prev_hash != prev:
                 return seq, f"{noun} {seq} does not link to {noun} {seq - 1} (deleted, inserted or reordered)", count
             digest = _row_digest(key, chain.name, self.db_id, seq, prev, dict(zip(names, values, strict=True)))
-            if not hmac.compare_digest(digest, str(row_hash)):
+            if not _same(digest, str(row_hash)):
                 return seq, f"{noun} {seq} was altered (its {kind} does not match)", count
             prev, count = str(row_hash), seq
             if seq == a_count:
@@ -643,7 +668,7 @@ class AuditLog:
             return count + 1, f"the chain head records {head_count} {chain.nouns}, found {count}", count
         if head_hash != prev:
             return count, f"the {chain.name} chain head does not point at {noun} {count}", count
-        if not hmac.compare_digest(str(head_mac), _head_digest(key, chain.name, self.db_id, count, prev)):
+        if not _same(str(head_mac), _head_digest(key, chain.name, self.db_id, count, prev)):
             return (
                 count + 1,
                 f"the {chain.name} chain head does not verify: it was rewritten (were {chain.nouns} after "
@@ -719,7 +744,7 @@ class AuditLog:
         body = {k: v for k, v in anchor.items() if k != "mac"}
         if key is not None:
             mac = anchor.get("mac")
-            if not isinstance(mac, str) or not hmac.compare_digest(mac, _anchor_mac(key, body)):
+            if not isinstance(mac, str) or not _same(mac, _anchor_mac(key, body)):
                 return "the anchor is forged: its MAC does not verify with this key"
         elif anchor.get("keyed") is not False:
             return "the anchor was made for a keyed database, but this one has no key (rewritten without it?)"

@@ -310,6 +310,8 @@ class VLLMEngine(TokenizerMixin, Engine):
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
+            with contextlib.suppress(EngineDeadError):
+                self.check_alive()  # a death nobody observed yet: shutdown would wait on it
             if getattr(self, "_dead", None) is None:
                 shutdown_llm(llm)
             else:

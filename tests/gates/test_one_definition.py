@@ -59,3 +59,17 @@ def test_the_ragflow_export_keeps_the_models_own_boolean_beside_it():
 
 def test_the_suffice_export_keeps_the_verdict_with_its_decision():
     assert GATE.export(VERDICT, "suffice")["verdict"]["decision"]["sufficient"] is False
+
+
+def test_decision_mode_refuses_a_gate_config(tmp_path):
+    import pytest
+
+    from suffice.config import JudgeConfig
+    from suffice.exceptions import ConfigError
+    from suffice.gates import make_gate_for
+
+    path = tmp_path / "gate.json"
+    GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
+    with pytest.raises(ConfigError) as caught:
+        make_gate_for(JudgeConfig(detail="decision", gate_config=path))
+    assert caught.value.parameter == "gate_config"

@@ -121,3 +121,14 @@ def test_a_partial_answer_belongs_only_to_a_partial_verdict():
             prompt_version="recovery/v1",
             partial_answer=RESPONSE,
         )
+
+
+def test_a_delivered_partial_answer_counts_as_positive():
+    gate = RecoveryGate(SufficiencyThreshold.loose())
+    assert gate.is_positive(judged(PARTIAL, SufficiencyThreshold.loose())) is True
+
+
+def test_a_sufficient_class_below_the_strict_threshold_does_not_count_as_positive():
+    # One passage only: the strict preset asks for two, so the class does not route to deliver.
+    verdict = judged(SUFFICIENT, SufficiencyThreshold.strict())
+    assert RecoveryGate(SufficiencyThreshold.strict()).is_positive(verdict) is False

@@ -205,7 +205,7 @@ def test_to_verdict_maps_ids_and_dedupes_entities():
     )
     assert v.useful_chunk_ids == [10, 12]
     assert v.required_entities == ["A", "B"]
-    assert v.coverage == {"A": True, "B": False}
+    assert v.coverage == {"A": False, "B": False}  # A is covered only if every mark says so
     exported = v.to_ragflow()
     assert exported["Sufficient Context"] is False and exported["is_sufficient"] is False
     jsonschema.validate(exported, RAGFLOW_SCHEMA)

@@ -540,18 +540,24 @@ def test_a_keyed_database_needs_its_key_to_write_or_verify(tmp_path):
         log.enqueue_review(item_id="x", gate="g", reason="r", payload={})
 
 
-def test_the_wrong_key_is_refused(tmp_path):
+def test_the_wrong_key_is_refused_for_writing(tmp_path):
     path = tmp_path / "a.db"
     filled(path, key=KEY).close()
-    with pytest.raises(ConfigError, match="not the key"):
-        AuditLog(path, key=bytes(32))
+    with pytest.raises(ConfigError, match="is not the key"):
+        AuditLog(path, key=bytes(32)).record(item_id="x")
+
+
+def test_the_wrong_key_fails_verification(tmp_path):
+    path = tmp_path / "a.db"
+    filled(path, key=KEY).close()
+    assert AuditLog(path, key=bytes(32)).verify().ok is False
 
 
 def test_a_key_cannot_be_added_to_an_unkeyed_database(tmp_path):
     path = tmp_path / "a.db"
     filled(path).close()
     with pytest.raises(ConfigError, match="created without a key"):
-        AuditLog(path, key=KEY)
+        AuditLog(path, key=KEY).record(item_id="x")
 
 
 def test_a_short_key_is_refused(tmp_path):
@@ -563,9 +569,24 @@ def test_downgrading_a_keyed_database_to_sha256_is_caught_by_the_key(tmp_path):
     path = tmp_path / "a.db"
     filled(path, key=KEY).close()
     sql(path, "UPDATE meta SET value = 'sha256' WHERE key = 'mac'")
+    sql(path, "UPDATE meta SET value = '' WHERE key = 'key_id'")
     rewrite_suffix(path)
-    with pytest.raises(ConfigError, match="created without a key"):
-        AuditLog(path, key=KEY)
+    report = AuditLog(path, key=KEY).verify()
+    assert report.reason is not None
+    assert "without a key" in report.reason
+
+
+def test_a_non_ascii_hash_is_reported_not_a_crash(tmp_path):
+    path = tmp_path / "a.db"
+    filled(path).close()
+    sql(path, "UPDATE evaluations SET row_hash = 'é' WHERE seq = 1")
+    assert AuditLog(path).verify().ok is False
+
+
+def test_a_lone_surrogate_in_an_id_is_recorded_and_verifies(tmp_path):
+    log = AuditLog(tmp_path / "a.db", key=KEY)
+    log.record(item_id="x\ud800", verdict={"reasoning": "y\udfff"})
+    assert log.verify().ok is True
 
 
 # -- older databases ------------------------------------------------------------------------

@@ -406,3 +406,14 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path):
     assert [o.rounds for o in rest] == [2, 2, 2]  # past round 1, to the end of the budget
     assert [o.reason.startswith("retrieval budget of 2 rounds spent") for o in rest] == [True, True, True]
     assert pipeline.audit.verify().rows == 1 + 3 * 2
+
+
+def test_a_dead_engine_is_not_one_questions_failure():
+    from suffice.exceptions import EngineDeadError, RewriteError
+    from suffice.harness.isolation import isolated
+
+    def dead(requests):
+        raise EngineDeadError("the engine process 1 exited")
+
+    with pytest.raises(EngineDeadError):
+        isolated(dead, ["a", "b"], RewriteError)
