@@ -22,7 +22,7 @@ def suffice(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
-    records = load_records("squad2.jsonl", 16)
+    records = load_records("squad2.jsonl", 8)  # 5 sufficient, 3 not
     assert {r["sufficient"] for r in records} == {True, False}
     golden = tmp_path / "golden.jsonl"
     golden.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -46,7 +46,7 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert set(report["scores"]) >= {"p_sufficient", "self_confidence", "decision"}
     for score in report["scores"].values():
-        assert score["n"] == 16
+        assert score["n"] == 8
         assert score["auc"] is None or 0.0 <= score["auc"] <= 1.0
         assert 0.0 <= score["best_f1"]["f1"] <= 1.0
     assert report["useful_chunk_ids"]["items"] > 0
@@ -56,9 +56,10 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
     assert saved.score == "self_confidence"
     assert saved.threshold == report["scores"]["self_confidence"]["best_f1"]["threshold"]
 
-    judged = tmp_path / "judged.jsonl"
+    judged, few = tmp_path / "judged.jsonl", tmp_path / "few.jsonl"
+    few.write_text("".join(json.dumps(r) + "\n" for r in records[:4]))
     proc = suffice(
-        "judge", str(golden), "-o", str(judged), "--backend", "xgrammar", "--gate-config", str(config), "--no-progress"
+        "judge", str(few), "-o", str(judged), "--backend", "xgrammar", "--gate-config", str(config), "--no-progress"
     )
     assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
     for line in judged.read_text().splitlines():
