@@ -346,15 +346,25 @@ def test_strict_preset_gives_no_caveats(tmp_path):
     assert partial_outcome(tmp_path, SufficiencyThreshold.strict()).caveats == []
 
 
+@pytest.fixture(scope="module")
+def xgrammar_engine():
+    """One real engine for both pipeline tests (an engine start is a minute here)."""
+    from suffice.serving.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(JudgeConfig(backend="xgrammar"))
+    yield engine
+    engine.close()
+
+
 @pytest.mark.engine
-def test_loop_on_the_real_engine(tmp_path):
+def test_loop_on_the_real_engine(tmp_path, xgrammar_engine):
     pairs = load_pairs()
     calls: list = []
-    with Judge.open(JudgeConfig(backend="xgrammar")) as judge:
-        pipeline = Pipeline(
-            judge, hotpot_retriever(pairs, calls), PipelineConfig(rewrite_queries=True), audit=tmp_path / "a.db"
-        )
-        outcomes = pipeline.run(questions(pairs)[:4])
+    judge = Judge(xgrammar_engine, config=JudgeConfig(backend="xgrammar"))
+    pipeline = Pipeline(
+        judge, hotpot_retriever(pairs, calls), PipelineConfig(rewrite_queries=True), audit=tmp_path / "a.db"
+    )
+    outcomes = pipeline.run(questions(pairs)[:4])
     assert len(outcomes) == 4 and all(o.kind in {"delivered", "abstained", "review"} for o in outcomes)
     evaluations = sum(o.rounds for o in outcomes)
     report = pipeline.audit.verify()
@@ -375,7 +385,7 @@ class RecordingRewriter(QueryRewriter):
 
 
 @pytest.mark.engine
-def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path):
+def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgrammar_engine):
     """Forced past round 1 (no verdict can show 100 supporting passages: the twins have
     10 paragraphs), through query rewriting, into a round-2 retrieval that fails for
     one question: that question goes to review with the reason, the others finish."""
@@ -385,18 +395,17 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path):
         for base, twins in pairs.items()
     ][:4]
     unreachable = SufficiencyThreshold(min_passages=100)
-    with Judge.open(JudgeConfig(gate="recovery", backend="xgrammar")) as opened:
-        judge = Judge(opened.engine, RecoveryGate(unreachable), opened.config)
-        pipeline = Pipeline(
-            judge,
-            breaking_for(pairs, TARGET, 2, offline),
-            PipelineConfig(max_rounds=2, rewrite_queries=True),
-            audit=tmp_path / "audit.db",
-        )
-        assert pipeline.rewriter is not None
-        rewriter = RecordingRewriter(pipeline.rewriter)
-        pipeline.rewriter = rewriter
-        outcomes = {o.id: o for o in pipeline.run(records)}
+    judge = Judge(xgrammar_engine, RecoveryGate(unreachable), JudgeConfig(gate="recovery", backend="xgrammar"))
+    pipeline = Pipeline(
+        judge,
+        breaking_for(pairs, TARGET, 2, offline),
+        PipelineConfig(max_rounds=2, rewrite_queries=True),
+        audit=tmp_path / "audit.db",
+    )
+    assert pipeline.rewriter is not None
+    rewriter = RecordingRewriter(pipeline.rewriter)
+    pipeline.rewriter = rewriter
+    outcomes = {o.id: o for o in pipeline.run(records)}
     rest = others(outcomes, TARGET)
     assert outcomes[TARGET].kind == "review"
     assert outcomes[TARGET].reason == "retrieval failed in round 2: ConnectionError: index offline"
