@@ -252,3 +252,20 @@ def test_a_refused_resume_leaves_the_output_as_it_was(tmp_path):
     with pytest.raises(OutputMismatchError):
         judge_file(CONFIG, other, out, open_judge=opener(ScriptedEngine(good)))
     assert out.read_text() == kept
+
+
+def test_a_new_rubric_version_in_the_store_refuses_the_resume(tmp_path):
+    import shutil
+
+    from suffice.rubric_store import builtin_dir
+
+    store = tmp_path / "rubrics"
+    shutil.copytree(builtin_dir(), store)
+    config = JudgeConfig(gate="adequacy", rubric="customer-support", rubric_dir=store)
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [b'{"id": "x"}'])
+    judge_file(config, source, out, open_judge=opener(ScriptedEngine(good)))
+    (store / "legal-review@9.9.9.json").write_text((store / "legal-review@1.0.0.json").read_text())
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(config, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.setting == "rubrics"

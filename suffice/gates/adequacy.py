@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,9 +55,14 @@ class AdequacyGate(Gate):
             self.store.get(rubric)  # fail at construction for a bad default
 
     def settings(self) -> dict[str, str]:
-        """The default rubric as resolved now (``name@version``) and the rubric store."""
+        """The default rubric as resolved now (``name@version``) and a hash of every
+        rubric in the store: records may name their own rubric, often without a version
+        (the newest), so a new version saved by ``calibrate`` changes the settings."""
         rubric = "none" if self.default_rubric is None else self.store.get(self.default_rubric).ref
-        return {**super().settings(), "rubric": rubric, "rubric_store": str(self.store.folder)}
+        digest = hashlib.sha256()
+        for path in sorted(self.store.folder.glob("*.json")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
 
     def route(self, verdict: BaseModel) -> Routing:
         """The rubric's weighted composite against its threshold, computed in code."""
