@@ -42,9 +42,10 @@ def engine(request):
         from suffice.serving.transformers_engine import TransformersEngine
 
         # The transformers engine re-encodes the whole prompt for every segment (no KV
-        # cache across calls): a 4,096-token window (the worst-case output fits) keeps
-        # its prompts short enough for CI on two cores.
-        built = TransformersEngine(JudgeConfig(engine="transformers", max_model_len=4096))
+        # cache across calls): a 6,144-token window keeps its prompts short enough for CI
+        # on two cores and still leaves the adequacy gate (3,085 output tokens at worst
+        # and a rubric in its instructions) room for evidence.
+        built = TransformersEngine(JudgeConfig(engine="transformers", max_model_len=6144))
     else:
         from suffice.serving.vllm_engine import VLLMEngine
 

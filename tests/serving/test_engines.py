@@ -186,8 +186,10 @@ def test_a_batch_over_many_chunk_counts_is_valid_and_shares_one_head(many_counts
         n_shown = len(record["chunks"]) - len(result.verdict.omitted_chunk_ids)
         raw = result.raw_text
         pieces = sufficiency_constraint(n_shown).segments_of(raw)
-        assert [segment.key for segment, _ in pieces][:2] == ["sufficiency/entities", "sufficiency/decision"]
-        assert pieces[-1][0].key == f"flags/{n_shown}"
+        keys = [segment.key for segment, _ in pieces]
+        assert keys[0] == "sufficiency/head"
+        assert keys[1] in ("sufficiency/decision", "sufficiency/forced-false")
+        assert pieces[-1][0].key in (f"flags/{n_shown}", f"flags/{n_shown}/some")
         flags = json.loads(pieces[-1][1][:-1])
         assert len(flags) == n_shown
         assert [c["id"] for c, flag in zip(record["chunks"], flags, strict=True) if flag == "Y"] == list(
