@@ -125,3 +125,20 @@ def test_bad_cores_are_a_usage_error(tmp_path):
     proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), "--cores", "9999")
     assert proc.returncode == EXIT_USAGE
     assert "cores" in proc.stderr
+
+
+def test_an_audit_key_without_a_database_is_a_usage_error(tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    key = tmp_path / "k"
+    key.write_text("00" * 32)
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), "--audit-key", str(key))
+    assert proc.returncode == EXIT_USAGE
+    assert "audit_key" in proc.stderr
+
+
+def test_the_input_as_output_is_a_usage_error(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    proc = suffice("judge", str(source), "-o", str(source))
+    assert proc.returncode == EXIT_USAGE
+    assert "is the input itself" in proc.stderr
