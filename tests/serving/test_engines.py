@@ -89,7 +89,7 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
 
 @pytest.fixture(scope="session")
 def judged(engine):
-    records = mixed_batch(3 if engine.backend == TRANSFORMERS else 8)
+    records = mixed_batch(2 if engine.backend == TRANSFORMERS else 8)
     judge = Judge(engine, "sufficiency")
     results = judge.judge_batch(records)
     return engine.backend, judge, records, results
