@@ -64,17 +64,6 @@ def read_records(path: Path) -> Iterator[object]:
         yield source.record
 
 
-def count_lines(path: Path) -> int:
-    """Non-blank lines (records) in ``path``, without parsing them."""
-    count = 0
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            count += bool(raw.strip())
-    return count
-
-
 def dump_line(row: dict[str, Any]) -> bytes:
     """One row as a UTF-8 JSON line; strings UTF-8 cannot hold are escaped, not lost."""
     text = json.dumps(row, ensure_ascii=False)

@@ -83,8 +83,7 @@ class ResultFile:
                     raise SufficeError(f"{path}:{number} answers input line {line} a second time; use --overwrite")
                 self.done[line] = row.get("id")
                 self.done_errors += row.get("error") is not None
-                self._in_order = self._in_order and line > self._last_line
-                self._last_line = max(self._last_line, line)
+                self._note(line)
                 self._keep.append(raw)
             self._rewrite = end < len(data) or self.redo > 0
 
@@ -98,6 +97,11 @@ class ResultFile:
             _replace(self.path, self._keep)
         self._keep = []
         self._handle = self.path.open("ab")
+
+    def _note(self, line: int) -> None:
+        """Track whether the rows are still in input order (else :meth:`close` sorts)."""
+        self._in_order = self._in_order and line > self._last_line
+        self._last_line = max(self._last_line, line)
 
     def _row(self, raw: bytes, number: int) -> dict[str, Any]:
         try:
@@ -126,9 +130,7 @@ class ResultFile:
         self.start()
         assert self._handle is not None
         for row in rows:
-            line = row["line"]
-            self._in_order = self._in_order and line > self._last_line
-            self._last_line = max(self._last_line, line)
+            self._note(row["line"])
             self._handle.write(dump_line(row))
         self._handle.flush()
         os.fsync(self._handle.fileno())

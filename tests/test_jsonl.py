@@ -1,6 +1,6 @@
 import json
 
-from suffice.jsonl import count_lines, dump_line, read_lines, read_records
+from suffice.jsonl import dump_line, read_lines, read_records
 from suffice.records import InvalidRecord
 
 
@@ -47,12 +47,6 @@ def test_bytes_that_are_not_utf8_are_an_invalid_record(tmp_path):
     record = _one(tmp_path, b'{"id": "\xff\xfe"}\n')
     assert isinstance(record, InvalidRecord)
     assert "not UTF-8" in record.message
-
-
-def test_count_lines_counts_records_only(tmp_path):
-    path = tmp_path / "in.jsonl"
-    path.write_bytes(b'\xef\xbb\xbf{"id": 1}\n\n\r\nnot json\n')
-    assert count_lines(path) == 2
 
 
 def test_dump_line_keeps_a_lone_surrogate_as_an_escape():

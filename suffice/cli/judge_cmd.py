@@ -81,13 +81,7 @@ def add_parser(sub: Any) -> None:
         default="suffice",
         help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
     )
-    p.add_argument("--audit-db", type=Path, default=None, help="record every evaluation in this audit database")
-    p.add_argument(
-        "--audit-key",
-        type=Path,
-        default=None,
-        help="key file (suffice audit keygen) for the audit log's keyed MAC chain",
-    )
+    add_audit_args(p)
     p.set_defaults(run=run)
 
 
