@@ -34,6 +34,7 @@ from common import PeakMemory, load_items, table, write_json
 from suffice.config import JudgeConfig
 from suffice.grammars.sufficiency import RAGFLOW_SCHEMA, SufficiencyVerdict
 from suffice.judge import Judge
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.models import resolve_model
 
 RAGFLOW_PROMPT = (Path(__file__).parent / "ragflow_sufficiency_select.md").read_text().split("\n", 1)[1]
@@ -80,7 +81,7 @@ def ragflow_prompt(record: dict[str, Any]) -> str:
 
 
 def run_suffice(items: list[dict[str, Any]], prefix_caching: bool = True) -> dict[str, Any]:
-    judge = Judge.open(JudgeConfig(backend="outlines", prefix_caching=prefix_caching))
+    judge = Judge.open(JudgeConfig(engine=EngineConfig(backend="outlines", prefix_caching=prefix_caching)))
     try:
         judge.judge_batch(items[:2])  # warm-up: compile the common constraint shapes out of the timing
         with PeakMemory() as memory:
@@ -113,7 +114,7 @@ def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
     from suffice.serving.machine import apply_settings, machine_settings
     from suffice.serving.vllm_engine import shutdown_llm
 
-    settings = machine_settings(JudgeConfig())
+    settings = machine_settings(EngineConfig())
     apply_settings(settings)
     llm = LLM(
         model=str(resolve_model(None).path),
@@ -207,7 +208,7 @@ def constraint_overhead(items: list[dict[str, Any]]) -> dict[str, Any]:
     """The gate's requests generated constrained, then unconstrained to the same lengths, same engine."""
     from vllm import SamplingParams
 
-    judge = Judge.open(JudgeConfig(backend="outlines", top_logprobs=0))
+    judge = Judge.open(JudgeConfig(engine=EngineConfig(backend="outlines", top_logprobs=0)))
     engine = judge.engine
     try:
         requests = judge.requests(items)

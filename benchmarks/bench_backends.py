@@ -21,11 +21,12 @@ from common import PeakMemory, load_items, table, verdict_is_valid, write_json
 
 from suffice.config import BACKENDS, JudgeConfig
 from suffice.judge import Judge
+from suffice.serving.engine_config import EngineConfig
 
 
 def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     started = time.perf_counter()
-    judge = Judge.open(JudgeConfig(backend=backend))
+    judge = Judge.open(JudgeConfig(engine=EngineConfig(backend=backend)))
     startup = time.perf_counter() - started
     try:
         with PeakMemory() as memory:

@@ -27,6 +27,7 @@ from common import load_items, report
 from suffice.config import BACKENDS, JudgeConfig
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.vllm_engine import VLLMEngine
 
 
@@ -52,7 +53,7 @@ def _prefill_only(engine: VLLMEngine, requests: list[GenerationRequest]) -> floa
 
 
 def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-    config = JudgeConfig(backend=backend, rubric="customer-support")
+    config = JudgeConfig(engine=EngineConfig(backend=backend), rubric="customer-support")
     engine = VLLMEngine(config)
     try:
         row: dict[str, Any] = {"backend": backend}
@@ -62,7 +63,9 @@ def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
             "adequacy": items[0],
         }
         for gate, record in probes.items():
-            judge = Judge(engine, gate, JudgeConfig(gate=gate, backend=backend, rubric="customer-support"))
+            judge = Judge(
+                engine, gate, JudgeConfig(gate=gate, engine=EngineConfig(backend=backend), rubric="customer-support")
+            )
             began = time.perf_counter()
             judge.judge_batch([record])
             cold = time.perf_counter() - began

@@ -34,6 +34,7 @@ from common import load_items, report
 from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
 from suffice.gates import DecisionGate, SufficiencyGate
 from suffice.judge import Judge
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import cpu_flags
 from suffice.serving.vllm_engine import VLLMEngine
 
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
     args = parser.parse_args()
     items = load_items(args.items)
-    config = JudgeConfig(backend=args.backend, enforce_eager=not args.compile)
+    config = JudgeConfig(engine=EngineConfig(backend=args.backend, enforce_eager=not args.compile))
     began = time.perf_counter()
     engine = VLLMEngine(config)
     startup = time.perf_counter() - began

@@ -150,7 +150,8 @@ def judge_file(
         )
         results.start()
         settings.write(output)
-        notify(f"starting the engine ({config.engine}, backend {config.backend}, model {config.model or 'embedded'})")
+        v = settings.values
+        notify(f"starting the engine ({v['engine']}, backend {v['backend']}, model {v['model']})")
         judge = stack.enter_context(closing(open_judge(config)))
         todo = (line for line in read_lines(source) if line.line not in results.done)
         _run(judge, options, results, audit, todo, total, report, progress)

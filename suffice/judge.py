@@ -16,13 +16,14 @@ from types import TracebackType
 from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineDeadError, EngineError, GenerationError, ItemError, PreparationError, VerdictError
+from suffice.exceptions import EngineError, EngineFatalError, GenerationError, ItemError, PreparationError, VerdictError
 from suffice.gates import Gate, make_gate, make_gate_for
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress
+from suffice.serving.factory import make_engine
 
 #: Appended once when an output fails validation (the seeds' retry rule).
 RETRY_NOTE = (
@@ -70,18 +71,10 @@ class Judge:
 
     @classmethod
     def open(cls, config: JudgeConfig) -> Judge:
-        """A judge on a new in-process engine (``config.engine``: vLLM or transformers)."""
+        """A judge on a new engine, made from ``config.engine`` (its gate is built first, so
+        a bad rubric fails before the engine starts)."""
         gate = make_gate_for(config)
-        engine: Engine
-        if config.engine == "transformers":
-            from suffice.serving.transformers_engine import TransformersEngine
-
-            engine = TransformersEngine(config)
-        else:
-            from suffice.serving.vllm_engine import VLLMEngine
-
-            engine = VLLMEngine(config)
-        return cls(engine, gate, config)
+        return cls(make_engine(config.engine), gate, config)
 
     @property
     def prompt_version(self) -> str:
@@ -227,14 +220,15 @@ class Judge:
     ) -> list[Generation | EngineError]:
         """One engine call; if it fails, split the batch so one poisoned request fails alone.
 
-        A dead engine is not split: :class:`EngineDeadError` goes to the caller, and no
+        A fatal engine failure (a dead engine, a server that does not enforce the
+        constraint) is not split: :class:`EngineFatalError` goes to the caller, and no
         request is blamed for it.
         """
         if not requests:
             return []
         try:
             return list(self.engine.generate(requests, progress))
-        except EngineDeadError:
+        except EngineFatalError:
             raise
         except EngineError as exc:
             self.engine.check_alive()

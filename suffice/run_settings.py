@@ -17,7 +17,7 @@ from pathlib import Path
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputMismatchError
 from suffice.gates.base import Gate
-from suffice.serving.models import resolve_model
+from suffice.serving.factory import engine_settings
 
 
 def settings_path(output: Path) -> Path:
@@ -32,16 +32,7 @@ class RunSettings:
 
     @classmethod
     def of(cls, config: JudgeConfig, gate: Gate, fmt: str) -> RunSettings:
-        ref = resolve_model(config.model)
-        values = {
-            **gate.settings(),
-            "model": ref.model_id,
-            "weights": ref.fingerprint(),
-            "engine": config.engine,
-            "backend": config.backend if config.engine == "vllm" else "none",
-            "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
-            "format": fmt,
-        }
+        values = {**gate.settings(), **engine_settings(config.engine), "format": fmt}
         return cls(values)
 
     def write(self, output: Path) -> None:

@@ -36,7 +36,7 @@ def engine(request):
     Session-scoped and parametrized: pytest groups the tests by backend and closes
     each engine before the next starts.
     """
-    from suffice.config import JudgeConfig
+    from suffice.serving.engine_config import EngineConfig
 
     if request.param == "transformers":
         from suffice.serving.transformers_engine import TransformersEngine
@@ -45,10 +45,10 @@ def engine(request):
         # cache across calls): a 6,144-token window keeps its prompts short enough for CI
         # on two cores and still leaves the adequacy gate (3,085 output tokens at worst
         # and a rubric in its instructions) room for evidence.
-        built = TransformersEngine(JudgeConfig(engine="transformers", max_model_len=6144))
+        built = TransformersEngine(EngineConfig(kind="transformers", max_model_len=6144))
     else:
         from suffice.serving.vllm_engine import VLLMEngine
 
-        built = VLLMEngine(JudgeConfig(backend=request.param))
+        built = VLLMEngine(EngineConfig(backend=request.param))
     yield built
     built.close()

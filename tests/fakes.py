@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from suffice.exceptions import EngineError
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress
+from suffice.serving.engine_config import EngineConfig
 
 Script = Callable[[GenerationRequest], str | Generation]
 
@@ -27,6 +28,10 @@ class ScriptedEngine(Engine):
         self.max_model_len = max_model_len
         self.fail_when = fail_when
         self.calls: list[int] = []
+
+    @classmethod
+    def settings_of(cls, config: EngineConfig) -> dict[str, str]:
+        return {"model": "scripted", "weights": "none", "engine": "scripted", "backend": "scripted"}
 
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
         self.calls.append(len(requests))

@@ -18,6 +18,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, OutputMismatchError
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest, Progress
+from suffice.serving.engine_config import EngineConfig
 from tests.fakes import ScriptedEngine
 from tests.test_judge import GOOD as JUDGE_GOOD
 
@@ -188,8 +189,8 @@ def test_an_input_error_row_is_final(tmp_path):
 @pytest.mark.parametrize(
     ("changed", "options", "setting"),
     [
-        (JudgeConfig(max_model_len=2048), BatchOptions(), "max_model_len"),
-        (JudgeConfig(backend="xgrammar"), BatchOptions(), "backend"),
+        (JudgeConfig(engine=EngineConfig(max_model_len=2048)), BatchOptions(), "max_model_len"),
+        (JudgeConfig(engine=EngineConfig(backend="xgrammar")), BatchOptions(), "backend"),
         (JudgeConfig(detail="decision"), BatchOptions(), "prompt_version"),
         (JudgeConfig(), BatchOptions(fmt="seed"), "format"),
         (JudgeConfig(gate="recovery"), BatchOptions(), "gate"),

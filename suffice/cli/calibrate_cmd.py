@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("golden", type=Path, help="labeled JSONL (the ../shared/data format)")
     p.add_argument("-o", "--output", type=Path, required=True, help="report folder (verdicts.jsonl resumes there)")
-    judge_cmd.add_engine_args(p)
+    judge_cmd.add_judge_args(p)
     p.add_argument("--limit", type=int, default=None, help="use the first N records only")
     p.add_argument("--overwrite", action="store_true", help="judge again instead of resuming verdicts.jsonl")
     judge_cmd.add_audit_args(p)

@@ -9,7 +9,8 @@ from typing import Any
 
 from suffice.batch import BatchOptions
 from suffice.cli import judge_cmd
-from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, JudgeConfig
+from suffice.config import BACKENDS, DETAILS, JudgeConfig
+from suffice.serving.engine_config import EngineConfig
 
 
 def sample_path() -> Path:
@@ -21,7 +22,7 @@ def add_parser(sub: Any) -> None:
         "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
     )
     p.add_argument("-o", "--output", type=Path, default=Path("out/demo-verdicts.jsonl"))
-    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
+    p.add_argument("--backend", choices=BACKENDS, default=None)
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--detail", choices=DETAILS, default="full")
     p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
@@ -30,5 +31,6 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
-    config = JudgeConfig(backend=args.backend, model=args.model, detail=args.detail, verbose=args.verbose)
+    engine = EngineConfig(backend=args.backend, model=args.model, verbose=args.verbose)
+    config = JudgeConfig(engine=engine, detail=args.detail)
     return judge_cmd.judge_file(config, sample_path(), args.output, BatchOptions(overwrite=True))

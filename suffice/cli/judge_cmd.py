@@ -10,23 +10,20 @@ from typing import Any
 
 from suffice import batch
 from suffice.batch import BatchOptions
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import BACKENDS, DEFAULT_BACKEND, DETAILS, ENGINES, GATES, THRESHOLD_PRESETS, JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, InputError, OutputMismatchError, SufficeError
+from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.exceptions import ConfigError, EngineFatalError, InputError, OutputMismatchError, SufficeError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import load_key
 from suffice.serving.machine import machine_settings
 
 
-def add_engine_args(p: argparse.ArgumentParser) -> None:
+def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
     p.add_argument("--gate", choices=GATES, default="sufficiency")
-    p.add_argument("--model", type=Path, default=None, help="local Hugging Face model folder (default: embedded)")
-    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND, help="structured-output backend (vLLM)")
-    p.add_argument("--engine", choices=ENGINES, default="vllm", help="vllm, or transformers where vLLM cannot run")
+    add_engine_args(p)
     p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
-    p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
-    p.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start, faster decode)")
     p.add_argument("--rubric", default=None, help="adequacy gate: rubric NAME[@VERSION] (newest if no version)")
     p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
     p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: threshold preset")
@@ -37,11 +34,6 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         default="full",
         help="full verdicts, or only the decision and its probability (one short step: for batch scoring)",
     )
-    p.add_argument("--cores", default=None, help="cores for the engine's threads, e.g. 0-3 (default: all allowed)")
-    p.add_argument(
-        "--kv-cache-gib", type=int, default=None, help="KV cache in GiB (CPU; default: 20%% of available memory)"
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -70,7 +62,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("input", type=Path, help="JSONL records (id, question, chunks[, response])")
     p.add_argument("-o", "--output", type=Path, required=True, help="JSONL results, appended as batches finish")
-    add_engine_args(p)
+    add_judge_args(p)
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
     p.add_argument(
         "--retry-errors", action="store_true", help="when resuming, judge again every record whose line is an error"
@@ -91,22 +83,15 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         raise ConfigError("batch_size", args.batch_size, "must be at least 1")
     config = JudgeConfig(
         gate=args.gate,
-        engine=args.engine,
-        backend=args.backend,
-        model=args.model,
-        max_model_len=args.max_model_len,
-        enforce_eager=not args.compile,
+        engine=engine_config_from_args(args),
         rubric=args.rubric,
         rubric_dir=args.rubric_dir,
         threshold=args.threshold,
         gate_config=args.gate_config,
         detail=args.detail,
-        cores=args.cores,
-        kv_cache_gib=args.kv_cache_gib,
-        verbose=args.verbose,
     )
     make_gate_for(config)
-    machine_settings(config)  # --cores outside the affinity mask is a usage error, before the engine starts
+    machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
     return config
 
 
@@ -152,7 +137,7 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
     except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except EngineDeadError as exc:
+    except EngineFatalError as exc:
         print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
         return EXIT_FATAL
     except SufficeError as exc:

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, rubrics_cmd
+from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, rubrics_cmd, serve_cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     rubrics_cmd.add_parser(sub)
     audit_cmd.add_parsers(sub)
     calibrate_cmd.add_parser(sub)
+    serve_cmd.add_parser(sub)
     return parser
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from suffice.exceptions import EngineDeadError, StepError
+from suffice.exceptions import EngineFatalError, StepError
 
 Request = TypeVar("Request")
 Result = TypeVar("Result")
@@ -28,14 +28,14 @@ def isolated(
 
     Any exception is caught on purpose: the step is foreign code, and one question's
     failure must not cost the other questions their outcomes.  The failure is never
-    silent: it becomes that question's review reason.  A dead engine is the exception:
+    silent: it becomes that question's review reason.  A fatal engine failure (a dead engine) is the exception:
     it is nobody's question, so it propagates.
     """
     if not requests:
         return []
     try:
         results: list[Result | StepError] = list(call(requests))
-    except EngineDeadError:
+    except EngineFatalError:
         raise  # no question is to blame: the run stops, as the batch runner does
     except Exception as exc:
         failure = error(f"{type(exc).__name__}: {exc}")

@@ -8,12 +8,14 @@ methods.  Nothing here imports vLLM.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 from suffice.grammars.constraint import Constraint
+from suffice.serving.engine_config import EngineConfig
 
 Message = dict[str, str]
 #: Called with the number of requests that just completed.
@@ -47,6 +49,17 @@ class Engine(ABC):
     backend: str
     #: Prompt plus generated tokens must fit in this many tokens.
     max_model_len: int
+
+    def __init__(self, config: EngineConfig) -> None:  # noqa: B027 - the factory's signature
+        """Start the engine (for vLLM: seconds to minutes); every engine class the
+        factory names takes its :class:`EngineConfig` and nothing else required."""
+
+    @classmethod
+    @abstractmethod
+    def settings_of(cls, config: EngineConfig) -> dict[str, str]:
+        """What this engine, built from ``config``, records beside a batch output, known
+        before it starts: ``model``, ``weights``, ``engine``, ``backend``, ``max_model_len``
+        (a resumed run must match them)."""
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
@@ -89,34 +102,60 @@ class Engine(ABC):
         self.close()
 
 
+def local_settings(config: EngineConfig) -> dict[str, str]:
+    """:meth:`Engine.settings_of` for engines that load a local model folder."""
+    from suffice.serving.models import resolve_model
+
+    ref = resolve_model(config.model)
+    return {
+        "model": ref.model_id,
+        "weights": ref.fingerprint(),
+        "engine": config.kind,
+        "backend": config.backend_name,
+        "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
+    }
+
+
+#: Serialises this process's calls into Hugging Face tokenizers: a Rust tokenizer
+#: shared by threads (``suffice serve`` prepares each request on its own thread)
+#: raises "Already borrowed" when one call reconfigures it while another encodes.
+_TOKENIZER_LOCK = threading.Lock()
+
+
 class TokenizerMixin:
-    """Token counting for engines that hold a Hugging Face tokenizer."""
+    """Token counting for engines that hold a Hugging Face tokenizer (thread-safe)."""
 
     tokenizer: object
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        encoded = self.tokenizer(list(texts), add_special_tokens=False)  # type: ignore[operator]
+        with _TOKENIZER_LOCK:
+            encoded = self.tokenizer(list(texts), add_special_tokens=False)  # type: ignore[operator]
         return [len(ids) for ids in encoded["input_ids"]]
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+        with _TOKENIZER_LOCK:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
         if len(ids) <= max_tokens:
             return text
-        prefix: str = self.tokenizer.decode(ids[: max(max_tokens, 0)])  # type: ignore[attr-defined]
+        with _TOKENIZER_LOCK:
+            prefix: str = self.tokenizer.decode(ids[: max(max_tokens, 0)])  # type: ignore[attr-defined]
         # A cut inside a multi-byte character decodes to U+FFFD; drop it.
         return prefix.rstrip("\ufffd")
 
     def chat_text(self, messages: Sequence[Message]) -> str:
         """The chat-templated prompt, generation prompt included."""
-        text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
-            list(messages), tokenize=False, add_generation_prompt=True
-        )
+        with _TOKENIZER_LOCK:
+            text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+                list(messages), tokenize=False, add_generation_prompt=True
+            )
         return text
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        encoded = self.tokenizer(self.chat_text(messages), add_special_tokens=False)  # type: ignore[operator]
+        text = self.chat_text(messages)
+        with _TOKENIZER_LOCK:
+            encoded = self.tokenizer(text, add_special_tokens=False)  # type: ignore[operator]
         ids: list[int] = encoded["input_ids"]
         return ids
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.serving.engine_config import EngineConfig
 
 #: Share of the memory available at start-up given to the KV cache, and its bounds.
 KV_SHARE = 0.2
@@ -118,7 +118,7 @@ def core_ranges(cores: list[int]) -> str:
     return ",".join(parts)
 
 
-def machine_settings(config: JudgeConfig, *, gpu: bool = False) -> MachineSettings:
+def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSettings:
     allowed = tuple(sorted(os.sched_getaffinity(0)))
     if config.cores is not None:
         cores = parse_cores(config.cores)

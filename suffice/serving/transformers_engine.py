@@ -14,10 +14,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from suffice.config import JudgeConfig
 from suffice.exceptions import EngineError
 from suffice.grammars.constraint import Segment
-from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin
+from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -28,7 +28,7 @@ _BATCH = 8
 
 
 class TransformersEngine(TokenizerMixin, Engine):
-    def __init__(self, config: JudgeConfig, model: ModelRef | None = None) -> None:
+    def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         force_offline()
         ref = model or resolve_model(config.model)
         try:
@@ -62,6 +62,10 @@ class TransformersEngine(TokenizerMixin, Engine):
         self.backend = "outlines-transformers"
         limit = getattr(hf_model.config, "max_position_embeddings", None) or 8192
         self.max_model_len = min(int(limit), config.max_model_len or int(limit))
+
+    @classmethod
+    def settings_of(cls, config: EngineConfig) -> dict[str, str]:
+        return local_settings(config)
 
     def _generator(self, segment: Segment) -> Any:
         cache = self._generators if segment.per_request else self._shared

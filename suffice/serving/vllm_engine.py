@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin
+from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_settings, engine_output, log_tail, machine_settings
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
@@ -67,48 +67,133 @@ def shutdown_llm(llm: Any) -> None:
     gc.collect()
 
 
-#: How often a waiting step checks that the engine's processes are alive (seconds).
+#: How often a waiting caller checks that the engine's processes are alive (seconds).
 WATCH_INTERVAL = 0.5
 
 
-class _Stepper:
-    """Runs ``engine.step()`` on a daemon thread so the caller can watch the engine
-    while it waits.
+@dataclass
+class _Job:
+    """One caller's requests: done when every sequence has its last segment."""
 
-    Why: vLLM's synchronous client blocks on its output queue with no timeout; when the
-    engine-core process is killed (the kernel's out-of-memory killer, a SIGKILL), the
-    queue is never fed and ``step()`` waits forever.  Measured before this: a run whose
-    engine core was OOM-killed was still waiting 13 minutes later with nothing written.
-    A daemon thread left blocked on a dead engine does not keep the process from exiting.
+    sequences: list[_Sequence]
+    progress: Progress | None
+    remaining: int = 0
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.done.set()
+
+
+class _Driver:
+    """The engine loop, on one daemon thread, shared by every caller.
+
+    Why a thread of its own: callers on several threads (``suffice serve`` judges each
+    HTTP request on its own) submit work at any time, and vLLM batches whatever is
+    running at each step, so a request that arrives while others run joins them at the
+    next step instead of waiting for the batch to end (continuous batching, as vLLM's
+    asynchronous engine does).  Only this thread touches the engine.  And why callers
+    wait with a timeout: vLLM's synchronous client blocks on its output queue with no
+    timeout, so when the engine-core process is killed (the kernel's out-of-memory
+    killer, a SIGKILL) ``step()`` never returns.  Measured before the watch: a run
+    whose engine core was OOM-killed was still waiting 13 minutes later with nothing
+    written.  Waiting callers check the engine's processes every
+    :data:`WATCH_INTERVAL`; a daemon thread left blocked does not keep the process
+    from exiting.
     """
 
-    def __init__(self, step: Any, alive: Any) -> None:
-        self._step = step
+    def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any) -> None:
+        self._engine = engine
+        self._submit = submit
+        self._absorb = absorb
         self._alive = alive
-        self._calls: queue.Queue[None] = queue.Queue()
-        self._results: queue.Queue[tuple[bool, Any]] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="suffice-engine-step", daemon=True)
+        self._inbox: queue.Queue[_Job] = queue.Queue()
+        self._running: dict[str, tuple[_Sequence, _Job]] = {}
+        self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
         self._thread.start()
+
+    def run(self, job: _Job) -> None:
+        """Submit ``job`` and wait until it is done; raise what failed it."""
+        job.remaining = len(job.sequences)
+        self._inbox.put(job)
+        while not job.done.wait(WATCH_INTERVAL):
+            self._alive()
+        if job.error is not None:
+            raise job.error
 
     def _loop(self) -> None:
         while True:
-            self._calls.get()
-            try:
-                self._results.put((True, self._step()))
-            except BaseException as exc:  # handed to the caller's thread
-                self._results.put((False, exc))
-
-    def __call__(self) -> Any:
-        self._calls.put(None)
-        while True:
-            try:
-                ok, value = self._results.get(timeout=WATCH_INTERVAL)
-            except queue.Empty:
-                self._alive()
+            if not self._running:
+                self._start(self._inbox.get())
+            while True:
+                try:
+                    self._start(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            if not self._running:
                 continue
-            if ok:
-                return value
-            raise value
+            try:
+                outputs = self._engine.step()
+            except BaseException as exc:  # every running job fails; the caller decides what it means
+                jobs = {id(job): job for _, job in self._running.values()}
+                with contextlib.suppress(Exception):
+                    self._engine.abort_request(list(self._running))
+                self._running.clear()
+                for job in jobs.values():
+                    job.fail(exc)
+                continue
+            follow_ups: list[tuple[_Sequence, _Job]] = []
+            for out in outputs:
+                if not out.finished:
+                    continue
+                entry = self._running.pop(out.request_id, None)
+                if entry is None:
+                    continue
+                seq, job = entry
+                if job.done.is_set():
+                    continue
+                try:
+                    self._absorb(seq, out.outputs[0])
+                    segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
+                    if segment is not None:
+                        seq.segment = segment
+                        follow_ups.append((seq, job))
+                        continue
+                    job.remaining -= 1
+                    if job.progress is not None:
+                        job.progress(1)
+                    if job.remaining == 0:
+                        job.done.set()
+                except BaseException as exc:
+                    self._drop(job, exc)
+            for seq, job in follow_ups:
+                if not job.done.is_set():
+                    self._add(job, [seq])
+
+    def _start(self, job: _Job) -> None:
+        if not job.sequences:
+            job.done.set()
+            return
+        self._add(job, job.sequences)
+
+    def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
+        try:
+            for request_id, seq in self._submit(sequences):
+                self._running[request_id] = (seq, job)
+        except BaseException as exc:
+            self._drop(job, exc)
+
+    def _drop(self, job: _Job, error: BaseException) -> None:
+        """Fail one job and abort its requests; the others run on."""
+        mine = [request_id for request_id, (_, owner) in self._running.items() if owner is job]
+        for request_id in mine:
+            del self._running[request_id]
+        if mine:
+            with contextlib.suppress(Exception):
+                self._engine.abort_request(mine)
+        job.fail(error)
 
 
 def _engine_processes() -> list[Any]:
@@ -144,7 +229,7 @@ class _Sequence:
 class VLLMEngine(TokenizerMixin, Engine):
     """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
 
-    def __init__(self, config: JudgeConfig, model: ModelRef | None = None) -> None:
+    def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         force_offline()
         self.settings = machine_settings(config, gpu=_has_gpu())
         apply_settings(self.settings, verbose=config.verbose)
@@ -154,7 +239,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         kwargs: dict[str, Any] = {
             "model": str(ref.path),
             "tokenizer": str(ref.path),
-            "structured_outputs_config": {"backend": config.backend},
+            "structured_outputs_config": {"backend": config.backend_name},
             "enable_prefix_caching": config.prefix_caching,
             "enforce_eager": config.enforce_eager,
             "seed": config.seed,
@@ -178,7 +263,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.log_path = log
         self.model_id = ref.model_id
         self.model_path = ref.path
-        self.backend = config.backend
+        self.backend = config.backend_name
         self.tokenizer = self._llm.get_tokenizer()
         self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.logprobs = config.top_logprobs
@@ -187,8 +272,12 @@ class VLLMEngine(TokenizerMixin, Engine):
         #: The engine-core and worker processes started for this engine (none when
         #: vLLM runs the engine in this process).
         self._processes = _engine_processes()
-        self._step = _Stepper(self._llm.llm_engine.step, self.check_alive)
         self._dead: str | None = None
+        self._driver = _Driver(self._llm.llm_engine, self._submit, self._absorb, self.check_alive)
+
+    @classmethod
+    def settings_of(cls, config: EngineConfig) -> dict[str, str]:
+        return local_settings(config)
 
     def check_alive(self) -> None:
         """Raise :class:`EngineDeadError` if an engine process has exited (any cause)."""
@@ -227,34 +316,12 @@ class VLLMEngine(TokenizerMixin, Engine):
             _Sequence(i, self.prompt_ids(r.messages), r.constraint, r.constraint.first_segment())
             for i, r in enumerate(requests)
         ]
-        running: dict[str, _Sequence] = {}
-        engine = self._llm.llm_engine
         try:
-            self._submit(sequences, running)
-            while engine.has_unfinished_requests():
-                follow_ups: list[_Sequence] = []
-                for out in self._step():
-                    if not out.finished:
-                        continue
-                    seq = running.pop(out.request_id, None)
-                    if seq is None:
-                        continue
-                    self._absorb(seq, out.outputs[0])
-                    segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
-                    if segment is not None:
-                        seq.segment = segment
-                        follow_ups.append(seq)
-                    elif progress is not None:
-                        progress(1)
-                if follow_ups:
-                    self._submit(follow_ups, running)
+            self._driver.run(_Job(sequences, progress))
         except EngineDeadError:
             raise
         except Exception as exc:
             self.check_alive()
-            if running:
-                with contextlib.suppress(Exception):
-                    engine.abort_request(list(running))
             raise EngineError(f"vLLM generation failed: {exc}") from exc
         return [
             Generation(
@@ -268,11 +335,13 @@ class VLLMEngine(TokenizerMixin, Engine):
             for seq in sequences
         ]
 
-    def _submit(self, sequences: list[_Sequence], running: dict[str, _Sequence]) -> None:
+    def _submit(self, sequences: list[_Sequence]) -> list[tuple[str, _Sequence]]:
+        """Queue each sequence's current segment (on the driver's thread); their ids."""
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         engine = self._llm.llm_engine
+        submitted = []
         for seq in sequences:
             params = SamplingParams(
                 temperature=0.0,
@@ -284,7 +353,8 @@ class VLLMEngine(TokenizerMixin, Engine):
             request_id = f"suffice-{next(self._request_ids)}"
             prompt = TokensPrompt(prompt_token_ids=seq.prompt_ids + seq.generated_ids)
             engine.add_request(request_id, prompt, params)
-            running[request_id] = seq
+            submitted.append((request_id, seq))
+        return submitted
 
     def _absorb(self, seq: _Sequence, completion: Any) -> None:
         """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""

@@ -20,6 +20,7 @@ from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.judge import Judge
 from suffice.records import Chunk
 from suffice.serving.base import GenerationRequest
+from suffice.serving.engine_config import EngineConfig
 from tests.fakes import Script, ScriptedEngine
 from tests.harness.hotpot import hotpot_retriever, load_pairs, questions
 
@@ -351,7 +352,7 @@ def xgrammar_engine():
     """One real engine for both pipeline tests (an engine start is a minute here)."""
     from suffice.serving.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(JudgeConfig(backend="xgrammar"))
+    engine = VLLMEngine(JudgeConfig(engine=EngineConfig(backend="xgrammar")))
     yield engine
     engine.close()
 
@@ -360,7 +361,7 @@ def xgrammar_engine():
 def test_loop_on_the_real_engine(tmp_path, xgrammar_engine):
     pairs = load_pairs()
     calls: list = []
-    judge = Judge(xgrammar_engine, config=JudgeConfig(backend="xgrammar"))
+    judge = Judge(xgrammar_engine, config=JudgeConfig(engine=EngineConfig(backend="xgrammar")))
     pipeline = Pipeline(
         judge, hotpot_retriever(pairs, calls), PipelineConfig(rewrite_queries=True), audit=tmp_path / "a.db"
     )
@@ -395,7 +396,11 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
         for base, twins in pairs.items()
     ][:4]
     unreachable = SufficiencyThreshold(min_passages=100)
-    judge = Judge(xgrammar_engine, RecoveryGate(unreachable), JudgeConfig(gate="recovery", backend="xgrammar"))
+    judge = Judge(
+        xgrammar_engine,
+        RecoveryGate(unreachable),
+        JudgeConfig(gate="recovery", engine=EngineConfig(backend="xgrammar")),
+    )
     pipeline = Pipeline(
         judge,
         breaking_for(pairs, TARGET, 2, offline),

@@ -9,6 +9,7 @@ import pytest
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.serving import machine
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import core_ranges, engine_output, machine_settings, parse_cores
 
 
@@ -27,7 +28,7 @@ def test_bad_cores_name_the_parameter(spec):
 
 def test_defaults_come_from_the_affinity_mask_and_available_memory(monkeypatch):
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 20.0)
-    settings = machine_settings(JudgeConfig())
+    settings = machine_settings(EngineConfig())
     assert settings.cores == tuple(sorted(os.sched_getaffinity(0)))
     assert settings.kv_cache_gib == 4  # 20 % of 20 GiB
     assert "available" in settings.kv_from
@@ -35,21 +36,21 @@ def test_defaults_come_from_the_affinity_mask_and_available_memory(monkeypatch):
 
 def test_kv_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 400.0)
-    assert machine_settings(JudgeConfig()).kv_cache_gib == machine.KV_MAX_GIB
+    assert machine_settings(EngineConfig()).kv_cache_gib == machine.KV_MAX_GIB
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 2.0)
-    assert machine_settings(JudgeConfig()).kv_cache_gib == machine.KV_MIN_GIB
+    assert machine_settings(EngineConfig()).kv_cache_gib == machine.KV_MIN_GIB
 
 
 def test_overrides_win():
     first = min(os.sched_getaffinity(0))
-    settings = machine_settings(JudgeConfig(cores=str(first), kv_cache_gib=3))
+    settings = machine_settings(EngineConfig(cores=str(first), kv_cache_gib=3))
     assert settings.cores == (first,)
     assert settings.kv_cache_gib == 3
 
 
 def test_cores_outside_the_affinity_mask_are_refused():
     with pytest.raises(ConfigError) as info:
-        machine_settings(JudgeConfig(cores="4096"))
+        machine_settings(EngineConfig(cores="4096"))
     assert info.value.parameter == "cores"
 
 

@@ -1,0 +1,91 @@
+"""``suffice serve``: the gates over HTTP (see :mod:`suffice.server`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_USAGE
+from suffice.cli.judge_cmd import add_audit_args, audit_key_of
+from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.exceptions import ConfigError, InputError, SufficeError
+from suffice.server.config import ServeConfig
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="serve the gates over HTTP",
+        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /docs).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    p.add_argument("--gate", action="append", choices=GATES, default=None, help="a gate to serve (repeat; default all)")
+    add_engine_args(p, key_option="--engine-key-file")
+    p.add_argument("--rubric", default=None, help="adequacy gate: default rubric NAME[@VERSION]")
+    p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
+    p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: default preset")
+    p.add_argument("--gate-config", type=Path, default=None, help="sufficiency gate: a calibrated threshold file")
+    p.add_argument("--detail", choices=DETAILS, default="full", help="full verdicts, or only the decision")
+    p.add_argument(
+        "--api-key-file",
+        dest="client_key_file",
+        type=Path,
+        default=None,
+        help="file holding the bearer token clients must send (default: no authentication)",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="largest request body (default 16 MiB)")
+    p.add_argument("--max-items", type=int, default=1024, help="most items per request (default 1024)")
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
+    add_audit_args(p)
+    p.set_defaults(run=run)
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    gates = tuple(args.gate) if args.gate else GATES
+    judge = JudgeConfig(
+        gate=gates[0],
+        engine=engine_config_from_args(args),
+        rubric=args.rubric,
+        rubric_dir=args.rubric_dir,
+        threshold=args.threshold,
+        gate_config=args.gate_config,
+        detail=args.detail,
+    )
+    return ServeConfig(
+        judge=judge,
+        gates=gates,
+        host=args.host,
+        port=args.port,
+        api_key_file=args.client_key_file,
+        audit_db=args.audit_db,
+        audit_key=audit_key_of(args),
+        max_body_bytes=args.max_body_bytes,
+        max_items=args.max_items,
+        request_timeout=args.request_timeout,
+        verbose=args.verbose,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from suffice.server.run import serve
+
+    def notify(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        config = config_from_args(args)
+    except (ConfigError, InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return serve(config, notify)
+    except (ConfigError, InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FATAL

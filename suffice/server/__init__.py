@@ -1,0 +1,1 @@
+"""``suffice serve``: the gates as an HTTP service beside a RAG application."""

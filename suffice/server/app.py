@@ -1,0 +1,195 @@
+"""The FastAPI app: routes, status codes, and where the work runs.
+
+Why judging runs on a thread pool and not behind a lock: the engine batches whatever
+is in flight (vLLM's continuous batching; the in-process engine's loop takes new
+requests between steps), so every HTTP request judges on its own worker thread and
+a request that arrives while others run joins them.  The event loop only parses,
+checks and answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from suffice.config import THRESHOLD_PRESETS
+from suffice.exceptions import EngineFatalError
+from suffice.jsonl import parse_line
+from suffice.records import InvalidRecord
+from suffice.server.config import ServeConfig
+from suffice.server.guards import BearerAuth, BodyLimit
+from suffice.server.metrics import Metrics
+from suffice.server.service import Options, RequestError
+
+#: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
+WORKERS = 256
+
+_ITEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One record in the JSONL format of `suffice judge`: id, question, chunks "
+    "(strings or {id, text, source}), and response for the recovery gate.",
+    "additionalProperties": True,
+}
+_BODY_SCHEMA: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {"oneOf": [_ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA}]},
+            "example": {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]},
+        }
+    },
+}
+
+
+def _unprocessable(location: list[str], message: str) -> JSONResponse:
+    """422 in FastAPI's own shape, so clients parse one error format."""
+    return JSONResponse({"detail": [{"loc": location, "msg": message, "type": "value_error"}]}, status_code=422)
+
+
+def create_app(
+    service: Any,
+    config: ServeConfig,
+    api_key: bytes | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> Any:
+    """The ASGI app over ``service`` (a :class:`~suffice.server.service.GateService`).
+
+    ``on_fatal(reason)`` is called once when the engine can no longer judge (the
+    runner shuts the server down and exits 1, so a supervisor restarts it).
+    """
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="suffice-judge")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        pool.shutdown(wait=True)  # requests past their timeout still hold the engine
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="suffice",
+        description="Evidence gates for RAG: is the retrieved context sufficient, which chunks "
+        "matter, which claims are supported. Verdicts are valid by construction.",
+        version="1",
+    )
+    metrics = Metrics()
+    app.state.metrics = metrics
+    gates_literal = tuple(config.gates)
+
+    def fatal(reason: str) -> None:
+        if service.dead is None:
+            service.dead = reason
+            metrics.engine_alive.set(0)
+            if on_fatal is not None:
+                on_fatal(reason)
+
+    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    @app.post(
+        "/v1/judge/{gate}",
+        openapi_extra={"requestBody": _BODY_SCHEMA},
+        summary="Judge one item or a list of items",
+        responses={
+            401: {"description": "missing or wrong bearer token"},
+            404: {"description": "gate not served"},
+            413: {"description": "body over the limit"},
+            422: {"description": "malformed body or parameter (names the field)"},
+            503: {"description": "the engine can no longer judge"},
+            504: {"description": "over the request timeout"},
+        },
+    )
+    async def judge(
+        gate: str,
+        request: Request,
+        rubric: str | None = None,
+        threshold: Literal["strict", "loose"] | None = None,
+        format: Literal["suffice", "seed", "ragflow"] = "suffice",
+    ) -> Response:
+        """One result per item, in order: each a verdict or that item's error (an error
+        row does not fail the request).  `rubric` (adequacy) and `threshold` (recovery)
+        apply to this request only."""
+        if gate not in gates_literal:
+            metrics.requests.labels(gate="unknown", status="404").inc()
+            return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
+        if service.dead is not None:
+            metrics.requests.labels(gate=gate, status="503").inc()
+            return JSONResponse({"detail": f"the engine cannot judge: {service.dead}"}, status_code=503)
+        value = parse_line(await request.body(), 1)
+        if isinstance(value, InvalidRecord):
+            metrics.requests.labels(gate=gate, status="422").inc()
+            return _unprocessable(["body"], f"not JSON: {value.message}")
+        if isinstance(value, dict):
+            records: list[object] = [value]
+        elif isinstance(value, list):
+            records = value
+        else:
+            metrics.requests.labels(gate=gate, status="422").inc()
+            return _unprocessable(["body"], f"must be an item object or a list of items, not {type(value).__name__}")
+        if not records:
+            metrics.requests.labels(gate=gate, status="422").inc()
+            return _unprocessable(["body"], "the list of items is empty")
+        if len(records) > config.max_items:
+            metrics.requests.labels(gate=gate, status="422").inc()
+            return _unprocessable(["body"], f"{len(records)} items: at most {config.max_items} per request")
+        options = Options(rubric=rubric, threshold=threshold, fmt=format)
+        metrics.waiting.inc()
+        try:
+            outcome = await asyncio.wait_for(in_thread(service.judge, gate, records, options), config.request_timeout)
+        except TimeoutError:
+            metrics.requests.labels(gate=gate, status="504").inc()
+            return JSONResponse({"detail": f"not judged within {config.request_timeout:g} s"}, status_code=504)
+        except RequestError as exc:
+            metrics.requests.labels(gate=gate, status="422").inc()
+            return _unprocessable(["query", exc.field or "query"], str(exc))
+        except EngineFatalError as exc:
+            fatal(str(exc))
+            metrics.requests.labels(gate=gate, status="503").inc()
+            return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=503)
+        finally:
+            metrics.waiting.dec()
+        metrics.requests.labels(gate=gate, status="200").inc()
+        metrics.observe(gate, outcome.results, outcome.seconds)
+        body = {"request_id": outcome.request_id, "gate": gate, "results": outcome.rows}
+        return JSONResponse(body, headers={"x-request-id": outcome.request_id})
+
+    @app.get("/health", summary="Liveness: the process serves and its engine is not dead")
+    async def health() -> Response:
+        if service.dead is not None:
+            return JSONResponse({"status": "dead", "detail": service.dead}, status_code=503)
+        return JSONResponse({"status": "alive"})
+
+    @app.get("/ready", summary="Readiness: the engine is loaded and answering")
+    async def ready() -> Response:
+        if service.dead is None:
+            try:
+                await in_thread(service.check_alive)
+            except EngineFatalError as exc:
+                fatal(str(exc))
+        if service.dead is not None:
+            return JSONResponse({"status": "dead", "detail": service.dead}, status_code=503)
+        engine = service.engine
+        return JSONResponse(
+            {
+                "status": "ready",
+                "gates": list(gates_literal),
+                "model": engine.model_id,
+                "backend": engine.backend,
+                "max_model_len": engine.max_model_len,
+                "threshold_presets": list(THRESHOLD_PRESETS),
+            }
+        )
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    guarded: Any = BodyLimit(app, config.max_body_bytes)
+    if api_key is not None:
+        guarded = BearerAuth(guarded, api_key)
+    return guarded

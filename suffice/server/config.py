@@ -1,0 +1,70 @@
+"""The service's settings: frozen, checked once, errors name the parameter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suffice.config import GATES, JudgeConfig
+from suffice.exceptions import ConfigError
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``suffice serve`` runs: which gates, on which judge settings, behind which guards.
+
+    ``judge`` holds the engine and the gates' defaults (rubric, threshold preset,
+    calibrated gate config, detail); its ``gate`` field is ignored, ``gates`` says
+    which are served.
+    """
+
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    gates: tuple[str, ...] = GATES
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: A file holding the bearer token clients must send (``None``: no authentication).
+    api_key_file: Path | None = None
+    audit_db: Path | None = None
+    audit_key: bytes | None = None
+    #: Largest request body accepted (bytes); larger gets 413.
+    max_body_bytes: int = 16 * 2**20
+    #: Most items in one request; more gets 422.
+    max_items: int = 1024
+    #: Seconds a request may take before it is answered 504.
+    request_timeout: float = 600.0
+    #: Show the engine's log and uvicorn's access log.
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.gates:
+            raise ConfigError("gates", self.gates, "serve at least one gate")
+        for gate in self.gates:
+            if gate not in GATES:
+                raise ConfigError("gates", gate, f"must be among {', '.join(GATES)}")
+        if len(set(self.gates)) != len(self.gates):
+            raise ConfigError("gates", self.gates, "names a gate twice")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("port", self.port, "must be between 0 and 65535")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("max_body_bytes", self.max_body_bytes, "must be at least 1024")
+        if self.max_items < 1:
+            raise ConfigError("max_items", self.max_items, "must be at least 1")
+        if not self.request_timeout > 0:
+            raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
+        if self.audit_key is not None and self.audit_db is None:
+            raise ConfigError("audit_key", "<key>", "needs audit_db")
+        if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
+            object.__setattr__(self, "api_key_file", Path(self.api_key_file))
+
+
+def read_api_key(path: Path) -> bytes:
+    """The bearer token in ``path`` (surrounding whitespace removed); errors name the option."""
+    try:
+        key = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError("api_key_file", str(path), f"cannot be read: {exc.strerror or exc}") from exc
+    if len(key) < 16:
+        raise ConfigError("api_key_file", str(path), "holds fewer than 16 characters: use a long random token")
+    if any(byte < 0x21 or byte > 0x7E for byte in key):
+        raise ConfigError("api_key_file", str(path), "must hold one token of visible ASCII characters")
+    return key

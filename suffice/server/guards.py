@@ -1,0 +1,108 @@
+"""ASGI guards in front of the routes: bearer-token authentication and a body-size limit.
+
+Why plain ASGI and not route dependencies: both must answer before the body is read
+(a client without the key, or with a 2 GB body, costs nothing), and the size limit
+must hold for chunked bodies that carry no ``Content-Length``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Paths any client may call: probes and the API description.
+OPEN_PATHS = frozenset({"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+
+
+async def _answer(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuth:
+    """401 unless ``Authorization: Bearer KEY`` carries the key (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, key: bytes) -> None:
+        self.app = app
+        self.key = key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = token.strip()
+        if not hmac.compare_digest(given, self.key):
+            detail = "missing bearer token" if not given else "wrong bearer token"
+            await _answer(send, 401, detail, [(b"www-authenticate", b"Bearer")])
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """413 for a body over ``limit`` bytes, by its ``Content-Length`` or as it streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"request body over {self.limit} bytes (--max-body-bytes)"
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await _answer(send, 400, "Content-Length is not a number")
+                    return
+                if declared > self.limit:
+                    await _answer(send, 413, too_large)
+                    return
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await _answer(send, 413, too_large)
+                return
+            if not message.get("more_body", False):
+                break
+        replay = iter(messages)
+
+        async def replayed() -> Message:
+            try:
+                return next(replay)
+            except StopIteration:
+                return await receive()
+
+        await self.app(scope, replayed, send)

@@ -1,0 +1,46 @@
+"""Prometheus metrics of the service, in a registry of its own (one per app, so tests
+and several apps in one process do not collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from suffice.results import JudgeResult
+
+#: Seconds; judging takes from a fraction of a second (decision only, GPU) to minutes
+#: (a large batch on CPU).
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "suffice_requests", "HTTP judge requests by gate and status code", ["gate", "status"], registry=r
+        )
+        self.verdicts = Counter("suffice_verdicts", "Verdicts served", ["gate"], registry=r)
+        self.item_errors = Counter(
+            "suffice_item_errors", "Items answered with an error row", ["gate", "type"], registry=r
+        )
+        self.latency = Histogram(
+            "suffice_request_seconds", "Judge request latency", ["gate"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.prompt_tokens = Counter("suffice_prompt_tokens", "Prompt tokens sent to the engine", ["gate"], registry=r)
+        self.completion_tokens = Counter("suffice_completion_tokens", "Tokens generated", ["gate"], registry=r)
+        self.waiting = Gauge("suffice_requests_waiting", "Judge requests waiting for their verdicts", registry=r)
+        self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
+        self.engine_alive.set(1)
+
+    def observe(self, gate: str, results: list[JudgeResult], seconds: float) -> None:
+        self.latency.labels(gate).observe(seconds)
+        for result in results:
+            if result.error is None:
+                self.verdicts.labels(gate).inc()
+            else:
+                self.item_errors.labels(gate, result.error.type).inc()
+            self.prompt_tokens.labels(gate).inc(result.tokens.prompt)
+            self.completion_tokens.labels(gate).inc(result.tokens.completion)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,103 @@
+"""Run the service: bind first, start the engine, serve until SIGTERM, then drain.
+
+Order matters.  The port is bound before the engine starts, so a port in use fails
+in a second, not after a minute of loading; it listens only once the engine is
+up, so nothing connects to a server that cannot judge yet.  On SIGTERM or Ctrl-C
+uvicorn stops accepting, lets the requests in flight finish (their verdicts and
+audit rows included) and only then is the engine shut down; the exit status is 0.
+If the engine dies, the server answers 503 and exits 1 for its supervisor.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from suffice.exceptions import ConfigError
+from suffice.server.config import ServeConfig, read_api_key
+from suffice.server.service import GateService
+
+Notify = Callable[[str], None]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket; errors name the ``port`` or ``host``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError("host", host, f"cannot be resolved: {exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError("port", port, f"cannot be bound on {host}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+@contextmanager
+def _signals_absorbed() -> Iterator[None]:
+    """uvicorn re-raises the signal that stopped it once it has drained; a finished
+    drain is a clean exit here, so the re-raised SIGTERM/SIGINT is absorbed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def serve(config: ServeConfig, notify: Notify) -> int:
+    """Serve until stopped; 0 after a drain, 1 if the engine died."""
+    import uvicorn
+
+    from suffice.server.app import create_app
+
+    api_key = read_api_key(config.api_key_file) if config.api_key_file is not None else None
+    sock = bind(config.host, config.port)
+    try:
+        host, port = sock.getsockname()[:2]
+        notify(f"starting the engine for {', '.join(config.gates)} (bound to {host}:{port})")
+        service = GateService.open(config)
+    except BaseException:
+        sock.close()
+        raise
+    server: uvicorn.Server | None = None
+
+    def on_fatal(reason: str) -> None:
+        notify(f"error: {reason}\nstopping: the engine cannot judge any more")
+        if server is not None:
+            server.should_exit = True
+
+    try:
+        app = create_app(service, config, api_key, on_fatal)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_level="info" if config.verbose else "warning",
+                access_log=config.verbose,
+                timeout_graceful_shutdown=None,
+            )
+        )
+        engine = service.engine
+        notify(
+            f"suffice serve: http://{host}:{port} (docs at /docs); gates {', '.join(config.gates)}; "
+            f"model {engine.model_id}, backend {engine.backend}"
+            + ("; bearer token required" if api_key is not None else "")
+        )
+        with _signals_absorbed():
+            server.run(sockets=[sock])
+    finally:
+        service.close()
+        sock.close()
+    notify("suffice serve: stopped" + (" (engine dead)" if service.dead else " after finishing the requests in flight"))
+    return 1 if service.dead is not None else 0

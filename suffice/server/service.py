@@ -1,0 +1,170 @@
+"""The judging behind the HTTP routes: one engine, a judge per gate variant, the audit log.
+
+Why one engine for every gate: the gates differ in prompt and constraint, not in
+weights, so one engine serves all of them and a request for one gate joins the
+requests for the others in the same running batch.  Judges are cheap (a gate and
+its parser); one is built per gate and per rubric or threshold preset a request asks
+for, and kept.  Everything here is synchronous and thread-safe: the app calls
+:meth:`GateService.judge` from a worker thread per HTTP request, and the engine
+batches whatever is in flight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from suffice.batch import result_row
+from suffice.exceptions import ConfigError, InputError
+from suffice.gates import make_gate_for
+from suffice.harness.audit import AuditLog, weights_hash
+from suffice.harness.recording import audit_values
+from suffice.judge import Judge
+from suffice.results import JudgeResult
+from suffice.server.config import ServeConfig
+from suffice.serving.base import Engine
+from suffice.serving.factory import make_engine
+
+FORMATS = ("suffice", "seed", "ragflow")
+
+
+class RequestError(InputError):
+    """A request parameter the service refuses (names the parameter; answered 422)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Per-request choices: the rubric (adequacy), threshold preset (recovery), output format."""
+
+    rubric: str | None = None
+    threshold: str | None = None
+    fmt: str = "suffice"
+
+
+@dataclass
+class Outcome:
+    request_id: str
+    rows: list[dict[str, Any]]
+    results: list[JudgeResult]
+    seconds: float
+
+
+class _AuditWriter:
+    """The audit log on one thread of its own (SQLite connections stay on the thread that
+    opened them); rows are written before the response that reports them is sent."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        assert config.audit_db is not None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-audit")
+        self._log: AuditLog = self._pool.submit(AuditLog, config.audit_db, config.audit_key).result()
+
+    def record(self, rows: list[dict[str, Any]]) -> None:
+        self._pool.submit(self._log.record_many, rows).result()
+
+    def close(self) -> None:
+        self._pool.submit(self._log.close).result()
+        self._pool.shutdown()
+
+
+class GateService:
+    """Build with :meth:`open` (starts the engine), then :meth:`judge` from any thread."""
+
+    def __init__(self, config: ServeConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self._judges: dict[tuple[str, str | None, str | None], Judge] = {}
+        self._lock = threading.Lock()
+        self._audit: _AuditWriter | None = None
+        self._weights = weights_hash(getattr(engine, "model_path", None))
+        #: Why the engine can no longer judge (``None`` while it can).
+        self.dead: str | None = None
+        for gate in config.gates:  # a bad default rubric or gate config fails at start-up
+            self.judge_for(gate, Options())
+        if config.audit_db is not None:
+            self._audit = _AuditWriter(config)
+
+    @classmethod
+    def open(cls, config: ServeConfig) -> GateService:
+        for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
+            make_gate_for(dataclasses.replace(config.judge, gate=gate))
+        engine = make_engine(config.judge.engine)
+        try:
+            return cls(config, engine)
+        except BaseException:
+            engine.close()
+            raise
+
+    def judge_for(self, gate: str, options: Options) -> Judge:
+        """The judge for ``gate`` with the request's rubric or threshold preset (built once)."""
+        if options.rubric is not None and gate != "adequacy":
+            raise RequestError("rubric", f"only the adequacy gate takes a rubric, not {gate}")
+        if options.threshold is not None and gate != "recovery":
+            raise RequestError("threshold", f"only the recovery gate takes a threshold preset, not {gate}")
+        key = (gate, options.rubric, options.threshold)
+        with self._lock:
+            judge = self._judges.get(key)
+            if judge is None:
+                changes: dict[str, Any] = {"gate": gate}
+                if options.rubric is not None:
+                    changes["rubric"] = options.rubric
+                if options.threshold is not None:
+                    changes["threshold"] = options.threshold
+                config = dataclasses.replace(self.config.judge, **changes)
+                try:
+                    gate_obj = make_gate_for(config)
+                except ConfigError as exc:
+                    raise RequestError(exc.parameter, str(exc)) from exc
+                except InputError as exc:  # an unknown rubric (RubricError names the field)
+                    raise RequestError(exc.field or "rubric", str(exc)) from exc
+                judge = Judge(self.engine, gate_obj, config)
+                self._judges[key] = judge
+        return judge
+
+    def judge(self, gate: str, records: Sequence[object], options: Options) -> Outcome:
+        """One row per record, in order (a verdict or that record's error row).
+
+        Raises :class:`RequestError` for a parameter the gate does not take and lets
+        :class:`~suffice.exceptions.EngineFatalError` through (the engine cannot go on).
+        """
+        if options.fmt not in FORMATS:
+            raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
+        judge = self.judge_for(gate, options)
+        request_id = uuid.uuid4().hex
+        began = time.perf_counter()
+        results = judge.judge_batch(list(records))
+        seconds = time.perf_counter() - began
+        if self._audit is not None:
+            self._audit.record(
+                [
+                    audit_values(
+                        judge.gate,
+                        result,
+                        judge.item_or_none(record),
+                        run_id=request_id,
+                        round=1,
+                        latency_ms=seconds * 1000,
+                        weights_hash=self._weights,
+                    )
+                    for record, result in zip(records, results, strict=True)
+                ]
+            )
+        rows = []
+        for index, result in enumerate(results):
+            row = result_row(result, judge.gate, options.fmt, index)
+            row["index"] = row.pop("line")
+            rows.append(row)
+        return Outcome(request_id, rows, results, seconds)
+
+    def check_alive(self) -> None:
+        self.engine.check_alive()
+
+    def close(self) -> None:
+        if self._audit is not None:
+            self._audit.close()
+        self.engine.close()

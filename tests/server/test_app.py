@@ -1,0 +1,271 @@
+"""The HTTP layer on a scripted engine: status codes, guards, order, metrics, faults.
+
+Generation through the service is proven on the real engine in test_serve_process.py;
+here the engine is scripted so that each HTTP behaviour is checked fast and exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineDeadError
+from suffice.harness.audit import AuditLog
+from suffice.server.app import create_app
+from suffice.server.config import ServeConfig, read_api_key
+from suffice.server.service import GateService
+from suffice.serving.base import GenerationRequest
+from tests.fakes import ScriptedEngine
+from tests.test_batch import good
+
+KEY = b"k" * 32
+
+
+def record(i: int) -> dict[str, object]:
+    return {"id": f"q{i}", "question": f"Who wrote {i}?", "chunks": [{"id": "c0", "text": "Ada wrote it."}]}
+
+
+def client_for(
+    engine: ScriptedEngine | None = None, key: bytes | None = None, on_fatal=None, **settings: object
+) -> TestClient:
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency", "recovery"), **settings)  # type: ignore[arg-type]
+    service = GateService(config, engine or ScriptedEngine(good))
+    return TestClient(create_app(service, config, key, on_fatal))
+
+
+def test_a_list_of_items_gets_one_result_each_in_order():
+    response = client_for().post("/v1/judge/sufficiency", json=[record(0), record(1), record(2)])
+    assert response.status_code == 200
+    assert [row["id"] for row in response.json()["results"]] == ["q0", "q1", "q2"]
+
+
+def test_results_carry_their_position_in_the_request():
+    response = client_for().post("/v1/judge/sufficiency", json=[record(0), record(1)])
+    assert [row["index"] for row in response.json()["results"]] == [0, 1]
+
+
+def test_one_item_object_gets_a_list_of_one_result():
+    response = client_for().post("/v1/judge/sufficiency", json=record(7))
+    assert [row["id"] for row in response.json()["results"]] == ["q7"]
+
+
+def test_a_verdict_row_is_the_row_the_cli_writes():
+    row = client_for().post("/v1/judge/sufficiency", json=record(0)).json()["results"][0]
+    assert row["verdict"]["useful_chunk_ids"] == ["c0"]
+
+
+def test_a_bad_item_is_an_error_row_and_the_others_still_get_verdicts():
+    response = client_for().post("/v1/judge/sufficiency", json=[record(0), {"id": "bad", "chunks": []}, record(2)])
+    rows = response.json()["results"]
+    assert response.status_code == 200
+    assert rows[1]["error"]["field"] == "question"
+    assert rows[2]["verdict"] is not None
+
+
+def test_the_response_names_its_request_id_in_body_and_header():
+    response = client_for().post("/v1/judge/sufficiency", json=record(0))
+    assert response.headers["x-request-id"] == response.json()["request_id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [(b"{not json", "not JSON"), (b'"a string"', "not str"), (b"[]", "empty"), (b"7", "not int")],
+)
+def test_a_body_of_the_wrong_shape_is_422_naming_the_body(body, message):
+    response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    detail = response.json()["detail"][0]
+    assert detail["loc"] == ["body"]
+    assert message in detail["msg"]
+
+
+def test_too_many_items_is_422():
+    response = client_for(max_items=2).post("/v1/judge/sufficiency", json=[record(i) for i in range(3)])
+    assert response.status_code == 422
+    assert "at most 2" in response.json()["detail"][0]["msg"]
+
+
+def test_a_gate_not_served_is_404():
+    assert client_for().post("/v1/judge/adequacy", json=record(0)).status_code == 404
+
+
+def test_a_rubric_for_a_gate_without_one_is_422_naming_the_parameter():
+    response = client_for().post("/v1/judge/sufficiency?rubric=customer-support", json=record(0))
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "rubric"]
+
+
+def test_an_unknown_threshold_preset_is_422_naming_the_parameter():
+    response = client_for().post("/v1/judge/recovery?threshold=lenient", json=record(0))
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "threshold"]
+
+
+def test_a_body_over_the_limit_is_413_by_its_declared_length():
+    response = client_for(max_body_bytes=2048).post("/v1/judge/sufficiency", content=b"[" + b" " * 4096 + b"]")
+    assert response.status_code == 413
+
+
+def test_a_chunked_body_over_the_limit_is_413_as_it_streams():
+    def chunks():
+        for _ in range(8):
+            yield b" " * 1024
+
+    response = client_for(max_body_bytes=2048).post("/v1/judge/sufficiency", content=chunks())
+    assert response.status_code == 413
+
+
+def test_no_bearer_token_is_401_when_a_key_is_set():
+    response = client_for(key=KEY).post("/v1/judge/sufficiency", json=record(0))
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_wrong_bearer_token_is_401():
+    headers = {"authorization": "Bearer " + "x" * 32}
+    assert client_for(key=KEY).post("/v1/judge/sufficiency", json=record(0), headers=headers).status_code == 401
+
+
+def test_the_right_bearer_token_is_let_through():
+    headers = {"authorization": "Bearer " + KEY.decode()}
+    assert client_for(key=KEY).post("/v1/judge/sufficiency", json=record(0), headers=headers).status_code == 200
+
+
+def test_probes_need_no_token():
+    assert client_for(key=KEY).get("/health").status_code == 200
+
+
+def test_metrics_need_the_token():
+    assert client_for(key=KEY).get("/metrics").status_code == 401
+
+
+def test_metrics_count_verdicts_and_item_errors():
+    client = client_for()
+    client.post("/v1/judge/sufficiency", json=[record(0), {"id": "bad"}, record(2)])
+    text = client.get("/metrics").text
+    assert 'suffice_verdicts_total{gate="sufficiency"} 2.0' in text
+    assert 'suffice_item_errors_total{gate="sufficiency",type="InputError"} 1.0' in text
+
+
+def test_ready_reports_the_model_and_gates():
+    body = client_for().get("/ready").json()
+    assert body["gates"] == ["sufficiency", "recovery"]
+
+
+def test_a_request_over_its_timeout_is_504_and_the_next_one_still_works():
+    release = threading.Event()
+
+    def slow(request: GenerationRequest) -> str:
+        if "slow" in request.messages[-1]["content"]:
+            release.wait(10)
+        return good(request)
+
+    client = client_for(ScriptedEngine(slow), request_timeout=0.5)
+    slow_item = {**record(0), "question": "slow?"}
+    assert client.post("/v1/judge/sufficiency", json=slow_item).status_code == 504
+    release.set()
+    assert client.post("/v1/judge/sufficiency", json=record(1)).status_code == 200
+
+
+class DyingEngine(ScriptedEngine):
+    def __init__(self) -> None:
+        super().__init__(good)
+
+    def generate(self, requests, progress=None):
+        raise EngineDeadError("the engine process 1 exited")
+
+    def check_alive(self) -> None:
+        raise EngineDeadError("the engine process 1 exited")
+
+
+def test_a_dead_engine_is_503_and_the_runner_is_told_once():
+    told: list[str] = []
+    client = client_for(DyingEngine(), on_fatal=told.append)
+    first = client.post("/v1/judge/sufficiency", json=record(0))
+    second = client.post("/v1/judge/sufficiency", json=record(1))
+    assert first.status_code == 503
+    assert second.status_code == 503
+    assert len(told) == 1
+
+
+def test_health_fails_once_the_engine_is_dead():
+    client = client_for(DyingEngine())
+    client.post("/v1/judge/sufficiency", json=record(0))
+    assert client.get("/health").status_code == 503
+
+
+def test_concurrent_requests_are_judged_together_not_one_after_another():
+    batches: list[int] = []
+    arrived = threading.Barrier(4, timeout=10)
+
+    class Counting(ScriptedEngine):
+        def generate(self, requests, progress=None):
+            batches.append(len(requests))
+            arrived.wait()  # every request must be inside the engine at once to pass
+            return super().generate(requests, progress)
+
+    client = client_for(Counting(good))
+    results: list[int] = []
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.append(client.post("/v1/judge/sufficiency", json=record(i)).status_code)
+        )
+        for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert results == [200, 200, 200, 200]
+
+
+def test_every_verdict_served_is_in_the_audit_log_under_its_request_id(tmp_path: Path):
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
+    service = GateService(config, ScriptedEngine(good))
+    client = TestClient(create_app(service, config))
+    body = client.post("/v1/judge/sufficiency", json=[record(0), record(1)]).json()
+    service.close()
+    log = AuditLog(tmp_path / "audit.db")
+    rows = list(log.rows())
+    log.close()
+    assert [row["item_id"] for row in rows] == ["q0", "q1"]
+    assert {row["run_id"] for row in rows} == {body["request_id"]}
+
+
+def test_a_short_api_key_file_is_refused_naming_the_option(tmp_path: Path):
+    path = tmp_path / "key"
+    path.write_text("short\n")
+    with pytest.raises(Exception, match="api_key_file"):
+        read_api_key(path)
+
+
+def test_an_api_key_file_is_read_without_its_newline(tmp_path: Path):
+    path = tmp_path / "key"
+    path.write_text("a" * 40 + "\n")
+    assert read_api_key(path) == b"a" * 40
+
+
+def test_a_timed_out_request_does_not_block_the_event_loop():
+    """While a slow request runs, the probes still answer at once."""
+    release = threading.Event()
+
+    def slow(request: GenerationRequest) -> str:
+        release.wait(10)
+        return good(request)
+
+    client = client_for(ScriptedEngine(slow))
+    worker = threading.Thread(target=lambda: client.post("/v1/judge/sufficiency", json=record(0)))
+    worker.start()
+    time.sleep(0.2)
+    began = time.perf_counter()
+    status = client.get("/health").status_code
+    waited = time.perf_counter() - began
+    release.set()
+    worker.join(10)
+    assert status == 200
+    assert waited < 5

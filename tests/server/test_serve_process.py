@@ -1,0 +1,206 @@
+"""A real ``suffice serve`` process on loopback with the embedded model.
+
+One server for the module (starting the engine is the slow part); the last test
+stops it with SIGTERM while requests are in flight and checks that none is lost.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from suffice.harness.audit import AuditLog
+from tests.conftest import load_records
+
+pytestmark = pytest.mark.engine
+
+KEY = "serve-test-key-0123456789abcdef"
+AUTH = {"authorization": f"Bearer {KEY}"}
+START_TIMEOUT = 300
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    url: str
+    audit_db: Path
+    log: Path
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("serve")
+    key_file = folder / "key"
+    key_file.write_text(KEY + "\n")
+    port = free_port()
+    log = folder / "server.log"
+    command = [
+        sys.executable,
+        "-m",
+        "suffice.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--api-key-file",
+        str(key_file),
+        "--audit-db",
+        str(folder / "audit.db"),
+        "--max-body-bytes",
+        "65536",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    served = Server(process, f"http://127.0.0.1:{port}", folder / "audit.db", log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"suffice serve exited with {process.returncode}:\n{served.log_tail()}")
+        try:
+            if httpx.get(served.url + "/ready", timeout=5).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"suffice serve not ready after {START_TIMEOUT} s:\n{served.log_tail()}")
+        time.sleep(1)
+    yield served
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def judge(server: Server, gate: str, body: object, **params: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/judge/{gate}", json=body, params=params, headers=AUTH, timeout=600)
+
+
+def squad(count: int, skip: int = 0) -> list[dict[str, object]]:
+    return load_records("squad2.jsonl", count + skip)[skip:]
+
+
+def test_concurrent_clients_on_every_gate_get_valid_verdicts_in_order(server: Server) -> None:
+    records = squad(12)
+    calls: list[tuple[str, list[dict[str, object]], dict[str, str]]] = [
+        ("sufficiency", records[i : i + 2], {}) for i in range(0, 8, 2)
+    ]
+    calls.append(("recovery", [{**r, "response": str(r.get("answer") or "No.")} for r in records[8:10]], {}))
+    calls.append(("adequacy", records[10:12], {"rubric": "customer-support"}))
+    responses: dict[int, httpx.Response] = {}
+
+    def call(index: int) -> None:
+        gate, body, params = calls[index]
+        responses[index] = judge(server, gate, body, **params)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    for index, (gate, body, _) in enumerate(calls):
+        response = responses[index]
+        assert response.status_code == 200, (gate, response.text[:500])
+        rows = response.json()["results"]
+        assert [row["id"] for row in rows] == [r["id"] for r in body]
+        assert [row["error"] for row in rows] == [None] * len(body)
+        assert all(row["gate"] == gate for row in rows)
+
+
+def test_a_sufficiency_verdict_has_its_decision_probability(server: Server) -> None:
+    [row] = judge(server, "sufficiency", squad(1)).json()["results"]
+    assert 0.0 <= row["verdict"]["p_sufficient"] <= 1.0
+
+
+def test_bad_items_are_error_rows_in_a_200(server: Server) -> None:
+    body = [{"id": "no-question", "chunks": ["x"]}, squad(1)[0], {"id": "bad-chunks", "question": "Q?", "chunks": 5}]
+    response = judge(server, "sufficiency", body)
+    rows = response.json()["results"]
+    assert response.status_code == 200
+    assert rows[0]["error"]["field"] == "question"
+    assert rows[1]["verdict"] is not None
+    assert rows[2]["error"]["field"] == "chunks"
+
+
+def test_no_token_is_401(server: Server) -> None:
+    response = httpx.post(f"{server.url}/v1/judge/sufficiency", json=squad(1), timeout=30)
+    assert response.status_code == 401
+
+
+def test_a_body_over_the_limit_is_413(server: Server) -> None:
+    big = [{"id": "big", "question": "Q?", "chunks": ["x" * 70_000]}]
+    assert judge(server, "sufficiency", big).status_code == 413
+
+
+def test_malformed_json_is_422(server: Server) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/judge/sufficiency",
+        content=b'{"id": ',
+        headers={**AUTH, "content-type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 422
+
+
+def test_metrics_count_what_was_served(server: Server) -> None:
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
+    line = next(x for x in text.splitlines() if x.startswith('suffice_verdicts_total{gate="sufficiency"}'))
+    assert float(line.split()[-1]) >= 9
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_exits_0(server: Server) -> None:
+    """Last in the module: it stops the server."""
+    records = squad(8, skip=12)
+    responses: list[httpx.Response] = []
+
+    def call(body: list[dict[str, object]]) -> None:
+        responses.append(judge(server, "sufficiency", body))
+
+    threads = [threading.Thread(target=call, args=(records[i : i + 2],)) for i in range(0, 8, 2)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # all four requests are inside the server
+        metrics = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
+        waiting = next(x for x in metrics.splitlines() if x.startswith("suffice_requests_waiting "))
+        if float(waiting.split()[-1]) >= 4:
+            break
+        time.sleep(0.1)
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(600)
+    status = server.process.wait(120)
+    assert status == 0, server.log_tail()
+    assert [r.status_code for r in responses] == [200] * 4
+    served = {row["id"] for r in responses for row in r.json()["results"] if row["verdict"] is not None}
+    assert served == {r["id"] for r in records}
+    request_ids = {r.json()["request_id"] for r in responses}
+    log = AuditLog(server.audit_db)
+    audited = {row["run_id"] for row in log.rows()}
+    log.close()
+    assert request_ids <= audited
+    assert not [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert "Traceback" not in server.log_tail()
