@@ -9,6 +9,7 @@ for that item only.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -46,6 +47,14 @@ class JudgeStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error_types: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, counter: str, n: int = 1, error_type: str | None = None) -> None:
+        """Count under a lock: ``judge_batch`` may run on several threads at once."""
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + n)
+            if error_type is not None:
+                self.error_types[error_type] = self.error_types.get(error_type, 0) + 1
 
 
 @dataclass
@@ -151,7 +160,7 @@ class Judge:
             progress(len(records) - len(pending))
         failed = self._run(pending, results, retries=0, progress=progress)
         if failed:
-            self.stats.retries += len(failed)
+            self.stats.add("retries", len(failed))
             retry = [
                 _Pending(
                     p.index,
@@ -162,12 +171,12 @@ class Judge:
                 for p, error in failed
             ]
             for p, error in self._run(retry, results, retries=1):
-                self.stats.retry_failures += 1
+                self.stats.add("retry_failures", 1)
                 results[p.index] = self._error(p.item.id, error, p.tokens, retries=1)
 
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"
-        self.stats.items += len(final)
+        self.stats.add("items", len(final))
         return final
 
     def _run(
@@ -189,11 +198,11 @@ class Judge:
                 prompt=p.tokens.prompt + gen.prompt_tokens,
                 completion=p.tokens.completion + gen.completion_tokens,
             )
-            self.stats.prompt_tokens += gen.prompt_tokens
-            self.stats.completion_tokens += gen.completion_tokens
+            self.stats.add("prompt_tokens", gen.prompt_tokens)
+            self.stats.add("completion_tokens", gen.completion_tokens)
             try:
                 if gen.finish_reason == "length":
-                    self.stats.length_cutoffs += 1
+                    self.stats.add("length_cutoffs", 1)
                     raise VerdictError(
                         f"output cut off at max_tokens={p.fitted.constraint.max_tokens} "
                         "(the constraint's worst case should make this impossible)",
@@ -242,7 +251,7 @@ class Judge:
     def _verdict(
         self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None
     ) -> JudgeResult:
-        self.stats.verdicts += 1
+        self.stats.add("verdicts", 1)
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,
@@ -256,9 +265,7 @@ class Judge:
         )
 
     def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:
-        self.stats.errors += 1
-        name = type(exc).__name__
-        self.stats.error_types[name] = self.stats.error_types.get(name, 0) + 1
+        self.stats.add("errors", 1, error_type=type(exc).__name__)
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,

@@ -8,11 +8,14 @@ import pytest
 from suffice.gates import AdequacyGate, DecisionGate, RecoveryGate, SufficiencyGate
 from suffice.gates.base import Gate
 from suffice.serving.base import Engine
+from suffice.serving.engine_config import ENGINES as KINDS
+from suffice.serving.factory import ENGINE_CLASSES, engine_class
+from suffice.serving.openai_engine import OpenAIEngine
 from suffice.serving.transformers_engine import TransformersEngine
 from suffice.serving.vllm_engine import VLLMEngine
 from tests.fakes import ScriptedEngine
 
-ENGINES = [VLLMEngine, TransformersEngine, ScriptedEngine]
+ENGINES = [VLLMEngine, TransformersEngine, OpenAIEngine, ScriptedEngine]
 GATES = [SufficiencyGate(), RecoveryGate(), AdequacyGate(rubric="customer-support")]
 
 
@@ -24,6 +27,17 @@ def test_every_engine_implements_every_method_with_the_same_parameters(engine):
             continue
         expected = list(inspect.signature(member).parameters)
         assert list(inspect.signature(getattr(engine, name)).parameters) == expected, name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_factory_makes_every_engine_kind_the_config_accepts(kind):
+    cls = engine_class(kind)
+    assert issubclass(cls, Engine)
+    assert cls in ENGINES
+
+
+def test_the_factory_names_no_engine_the_config_refuses():
+    assert sorted(ENGINE_CLASSES) == sorted(KINDS)
 
 
 @pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)

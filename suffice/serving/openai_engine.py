@@ -1,0 +1,702 @@
+"""The openai engine: judging through an existing OpenAI-compatible vLLM server.
+
+Why a server at all: a team that already runs vLLM (a GPU box, a shared endpoint)
+should not start a second copy of the model in every judging process.  Everything
+that makes a verdict valid stays here, on the client: the prompt is fitted and
+chat-templated with the model's tokenizer (a local folder, or the server's own
+``/tokenize`` route), and each request's constraint is generated segment by segment
+like the in-process engine does, every segment continuing the same token sequence
+(the prompt ids plus the ids generated so far, sent as a list of token ids).
+
+Three facts about vLLM's server shape this module:
+
+* The constraint goes in the request body as ``"structured_outputs": {"regex": ...}``.
+  The older ``guided_regex`` field is accepted with HTTP 200 and silently ignored, and a
+  server may run without a structured-output backend at all: output is then
+  unconstrained and no verdict could be trusted.  So every segment's text is checked
+  against its pattern (Python's ``re``) and the first one outside it stops the run with
+  :class:`~suffice.exceptions.ConstraintNotEnforcedError`, naming how to start the
+  server so that it enforces the constraint.
+* Retries are ours.  The ``openai`` client retries on its own (twice by default), which
+  hides failures and multiplies load; here plain ``httpx`` calls are retried on
+  connection errors, timeouts, HTTP 429 and 5xx, with a short exponential backoff, and
+  then either the server is declared gone (:class:`~suffice.exceptions.EngineDeadError`:
+  what was done is kept, a rerun resumes) or the one request fails
+  (:class:`~suffice.exceptions.EngineError`: the judge isolates it).  A refused key is
+  fatal for every request alike.
+* Top log-probabilities come back keyed by token text, so tokens that decode alike
+  (the halves of a multi-byte character) are already collapsed by the server; the
+  decision values are ASCII, so decision probabilities are unaffected.
+
+Calls are bounded: at most ``max_concurrency`` HTTP calls in flight per engine, shared
+by every thread that calls it (``suffice serve`` judges each of its requests on its
+own thread).  Requests run on daemon threads, so an interrupted run exits at once
+instead of waiting for calls the server may take minutes to answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future
+from concurrent.futures import wait as wait_all
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from suffice.exceptions import (
+    ConfigError,
+    ConstraintNotEnforcedError,
+    EngineDeadError,
+    EngineError,
+    EngineFatalError,
+)
+from suffice.grammars.constraint import Segment
+from suffice.serving.base import (
+    _TOKENIZER_LOCK,
+    Engine,
+    Generation,
+    GenerationRequest,
+    Message,
+    Progress,
+    TokenizerMixin,
+)
+from suffice.serving.engine_config import EngineConfig
+
+#: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
+BACKOFF_SECONDS = 0.5
+#: A server's ``Retry-After`` is honoured up to this many seconds (else the backoff applies).
+MAX_RETRY_AFTER = 30.0
+#: Seconds to open a connection (a host that drops packets fails fast, then is retried).
+CONNECT_TIMEOUT = 10.0
+#: Chat prompts whose token ids are kept (fitting asks for a prompt's length, then
+#: generation for its ids: one tokenization, not two round trips).
+_PROMPTS_KEPT = 512
+#: Successful generations of a failed batch kept for the judge's split retries.
+_SALVAGE_KEPT = 4096
+#: Characters of a server's error message or of an off-constraint text quoted in errors.
+_QUOTE_CHARS = 300
+
+_T = TypeVar("_T")
+
+
+class ServerError(EngineError):
+    """The server refused one call (HTTP 4xx other than 401, 403 and 429): not retried."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class _Aborted(Exception):
+    """A request given up because another request of its batch hit a fatal error."""
+
+
+@dataclass
+class _Job:
+    """One :meth:`OpenAIEngine.generate` call: its requests stop early once it has failed fatally."""
+
+    progress: Progress | None
+    aborted: threading.Event = field(default_factory=threading.Event)
+
+
+class _Workers:
+    """A fixed number of daemon threads running submitted calls (a ``ThreadPoolExecutor``
+    joins its threads at interpreter exit, so an interrupted run would wait for every
+    call in flight)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
+        future: Future[_T] = Future()
+        self._tasks.put((future, fn))
+        with self._lock:
+            if len(self._threads) < self._size:
+                thread = threading.Thread(target=self._loop, name="suffice-openai", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            future, fn = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        """Cancel what has not started; each thread ends after its current call."""
+        with self._lock:
+            while True:
+                try:
+                    task = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if task is not None:
+                    task[0].cancel()
+            for _ in self._threads:
+                self._tasks.put(None)
+            self._threads.clear()
+
+
+class _LocalTokenizer(TokenizerMixin):
+    """A local Hugging Face tokenizer folder (never a hub download)."""
+
+    def __init__(self, folder: Path) -> None:
+        if not folder.is_dir():
+            raise ConfigError("tokenizer", str(folder), "is not a folder (give a local Hugging Face tokenizer folder)")
+        from suffice.serving.offline import force_offline
+
+        force_offline()
+        try:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as exc:
+            raise ConfigError("tokenizer", str(folder), f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
+        self.eos_ids = _eos_ids(self.tokenizer, folder)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        with _TOKENIZER_LOCK:
+            text: str = self.tokenizer.decode(list(ids), skip_special_tokens=False)  # type: ignore[attr-defined]
+        return text
+
+
+def _eos_ids(tokenizer: Any, folder: Path) -> frozenset[int]:
+    """The tokenizer's end-of-sequence id and those of the folder's generation config."""
+    ids: set[int] = set()
+    if isinstance(getattr(tokenizer, "eos_token_id", None), int):
+        ids.add(int(tokenizer.eos_token_id))
+    with contextlib.suppress(OSError, ValueError):
+        extra = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+        if isinstance(extra, int):
+            ids.add(extra)
+        elif isinstance(extra, list):
+            ids.update(int(i) for i in extra if isinstance(i, int))
+    return frozenset(ids)
+
+
+class OpenAIEngine(Engine):
+    """An existing vLLM OpenAI-compatible server, driven through ``/v1/completions``.
+
+    ``transport`` replaces the network (tests pass an ``httpx.MockTransport``).
+    """
+
+    def __init__(self, config: EngineConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+        if config.base_url is None:
+            raise ConfigError("base_url", None, "the openai engine needs the server's address")
+        self.config = config
+        self.base_url = _root_url(config.base_url)
+        self.backend = config.backend_name
+        self._retries = config.retries
+        self._key_file = config.api_key_file
+        headers = {"Authorization": f"Bearer {_read_key(config.api_key_file)}"} if config.api_key_file else {}
+        self._slots = threading.BoundedSemaphore(config.max_concurrency)
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(config.request_timeout, connect=min(CONNECT_TIMEOUT, config.request_timeout)),
+            limits=httpx.Limits(max_connections=config.max_concurrency + 4),
+            transport=transport,
+        )
+        self._workers = _Workers(config.max_concurrency)
+        self._closed = False
+        self._patterns: dict[str, re.Pattern[str]] = {}
+        self._prompts: OrderedDict[tuple[tuple[tuple[str, str], ...], ...], list[int]] = OrderedDict()
+        self._salvage: OrderedDict[tuple[object, ...], Generation] = OrderedDict()
+        self._pieces: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._progress_lock = threading.Lock()
+        try:
+            self._local = _LocalTokenizer(config.tokenizer) if config.tokenizer is not None else None
+            self.model_id, server_len = self._pick_model(config)
+            self._server_max_len = server_len or config.max_model_len or 0
+            if not self._server_max_len:
+                raise ConfigError(
+                    "max_model_len", None, f"the server at {self.base_url} does not say its context window: give it"
+                )
+            self.max_model_len = min(self._server_max_len, config.max_model_len or self._server_max_len)
+            if self._local is None:
+                self._probe_tokenizer()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def settings_of(cls, config: EngineConfig) -> dict[str, str]:
+        return {
+            "model": config.served_model or "the server's only model",
+            "weights": config.base_url or "",
+            "engine": config.kind,
+            "backend": config.backend_name,
+            "max_model_len": "server's own" if config.max_model_len is None else str(config.max_model_len),
+        }
+
+    # -- start-up -------------------------------------------------------------------
+
+    def _pick_model(self, config: EngineConfig) -> tuple[str, int | None]:
+        """The served model's name and the server's context window for it."""
+        try:
+            data = self._call("GET", "/v1/models").json()
+            models = [m for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        except ServerError as exc:
+            raise ConfigError("base_url", self.base_url, f"{exc}: {_NOT_VLLM}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("base_url", self.base_url, f"/v1/models did not list models: {_NOT_VLLM}") from exc
+        names = [str(m["id"]) for m in models]
+        if config.served_model is not None:
+            if config.served_model not in names:
+                raise ConfigError(
+                    "served_model",
+                    config.served_model,
+                    f"the server at {self.base_url} serves {', '.join(names) or 'no model'}",
+                )
+            chosen = models[names.index(config.served_model)]
+        elif len(models) == 1:
+            chosen = models[0]
+        elif not models:
+            raise ConfigError("base_url", self.base_url, "the server lists no model")
+        else:
+            raise ConfigError(
+                "served_model",
+                None,
+                f"the server at {self.base_url} serves several models ({', '.join(names)}): name one",
+            )
+        length = chosen.get("max_model_len")
+        return str(chosen["id"]), int(length) if isinstance(length, int) and length > 0 else None
+
+    def _probe_tokenizer(self) -> None:
+        """Fail at start, not per request, when the server has no ``/tokenize`` route."""
+        try:
+            self._server_encode("suffice")
+        except ServerError as exc:
+            raise ConfigError(
+                "base_url",
+                self.base_url,
+                f"{exc}: {_NOT_VLLM} (or give a local tokenizer folder with --tokenizer)",
+            ) from exc
+
+    # -- HTTP -------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        """One HTTP call, retried where a retry can help; a response with status < 400."""
+        attempt = 0
+        while True:
+            delay = BACKOFF_SECONDS * 2**attempt
+            try:
+                with self._slots:
+                    response = self._client.request(method, path, json=body)
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                reachable = False
+            else:
+                status = response.status_code
+                if status < 400:
+                    return response
+                message = _server_message(response)
+                if status in (401, 403):
+                    where = f" ({self._key_file})" if self._key_file else " (none was given)"
+                    raise EngineFatalError(
+                        f"the server at {self.base_url} refused the API key (HTTP {status}: {message}): "
+                        f"check --api-key-file{where}"
+                    )
+                if status != 429 and status < 500:
+                    raise ServerError(status, f"HTTP {status} from the server at {self.base_url}{path}: {message}")
+                failure = f"HTTP {status}: {message}"
+                reachable = True
+                delay = _retry_after(response) or delay
+            if attempt >= self._retries or self._closed:
+                break
+            time.sleep(delay)
+            attempt += 1
+        tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
+        if not reachable:
+            raise EngineDeadError(
+                f"the server at {self.base_url} cannot be reached ({failure}; {tries}): nothing more can be "
+                "judged in this run; what was done is kept, rerun to resume once the server is back"
+            )
+        raise EngineError(f"the server at {self.base_url}{path} failed ({failure}; {tries})")
+
+    def check_alive(self) -> None:
+        """Raise :class:`EngineDeadError` if the server cannot be reached or reports its engine dead."""
+        try:
+            try:
+                self._call("GET", "/health")
+            except ServerError:  # no /health route (not vLLM's own server): is it answering at all?
+                self._call("GET", "/v1/models")
+        except EngineFatalError:
+            raise
+        except EngineError as exc:
+            raise EngineDeadError(
+                f"the server at {self.base_url} reports itself unhealthy ({exc}): nothing more can be judged "
+                "in this run; what was done is kept, rerun to resume once the server is back"
+            ) from exc
+
+    # -- tokens -----------------------------------------------------------------------
+
+    def _server_encode(self, text: str) -> list[int]:
+        body = {"model": self.model_id, "prompt": text, "add_special_tokens": False}
+        return _ids(self._call("POST", "/tokenize", body).json(), "/tokenize")
+
+    def _server_decode(self, ids: Sequence[int]) -> str:
+        data = self._call("POST", "/detokenize", {"model": self.model_id, "tokens": list(ids)}).json()
+        text = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise EngineError(f"the server at {self.base_url} answered /detokenize without a prompt text")
+        return text
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if self._local is not None:
+            return self._local.count_tokens(texts)
+        return [len(self._server_encode(text)) for text in texts]
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if self._local is not None:
+            return self._local.truncate(text, max_tokens)
+        ids = self._server_encode(text)
+        if len(ids) <= max_tokens:
+            return text
+        # A cut inside a multi-byte character decodes to U+FFFD; drop it.
+        return self._server_decode(ids[: max(max_tokens, 0)]).rstrip("\ufffd")
+
+    def prompt_tokens(self, messages: Sequence[Message]) -> int:
+        return len(self._prompt_ids(messages))
+
+    def _prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """The chat-templated prompt's ids, generation prompt included (kept for reuse)."""
+        key = tuple(tuple(sorted(m.items())) for m in messages)
+        with self._lock:
+            cached = self._prompts.get(key)
+            if cached is not None:
+                self._prompts.move_to_end(key)
+                return cached
+        if self._local is not None:
+            ids = self._local.prompt_ids(messages)
+        else:
+            body = {"model": self.model_id, "messages": list(messages), "add_generation_prompt": True}
+            ids = _ids(self._call("POST", "/tokenize", body).json(), "/tokenize")
+        with self._lock:
+            self._prompts[key] = ids
+            while len(self._prompts) > _PROMPTS_KEPT:
+                self._prompts.popitem(last=False)
+        return ids
+
+    def _piece(self, token_id: int) -> str:
+        """One token's text with special tokens spelled out (kept: few distinct ids end a segment)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._local.decode([token_id]) if self._local is not None else self._server_decode([token_id])
+            self._pieces[token_id] = piece
+        return piece
+
+    def _ends_with_stop_token(self, ids: Sequence[int], text: str, finish: str, stop_reason: object) -> bool:
+        """Whether the last generated id is the token the server stopped on.
+
+        vLLM keeps the end-of-sequence (or stop) token it stopped on in ``token_ids`` and
+        leaves it out of ``text``; a server that drops it ends on a token of the text.
+        It must not be fed back into the sequence: the next segment continues the text.
+        """
+        if finish != "stop" or not ids or isinstance(stop_reason, str):
+            return False
+        last = ids[-1]
+        if isinstance(stop_reason, int) and not isinstance(stop_reason, bool):
+            return last == stop_reason
+        if self._local is not None and last in self._local.eos_ids:
+            return True
+        piece = self._piece(last)
+        return not piece or not text.endswith(piece)
+
+    # -- generation -------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+        """Every request's segments, each continuing the same token sequence; requests run
+        concurrently (at most ``max_concurrency`` calls in flight for this engine)."""
+        if not requests:
+            return []
+        if self._closed:
+            raise EngineFatalError("the openai engine is closed")
+        job = _Job(progress)
+        results: list[Generation | None] = [None] * len(requests)
+        futures: dict[int, Future[Generation]] = {}
+        for index, request in enumerate(requests):
+            kept = self._take_salvaged(request)
+            if kept is not None:
+                results[index] = kept
+            else:
+                futures[index] = self._workers.submit(partial(self._run, request, job))
+        fatal: BaseException | None = None
+        pending = set(futures.values())
+        while pending:
+            done, pending = wait_all(pending, return_when=FIRST_EXCEPTION)
+            if fatal is None:
+                fatal = next((f.exception() for f in done if _is_fatal(f.exception())), None)
+                if fatal is not None:
+                    job.aborted.set()
+                    for future in pending:
+                        future.cancel()
+        failures: list[BaseException] = []
+        for index, future in futures.items():
+            if future.cancelled():
+                continue
+            error = future.exception()
+            if error is None:
+                results[index] = future.result()
+            elif not isinstance(error, _Aborted):
+                failures.append(error)
+        if fatal is not None:
+            with self._lock:
+                self._salvage.clear()
+            raise fatal
+        unexpected = next((e for e in failures if not isinstance(e, EngineError)), None)
+        if unexpected is not None:
+            raise unexpected
+        if failures:
+            self._keep_salvaged(requests, results)
+            first = failures[0]
+            if len(failures) == 1:
+                raise first
+            raise EngineError(f"{len(failures)} of {len(requests)} requests failed; the first: {first}") from first
+        return [r for r in results if r is not None]
+
+    def _salvage_key(self, request: GenerationRequest) -> tuple[object, ...]:
+        messages = tuple(tuple(sorted(m.items())) for m in request.messages)
+        return (threading.get_ident(), messages, request.constraint.pattern)
+
+    def _keep_salvaged(self, requests: Sequence[GenerationRequest], results: list[Generation | None]) -> None:
+        """Keep a failed batch's successes: the judge splits the batch and asks again, on this
+        thread, and the server's time is not spent twice (nor is progress counted twice)."""
+        with self._lock:
+            for request, result in zip(requests, results, strict=True):
+                if result is not None:
+                    self._salvage[self._salvage_key(request)] = result
+            while len(self._salvage) > _SALVAGE_KEPT:
+                self._salvage.popitem(last=False)
+
+    def _take_salvaged(self, request: GenerationRequest) -> Generation | None:
+        if not self._salvage:
+            return None
+        with self._lock:
+            return self._salvage.pop(self._salvage_key(request), None)
+
+    def _run(self, request: GenerationRequest, job: _Job) -> Generation:
+        """One request, segment by segment (on a worker thread)."""
+        if job.aborted.is_set():
+            raise _Aborted
+        try:
+            generation = self._segments(request, job)
+        except (EngineError, _Aborted):
+            raise
+        except Exception as exc:  # a malformed answer fails this request, not the run
+            raise EngineError(f"the server at {self.base_url} answered in an unexpected form: {exc!r}") from exc
+        if job.progress is not None:
+            with self._progress_lock:  # callers' progress bars expect one thread at a time
+                job.progress(1)
+        return generation
+
+    def _segments(self, request: GenerationRequest, job: _Job) -> Generation:
+        prompt = self._prompt_ids(request.messages)
+        generated: list[int] = []
+        text = ""
+        tokens: list[str] = []
+        tops: list[dict[str, float]] = []
+        logprobs_ok = self.config.top_logprobs > 0
+        completion_tokens = 0
+        finish: str | None = None
+        segment: Segment | None = request.constraint.first_segment()
+        while segment is not None:
+            if job.aborted.is_set():
+                raise _Aborted
+            if self._closed:
+                raise EngineFatalError("the openai engine was closed while generating")
+            room = self._server_max_len - len(prompt) - len(generated)
+            if room <= 0:
+                finish = "length"
+                break
+            choice = self._complete(prompt + generated, segment, min(segment.max_tokens, room))
+            piece = choice["text"]
+            finish = choice.get("finish_reason")
+            ids = choice.get("token_ids")
+            if not isinstance(piece, str):
+                raise EngineError(f"the server at {self.base_url} answered without a text")
+            if not isinstance(ids, list):
+                raise EngineFatalError(
+                    f"the server at {self.base_url} returned no token_ids: suffice needs a vLLM server that "
+                    "honours return_token_ids (each segment continues the token sequence)"
+                )
+            completion_tokens += len(ids)
+            if finish not in ("stop", "length"):
+                raise EngineError(f"the server at {self.base_url} ended the request with finish_reason={finish!r}")
+            if finish != "length" and self._pattern(segment).fullmatch(piece) is None:
+                raise ConstraintNotEnforcedError(
+                    segment.key,
+                    f"the server at {self.base_url} returned text outside the constraint ({segment.key}): "
+                    f"{piece[:_QUOTE_CHARS]!r}, so it does not enforce structured outputs: start it with "
+                    '--structured-outputs-config \'{"backend": "xgrammar"}\' (or another backend) on a vLLM '
+                    "version that reads the request's structured_outputs field",
+                )
+            kept = len(ids) - self._ends_with_stop_token(ids, piece, finish, choice.get("stop_reason"))
+            generated.extend(int(i) for i in ids[:kept])
+            if not segment.logprobs:
+                # One stand-in token for the whole segment: positions stay aligned with the text.
+                tokens.append(piece)
+                tops.append({})
+            elif logprobs_ok:
+                mapped = _token_logprobs(choice.get("logprobs"), len(ids))
+                if mapped is None:
+                    logprobs_ok = False
+                else:
+                    tokens.extend(mapped[0][:kept])
+                    tops.extend(mapped[1][:kept])
+            text += piece
+            if finish == "length":
+                break
+            segment = request.constraint.next_segment(text)
+        return Generation(
+            text=text,
+            finish_reason=finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=completion_tokens,
+            tokens=tuple(tokens) if logprobs_ok else None,
+            top_logprobs=tuple(tops) if logprobs_ok else None,
+        )
+
+    def _complete(self, ids: list[int], segment: Segment, max_tokens: int) -> dict[str, Any]:
+        """One segment: the server's only choice."""
+        body: dict[str, Any] = {
+            "model": self.model_id,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": self.config.seed,
+            "n": 1,
+            "structured_outputs": {"regex": segment.pattern},
+            "return_token_ids": True,
+            "skip_special_tokens": True,
+        }
+        if segment.logprobs and self.config.top_logprobs > 0:
+            body["logprobs"] = self.config.top_logprobs
+        try:
+            data = self._call("POST", "/v1/completions", body).json()
+        except ServerError as exc:
+            if exc.status == 404:  # the route or the model is gone: no request can succeed
+                raise EngineFatalError(f"{exc} (did the server restart with another model?)") from exc
+            raise
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise EngineError(f"the server at {self.base_url} answered /v1/completions without a choice")
+        choice: dict[str, Any] = choices[0]
+        return choice
+
+    def _pattern(self, segment: Segment) -> re.Pattern[str]:
+        compiled = self._patterns.get(segment.key)
+        if compiled is None:
+            compiled = re.compile(segment.pattern)
+            with self._lock:
+                if len(self._patterns) > _SALVAGE_KEPT:
+                    self._patterns.clear()
+                self._patterns[segment.key] = compiled
+        return compiled
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._workers.close()
+        self._client.close()
+
+
+_NOT_VLLM = "is this a vLLM OpenAI-compatible server?"
+
+
+def _root_url(base_url: str) -> str:
+    """The server's root (``/v1`` is added per route; ``/tokenize`` lives at the root)."""
+    root = base_url.rstrip("/")
+    return root.removesuffix("/v1").rstrip("/")
+
+
+def _read_key(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        key = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("api_key_file", str(path), f"cannot be read: {exc}") from exc
+    if not key:
+        raise ConfigError("api_key_file", str(path), "is empty")
+    return key
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The server's ``{"error": {"message"}}`` (vLLM's form), or what it sent instead."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    message: object = None
+    if isinstance(data, dict):
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if message is None:
+            message = data.get("detail") or data.get("message")
+    if message is None:
+        message = response.text.strip() or response.reason_phrase
+    text = message if isinstance(message, str) else json.dumps(message)
+    return text[:_QUOTE_CHARS]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= MAX_RETRY_AFTER else None
+
+
+def _ids(data: object, route: str) -> list[int]:
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise EngineError(f"the server answered {route} without token ids")
+    return tokens
+
+
+def _is_fatal(error: BaseException | None) -> bool:
+    """Whether a request's failure ends the whole call (a dead or unusable server, an interrupt)."""
+    return isinstance(error, EngineFatalError) or (error is not None and not isinstance(error, Exception))
+
+
+def _token_logprobs(logprobs: object, count: int) -> tuple[list[str], list[dict[str, float]]] | None:
+    """Token texts and top log-probabilities by text from a completion's ``logprobs``;
+    ``None`` unless there is one entry per generated id."""
+    if not isinstance(logprobs, dict):
+        return None
+    tokens, tops = logprobs.get("tokens"), logprobs.get("top_logprobs")
+    if not isinstance(tokens, list) or not isinstance(tops, list) or not len(tokens) == len(tops) == count:
+        return None
+    out: list[dict[str, float]] = []
+    for token, top in zip(tokens, tops, strict=True):
+        if not isinstance(token, str) or not isinstance(top, dict):
+            return None
+        # Keyed by text already (JSON keys are unique): tokens that decode alike were merged
+        # by the server, keeping one of them.
+        out.append({str(text): float(logprob) for text, logprob in top.items()})
+    return list(tokens), out

@@ -1,0 +1,751 @@
+"""The openai engine against a scripted server (``httpx.MockTransport``): no model, no network.
+
+The fake server tokenizes by character (token id = code point, end of sequence = 0)
+and answers every segment with the longest piece of a fixed output that the
+segment's regex accepts, the way a server that enforces the constraint would.  The
+real server is tested in tests/serving/test_openai_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from suffice.exceptions import (
+    ConfigError,
+    ConstraintNotEnforcedError,
+    EngineDeadError,
+    EngineError,
+    EngineFatalError,
+)
+from suffice.gates.sufficiency import SufficiencyGate
+from suffice.grammars.constraint import Constraint, Segment
+from suffice.judge import Judge
+from suffice.serving import openai_engine
+from suffice.serving.base import GenerationRequest
+from suffice.serving.engine_config import EngineConfig
+from suffice.serving.openai_engine import OpenAIEngine
+from tests.test_judge import GOOD, rec
+
+URL = "http://fake-vllm:8000"
+EOS = 0
+#: Ends the chat part of a prompt: what follows it was generated.
+MARK = "\ue000"  # beyond any real vocabulary
+P_CHOSEN = 0.75
+
+Reply = httpx.Response | Exception | None
+
+
+def encode(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(chr(i) for i in ids if i != EOS)
+
+
+def chat(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<{m['role']}>{m['content']}" for m in messages) + MARK
+
+
+class FakeServer:
+    """A vLLM OpenAI-compatible server in miniature; ``fail(path, body)`` may answer first."""
+
+    def __init__(
+        self,
+        answer: Callable[[str], str] = lambda chat_text: "yes",
+        *,
+        models: list[dict[str, object]] | None = None,
+        fail: Callable[[str, dict[str, object] | None], Reply] | None = None,
+        ignore_constraint: bool = False,
+        eos_in_ids: bool = True,
+        finish_reason: str = "stop",
+        delay: float = 0.0,
+    ) -> None:
+        self.answer = answer
+        self.models = models if models is not None else [{"id": "smollm2", "root": "/m", "max_model_len": 1_000_000}]
+        self.fail = fail
+        self.ignore_constraint = ignore_constraint
+        self.eos_in_ids = eos_in_ids
+        self.finish_reason = finish_reason
+        self.delay = delay
+        self.calls: list[tuple[str, dict[str, object] | None]] = []
+        self.headers: list[httpx.Headers] = []
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.calls]
+
+    def completions(self) -> list[dict[str, object]]:
+        return [body for path, body in self.calls if path == "/v1/completions" and body is not None]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        body = json.loads(request.content) if request.content else None
+        with self.lock:
+            self.calls.append((path, body))
+            self.headers.append(request.headers)
+        if self.fail is not None:
+            reply = self.fail(path, body)
+            if isinstance(reply, Exception):
+                raise reply
+            if reply is not None:
+                return reply
+        if path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": self.models})
+        if path == "/health":
+            return httpx.Response(200)
+        assert body is not None
+        if path == "/tokenize":
+            text = chat(body["messages"]) if "messages" in body else body["prompt"]
+            return httpx.Response(200, json={"count": len(text), "max_model_len": 10**6, "tokens": encode(text)})
+        if path == "/detokenize":
+            return httpx.Response(200, json={"prompt": decode(body["tokens"])})
+        if path == "/v1/completions":
+            return self._complete(body)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    def _complete(self, body: dict[str, object]) -> httpx.Response:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
+            prompt = decode(body["prompt"])  # type: ignore[arg-type]
+            chat_text, mark, done = prompt.rpartition(MARK)
+            if not mark:  # a prompt from a local tokenizer: nothing generated is told apart
+                chat_text, done = prompt, ""
+            full = self.answer(chat_text)
+            assert full.startswith(done), (full, done)
+            rest = full[len(done) :]
+            regex = re.compile(body["structured_outputs"]["regex"])  # type: ignore[index]
+            ends = (end for end in range(len(rest), -1, -1) if regex.fullmatch(rest[:end]))
+            piece = rest if self.ignore_constraint else rest[: next(ends, len(rest))]
+            ids = encode(piece) + ([EOS] if self.eos_in_ids else [])
+            choice: dict[str, object] = {
+                "index": 0,
+                "text": piece,
+                "finish_reason": self.finish_reason,
+                "stop_reason": None,
+                "token_ids": ids,
+                "logprobs": None,
+            }
+            if body.get("logprobs"):
+                tokens = [*piece] + ([""] if self.eos_in_ids else [])
+                choice["logprobs"] = {
+                    "text_offset": list(range(len(tokens))),
+                    "tokens": tokens,
+                    "token_logprobs": [math.log(P_CHOSEN)] * len(tokens),
+                    "top_logprobs": [
+                        {t: math.log(P_CHOSEN), ("f" if t == "t" else "t"): math.log(1 - P_CHOSEN)} for t in tokens
+                    ],
+                }
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}  # type: ignore[arg-type]
+            return httpx.Response(200, json={"id": "cmpl-1", "model": "smollm2", "choices": [choice], "usage": usage})
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def make(server: FakeServer, **settings: object) -> OpenAIEngine:
+    config = EngineConfig(kind="openai", base_url=URL, **settings)  # type: ignore[arg-type]
+    return OpenAIEngine(config, transport=httpx.MockTransport(server))
+
+
+def one_segment(pattern: str = r"[a-z]+") -> Constraint:
+    return Constraint(pattern=pattern, max_bytes=20, key="word")
+
+
+def two_segments() -> Constraint:
+    """``{"a":`` then a boolean and ``}``; log-probabilities for the second part only."""
+    tail = Segment(r"(true|false)\}", max_bytes=6, key="tail", logprobs=True)
+    return Constraint(
+        pattern=r'\{"a":(true|false)\}',
+        max_bytes=11,
+        key="object",
+        head=Segment(r'\{"a":', max_bytes=5, key="head"),
+        continuation=lambda text: tail if text == '{"a":' else None,
+    )
+
+
+def request(content: str = "Is it?", constraint: Constraint | None = None) -> GenerationRequest:
+    return GenerationRequest(({"role": "user", "content": content},), constraint or one_segment())
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_engine, "BACKOFF_SECONDS", 0.0)
+
+
+def status(code: int, message: str = "server says no", headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.Response(code, headers=headers, json={"error": {"message": message, "type": "x", "code": code}})
+
+
+def completions_fail(times: int, reply: Callable[[], Reply]) -> Callable[[str, object], Reply]:
+    """A ``fail`` hook: the first ``times`` completion calls get ``reply()``."""
+    count = {"n": 0}
+
+    def fail(path: str, body: object) -> Reply:
+        if path != "/v1/completions":
+            return None
+        count["n"] += 1
+        return reply() if count["n"] <= times else None
+
+    return fail
+
+
+# -- the request ----------------------------------------------------------------------
+
+
+def test_the_constraint_is_sent_in_the_structured_outputs_field():
+    server = FakeServer()
+    make(server).generate([request()])
+    assert server.completions()[0]["structured_outputs"] == {"regex": "[a-z]+"}
+
+
+def test_no_legacy_guided_field_is_sent():
+    server = FakeServer()
+    make(server).generate([request()])
+    assert not [key for key in server.completions()[0] if key.startswith("guided")]
+
+
+def test_requests_are_greedy_seeded_and_ask_for_token_ids():
+    server = FakeServer()
+    make(server, seed=7).generate([request()])
+    body = server.completions()[0]
+    assert (body["temperature"], body["seed"], body["return_token_ids"]) == (0.0, 7, True)
+
+
+def test_the_prompt_is_the_servers_chat_templated_ids():
+    server = FakeServer()
+    make(server).generate([request("Hello?")])
+    assert server.completions()[0]["prompt"] == encode("<user>Hello?" + MARK)
+
+
+def test_max_tokens_is_the_segments_worst_case():
+    server = FakeServer()
+    make(server).generate([request()])
+    assert server.completions()[0]["max_tokens"] == 21  # 20 bytes + end of sequence
+
+
+def test_the_text_is_the_servers_answer():
+    [generation] = make(FakeServer(lambda c: "yes")).generate([request()])
+    assert generation.text == "yes"
+
+
+def test_the_key_is_sent_as_a_bearer_token(tmp_path: Path):
+    key = tmp_path / "key"
+    key.write_text("  s3cret\n")
+    server = FakeServer()
+    make(server, api_key_file=key)
+    assert server.headers[0]["authorization"] == "Bearer s3cret"
+
+
+# -- segments ---------------------------------------------------------------------------
+
+
+def test_each_segment_continues_with_the_prompt_and_the_generated_ids():
+    server = FakeServer(lambda c: '{"a":true}')
+    make(server).generate([request("Q", two_segments())])
+    first, second = server.completions()
+    assert second["prompt"] == [*first["prompt"], *encode('{"a":')]  # type: ignore[misc]
+
+
+def test_the_segments_make_up_the_whole_text():
+    [generation] = make(FakeServer(lambda c: '{"a":true}')).generate([request("Q", two_segments())])
+    assert generation.text == '{"a":true}'
+
+
+def test_the_next_segment_gets_its_own_pattern():
+    server = FakeServer(lambda c: '{"a":true}')
+    make(server).generate([request("Q", two_segments())])
+    assert [b["structured_outputs"] for b in server.completions()] == [
+        {"regex": r'\{"a":'},
+        {"regex": r"(true|false)\}"},
+    ]
+
+
+def test_log_probabilities_are_asked_only_for_segments_that_need_them():
+    server = FakeServer(lambda c: '{"a":true}')
+    make(server, top_logprobs=5).generate([request("Q", two_segments())])
+    assert [b.get("logprobs") for b in server.completions()] == [None, 5]
+
+
+def test_a_server_that_leaves_the_end_token_out_keeps_every_generated_id():
+    server = FakeServer(lambda c: '{"a":true}', eos_in_ids=False)
+    make(server).generate([request("Q", two_segments())])
+    first, second = server.completions()
+    assert second["prompt"] == [*first["prompt"], *encode('{"a":')]  # type: ignore[misc]
+
+
+def test_completion_tokens_count_every_generated_id():
+    [generation] = make(FakeServer(lambda c: '{"a":true}')).generate([request("Q", two_segments())])
+    assert generation.completion_tokens == len('{"a":') + 1 + len("true}") + 1  # each with its end token
+
+
+def test_prompt_tokens_are_the_prompt_ids():
+    [generation] = make(FakeServer()).generate([request("Hello?")])
+    assert generation.prompt_tokens == len("<user>Hello?" + MARK)
+
+
+# -- log-probabilities ------------------------------------------------------------------
+
+
+def test_tokens_stay_aligned_with_the_text():
+    [generation] = make(FakeServer(lambda c: '{"a":true}')).generate([request("Q", two_segments())])
+    assert generation.tokens == ('{"a":', "t", "r", "u", "e", "}")  # a stand-in for the first segment
+
+
+def test_top_logprobs_are_mapped_by_token_text():
+    [generation] = make(FakeServer(lambda c: '{"a":true}')).generate([request("Q", two_segments())])
+    assert generation.top_logprobs is not None
+    assert generation.top_logprobs[1] == pytest.approx({"t": math.log(0.75), "f": math.log(0.25)})
+
+
+def test_no_log_probabilities_when_they_are_turned_off():
+    [generation] = make(FakeServer(lambda c: '{"a":true}'), top_logprobs=0).generate([request("Q", two_segments())])
+    assert generation.top_logprobs is None
+
+
+def test_the_judge_gets_decision_probabilities_through_the_server():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    judge = Judge(make(FakeServer(lambda c: text)), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.verdict is not None
+    assert result.verdict.p_sufficient == pytest.approx(P_CHOSEN)
+
+
+def test_the_judge_reads_the_verdict_generated_segment_by_segment():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    judge = Judge(make(FakeServer(lambda c: text)), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.raw_text == text
+
+
+# -- the constraint is verified -------------------------------------------------------
+
+
+def test_text_outside_the_constraint_stops_the_run():
+    engine = make(FakeServer(lambda c: "Hello, World!", ignore_constraint=True))
+    with pytest.raises(ConstraintNotEnforcedError, match="structured-outputs-config"):
+        engine.generate([request()])
+
+
+def test_the_error_names_the_segment_of_the_constraint():
+    engine = make(FakeServer(lambda c: "Hello, World!", ignore_constraint=True))
+    with pytest.raises(ConstraintNotEnforcedError) as caught:
+        engine.generate([request()])
+    assert caught.value.segment == "word"
+
+
+def test_the_error_quotes_the_text():
+    engine = make(FakeServer(lambda c: "Hello, World!", ignore_constraint=True))
+    with pytest.raises(ConstraintNotEnforcedError, match="Hello, World!"):
+        engine.generate([request()])
+
+
+def test_a_judge_stops_on_a_server_that_ignores_the_constraint():
+    judge = Judge(make(FakeServer(lambda c: "Sure! Here it is.", ignore_constraint=True)), SufficiencyGate())
+    with pytest.raises(ConstraintNotEnforcedError):
+        judge.judge_batch([rec(0), rec(1)])
+
+
+def test_a_cut_off_segment_is_returned_as_cut_off():
+    [generation] = make(FakeServer(lambda c: "Hello, World!", finish_reason="length")).generate([request()])
+    assert generation.finish_reason == "length"
+
+
+def test_a_cut_off_segment_ends_the_request():
+    server = FakeServer(lambda c: '{"a":true}', finish_reason="length")
+    make(server).generate([request("Q", two_segments())])
+    assert len(server.completions()) == 1
+
+
+def test_an_aborted_request_is_an_engine_error():
+    engine = make(FakeServer(finish_reason="abort"))
+    with pytest.raises(EngineError, match="abort"):
+        engine.generate([request()])
+
+
+def test_an_aborted_request_is_not_fatal():
+    engine = make(FakeServer(finish_reason="abort"))
+    with pytest.raises(EngineError) as caught:
+        engine.generate([request()])
+    assert not isinstance(caught.value, EngineFatalError)
+
+
+# -- retries and failures -------------------------------------------------------------
+
+
+def test_a_busy_server_is_retried_until_it_answers():
+    server = FakeServer(fail=completions_fail(2, lambda: status(503)))
+    [generation] = make(server, retries=3).generate([request()])
+    assert generation.text == "yes"
+
+
+def test_each_retry_is_one_more_call():
+    server = FakeServer(fail=completions_fail(2, lambda: status(503)))
+    make(server, retries=3).generate([request()])
+    assert len(server.completions()) == 3
+
+
+def test_too_many_requests_is_retried():
+    server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": "0"})))
+    [generation] = make(server, retries=1).generate([request()])
+    assert generation.text == "yes"
+
+
+def test_a_server_error_after_every_retry_fails_the_request():
+    server = FakeServer(fail=completions_fail(99, lambda: status(500, "boom")))
+    with pytest.raises(EngineError, match="boom") as caught:
+        make(server, retries=2).generate([request()])
+    assert not isinstance(caught.value, EngineFatalError)
+
+
+def test_a_bad_request_quotes_the_servers_message():
+    server = FakeServer(fail=completions_fail(99, lambda: status(400, "prompt is too long for this model")))
+    with pytest.raises(EngineError, match="prompt is too long for this model"):
+        make(server).generate([request()])
+
+
+def test_a_bad_request_is_not_retried():
+    server = FakeServer(fail=completions_fail(99, lambda: status(400)))
+    with pytest.raises(EngineError):
+        make(server, retries=3).generate([request()])
+    assert len(server.completions()) == 1
+
+
+def test_a_refused_key_is_fatal_and_names_the_key_file(tmp_path: Path):
+    key = tmp_path / "wrong-key"
+    key.write_text("nope")
+    server = FakeServer(fail=completions_fail(99, lambda: httpx.Response(401, json={"error": "Unauthorized"})))
+    engine = make(server, api_key_file=key)
+    with pytest.raises(EngineFatalError, match="--api-key-file"):
+        engine.generate([request()])
+
+
+def test_a_refused_key_at_start_names_the_file(tmp_path: Path):
+    key = tmp_path / "wrong-key"
+    key.write_text("nope")
+    server = FakeServer(fail=lambda path, body: httpx.Response(401, json={"error": "Unauthorized"}))
+    with pytest.raises(EngineFatalError, match="wrong-key"):
+        make(server, api_key_file=key)
+
+
+def test_a_lost_connection_is_retried():
+    fail = completions_fail(1, lambda: httpx.ConnectError("connection reset"))
+    [generation] = make(FakeServer(fail=fail), retries=1).generate([request()])
+    assert generation.text == "yes"
+
+
+def test_a_server_that_goes_away_is_dead_after_the_retries():
+    engine = make(FakeServer(fail=completions_fail(99, lambda: httpx.ConnectError("Connection refused"))), retries=1)
+    with pytest.raises(EngineDeadError, match="rerun to resume"):
+        engine.generate([request()])
+
+
+def test_a_timeout_after_the_retries_is_a_dead_server():
+    engine = make(FakeServer(fail=completions_fail(99, lambda: httpx.ReadTimeout("timed out"))), retries=1)
+    with pytest.raises(EngineDeadError):
+        engine.generate([request()])
+
+
+def test_the_dead_server_was_tried_once_more_than_the_retries():
+    server = FakeServer(fail=completions_fail(99, lambda: httpx.ConnectError("Connection refused")))
+    with pytest.raises(EngineDeadError):
+        make(server, retries=1).generate([request()])
+    assert len(server.completions()) == 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_a_refused_connection_at_start_is_a_dead_server():
+    config = EngineConfig(kind="openai", base_url=f"http://127.0.0.1:{free_port()}", retries=1)
+    with pytest.raises(EngineDeadError, match="cannot be reached"):
+        OpenAIEngine(config)
+
+
+def test_check_alive_passes_while_the_server_is_healthy():
+    server = FakeServer()
+    make(server).check_alive()
+    assert server.paths()[-1] == "/health"
+
+
+def test_check_alive_raises_when_the_server_is_gone():
+    gone = {"now": False}
+    server = FakeServer(fail=lambda path, body: httpx.ConnectError("refused") if gone["now"] else None)
+    engine = make(server, retries=0)
+    gone["now"] = True
+    with pytest.raises(EngineDeadError):
+        engine.check_alive()
+
+
+def test_check_alive_raises_when_the_server_reports_its_engine_dead():
+    server = FakeServer(fail=lambda path, body: httpx.Response(503) if path == "/health" else None)
+    with pytest.raises(EngineDeadError):
+        make(server, retries=0).check_alive()
+
+
+# -- the judge isolates a failing request ---------------------------------------------
+
+
+def bad_question(path: str, body: dict[str, object] | None) -> Reply:
+    if path == "/v1/completions" and body is not None and "Question 1?" in decode(body["prompt"]):  # type: ignore[arg-type]
+        return status(400, "this one is poisoned")
+    return None
+
+
+def test_the_judge_isolates_a_request_the_server_refuses():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    judge = Judge(make(FakeServer(lambda c: text, fail=bad_question)), SufficiencyGate())
+    results = judge.judge_batch([rec(0), rec(1), rec(2)])
+    assert [r.ok for r in results] == [True, False, True]
+
+
+def test_the_refused_requests_error_quotes_the_server():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    judge = Judge(make(FakeServer(lambda c: text, fail=bad_question)), SufficiencyGate())
+    results = judge.judge_batch([rec(0), rec(1), rec(2)])
+    assert results[1].error is not None
+    assert "this one is poisoned" in results[1].error.message
+
+
+def test_requests_that_succeeded_are_not_generated_again_when_the_batch_is_split():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    server = FakeServer(lambda c: text, fail=bad_question)
+    Judge(make(server), SufficiencyGate()).judge_batch([rec(0), rec(1), rec(2)])
+    starts = [b for b in server.completions() if decode(b["prompt"]).endswith(MARK)]  # type: ignore[arg-type]
+    assert sum("Question 0?" in decode(b["prompt"]) for b in starts) == 1  # type: ignore[arg-type]
+
+
+def test_progress_counts_each_record_once_when_the_batch_is_split():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    done: list[int] = []
+    Judge(make(FakeServer(lambda c: text, fail=bad_question)), SufficiencyGate()).judge_batch(
+        [rec(0), rec(1), rec(2)], progress=done.append
+    )
+    assert sum(done) == 3
+
+
+# -- concurrency ----------------------------------------------------------------------
+
+
+def numbered(chat_text: str) -> str:
+    return re.findall(r"\d+", chat_text)[-1]
+
+
+def test_calls_in_flight_never_exceed_max_concurrency():
+    server = FakeServer(numbered, delay=0.05)
+    make(server, max_concurrency=2).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(8)])
+    assert server.max_in_flight == 2
+
+
+def test_the_bound_is_shared_by_every_caller():
+    server = FakeServer(numbered, delay=0.05)
+    engine = make(server, max_concurrency=2)
+    threads = [
+        threading.Thread(target=engine.generate, args=([request(f"n {i}", one_segment("[0-9]+"))],)) for i in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert server.max_in_flight == 2
+
+
+def test_results_come_back_in_input_order():
+    server = FakeServer(numbered, delay=0.01)
+    generations = make(server, max_concurrency=4).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(8)])
+    assert [g.text for g in generations] == [str(i) for i in range(8)]
+
+
+def test_progress_is_called_once_per_request():
+    done: list[int] = []
+    make(FakeServer(numbered)).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(5)], done.append)
+    assert done == [1] * 5
+
+
+# -- start-up -------------------------------------------------------------------------
+
+
+def test_the_model_is_the_servers_only_one():
+    assert make(FakeServer()).model_id == "smollm2"
+
+
+def test_the_named_model_is_used():
+    server = FakeServer(models=[{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 8192}])
+    engine = make(server, served_model="b")
+    engine.generate([request()])
+    assert server.completions()[0]["model"] == "b"
+
+
+def test_the_context_window_is_the_servers():
+    assert make(FakeServer(models=[{"id": "m", "max_model_len": 8192}])).max_model_len == 8192
+
+
+def test_a_smaller_max_model_len_caps_the_servers():
+    assert make(FakeServer(models=[{"id": "m", "max_model_len": 8192}]), max_model_len=2048).max_model_len == 2048
+
+
+def test_a_model_the_server_does_not_serve_is_a_config_error():
+    server = FakeServer(models=[{"id": "smollm2", "max_model_len": 8192}])
+    with pytest.raises(ConfigError) as caught:
+        make(server, served_model="llama")
+    assert caught.value.parameter == "served_model"
+
+
+def test_several_models_and_none_named_is_a_config_error():
+    server = FakeServer(models=[{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 4096}])
+    with pytest.raises(ConfigError, match="several models") as caught:
+        make(server)
+    assert caught.value.parameter == "served_model"
+
+
+def test_a_server_without_v1_models_is_a_config_error_naming_base_url():
+    server = FakeServer(fail=lambda path, body: httpx.Response(404, json={"detail": "Not Found"}))
+    with pytest.raises(ConfigError, match="vLLM OpenAI-compatible") as caught:
+        make(server)
+    assert caught.value.parameter == "base_url"
+
+
+def test_a_server_without_tokenize_is_a_config_error_naming_base_url():
+    server = FakeServer(fail=lambda path, body: httpx.Response(404) if path == "/tokenize" else None)
+    with pytest.raises(ConfigError, match="--tokenizer") as caught:
+        make(server)
+    assert caught.value.parameter == "base_url"
+
+
+def test_an_unreadable_key_file_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(), api_key_file=tmp_path / "missing")
+    assert caught.value.parameter == "api_key_file"
+
+
+def test_a_missing_tokenizer_folder_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(), tokenizer=tmp_path / "missing")
+    assert caught.value.parameter == "tokenizer"
+
+
+def test_base_url_may_end_in_v1():
+    server = FakeServer()
+    OpenAIEngine(EngineConfig(kind="openai", base_url=URL + "/v1/"), transport=httpx.MockTransport(server))
+    assert server.paths() == ["/v1/models", "/tokenize"]
+
+
+def test_settings_are_known_without_the_server():
+    config = EngineConfig(kind="openai", base_url="http://127.0.0.1:1", served_model="smollm2")
+    assert OpenAIEngine.settings_of(config) == {
+        "model": "smollm2",
+        "weights": "http://127.0.0.1:1",
+        "engine": "openai",
+        "backend": "server",
+        "max_model_len": "server's own",
+    }
+
+
+def test_the_backend_is_the_servers():
+    assert make(FakeServer()).backend == "server"
+
+
+# -- tokens through the server --------------------------------------------------------
+
+
+def test_tokens_are_counted_by_the_server():
+    assert make(FakeServer()).count_tokens(["abc", "hello"]) == [3, 5]
+
+
+def test_counting_uses_the_tokenize_route():
+    server = FakeServer()
+    make(server).count_tokens(["abc"])
+    assert server.calls[-1] == ("/tokenize", {"model": "smollm2", "prompt": "abc", "add_special_tokens": False})
+
+
+def test_text_is_truncated_by_the_server():
+    assert make(FakeServer()).truncate("hello world", 5) == "hello"
+
+
+def test_truncating_uses_the_detokenize_route():
+    server = FakeServer()
+    make(server).truncate("hello world", 5)
+    assert server.calls[-1] == ("/detokenize", {"model": "smollm2", "tokens": encode("hello")})
+
+
+def test_short_text_is_not_truncated():
+    assert make(FakeServer()).truncate("hi", 5) == "hi"
+
+
+def test_the_prompt_is_counted_with_the_servers_chat_template():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert make(FakeServer()).prompt_tokens(messages) == len("<system>Be brief.<user>Hi" + MARK)
+
+
+def test_the_chat_template_is_asked_with_the_generation_prompt():
+    server = FakeServer()
+    make(server).prompt_tokens([{"role": "user", "content": "Hi"}])
+    assert server.calls[-1] == (
+        "/tokenize",
+        {"model": "smollm2", "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True},
+    )
+
+
+def test_a_prompt_counted_for_fitting_is_not_tokenized_again_to_generate():
+    server = FakeServer()
+    engine = make(server)
+    engine.prompt_tokens([{"role": "user", "content": "Is it?"}])
+    engine.generate([request("Is it?")])
+    assert server.paths().count("/tokenize") == 2  # the probe at start, then this prompt once
+
+
+# -- a local tokenizer ----------------------------------------------------------------
+
+
+def embedded_tokenizer() -> Path:
+    from suffice.serving.models import cache_root
+
+    found = sorted((cache_root() / "models").glob("*-bf16/tokenizer_config.json"))
+    if not found:
+        pytest.skip("the embedded model has not been converted on this machine")
+    return found[-1].parent
+
+
+def test_a_local_tokenizer_is_used_instead_of_the_servers_routes():
+    folder = embedded_tokenizer()
+    server = FakeServer(lambda c: "yes")
+    make(server, tokenizer=folder).count_tokens(["hello"])
+    assert "/tokenize" not in server.paths()
+
+
+def test_a_local_tokenizer_templates_the_prompt():
+    from transformers import AutoTokenizer
+
+    folder = embedded_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    messages = [{"role": "user", "content": "Hello?"}]
+    templated = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    expected = tokenizer(templated, add_special_tokens=False)
+    server = FakeServer(lambda c: "yes")
+    make(server, tokenizer=folder).generate([request("Hello?")])
+    assert server.completions()[0]["prompt"] == expected["input_ids"]
+
+
+def test_check_alive_falls_back_to_the_model_list_on_a_server_without_health():
+    server = FakeServer(fail=lambda path, body: httpx.Response(404) if path == "/health" else None)
+    make(server).check_alive()
+    assert server.paths()[-1] == "/v1/models"
