@@ -54,7 +54,7 @@ def _prefill_only(engine: VLLMEngine, requests: list[GenerationRequest]) -> floa
 
 def run_backend(backend: str, items: list[dict[str, Any]]) -> dict[str, Any]:
     config = JudgeConfig(engine=EngineConfig(backend=backend), rubric="customer-support")
-    engine = VLLMEngine(config)
+    engine = VLLMEngine(config.engine)
     try:
         row: dict[str, Any] = {"backend": backend}
         probes = {

@@ -123,7 +123,7 @@ def main() -> None:
     items = load_items(args.items)
     config = JudgeConfig(engine=EngineConfig(backend=args.backend, enforce_eager=not args.compile))
     began = time.perf_counter()
-    engine = VLLMEngine(config)
+    engine = VLLMEngine(config.engine)
     startup = time.perf_counter() - began
     try:
         roof = roofline(engine.model_path, engine.settings.dtype)

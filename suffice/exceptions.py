@@ -17,6 +17,8 @@ The tree::
     ├── OutputMismatchError         an existing output was written with other settings, or
     │                               is the input itself (names the setting; exit 2)
     ├── CitationError               a citation marker is not in the escaped form suffice writes
+    ├── CancelledError              the caller withdrew the request (a timeout, a client
+    │                               that hung up): its generation was stopped
     └── ItemError                   one item cannot be judged; becomes one error record
         ├── InputError              a record field is missing or invalid (names the field)
         │   └── RubricError         a rubric is unknown or fails its schema (names the field)
@@ -90,6 +92,12 @@ class ConstraintNotEnforcedError(EngineFatalError):
     def __init__(self, segment: str, message: str) -> None:
         self.segment = segment
         super().__init__(message)
+
+
+class CancelledError(SufficeError):
+    """The caller set the request's cancel event (``suffice serve``: a request past its
+    timeout, a client that disconnected); its generation was stopped and nothing is
+    returned for it."""
 
 
 class OutputMismatchError(SufficeError):

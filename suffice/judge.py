@@ -140,9 +140,16 @@ class Judge:
             self.gate.user_context(item),
         )
 
-    def judge_batch(self, records: Sequence[object], progress: Progress | None = None) -> list[JudgeResult]:
+    def judge_batch(
+        self,
+        records: Sequence[object],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[JudgeResult]:
         """One result per record, in order; ``progress(n)`` is called as records finish
-        (records without a model call at once, the others as the engine completes them)."""
+        (records without a model call at once, the others as the engine completes them).
+        Setting ``cancel`` stops the engine's work for this call and raises
+        :class:`~suffice.exceptions.CancelledError` (nothing is returned)."""
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
         for index, record in enumerate(records):
@@ -158,7 +165,7 @@ class Judge:
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
-        failed = self._run(pending, results, retries=0, progress=progress)
+        failed = self._run(pending, results, retries=0, progress=progress, cancel=cancel)
         if failed:
             self.stats.add("retries", len(failed))
             retry = [
@@ -170,7 +177,7 @@ class Judge:
                 )
                 for p, error in failed
             ]
-            for p, error in self._run(retry, results, retries=1):
+            for p, error in self._run(retry, results, retries=1, cancel=cancel):
                 self.stats.add("retry_failures", 1)
                 results[p.index] = self._error(p.item.id, error, p.tokens, retries=1)
 
@@ -185,11 +192,12 @@ class Judge:
         results: list[JudgeResult | None],
         retries: int,
         progress: Progress | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[tuple[_Pending, ItemError]]:
         """Generate for ``pending``, store verdicts, return the items that failed validation."""
         failed: list[tuple[_Pending, ItemError]] = []
         requests = [GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending]
-        generations = self._generate(requests, progress)
+        generations = self._generate(requests, progress, cancel)
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
                 results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)
@@ -225,7 +233,10 @@ class Judge:
         return failed
 
     def _generate(
-        self, requests: list[GenerationRequest], progress: Progress | None = None
+        self,
+        requests: list[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[Generation | EngineError]:
         """One engine call; if it fails, split the batch so one poisoned request fails alone.
 
@@ -236,7 +247,7 @@ class Judge:
         if not requests:
             return []
         try:
-            return list(self.engine.generate(requests, progress))
+            return list(self.engine.generate(requests, progress, cancel))
         except EngineFatalError:
             raise
         except EngineError as exc:
@@ -246,7 +257,7 @@ class Judge:
                     progress(1)
                 return [exc]
             mid = len(requests) // 2
-            return self._generate(requests[:mid], progress) + self._generate(requests[mid:], progress)
+            return self._generate(requests[:mid], progress, cancel) + self._generate(requests[mid:], progress, cancel)
 
     def _verdict(
         self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None

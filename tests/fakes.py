@@ -6,9 +6,10 @@ generation is proven on the real engine in tests/serving/test_vllm_engine.py.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
-from suffice.exceptions import EngineError
+from suffice.exceptions import CancelledError, EngineError
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress
 from suffice.serving.engine_config import EngineConfig
 
@@ -33,12 +34,19 @@ class ScriptedEngine(Engine):
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
         return {"model": "scripted", "weights": "none", "engine": "scripted", "backend": "scripted"}
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
         self.calls.append(len(requests))
         if self.fail_when and any(self.fail_when(r.messages[-1]["content"]) for r in requests):
             raise EngineError("scripted engine failure")
         out = []
         for r in requests:
+            if cancel is not None and cancel.is_set():
+                raise CancelledError("the caller withdrew the request")
             answer = self.script(r)
             if isinstance(answer, Generation):
                 out.append(answer)

@@ -132,11 +132,11 @@ class DyingEngine(ScriptedEngine):
         super().__init__(good)
         self.left = calls
 
-    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None):
+    def generate(self, requests: list[GenerationRequest], progress: Progress | None = None, cancel=None):
         if self.left == 0:
             raise EngineDeadError("the engine process 1234 exited")
         self.left -= 1
-        return super().generate(requests, progress)
+        return super().generate(requests, progress, cancel)
 
 
 def test_a_dead_engine_stops_the_run_without_error_rows(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -27,6 +28,8 @@ from suffice.server.guards import BearerAuth, BodyLimit
 from suffice.server.metrics import Metrics
 from suffice.server.service import Options, RequestError
 
+#: How often a waiting request checks its deadline and whether its client is still there.
+POLL_SECONDS = 0.5
 #: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
 WORKERS = 256
 
@@ -45,6 +48,13 @@ _BODY_SCHEMA: dict[str, Any] = {
         }
     },
 }
+
+
+def _retrieve(work: asyncio.Future[Any]) -> None:
+    """Collect the outcome of work whose request was answered already (504, client gone),
+    so its CancelledError is not reported as never retrieved."""
+    if not work.cancelled():
+        work.exception()
 
 
 def _unprocessable(location: list[str], message: str) -> JSONResponse:
@@ -138,12 +148,26 @@ def create_app(
             metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], f"{len(records)} items: at most {config.max_items} per request")
         options = Options(rubric=rubric, threshold=threshold, fmt=format)
+        cancel = threading.Event()
         metrics.waiting.inc()
         try:
-            outcome = await asyncio.wait_for(in_thread(service.judge, gate, records, options), config.request_timeout)
-        except TimeoutError:
-            metrics.requests.labels(gate=gate, status="504").inc()
-            return JSONResponse({"detail": f"not judged within {config.request_timeout:g} s"}, status_code=504)
+            work = asyncio.ensure_future(in_thread(service.judge, gate, records, options, cancel))
+            work.add_done_callback(_retrieve)
+            deadline = asyncio.get_running_loop().time() + config.request_timeout
+            while True:
+                left = deadline - asyncio.get_running_loop().time()
+                done, _ = await asyncio.wait({work}, timeout=max(0.0, min(POLL_SECONDS, left)))
+                if done:
+                    break
+                if left <= 0:
+                    cancel.set()  # the engine stops this request's generation
+                    metrics.requests.labels(gate=gate, status="504").inc()
+                    return JSONResponse({"detail": f"not judged within {config.request_timeout:g} s"}, status_code=504)
+                if await request.is_disconnected():
+                    cancel.set()
+                    metrics.requests.labels(gate=gate, status="499").inc()
+                    return Response(status_code=499)
+            outcome = work.result()
         except RequestError as exc:
             metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["query", exc.field or "query"], str(exc))

@@ -126,18 +126,21 @@ class GateService:
                 self._judges[key] = judge
         return judge
 
-    def judge(self, gate: str, records: Sequence[object], options: Options) -> Outcome:
+    def judge(
+        self, gate: str, records: Sequence[object], options: Options, cancel: threading.Event | None = None
+    ) -> Outcome:
         """One row per record, in order (a verdict or that record's error row).
 
-        Raises :class:`RequestError` for a parameter the gate does not take and lets
-        :class:`~suffice.exceptions.EngineFatalError` through (the engine cannot go on).
+        Raises :class:`RequestError` for a parameter the gate does not take, and lets
+        :class:`~suffice.exceptions.EngineFatalError` (the engine cannot go on) and
+        :class:`~suffice.exceptions.CancelledError` (``cancel`` was set) through.
         """
         if options.fmt not in FORMATS:
             raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
         judge = self.judge_for(gate, options)
         request_id = uuid.uuid4().hex
         began = time.perf_counter()
-        results = judge.judge_batch(list(records))
+        results = judge.judge_batch(list(records), cancel=cancel)
         seconds = time.perf_counter() - began
         if self._audit is not None:
             self._audit.record(

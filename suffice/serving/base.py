@@ -62,12 +62,19 @@ class Engine(ABC):
         (a resumed run must match them)."""
 
     @abstractmethod
-    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
         """Generate for all requests in one batch; ``result[i]`` answers ``requests[i]``.
 
         Each request's constraint is generated segment by segment, every segment
         continuing the text so far (see :class:`suffice.grammars.constraint.Constraint`);
-        ``progress(n)`` is called as requests complete.
+        ``progress(n)`` is called as requests complete.  Once ``cancel`` is set the
+        engine stops this call's requests (within about a second) and raises
+        :class:`~suffice.exceptions.CancelledError`.
         """
 
     @abstractmethod

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 import httpx
 
 from suffice.exceptions import (
+    CancelledError,
     ConfigError,
     ConstraintNotEnforcedError,
     EngineDeadError,
@@ -72,6 +73,8 @@ from suffice.serving.base import (
 )
 from suffice.serving.engine_config import EngineConfig
 
+#: How often a waiting call checks its cancel event (seconds).
+_CANCEL_POLL = 0.5
 #: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
 BACKOFF_SECONDS = 0.5
 #: A server's ``Retry-After`` is honoured up to this many seconds (else the backoff applies).
@@ -427,7 +430,12 @@ class OpenAIEngine(Engine):
 
     # -- generation -------------------------------------------------------------------
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
         """Every request's segments, each continuing the same token sequence; requests run
         concurrently (at most ``max_concurrency`` calls in flight for this engine)."""
         if not requests:
@@ -446,7 +454,12 @@ class OpenAIEngine(Engine):
         fatal: BaseException | None = None
         pending = set(futures.values())
         while pending:
-            done, pending = wait_all(pending, return_when=FIRST_EXCEPTION)
+            done, pending = wait_all(pending, timeout=_CANCEL_POLL, return_when=FIRST_EXCEPTION)
+            if cancel is not None and cancel.is_set():
+                job.aborted.set()  # calls in flight are dropped when they return
+                for future in pending:
+                    future.cancel()
+                raise CancelledError("the caller withdrew the request")
             if fatal is None:
                 fatal = next((f.exception() for f in done if _is_fatal(f.exception())), None)
                 if fatal is not None:

@@ -10,11 +10,12 @@ is the expensive part, and the large segments are the same for every request).  
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from suffice.exceptions import EngineError
+from suffice.exceptions import CancelledError, EngineError
 from suffice.grammars.constraint import Segment
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.engine_config import EngineConfig
@@ -56,6 +57,7 @@ class TransformersEngine(TokenizerMixin, Engine):
         # Prompts arrive templated (plus the segments generated so far): no second template.
         self._model.type_adapter.has_chat_template = False  # type: ignore[attr-defined]
         self._generators: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
         self._shared: dict[str, Any] = {}
         self.model_id = ref.model_id
         self.model_path = ref.path
@@ -81,7 +83,12 @@ class TransformersEngine(TokenizerMixin, Engine):
             self._generators.move_to_end(segment.key)
         return generator
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
         """Segment by segment: each round generates the current segment of every open
         request, grouped by segment pattern, each prompt being the templated chat plus
         the text generated so far."""
@@ -99,15 +106,19 @@ class TransformersEngine(TokenizerMixin, Engine):
             following: dict[int, Segment] = {}
             for indices in groups.values():
                 segment = current[indices[0]]
-                generator = self._generator(segment)
+                with self._lock:
+                    generator = self._generator(segment)
                 for start in range(0, len(indices), _BATCH):
+                    if cancel is not None and cancel.is_set():
+                        raise CancelledError("the caller withdrew the request")
                     chunk = indices[start : start + _BATCH]
                     try:
-                        outputs = generator.batch(
-                            [prompts[i] + texts[i] for i in chunk],
-                            max_new_tokens=segment.max_tokens,
-                            do_sample=False,
-                        )
+                        with self._lock:  # one generation at a time: the processors keep state
+                            outputs = generator.batch(
+                                [prompts[i] + texts[i] for i in chunk],
+                                max_new_tokens=segment.max_tokens,
+                                do_sample=False,
+                            )
                     except Exception as exc:
                         raise EngineError(f"transformers generation failed: {exc}") from exc
                     for i, text in zip(chunk, outputs, strict=True):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from suffice.exceptions import EngineDeadError, EngineError
+from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.engine_config import EngineConfig
@@ -77,6 +77,7 @@ class _Job:
 
     sequences: list[_Sequence]
     progress: Progress | None
+    cancel: threading.Event | None = None
     remaining: int = 0
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -109,27 +110,32 @@ class _Driver:
         self._submit = submit
         self._absorb = absorb
         self._alive = alive
-        self._inbox: queue.Queue[_Job] = queue.Queue()
+        #: Jobs to start, and ``(job, error)`` for jobs to stop (their caller gave up).
+        self._inbox: queue.Queue[_Job | tuple[_Job, BaseException]] = queue.Queue()
         self._running: dict[str, tuple[_Sequence, _Job]] = {}
         self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
         self._thread.start()
 
     def run(self, job: _Job) -> None:
-        """Submit ``job`` and wait until it is done; raise what failed it."""
+        """Submit ``job`` and wait until it is done; raise what failed it.  A set
+        ``job.cancel`` stops its requests in the engine and raises CancelledError."""
         job.remaining = len(job.sequences)
         self._inbox.put(job)
         while not job.done.wait(WATCH_INTERVAL):
             self._alive()
+            if job.cancel is not None and job.cancel.is_set():
+                self._inbox.put((job, CancelledError("the caller withdrew the request")))
+                job.done.wait()
         if job.error is not None:
             raise job.error
 
     def _loop(self) -> None:
         while True:
             if not self._running:
-                self._start(self._inbox.get())
+                self._take(self._inbox.get())
             while True:
                 try:
-                    self._start(self._inbox.get_nowait())
+                    self._take(self._inbox.get_nowait())
                 except queue.Empty:
                     break
             if not self._running:
@@ -171,6 +177,14 @@ class _Driver:
             for seq, job in follow_ups:
                 if not job.done.is_set():
                     self._add(job, [seq])
+
+    def _take(self, message: _Job | tuple[_Job, BaseException]) -> None:
+        if isinstance(message, tuple):
+            job, error = message
+            if not job.done.is_set():
+                self._drop(job, error)
+            return
+        self._start(message)
 
     def _start(self, job: _Job) -> None:
         if not job.sequences:
@@ -302,7 +316,12 @@ class VLLMEngine(TokenizerMixin, Engine):
                 f"see `dmesg` and {self.log_path}); what was done is kept, rerun the same command to resume"
             )
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Progress | None = None) -> list[Generation]:
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Generation]:
         """Every request's segments, each continuing the same token sequence.
 
         Requests run together under vLLM's continuous batching; when one segment
@@ -317,8 +336,8 @@ class VLLMEngine(TokenizerMixin, Engine):
             for i, r in enumerate(requests)
         ]
         try:
-            self._driver.run(_Job(sequences, progress))
-        except EngineDeadError:
+            self._driver.run(_Job(sequences, progress, cancel))
+        except (EngineDeadError, CancelledError):
             raise
         except Exception as exc:
             self.check_alive()

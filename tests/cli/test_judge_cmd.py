@@ -142,3 +142,19 @@ def test_the_input_as_output_is_a_usage_error(tmp_path):
     proc = suffice("judge", str(source), "-o", str(source))
     assert proc.returncode == EXIT_USAGE
     assert "is the input itself" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--engine", "transformers", "--backend", "xgrammar"], "backend='xgrammar': not used by the transformers"),
+        (["--engine", "openai"], "base_url=None"),
+        (["--base-url", "http://127.0.0.1:9"], "base_url='http://127.0.0.1:9': not used by the vllm engine"),
+        (["--engine", "openai", "--base-url", "http://x", "--kv-cache-gib", "2"], "kv_cache_gib"),
+    ],
+)
+def test_an_engine_option_the_engine_does_not_take_is_a_usage_error(tmp_path, options, named):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), *options)
+    assert proc.returncode == EXIT_USAGE
+    assert named in proc.stderr

@@ -352,7 +352,7 @@ def xgrammar_engine():
     """One real engine for both pipeline tests (an engine start is a minute here)."""
     from suffice.serving.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(JudgeConfig(engine=EngineConfig(backend="xgrammar")))
+    engine = VLLMEngine(EngineConfig(backend="xgrammar"))
     yield engine
     engine.close()
 

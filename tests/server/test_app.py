@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineDeadError
+from suffice.exceptions import CancelledError, EngineDeadError
 from suffice.harness.audit import AuditLog
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig, read_api_key
@@ -157,6 +157,59 @@ def test_ready_reports_the_model_and_gates():
     assert body["gates"] == ["sufficiency", "recovery"]
 
 
+class Waiting(ScriptedEngine):
+    """Generates nothing until its caller cancels; records the cancel events it got."""
+
+    def __init__(self) -> None:
+        super().__init__(good)
+        self.cancels: list[threading.Event] = []
+
+    def generate(self, requests, progress=None, cancel=None):
+        assert cancel is not None
+        self.cancels.append(cancel)
+        cancel.wait(30)
+        raise CancelledError("the caller withdrew the request")
+
+
+def test_a_request_over_its_timeout_has_its_generation_cancelled():
+    engine = Waiting()
+    response = client_for(engine, request_timeout=0.5).post("/v1/judge/sufficiency", json=record(0))
+    assert response.status_code == 504
+    assert engine.cancels[0].is_set()
+
+
+def test_a_client_that_hangs_up_has_its_generation_cancelled():
+    """A real server on loopback and a client whose read times out and closes the connection."""
+    import socket
+
+    import httpx
+    import uvicorn
+
+    engine = Waiting()
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
+    app = create_app(GateService(config, engine), config)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/judge/sufficiency", json=record(0), timeout=1.0)
+        deadline = time.monotonic() + 10
+        while not (engine.cancels and engine.cancels[0].is_set()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.cancels[0].is_set()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
 def test_a_request_over_its_timeout_is_504_and_the_next_one_still_works():
     release = threading.Event()
 
@@ -176,7 +229,7 @@ class DyingEngine(ScriptedEngine):
     def __init__(self) -> None:
         super().__init__(good)
 
-    def generate(self, requests, progress=None):
+    def generate(self, requests, progress=None, cancel=None):
         raise EngineDeadError("the engine process 1 exited")
 
     def check_alive(self) -> None:
@@ -204,10 +257,10 @@ def test_concurrent_requests_are_judged_together_not_one_after_another():
     arrived = threading.Barrier(4, timeout=10)
 
     class Counting(ScriptedEngine):
-        def generate(self, requests, progress=None):
+        def generate(self, requests, progress=None, cancel=None):
             batches.append(len(requests))
             arrived.wait()  # every request must be inside the engine at once to pass
-            return super().generate(requests, progress)
+            return super().generate(requests, progress, cancel)
 
     client = client_for(Counting(good))
     results: list[int] = []

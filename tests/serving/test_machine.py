@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
@@ -95,5 +94,5 @@ def test_an_engine_that_cannot_start_quotes_its_log(tmp_path, monkeypatch):
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
     with pytest.raises(EngineError) as info:
-        VLLMEngine(JudgeConfig(), ModelRef(broken, "broken"))
+        VLLMEngine(EngineConfig(), ModelRef(broken, "broken"))
     assert str(broken) in str(info.value)
