@@ -132,6 +132,8 @@ def run_leg(backend: str, source: Path, output: Path) -> dict[str, Any]:
         "largest_rss_gib": memory.largest / 2**30,
         "tree_rss_gib": memory.total / 2**30,
         "verdicts": sum(r["verdict"] is not None for r in rows),
+        "prompt_tokens": sum(r["tokens"]["prompt"] for r in rows),
+        "completion_tokens": sum(r["tokens"]["completion"] for r in rows),
         "errors": sum(r["error"] is not None for r in rows),
         "stderr_tail": stderr[-400:] if process.returncode not in (0, 3) else "",
     }
@@ -170,6 +172,10 @@ def main() -> None:
                     "distinct_tree_gib": d["tree_rss_gib"],
                     "fixed_tree_gib": f["tree_rss_gib"],
                     "verdicts": f"{d['verdicts']}+{f['verdicts']}",
+                    # The distinct items carry more chunk labels in and more flags out: the
+                    # token ratios say how much of the time ratio is more work, not compiling.
+                    "prompt_token_ratio": d["prompt_tokens"] / max(f["prompt_tokens"], 1),
+                    "completion_token_ratio": d["completion_tokens"] / max(f["completion_tokens"], 1),
                     "errors": d["errors"] + f["errors"],
                     "legs": legs,
                 }
@@ -183,6 +189,8 @@ def main() -> None:
         ("distinct_gib", "peak RSS GiB (distinct)", ".2f"),
         ("fixed_gib", "peak RSS GiB (fixed)", ".2f"),
         ("memory_ratio", "memory ratio", ".2f"),
+        ("prompt_token_ratio", "prompt tokens ratio", ".2f"),
+        ("completion_token_ratio", "output tokens ratio", ".2f"),
         ("verdicts", "verdicts", ""),
         ("errors", "errors", "d"),
     ]
