@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.batch import result_row
+from suffice.calibration.thresholds import GateConfig
+from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
@@ -32,6 +34,14 @@ from suffice.serving.base import Engine
 from suffice.serving.factory import make_engine
 
 FORMATS = ("suffice", "seed", "ragflow")
+
+
+def gate_config_for(config: JudgeConfig, gate: str) -> JudgeConfig:
+    """``config`` for ``gate``: a calibrated gate config applies to the gate it was made for
+    and is left out for the others (one server serves several gates)."""
+    if config.gate_config is not None and GateConfig.load(config.gate_config).gate != gate:
+        return dataclasses.replace(config, gate=gate, gate_config=None)
+    return dataclasses.replace(config, gate=gate)
 
 
 class RequestError(InputError):
@@ -92,7 +102,7 @@ class GateService:
     @classmethod
     def open(cls, config: ServeConfig) -> GateService:
         for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
-            make_gate_for(dataclasses.replace(config.judge, gate=gate))
+            make_gate_for(gate_config_for(config.judge, gate))
         engine = make_engine(config.judge.engine)
         try:
             return cls(config, engine)
@@ -115,7 +125,7 @@ class GateService:
                     changes["rubric"] = options.rubric
                 if options.threshold is not None:
                     changes["threshold"] = options.threshold
-                config = dataclasses.replace(self.config.judge, **changes)
+                config = dataclasses.replace(gate_config_for(self.config.judge, gate), **changes)
                 try:
                     gate_obj = make_gate_for(config)
                 except ConfigError as exc:

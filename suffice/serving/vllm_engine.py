@@ -121,11 +121,12 @@ class _Driver:
         ``job.cancel`` stops its requests in the engine and raises CancelledError."""
         job.remaining = len(job.sequences)
         self._inbox.put(job)
+        withdrawn = False
         while not job.done.wait(WATCH_INTERVAL):
             self._alive()
-            if job.cancel is not None and job.cancel.is_set():
+            if not withdrawn and job.cancel is not None and job.cancel.is_set():
                 self._inbox.put((job, CancelledError("the caller withdrew the request")))
-                job.done.wait()
+                withdrawn = True  # the loop drops the job after its current step
         if job.error is not None:
             raise job.error
 

@@ -322,3 +322,16 @@ def test_a_timed_out_request_does_not_block_the_event_loop():
     worker.join(10)
     assert status == 200
     assert waited < 5
+
+
+def test_a_calibrated_gate_config_applies_to_its_gate_and_not_to_the_others(tmp_path: Path):
+    from suffice.calibration.thresholds import GateConfig
+
+    path = tmp_path / "gate.json"
+    GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
+    config = ServeConfig(judge=JudgeConfig(gate_config=path), gates=("sufficiency", "recovery"))
+    service = GateService(config, ScriptedEngine(good))
+    from suffice.server.service import Options
+
+    assert service.judge_for("sufficiency", Options()).config.gate_config == path
+    assert service.judge_for("recovery", Options()).config.gate_config is None

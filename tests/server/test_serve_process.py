@@ -170,6 +170,47 @@ def test_metrics_count_what_was_served(server: Server) -> None:
     assert float(line.split()[-1]) >= 9
 
 
+def _metric(server: Server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
+    line = next(x for x in text.splitlines() if x.startswith(name + " ") or x.startswith(name + "{"))
+    return float(line.split()[-1])
+
+
+def test_a_client_that_hangs_up_frees_the_engine_at_once(server: Server) -> None:
+    """16 items take the engine about a minute here; the client gives up after 3 s and
+    the server stops their generation instead of finishing it for nobody."""
+    body = squad(16, skip=20)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/judge/sufficiency", json=body, headers=AUTH, timeout=3)
+    deadline = time.monotonic() + 15
+    while _metric(server, "suffice_requests_waiting") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _metric(server, 'suffice_requests_total{gate="sufficiency",status="499"}') == 1
+    time.sleep(2)  # the engine sees the cancel within a second
+    assert _tree_cpu_seconds(server, over=3.0) < 1.0, "the engine kept generating for a client that left"
+
+
+def _tree_cpu_seconds(server: Server, over: float) -> float:
+    """CPU seconds the server and its engine processes use in the next ``over`` seconds
+    (a busy engine on two cores uses about two per second; an idle one next to none)."""
+    root = psutil.Process(server.process.pid)
+    processes = [root, *root.children(recursive=True)]
+
+    def used() -> float:
+        total = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    before = used()
+    time.sleep(over)
+    return used() - before
+
+
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0(server: Server) -> None:
     """Last in the module: it stops the server."""
     records = squad(8, skip=12)
