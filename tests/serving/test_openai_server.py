@@ -199,6 +199,14 @@ def test_every_adequacy_record_gets_a_verdict(adequacy_results: list[JudgeResult
     assert [r.error for r in adequacy_results] == [None] * 3
 
 
+def test_recovery_verdicts_have_class_probabilities(recovery_results: list[JudgeResult]):
+    assert all(getattr(r.verdict, "class_probabilities", None) for r in recovery_results)
+
+
+def test_adequacy_verdicts_have_a_pass_probability(adequacy_results: list[JudgeResult]):
+    assert all(getattr(r.verdict, "p_model_pass", None) is not None for r in adequacy_results)
+
+
 @pytest.fixture(scope="module")
 def command_line(server: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     """``suffice judge`` on two records through the server: its exit code and output."""
