@@ -21,7 +21,7 @@ from suffice.exceptions import ConfigError
 ENGINES = ("vllm", "transformers", "openai")
 BACKENDS = ("outlines", "xgrammar", "guidance")
 #: Chosen by measurement (README, "Structured-output backends").
-DEFAULT_BACKEND = "outlines"
+DEFAULT_BACKEND = "guidance"
 
 #: Settings only some engines take: (field, engines that take it, what to do instead).
 _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (

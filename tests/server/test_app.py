@@ -335,3 +335,15 @@ def test_a_calibrated_gate_config_applies_to_its_gate_and_not_to_the_others(tmp_
 
     assert service.judge_for("sufficiency", Options()).config.gate_config == path
     assert service.judge_for("recovery", Options()).config.gate_config is None
+
+
+def test_the_openapi_description_lists_the_judge_route_and_its_parameters():
+    spec = client_for(key=KEY).get("/openapi.json").json()
+    parameters = {p["name"] for p in spec["paths"]["/v1/judge/{gate}"]["post"]["parameters"]}
+    assert parameters == {"gate", "rubric", "threshold", "format"}
+
+
+def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
+    spec = client_for().get("/openapi.json").json()
+    body = spec["paths"]["/v1/judge/{gate}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert [option["type"] for option in body["oneOf"]] == ["object", "array"]
