@@ -1,10 +1,16 @@
 """``suffice serve`` under N concurrent clients beside the in-process batch, same items, one run.
 
-First the in-process batch: one engine, the ``--items`` items in one ``judge_batch``
+First the in-process batch: one engine, ``--items`` items in one ``judge_batch``
 call after a warm-up (the gate's constraint compiled), then the engine is closed.
 Then a ``suffice serve`` process on loopback with the same settings, warmed up the
-same way; for each client count (``--clients``, default 1 8 32 64) the same items are
-sent as one-item requests by that many client threads.  Per level: wall time,
+same way; for each client count (``--clients``, default 1 8 32 64) items are sent as
+one-item requests by that many client threads.
+
+Every run gets items of its own (disjoint sets drawn from the same shuffled mix):
+the prefix cache keeps what it has seen, and a level that re-sent items another
+level had judged would skip their prefill.  (A first version re-sent the same items
+to every level and made the service look 2x faster than the batch.)  One client
+sends ``--single-items`` items only: its rate is bound by one request's latency.  Per level: wall time,
 verdicts/s, p50/p99 request latency, error rows and invalid verdicts, and the ratio
 to the in-process batch's verdicts/s (the issue's target: >= 0.8 at 64 clients).
 
@@ -122,17 +128,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, default=64)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--single-items", type=int, default=8, help="items for the one-client level")
     parser.add_argument("--backend", default=None, choices=BACKENDS)
     args = parser.parse_args()
-    items = load_items(args.items + WARMUP)
-    warmup, items = items[:WARMUP], items[WARMUP:]
-    rows = [in_process(warmup + items, args.backend)]
-    rows[0]["items"] = len(items)
+    sizes = [args.single_items if clients == 1 else args.items for clients in args.clients]
+    pool = load_items(WARMUP + args.items + sum(sizes))
+    warmup, pool = pool[:WARMUP], pool[WARMUP:]
+    batch_items, pool = pool[: args.items], pool[args.items :]
+    rows = [in_process(warmup + batch_items, args.backend)]
+    rows[0]["items"] = len(batch_items)
     process, url = start_server(args.backend)
     try:
         with httpx.Client(timeout=3600) as client:
             client.post(f"{url}/v1/judge/sufficiency", json=warmup)
-        for clients in args.clients:
+        for clients, size in zip(args.clients, sizes, strict=True):
+            items, pool = pool[:size], pool[size:]
             rows.append(level(url, items, clients))
             print(rows[-1], file=sys.stderr, flush=True)
     finally:
