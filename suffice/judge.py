@@ -113,7 +113,9 @@ class Judge:
 
         Anything raised on the way (a value the parser or tokenizer cannot take, a
         recursion limit, a bug) becomes this record's :class:`ItemError`, never the
-        batch's.
+        batch's.  The engine is not the record: fitting may ask it to count tokens (the
+        openai engine asks its server), so a fatal engine failure stops the batch and
+        any other engine failure is a :class:`GenerationError` (judged again on resume).
         """
         try:
             item = self.gate.parse_item(record)
@@ -124,8 +126,11 @@ class Judge:
         try:
             verdict = self.gate.shortcut(item)
             return item, (verdict if verdict is not None else self._fit(item))
-        except ItemError:
+        except (ItemError, EngineFatalError):
             raise
+        except EngineError as exc:
+            self.engine.check_alive()
+            raise GenerationError(f"the engine failed while fitting the prompt: {exc}") from exc
         except Exception as exc:
             raise PreparationError("chunks", f"cannot be fitted into a prompt: {type(exc).__name__}: {exc}") from exc
 

@@ -97,3 +97,36 @@ def test_progress_counts_every_record_once():
     judge.judge_batch(records, progress=seen.append)
     assert sum(seen) == len(records)
     assert len(seen) == 4  # the two without a model call at once, then each request as it completes
+
+
+class CountingFails(ScriptedEngine):
+    """An engine whose token counting fails (the openai engine counts on its server)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(good)
+        self.error = error
+
+    def count_tokens(self, texts):
+        raise self.error
+
+
+def test_a_dead_engine_while_fitting_stops_the_batch_instead_of_blaming_records():
+    from suffice.exceptions import EngineDeadError
+
+    judge = Judge(CountingFails(EngineDeadError("the server at http://x cannot be reached")), SufficiencyGate())
+    try:
+        judge.judge_batch([rec(0), rec(1)])
+    except EngineDeadError:
+        stopped = True
+    else:
+        stopped = False
+    assert stopped
+
+
+def test_an_engine_failure_while_fitting_is_a_row_a_resume_judges_again():
+    from suffice.exceptions import EngineError
+
+    judge = Judge(CountingFails(EngineError("HTTP 500 from /tokenize")), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.error.type == "GenerationError"
+    assert result.error.final is False

@@ -36,7 +36,7 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
         "--tokenizer", type=Path, default=None, help="openai engine: local tokenizer folder (default: the server's)"
     )
     p.add_argument("--served-model", default=None, help="openai engine: model name on the server (default: its only)")
-    p.add_argument("--max-concurrency", type=int, default=32, help="openai engine: requests in flight (default 32)")
+    p.add_argument("--max-concurrency", type=int, default=None, help="openai engine: requests in flight (default 32)")
     p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
 
 

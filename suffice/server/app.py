@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from suffice.config import THRESHOLD_PRESETS
 from suffice.exceptions import EngineFatalError
@@ -30,6 +31,10 @@ from suffice.server.service import Options, RequestError
 
 #: How often a waiting request checks its deadline and whether its client is still there.
 POLL_SECONDS = 0.5
+#: Seconds between background checks that the engine is alive.
+HEALTH_INTERVAL = 5.0
+#: Seconds a readiness check may take.
+PROBE_TIMEOUT = 10.0
 #: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
 WORKERS = 256
 
@@ -74,11 +79,34 @@ def create_app(
     runner shuts the server down and exits 1, so a supervisor restarts it).
     """
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="suffice-judge")
+    # Probes get a thread of their own: queued behind the judging, readiness would fail
+    # exactly when the server is busy.
+    probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-probe")
+
+    async def probe() -> None:
+        """Raise EngineFatalError if the engine is gone (TimeoutError: not answering)."""
+        check = asyncio.get_running_loop().run_in_executor(probes, service.check_alive)
+        await asyncio.wait_for(check, PROBE_TIMEOUT)
+
+    async def watch() -> None:
+        """An engine that dies while idle is noticed within HEALTH_INTERVAL, not at the
+        next request: /health fails and the server stops for its supervisor."""
+        while service.dead is None:
+            await asyncio.sleep(HEALTH_INTERVAL)
+            try:
+                await probe()
+            except EngineFatalError as exc:
+                fatal(str(exc))
+            except Exception:  # a slow check is /ready's business, not a death
+                continue
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        watcher = asyncio.create_task(watch())
         yield
+        watcher.cancel()
         pool.shutdown(wait=True)  # requests past their timeout still hold the engine
+        probes.shutdown(wait=False)
 
     app = FastAPI(
         lifespan=lifespan,
@@ -130,7 +158,12 @@ def create_app(
         if service.dead is not None:
             metrics.requests.labels(gate=gate, status="503").inc()
             return JSONResponse({"detail": f"the engine cannot judge: {service.dead}"}, status_code=503)
-        value = parse_line(await request.body(), 1)
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            metrics.requests.labels(gate=gate, status="499").inc()
+            return Response(status_code=499)
+        value = parse_line(raw, 1)
         if isinstance(value, InvalidRecord):
             metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], f"not JSON: {value.message}")
@@ -192,9 +225,11 @@ def create_app(
     async def ready() -> Response:
         if service.dead is None:
             try:
-                await in_thread(service.check_alive)
+                await probe()
             except EngineFatalError as exc:
                 fatal(str(exc))
+            except TimeoutError:
+                return JSONResponse({"status": "busy", "detail": "the engine check did not answer"}, 503)
         if service.dead is not None:
             return JSONResponse({"status": "dead", "detail": service.dead}, status_code=503)
         engine = service.engine
@@ -213,7 +248,7 @@ def create_app(
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    guarded: Any = BodyLimit(app, config.max_body_bytes)
+    guarded: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key)
     return guarded

@@ -7,6 +7,7 @@ must hold for chunked bodies that carry no ``Content-Length``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -63,17 +64,21 @@ class BearerAuth:
 
 
 class BodyLimit:
-    """413 for a body over ``limit`` bytes, by its ``Content-Length`` or as it streams in."""
+    """413 for a body over ``limit`` bytes, by its ``Content-Length`` or as it streams in;
+    408 for a body not received within ``seconds`` (a client stalled mid-upload would
+    otherwise hold a connection, and a SIGTERM drain, for ever)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, seconds: float) -> None:
         self.app = app
         self.limit = limit
+        self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         too_large = f"request body over {self.limit} bytes (--max-body-bytes)"
+        close = [(b"connection", b"close")]  # the rest of the body is not read
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -82,18 +87,23 @@ class BodyLimit:
                     await _answer(send, 400, "Content-Length is not a number")
                     return
                 if declared > self.limit:
-                    await _answer(send, 413, too_large)
+                    await _answer(send, 413, too_large, close)
                     return
         messages: list[Message] = []
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.seconds
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                await _answer(send, 408, f"request body not received within {self.seconds:g} s", close)
+                return
             messages.append(message)
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
             if size > self.limit:
-                await _answer(send, 413, too_large)
+                await _answer(send, 413, too_large, close)
                 return
             if not message.get("more_body", False):
                 break

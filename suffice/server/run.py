@@ -21,6 +21,8 @@ from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.service import GateService
 
 Notify = Callable[[str], None]
+#: Seconds a SIGTERM drain waits beyond the request timeout.
+DRAIN_MARGIN_S = 30
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -85,7 +87,9 @@ def serve(config: ServeConfig, notify: Notify) -> int:
                 app,
                 log_level="info" if config.verbose else "warning",
                 access_log=config.verbose,
-                timeout_graceful_shutdown=None,
+                # Requests in flight end by their own timeout (504); the margin covers the
+                # audit write and the response, so a drain always ends.
+                timeout_graceful_shutdown=int(config.request_timeout) + DRAIN_MARGIN_S,
             )
         )
         engine = service.engine

@@ -23,7 +23,7 @@ from typing import Any
 from suffice.batch import result_row
 from suffice.calibration.thresholds import GateConfig
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, InputError
+from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
@@ -42,6 +42,22 @@ def gate_config_for(config: JudgeConfig, gate: str) -> JudgeConfig:
     if config.gate_config is not None and GateConfig.load(config.gate_config).gate != gate:
         return dataclasses.replace(config, gate=gate, gate_config=None)
     return dataclasses.replace(config, gate=gate)
+
+
+def check_served(config: ServeConfig) -> None:
+    """A gate-specific setting for a gate the server does not serve is a usage error,
+    not silently dropped."""
+    judge = config.judge
+    if judge.gate_config is not None:
+        calibrated = GateConfig.load(judge.gate_config).gate
+        if calibrated not in config.gates:
+            raise ConfigError(
+                "gate_config", str(judge.gate_config), f"is for the {calibrated} gate, which is not served (--gate)"
+            )
+    if "adequacy" not in config.gates:
+        for name in ("rubric", "rubric_dir"):
+            if getattr(judge, name) is not None:
+                raise ConfigError(name, str(getattr(judge, name)), "only the adequacy gate takes a rubric: not served")
 
 
 class RequestError(InputError):
@@ -101,6 +117,7 @@ class GateService:
 
     @classmethod
     def open(cls, config: ServeConfig) -> GateService:
+        check_served(config)
         for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
             make_gate_for(gate_config_for(config.judge, gate))
         engine = make_engine(config.judge.engine)
@@ -148,6 +165,8 @@ class GateService:
         if options.fmt not in FORMATS:
             raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
         judge = self.judge_for(gate, options)
+        if cancel is not None and cancel.is_set():  # given up while waiting for a thread
+            raise CancelledError("the caller withdrew the request")
         request_id = uuid.uuid4().hex
         began = time.perf_counter()
         results = judge.judge_batch(list(records), cancel=cancel)

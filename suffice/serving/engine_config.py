@@ -23,6 +23,8 @@ BACKENDS = ("outlines", "xgrammar", "guidance")
 #: Chosen by measurement (README, "Structured-output backends").
 DEFAULT_BACKEND = "guidance"
 
+DEFAULT_CONCURRENCY = 32
+
 #: Settings only some engines take: (field, engines that take it, what to do instead).
 _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("backend", ("vllm",), "the transformers engine always uses Outlines; a server's backend is set where it starts"),
@@ -33,6 +35,7 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("api_key_file", ("openai",), "only the openai engine talks to a server"),
     ("tokenizer", ("openai",), "the in-process engines use the model folder's tokenizer"),
     ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
+    ("max_concurrency", ("openai",), "the in-process engines batch every request they are given"),
 )
 
 
@@ -66,8 +69,8 @@ class EngineConfig:
     tokenizer: Path | None = None
     #: openai: the model name on the server; ``None``: the server's only model.
     served_model: str | None = None
-    #: openai: requests in flight at once (across all callers of one engine).
-    max_concurrency: int = 32
+    #: openai: requests in flight at once (across all callers of one engine); ``None``: 32.
+    max_concurrency: int | None = None
     #: openai: seconds one HTTP call may take before it is retried.
     request_timeout: float = 300.0
     #: openai: retries of a call that failed in a way a retry can fix (connection, 5xx, 429).
@@ -101,12 +104,17 @@ class EngineConfig:
             raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be a whole number of GiB, at least 1")
         if not 0 <= self.top_logprobs <= 20:
             raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
-        if not 1 <= self.max_concurrency <= 1024:
+        if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:
             raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
         if not self.request_timeout > 0:
             raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
         if not 0 <= self.retries <= 10:
             raise ConfigError("retries", self.retries, "must be between 0 and 10")
+
+    @property
+    def concurrency(self) -> int:
+        """openai: requests in flight at once."""
+        return self.max_concurrency or DEFAULT_CONCURRENCY
 
     @property
     def backend_name(self) -> str:

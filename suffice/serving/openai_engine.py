@@ -213,15 +213,15 @@ class OpenAIEngine(Engine):
         self._retries = config.retries
         self._key_file = config.api_key_file
         headers = {"Authorization": f"Bearer {_read_key(config.api_key_file)}"} if config.api_key_file else {}
-        self._slots = threading.BoundedSemaphore(config.max_concurrency)
+        self._slots = threading.BoundedSemaphore(config.concurrency)
         self._client = httpx.Client(
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(config.request_timeout, connect=min(CONNECT_TIMEOUT, config.request_timeout)),
-            limits=httpx.Limits(max_connections=config.max_concurrency + 4),
+            limits=httpx.Limits(max_connections=config.concurrency + 4),
             transport=transport,
         )
-        self._workers = _Workers(config.max_concurrency)
+        self._workers = _Workers(config.concurrency)
         self._closed = False
         self._patterns: dict[str, re.Pattern[str]] = {}
         self._prompts: OrderedDict[tuple[tuple[tuple[str, str], ...], ...], list[int]] = OrderedDict()
@@ -310,7 +310,9 @@ class OpenAIEngine(Engine):
                     response = self._client.request(method, path, json=body)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                reachable = False
+                # Connected but slow (a long queue) is not gone: that request fails, and the
+                # judge's check_alive (/health) decides whether the server is.
+                reachable = isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout))
             else:
                 status = response.status_code
                 if status < 400:
@@ -320,7 +322,7 @@ class OpenAIEngine(Engine):
                     where = f" ({self._key_file})" if self._key_file else " (none was given)"
                     raise EngineFatalError(
                         f"the server at {self.base_url} refused the API key (HTTP {status}: {message}): "
-                        f"check --api-key-file{where}"
+                        f"check the server's key file{where} (--api-key-file; --engine-key-file in suffice serve)"
                     )
                 if status != 429 and status < 500:
                     raise ServerError(status, f"HTTP {status} from the server at {self.base_url}{path}: {message}")

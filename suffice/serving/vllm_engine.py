@@ -14,7 +14,7 @@ import itertools
 import queue
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +195,8 @@ class _Driver:
 
     def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
         try:
+            # One at a time: if the k-th add_request raises, the k-1 before it are known
+            # and aborted with the job instead of running for nobody.
             for request_id, seq in self._submit(sequences):
                 self._running[request_id] = (seq, job)
         except BaseException as exc:
@@ -355,13 +357,13 @@ class VLLMEngine(TokenizerMixin, Engine):
             for seq in sequences
         ]
 
-    def _submit(self, sequences: list[_Sequence]) -> list[tuple[str, _Sequence]]:
-        """Queue each sequence's current segment (on the driver's thread); their ids."""
+    def _submit(self, sequences: list[_Sequence]) -> Iterator[tuple[str, _Sequence]]:
+        """Queue each sequence's current segment (on the driver's thread), yielding each
+        request id as soon as its request is in the engine."""
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         engine = self._llm.llm_engine
-        submitted = []
         for seq in sequences:
             params = SamplingParams(
                 temperature=0.0,
@@ -373,8 +375,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             request_id = f"suffice-{next(self._request_ids)}"
             prompt = TokensPrompt(prompt_token_ids=seq.prompt_ids + seq.generated_ids)
             engine.add_request(request_id, prompt, params)
-            submitted.append((request_id, seq))
-        return submitted
+            yield request_id, seq
 
     def _absorb(self, seq: _Sequence, completion: Any) -> None:
         """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""

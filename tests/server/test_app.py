@@ -347,3 +347,67 @@ def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
     spec = client_for().get("/openapi.json").json()
     body = spec["paths"]["/v1/judge/{gate}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert [option["type"] for option in body["oneOf"]] == ["object", "array"]
+
+
+def test_a_gate_config_for_a_gate_not_served_is_refused_naming_it(tmp_path: Path):
+    from suffice.calibration.thresholds import GateConfig
+    from suffice.exceptions import ConfigError
+    from suffice.server.service import check_served
+
+    path = tmp_path / "gate.json"
+    GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
+    with pytest.raises(ConfigError) as caught:
+        check_served(ServeConfig(judge=JudgeConfig(gate_config=path), gates=("recovery",)))
+    assert caught.value.parameter == "gate_config"
+
+
+def test_a_rubric_without_the_adequacy_gate_served_is_refused_naming_it():
+    from suffice.exceptions import ConfigError
+    from suffice.server.service import check_served
+
+    with pytest.raises(ConfigError) as caught:
+        check_served(ServeConfig(judge=JudgeConfig(rubric="customer-support"), gates=("sufficiency",)))
+    assert caught.value.parameter == "rubric"
+
+
+def test_an_engine_that_dies_while_idle_is_noticed_without_a_request(monkeypatch):
+    import suffice.server.app as app_module
+
+    monkeypatch.setattr(app_module, "HEALTH_INTERVAL", 0.05)
+    told: list[str] = []
+    with client_for(DyingEngine(), on_fatal=told.append) as client:
+        deadline = time.monotonic() + 10
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = client.get("/health").status_code
+    assert told == ["the engine process 1 exited"]
+    assert status == 503
+
+
+def test_a_body_that_stalls_mid_upload_is_408():
+    """A real server on loopback; the client sends half its declared body and stops."""
+    import socket
+
+    import uvicorn
+
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), request_timeout=1.0)
+    app = create_app(GateService(config, ScriptedEngine(good)), config)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            head = b"POST /v1/judge/sufficiency HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            client.sendall(head + b"Content-Length: 200\r\n\r\n[ ")
+            answer = client.recv(4096)
+        assert answer.split(b"\r\n", 1)[0] == b"HTTP/1.1 408 Request Timeout"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()

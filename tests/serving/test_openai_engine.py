@@ -455,10 +455,18 @@ def test_a_server_that_goes_away_is_dead_after_the_retries():
         engine.generate([request()])
 
 
-def test_a_timeout_after_the_retries_is_a_dead_server():
-    engine = make(FakeServer(fail=completions_fail(99, lambda: httpx.ReadTimeout("timed out"))), retries=1)
+def test_a_connect_timeout_after_the_retries_is_a_dead_server():
+    engine = make(FakeServer(fail=completions_fail(99, lambda: httpx.ConnectTimeout("timed out"))), retries=1)
     with pytest.raises(EngineDeadError):
         engine.generate([request()])
+
+
+def test_a_read_timeout_after_the_retries_fails_that_request_only():
+    """Connected but slow is not gone: the request fails and the server stays in use."""
+    engine = make(FakeServer(fail=completions_fail(99, lambda: httpx.ReadTimeout("timed out"))), retries=1)
+    with pytest.raises(EngineError) as caught:
+        engine.generate([request()])
+    assert not isinstance(caught.value, EngineDeadError)
 
 
 def test_the_dead_server_was_tried_once_more_than_the_retries():
