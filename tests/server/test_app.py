@@ -6,8 +6,10 @@ here the engine is scripted so that each HTTP behaviour is checked fast and exac
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -178,36 +180,43 @@ def test_a_request_over_its_timeout_has_its_generation_cancelled():
     assert engine.cancels[0].is_set()
 
 
-def test_a_client_that_hangs_up_has_its_generation_cancelled():
-    """A real server on loopback and a client whose read times out and closes the connection."""
+@contextlib.contextmanager
+def live_server(engine: ScriptedEngine, **settings: object) -> Iterator[int]:
+    """The app on a real uvicorn server on a loopback port (yielded), in a thread."""
     import socket
 
-    import httpx
     import uvicorn
 
-    engine = Waiting()
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), **settings)  # type: ignore[arg-type]
     app = create_app(GateService(config, engine), config)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 10
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
+        yield listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
+
+
+def test_a_client_that_hangs_up_has_its_generation_cancelled():
+    """A real server on loopback and a client whose read times out and closes the connection."""
+    import httpx
+
+    engine = Waiting()
+    with live_server(engine) as port:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"http://127.0.0.1:{port}/v1/judge/sufficiency", json=record(0), timeout=1.0)
         deadline = time.monotonic() + 10
         while not (engine.cancels and engine.cancels[0].is_set()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert engine.cancels[0].is_set()
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def test_a_request_over_its_timeout_is_504_and_the_next_one_still_works():
@@ -388,26 +397,11 @@ def test_a_body_that_stalls_mid_upload_is_408():
     """A real server on loopback; the client sends half its declared body and stops."""
     import socket
 
-    import uvicorn
-
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), request_timeout=1.0)
-    app = create_app(GateService(config, ScriptedEngine(good)), config)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
-            head = b"POST /v1/judge/sufficiency HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            client.sendall(head + b"Content-Length: 200\r\n\r\n[ ")
-            answer = client.recv(4096)
-        assert answer.split(b"\r\n", 1)[0] == b"HTTP/1.1 408 Request Timeout"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        listener.close()
+    head = b"POST /v1/judge/sufficiency HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with (
+        live_server(ScriptedEngine(good), request_timeout=1.0) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as client,
+    ):
+        client.sendall(head + b"Content-Length: 200\r\n\r\n[ ")
+        answer = client.recv(4096)
+    assert answer.split(b"\r\n", 1)[0] == b"HTTP/1.1 408 Request Timeout"
