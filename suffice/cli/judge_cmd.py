@@ -77,12 +77,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def config_from_args(args: argparse.Namespace) -> JudgeConfig:
-    """A checked config, its gate built once so a bad rubric fails before the engine starts."""
-    if args.batch_size < 1:
-        raise ConfigError("batch_size", args.batch_size, "must be at least 1")
-    config = JudgeConfig(
-        gate=args.gate,
+def judge_config_from_args(args: argparse.Namespace, gate: str) -> JudgeConfig:
+    """The gate and engine options every judging command shares (``judge``, ``calibrate``,
+    ``serve``), as a :class:`JudgeConfig` for ``gate``."""
+    return JudgeConfig(
+        gate=gate,
         engine=engine_config_from_args(args),
         rubric=args.rubric,
         rubric_dir=args.rubric_dir,
@@ -90,6 +89,13 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         gate_config=args.gate_config,
         detail=args.detail,
     )
+
+
+def config_from_args(args: argparse.Namespace) -> JudgeConfig:
+    """A checked config, its gate built once so a bad rubric fails before the engine starts."""
+    if args.batch_size < 1:
+        raise ConfigError("batch_size", args.batch_size, "must be at least 1")
+    config = judge_config_from_args(args, args.gate)
     make_gate_for(config)
     machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
     return config

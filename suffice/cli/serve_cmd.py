@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.engine_args import add_engine_args
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_USAGE
-from suffice.cli.judge_cmd import add_audit_args, audit_key_of
-from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.cli.judge_cmd import add_audit_args, audit_key_of, judge_config_from_args
+from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.server.config import ServeConfig
 
@@ -46,15 +46,7 @@ def add_parser(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
     gates = tuple(args.gate) if args.gate else GATES
-    judge = JudgeConfig(
-        gate=gates[0],
-        engine=engine_config_from_args(args),
-        rubric=args.rubric,
-        rubric_dir=args.rubric_dir,
-        threshold=args.threshold,
-        gate_config=args.gate_config,
-        detail=args.detail,
-    )
+    judge = judge_config_from_args(args, gates[0])
     return ServeConfig(
         judge=judge,
         gates=gates,

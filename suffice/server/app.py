@@ -116,7 +116,6 @@ def create_app(
         version="1",
     )
     metrics = Metrics()
-    app.state.metrics = metrics
     gates_literal = tuple(config.gates)
 
     def fatal(reason: str) -> None:

@@ -126,7 +126,7 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
 #: Serialises this process's calls into Hugging Face tokenizers: a Rust tokenizer
 #: shared by threads (``suffice serve`` prepares each request on its own thread)
 #: raises "Already borrowed" when one call reconfigures it while another encodes.
-_TOKENIZER_LOCK = threading.Lock()
+TOKENIZER_LOCK = threading.Lock()
 
 
 class TokenizerMixin:
@@ -137,23 +137,23 @@ class TokenizerMixin:
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             encoded = self.tokenizer(list(texts), add_special_tokens=False)  # type: ignore[operator]
         return [len(ids) for ids in encoded["input_ids"]]
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
         if len(ids) <= max_tokens:
             return text
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             prefix: str = self.tokenizer.decode(ids[: max(max_tokens, 0)])  # type: ignore[attr-defined]
         # A cut inside a multi-byte character decodes to U+FFFD; drop it.
         return prefix.rstrip("\ufffd")
 
     def chat_text(self, messages: Sequence[Message]) -> str:
         """The chat-templated prompt, generation prompt included."""
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
                 list(messages), tokenize=False, add_generation_prompt=True
             )
@@ -161,7 +161,7 @@ class TokenizerMixin:
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         text = self.chat_text(messages)
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             encoded = self.tokenizer(text, add_special_tokens=False)  # type: ignore[operator]
         ids: list[int] = encoded["input_ids"]
         return ids

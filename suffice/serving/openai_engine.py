@@ -63,7 +63,7 @@ from suffice.exceptions import (
 )
 from suffice.grammars.constraint import Segment
 from suffice.serving.base import (
-    _TOKENIZER_LOCK,
+    TOKENIZER_LOCK,
     Engine,
     Generation,
     GenerationRequest,
@@ -179,7 +179,7 @@ class _LocalTokenizer(TokenizerMixin):
         self.eos_ids = _eos_ids(self.tokenizer, folder)
 
     def decode(self, ids: Sequence[int]) -> str:
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             text: str = self.tokenizer.decode(list(ids), skip_special_tokens=False)  # type: ignore[attr-defined]
         return text
 

@@ -76,9 +76,8 @@ def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
         assert (v.decision.decision == "PASS") == expected
         assert (v.decision.route == "deliver") == (v.decision.decision == "PASS")
         if result.raw_text is not None:
-            if result.backend != "outlines-transformers":  # no log-probabilities there
-                assert v.p_model_pass is not None and 0.0 <= v.p_model_pass <= 1.0
-                assert (v.p_model_pass if v.adequacy_decision == "PASS" else 1 - v.p_model_pass) > 0
+            assert v.p_model_pass is not None and 0.0 <= v.p_model_pass <= 1.0
+            assert (v.p_model_pass if v.adequacy_decision == "PASS" else 1 - v.p_model_pass) > 0
             assert re.fullmatch(adequacy_constraint().pattern, result.raw_text)
             AdequacyOutput.model_validate(json.loads(result.raw_text))
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0

@@ -73,7 +73,7 @@ def recovery_batch(real_count: int = 7) -> list[dict]:
 @pytest.fixture(scope="session")
 def recovery_judged(engine):
     # The transformers engine runs one item at a time (about a minute each here).
-    records = recovery_batch(2 if engine.backend == "outlines-transformers" else 7)
+    records = recovery_batch(7)
     judge = Judge(engine, "recovery")
     return judge, records, judge.judge_batch(records)
 
@@ -113,7 +113,7 @@ def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
         shown = [ShownChunk(i, c.id, c.text, c.source, False, c.score) for i, c in enumerate(item.chunks)]
         assert v.decision == decide(v, shown, judge.gate.threshold)
         assert v.decision.route in {"deliver", "retrieve_more", "abstain", "human_review"}
-        if result.raw_text is not None and result.backend != "outlines-transformers":
+        if result.raw_text is not None:
             probs = v.class_probabilities
             assert probs is not None and sum(probs.values()) == pytest.approx(1.0)
             assert all(0.0 <= p <= 1.0 for p in probs.values()) and probs[v.classification.value] > 0
