@@ -2,8 +2,10 @@
 every hook, and every gate's segments are request-independent except the declared ones."""
 
 import inspect
+import typing
 
 import pytest
+from pydantic import BaseModel
 
 from suffice.gates import AdequacyGate, DecisionGate, RecoveryGate, SufficiencyGate
 from suffice.gates.base import Gate
@@ -47,6 +49,18 @@ def test_every_gate_implements_every_hook(gate):
         assert getattr(gate, name), name
     assert gate.prompt_version.startswith(gate.name + "/")
     assert isinstance(gate, Gate)
+
+
+@pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)
+def test_every_gate_names_the_pydantic_class_of_its_verdicts(gate):
+    """``verdict_model`` is what the typed Parquet schema is built from: it must be the
+    class ``parse`` and ``shortcut`` return, declared on the gate's own class."""
+    model = type(gate).__dict__.get("verdict_model")
+    assert isinstance(model, type), type(gate).__name__
+    assert issubclass(model, BaseModel)
+    assert typing.get_type_hints(type(gate).parse)["return"] is model
+    item = gate.parse_item({"id": "a", "question": "Who?", "chunks": [], "response": "Nobody."})
+    assert isinstance(gate.shortcut(item), model)
 
 
 def test_every_gate_name_the_config_accepts_builds_a_gate():

@@ -51,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         config = judge_cmd.config_from_args(args)
-        key = judge_cmd.audit_key_of(args)
+        options = BatchOptions(
+            batch_size=args.batch_size,
+            overwrite=args.overwrite,
+            audit_db=args.audit_db,
+            audit_key=judge_cmd.audit_key_of(args),
+        )
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -67,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     source.write_bytes(b"".join(dump_line(r) for r in records))
     verdicts = args.output / "verdicts.jsonl"
-    options = BatchOptions(batch_size=args.batch_size, overwrite=args.overwrite, audit_db=args.audit_db, audit_key=key)
     status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress)
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status

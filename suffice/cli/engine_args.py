@@ -24,9 +24,28 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
     p.add_argument("--backend", choices=BACKENDS, default=None, help="structured-output backend (vllm engine)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: the model's)")
     p.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start, faster decode)")
-    p.add_argument("--cores", default=None, help="cores for the engine's threads, e.g. 0-3 (default: all allowed)")
     p.add_argument(
-        "--kv-cache-gib", type=int, default=None, help="KV cache in GiB (CPU; default: 20%% of available memory)"
+        "--cores", default=None, help="CPU build only: cores for the engine's threads, e.g. 0-3 (default: all allowed)"
+    )
+    p.add_argument(
+        "--kv-cache-gib",
+        type=int,
+        default=None,
+        help="CPU build only: KV cache in GiB (default: 20%% of available memory)",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GPU build only: split the model across N GPUs (default 1)",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        metavar="F",
+        help="GPU build only: share of each GPU's memory vLLM may take, in (0, 1] (default: vLLM's)",
     )
     p.add_argument("--base-url", default=None, help="openai engine: the server, e.g. http://127.0.0.1:8001")
     p.add_argument(
@@ -50,6 +69,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         enforce_eager=not args.compile,
         cores=args.cores,
         kv_cache_gib=args.kv_cache_gib,
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         verbose=args.verbose,
         base_url=args.base_url,
         api_key_file=args.engine_key_file,

@@ -1,4 +1,5 @@
-"""``suffice judge``: JSONL in, one result line per record out, resumable."""
+"""``suffice judge``: records in (JSONL or Parquet), one result row each out, resumable
+by id, in this process or on Ray actors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from suffice import batch
-from suffice.batch import BatchOptions
+from suffice.batch import BatchOptions, FieldMap, RayOptions
+from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
@@ -60,8 +62,12 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
     )
-    p.add_argument("input", type=Path, help="JSONL records (id, question, chunks[, response])")
-    p.add_argument("-o", "--output", type=Path, required=True, help="JSONL results, appended as batches finish")
+    p.add_argument(
+        "input", type=Path, help="JSONL or Parquet records (id, question, chunks[, response]; RAGAS names too)"
+    )
+    p.add_argument(
+        "-o", "--output", type=Path, required=True, help="JSONL or Parquet results (rows written as batches finish)"
+    )
     add_judge_args(p)
     p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
     p.add_argument(
@@ -73,6 +79,24 @@ def add_parser(sub: Any) -> None:
         default="suffice",
         help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
     )
+    p.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: by extension)")
+    p.add_argument("--output-format", choices=FORMATS, default=None, help="output format (default: by extension)")
+    p.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="FIELD=NAME",
+        help="read suffice's FIELD (id, question, chunks, response, rubric) from the input's NAME; repeatable",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="ADDRESS",
+        help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
+    )
+    p.add_argument("--actors", type=int, default=None, help="--ray: actors (default: one per GPU, or 1)")
     add_audit_args(p)
     p.set_defaults(run=run)
 
@@ -93,8 +117,6 @@ def judge_config_from_args(args: argparse.Namespace, gate: str) -> JudgeConfig:
 
 def config_from_args(args: argparse.Namespace) -> JudgeConfig:
     """A checked config, its gate built once so a bad rubric fails before the engine starts."""
-    if args.batch_size < 1:
-        raise ConfigError("batch_size", args.batch_size, "must be at least 1")
     config = judge_config_from_args(args, args.gate)
     make_gate_for(config)
     machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
@@ -107,23 +129,29 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         config = config_from_args(args)
-        key = audit_key_of(args)
+        if args.actors is not None and args.ray is None:
+            raise ConfigError("actors", args.actors, "needs --ray")
+        options = BatchOptions(
+            batch_size=args.batch_size,
+            fmt=args.format,
+            overwrite=args.overwrite,
+            retry_errors=args.retry_errors,
+            audit_db=args.audit_db,
+            audit_key=audit_key_of(args),
+            input_format=args.input_format,
+            output_format=args.output_format,
+            fields=FieldMap.parse(args.field),
+            ray=None if args.ray is None else RayOptions(address=args.ray, actors=args.actors),
+        )
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    options = BatchOptions(
-        batch_size=args.batch_size,
-        fmt=args.format,
-        overwrite=args.overwrite,
-        retry_errors=args.retry_errors,
-        audit_db=args.audit_db,
-        audit_key=key,
-    )
     return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
 
 
-def progress_bar(total: int, done: int) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """A progress bar on stderr: advances per record, with rate and ETA."""
+def progress_bar(total: int | None, done: int) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """A progress bar on stderr: advances per record, with rate, and ETA when the total
+    is known (Parquet input; JSONL is not counted first, to read it once)."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=done, unit="rec", file=sys.stderr, smoothing=0.1, dynamic_ncols=True)

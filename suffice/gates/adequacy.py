@@ -38,6 +38,7 @@ class AdequacyGate(Gate):
     positive_value = '"PASS"'
     saveable_scores = ("composite",)
     calibration_target = "rubric"
+    verdict_model = AdequacyVerdict
 
     def __init__(
         self,

@@ -40,6 +40,9 @@ class Gate(ABC):
     #: or ``None`` (the gate's threshold is a preset, not calibrated).
     saveable_scores: tuple[str, ...] = ()
     calibration_target: str | None = None
+    #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return: the
+    #: typed Parquet schema of a result file (:mod:`suffice.tables`) is built from it.
+    verdict_model: type[BaseModel]
 
     @property
     def decision_marker(self) -> str:

@@ -24,6 +24,8 @@ from suffice.records import Chunk, Item
 
 
 class DecisionGate(Gate):
+    verdict_model = DecisionVerdict
+
     def __init__(self, inner: Gate) -> None:
         self.inner = inner
         self.name = inner.name

@@ -36,6 +36,7 @@ class RecoveryGate(Gate):
     decision_key = "classification"
     decision_json_values = ('"SUFFICIENT"', '"PARTIALLY_SUFFICIENT"', '"INSUFFICIENT"')
     positive_value = '"SUFFICIENT"'
+    verdict_model = RecoveryVerdict
 
     def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
         self.template = load_prompt("recovery", prompt_version)

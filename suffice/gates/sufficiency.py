@@ -33,6 +33,7 @@ class SufficiencyGate(Gate):
     positive_value = "true"
     saveable_scores = ("p_sufficient", "self_confidence")
     calibration_target = "gate_config"
+    verdict_model = SufficiencyVerdict
 
     def __init__(self, prompt_version: str = "v3", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)

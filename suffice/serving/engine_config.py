@@ -26,11 +26,24 @@ DEFAULT_BACKEND = "guidance"
 DEFAULT_CONCURRENCY = 32
 
 #: Settings only some engines take: (field, engines that take it, what to do instead).
+#: Which of vLLM's settings suit its build (CPU-only ``kv_cache_gib`` and ``cores``;
+#: GPU-only ``tensor_parallel_size`` > 1 and ``gpu_memory_utilization``) is checked when
+#: the engine starts (:func:`suffice.serving.machine.check_build`): only then is it known.
 _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("backend", ("vllm",), "the transformers engine always uses Outlines; a server's backend is set where it starts"),
     ("model", ("vllm", "transformers"), "a server serves its own model: name it with served_model"),
     ("kv_cache_gib", ("vllm",), "only an in-process vLLM engine has a KV cache to size"),
     ("cores", ("vllm",), "only an in-process vLLM engine binds threads"),
+    (
+        "tensor_parallel_size",
+        ("vllm",),
+        "only an in-process vLLM engine splits a model across GPUs; a server's is set where it starts",
+    ),
+    (
+        "gpu_memory_utilization",
+        ("vllm",),
+        "only an in-process vLLM engine reserves GPU memory; a server's is set where it starts",
+    ),
     ("base_url", ("openai",), "only the openai engine talks to a server"),
     ("api_key_file", ("openai",), "only the openai engine talks to a server"),
     ("tokenizer", ("openai",), "the in-process engines use the model folder's tokenizer"),
@@ -56,6 +69,11 @@ class EngineConfig:
     kv_cache_gib: float | None = None
     #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
     cores: str | None = None
+    #: vLLM on a GPU: GPUs one model is split across; ``None``: vLLM's default (1).
+    tensor_parallel_size: int | None = None
+    #: vLLM on a GPU: share of each GPU's memory the engine may take, in (0, 1];
+    #: ``None``: vLLM's default.
+    gpu_memory_utilization: float | None = None
     #: Show the engine's own log lines and the settings read off the machine.
     verbose: bool = False
     seed: int = 0
@@ -102,6 +120,12 @@ class EngineConfig:
             raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
         if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):
             raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be a whole number of GiB, at least 1")
+        if self.tensor_parallel_size is not None and not self.tensor_parallel_size >= 1:
+            raise ConfigError("tensor_parallel_size", self.tensor_parallel_size, "must be at least 1 (GPUs)")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "gpu_memory_utilization", self.gpu_memory_utilization, "must be more than 0 and at most 1 (a share)"
+            )
         if not 0 <= self.top_logprobs <= 20:
             raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
         if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:

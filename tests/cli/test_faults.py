@@ -24,7 +24,7 @@ import pytest
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
 from tests.conftest import load_records
-from tests.test_batch import WORST
+from tests.batch.test_runner import WORST
 
 pytestmark = pytest.mark.engine
 

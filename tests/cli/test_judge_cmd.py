@@ -151,6 +151,9 @@ def test_the_input_as_output_is_a_usage_error(tmp_path):
         (["--engine", "openai"], "base_url=None"),
         (["--base-url", "http://127.0.0.1:9"], "base_url='http://127.0.0.1:9': not used by the vllm engine"),
         (["--engine", "openai", "--base-url", "http://x", "--kv-cache-gib", "2"], "kv_cache_gib"),
+        (["--tensor-parallel-size", "0"], "tensor_parallel_size=0: must be at least 1"),
+        (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization=1.5"),
+        (["--engine", "transformers", "--tensor-parallel-size", "2"], "tensor_parallel_size='2': not used by the"),
     ],
 )
 def test_an_engine_option_the_engine_does_not_take_is_a_usage_error(tmp_path, options, named):

@@ -23,7 +23,7 @@ from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
-from tests.test_batch import good
+from tests.batch.test_runner import good
 
 KEY = b"k" * 32
 

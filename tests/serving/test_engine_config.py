@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from suffice.exceptions import ConfigError
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.exceptions import ConfigError, EngineError
+from suffice.serving import machine
 from suffice.serving.engine_config import DEFAULT_BACKEND, EngineConfig
 from suffice.serving.factory import engine_settings
+from suffice.serving.machine import check_build
+from suffice.serving.offline import OFFLINE_ENV
+from suffice.serving.vllm_engine import VLLMEngine
 
 
 @pytest.mark.parametrize(
@@ -28,6 +36,16 @@ from suffice.serving.factory import engine_settings
         ({"kind": "vllm", "max_concurrency": 0}, "max_concurrency"),
         ({"kind": "vllm", "retries": 11}, "retries"),
         ({"kind": "tgi"}, "engine"),
+        ({"tensor_parallel_size": 0}, "tensor_parallel_size"),
+        ({"tensor_parallel_size": -2}, "tensor_parallel_size"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": -0.5}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 1.01}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": float("nan")}, "gpu_memory_utilization"),
+        ({"kind": "transformers", "tensor_parallel_size": 2}, "tensor_parallel_size"),
+        ({"kind": "transformers", "gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
+        ({"kind": "openai", "base_url": "http://h", "tensor_parallel_size": 1}, "tensor_parallel_size"),
+        ({"kind": "openai", "base_url": "http://h", "gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
         ({"backend": "lmformatenforcer"}, "backend"),
     ],
 )
@@ -48,3 +66,178 @@ def test_the_transformers_engine_records_outlines_as_its_backend():
 def test_an_openai_engine_records_the_server_address_without_connecting():
     settings = engine_settings(EngineConfig(kind="openai", base_url="http://127.0.0.1:9", served_model="m"))
     assert settings["weights"] == "http://127.0.0.1:9"
+
+
+def test_the_error_names_the_parameter_and_its_value():
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=0: must be at least 1"):
+        EngineConfig(tensor_parallel_size=0)
+    with pytest.raises(ConfigError, match=r"gpu_memory_utilization=1.5: must be more than 0 and at most 1"):
+        EngineConfig(gpu_memory_utilization=1.5)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"tensor_parallel_size": 1},
+        {"tensor_parallel_size": 8},
+        {"gpu_memory_utilization": 1.0},
+        {"gpu_memory_utilization": 0.05},
+    ],
+)
+def test_gpu_settings_in_range_are_taken(settings):
+    config = EngineConfig(**settings)
+    for name, value in settings.items():
+        assert getattr(config, name) == value
+
+
+def _model_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_settings_leave_the_gpu_settings_out_when_they_are_not_set(tmp_path):
+    """The settings file of an existing CPU run still matches: no new keys."""
+    model = _model_folder(tmp_path)
+    settings = engine_settings(EngineConfig(model=model))
+    assert set(settings) == {"model", "weights", "engine", "backend", "max_model_len"}
+
+
+def test_settings_record_tensor_parallelism_which_can_change_a_verdict(tmp_path):
+    model = _model_folder(tmp_path)
+    plain = engine_settings(EngineConfig(model=model))
+    settings = engine_settings(EngineConfig(model=model, tensor_parallel_size=2))
+    assert settings == {**plain, "tensor_parallel_size": "2"}
+
+
+def test_settings_leave_out_memory_utilisation_which_cannot(tmp_path):
+    model = _model_folder(tmp_path)
+    plain = engine_settings(EngineConfig(model=model))
+    assert engine_settings(EngineConfig(model=model, gpu_memory_utilization=0.85)) == plain
+
+
+@pytest.mark.parametrize(
+    ("settings", "parameter"),
+    [
+        ({"tensor_parallel_size": 2}, "tensor_parallel_size"),
+        ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
+    ],
+)
+def test_the_cpu_build_refuses_gpu_settings_and_says_what_to_install(settings, parameter):
+    with pytest.raises(ConfigError) as caught:
+        check_build(EngineConfig(**settings), gpu=False)
+    assert caught.value.parameter == parameter
+    assert "suffice[gpu]" in str(caught.value)
+
+
+@pytest.mark.parametrize(("settings", "parameter"), [({"kv_cache_gib": 2}, "kv_cache_gib"), ({"cores": "0"}, "cores")])
+def test_the_gpu_build_refuses_cpu_settings(settings, parameter):
+    with pytest.raises(ConfigError) as caught:
+        check_build(EngineConfig(**settings), gpu=True)
+    assert caught.value.parameter == parameter
+    assert "GPU" in str(caught.value)
+
+
+def test_each_build_takes_its_own_settings():
+    check_build(EngineConfig(kv_cache_gib=2, cores="0", tensor_parallel_size=1), gpu=False)
+    check_build(EngineConfig(tensor_parallel_size=2, gpu_memory_utilization=0.9), gpu=True)
+    check_build(EngineConfig(), gpu=False)
+    check_build(EngineConfig(), gpu=True)
+
+
+def test_a_cpu_build_refuses_tensor_parallel_at_engine_start(monkeypatch):
+    monkeypatch.setattr(machine, "gpu_build", lambda: False)
+    with pytest.raises(ConfigError) as caught:
+        VLLMEngine(EngineConfig(tensor_parallel_size=2))
+    assert caught.value.parameter == "tensor_parallel_size"
+    assert 'pip install "suffice[gpu]"' in str(caught.value)
+
+
+def test_a_gpu_build_refuses_a_kv_cache_size_at_engine_start(monkeypatch):
+    monkeypatch.setattr(machine, "gpu_build", lambda: True)
+    with pytest.raises(ConfigError) as caught:
+        VLLMEngine(EngineConfig(kv_cache_gib=2))
+    assert caught.value.parameter == "kv_cache_gib"
+
+
+_ENGINE_ENV = (
+    *OFFLINE_ENV,
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_REGEX_COMPILATION_TIMEOUT_S",
+    "TRANSFORMERS_VERBOSITY",
+    "TORCH_CPP_LOG_LEVEL",
+)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, tmp_path):
+    """A ``vllm`` module whose ``LLM`` records its arguments and fails, so the engine
+    stops right after building them (nothing is started); the environment the engine
+    sets is restored afterwards."""
+    for name in _ENGINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path / "cache"))
+    seen: dict[str, object] = {}
+
+    def llm(**kwargs: object) -> None:
+        seen.update(kwargs)
+        raise RuntimeError("not started in this test")
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=llm))
+    return seen
+
+
+def test_a_gpu_build_gets_the_gpu_settings_and_no_cpu_environment(monkeypatch, tmp_path, fake_vllm):
+    import os
+
+    monkeypatch.setattr(machine, "gpu_build", lambda: True)
+    config = EngineConfig(model=_model_folder(tmp_path), tensor_parallel_size=2, gpu_memory_utilization=0.8)
+    with pytest.raises(EngineError, match="not started in this test"):
+        VLLMEngine(config)
+    assert fake_vllm["tensor_parallel_size"] == 2
+    assert fake_vllm["gpu_memory_utilization"] == 0.8
+    assert "block_size" not in fake_vllm
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+
+
+def test_a_cpu_build_gets_no_gpu_settings_unless_set(monkeypatch, tmp_path, fake_vllm):
+    import os
+
+    monkeypatch.setattr(machine, "gpu_build", lambda: False)
+    with pytest.raises(EngineError):
+        VLLMEngine(EngineConfig(model=_model_folder(tmp_path)))
+    assert "tensor_parallel_size" not in fake_vllm
+    assert "gpu_memory_utilization" not in fake_vllm
+    assert "VLLM_CPU_KVCACHE_SPACE" in os.environ
+    assert "VLLM_CPU_OMP_THREADS_BIND" in os.environ
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_the_gpu_options_reach_the_engine_config():
+    config = engine_config_from_args(_parse("--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.8"))
+    assert (config.tensor_parallel_size, config.gpu_memory_utilization) == (2, 0.8)
+    config = engine_config_from_args(_parse())
+    assert (config.tensor_parallel_size, config.gpu_memory_utilization) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "parameter"),
+    [
+        (("--tensor-parallel-size", "0"), "tensor_parallel_size"),
+        (("--gpu-memory-utilization", "0"), "gpu_memory_utilization"),
+        (("--engine", "transformers", "--tensor-parallel-size", "2"), "tensor_parallel_size"),
+    ],
+)
+def test_bad_gpu_options_name_the_parameter(argv, parameter):
+    with pytest.raises(ConfigError) as caught:
+        engine_config_from_args(_parse(*argv))
+    assert caught.value.parameter == parameter

@@ -96,3 +96,17 @@ def test_an_engine_that_cannot_start_quotes_its_log(tmp_path, monkeypatch):
     with pytest.raises(EngineError) as info:
         VLLMEngine(EngineConfig(), ModelRef(broken, "broken"))
     assert str(broken) in str(info.value)
+
+
+def test_on_a_gpu_the_cpu_settings_are_neither_described_nor_applied(monkeypatch):
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_LOGGING_LEVEL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("VLLM_REGEX_COMPILATION_TIMEOUT_S", "TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL"):
+        monkeypatch.delenv(name, raising=False)
+    settings = machine_settings(EngineConfig(), gpu=True)
+    assert settings.block_size is None and settings.dtype == "auto"
+    assert "GPU" in settings.describe() and "cores" not in settings.describe()
+    machine.apply_settings(settings)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"

@@ -241,16 +241,27 @@ def test_the_input_is_untouched_when_refused_as_output(tmp_path):
     assert source.read_bytes() == before
 
 
-def test_a_refused_resume_leaves_the_output_as_it_was(tmp_path):
+def test_a_resume_matches_rows_by_id_when_the_input_moved_its_records(tmp_path):
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
     judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
-    rows_before = out.read_text().splitlines()
-    kept = "\n".join(rows_before[:1]) + "\n"
-    out.write_text(kept)
+    out.write_text(out.read_text().splitlines()[0] + "\n")  # only r0 answered
     other = tmp_path / "other.jsonl"
     write_lines(other, [json.dumps(record(9)).encode(), *(json.dumps(record(i)).encode() for i in range(2))])
-    with pytest.raises(OutputMismatchError):
+    engine = ScriptedEngine(good)
+    report = judge_file(CONFIG, other, out, open_judge=opener(engine))
+    assert report.skipped == 1
+    assert [r["id"] for r in rows(out)] == ["r9", "r0", "r1"]
+
+
+def test_a_row_kept_by_position_for_another_record_refuses_the_resume(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(1)).encode(), b"not json"])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    kept = out.read_text()
+    other = tmp_path / "other.jsonl"  # position 2 now repeats r1: its row is not the one kept for position 2
+    write_lines(other, [json.dumps(record(1)).encode(), json.dumps(record(1)).encode()])
+    with pytest.raises(OutputMismatchError, match="does not answer this input"):
         judge_file(CONFIG, other, out, open_judge=opener(ScriptedEngine(good)))
     assert out.read_text() == kept
 
@@ -270,3 +281,81 @@ def test_a_new_rubric_version_in_the_store_refuses_the_resume(tmp_path):
     with pytest.raises(OutputMismatchError) as caught:
         judge_file(config, source, out, open_judge=opener(ScriptedEngine(good)))
     assert caught.value.setting == "rubrics"
+
+
+def test_each_repeated_id_gets_an_error_row_and_the_first_keeps_its_verdict(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i % 2)).encode() for i in range(5)])  # r0 r1 r0 r1 r0
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(ScriptedEngine(good)))
+    got = rows(out)
+    assert [r["line"] for r in got] == [1, 2, 3, 4, 5]
+    assert [r["error"]["type"] if r["error"] else None for r in got] == [
+        None,
+        None,
+        "DuplicateIdError",
+        "DuplicateIdError",
+        "DuplicateIdError",
+    ]
+    assert got[2]["error"]["field"] == "id"
+    assert "record 1" in got[4]["error"]["message"]
+
+
+def test_repeated_ids_are_not_judged_again_on_resume(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i % 2)).encode() for i in range(4)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    engine = ScriptedEngine(good)
+    report = judge_file(CONFIG, source, out, open_judge=opener(engine))
+    assert report.skipped == 4
+    assert engine.calls == []
+
+
+def test_shuffled_partial_output_from_workers_resumes_every_id_once(tmp_path):
+    import random
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(40)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    lines = out.read_text().splitlines(keepends=True)
+    kept = random.Random(7).sample(lines, 23)  # any mix of finished ids, any order, as shards leave them
+    out.write_text("".join(kept))
+    engine = ScriptedEngine(good)
+    report = judge_file(CONFIG, source, out, BatchOptions(batch_size=5), open_judge=opener(engine))
+    assert report.skipped == 23
+    assert sum(engine.calls) == 17
+    assert [r["id"] for r in rows(out)] == [f"r{i}" for i in range(40)]
+
+
+def test_a_run_with_nothing_left_to_judge_starts_no_engine(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    opened = []
+
+    def never(config):
+        opened.append(config)
+        raise AssertionError("the engine should not start")
+
+    report = judge_file(CONFIG, source, out, open_judge=never)
+    assert opened == []
+    assert report.skipped == 3
+
+
+def test_ragas_parquet_input_gets_one_row_per_record_and_progress_knows_the_total(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source, out = tmp_path / "in.parquet", tmp_path / "out.jsonl"
+    traces = [{"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]} for i in range(6)]
+    pq.write_table(pa.Table.from_pylist(traces), source)
+    totals = []
+
+    def progress(total, done):
+        totals.append((total, done))
+        return (lambda n: None), (lambda: None)
+
+    judge_file(CONFIG, source, out, progress=progress, open_judge=opener(ScriptedEngine(good)))
+    got = rows(out)
+    assert [r["id"] for r in got] == [f"row-{i}" for i in range(1, 7)]
+    assert all(r["verdict"] is not None for r in got)
+    assert totals == [(6, 0)]

@@ -1,0 +1,17 @@
+"""Batch scoring as a library: read records, judge them in batches, write one row each,
+resume by id; in this process or on Ray actors.  The CLI only builds the options."""
+
+from suffice.batch.inputs import FieldMap, InputFile
+from suffice.batch.options import BatchOptions, RayOptions
+from suffice.batch.runner import BatchReport, journal_path, judge_file, result_row
+
+__all__ = [
+    "BatchOptions",
+    "BatchReport",
+    "FieldMap",
+    "InputFile",
+    "RayOptions",
+    "journal_path",
+    "judge_file",
+    "result_row",
+]

@@ -1,0 +1,126 @@
+"""Batch input: JSONL or Parquet, read once and in pieces, with other schemas mapped in.
+
+Why a mapping: traces come from other tools with other names.  RAGAS-style records
+(``user_input``, ``retrieved_contexts`` as a list of strings, ``response``,
+``reference``) are recognised as they are; any other names are mapped with
+``--field question=query --field chunks=passages``.  A list of strings as ``chunks``
+becomes chunks with ids ``0..n-1``.  A mapped or RAGAS record without an id gets its
+position (``"row-<n>"``), so resuming works as long as the input keeps its order; give ids to
+be free of that (records in suffice's own shape still need an id).
+
+Every row still goes through :func:`suffice.records.parse_record`: the mapping only
+renames, so a bad value is still an error line naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from suffice.exceptions import ConfigError
+from suffice.jsonl import SourceLine, read_lines
+
+FORMATS = ("jsonl", "parquet")
+#: Suffice's record fields a mapping can fill.
+FIELDS = ("id", "question", "chunks", "response", "rubric")
+#: RAGAS's names (``reference`` is the ground truth, carried but not judged).
+RAGAS = {"question": "user_input", "chunks": "retrieved_contexts", "response": "response"}
+_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def format_of(path: Path, given: str | None, option: str = "format") -> str:
+    """``given``, or the format ``path``'s extension names; a ConfigError otherwise."""
+    if given is not None:
+        if given not in FORMATS:
+            raise ConfigError(option, given, f"must be one of {', '.join(FORMATS)}")
+        return given
+    fmt = _SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(option, str(path), f"cannot tell the format from the extension; give --{option}")
+    return fmt
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Suffice field -> the input's field name (only the renamed ones)."""
+
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, pairs: Sequence[str]) -> FieldMap:
+        """``["question=query", "chunks=passages"]``; errors name the option and value."""
+        names: dict[str, str] = {}
+        for pair in pairs:
+            ours, sep, theirs = pair.partition("=")
+            ours, theirs = ours.strip(), theirs.strip()
+            if not sep or not ours or not theirs:
+                raise ConfigError("field", pair, "must be SUFFICE_FIELD=INPUT_FIELD, like question=query")
+            if ours not in FIELDS:
+                raise ConfigError("field", pair, f"{ours!r} is not a record field ({', '.join(FIELDS)})")
+            if ours in names:
+                raise ConfigError("field", pair, f"{ours!r} is mapped twice")
+            names[ours] = theirs
+        return cls(names)
+
+    def apply(self, record: object, position: int) -> object:
+        """The record with suffice's names (anything not a JSON object passes through,
+        to get its own error line)."""
+        if not isinstance(record, dict):
+            return record
+        names = dict(self.names)
+        if "question" not in record and "question" not in names and RAGAS["question"] in record:
+            for ours, theirs in RAGAS.items():
+                names.setdefault(ours, theirs)
+        if not names:
+            return _chunks_of_strings(record)
+        out = {k: v for k, v in record.items() if k not in names.values() or k in names}
+        for ours, theirs in names.items():
+            if theirs in record:
+                out[ours] = record[theirs]
+            else:
+                out.pop(ours, None)
+        if "id" not in out:
+            out["id"] = f"row-{position}"
+        return _chunks_of_strings(out)
+
+
+def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:
+    chunks = record.get("chunks")
+    if isinstance(chunks, list) and chunks and all(isinstance(c, str) for c in chunks):
+        return {**record, "chunks": [{"id": i, "text": text} for i, text in enumerate(chunks)]}
+    return record
+
+
+class InputFile:
+    """The records of one input file, in order, each with its 1-based position."""
+
+    def __init__(self, path: Path, fmt: str | None = None, fields: FieldMap | None = None) -> None:
+        self.path = path
+        self.format = format_of(path, fmt)
+        self.fields = fields or FieldMap()
+        #: Records in the file, when known without reading it (Parquet metadata).
+        self.count: int | None = None
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                self.count = int(pq.ParquetFile(path).metadata.num_rows)
+            except Exception as exc:  # pyarrow raises its own ArrowInvalid for a damaged file
+                raise ConfigError("input", str(path), f"is not a readable Parquet file: {exc}") from exc
+
+    def __iter__(self) -> Iterator[SourceLine]:
+        raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path)
+        for source in raw:
+            yield SourceLine(source.line, self.fields.apply(source.record, source.line))
+
+
+def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
+    import pyarrow.parquet as pq
+
+    position = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+        for record in batch.to_pylist():
+            position += 1
+            yield SourceLine(position, record)

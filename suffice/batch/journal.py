@@ -1,0 +1,233 @@
+"""The result file of a batch run: one JSON line per input record, written as it goes.
+
+Why keyed by id: a run can die anywhere (a killed process, a dead engine, a full
+disk), rows can come from parallel workers in any order, and some rows are not final
+(an engine failure is not the record's fault).  Every row carries its record's
+``id`` and ``line`` (its 1-based position in the input), so a rerun knows which
+records are answered whatever order the rows are in (see :mod:`suffice.batch.keys`).
+
+Reading streams the file once and keeps only an on-disk index, so resuming a file of
+millions of rows takes little memory.  A partial last line (the process died
+mid-write) is cut off; rows that are not final (``error.final`` false, or every
+error row with ``retry_errors``) and second rows for one key (two workers answered
+the same record) are removed.  Removing rewrites the file beside itself and renames
+it over the old one, so a crash at any point leaves either the old file or the new
+one.  Rows are appended and flushed to disk after every batch; if a rerun filled
+holes, :meth:`close` puts the rows back in input order the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from suffice.batch.keys import DoneRow, KeyIndex, id_key, line_key
+from suffice.exceptions import SufficeError
+from suffice.jsonl import dump_line
+
+#: Error types a resumed run judges again even without ``retry_errors`` (rows written
+#: before errors carried ``final``).
+_NOT_FINAL = frozenset({"GenerationError"})
+#: The error of a record that repeats an earlier record's id: its row is keyed by position.
+DUPLICATE_ID = "DuplicateIdError"
+#: Index rows in batches of this many while reading.
+_BATCH = 4096
+
+
+def row_is_final(row: dict[str, Any], retry_errors: bool = False) -> bool:
+    error = row.get("error")
+    if not isinstance(error, dict):
+        return True
+    if retry_errors:
+        return False
+    return bool(error.get("final", error.get("type") not in _NOT_FINAL))
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """The key of the input record a row answers (see :mod:`suffice.batch.keys`)."""
+    error = row.get("error")
+    rid = row.get("id")
+    if rid is None or (isinstance(error, dict) and error.get("type") == DUPLICATE_ID):
+        return line_key(int(row["line"]))
+    return id_key(str(rid))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, raw line) of every complete line of ``path``."""
+    offset = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):
+                return  # a partial last line: the run died mid-write
+            yield number, offset, raw
+            offset += len(raw)
+
+
+def _done(row: dict[str, Any], offset: int, length: int) -> DoneRow:
+    rid = row.get("id")
+    return DoneRow(
+        key=row_key(row),
+        offset=offset,
+        length=length,
+        line=int(row["line"]),
+        id=None if rid is None else str(rid),
+        error=row.get("error") is not None,
+        final=row_is_final(row),
+    )
+
+
+def _replace(path: Path, lines: Iterable[bytes]) -> None:
+    """Write ``lines`` to ``path`` atomically (a temporary file renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        for line in lines:
+            handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class ResultFile:
+    """Appends result rows; its index knows which records are already answered."""
+
+    def __init__(self, path: Path, index: KeyIndex, *, overwrite: bool = False, retry_errors: bool = False) -> None:
+        """Read what ``path`` holds into ``index``; nothing is changed until :meth:`start`,
+        so a run refused after reading (other settings) leaves it as it was."""
+        self.path = path
+        self.index = index
+        #: Rows removed on open to be judged again.
+        self.redo = 0
+        #: Second rows for a key already answered, removed on open.
+        self.repeated = 0
+        self._last_line = 0
+        self._in_order = True
+        self._rewrite = False
+        self._retry_errors = retry_errors
+        self._size = 0
+        self._handle: IO[bytes] | None = None
+        if path.exists() and not overwrite:
+            self._read(retry_errors)
+        else:
+            self._rewrite = True
+
+    def _read(self, retry_errors: bool) -> None:
+        self._retry_errors = retry_errors
+        batch: list[DoneRow] = []
+        for number, offset, raw in _lines(self.path):
+            self._size = offset + len(raw)
+            row = self._row(raw, number)
+            if not row_is_final(row, retry_errors):
+                self.redo += 1
+                continue
+            batch.append(_done(row, offset, len(raw)))
+            if len(batch) >= _BATCH:
+                self._index(batch)
+                batch = []
+        self._index(batch)
+        self._rewrite = self.redo > 0 or self.repeated > 0 or self._size < self.path.stat().st_size
+
+    def _index(self, batch: list[DoneRow]) -> None:
+        """Index the first row of each key (at its offset in the file as it is now)."""
+        known = self.index.done_rows([row.key for row in batch])
+        fresh: dict[str, DoneRow] = {}
+        for row in batch:
+            if row.key in known or row.key in fresh:
+                self.repeated += 1
+                continue
+            fresh[row.key] = row
+            self._note(row.line)
+        self.index.add_done(fresh.values())
+
+    def start(self) -> None:
+        """Cut a partial last line, drop the rows to judge again (atomically), and open
+        the file for appending."""
+        if self._handle is not None:
+            return
+        if self._rewrite:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _replace(self.path, self._kept())
+        self._handle = self.path.open("ab")
+        self._size = self._handle.tell()
+
+    def _kept(self) -> Iterator[bytes]:
+        """The rows :meth:`_read` indexed, in file order (none for a new file); their
+        offsets in the index move to where the rewrite puts them."""
+        if not self.path.exists() or self.index.done_count == 0:
+            return
+        offset = 0
+        pending: list[tuple[str, int, int, bytes]] = []
+
+        def flush() -> Iterator[bytes]:
+            indexed = self.index.done_rows([key for key, _, _, _ in pending])
+            nonlocal offset
+            moves: list[tuple[str, int]] = []
+            for key, old, _, raw in pending:
+                if key in indexed and indexed[key].offset == old:
+                    moves.append((key, offset))
+                    offset += len(raw)
+                    yield raw
+            self.index.move(moves)
+            pending.clear()
+
+        for number, old, raw in _lines(self.path):
+            row = self._row(raw, number)
+            if row_is_final(row, self._retry_errors):
+                pending.append((row_key(row), old, number, raw))
+            if len(pending) >= _BATCH:
+                yield from flush()
+        yield from flush()
+
+    def _note(self, line: int) -> None:
+        """Track whether the rows are still in input order (else :meth:`close` sorts)."""
+        self._in_order = self._in_order and line > self._last_line
+        self._last_line = max(self._last_line, line)
+
+    def _row(self, raw: bytes, number: int) -> dict[str, Any]:
+        try:
+            row = json.loads(raw)
+        except ValueError as exc:
+            raise SufficeError(f"{self.path}:{number} is not a result line; use --overwrite to start over") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("line"), int):
+            raise SufficeError(
+                f"{self.path}:{number} is not a result line of this suffice version (no input line number); "
+                "use --overwrite to start over"
+            )
+        return row
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Append rows (each with its ``id`` and ``line``) and flush them to disk."""
+        self.start()
+        assert self._handle is not None
+        done: list[DoneRow] = []
+        for row in rows:
+            raw = dump_line(row)
+            self._handle.write(raw)
+            done.append(_done(row, self._size, len(raw)))
+            self._note(done[-1].line)
+            self._size += len(raw)
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.index.add_done(done, met=True)
+
+    def close(self) -> None:
+        """Close the file; rows out of input order are put back in order."""
+        if self._handle is None:
+            if self._in_order or self._rewrite:
+                return  # never started: the file is as it was
+            self.start()
+        assert self._handle is not None
+        if self._handle.closed:
+            return
+        self._handle.close()
+        if not self._in_order:
+            _replace(self.path, self._in_input_order())
+            self._in_order = True
+
+    def _in_input_order(self) -> Iterator[bytes]:
+        with self.path.open("rb") as handle:
+            for offset, length in self.index.in_input_order():
+                handle.seek(offset)
+                yield handle.read(length)

@@ -1,0 +1,159 @@
+"""Which records a batch output already answers, and which ids the input has shown,
+kept on disk so that memory does not grow with the input.
+
+Why on disk: a resumable run must know every finished key (to skip it) and every id
+met so far (to flag a duplicate).  As Python sets those cost about 100 bytes a key,
+100 MB for a million traces, which is more than the rest of the runner.  An SQLite
+file beside the output, with SQLite's page cache (a few MB), keeps the runner's
+memory flat whatever the input's size; it is a scratch file, removed on close and
+rebuilt from the output on the next run.
+
+A row's *key* says which input record it answers: ``i:<id>`` for the first record
+with that id, ``l:<position>`` for a record without a usable id and for a later
+record repeating an id (its row is a duplicate-id error).  Keys by id let rows from
+parallel workers, in any order, resume one run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: SQLite's limit on parameters in one statement is 32,766 (3.32+); stay well below.
+_CHUNK = 900
+
+
+def _b(text: str) -> bytes:
+    """Keys and ids are stored as bytes: an id may hold a lone surrogate (a JSON escape
+    such as ``"\\ud800"``), which SQLite's text type cannot take."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _s(blob: bytes | None) -> str | None:
+    return None if blob is None else blob.decode("utf-8", "surrogatepass")
+
+
+def id_key(record_id: str) -> str:
+    return "i:" + record_id
+
+
+def line_key(position: int) -> str:
+    return f"l:{position}"
+
+
+@dataclass(frozen=True)
+class DoneRow:
+    """A final row of the output: where it is and what it says."""
+
+    key: str
+    offset: int
+    length: int
+    line: int
+    id: str | None
+    error: bool
+    #: False for a row this run wrote for an engine failure: kept in place, judged again next run.
+    final: bool = True
+
+
+class KeyIndex:
+    """Finished keys (with each row's place in the output) and the ids met in the input."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix=".suffice-keys-", dir=directory)
+        self._db = sqlite3.connect(Path(self._dir.name) / "keys.sqlite", isolation_level=None)
+        self._db.executescript(
+            """
+            PRAGMA journal_mode = OFF;
+            PRAGMA synchronous = OFF;
+            PRAGMA cache_size = -4096;
+            PRAGMA temp_store = FILE;
+            CREATE TABLE done (
+                key BLOB PRIMARY KEY, offset INTEGER, length INTEGER, line INTEGER,
+                id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0
+            ) WITHOUT ROWID;
+            CREATE TABLE seen (id BLOB PRIMARY KEY, line INTEGER) WITHOUT ROWID;
+            """
+        )
+        self.done_count = 0
+        self.done_errors = 0
+
+    # -- rows of the output ---------------------------------------------------------
+    def add_done(self, rows: Iterable[DoneRow], *, met: bool = False) -> None:
+        """Record rows of the output (a key already present is a caller's bug: check
+        first); ``met``: rows this run wrote for records of its input."""
+        values = [
+            (_b(r.key), r.offset, r.length, r.line, None if r.id is None else _b(r.id), int(r.error), int(r.final))
+            for r in rows
+        ]
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "INSERT INTO done (key, offset, length, line, id, error, final, met) VALUES (?,?,?,?,?,?,?,?)",
+            [(*v, int(met)) for v in values],
+        )
+        self._db.execute("COMMIT")
+        self.done_count += sum(v[6] for v in values)
+        self.done_errors += sum(v[5] and v[6] for v in values)
+
+    def done_rows(self, keys: Sequence[str]) -> dict[str, DoneRow]:
+        """The final rows among ``keys``."""
+        out: dict[str, DoneRow] = {}
+        for start in range(0, len(keys), _CHUNK):
+            part = [_b(k) for k in keys[start : start + _CHUNK]]
+            marks = ",".join("?" * len(part))
+            query = f"SELECT key, offset, length, line, id, error FROM done WHERE final = 1 AND key IN ({marks})"
+            for blob, offset, length, line, rid, error in self._db.execute(query, part):
+                key = str(_s(blob))
+                out[key] = DoneRow(key, offset, length, line, _s(rid), bool(error))
+        return out
+
+    def mark_met(self, found: Iterable[tuple[str, int]]) -> None:
+        """These finished keys were met in the input at these positions."""
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "UPDATE done SET met = 1, line = ? WHERE key = ?", [(line, _b(key)) for key, line in found]
+        )
+        self._db.execute("COMMIT")
+
+    def unmet(self) -> int:
+        """Finished rows whose key the input did not have."""
+        (count,) = self._db.execute("SELECT COUNT(*) FROM done WHERE met = 0 AND final = 1").fetchone()
+        return int(count)
+
+    def move(self, offsets: Iterable[tuple[str, int]]) -> None:
+        """New offsets of rows after the output was rewritten."""
+        self._db.execute("BEGIN")
+        self._db.executemany("UPDATE done SET offset = ? WHERE key = ?", [(o, _b(k)) for k, o in offsets])
+        self._db.execute("COMMIT")
+
+    def in_input_order(self) -> Iterable[tuple[int, int]]:
+        """(offset, length) of every row, by input position."""
+        return self._db.execute("SELECT offset, length FROM done ORDER BY line, key")
+
+    # -- ids of the input -----------------------------------------------------------
+    def first_lines(self, ids: Sequence[tuple[str, int]]) -> dict[str, int]:
+        """Note each (id, position) met in the input; return the position where each of
+        these ids was first met (this batch or before): a record at another position
+        repeats an id."""
+        unique = list(dict.fromkeys(i for i, _ in ids))
+        first: dict[str, int] = {}
+        for start in range(0, len(unique), _CHUNK):
+            part = [_b(i) for i in unique[start : start + _CHUNK]]
+            marks = ",".join("?" * len(part))
+            query = f"SELECT id, line FROM seen WHERE id IN ({marks})"
+            first.update((str(_s(blob)), line) for blob, line in self._db.execute(query, part))
+        new: list[tuple[bytes, int]] = []
+        for rid, line in ids:
+            if rid not in first:
+                first[rid] = line
+                new.append((_b(rid), line))
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT INTO seen (id, line) VALUES (?, ?)", new)
+        self._db.execute("COMMIT")
+        return first
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()

@@ -1,0 +1,75 @@
+"""How a batch run is configured, checked once; errors name the option and its value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suffice.batch.inputs import FORMATS, FieldMap
+from suffice.exceptions import ConfigError
+
+#: Verdict shapes an output can hold.
+VERDICT_FORMATS = ("suffice", "seed", "ragflow")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Judge on Ray actors, one engine each (see :mod:`suffice.batch.cluster`)."""
+
+    #: ``auto`` (a running cluster), ``local`` (start one in this process) or ``ray://...``/``HOST:PORT``.
+    address: str = "auto"
+    #: Actors, one engine each; ``None``: one per GPU of the cluster, or 1 without GPUs.
+    actors: int | None = None
+    #: GPUs per actor (``None``: 1 when the cluster has GPUs, else 0).
+    gpus_per_actor: float | None = None
+    #: CPUs per actor (``None``: 1).
+    cpus_per_actor: float | None = None
+    #: Batches queued on each actor beyond the one it runs (keeps engines busy).
+    queue_per_actor: int = 1
+    #: Times a batch is sent again after its actor died before the run stops.
+    max_batch_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.address.strip():
+            raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
+        if self.actors is not None and self.actors < 1:
+            raise ConfigError("actors", self.actors, "must be at least 1")
+        for name in ("gpus_per_actor", "cpus_per_actor"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(name, value, "must not be negative")
+        if self.queue_per_actor < 0:
+            raise ConfigError("queue_per_actor", self.queue_per_actor, "must not be negative")
+        if self.max_batch_retries < 0:
+            raise ConfigError("max_batch_retries", self.max_batch_retries, "must not be negative")
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    batch_size: int = 256
+    #: Verdict shape in the output: ``suffice``, or the seed prompt's own (``seed``/``ragflow``).
+    fmt: str = "suffice"
+    overwrite: bool = False
+    #: Judge again every record whose row is an error (not only those the engine caused).
+    retry_errors: bool = False
+    audit_db: Path | None = None
+    audit_key: bytes | None = None
+    #: ``jsonl`` or ``parquet``; ``None``: by the file's extension.
+    input_format: str | None = None
+    output_format: str | None = None
+    #: Input field names that differ from suffice's (RAGAS names are known without one).
+    fields: FieldMap = field(default_factory=FieldMap)
+    #: Judge on Ray actors instead of this process's engine.
+    ray: RayOptions | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError("batch_size", self.batch_size, "must be at least 1")
+        if self.fmt not in VERDICT_FORMATS:
+            raise ConfigError("format", self.fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+        for name in ("input_format", "output_format"):
+            value = getattr(self, name)
+            if value is not None and value not in FORMATS:
+                raise ConfigError(name, value, f"must be one of {', '.join(FORMATS)}")
+        if self.ray is not None and self.audit_db is not None:
+            raise ConfigError("audit_db", str(self.audit_db), "is not written by --ray runs; audit without --ray")

@@ -1,0 +1,326 @@
+"""The batch runner: records in (JSONL or Parquet), one result row each out, resumable.
+
+What it guarantees, whatever the input holds and whatever fails:
+
+- every input record gets exactly one output row (``id`` and ``line`` say which), a
+  verdict or an error naming the field; one bad record never stops the run; a record
+  repeating an earlier record's id gets a ``DuplicateIdError`` row, not a verdict
+  that would overwrite the first;
+- the input is read once, in pieces, and rows are flushed to disk after every batch:
+  memory does not grow with the input, and a killed run loses at most the batches
+  in flight;
+- a rerun with the same settings judges only what is missing, by id: rows in any
+  order (shards from parallel workers) resume one run, and a second row for one id
+  is dropped (rows a failing engine caused are judged again; ``retry_errors``
+  re-judges every error);
+- a rerun with other settings (gate, model, weights, backend, prompt, rubric,
+  threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
+  and so is an output that is the input itself;
+- a dead engine raises :class:`EngineDeadError` after what is done is on disk; no
+  record gets an error row because of it.
+
+A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jsonl``)
+when the run ends, typed (:mod:`suffice.tables`); the journal is what a killed run
+resumes from, and it is removed once the Parquet file is written.
+
+The CLI (``suffice judge``, ``calibrate``, ``demo``) only turns arguments into a
+:class:`BatchOptions` and maps the exceptions to exit statuses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suffice.batch.inputs import InputFile, format_of
+from suffice.batch.journal import DUPLICATE_ID, ResultFile
+from suffice.batch.keys import KeyIndex, id_key, line_key
+from suffice.batch.options import BatchOptions
+from suffice.batch.scoring import LocalScorer, Notify, Scorer
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError, OutputMismatchError
+from suffice.gates import make_gate_for
+from suffice.gates.base import Gate
+from suffice.harness.audit import AuditLog
+from suffice.harness.recording import audit_values
+from suffice.jsonl import SourceLine
+from suffice.judge import Judge
+from suffice.records import record_id
+from suffice.results import ErrorInfo, JudgeResult
+from suffice.run_settings import RunSettings
+from suffice.summary import RunSummary
+
+#: Called once with (total or ``None`` when unknown, already done); returns the
+#: per-record progress callback and a function that closes the display.
+ProgressFactory = Callable[[int | None, int], tuple[Callable[[int], None], Callable[[], None]]]
+#: Input records looked up in the key index at a time.
+_LOOKUP = 1024
+
+
+def _quiet(message: str) -> None:
+    return None
+
+
+@dataclass
+class BatchReport:
+    """What a finished run did; ``errors`` counts error rows in the whole output."""
+
+    total: int
+    skipped: int
+    summary: RunSummary
+    errors: int = 0
+    redone: int = 0
+    #: Rows in the output for records this input does not have (kept as they were).
+    foreign: int = 0
+
+
+def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str, Any]:
+    """The output row of one result (``line``: the input position it answers); the
+    gate shapes the verdict for ``fmt``."""
+    row = result.model_dump(mode="json", exclude={"raw_text"})
+    row["line"] = line
+    if result.verdict is not None:
+        row.update(gate.export(result.verdict, fmt))
+    return row
+
+
+def journal_path(output: Path) -> Path:
+    """Where a Parquet output's rows are written as they come."""
+    return output.with_name(output.name + ".journal.jsonl")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _nonempty(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 0
+
+
+def judge_file(
+    config: JudgeConfig,
+    source: Path,
+    output: Path,
+    options: BatchOptions | None = None,
+    *,
+    notify: Notify = _quiet,
+    progress: ProgressFactory | None = None,
+    open_judge: Callable[[JudgeConfig], Judge] = Judge.open,
+) -> BatchReport:
+    """Judge every record of ``source`` into ``output``, resuming it.
+
+    Raises :class:`OutputMismatchError` (the output is not this run's to resume),
+    :class:`ConfigError` (an option that cannot work), :class:`EngineDeadError` (the
+    engine died; rerun to resume) and other :class:`SufficeError` for what stops the
+    run; item failures never raise.
+    """
+    options = options or BatchOptions()
+    if _same_file(source, output):
+        raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
+    inputs = InputFile(source, options.input_format, options.fields)
+    out_format = format_of(output, options.output_format, "output-format")
+    gate = make_gate_for(config)
+    if out_format == "parquet" and options.fmt != "suffice":
+        raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
+    settings = RunSettings.of(config, gate, options.fmt)
+    journal = output if out_format == "jsonl" else journal_path(output)
+    if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
+        settings.check(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        index = KeyIndex(output.parent)
+        stack.callback(index.close)
+        if out_format == "parquet" and not options.overwrite and output.exists() and not journal.exists():
+            from suffice.batch.parquet_output import journal_from_parquet
+
+            journal_from_parquet(output, journal)
+        results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
+        stack.callback(results.close)
+        if index.done_count:
+            notify(f"resuming: {index.done_count} records already have a row in {output}")
+        if results.redo:
+            notify(f"judging again {results.redo} records whose rows were engine failures or errors")
+        if results.repeated:
+            notify(f"dropping {results.repeated} second rows for records already answered")
+        # A bad key or a damaged audit log stops the run before the engine starts.
+        audit = (
+            stack.enter_context(closing(AuditLog(options.audit_db, key=options.audit_key)))
+            if options.audit_db
+            else None
+        )
+        results.start()
+        settings.write(output)
+        v = settings.values
+        describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
+        scorer: Scorer
+        if options.ray is not None:
+            from suffice.batch.cluster import RayScorer
+
+            scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe)
+        else:
+            scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
+        stack.callback(scorer.close)
+        report = BatchReport(total=0, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
+        errors_before = index.done_errors
+        run = _Run(scorer, gate, options, results, index, audit, settings, report)
+        run.go(inputs, progress)
+        report.foreign = index.unmet()
+        report.errors = errors_before + report.summary.errors
+    if report.total == report.skipped and report.skipped:
+        notify(f"nothing to do: every record already has a result in {output}")
+    if report.foreign:
+        notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
+    if out_format == "parquet":
+        from suffice.batch.parquet_output import parquet_from_journal
+
+        parquet_from_journal(journal, output, gate)
+        journal.unlink()
+    return report
+
+
+class _Run:
+    """One pass over the input: skip what is answered, flag repeated ids, judge the
+    rest batch by batch, write and audit every row."""
+
+    def __init__(
+        self,
+        scorer: Scorer,
+        gate: Gate,
+        options: BatchOptions,
+        results: ResultFile,
+        index: KeyIndex,
+        audit: AuditLog | None,
+        settings: RunSettings,
+        report: BatchReport,
+    ) -> None:
+        self.scorer = scorer
+        self.gate = gate
+        self.options = options
+        self.results = results
+        self.index = index
+        self.audit = audit
+        self.settings = settings
+        self.report = report
+        self.update: Callable[[int], None] | None = None
+        self.run_id = uuid.uuid4().hex
+        self._weights: str | None = None
+
+    def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
+        self.update, close_progress = progress(inputs.count, self.index.done_count) if progress else (None, None)
+        start = time.perf_counter()
+        sent: deque[tuple[list[SourceLine], float]] = deque()
+
+        def batches() -> Iterator[list[object]]:
+            for batch in _batches(self._todo(iter(inputs)), self.options.batch_size):
+                sent.append((batch, time.perf_counter()))
+                yield [line.record for line in batch]
+
+        try:
+            for judged in self.scorer.map(batches(), self.update):
+                batch, began = sent.popleft()
+                self._write(batch, judged, (time.perf_counter() - began) * 1000)
+        finally:
+            if close_progress is not None:
+                close_progress()
+            self.report.summary.seconds = time.perf_counter() - start
+
+    def _todo(self, lines: Iterator[SourceLine]) -> Iterator[SourceLine]:
+        """The lines still to judge; answered ones are skipped and repeated ids get
+        their error rows here."""
+        for chunk in _batches(lines, _LOOKUP):
+            ids = [(rid, line.line) for line in chunk if (rid := record_id(line.record)) is not None]
+            first = self.index.first_lines(ids)
+            keyed: list[tuple[SourceLine, str, str | None, int | None]] = []
+            for line in chunk:
+                rid = record_id(line.record)
+                if rid is None:
+                    keyed.append((line, line_key(line.line), None, None))
+                elif first[rid] != line.line:
+                    keyed.append((line, line_key(line.line), rid, first[rid]))
+                else:
+                    keyed.append((line, id_key(rid), rid, None))
+            done = self.index.done_rows([key for _, key, _, _ in keyed])
+            met: list[tuple[str, int]] = []
+            repeated: list[tuple[SourceLine, JudgeResult]] = []
+            for line, key, rid, first_line in keyed:
+                self.report.total += 1
+                row = done.get(key)
+                if row is not None:
+                    if row.id != rid:
+                        raise OutputMismatchError(
+                            "input",
+                            f"{self.results.path} does not answer this input (its row for record {line.line} has id "
+                            f"{row.id!r}, the input has {rid!r}); use --overwrite to start over",
+                        )
+                    met.append((key, line.line))
+                    self.report.skipped += 1
+                elif first_line is not None:
+                    repeated.append((line, self._repeated(rid, first_line)))
+                else:
+                    yield line
+            self.index.mark_met(met)
+            if repeated:
+                self._write([line for line, _ in repeated], [r for _, r in repeated], 0.0)
+                if self.update is not None:
+                    self.update(len(repeated))
+
+    def _repeated(self, rid: str | None, first_line: int) -> JudgeResult:
+        v = self.settings.values
+        return JudgeResult(
+            id=rid,
+            gate=self.gate.name,
+            error=ErrorInfo(
+                type=DUPLICATE_ID,
+                message=f"id: {rid!r} is also the id of record {first_line}; ids must be unique to resume by id",
+                field="id",
+            ),
+            model=v["model"],
+            backend=v["backend"],
+            prompt_version=self.gate.prompt_version,
+        )
+
+    def _write(self, batch: list[SourceLine], judged: list[JudgeResult], latency_ms: float) -> None:
+        records = [line.record for line in batch]
+        if self.audit is not None:  # audited before written: a row on disk is always in the log
+            if self._weights is None:
+                self._weights = self.scorer.weights_hash()
+            self.audit.record_many(
+                audit_values(
+                    self.gate,
+                    result,
+                    self.scorer.item_or_none(record),
+                    run_id=self.run_id,
+                    round=1,
+                    latency_ms=latency_ms,
+                    weights_hash=self._weights,
+                )
+                for record, result in zip(records, judged, strict=True)
+            )
+        self.results.write(
+            result_row(r, self.gate, self.options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
+        )
+        self.report.summary.add(records, judged)
+
+
+def _batches(lines: Iterator[SourceLine], size: int) -> Iterator[list[SourceLine]]:
+    batch: list[SourceLine] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+__all__ = ["BatchOptions", "BatchReport", "journal_path", "judge_file", "result_row"]

@@ -1,0 +1,95 @@
+"""Who judges the batches of a run: this process's engine, or engines on Ray actors.
+
+The runner (:mod:`suffice.batch.runner`) hands a scorer an iterator of batches and
+writes what comes back; it never asks which scorer it has.  A scorer yields results
+batch by batch in the order the batches came (so the output stays in input order),
+and starts its engines only when the first batch arrives: a run with nothing left to
+judge starts none.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+
+from suffice.config import JudgeConfig
+from suffice.gates.base import Gate
+from suffice.judge import Judge
+from suffice.records import Item
+from suffice.results import JudgeResult
+from suffice.serving.base import Progress
+
+#: Called with a message for the user (resuming, starting the engine, ...).
+Notify = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    return None
+
+
+class Scorer(ABC):
+    """Judges batches of records; one per run."""
+
+    gate: Gate
+
+    @abstractmethod
+    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
+        """One result list per batch, in the batches' order; ``progress(n)`` as records finish."""
+
+    @abstractmethod
+    def weights_hash(self) -> str | None:
+        """The audit log's hash of the weights (after the first batch started the engine)."""
+
+    def item_or_none(self, record: object) -> Item | None:
+        """The record as this gate's item, or ``None`` if it is not one (for the audit log)."""
+        try:
+            return self.gate.parse_item(record)
+        except Exception:
+            return None
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every engine this scorer started."""
+
+
+class LocalScorer(Scorer):
+    """One engine in this process (its judge opened at the first batch)."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        gate: Gate,
+        open_judge: Callable[[JudgeConfig], Judge] = Judge.open,
+        notify: Notify = _quiet,
+        describe: str = "",
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self._open = open_judge
+        self._notify = notify
+        self._describe = describe
+        self.judge: Judge | None = None
+
+    def _judge(self) -> Judge:
+        if self.judge is None:
+            self._notify(f"starting the engine ({self._describe})" if self._describe else "starting the engine")
+            self.judge = self._open(self.config)
+            self.gate = self.judge.gate
+        return self.judge
+
+    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
+        for batch in batches:
+            yield self._judge().judge_batch(batch, progress=progress)
+
+    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+        return self._judge().judge_batch(records)
+
+    def weights_hash(self) -> str | None:
+        from suffice.harness.audit import weights_hash
+
+        return weights_hash(getattr(self._judge().engine, "model_path", None))
+
+    def close(self) -> None:
+        if self.judge is not None:
+            self.judge.close()
+            self.judge = None
