@@ -40,9 +40,26 @@ pipeline turns a ``StepError`` into a review outcome for its question alone.
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _rebuild(cls: type[SufficeError], args: tuple[Any, ...], state: dict[str, Any]) -> SufficeError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
 
 class SufficeError(Exception):
-    """Root of suffice's exceptions."""
+    """Root of suffice's exceptions.
+
+    Every one pickles with its fields (``parameter``, ``field``, ...), whatever its
+    ``__init__`` takes: an error raised inside a Ray actor reaches the driver as itself,
+    so a ``ConfigError`` still names its parameter there.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class ConfigError(SufficeError, ValueError):

@@ -120,11 +120,12 @@ def _arrow_type(annotation: Any, stack: tuple[type, ...]) -> Any:
     if optional:
         return _arrow_type(annotation, stack)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if isinstance(annotation, type) and annotation in _SCALARS:
+    plain = origin is None and isinstance(annotation, type)  # a class, not list[X] and the like
+    if plain and annotation in _SCALARS:
         return _SCALARS[annotation]
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if plain and issubclass(annotation, BaseModel):
         return _struct(annotation, stack)
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
+    if plain and issubclass(annotation, Enum):
         if all(isinstance(member.value, str) for member in annotation):
             return pa.string()
     elif origin is Literal:

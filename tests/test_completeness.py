@@ -77,3 +77,29 @@ HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "parse", 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_gate_defines_its_own_hooks(gate, hook):
     assert getattr(type(gate), hook) is not getattr(Gate, hook)
+
+
+def _exception_classes():
+    import suffice.exceptions as module
+    from suffice.exceptions import SufficeError
+
+    seen = []
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, SufficeError):
+            seen.append(value)
+    return seen
+
+
+@pytest.mark.parametrize("cls", _exception_classes(), ids=lambda c: c.__name__)
+def test_every_suffice_error_pickles_with_its_fields(cls):
+    """Errors cross process boundaries (Ray actors): each must come back as itself."""
+    import inspect
+    import pickle
+
+    params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
+    args = [f"v{i}" for i, p in enumerate(params) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    exc = cls(*args) if args or not params else cls("message")
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is cls
+    assert str(back) == str(exc)
+    assert back.__dict__ == exc.__dict__

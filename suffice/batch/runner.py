@@ -166,7 +166,7 @@ def judge_file(
         if options.ray is not None:
             from suffice.batch.cluster import RayScorer
 
-            scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe)
+            scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:
             scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
         stack.callback(scorer.close)

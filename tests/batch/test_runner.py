@@ -359,3 +359,61 @@ def test_ragas_parquet_input_gets_one_row_per_record_and_progress_knows_the_tota
     assert [r["id"] for r in got] == [f"row-{i}" for i in range(1, 7)]
     assert all(r["verdict"] is not None for r in got)
     assert totals == [(6, 0)]
+
+
+def _parquet_rows(path: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def test_parquet_output_has_typed_verdict_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(5)] + [b"not json"])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    table = pq.read_table(out)
+    assert table.num_rows == 6
+    assert pa.types.is_struct(table.schema.field("verdict").type)
+    assert table.column("verdict").combine_chunks().field("is_sufficient").to_pylist()[:5] == [True] * 5
+    assert table.column("error").combine_chunks().field("type").to_pylist()[5] == "InputError"
+    assert not (tmp_path / "out.parquet.journal.jsonl").exists()
+
+
+def test_a_parquet_run_killed_midway_resumes_from_its_journal(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(8)])
+    with pytest.raises(EngineDeadError):
+        judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(DyingEngine(calls=2)))
+    journal = tmp_path / "out.parquet.journal.jsonl"
+    assert len(rows(journal)) == 4
+    assert not out.exists()
+    engine = ScriptedEngine(good)
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=2), open_judge=opener(engine))
+    assert sum(engine.calls) == 4
+    assert [r["id"] for r in _parquet_rows(out)] == [f"r{i}" for i in range(8)]
+    assert not journal.exists()
+
+
+def test_a_finished_parquet_output_resumes_new_records_only(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(5)])
+    engine = ScriptedEngine(good)
+    report = judge_file(CONFIG, source, out, open_judge=opener(engine))
+    assert report.skipped == 3
+    assert sum(engine.calls) == 2
+    assert [r["id"] for r in _parquet_rows(out)] == [f"r{i}" for i in range(5)]
+
+
+def test_parquet_output_in_the_seed_shape_is_refused_naming_the_option(tmp_path):
+    from suffice.exceptions import ConfigError
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    with pytest.raises(ConfigError) as caught:
+        judge_file(CONFIG, source, out, BatchOptions(fmt="seed"), open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.parameter == "format"

@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
-from tests.conftest import load_records
 from tests.batch.test_runner import WORST
+from tests.conftest import load_records
 
 pytestmark = pytest.mark.engine
 

@@ -22,8 +22,8 @@ from suffice.server.app import create_app
 from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
-from tests.fakes import ScriptedEngine
 from tests.batch.test_runner import good
+from tests.fakes import ScriptedEngine
 
 KEY = b"k" * 32
 

@@ -1,0 +1,336 @@
+"""Judging on Ray: one engine per actor, kept up for the whole run, across machines.
+
+Two entries, one worker:
+
+* :class:`RayScorer` is what ``suffice judge --ray`` (and :func:`suffice.batch.judge_file`
+  with :class:`RayOptions`) uses: the runner streams the input, skips finished ids and
+  hands batches to a pool of actors through Ray's object store, so resume, duplicate
+  ids, output order and the settings check are exactly those of an in-process run.
+  Results come back in the order the batches went out.
+* :func:`judge_dataset` is for users already on Ray Data: a ``Dataset`` of records in,
+  a ``Dataset`` of result rows out, through ``map_batches`` on the same worker.
+
+Faults: an actor that dies (a lost node, ``ray.kill``, an engine that died inside it)
+is replaced by a new one and its batches are sent again, up to
+``RayOptions.max_batch_retries`` times per batch; a batch whose actor died is never
+half-written, so nothing is lost or duplicated.  An error that a retry cannot fix (a
+model folder that is not there, a GPU setting on the CPU build) stops the run with
+that error, unwrapped.
+
+Ray is imported only here, and only when used (``pip install "suffice[ray]"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from suffice.batch.options import RayOptions
+from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError, EngineDeadError, EngineFatalError, SufficeError
+from suffice.gates.base import Gate
+from suffice.judge import Judge
+from suffice.results import JudgeResult
+from suffice.serving.base import Progress
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("ray", "ray", 'needs Ray: pip install "suffice[ray]"') from exc
+    return ray
+
+
+class JudgeWorker:
+    """The body of one actor: a judge on its own engine, opened once.
+
+    An error while opening is kept and raised by the first call, so the driver gets
+    the error itself (a ``ConfigError`` naming the setting), not Ray's "actor died".
+    """
+
+    def __init__(self, config: JudgeConfig, open_judge: Callable[[JudgeConfig], Judge] | None = None) -> None:
+        self.failed: SufficeError | None = None
+        self.judge: Judge | None = None
+        try:
+            self.judge = (open_judge or Judge.open)(config)
+        except SufficeError as exc:
+            self.failed = exc
+
+    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+        if self.failed is not None:
+            raise self.failed
+        assert self.judge is not None
+        return self.judge.judge_batch(records)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        if self.judge is not None:
+            self.judge.close()
+            self.judge = None
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The exception a Ray task raised inside the actor (Ray wraps it)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def _split_cores(count: int) -> list[str | None]:
+    """Cores of this machine's affinity mask shared out, one slice per local actor (two
+    engines bound to the same cores run slower than one)."""
+    mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if count <= 1 or len(mask) < count:
+        return [None] * count
+    size = len(mask) // count
+    return [",".join(str(c) for c in mask[i * size : (i + 1) * size]) for i in range(count)]
+
+
+@dataclasses.dataclass
+class _Sent:
+    seq: int
+    slot: int
+    actor: Any
+    records: list[object]
+    tries: int = 0
+
+
+class RayScorer(Scorer):
+    """A pool of actors, each a :class:`JudgeWorker`; batches in, results out in order."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        gate: Gate,
+        options: RayOptions,
+        notify: Notify = _quiet,
+        describe: str = "",
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self.options = options
+        self._open_judge = open_judge
+        self._notify = notify
+        self._describe = describe
+        self._run = uuid.uuid4().hex[:8]
+        self._owns_ray = False
+        self._actors: list[Any] = []
+        self._configs: list[JudgeConfig] = []
+        self._remote: Any = None
+        self._started = False
+        #: Per slot: which replacement its live actor is (0: the first), for its name.
+        self._generation: list[int] = []
+        #: Actors started to replace dead ones (for the summary and tests).
+        self.replaced = 0
+
+    # -- the pool ------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        ray = _ray()
+        local = self.options.address == "local"
+        if not ray.is_initialized():
+            try:
+                ray.init(
+                    address=self.options.address,
+                    include_dashboard=False,
+                    log_to_driver=self.config.engine.verbose,
+                    logging_level="warning" if not self.config.engine.verbose else "info",
+                    namespace="suffice",
+                    **({"object_store_memory": 512 * 1024**2} if local else {}),
+                )
+            except ConnectionError as exc:
+                raise ConfigError("ray", self.options.address, f"no Ray cluster there: {exc}") from exc
+            self._owns_ray = True
+        gpus = float(ray.cluster_resources().get("GPU", 0))
+        per_gpu = self.options.gpus_per_actor if self.options.gpus_per_actor is not None else (1.0 if gpus else 0.0)
+        count = self.options.actors or (max(1, int(gpus // per_gpu)) if per_gpu else 1)
+        cpus = self.options.cpus_per_actor if self.options.cpus_per_actor is not None else 1.0
+        self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0)(JudgeWorker)
+        cores = _split_cores(count) if local and not per_gpu and self.config.engine.cores is None else [None] * count
+        self._configs = [
+            self.config
+            if core is None
+            else dataclasses.replace(self.config, engine=dataclasses.replace(self.config.engine, cores=core))
+            for core in cores
+        ]
+        where = "a local Ray instance" if local else f"the Ray cluster at {self.options.address}"
+        self._notify(
+            f"starting {count} Ray actor{'s' if count > 1 else ''} on {where}, one engine each "
+            f"({self._describe}; {per_gpu:g} GPU, {cpus:g} CPU per actor)"
+        )
+        self._generation = [0] * count
+        self._actors = [self._new_actor(slot) for slot in range(count)]
+
+    def _new_actor(self, slot: int) -> Any:
+        name = f"suffice-{self._run}-{slot}-{self._generation[slot]}"
+        return self._remote.options(name=name).remote(self._configs[slot], self._open_judge)
+
+    @property
+    def actor_names(self) -> list[str]:
+        """Names of the live actors (namespace ``suffice``): what a test or an operator kills."""
+        return [f"suffice-{self._run}-{slot}-{self._generation[slot]}" for slot in range(len(self._actors))]
+
+    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
+        ray = _ray()
+        self._start()
+        capacity = 1 + self.options.queue_per_actor
+        load = [0] * len(self._actors)
+        flight: dict[Any, _Sent] = {}
+        done: dict[int, list[JudgeResult]] = {}
+        waiting: list[_Sent] = []  # batches to send again
+        next_out = seq = 0
+        exhausted = False
+
+        def send(sent: _Sent) -> None:
+            slot = min(range(len(load)), key=load.__getitem__)
+            sent.slot, sent.actor = slot, self._actors[slot]
+            load[slot] += 1
+            flight[sent.actor.judge_batch.remote(sent.records)] = sent
+
+        while True:
+            while waiting and min(load) < capacity:
+                send(waiting.pop(0))
+            while not exhausted and min(load) < capacity:
+                try:
+                    records = next(batches)
+                except StopIteration:
+                    exhausted = True
+                    break
+                send(_Sent(seq, 0, None, records))
+                seq += 1
+            if not flight:
+                break
+            ready, _ = ray.wait(list(flight), num_returns=1)
+            for ref in ready:
+                sent = flight.pop(ref)
+                load[sent.slot] -= 1
+                try:
+                    results: list[JudgeResult] = ray.get(ref)
+                except Exception as exc:
+                    self._failed(sent, exc, waiting)
+                    continue
+                done[sent.seq] = results
+                if progress is not None:
+                    progress(len(results))
+            while next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
+
+    def _failed(self, sent: _Sent, exc: Exception, waiting: list[_Sent]) -> None:
+        """A batch failed: replace its actor and send it again, or stop the run."""
+        ray = _ray()
+        cause = _cause(exc)
+        actor_died = isinstance(exc, ray.exceptions.RayActorError) or isinstance(cause, EngineFatalError)
+        if not actor_died:
+            if isinstance(cause, SufficeError):
+                raise cause
+            raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
+        sent.tries += 1
+        if sent.tries > self.options.max_batch_retries:
+            raise EngineDeadError(
+                f"a batch failed on {sent.tries} actors in a row (last: {cause}); rerun the same command to resume"
+            ) from exc
+        if self._actors[sent.slot] is sent.actor:  # the first of its batches to notice: replace it once
+            self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
+            with contextlib.suppress(Exception):
+                ray.kill(sent.actor)
+            self.replaced += 1
+            self._generation[sent.slot] = self.replaced
+            self._actors[sent.slot] = self._new_actor(sent.slot)
+        waiting.append(sent)
+
+    def weights_hash(self) -> str | None:
+        return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)
+
+    def close(self) -> None:
+        if not self._started:
+            return
+        ray = _ray()
+        closing = []
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                closing.append(actor.close.remote())
+        # Stop each engine cleanly (its processes go with it), then the actors.
+        with contextlib.suppress(Exception):
+            ray.wait(closing, num_returns=len(closing), timeout=60)
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self._actors = []
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False
+
+
+class _DatasetWorker:
+    """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor)."""
+
+    def __init__(self, config: JudgeConfig, fmt: str) -> None:
+        from suffice.batch.inputs import FieldMap
+
+        self.worker = JudgeWorker(config)
+        self.fields = FieldMap()
+        self.fmt = fmt
+
+    def __call__(self, batch: Any) -> dict[str, list[Any]]:
+        from suffice.batch.runner import result_row
+
+        records = [self.fields.apply(record, 0) for record in batch.to_pylist()]
+        results = self.worker.judge_batch(records)
+        gate = self.worker.judge.gate if self.worker.judge is not None else None
+        assert gate is not None
+        rows = [result_row(r, gate, self.fmt, 0) for r in results]
+        for row in rows:
+            row.pop("line")
+        return {
+            "id": [r.id for r in results],
+            "positive": [None if r.verdict is None else gate.is_positive(r.verdict) for r in results],
+            "error": [None if r.error is None else r.error.type for r in results],
+            "result": [json.dumps(row, ensure_ascii=False) for row in rows],
+        }
+
+
+def judge_dataset(
+    dataset: Any,
+    config: JudgeConfig,
+    *,
+    actors: int = 1,
+    batch_size: int = 64,
+    fmt: str = "suffice",
+    gpus_per_actor: float = 0.0,
+    cpus_per_actor: float = 1.0,
+) -> Any:
+    """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
+    engines: one row per record with ``id``, ``positive`` (the gate's decision that
+    routes; null for an error), ``error`` (its type) and ``result`` (the full row as
+    JSON, as ``suffice judge`` writes it).  Lazy, like every Ray Data transform; an actor
+    that dies is restarted by Ray Data and its batch retried."""
+    if actors < 1:
+        raise ConfigError("actors", actors, "must be at least 1")
+    if batch_size < 1:
+        raise ConfigError("batch_size", batch_size, "must be at least 1")
+    return dataset.map_batches(
+        _DatasetWorker,
+        fn_constructor_kwargs={"config": config, "fmt": fmt},
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        concurrency=actors,
+        num_gpus=gpus_per_actor,
+        num_cpus=cpus_per_actor,
+        max_restarts=-1,
+        max_task_retries=-1,
+    )
+
+
+__all__ = ["JudgeWorker", "RayScorer", "judge_dataset"]

@@ -1,0 +1,110 @@
+"""The Ray path on a local Ray instance with scripted engines inside the actors: the
+pool's order, its replacement of a killed actor, its errors.  The same path on the
+real engine is in tests/batch/test_cluster_engine.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from suffice.batch import BatchOptions, RayOptions, judge_file
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError, ModelNotFoundError
+from suffice.judge import Judge
+from tests.batch.test_runner import good, record, rows, write_lines
+from tests.fakes import ScriptedEngine
+
+ray = pytest.importorskip("ray")
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = JudgeConfig()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="suffice",
+        object_store_memory=256 * 1024**2,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+def slow_opener(config: JudgeConfig) -> Judge:
+    def answer(request):
+        time.sleep(0.05)
+        return good(request)
+
+    return Judge(ScriptedEngine(answer), config=config)
+
+
+def fast_opener(config: JudgeConfig) -> Judge:
+    return Judge(ScriptedEngine(good), config=config)
+
+
+def test_two_actors_give_every_record_one_row_in_input_order(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(30)])
+    options = BatchOptions(batch_size=4, ray=RayOptions(address="local", actors=2))
+    report = judge_file(CONFIG, source, out, options, open_judge=fast_opener)
+    got = rows(out)
+    assert [r["id"] for r in got] == [f"r{i}" for i in range(30)]
+    assert all(r["verdict"] is not None for r in got)
+    assert report.summary.verdicts == 30
+
+
+def test_an_actor_killed_mid_run_is_replaced_and_nothing_is_lost_or_repeated(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(24)])
+    killed: list[str] = []
+    messages: list[str] = []
+
+    def progress(total, done):
+        def update(n):
+            if not killed:
+                names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+                for name in names:
+                    if name.startswith("suffice-"):
+                        ray.kill(ray.get_actor(name, namespace="suffice"))
+                        killed.append(name)
+
+        return update, (lambda: None)
+
+    options = BatchOptions(batch_size=3, ray=RayOptions(address="local", actors=1, queue_per_actor=2))
+    judge_file(CONFIG, source, out, options, open_judge=slow_opener, progress=progress, notify=messages.append)
+    got = rows(out)
+    assert len(killed) == 1
+    assert [r["id"] for r in got] == [f"r{i}" for i in range(24)]
+    assert all(r["verdict"] is not None for r in got)
+    assert any("Ray actor died" in m for m in messages)
+
+
+def missing_model(config: JudgeConfig) -> Judge:
+    raise ModelNotFoundError("/nowhere", "is not a folder")
+
+
+def test_an_error_no_retry_can_fix_stops_the_run_with_that_error(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    options = BatchOptions(ray=RayOptions(address="local", actors=1))
+    with pytest.raises(ModelNotFoundError, match="nowhere"):
+        judge_file(CONFIG, source, out, options, open_judge=missing_model)
+
+
+def test_audit_with_ray_is_refused_naming_the_option(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        BatchOptions(audit_db=tmp_path / "a.db", ray=RayOptions())
+    assert caught.value.parameter == "audit_db"
+
+
+def test_zero_actors_is_refused_naming_the_option():
+    with pytest.raises(ConfigError) as caught:
+        RayOptions(actors=0)
+    assert caught.value.parameter == "actors"
