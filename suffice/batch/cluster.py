@@ -314,8 +314,8 @@ def judge_dataset(
     """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
     engines: one row per record with ``id``, ``positive`` (the gate's decision that
     routes; null for an error), ``error`` (its type) and ``result`` (the full row as
-    JSON, as ``suffice judge`` writes it).  Lazy, like every Ray Data transform; an actor
-    that dies is restarted by Ray Data and its batch retried."""
+    JSON, as ``suffice judge`` writes it).  Lazy, like every Ray Data transform; Ray
+    Data's actor pools restart an actor that dies and retry its batch."""
     if actors < 1:
         raise ConfigError("actors", actors, "must be at least 1")
     if batch_size < 1:
@@ -328,8 +328,6 @@ def judge_dataset(
         concurrency=actors,
         num_gpus=gpus_per_actor,
         num_cpus=cpus_per_actor,
-        max_restarts=-1,
-        max_task_retries=-1,
     )
 
 
