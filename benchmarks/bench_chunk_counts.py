@@ -20,13 +20,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-from common import DATA, SAMPLE, report
+from common import DATA, SAMPLE, TreeMemory, report
 
 from suffice.config import BACKENDS
 
@@ -66,44 +64,6 @@ def write_items(path: Path, pairs: list[tuple[str, str]], counts: list[int]) -> 
         for index, ((question, text), n) in enumerate(zip(pairs, counts, strict=True)):
             chunks = [{"id": j, "text": t} for j, t in enumerate(split(text, n))]
             handle.write(json.dumps({"id": f"item-{index}", "question": question, "chunks": chunks}) + "\n")
-
-
-class TreeMemory:
-    """Peak RSS of the largest process in a process tree, and of the whole tree."""
-
-    def __init__(self, root: int) -> None:
-        self.root = psutil.Process(root)
-        self.largest = 0
-        self.total = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        try:
-            processes = [self.root, *self.root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return
-        sizes = []
-        for process in processes:
-            try:
-                sizes.append(process.memory_info().rss)
-            except psutil.NoSuchProcess:
-                continue
-        if sizes:
-            self.largest = max(self.largest, max(sizes))
-            self.total = max(self.total, sum(sizes))
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self._sample()
-
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def run_leg(backend: str, source: Path, output: Path) -> dict[str, Any]:

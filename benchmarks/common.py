@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 
 from suffice.grammars.sufficiency import RAGFLOW_SCHEMA, SufficiencyVerdict
 from suffice.results import JudgeResult
@@ -142,3 +143,44 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / name
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+class TreeMemory:
+    """Peak RSS of the largest process in a process tree, and of the whole tree."""
+
+    def __init__(self, root: int) -> None:
+        self.root = psutil.Process(root)
+        #: Peak RSS of the root process alone (the driver, for a CLI run).
+        self.root_peak = 0
+        self.largest = 0
+        self.total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            processes = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        sizes = []
+        for process in processes:
+            try:
+                sizes.append(process.memory_info().rss)
+            except psutil.NoSuchProcess:
+                continue
+        if sizes:
+            self.root_peak = max(self.root_peak, sizes[0])
+            self.largest = max(self.largest, max(sizes))
+            self.total = max(self.total, sum(sizes))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
