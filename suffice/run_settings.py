@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +32,12 @@ class RunSettings:
     values: dict[str, str]
 
     @classmethod
-    def of(cls, config: JudgeConfig, gate: Gate, fmt: str) -> RunSettings:
+    def of(cls, config: JudgeConfig, gate: Gate, fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
+        """``fields``: the input's field mapping (recorded only when there is one: which
+        input field is the question decides the verdict)."""
         values = {**gate.settings(), **engine_settings(config.engine), "format": fmt}
+        if fields:
+            values["fields"] = ",".join(f"{ours}={theirs}" for ours, theirs in sorted(fields.items()))
         return cls(values)
 
     def write(self, output: Path) -> None:

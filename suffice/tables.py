@@ -367,6 +367,8 @@ class ParquetRows:
         try:
             self._flush()
             self._writer.close()
+            with open(self.tmp_path, "rb") as handle:  # on disk before it replaces anything
+                os.fsync(handle.fileno())
             os.replace(self.tmp_path, self.path)
         except BaseException:
             self.abort()

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -33,7 +35,7 @@ from typing import Any
 from suffice.batch.options import RayOptions
 from suffice.batch.scoring import Notify, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineFatalError, SufficeError
+from suffice.exceptions import ConfigError, EngineDeadError, EngineError, SufficeError
 from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.results import JudgeResult
@@ -152,10 +154,20 @@ class RayScorer(Scorer):
             except ConnectionError as exc:
                 raise ConfigError("ray", self.options.address, f"no Ray cluster there: {exc}") from exc
             self._owns_ray = True
-        gpus = float(ray.cluster_resources().get("GPU", 0))
-        per_gpu = self.options.gpus_per_actor if self.options.gpus_per_actor is not None else (1.0 if gpus else 0.0)
+        resources = ray.cluster_resources()
+        gpus = float(resources.get("GPU", 0))
+        tensor = self.config.engine.tensor_parallel_size or 1
+        per_gpu = self.options.gpus_per_actor if self.options.gpus_per_actor is not None else (tensor if gpus else 0.0)
         count = self.options.actors or (max(1, int(gpus // per_gpu)) if per_gpu else 1)
         cpus = self.options.cpus_per_actor if self.options.cpus_per_actor is not None else 1.0
+        # An actor the cluster cannot place would wait for ever, and the output with it.
+        for kind, each, have in (("GPU", per_gpu, gpus), ("CPU", cpus, float(resources.get("CPU", 0)))):
+            if count * each > have:
+                raise ConfigError(
+                    "actors",
+                    count,
+                    f"needs {count * each:g} {kind}s ({each:g} per actor), the Ray cluster has {have:g}",
+                )
         self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0)(JudgeWorker)
         cores = _split_cores(count) if local and not per_gpu and self.config.engine.cores is None else [None] * count
         self._configs = [
@@ -183,8 +195,16 @@ class RayScorer(Scorer):
 
     def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
         ray = _ray()
+        try:  # nothing to judge: no actor, no engine
+            first = next(batches)
+        except StopIteration:
+            return
         self._start()
+        batches = itertools.chain([first], batches)
         capacity = 1 + self.options.queue_per_actor
+        # Results come out in order, so finished batches wait behind a slow one: read no
+        # further than this many batches ahead of the oldest unfinished one.
+        window = 2 * capacity * len(self._actors)
         load = [0] * len(self._actors)
         flight: dict[Any, _Sent] = {}
         done: dict[int, list[JudgeResult]] = {}
@@ -201,7 +221,7 @@ class RayScorer(Scorer):
         while True:
             while waiting and min(load) < capacity:
                 send(waiting.pop(0))
-            while not exhausted and min(load) < capacity:
+            while not exhausted and min(load) < capacity and seq - next_out < window:
                 try:
                     records = next(batches)
                 except StopIteration:
@@ -231,7 +251,13 @@ class RayScorer(Scorer):
         """A batch failed: replace its actor and send it again, or stop the run."""
         ray = _ray()
         cause = _cause(exc)
-        actor_died = isinstance(exc, ray.exceptions.RayActorError) or isinstance(cause, EngineFatalError)
+        actor_died = (
+            isinstance(exc, ray.exceptions.RayActorError)
+            or isinstance(cause, EngineDeadError)
+            # A replacement whose engine could not start (on a GPU, the dead actor's
+            # engine may still hold the memory for a moment): worth another try.
+            or (self._generation[sent.slot] > 0 and isinstance(cause, EngineError))
+        )
         if not actor_died:
             if isinstance(cause, SufficeError):
                 raise cause
@@ -242,6 +268,8 @@ class RayScorer(Scorer):
                 f"a batch failed on {sent.tries} actors in a row (last: {cause}); rerun the same command to resume"
             ) from exc
         if self._actors[sent.slot] is sent.actor:  # the first of its batches to notice: replace it once
+            if self._generation[sent.slot] > 0:
+                time.sleep(min(30.0, 5.0 * sent.tries))
             self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
             with contextlib.suppress(Exception):
                 ray.kill(sent.actor)
@@ -276,17 +304,17 @@ class RayScorer(Scorer):
 class _DatasetWorker:
     """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor)."""
 
-    def __init__(self, config: JudgeConfig, fmt: str) -> None:
+    def __init__(self, config: JudgeConfig, fmt: str, fields: dict[str, str]) -> None:
         from suffice.batch.inputs import FieldMap
 
         self.worker = JudgeWorker(config)
-        self.fields = FieldMap()
+        self.fields = FieldMap(fields)
         self.fmt = fmt
 
     def __call__(self, batch: Any) -> dict[str, list[Any]]:
         from suffice.batch.runner import result_row
 
-        records = [self.fields.apply(record, 0) for record in batch.to_pylist()]
+        records = [self.fields.apply(record, None) for record in batch.to_pylist()]
         results = self.worker.judge_batch(records)
         gate = self.worker.judge.gate if self.worker.judge is not None else None
         assert gate is not None
@@ -308,21 +336,32 @@ def judge_dataset(
     actors: int = 1,
     batch_size: int = 64,
     fmt: str = "suffice",
-    gpus_per_actor: float = 0.0,
+    fields: Sequence[str] = (),
+    gpus_per_actor: float | None = None,
     cpus_per_actor: float = 1.0,
 ) -> Any:
     """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
     engines: one row per record with ``id``, ``positive`` (the gate's decision that
     routes; null for an error), ``error`` (its type) and ``result`` (the full row as
-    JSON, as ``suffice judge`` writes it).  Lazy, like every Ray Data transform; Ray
-    Data's actor pools restart an actor that dies and retry its batch."""
+    JSON, as ``suffice judge`` writes it).  ``fields``: a mapping as for ``--field``
+    (``["question=query"]``).  Records need ids (a Dataset's order is not kept, so a
+    position would join nothing back); one without is an error row naming ``id``.
+    ``gpus_per_actor``: default one per tensor-parallel rank when the cluster has GPUs.
+    Lazy, like every Ray Data transform; Ray Data's actor pools restart an actor that
+    dies and retry its batch."""
     if actors < 1:
         raise ConfigError("actors", actors, "must be at least 1")
     if batch_size < 1:
         raise ConfigError("batch_size", batch_size, "must be at least 1")
+    from suffice.batch.inputs import FieldMap
+
+    mapping = dict(FieldMap.parse(list(fields)).names)
+    if gpus_per_actor is None:
+        has_gpus = float(_ray().cluster_resources().get("GPU", 0)) > 0
+        gpus_per_actor = float(config.engine.tensor_parallel_size or 1) if has_gpus else 0.0
     return dataset.map_batches(
         _DatasetWorker,
-        fn_constructor_kwargs={"config": config, "fmt": fmt},
+        fn_constructor_kwargs={"config": config, "fmt": fmt, "fields": mapping},
         batch_size=batch_size,
         batch_format="pyarrow",
         concurrency=actors,

@@ -64,9 +64,10 @@ class FieldMap:
             names[ours] = theirs
         return cls(names)
 
-    def apply(self, record: object, position: int) -> object:
+    def apply(self, record: object, position: int | None) -> object:
         """The record with suffice's names (anything not a JSON object passes through,
-        to get its own error line)."""
+        to get its own error line); ``position``: the id a mapped record without one
+        gets (``None``: none, where positions mean nothing, as in a Ray Dataset)."""
         if not isinstance(record, dict):
             return record
         names = dict(self.names)
@@ -81,7 +82,7 @@ class FieldMap:
                 out[ours] = record[theirs]
             else:
                 out.pop(ours, None)
-        if "id" not in out:
+        if "id" not in out and position is not None:
             out["id"] = f"row-{position}"
         return _chunks_of_strings(out)
 
@@ -120,7 +121,9 @@ def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
     import pyarrow.parquet as pq
 
     position = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+    # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks, and a
+    # file written in one row group would then be read whole.
+    for batch in pq.ParquetFile(path, buffer_size=1 << 20).iter_batches(batch_size=batch_rows):
         for record in batch.to_pylist():
             position += 1
             yield SourceLine(position, record)

@@ -212,6 +212,13 @@ class ResultFile:
         os.fsync(self._handle.fileno())
         self.index.add_done(done, met=True)
 
+    def forget(self, keys: list[str]) -> int:
+        """Drop rows that no longer answer their position's record (removed from the
+        file when it is closed); the number of them that were errors."""
+        errors = self.index.forget(keys)
+        self._in_order = False  # the rewrite at close keeps only indexed rows
+        return errors
+
     def close(self) -> None:
         """Close the file; rows out of input order are put back in order."""
         if self._handle is None:

@@ -109,6 +109,18 @@ class KeyIndex:
                 out[key] = DoneRow(key, offset, length, line, _s(rid), bool(error))
         return out
 
+    def forget(self, keys: Sequence[str]) -> int:
+        """Drop these final rows (stale: their position now holds another record); the
+        number of them that were errors."""
+        rows = self.done_rows(keys)
+        self._db.execute("BEGIN")
+        self._db.executemany("DELETE FROM done WHERE key = ?", [(_b(k),) for k in rows])
+        self._db.execute("COMMIT")
+        errors = sum(r.error for r in rows.values())
+        self.done_count -= len(rows)
+        self.done_errors -= errors
+        return errors
+
     def mark_met(self, found: Iterable[tuple[str, int]]) -> None:
         """These finished keys were met in the input at these positions."""
         self._db.execute("BEGIN")

@@ -29,9 +29,9 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
                 if not isinstance(source.record, dict):
                     raise SufficeError(f"{journal}:{source.line} is not a result row")
                 writer.write([source.record])
-            return writer.rows_written
     except RowError as exc:
         raise SufficeError(f"{journal}: a row does not fit the Parquet schema ({exc}); the journal is kept") from exc
+    return int(writer.rows_written)
 
 
 def journal_from_parquet(output: Path, journal: Path) -> None:

@@ -12,7 +12,9 @@ What it guarantees, whatever the input holds and whatever fails:
 - a rerun with the same settings judges only what is missing, by id: rows in any
   order (shards from parallel workers) resume one run, and a second row for one id
   is dropped (rows a failing engine caused are judged again; ``retry_errors``
-  re-judges every error);
+  re-judges every error); a row kept by position (a record without a usable id, a
+  repeated id) whose position now holds another record is dropped and the record
+  judged;
 - a rerun with other settings (gate, model, weights, backend, prompt, rubric,
   threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
   and so is an output that is the input itself;
@@ -132,7 +134,7 @@ def judge_file(
     gate = make_gate_for(config)
     if out_format == "parquet" and options.fmt != "suffice":
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
-    settings = RunSettings.of(config, gate, options.fmt)
+    settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
     journal = output if out_format == "jsonl" else journal_path(output)
     if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
         settings.check(output)
@@ -175,7 +177,7 @@ def judge_file(
         run = _Run(scorer, gate, options, results, index, audit, settings, report)
         run.go(inputs, progress)
         report.foreign = index.unmet()
-        report.errors = errors_before + report.summary.errors
+        report.errors = errors_before - run.forgotten_errors + report.summary.errors
     if report.total == report.skipped and report.skipped:
         notify(f"nothing to do: every record already has a result in {output}")
     if report.foreign:
@@ -213,6 +215,8 @@ class _Run:
         self.report = report
         self.update: Callable[[int], None] | None = None
         self.run_id = uuid.uuid4().hex
+        #: Error rows dropped as stale (they no longer count in the output's errors).
+        self.forgotten_errors = 0
         self._weights: str | None = None
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
@@ -249,6 +253,16 @@ class _Run:
                     keyed.append((line, line_key(line.line), rid, first[rid]))
                 else:
                     keyed.append((line, id_key(rid), rid, None))
+            # A row kept for a position whose record is now another one (a repeated id
+            # renamed, a broken line fixed) is stale: dropped, and the record judged.
+            positions = self.index.done_rows([line_key(line.line) for line, _, _, _ in keyed])
+            stale = [
+                line_key(line.line)
+                for line, key, rid, _ in keyed
+                if (old := positions.get(line_key(line.line))) is not None and (key != old.key or old.id != rid)
+            ]
+            if stale:
+                self.forgotten_errors += self.results.forget(stale)
             done = self.index.done_rows([key for _, key, _, _ in keyed])
             met: list[tuple[str, int]] = []
             repeated: list[tuple[SourceLine, JudgeResult]] = []
@@ -256,12 +270,6 @@ class _Run:
                 self.report.total += 1
                 row = done.get(key)
                 if row is not None:
-                    if row.id != rid:
-                        raise OutputMismatchError(
-                            "input",
-                            f"{self.results.path} does not answer this input (its row for record {line.line} has id "
-                            f"{row.id!r}, the input has {rid!r}); use --overwrite to start over",
-                        )
                     met.append((key, line.line))
                     self.report.skipped += 1
                 elif first_line is not None:

@@ -108,3 +108,36 @@ def test_zero_actors_is_refused_naming_the_option():
     with pytest.raises(ConfigError) as caught:
         RayOptions(actors=0)
     assert caught.value.parameter == "actors"
+
+
+def test_a_ray_run_with_nothing_left_to_judge_starts_no_actor(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
+    judge_file(CONFIG, source, out, open_judge=fast_opener)
+    messages: list[str] = []
+    options = BatchOptions(ray=RayOptions(address="local", actors=1))
+    report = judge_file(CONFIG, source, out, options, open_judge=fast_opener, notify=messages.append)
+    assert report.skipped == 4
+    assert not any("Ray actor" in m for m in messages)
+
+
+def test_a_ray_run_resumes_skipping_finished_ids(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(10)])
+    judge_file(CONFIG, source, out, open_judge=fast_opener)
+    kept = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(kept[5:] + kept[:2]))  # shards, out of order
+    options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1))
+    report = judge_file(CONFIG, source, out, options, open_judge=fast_opener)
+    assert report.skipped == 7
+    assert report.summary.items == 3
+    assert [r["id"] for r in rows(out)] == [f"r{i}" for i in range(10)]
+
+
+def test_more_actors_than_the_cluster_can_place_is_refused_naming_actors(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    options = BatchOptions(ray=RayOptions(address="local", actors=5))
+    with pytest.raises(ConfigError) as caught:
+        judge_file(CONFIG, source, out, options, open_judge=fast_opener)
+    assert caught.value.parameter == "actors"

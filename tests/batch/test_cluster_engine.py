@@ -49,9 +49,11 @@ def runs(tmp_path_factory):
 
     killed: list[str] = []
     messages: list[str] = []
+    during: set[int] = set()
 
     def kill_first_actor(total, done):
         def update(n):
+            during.update(_engine_cores() - found["cores_before"])
             if killed:
                 return
             for named in ray.util.list_named_actors(all_namespaces=True):
@@ -67,6 +69,7 @@ def runs(tmp_path_factory):
     found["killed"] = killed
     found["messages"] = messages
     found["cores_after_ray"] = _engine_cores()
+    found["cores_during_ray"] = during
 
     from suffice.batch.cluster import judge_dataset
 
@@ -108,7 +111,12 @@ def test_the_actor_was_killed_mid_run_and_replaced(runs):
     assert any("Ray actor died" in m for m in runs["messages"])
 
 
+def test_the_ray_actors_ran_their_engines_in_engine_processes(runs):
+    assert runs["cores_during_ray"]  # the positive control for the test below
+
+
 def test_no_engine_process_outlives_the_ray_run(runs):
+    assert not runs["cores_during_ray"] & runs["cores_after_ray"]
     assert runs["cores_after_ray"] <= runs["cores_before"]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -104,10 +105,16 @@ def runs(tmp_path_factory):
     finally:
         _kill_group(proc)
 
-    # 2. The CLI itself is SIGKILLed while it writes.
+    # 2. The CLI itself is SIGKILLed at a random point while it writes (the seed is in
+    #    the failure message of the exactly-once test; SUFFICE_KILL_SEED replays one).
+    seed = int(os.environ.get("SUFFICE_KILL_SEED", time.time_ns() % 2**32))
+    rng = random.Random(seed)
+    extra, delay = rng.randint(1, 8), rng.uniform(0.0, 2.0)
+    found["kill_point"] = f"seed {seed}: {extra} rows past the first run, then {delay:.2f} s"
     proc = _start(source, out)
     try:
-        _wait_for_lines(proc, out, len(found["dead_rows"]) + 4)
+        _wait_for_lines(proc, out, len(found["dead_rows"]) + extra)
+        time.sleep(delay)
         proc.kill()
         proc.wait(timeout=60)
     finally:
@@ -148,7 +155,14 @@ def test_the_rerun_finishes(runs):
 
 
 def test_every_input_line_is_answered_exactly_once(runs):
-    assert [row["line"] for row in runs["final_rows"]] == list(range(1, len(runs["lines"]) + 1))
+    lines = [row["line"] for row in runs["final_rows"]]
+    assert lines == list(range(1, len(runs["lines"]) + 1)), runs["kill_point"]
+
+
+def test_every_id_is_answered_exactly_once(runs):
+    repeated = "DuplicateIdError"
+    ids = [r["id"] for r in runs["final_rows"] if r["id"] is not None and (r["error"] or {}).get("type") != repeated]
+    assert len(ids) == len(set(ids)), runs["kill_point"]
 
 
 def test_every_good_record_has_a_verdict(runs):

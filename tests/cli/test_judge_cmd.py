@@ -161,3 +161,29 @@ def test_an_engine_option_the_engine_does_not_take_is_a_usage_error(tmp_path, op
     proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), *options)
     assert proc.returncode == EXIT_USAGE
     assert named in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--field", "question"], "field='question'"),
+        (["--field", "answer=response"], "'answer' is not a record field"),
+        (["--actors", "2"], "actors=2: needs --ray"),
+        (["--ray", "local", "--actors", "0"], "actors=0: must be at least 1"),
+        (["--batch-size", "0"], "batch_size=0"),
+        (["--ray", "--audit-db", "a.db"], "audit_db="),
+        (["--format", "seed", "--output-format", "parquet"], "format='seed'"),
+    ],
+)
+def test_a_batch_option_that_cannot_work_is_a_usage_error(tmp_path, options, named):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]}\n')
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.jsonl"), *options)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert named in proc.stderr
+
+
+def test_an_output_of_unknown_format_is_a_usage_error_naming_the_option(tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "question": "q", "chunks": []}\n')
+    proc = suffice("judge", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "o.csv"))
+    assert proc.returncode == EXIT_USAGE
+    assert "output-format" in proc.stderr
