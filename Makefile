@@ -44,6 +44,7 @@ bench: dev
 	$(BIN)/python benchmarks/bench_chunk_counts.py --items 32
 	$(BIN)/python benchmarks/bench_overhead.py --items 12
 	$(BIN)/python benchmarks/bench_throughput.py --items 24
+	$(BIN)/python benchmarks/bench_batch_memory.py --sizes 10000 1000000
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
