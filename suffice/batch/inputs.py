@@ -101,9 +101,13 @@ class InputFile:
         self.path = path
         self.format = format_of(path, fmt)
         self.fields = fields or FieldMap()
-        #: Records in the file, when known without reading it (Parquet metadata).
+        #: Records in the file, for the progress bar's ETA: Parquet's metadata, or a
+        #: count of a JSONL file's non-blank lines (bytes only, nothing parsed: about
+        #: 0.15 s a million lines here, where judging them takes minutes to days).
         self.count: int | None = None
-        if self.format == "parquet":
+        if self.format == "jsonl":
+            self.count = _count_lines(path)
+        else:
             import pyarrow.parquet as pq
 
             try:
@@ -115,6 +119,14 @@ class InputFile:
         raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path)
         for source in raw:
             yield SourceLine(source.line, self.fields.apply(source.record, source.line))
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with path.open("rb") as handle:
+        for raw in handle:
+            count += bool(raw.strip())
+    return count
 
 
 def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:

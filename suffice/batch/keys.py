@@ -6,7 +6,7 @@ met so far (to flag a duplicate).  As Python sets those cost about 100 bytes a k
 100 MB for a million traces, which is more than the rest of the runner.  An SQLite
 file beside the output, with SQLite's page cache (a few MB), keeps the runner's
 memory flat whatever the input's size; it is a scratch file, removed on close and
-rebuilt from the output on the next run.
+rebuilt from the output on the next run (which also removes those of killed runs).
 
 A row's *key* says which input record it answers: ``i:<id>`` for the first record
 with that id, ``l:<position>`` for a record without a usable id and for a later
@@ -16,14 +16,30 @@ parallel workers, in any order, resume one run.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 #: SQLite's limit on parameters in one statement is 32,766 (3.32+); stay well below.
 _CHUNK = 900
+
+
+_PREFIX = ".suffice-keys-"
+
+
+def _sweep(directory: Path | None) -> None:
+    """Remove the scratch folders of runs that were killed (their process is gone)."""
+    where = Path(directory if directory is not None else tempfile.gettempdir())
+    for folder in where.glob(_PREFIX + "*"):
+        pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _b(text: str) -> bytes:
@@ -62,7 +78,8 @@ class KeyIndex:
     """Finished keys (with each row's place in the output) and the ids met in the input."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix=".suffice-keys-", dir=directory)
+        _sweep(directory)
+        self._dir = tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{os.getpid()}-", dir=directory)
         self._db = sqlite3.connect(Path(self._dir.name) / "keys.sqlite", isolation_level=None)
         self._db.executescript(
             """

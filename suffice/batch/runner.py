@@ -6,7 +6,8 @@ What it guarantees, whatever the input holds and whatever fails:
   verdict or an error naming the field; one bad record never stops the run; a record
   repeating an earlier record's id gets a ``DuplicateIdError`` row, not a verdict
   that would overwrite the first;
-- the input is read once, in pieces, and rows are flushed to disk after every batch:
+- the input is parsed once, in pieces (a JSONL file's lines are only counted first,
+  for the ETA), and rows are flushed to disk after every batch:
   memory does not grow with the input, and a killed run loses at most the batches
   in flight;
 - a rerun with the same settings judges only what is missing, by id: rows in any

@@ -150,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def progress_bar(total: int | None, done: int) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """A progress bar on stderr: advances per record, with rate, and ETA when the total
-    is known (Parquet input; JSONL is not counted first, to read it once)."""
+    """A progress bar on stderr: advances per record, with rate and ETA."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=done, unit="rec", file=sys.stderr, smoothing=0.1, dynamic_ncols=True)

@@ -106,7 +106,9 @@ def test_a_damaged_parquet_file_is_a_config_error_naming_the_input(tmp_path):
     assert caught.value.parameter == "input"
 
 
-def test_jsonl_input_has_no_count_so_it_is_read_once(tmp_path):
+def test_jsonl_input_counts_its_records_for_the_eta_without_blank_lines(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_text(json.dumps(RAGAS) + "\n")
-    assert InputFile(path).count is None
+    path.write_text(json.dumps(RAGAS) + "\n\n  \n{broken\n" + json.dumps(RAGAS))
+    source = InputFile(path)
+    assert source.count == 3
+    assert len(list(source)) == 3

@@ -168,3 +168,17 @@ def test_rows_left_out_of_order_by_a_killed_run_are_sorted_even_with_nothing_to_
     out.write_text('{"id": "a", "line": 1}\n{"id": "c", "line": 3}\n{"id": "b", "line": 2}\n')
     ResultFile(out, index).close()
     assert [r["line"] for r in _rows(out)] == [1, 2, 3]
+
+
+def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / f".suffice-keys-{dead.stdout.strip()}-abc"
+    left.mkdir()
+    (left / "keys.sqlite").write_bytes(b"x")
+    keys = KeyIndex(tmp_path)
+    keys.close()
+    assert not left.exists()
+    assert list(tmp_path.glob(".suffice-keys-*")) == []
