@@ -150,7 +150,8 @@ def judge_file(
         results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
         stack.callback(results.close)
         if index.done_count:
-            notify(f"resuming: {index.done_count} records already have a row in {output}")
+            of = "" if inputs.count is None else f" of {inputs.count}"
+            notify(f"resuming: {index.done_count}{of} records already have a row in {output}")
         if results.redo:
             notify(f"judging again {results.redo} records whose rows were engine failures or errors")
         if results.repeated:
