@@ -151,8 +151,8 @@ class RayScorer(Scorer):
                     namespace="suffice",
                     **({"object_store_memory": 512 * 1024**2} if local else {}),
                 )
-            except ConnectionError as exc:
-                raise ConfigError("ray", self.options.address, f"no Ray cluster there: {exc}") from exc
+            except Exception as exc:  # ConnectionError, ValueError for a malformed address, ...
+                raise ConfigError("ray", self.options.address, f"cannot join a Ray cluster there: {exc}") from exc
             self._owns_ray = True
         resources = ray.cluster_resources()
         gpus = float(resources.get("GPU", 0))
