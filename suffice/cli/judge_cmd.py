@@ -161,7 +161,10 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
     """Run :func:`suffice.batch.judge_file` and turn its outcome into an exit status."""
 
     def notify(message: str) -> None:
-        print(message, file=sys.stderr)
+        from tqdm import tqdm
+
+        # Above the progress bar, not into its line (the engine starts after the bar is up).
+        tqdm.write(message, file=sys.stderr)
 
     try:
         report = batch.judge_file(
