@@ -35,7 +35,7 @@ class SufficiencyGate(Gate):
     calibration_target = "gate_config"
     verdict_model = SufficiencyVerdict
 
-    def __init__(self, prompt_version: str = "v3", calibration: GateConfig | None = None) -> None:
+    def __init__(self, prompt_version: str = "v4", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt("sufficiency", prompt_version)
         self.calibration = calibration
 
@@ -148,8 +148,9 @@ class SufficiencyGate(Gate):
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid sufficiency verdict: {exc}", text) from exc
         n = len(fitted.shown)
-        if len(output.chunk_useful) != n:
-            raise VerdictError(f"chunk_useful has {len(output.chunk_useful)} letters for {n} chunks shown", text)
+        outside = [label for label in output.useful_chunk_ids if label >= n]
+        if outside:
+            raise VerdictError(f"useful_chunk_ids names {outside}, not among the {n} chunks shown (0..{n - 1})", text)
         if output.is_sufficient == bool(output.missing_information):
             raise VerdictError("missing_information must be empty exactly when is_sufficient is true", text)
         verdict = to_verdict(

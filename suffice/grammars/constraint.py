@@ -8,12 +8,12 @@ with SmolLM2's vocabulary, measured on this machine) and vLLM keeps up to 128 of
 them, so a run over varied chunk counts held tens of GB.  Now a constraint is
 decoded as a chain of segments that continue one token sequence: the large,
 request-independent segments are the same for every request of a gate (compiled
-once), and only tiny segments name request ids (outlines-core builds the index of a
-64-chunk flag segment in 0.03 s, a 128-chunk one in 0.06 s, against 2.3-5.3 s for each
-large segment of the sufficiency gate).
+once), and only tiny segments name request ids (a choice among at most ``n``
+short chunk labels or source numbers, against 2.3-5.3 s for each large segment of the
+sufficiency gate with outlines-core).
 
-The whole language (``pattern``) is still what every output must match, and the
-segments compose to exactly that language: tests check both.
+The whole language (``pattern`` and ``check``) is still what every output must match,
+and the segments compose to exactly that language: tests check both.
 """
 
 from __future__ import annotations
@@ -83,6 +83,10 @@ class Constraint:
     #: continuation), for engines that pay for every continuation by re-encoding the
     #: whole prompt (no KV cache across calls): fewer steps, still compiled once.
     coarse_head: Segment | None = None
+    #: What the pattern cannot say and the segments enforce (e.g. ids in ascending
+    #: order: a regex for that grows exponentially with the chunk count); ``matches``
+    #: checks it after the pattern.
+    check: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
     _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -93,6 +97,7 @@ class Constraint:
         head: Segment | None = None,
         continuation: Continuation | None = None,
         coarse_head: Segment | None = None,
+        check: Callable[[str], bool] | None = None,
     ) -> Constraint:
         return cls(
             pattern=rx.pattern,
@@ -101,6 +106,7 @@ class Constraint:
             head=head,
             continuation=continuation,
             coarse_head=coarse_head,
+            check=check,
         )
 
     @property
@@ -141,9 +147,12 @@ class Constraint:
         return pieces
 
     def matches(self, text: str) -> bool:
-        """Whether ``text`` is in the constraint's language (Python's ``re``)."""
+        """Whether ``text`` is in the constraint's language (Python's ``re``, then
+        :attr:`check`)."""
         compiled = self._compiled
         if compiled is None:
             compiled = re.compile(self.pattern)
             object.__setattr__(self, "_compiled", compiled)
-        return compiled.fullmatch(text) is not None
+        if compiled.fullmatch(text) is None:
+            return False
+        return self.check is None or self.check(text)

@@ -119,31 +119,3 @@ def json_object(fields: list[tuple[str, Rx]]) -> Rx:
 JSON_BOOL = Rx("(true|false)", 5)
 #: A probability with at most two decimals: 0, 0.5, 0.05, 1, 1.0, 1.00.
 UNIT_INTERVAL = Rx("(0(\\.[0-9]{1,2})?|1(\\.0{1,2})?)", 4)
-
-
-def flag_string(n: int, *, at_least_one: bool = False) -> Rx:
-    """A JSON string of exactly ``n`` letters ``Y``/``N``, one per chunk shown.
-
-    Why this form: a list of ids needs a regex that grows with the square of ``n``
-    (any id may come first: 2.9 s to compile for ``n = 64`` with outlines-core,
-    13.6 s for 128); a list of booleans is linear but costs two tokens
-    a chunk (65 tokens for 32 chunks with SmolLM2's tokenizer), so the output grew
-    with the chunk count.  This string is linear, names only chunks of the request,
-    each once, by construction, and runs of ``N`` merge into few tokens (18 for 32).
-
-    ``at_least_one``: at least one ``Y`` (one alternative per position of the first
-    ``Y``; the automaton stays linear: a position and whether a ``Y`` was seen).
-    """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if n == 0:
-        if at_least_one:
-            raise ValueError("at least one Y needs at least one chunk")
-        return lit('""')
-    if not at_least_one:
-        return Rx('"[YN]{' + f"{n},{n}" + '}"', n + 2)
-    options = [
-        ("N{" + f"{i}" + "}" if i else "") + "Y" + ("[YN]{" + f"{n - 1 - i}" + "}" if n - 1 - i else "")
-        for i in range(n)
-    ]
-    return Rx('"(' + "|".join(options) + ')"', n + 2)

@@ -5,12 +5,14 @@ Two shapes, on purpose:
 * :class:`SufficiencyOutput` is what the model generates: a lean, compact form in
   which every seed requirement that a grammar can express holds by construction.
   Coverage is a list of ``{"entity", "covered"}`` pairs, so the coverage keys are
-  exactly the required entities; usefulness is one letter ``Y``/``N`` per chunk
-  shown, in label order (``chunk_useful``), so only chunks of the request can be
-  named, each at most once.  That list is the only part that depends on the
-  request (its length), so it is generated as a short second segment that
-  continues the same sequence: the large first segment is one compiled form for
-  every request (see :mod:`suffice.grammars.constraint`).
+  exactly the required entities; ``useful_chunk_ids`` are prompt labels in
+  ascending order, at most :attr:`SufficiencyBounds.USEFUL_MAX`, so only chunks of
+  the request can be named, each at most once.  The ids are the only part that
+  depends on the request, and they are generated one per tiny segment that
+  continues the same sequence (the next id is one above the last, or the list
+  ends): the large segments are one compiled form for every request (see
+  :mod:`suffice.grammars.constraint`), and the output's length does not grow with
+  the chunk count.
 * :class:`SufficiencyVerdict` is what callers get: the user's own chunk ids, the
   prompt version and what the prompt had to cut.  :meth:`SufficiencyVerdict.to_ragflow`
   exports the seed's exact JSON shape for drop-in use.
@@ -18,6 +20,7 @@ Two shapes, on purpose:
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 from typing import Any
 
@@ -29,12 +32,12 @@ from suffice.grammars.regex import (
     UNIT_INTERVAL,
     Rx,
     alt,
-    flag_string,
     json_list,
     json_members,
     json_object,
     json_string,
     lit,
+    opt,
     repeat,
     seq,
 )
@@ -52,6 +55,11 @@ class SufficiencyBounds:
     CONTRADICTIONS_MAX = 2
     CONTRADICTION_CHARS = 64
     REASONING_CHARS = 200
+    #: Useful chunks named at most.  Why a bound: each id is one short segment, so
+    #: the list's cost is its length, and a model that names every chunk of a
+    #: 64-chunk request would pay 64 segments; the seed asks for the useful ones
+    #: and excludes the redundant.
+    USEFUL_MAX = 8
 
 
 B = SufficiencyBounds
@@ -76,8 +84,8 @@ class SufficiencyOutput(BaseModel):
     is_sufficient: bool
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
-    #: One letter per chunk shown, in label order: ``Y`` useful, ``N`` not.
-    chunk_useful: str = Field(pattern=r"^[YN]*$")
+    #: Prompt labels (``0..n-1``) of the useful chunks, ascending.
+    useful_chunk_ids: list[int] = Field(max_length=B.USEFUL_MAX)
 
     @model_validator(mode="after")
     def _consistent(self) -> SufficiencyOutput:
@@ -88,8 +96,11 @@ class SufficiencyOutput(BaseModel):
             raise ValueError("a sufficient verdict has no missing_information")
         if not self.is_sufficient and not self.missing_information:
             raise ValueError("an insufficient verdict lists what is missing")
-        if self.is_sufficient and "Y" not in self.chunk_useful:
+        if self.is_sufficient and not self.useful_chunk_ids:
             raise ValueError("a sufficient verdict names at least one useful chunk")
+        ids = self.useful_chunk_ids
+        if any(i < 0 for i in ids) or any(a >= b for a, b in itertools.pairwise(ids)):
+            raise ValueError(f"useful_chunk_ids must be distinct labels in ascending order, got {ids}")
         return self
 
 
@@ -155,7 +166,7 @@ def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
 
 #: Where the decision starts, and where the request-independent segments end.
 DECISION_KEY = '"is_sufficient":'
-FLAGS_KEY = '"chunk_useful":'
+IDS_KEY = '"useful_chunk_ids":['
 UNCOVERED = '"covered":false'
 
 
@@ -197,23 +208,37 @@ def _after(decision: bool) -> Rx:
     ``false`` at least one item (seed requirements 2 and 7)."""
     missing = lit("[]") if decision else _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
     tail = json_members([("confidence", UNIT_INTERVAL)])
-    return lit(',"missing_information":') + missing + lit(",") + tail + lit("," + FLAGS_KEY)
+    return lit(',"missing_information":') + missing + lit(",") + tail + lit("," + IDS_KEY)
+
+
+def _label(lo: int, n_chunks: int) -> Rx:
+    """One prompt label from ``lo..n-1``."""
+    return alt(*[lit(str(k)) for k in range(lo, n_chunks)])
+
+
+def _ids(n_chunks: int, at_least_one: bool) -> Rx:
+    """The id list after its ``[`` and the closing ``]}``, in any order: a regex
+    cannot say "ascending" without growing exponentially, so :func:`ascending_ids`
+    says it in code (for :meth:`Constraint.matches`) and the segments enforce it
+    at decode time."""
+    most = min(B.USEFUL_MAX, n_chunks)
+    if most == 0:
+        return lit("]}")
+    listed = seq(_label(0, n_chunks), repeat(seq(lit(","), _label(0, n_chunks)), 0, most - 1))
+    return seq(listed if at_least_one else opt(listed), lit("]}"))
 
 
 def _whole(n_chunks: int) -> Rx:
-    """Every output the segments can produce, in one pattern (for ``matches`` and the
-    worst-case token count).  An uncovered entity leaves only ``false``; ``true``
-    needs at least one useful chunk."""
-    insufficient = seq(lit("false"), _after(False), flag_string(n_chunks))
+    """Every output the segments can produce but for the ids' order, in one pattern
+    (for ``matches`` and the worst-case token count).  An uncovered entity leaves
+    only ``false``; ``true`` needs at least one useful chunk."""
+    insufficient = seq(lit("false"), _after(False), _ids(n_chunks, at_least_one=False))
     if n_chunks == 0:  # nothing to rest an answer on
-        return seq(_head(None), insufficient, lit("}"))
-    sufficient = seq(lit("true"), _after(True), flag_string(n_chunks, at_least_one=True))
-    return seq(
-        alt(
-            seq(_head(True), alt(sufficient, insufficient)),
-            seq(_head(False), insufficient),
-        ),
-        lit("}"),
+        return seq(_head(None), insufficient)
+    sufficient = seq(lit("true"), _after(True), _ids(n_chunks, at_least_one=True))
+    return alt(
+        seq(_head(True), alt(sufficient, insufficient)),
+        seq(_head(False), insufficient),
     )
 
 
@@ -229,13 +254,38 @@ def _segments() -> dict[str, Segment]:
     }
 
 
-@lru_cache(maxsize=1024)
-def flags_segment(n_chunks: int, at_least_one: bool = False) -> Segment:
-    """``"YNN...Y"}``: exactly one letter per chunk shown (linear in ``n``); after a
-    sufficient decision at least one ``Y`` (seed requirement 6: a plausible answer
-    rests on some chunk)."""
-    key = f"flags/{n_chunks}" + ("/some" if at_least_one else "")
-    return Segment.from_rx(flag_string(n_chunks, at_least_one=at_least_one) + lit("}"), key=key, per_request=True)
+@lru_cache(maxsize=4096)
+def id_segment(lo: int, n_chunks: int, *, first: bool, last: bool, required: bool) -> Segment:
+    """The next useful id, from ``lo..n-1`` (one above the last one listed: ascending,
+    so each chunk at most once), or the end of the list.
+
+    ``first``: no comma before it; ``last``: the bound is reached, so the id closes
+    the list too; ``required``: a sufficient verdict's first id may not be skipped
+    (seed requirement 6: a plausible answer rests on some chunk).  Tiny: at most
+    ``n`` short alternatives.  An id that ends the chunk labels closes the list
+    with it, so a segment never leaves a choice of one.
+    """
+    comma = "" if first else ","
+    options = [lit(comma + str(k) + ("]}" if last or k == n_chunks - 1 else "")) for k in range(lo, n_chunks)]
+    if not required or not options:
+        options.append(lit("]}"))
+    flags = ("first" if first else "next") + ("/last" if last else "") + ("/some" if required else "")
+    return Segment.from_rx(alt(*options), key=f"ids/{n_chunks}/{lo}/{flags}", per_request=True)
+
+
+def listed_ids(text: str) -> list[int] | None:
+    """The ids listed so far in ``text`` (``None`` before the list starts).  The key
+    cannot occur inside a generated string: strings never hold a double quote."""
+    if IDS_KEY not in text:
+        return None
+    body = text.rsplit(IDS_KEY, 1)[1].rstrip("]}")
+    return [int(part) for part in body.split(",")] if body else []
+
+
+def ascending_ids(text: str) -> bool:
+    """What the whole pattern cannot say: the listed ids ascend (so none repeats)."""
+    ids = listed_ids(text) or []
+    return all(a < b for a, b in itertools.pairwise(ids))
 
 
 def forced_insufficient(text: str) -> bool:
@@ -252,16 +302,26 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
     construction: an entity marked not covered leaves only ``false`` (with at least
     one missing item), and ``true`` names at least one useful chunk.  Decoded in
     segments: the head, the decision alone (the only segment with log-probabilities),
-    the rest of the branch, then the flags for this chunk count (tiny); all but the
-    flags are the same for every request.
+    the rest of the branch up to the id list, then one tiny segment per useful id;
+    all but the ids are the same for every request.
     """
     segments = _segments()
 
     def continuation(text: str) -> Segment | None:
-        if text.endswith(FLAGS_KEY):
-            return flags_segment(n_chunks, at_least_one=DECISION_KEY + "true" in text)
+        if text.endswith("]}"):
+            return None
+        ids = listed_ids(text)
+        if ids is not None:
+            sufficient = DECISION_KEY + "true" in text
+            return id_segment(
+                ids[-1] + 1 if ids else 0,
+                n_chunks,
+                first=not ids,
+                last=len(ids) + 1 >= B.USEFUL_MAX,
+                required=sufficient and not ids,
+            )
         if text.endswith(DECISION_KEY):
-            return segments["forced-false" if forced_insufficient(text) else "decision"]
+            return segments["forced-false" if n_chunks == 0 or forced_insufficient(text) else "decision"]
         if text.endswith(DECISION_KEY + "true"):
             return segments["true"]
         if text.endswith(DECISION_KEY + "false"):
@@ -274,13 +334,14 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         head=segments["head"],
         continuation=continuation,
         coarse_head=_coarse_head(),
+        check=ascending_ids,
     )
 
 
 @lru_cache(maxsize=1)
 def _coarse_head() -> Segment:
-    """For engines without a KV cache across calls: everything up to the flags in one
-    segment (the forcing rule included)."""
+    """For engines without a KV cache across calls: everything up to the id list in
+    one segment (the forcing rule included)."""
     rx = alt(
         seq(_head(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
         seq(_head(False), lit("false") + _after(False)),
@@ -314,9 +375,7 @@ def to_verdict(
         contradictions=list(output.contradictions),
         confidence=output.confidence,
         reasoning=output.reasoning,
-        useful_chunk_ids=[
-            chunk_id for chunk_id, flag in zip(chunk_ids, output.chunk_useful, strict=True) if flag == "Y"
-        ],
+        useful_chunk_ids=[chunk_ids[label] for label in output.useful_chunk_ids],
         prompt_version=prompt_version,
         truncated_chunk_ids=truncated_chunk_ids,
         omitted_chunk_ids=omitted_chunk_ids,

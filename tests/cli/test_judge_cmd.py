@@ -63,7 +63,7 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path):
     for row in (rows[0], rows[2], rows[3]):
         jsonschema.validate(row["verdict"], RAGFLOW_SCHEMA)
         assert row["gate"] == "sufficiency" and row["backend"] == "xgrammar"
-        assert row["prompt_version"] == "sufficiency/v3" and row["tokens"]["completion"] > 0
+        assert row["prompt_version"] == "sufficiency/v4" and row["tokens"]["completion"] > 0
         assert "SmolLM2" in row["model"]
 
     # A crash mid-write: two lines and a half remain; the rerun completes the rest.
@@ -117,7 +117,7 @@ def test_verbose_decision_mode_shows_settings_and_writes_decisions(tmp_path):
         assert row["verdict"]["detail"] == "decision"
         assert row["verdict"]["decision"] in ("true", "false")
         assert 0.0 <= row["verdict"]["probability"] <= 1.0
-        assert row["prompt_version"] == "sufficiency/v3/decision"
+        assert row["prompt_version"] == "sufficiency/v4/decision"
 
 
 def test_bad_cores_are_a_usage_error(tmp_path):

@@ -36,7 +36,7 @@ def test_the_decision_constraint_allows_exactly_the_gate_values(gate):
 def test_make_gate_for_wraps_in_decision_mode():
     gate = make_gate_for(JudgeConfig(detail="decision"))
     assert isinstance(gate, DecisionGate)
-    assert gate.prompt_version == "sufficiency/v3/decision"
+    assert gate.prompt_version == "sufficiency/v4/decision"
 
 
 def test_decision_prompt_asks_for_exactly_the_decision():
@@ -44,7 +44,7 @@ def test_decision_prompt_asks_for_exactly_the_decision():
     item = gate.parse_item({"id": 1, "question": "q", "chunks": [{"id": 0, "text": "t"}]})
     system = gate.template.render(gate.system_context(item), {"question": "q", "chunks": []})[0]["content"]
     assert '{"is_sufficient": true} or {"is_sufficient": false}' in system
-    assert "chunk_useful" not in system
+    assert "useful_chunk_ids" not in system
     assert "required_entities" not in system
 
 
@@ -68,7 +68,7 @@ def test_a_decision_verdict_carries_the_probability_of_the_positive_value():
     assert verdict.decision == "false"
     assert verdict.positive is False
     assert verdict.probability == pytest.approx(0.3)
-    assert result.prompt_version == "sufficiency/v3/decision"
+    assert result.prompt_version == "sufficiency/v4/decision"
 
 
 def test_an_empty_chunk_list_is_decided_without_the_model():

@@ -12,28 +12,6 @@ def test_escape_only_metacharacters():
     assert R.escape("a b,c") == "a b,c"
 
 
-def test_flag_string_exact_pattern():
-    assert R.flag_string(0) == R.Rx('""', 2)
-    rx = R.flag_string(3)
-    assert rx.pattern == '"[YN]{3,3}"'
-    assert rx.max_bytes == len('"YNN"')
-
-
-@pytest.mark.parametrize("n", [1, 2, 5, 11, 80, 128])
-def test_flag_string_accepts_exactly_one_letter_per_chunk(n):
-    compiled = re.compile(R.flag_string(n).pattern)
-    assert compiled.fullmatch('"' + "Y" * n + '"')
-    assert compiled.fullmatch('"' + "N" * n + '"')
-    assert not compiled.fullmatch('"' + "Y" * (n + 1) + '"')  # a chunk not in the request
-    assert not compiled.fullmatch('"' + "Y" * (n - 1) + '"')  # a chunk left out
-    assert not compiled.fullmatch('"' + "y" * n + '"')  # only the two letters
-
-
-@pytest.mark.parametrize("n", [8, 64, 128])
-def test_flag_string_pattern_does_not_grow_with_n_beyond_its_digits(n):
-    assert len(R.flag_string(n).pattern) == len('"[YN]{,}"') + 2 * len(str(n))
-
-
 def test_json_string_exact_pattern_and_bound():
     rx = R.json_string(1, 3)
     assert rx.pattern == f'"{R.STRING_FIRST_CHAR_CLASS}({R.STRING_CHAR_CLASS}){{0,2}}"'

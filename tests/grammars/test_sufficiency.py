@@ -1,4 +1,5 @@
 import json
+import re
 
 import jsonschema
 import pytest
@@ -27,7 +28,7 @@ def output(**overrides):
         "is_sufficient": True,
         "missing_information": [],
         "confidence": 0.9,
-        "chunk_useful": "YNY",
+        "useful_chunk_ids": [0, 2],
     }
     base.update(overrides)
     return json.dumps(base, separators=(",", ":"), ensure_ascii=False)
@@ -42,10 +43,11 @@ def test_constraint_accepts_a_conforming_verdict():
 @pytest.mark.parametrize(
     ("overrides", "why"),
     [
-        ({"chunk_useful": "YNYY"}, "a fourth chunk is not in a 3-chunk request"),
-        ({"chunk_useful": "YN"}, "a chunk left out"),
-        ({"chunk_useful": [0, 2]}, "ids instead of letters"),
-        ({"chunk_useful": "YnY"}, "only Y and N"),
+        ({"useful_chunk_ids": [0, 3]}, "a fourth chunk is not in a 3-chunk request"),
+        ({"useful_chunk_ids": [2, 0]}, "not ascending"),
+        ({"useful_chunk_ids": [0, 0]}, "a chunk named twice"),
+        ({"useful_chunk_ids": ["0"]}, "strings instead of labels"),
+        ({"useful_chunk_ids": [-1]}, "a negative label"),
         ({"missing_information": ["a date"]}, "missing info while sufficient"),
         ({"is_sufficient": False}, "insufficient with nothing missing"),
         ({"confidence": 1.5}, "confidence above 1"),
@@ -59,7 +61,7 @@ def test_constraint_accepts_a_conforming_verdict():
             {"required_entities": [{"entity": "a", "covered": True}, {"entity": "b", "covered": False}]},
             "sufficient with a later uncovered entity",
         ),
-        ({"chunk_useful": "NNN"}, "sufficient with no useful chunk"),
+        ({"useful_chunk_ids": []}, "sufficient with no useful chunk"),
         ({"reasoning": ""}, "no reasoning"),
     ],
 )
@@ -69,7 +71,7 @@ def test_constraint_rejects_what_the_seed_forbids(overrides, why):
 
 def test_insufficient_branch_requires_missing_information():
     c = sufficiency_constraint(2)
-    assert c.matches(output(is_sufficient=False, missing_information=["the year"], chunk_useful="NN"))
+    assert c.matches(output(is_sufficient=False, missing_information=["the year"], useful_chunk_ids=[]))
 
 
 def test_constraints_are_shared_by_chunk_count():
@@ -82,35 +84,76 @@ def test_the_large_segment_is_the_same_for_every_chunk_count(n):
     assert sufficiency_constraint(n).first_segment() == sufficiency_constraint(1).first_segment()
 
 
-@pytest.mark.parametrize("n", [1, 3, 80])
-def test_segments_compose_to_the_whole_output(n):
+@pytest.mark.parametrize(
+    ("n", "ids", "id_pieces"),
+    [
+        (1, [0], ["0]}"]),  # the last label closes the list with it
+        (3, [0], ["0", "]}"]),
+        (3, [0, 2], ["0", ",2]}"]),
+        (80, [0, 3, 6, 9, 12, 15, 18, 21], ["0", ",3", ",6", ",9", ",12", ",15", ",18", ",21]}"]),  # the bound
+    ],
+)
+def test_segments_compose_to_the_whole_output(n, ids, id_pieces):
     c = sufficiency_constraint(n)
-    text = output(chunk_useful="".join("Y" if i % 3 == 0 else "N" for i in range(n)))
+    text = output(useful_chunk_ids=ids)
     pieces = c.segments_of(text)
-    assert [segment.key for segment, _ in pieces] == [
+    assert [segment.key for segment, _ in pieces][:3] == [
         "sufficiency/head",
         "sufficiency/decision",
         "sufficiency/after-true",
-        f"flags/{n}/some",
     ]
     assert "".join(piece for _, piece in pieces) == text
-    assert pieces[-1][1] == '"' + "".join("Y" if i % 3 == 0 else "N" for i in range(n)) + '"}'
+    assert [piece for _, piece in pieces[3:]] == id_pieces
     assert [segment.key for segment, _ in pieces if segment.logprobs] == ["sufficiency/decision"]
 
 
-def test_the_request_dependent_segment_is_small():
+def test_each_id_segment_offers_only_labels_above_the_last():
+    c = sufficiency_constraint(12)
+    segment = c.next_segment(head_text() + "3")
+    assert segment is not None
+    assert re.fullmatch(segment.pattern, ",4")
+    assert re.fullmatch(segment.pattern, ",11]}")  # the last label closes the list
+    assert re.fullmatch(segment.pattern, "]}")
+    assert not re.fullmatch(segment.pattern, ",3")
+    assert not re.fullmatch(segment.pattern, ",2")
+    assert not re.fullmatch(segment.pattern, ",12")
+
+
+def test_the_id_segments_do_not_grow_with_the_output():
     c = sufficiency_constraint(64)
-    after = c.next_segment(head_text().split('"is_sufficient":')[0] + '"is_sufficient":true')
-    flags = c.next_segment(head_text(is_sufficient=False, missing_information=["x"]))
-    assert flags is not None
-    assert after is not None
-    assert len(flags.pattern) < 60
-    assert len(after.pattern) > 5 * len(flags.pattern)
+    segment = c.next_segment(head_text() + "60")
+    assert segment is not None
+    assert len(segment.pattern) < 40
+    assert segment.per_request
 
 
-def test_a_sufficient_decision_is_followed_by_flags_with_a_useful_chunk():
-    flags = sufficiency_constraint(5).next_segment(head_text())
-    assert flags.key == "flags/5/some"
+def test_the_bound_on_useful_ids_closes_the_list():
+    c = sufficiency_constraint(64)
+    listed = ",".join(str(i) for i in range(B.USEFUL_MAX - 1))
+    segment = c.next_segment(head_text() + listed)
+    assert segment is not None
+    assert re.fullmatch(segment.pattern, ",9]}")
+    assert not re.fullmatch(segment.pattern, ",9")
+
+
+def test_a_sufficient_decision_needs_a_first_useful_id():
+    segment = sufficiency_constraint(5).next_segment(head_text())
+    assert segment is not None
+    assert segment.key == "ids/5/0/first/some"
+    assert not re.fullmatch(segment.pattern, "]}")
+
+
+def test_an_insufficient_decision_may_name_no_chunk():
+    segment = sufficiency_constraint(5).next_segment(head_text(is_sufficient=False, missing_information=["x"]))
+    assert segment is not None
+    assert re.fullmatch(segment.pattern, "]}")
+
+
+def test_no_chunk_shown_leaves_only_false():
+    text = output().split('"is_sufficient":')[0] + '"is_sufficient":'
+    segment = sufficiency_constraint(0).next_segment(text)
+    assert segment is not None
+    assert segment.pattern == "false"
 
 
 def test_an_uncovered_entity_leaves_only_false_as_the_decision():
@@ -131,7 +174,7 @@ def test_the_output_model_refuses_an_uncovered_entity_judged_sufficient():
 
 
 def head_text(**overrides) -> str:
-    return output(**overrides).split('"chunk_useful":')[0] + '"chunk_useful":'
+    return output(**overrides).split('"useful_chunk_ids":[')[0] + '"useful_chunk_ids":['
 
 
 def worst_case(n: int) -> str:
@@ -145,7 +188,7 @@ def worst_case(n: int) -> str:
         contradictions=[wide * B.CONTRADICTION_CHARS] * B.CONTRADICTIONS_MAX,
         confidence=0.55,
         reasoning=wide * B.REASONING_CHARS,
-        chunk_useful="N" * n,
+        useful_chunk_ids=list(range(n))[-B.USEFUL_MAX :],
     )
 
 
@@ -163,11 +206,11 @@ def test_max_tokens_is_the_exact_worst_case(n):
 def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
     n = data.draw(st.integers(min_value=0, max_value=4))
     c = sufficiency_constraint(n)
-    text = data.draw(st.from_regex(c.pattern, fullmatch=True))
+    text = data.draw(st.from_regex(c.pattern, fullmatch=True).filter(c.matches))
     assert len(text.encode("utf-8")) <= c.max_bytes
     parsed = SufficiencyOutput.model_validate(json.loads(text))
     assert parsed.is_sufficient == (not parsed.missing_information)
-    assert len(parsed.chunk_useful) == n
+    assert all(label < n for label in parsed.useful_chunk_ids)
     assert_splits_into_segments(c, text)
     verdict = to_verdict(
         parsed,
@@ -192,7 +235,7 @@ def test_to_verdict_maps_ids_and_dedupes_entities():
             ],
             is_sufficient=False,
             missing_information=["what B is"],
-            chunk_useful="YNY",
+            useful_chunk_ids=[0, 2],
         )
     )
     v = to_verdict(
@@ -221,7 +264,7 @@ def test_output_model_mirrors_grammar_bounds():
 @pytest.mark.parametrize("n", [1, 7])
 def test_coarse_segments_compose_to_the_same_output(n):
     c = sufficiency_constraint(n)
-    text = output(chunk_useful="Y" * n)
+    text = output(useful_chunk_ids=[n - 1])
     pieces = c.segments_of(text, coarse=True)
-    assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"flags/{n}/some"]
+    assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"ids/{n}/0/first/some"]
     assert "".join(piece for _, piece in pieces) == text

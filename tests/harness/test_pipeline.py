@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,14 +35,14 @@ def sufficiency_json(sufficient: bool, n: int) -> str:
             "is_sufficient": sufficient,
             "missing_information": [] if sufficient else ["the second paragraph"],
             "confidence": 0.9,
-            "chunk_useful": "".join("Y" if i == 0 else "N" for i in range(n)),
+            "useful_chunk_ids": [0],
         },
         separators=(",", ":"),
     )
 
 
 def labels(request) -> int:
-    return request.messages[-1]["content"].count("\nID: ") + request.messages[-1]["content"].startswith("ID: ")
+    return len(re.findall(r"^[0-9]+: ", request.messages[-1]["content"], flags=re.MULTILINE))
 
 
 def complete_when_all_ten(request) -> str:
