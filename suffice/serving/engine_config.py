@@ -21,7 +21,7 @@ from suffice.exceptions import ConfigError
 ENGINES = ("vllm", "transformers", "openai")
 BACKENDS = ("outlines", "xgrammar", "guidance")
 #: Chosen by measurement (README, "Structured-output backends").
-DEFAULT_BACKEND = "guidance"
+DEFAULT_BACKEND = "xgrammar"
 
 DEFAULT_CONCURRENCY = 32
 

@@ -268,3 +268,27 @@ def test_coarse_segments_compose_to_the_same_output(n):
     pieces = c.segments_of(text, coarse=True)
     assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"ids/{n}/0/first/some"]
     assert "".join(piece for _, piece in pieces) == text
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_any_ascending_list_of_labels_is_generated_by_the_id_segments(data):
+    n = data.draw(st.integers(min_value=1, max_value=130))
+    labels = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=n - 1), min_size=1, max_size=B.USEFUL_MAX)))
+    c = sufficiency_constraint(n)
+    text = output(useful_chunk_ids=labels)
+    assert c.matches(text)
+    pieces = c.segments_of(text)
+    id_pieces = [piece for segment, piece in pieces if segment.per_request]
+    assert json.loads("[" + "".join(id_pieces).removesuffix("}")) == labels
+    for segment, piece in pieces:
+        assert re.fullmatch(segment.pattern, piece)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_label_listed_twice_or_out_of_order_is_refused(data):
+    n = data.draw(st.integers(min_value=2, max_value=130))
+    a = data.draw(st.integers(min_value=0, max_value=n - 1))
+    b = data.draw(st.integers(min_value=0, max_value=a))
+    assert not sufficiency_constraint(n).matches(output(useful_chunk_ids=[a, b]))
