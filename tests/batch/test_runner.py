@@ -186,7 +186,7 @@ def test_an_input_error_row_is_final(tmp_path):
     ("changed", "options", "setting"),
     [
         (JudgeConfig(engine=EngineConfig(max_model_len=2048)), BatchOptions(), "max_model_len"),
-        (JudgeConfig(engine=EngineConfig(backend="xgrammar")), BatchOptions(), "backend"),
+        (JudgeConfig(engine=EngineConfig(backend="outlines")), BatchOptions(), "backend"),
         (JudgeConfig(detail="decision"), BatchOptions(), "prompt_version"),
         (JudgeConfig(), BatchOptions(fmt="seed"), "format"),
         (JudgeConfig(gate="recovery"), BatchOptions(), "gate"),
