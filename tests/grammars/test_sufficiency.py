@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
 from suffice.grammars.sufficiency import (
+    IDS_KEY,
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
     SufficiencyOutput,
@@ -206,7 +207,12 @@ def test_max_tokens_is_the_exact_worst_case(n):
 def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
     n = data.draw(st.integers(min_value=0, max_value=4))
     c = sufficiency_constraint(n)
-    text = data.draw(st.from_regex(c.pattern, fullmatch=True).filter(c.matches))
+    drawn = data.draw(st.from_regex(c.pattern, fullmatch=True))
+    # The pattern allows the ids in any order (``check`` adds the order): put them in it.
+    head, ids = drawn.rsplit(IDS_KEY, 1)
+    labels = sorted({int(label) for label in ids.removesuffix("]}").split(",") if label})
+    text = head + IDS_KEY + ",".join(map(str, labels)) + "]}"
+    assert c.matches(text)
     assert len(text.encode("utf-8")) <= c.max_bytes
     parsed = SufficiencyOutput.model_validate(json.loads(text))
     assert parsed.is_sufficient == (not parsed.missing_information)
