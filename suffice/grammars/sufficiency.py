@@ -45,6 +45,12 @@ from suffice.grammars.regex import (
 ChunkId = int | str
 
 
+def ascending(ids: list[int]) -> bool:
+    """Strictly ascending, so no id repeats: the one rule the generated form and the
+    whole-output check share."""
+    return all(a < b for a, b in itertools.pairwise(ids))
+
+
 class SufficiencyBounds:
     """Every string and list the model writes is bounded; these are the bounds."""
 
@@ -99,7 +105,7 @@ class SufficiencyOutput(BaseModel):
         if self.is_sufficient and not self.useful_chunk_ids:
             raise ValueError("a sufficient verdict names at least one useful chunk")
         ids = self.useful_chunk_ids
-        if any(i < 0 for i in ids) or any(a >= b for a, b in itertools.pairwise(ids)):
+        if any(i < 0 for i in ids) or not ascending(ids):
             raise ValueError(f"useful_chunk_ids must be distinct labels in ascending order, got {ids}")
         return self
 
@@ -224,7 +230,8 @@ def _ids(n_chunks: int, at_least_one: bool) -> Rx:
     most = min(B.USEFUL_MAX, n_chunks)
     if most == 0:
         return lit("]}")
-    listed = seq(_label(0, n_chunks), repeat(seq(lit(","), _label(0, n_chunks)), 0, most - 1))
+    label = _label(0, n_chunks)
+    listed = seq(label, repeat(seq(lit(","), label), 0, most - 1))
     return seq(listed if at_least_one else opt(listed), lit("]}"))
 
 
@@ -284,8 +291,7 @@ def listed_ids(text: str) -> list[int] | None:
 
 def ascending_ids(text: str) -> bool:
     """What the whole pattern cannot say: the listed ids ascend (so none repeats)."""
-    ids = listed_ids(text) or []
-    return all(a < b for a, b in itertools.pairwise(ids))
+    return ascending(listed_ids(text) or [])
 
 
 def forced_insufficient(text: str) -> bool:
