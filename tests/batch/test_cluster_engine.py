@@ -5,6 +5,7 @@ and the Ray Data entry.  One module fixture does all the runs (engines start onc
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import psutil
@@ -51,9 +52,16 @@ def runs(tmp_path_factory):
     messages: list[str] = []
     during: set[int] = set()
 
+    stop = threading.Event()
+
+    def watch() -> None:
+        """Samples engine processes all through the Ray run, not only when a row lands:
+        a progress callback can fire before the actor's engine has started."""
+        while not stop.wait(0.25):
+            during.update(_engine_cores() - found["cores_before"])
+
     def kill_first_actor(total, done):
         def update(n):
-            during.update(_engine_cores() - found["cores_before"])
             if killed:
                 return
             for named in ray.util.list_named_actors(all_namespaces=True):
@@ -64,7 +72,13 @@ def runs(tmp_path_factory):
         return update, (lambda: None)
 
     options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1, queue_per_actor=2))
-    judge_file(CONFIG, source, tmp / "ray.jsonl", options, progress=kill_first_actor, notify=messages.append)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        judge_file(CONFIG, source, tmp / "ray.jsonl", options, progress=kill_first_actor, notify=messages.append)
+    finally:
+        stop.set()
+        watcher.join()
     found["ray"] = _rows(tmp / "ray.jsonl")
     found["killed"] = killed
     found["messages"] = messages
