@@ -40,15 +40,22 @@ B = AdequacyBounds
 
 
 DECISION_KEY = '{"adequacy_decision":'
+#: What follows the decision up to the score (prefilled, not decoded).
+REST_PREFIX = ',"adequacy_score":'
 
 
 def _rest() -> Rx:
+    return lit(REST_PREFIX) + _rest_body()
+
+
+def _rest_body() -> Rx:
+    """The verdict after :data:`REST_PREFIX`: the score on."""
     dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
     return seq(
+        UNIT_INTERVAL,
         lit(","),
         json_members(
             [
-                ("adequacy_score", UNIT_INTERVAL),
                 ("dimensions", json_object([(d, dimension) for d in DIMENSIONS])),
                 ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
                 ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
@@ -64,22 +71,20 @@ _DECISION = alt(lit('"PASS"'), lit('"FAIL"'))
 
 @lru_cache(maxsize=1)
 def adequacy_constraint() -> Constraint:
-    """Three segments, none depending on the request: the key, the decision alone
-    (the only one with log-probabilities), the rest."""
-    key = Segment.from_rx(lit(DECISION_KEY), key="adequacy/key")
-    decision = Segment.from_rx(_DECISION, key="adequacy/decision", logprobs=True)
-    rest = Segment.from_rx(_rest(), key="adequacy/rest")
+    """Two segments, neither depending on the request: the decision alone (the only
+    one with log-probabilities; the key before it prefilled), then the rest (its
+    opening key prefilled)."""
+    decision = Segment.from_rx(_DECISION, key="adequacy/decision", logprobs=True, prefix=DECISION_KEY)
+    rest = Segment.from_rx(_rest_body(), key="adequacy/rest", prefix=REST_PREFIX)
 
     def continuation(text: str) -> Segment | None:
-        if text == DECISION_KEY:
-            return decision
         if text in (DECISION_KEY + '"PASS"', DECISION_KEY + '"FAIL"'):
             return rest
         return None
 
+    coarse = Segment.from_rx(seq(_DECISION, _rest()), key="adequacy/whole", logprobs=True, prefix=DECISION_KEY)
     rx = seq(lit(DECISION_KEY), _DECISION, _rest())
-    coarse = Segment.from_rx(rx, key="adequacy/whole", logprobs=True)
-    return Constraint.from_rx(rx, key="adequacy", head=key, continuation=continuation, coarse_head=coarse)
+    return Constraint.from_rx(rx, key="adequacy", head=decision, continuation=continuation, coarse_head=coarse)
 
 
 class Dimension(BaseModel):

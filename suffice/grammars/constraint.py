@@ -35,6 +35,14 @@ class Segment:
     ``key`` names the pattern: equal keys mean equal patterns, so engines and
     backends share one compiled form.  Every token carries at least one byte, so
     ``max_bytes + 1`` tokens (the last one for end-of-sequence) always suffice.
+
+    ``prefix`` is literal text the segment opens with, which nothing could make
+    different: the engine appends its tokens to the sequence (prefilled with the
+    prompt, one forward pass) instead of decoding them one step each under a mask
+    that leaves a single choice, and the pattern covers only what follows.  Each
+    prefix ends outside a JSON string, so each pattern starts at a JSON value or
+    punctuation (outlines-core did not finish compiling, within vLLM's 120 s, a
+    large pattern that opened inside a string).
     """
 
     pattern: str
@@ -47,13 +55,22 @@ class Segment:
     #: Whether the pattern depends on the request (chunk or source count): such
     #: segments are tiny and many; the others are few, large and worth keeping.
     per_request: bool = False
+    prefix: str = ""
 
     @classmethod
-    def from_rx(cls, rx: Rx, key: str, logprobs: bool = False, per_request: bool = False) -> Segment:
-        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, logprobs=logprobs, per_request=per_request)
+    def from_rx(cls, rx: Rx, key: str, logprobs: bool = False, per_request: bool = False, prefix: str = "") -> Segment:
+        return cls(
+            pattern=rx.pattern,
+            max_bytes=rx.max_bytes,
+            key=key,
+            logprobs=logprobs,
+            per_request=per_request,
+            prefix=prefix,
+        )
 
     @property
     def max_tokens(self) -> int:
+        """Tokens to decode: the prefix is not decoded, so it does not count."""
         return self.max_bytes + EOS_TOKENS
 
 
@@ -126,21 +143,24 @@ class Constraint:
 
     def segments_of(self, text: str, coarse: bool = False) -> list[tuple[Segment, str]]:
         """Split a complete output into the pieces its segments generate (for tests
-        and checks): each piece must match its segment's pattern."""
+        and checks): each piece is its segment's prefix, then a match of its pattern."""
         pieces: list[tuple[Segment, str]] = []
         segment: Segment | None = self.first_segment(coarse)
         rest, done = text, ""
         while segment is not None:
+            if not rest.startswith(segment.prefix):
+                break
+            body = rest[len(segment.prefix) :]
             compiled = re.compile(segment.pattern)
             match = next(
-                (end for end in range(len(rest), 0, -1) if compiled.fullmatch(rest[:end]) is not None),
+                (end for end in range(len(body), 0, -1) if compiled.fullmatch(body[:end]) is not None),
                 None,
             )
             if match is None:
                 break
-            piece = rest[:match]
+            piece = segment.prefix + body[:match]
             pieces.append((segment, piece))
-            done, rest = done + piece, rest[match:]
+            done, rest = done + piece, rest[len(piece) :]
             segment = self.next_segment(done)
         if rest:
             raise ValueError(f"{text!r} does not split into this constraint's segments (left: {rest!r})")

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suffice.grammars.constraint import Constraint
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import alt, lit, seq
 
 
@@ -48,9 +48,12 @@ def decision_marker(key: str) -> str:
 
 @lru_cache(maxsize=16)
 def decision_constraint(key: str, values: tuple[str, ...]) -> Constraint:
-    """``{"key":v}`` for one of ``values`` (JSON texts): the same for every request."""
-    rx = seq(lit("{" + decision_marker(key)), alt(*[lit(v) for v in values]), lit("}"))
-    return Constraint.from_rx(rx, key=f"decision/{key}")
+    """``{"key":v}`` for one of ``values`` (JSON texts): the same for every request.
+    One segment; ``{"key":`` is prefilled, so only the value and ``}`` are decoded."""
+    opening = "{" + decision_marker(key)
+    value = seq(alt(*[lit(v) for v in values]), lit("}"))
+    head = Segment.from_rx(value, key=f"decision/{key}", logprobs=True, prefix=opening)
+    return Constraint.from_rx(lit(opening) + value, key=f"decision/{key}", head=head)
 
 
 def decision_format(key: str, values: tuple[str, ...]) -> str:

@@ -85,28 +85,31 @@ def _claims(lo: int) -> Rx:
 
 
 CLASSIFICATION_KEY = '{"classification":"'
+#: What follows every classification value up to the first thing the model chooses
+#: (prefilled, not decoded; it ends outside a string, see :class:`Segment`).
+AFTER_PREFIX = '","supported_claims":'
 
 
 def _rest(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
     """Everything after the classification value; with ``answer_closed=False`` an
     answering verdict stops right after ``answer`` (no closing ``}``)."""
+    return lit(AFTER_PREFIX) + _rest_body(classification, answer, answer_closed=answer_closed)
+
+
+def _rest_body(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
+    """:func:`_rest` after :data:`AFTER_PREFIX`: the supported claims' list on."""
     if classification is Classification.SUFFICIENT:
         return seq(
-            lit('",'),
-            json_members(
-                [
-                    ("supported_claims", _claims(1)),
-                    ("unsupported_claims", lit("[]")),
-                    ("answer", answer),
-                ]
-            ),
+            _claims(1),
+            lit(","),
+            json_members([("unsupported_claims", lit("[]")), ("answer", answer)]),
             lit("}") if answer_closed else Rx("", 0),
         )
     return seq(
-        lit('",'),
+        _claims(0),
+        lit(","),
         json_members(
             [
-                ("supported_claims", _claims(0)),
                 ("unsupported_claims", _claims(1)),
                 ("abstention_notice", json_string(1, B.NOTICE_CHARS)),
                 ("suggested_retrieval_queries", json_list(json_string(1, B.QUERY_CHARS), 1, B.QUERIES_MAX)),
@@ -127,16 +130,19 @@ def _answer_start() -> Rx:
 
 @lru_cache(maxsize=1)
 def _segments() -> dict[str, Segment]:
-    """The request-independent segments, compiled once per engine."""
+    """The request-independent segments, compiled once per engine: the decision (the
+    key before it prefilled) and what each value leads to."""
     segments = {
-        "key": Segment.from_rx(lit(CLASSIFICATION_KEY), key="recovery/key"),
         "decision": Segment.from_rx(
-            alt(*[lit(c.value) for c in Classification]), key="recovery/decision", logprobs=True
+            alt(*[lit(c.value) for c in Classification]),
+            key="recovery/decision",
+            logprobs=True,
+            prefix=CLASSIFICATION_KEY,
         ),
     }
     for c in Classification:
-        rx = _rest(c, _answer_start(), answer_closed=False)
-        segments[c.value] = Segment.from_rx(rx, key=f"recovery/after-{c.value}")
+        rx = _rest_body(c, _answer_start(), answer_closed=False)
+        segments[c.value] = Segment.from_rx(rx, key=f"recovery/after-{c.value}", prefix=AFTER_PREFIX)
     return segments
 
 
@@ -174,8 +180,6 @@ def recovery_constraint(n_sources: int) -> Constraint:
     segments = _segments()
 
     def continuation(text: str) -> Segment | None:
-        if text == CLASSIFICATION_KEY:
-            return segments["decision"]
         if text.startswith(CLASSIFICATION_KEY) and text[len(CLASSIFICATION_KEY) :] in segments:
             return segments[text[len(CLASSIFICATION_KEY) :]]
         if text.endswith(CITATION_OPEN):
@@ -188,7 +192,11 @@ def recovery_constraint(n_sources: int) -> Constraint:
 
     rx = _recovery(_answer(n_sources))
     return Constraint.from_rx(
-        rx, key=f"recovery/{n_sources}", head=_segments()["key"], continuation=continuation, coarse_head=_coarse_head()
+        rx,
+        key=f"recovery/{n_sources}",
+        head=segments["decision"],
+        continuation=continuation,
+        coarse_head=_coarse_head(),
     )
 
 
@@ -196,10 +204,12 @@ def recovery_constraint(n_sources: int) -> Constraint:
 def _coarse_head() -> Segment:
     """A whole abstention, or an answering verdict up to its first ``[CITATION:``."""
     rx = seq(
-        lit(CLASSIFICATION_KEY),
+        lit('"'),
         alt(*[seq(lit(c.value), _rest(c, _answer_start(), answer_closed=False)) for c in Classification]),
     )
-    return Segment.from_rx(rx, key="recovery/coarse-head", logprobs=True)
+    # The prefix stops before the value's quote: large patterns open outside strings
+    # (see Segment; outlines-core timed out on one that opened inside a string).
+    return Segment.from_rx(rx, key="recovery/coarse-head", logprobs=True, prefix=CLASSIFICATION_KEY[:-1])
 
 
 class RecoveryOutput(BaseModel):

@@ -176,31 +176,45 @@ IDS_KEY = '"useful_chunk_ids":['
 UNCOVERED = '"covered":false'
 
 
+#: Where every verdict starts, up to the first entity's name: prefilled, not decoded.
+HEAD_PREFIX = '{"required_entities":[{"entity":'
+#: What follows each decision value up to the first thing the model chooses.
+AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missing_information":['}
+
+
 def _entity(covered: Rx) -> Rx:
     return json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", covered)])
 
 
-def _entities(all_covered: bool | None) -> Rx:
-    """The entity list: any (``None``), every entity covered (``True``), or at least
-    one not covered (``False``: the first uncovered one at each possible position)."""
-    if all_covered is None:
-        return json_list(_entity(JSON_BOOL), 1, B.ENTITIES_MAX)
-    if all_covered:
-        return json_list(_entity(lit("true")), 1, B.ENTITIES_MAX)
+def _entity_rest(covered: Rx) -> Rx:
+    """An entity after its opening ``{"entity":`` (the first one's is prefilled)."""
+    return seq(json_string(1, B.ENTITY_CHARS), lit(',"covered":'), covered, lit("}"))
+
+
+def _entities_open(all_covered: bool | None) -> Rx:
+    """The entity list after ``[{"entity":``: any (``None``), every entity covered
+    (``True``), or at least one not covered (``False``: the first uncovered one at
+    each possible position)."""
+    if all_covered is not False:
+        covered = JSON_BOOL if all_covered is None else lit("true")
+        more = repeat(seq(lit(","), _entity(covered)), 0, B.ENTITIES_MAX - 1)
+        return seq(_entity_rest(covered), more, lit("]"))
     options = []
     for before in range(B.ENTITIES_MAX):
-        covered = [seq(_entity(lit("true")), lit(","))] * before
         after = repeat(seq(lit(","), _entity(JSON_BOOL)), 0, B.ENTITIES_MAX - 1 - before)
-        options.append(seq(lit("["), *covered, _entity(lit("false")), after, lit("]")))
+        if before == 0:
+            options.append(seq(_entity_rest(lit("false")), after, lit("]")))
+            continue
+        earlier = [seq(_entity(lit("true")), lit(","))] * (before - 1)
+        options.append(seq(_entity_rest(lit("true")), lit(","), *earlier, _entity(lit("false")), after, lit("]")))
     return alt(*options)
 
 
-def _head(all_covered: bool | None) -> Rx:
-    """Entities, contradictions and the reasoning, up to the decision: the seed's
-    reasoning steps 1-5 come before its step 6 (the decision)."""
+def _head_body(all_covered: bool | None) -> Rx:
+    """The head after :data:`HEAD_PREFIX`: entities, contradictions and the reasoning,
+    up to the decision (the seed's reasoning steps 1-5 come before its step 6)."""
     return seq(
-        lit('{"required_entities":'),
-        _entities(all_covered),
+        _entities_open(all_covered),
         lit(',"contradictions":'),
         _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS),
         lit(',"reasoning":'),
@@ -209,12 +223,24 @@ def _head(all_covered: bool | None) -> Rx:
     )
 
 
+def _head(all_covered: bool | None) -> Rx:
+    return lit(HEAD_PREFIX) + _head_body(all_covered)
+
+
+def _after_body(decision: bool) -> Rx:
+    """What follows :data:`AFTER_PREFIX`: ``true`` has forced an empty
+    ``missing_information``, ``false`` needs at least one item (seed requirements 2
+    and 7); then the confidence, up to the id list."""
+    ids = lit("," + IDS_KEY)
+    if decision:
+        return seq(UNIT_INTERVAL, ids)
+    item = json_string(1, B.MISSING_CHARS)
+    missing = seq(item, repeat(seq(lit(","), item), 0, B.MISSING_MAX - 1), lit("]"))
+    return seq(missing, lit(","), json_members([("confidence", UNIT_INTERVAL)]), ids)
+
+
 def _after(decision: bool) -> Rx:
-    """What follows the decision value: ``true`` forces an empty ``missing_information``,
-    ``false`` at least one item (seed requirements 2 and 7)."""
-    missing = lit("[]") if decision else _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
-    tail = json_members([("confidence", UNIT_INTERVAL)])
-    return lit(',"missing_information":') + missing + lit(",") + tail + lit("," + IDS_KEY)
+    return lit(AFTER_PREFIX[decision]) + _after_body(decision)
 
 
 def _label(lo: int, n_chunks: int) -> Rx:
@@ -253,11 +279,11 @@ def _whole(n_chunks: int) -> Rx:
 def _segments() -> dict[str, Segment]:
     """The request-independent segments: compiled once per engine, whatever the input."""
     return {
-        "head": Segment.from_rx(_head(None), key="sufficiency/head"),
+        "head": Segment.from_rx(_head_body(None), key="sufficiency/head", prefix=HEAD_PREFIX),
         "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
         "forced-false": Segment.from_rx(lit("false"), key="sufficiency/forced-false", logprobs=True),
-        "true": Segment.from_rx(_after(True), key="sufficiency/after-true"),
-        "false": Segment.from_rx(_after(False), key="sufficiency/after-false"),
+        "true": Segment.from_rx(_after_body(True), key="sufficiency/after-true", prefix=AFTER_PREFIX[True]),
+        "false": Segment.from_rx(_after_body(False), key="sufficiency/after-false", prefix=AFTER_PREFIX[False]),
     }
 
 
@@ -349,10 +375,10 @@ def _coarse_head() -> Segment:
     """For engines without a KV cache across calls: everything up to the id list in
     one segment (the forcing rule included)."""
     rx = alt(
-        seq(_head(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
-        seq(_head(False), lit("false") + _after(False)),
+        seq(_head_body(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
+        seq(_head_body(False), lit("false") + _after(False)),
     )
-    return Segment.from_rx(rx, key="sufficiency/coarse-head", logprobs=True)
+    return Segment.from_rx(rx, key="sufficiency/coarse-head", logprobs=True, prefix=HEAD_PREFIX)
 
 
 def to_verdict(

@@ -160,7 +160,10 @@ class TokenizerMixin:
         return text
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
-        text = self.chat_text(messages)
+        return self.text_ids(self.chat_text(messages))
+
+    def text_ids(self, text: str) -> list[int]:
+        """``text``'s token ids, no special tokens added."""
         with TOKENIZER_LOCK:
             encoded = self.tokenizer(text, add_special_tokens=False)  # type: ignore[operator]
         ids: list[int] = encoded["input_ids"]

@@ -225,6 +225,7 @@ class OpenAIEngine(Engine):
         self._closed = False
         self._patterns: dict[str, re.Pattern[str]] = {}
         self._prompts: OrderedDict[tuple[tuple[tuple[str, str], ...], ...], list[int]] = OrderedDict()
+        self._prefixes: dict[str, list[int]] = {}
         self._salvage: OrderedDict[tuple[object, ...], Generation] = OrderedDict()
         self._pieces: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -405,6 +406,15 @@ class OpenAIEngine(Engine):
                 self._prompts.popitem(last=False)
         return ids
 
+    def _prefix_ids(self, prefix: str) -> list[int]:
+        """A segment prefix's token ids (a handful of constant texts: kept)."""
+        ids = self._prefixes.get(prefix)
+        if ids is None:
+            ids = self._local.text_ids(prefix) if self._local is not None else self._server_encode(prefix)
+            with self._lock:
+                self._prefixes[prefix] = ids
+        return ids
+
     def _piece(self, token_id: int) -> str:
         """One token's text with special tokens spelled out (kept: few distinct ids end a segment)."""
         piece = self._pieces.get(token_id)
@@ -542,6 +552,12 @@ class OpenAIEngine(Engine):
                 raise _Aborted
             if self._closed:
                 raise EngineFatalError("the openai engine was closed while generating")
+            if segment.prefix:
+                # Prefilled, not decoded: part of the text, one stand-in token for it.
+                generated.extend(self._prefix_ids(segment.prefix))
+                text += segment.prefix
+                tokens.append(segment.prefix)
+                tops.append({})
             room = self._server_max_len - len(prompt) - len(generated)
             if room <= 0:
                 finish = "length"

@@ -112,6 +112,8 @@ class TransformersEngine(TokenizerMixin, Engine):
                     if cancel is not None and cancel.is_set():
                         raise CancelledError("the caller withdrew the request")
                     chunk = indices[start : start + _BATCH]
+                    for i in chunk:
+                        texts[i] += segment.prefix  # prefilled with the prompt, not decoded
                     try:
                         with self._lock:  # one generation at a time: the processors keep state
                             outputs = generator.batch(

@@ -296,6 +296,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.logprobs = config.top_logprobs
         self._eos_ids = _eos_ids(self.tokenizer, self._llm)
+        self._prefixes: dict[str, list[int]] = {}
         self._request_ids = itertools.count()
         #: The engine-core and worker processes started for this engine (none when
         #: vLLM runs the engine in this process).
@@ -382,6 +383,7 @@ class VLLMEngine(TokenizerMixin, Engine):
 
         engine = self._llm.llm_engine
         for seq in sequences:
+            prefix = self._prefix_ids(seq.segment.prefix)
             params = SamplingParams(
                 temperature=0.0,
                 max_tokens=seq.segment.max_tokens,
@@ -390,9 +392,25 @@ class VLLMEngine(TokenizerMixin, Engine):
                 output_kind=RequestOutputKind.FINAL_ONLY,
             )
             request_id = f"suffice-{next(self._request_ids)}"
-            prompt = TokensPrompt(prompt_token_ids=seq.prompt_ids + seq.generated_ids)
+            prompt = TokensPrompt(prompt_token_ids=seq.prompt_ids + seq.generated_ids + prefix)
             engine.add_request(request_id, prompt, params)
+            if prefix:
+                # Prefilled, not decoded: part of the text, one stand-in token for it.
+                seq.generated_ids.extend(prefix)
+                seq.text += seq.segment.prefix
+                seq.tokens.append(seq.segment.prefix)
+                seq.top_logprobs.append({})
             yield request_id, seq
+
+    def _prefix_ids(self, prefix: str) -> list[int]:
+        """A segment prefix's token ids (a handful of constant texts: kept)."""
+        if not prefix:
+            return []
+        ids = self._prefixes.get(prefix)
+        if ids is None:
+            ids = [int(i) for i in self.text_ids(prefix)]
+            self._prefixes[prefix] = ids
+        return ids
 
     def _absorb(self, seq: _Sequence, completion: Any) -> None:
         """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""

@@ -11,5 +11,7 @@ def assert_splits_into_segments(constraint: Constraint, text: str) -> None:
         pieces = constraint.segments_of(text, coarse=coarse)
         assert "".join(piece for _, piece in pieces) == text
         for segment, piece in pieces:
-            assert re.fullmatch(segment.pattern, piece)
-            assert len(piece.encode("utf-8")) <= segment.max_bytes
+            assert piece.startswith(segment.prefix)
+            decoded = piece[len(segment.prefix) :]
+            assert re.fullmatch(segment.pattern, decoded)
+            assert len(decoded.encode("utf-8")) <= segment.max_bytes

@@ -130,7 +130,6 @@ def test_the_large_segments_are_the_same_for_every_source_count(n_sources):
     text = dumps({**SUFFICIENT, "answer": "One [CITATION:0] Two [CITATION:0]"})
     keys = [segment.key for segment, _ in c.segments_of(text)]
     assert [k for k in keys if k != f"citation/{n_sources}"] == [
-        "recovery/key",
         "recovery/decision",
         "recovery/after-SUFFICIENT",
         "recovery/more",
@@ -138,7 +137,7 @@ def test_the_large_segments_are_the_same_for_every_source_count(n_sources):
     ]
 
 
-HEAD = ["recovery/key", "recovery/decision", "recovery/after-SUFFICIENT"]
+HEAD = ["recovery/decision", "recovery/after-SUFFICIENT"]
 
 
 def test_only_the_decision_segment_asks_for_log_probabilities():
@@ -180,7 +179,6 @@ def test_an_abstention_is_one_segment():
     text = dumps(ABSTAIN)
     pieces = recovery_constraint(2).segments_of(text)
     assert [segment.key for segment, _ in pieces] == [
-        "recovery/key",
         "recovery/decision",
         "recovery/after-PARTIALLY_SUFFICIENT",
     ]

@@ -13,7 +13,9 @@ import jsonschema
 import pytest
 
 from suffice.gates import DecisionGate, SufficiencyGate
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.regex import alt, escape, lit, seq
 from suffice.grammars.sufficiency import (
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
@@ -22,6 +24,7 @@ from suffice.grammars.sufficiency import (
     sufficiency_constraint,
 )
 from suffice.judge import Judge
+from suffice.serving.base import GenerationRequest
 from tests.conftest import load_records
 
 pytestmark = pytest.mark.engine
@@ -224,3 +227,21 @@ def test_decision_mode_reads_the_probability(decided):
     for verdict in called:
         assert verdict.probability is not None
         assert (verdict.probability >= 0.5) == verdict.positive  # greedy picks the likelier value
+
+
+#: A prefix far longer than the pattern's whole decode budget: were it decoded, the
+#: request would need about 30 tokens more than the budget lets it have.
+LONG_PREFIX = '{"note":"' + "the quick brown fox jumps over the lazy dog " * 3 + '","answer":'
+
+
+def test_a_segment_prefix_is_prefilled_not_decoded(engine):
+    head = Segment.from_rx(seq(alt(lit('"yes"'), lit('"no"')), lit("}")), key="test/prefixed", prefix=LONG_PREFIX)
+    constraint = Constraint(
+        pattern=escape(LONG_PREFIX) + head.pattern, max_bytes=len(LONG_PREFIX) + head.max_bytes, key="test/p", head=head
+    )
+    messages = ({"role": "user", "content": "Is the sky blue? Answer yes or no."},)
+    (generation,) = engine.generate([GenerationRequest(messages, constraint)])
+    assert generation.text.startswith(LONG_PREFIX)
+    assert re.fullmatch(head.pattern, generation.text[len(LONG_PREFIX) :])
+    assert generation.completion_tokens <= head.max_tokens
+    assert generation.finish_reason == "stop"

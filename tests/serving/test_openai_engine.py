@@ -29,6 +29,7 @@ from suffice.exceptions import (
 )
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.sufficiency import HEAD_PREFIX
 from suffice.judge import Judge
 from suffice.serving import openai_engine
 from suffice.serving.base import GenerationRequest
@@ -127,11 +128,14 @@ class FakeServer:
             if not mark:  # a prompt from a local tokenizer: nothing generated is told apart
                 chat_text, done = prompt, ""
             full = self.answer(chat_text)
-            assert full.startswith(done), (full, done)
-            rest = full[len(done) :]
-            regex = re.compile(body["structured_outputs"]["regex"])  # type: ignore[index]
-            ends = (end for end in range(len(rest), -1, -1) if regex.fullmatch(rest[:end]))
-            piece = rest if self.ignore_constraint else rest[: next(ends, len(rest))]
+            if self.ignore_constraint:  # whatever the model says, prefilled text or not
+                piece = full
+            else:
+                assert full.startswith(done), (full, done)
+                rest = full[len(done) :]
+                regex = re.compile(body["structured_outputs"]["regex"])  # type: ignore[index]
+                ends = (end for end in range(len(rest), -1, -1) if regex.fullmatch(rest[:end]))
+                piece = rest[: next(ends, len(rest))]
             ids = encode(piece) + ([EOS] if self.eos_in_ids else [])
             choice: dict[str, object] = {
                 "index": 0,
@@ -538,7 +542,8 @@ def test_requests_that_succeeded_are_not_generated_again_when_the_batch_is_split
     text = json.dumps(GOOD, separators=(",", ":"))
     server = FakeServer(lambda c: text, fail=bad_question)
     Judge(make(server), SufficiencyGate()).judge_batch([rec(0), rec(1), rec(2)])
-    starts = [b for b in server.completions() if decode(b["prompt"]).endswith(MARK)]  # type: ignore[arg-type]
+    # A request's first segment: its prompt ends with the prefilled opening.
+    starts = [b for b in server.completions() if decode(b["prompt"]).endswith(MARK + HEAD_PREFIX)]  # type: ignore[arg-type]
     assert sum("Question 0?" in decode(b["prompt"]) for b in starts) == 1  # type: ignore[arg-type]
 
 
