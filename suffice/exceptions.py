@@ -16,6 +16,8 @@ The tree::
     │                               (older format, broken chain when writing, bad value)
     ├── OutputMismatchError         an existing output was written with other settings, or
     │                               is the input itself (names the setting; exit 2)
+    ├── OutputWriteError            an output file cannot be written (a full disk): stop,
+    │                               keep what is written, rerun to resume once there is room
     ├── CitationError               a citation marker is not in the escaped form suffice writes
     ├── CancelledError              the caller withdrew the request (a timeout, a client
     │                               that hung up): its generation was stopped
@@ -124,6 +126,18 @@ class OutputMismatchError(SufficeError):
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
         super().__init__(message)
+
+
+class OutputWriteError(SufficeError):
+    """A file suffice writes could not be written (no space left, no permission, an I/O
+    error): the run stops.  What was written before stays: a torn last line is cut when
+    the run resumes, and a file being replaced is left as it was, with no temporary
+    file beside it.  ``path`` names the file, ``reason`` the system's message."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot write {path}: {reason}")
 
 
 class AuditError(SufficeError):

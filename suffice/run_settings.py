@@ -10,13 +10,13 @@ a rerun compares them key by key and refuses the first that differs.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputMismatchError
+from suffice.files import replace_atomically
 from suffice.gates.base import Gate
 from suffice.serving.factory import engine_settings
 
@@ -42,9 +42,7 @@ class RunSettings:
 
     def write(self, output: Path) -> None:
         path = settings_path(output)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        replace_atomically(path, [(json.dumps(self.values, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])
 
     def check(self, output: Path) -> None:
         """Raise :class:`OutputMismatchError` naming the first setting that differs from

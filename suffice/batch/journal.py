@@ -18,6 +18,7 @@ holes, :meth:`close` puts the rows back in input order the same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -26,6 +27,7 @@ from typing import IO, Any
 
 from suffice.batch.keys import DoneRow, KeyIndex, id_key, line_key
 from suffice.exceptions import SufficeError
+from suffice.files import replace_atomically, write_error
 from suffice.jsonl import dump_line
 
 #: Error types a resumed run judges again even without ``retry_errors`` (rows written
@@ -81,13 +83,7 @@ def _done(row: dict[str, Any], offset: int, length: int) -> DoneRow:
 
 def _replace(path: Path, lines: Iterable[bytes]) -> None:
     """Write ``lines`` to ``path`` atomically (a temporary file renamed over it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        for line in lines:
-            handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    replace_atomically(path, lines)
 
 
 class ResultFile:
@@ -108,6 +104,8 @@ class ResultFile:
         self._retry_errors = retry_errors
         self._size = 0
         self._handle: IO[bytes] | None = None
+        #: A write failed: close() neither flushes nor reorders what is there.
+        self._broken = False
         if path.exists() and not overwrite:
             self._read(retry_errors)
         else:
@@ -202,14 +200,20 @@ class ResultFile:
         self.start()
         assert self._handle is not None
         done: list[DoneRow] = []
-        for row in rows:
-            raw = dump_line(row)
-            self._handle.write(raw)
-            done.append(_done(row, self._size, len(raw)))
-            self._note(done[-1].line)
-            self._size += len(raw)
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        try:
+            for row in rows:
+                raw = dump_line(row)
+                self._handle.write(raw)
+                done.append(_done(row, self._size, len(raw)))
+                self._note(done[-1].line)
+                self._size += len(raw)
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            # A full disk: these rows count as not written (a torn last one is cut on
+            # resume), and the file is not touched again in this run.
+            self._broken = True
+            raise write_error(self.path, exc) from exc
         self.index.add_done(done, met=True)
 
     def forget(self, keys: list[str]) -> int:
@@ -227,6 +231,10 @@ class ResultFile:
             self.start()
         assert self._handle is not None
         if self._handle.closed:
+            return
+        if self._broken:
+            with contextlib.suppress(OSError):  # what is buffered cannot be written either
+                self._handle.close()
             return
         self._handle.close()
         if not self._in_order:

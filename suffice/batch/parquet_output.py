@@ -11,10 +11,10 @@ journal first.  Memory stays bounded: rows stream through in row groups.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from suffice.exceptions import SufficeError
+from suffice.exceptions import OutputWriteError, SufficeError
+from suffice.files import replace_atomically, write_error
 from suffice.gates.base import Gate
 from suffice.jsonl import dump_line, read_lines
 from suffice.tables import ParquetRows, RowError, iter_parquet, result_schema
@@ -31,19 +31,16 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
                 writer.write([source.record])
     except RowError as exc:
         raise SufficeError(f"{journal}: a row does not fit the Parquet schema ({exc}); the journal is kept") from exc
+    except OSError as exc:  # a full disk: the temporary Parquet file is gone, the journal kept
+        raise write_error(output, exc) from exc
     return int(writer.rows_written)
 
 
 def journal_from_parquet(output: Path, journal: Path) -> None:
     """Turn a finished Parquet output back into a journal to resume from."""
-    tmp = journal.with_name(journal.name + ".tmp")
     try:
-        with tmp.open("wb") as handle:
-            for row in iter_parquet(output):
-                handle.write(dump_line(row))
-            handle.flush()
-            os.fsync(handle.fileno())
+        replace_atomically(journal, (dump_line(row) for row in iter_parquet(output)))
+    except OutputWriteError:
+        raise
     except Exception as exc:
-        tmp.unlink(missing_ok=True)
         raise SufficeError(f"{output} cannot be read to resume it ({exc}); use --overwrite to start over") from exc
-    os.replace(tmp, journal)

@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from suffice.exceptions import AuditError, ConfigError
+from suffice.files import replace_atomically
 from suffice.serving.models import ModelRef
 
 #: Written into ``meta``; a database with another (or no) format is refused.
@@ -327,8 +328,7 @@ def save_anchor(anchor: Mapping[str, Any], path: str | os.PathLike[str]) -> None
     """Write an anchor atomically (a crash never leaves half an anchor)."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(anchor, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    replace_atomically(target, [(json.dumps(anchor, indent=2, sort_keys=True) + "\n").encode("utf-8")], tmp)
 
 
 # -- values as stored --------------------------------------------------------------------

@@ -1,0 +1,190 @@
+"""A full disk, caused for real: ``/dev/full`` answers every write with ENOSPC, and a
+tiny tmpfs fills up (where this machine lets the test mount one).
+
+What must hold: the error names the file and says what happened (a typed
+OutputWriteError, so the CLI stops with "rerun to resume"), the file being replaced
+is as it was, no temporary file is left to take the room a rerun needs, and rows
+written before the disk filled are kept.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from suffice.batch.journal import ResultFile
+from suffice.batch.keys import KeyIndex
+from suffice.exceptions import OutputWriteError
+from suffice.files import replace_atomically
+from suffice.harness.audit import save_anchor
+from suffice.run_settings import RunSettings, settings_path
+
+FULL = Path("/dev/full")
+pytestmark = pytest.mark.skipif(not FULL.exists(), reason="/dev/full is Linux's; this fault needs it")
+
+
+def _full_at(path: Path) -> None:
+    """Make ``path`` a link to /dev/full: whatever is written there fails with ENOSPC."""
+    path.symlink_to(FULL)
+
+
+def _left_beside(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def _index(directory: Path) -> KeyIndex:
+    directory.mkdir(exist_ok=True)
+    return KeyIndex(directory)
+
+
+@pytest.fixture
+def index(tmp_path):
+    keys = _index(tmp_path / "index")
+    yield keys
+    keys.close()
+
+
+def test_a_replacement_that_hits_a_full_disk_names_the_file(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"old\n")
+    _full_at(tmp_path / "out.jsonl.tmp")
+    with pytest.raises(OutputWriteError) as caught:
+        replace_atomically(target, [b"new\n" * 10_000])
+    assert caught.value.path == str(target)
+    assert caught.value.reason == os.strerror(errno.ENOSPC)
+
+
+def test_a_replacement_that_hits_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"old\n")
+    _full_at(tmp_path / "out.jsonl.tmp")
+    with pytest.raises(OutputWriteError):
+        replace_atomically(target, [b"new\n" * 10_000])
+    assert target.read_bytes() == b"old\n"
+    assert _left_beside(tmp_path) == []
+
+
+def test_a_failure_producing_the_content_passes_through_and_cleans_up(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"old\n")
+
+    def lines():
+        yield b"one\n"
+        raise ValueError("the source broke")
+
+    with pytest.raises(ValueError, match="the source broke"):
+        replace_atomically(target, lines())
+    assert target.read_bytes() == b"old\n"
+    assert _left_beside(tmp_path) == []
+
+
+def test_a_result_file_rewrite_on_a_full_disk_keeps_the_rows(tmp_path, index):
+    out = tmp_path / "out.jsonl"
+    rows = [
+        {"id": "a", "line": 1, "error": {"type": "GenerationError", "message": "x", "final": False}},
+        {"id": "b", "line": 2, "error": None},
+    ]
+    before = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    out.write_bytes(before)
+    _full_at(tmp_path / "out.jsonl.tmp")
+    results = ResultFile(out, index)
+    with pytest.raises(OutputWriteError):
+        results.start()  # the non-final row is dropped by a rewrite
+    assert out.read_bytes() == before
+    assert _left_beside(tmp_path) == []
+
+
+def test_run_settings_on_a_full_disk(tmp_path):
+    output = tmp_path / "out.jsonl"
+    _full_at(settings_path(output).with_name(settings_path(output).name + ".tmp"))
+    with pytest.raises(OutputWriteError) as caught:
+        RunSettings({"model": "m"}).write(output)
+    assert caught.value.path == str(settings_path(output))
+    assert not settings_path(output).exists()
+    assert _left_beside(tmp_path) == []
+
+
+def test_an_audit_anchor_on_a_full_disk_keeps_the_old_anchor(tmp_path):
+    anchor = tmp_path / "anchor.json"
+    anchor.write_text('{"head": "old"}\n')
+    _full_at(tmp_path / f".anchor.json.{os.getpid()}.tmp")
+    with pytest.raises(OutputWriteError):
+        save_anchor({"head": "new"}, anchor)
+    assert json.loads(anchor.read_text()) == {"head": "old"}
+    assert [p.name for p in tmp_path.iterdir()] == ["anchor.json"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs, where this machine lets the test mount one (root with
+    CAP_SYS_ADMIN); skipped elsewhere, the /dev/full tests above still run."""
+    mount = tmp_path / f"disk-{uuid.uuid4().hex[:8]}"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(["umount", str(mount)], capture_output=True, check=False)
+
+
+def test_rows_appended_until_the_disk_is_full_are_kept_and_the_run_resumes(small_disk, index, tmp_path):
+    out = small_disk / "out.jsonl"
+    results = ResultFile(out, index)
+    written = 0
+    with pytest.raises(OutputWriteError) as caught:
+        for batch in range(10_000):
+            results.write({"id": f"r{batch}-{k}", "line": batch * 4 + k + 1, "pad": "x" * 200} for k in range(4))
+            written += 4
+    results.close()
+    assert caught.value.path == str(out)
+    assert caught.value.reason == os.strerror(errno.ENOSPC)
+    assert written > 0
+    complete = out.read_bytes().count(b"\n")
+    assert complete >= written  # nothing flushed before the disk filled is lost
+    # The user makes room, then reruns: the torn last row is cut, the rest is known.
+    subprocess.run(["mount", "-o", "remount,size=256k", str(small_disk)], check=True)
+    resumed = _index(tmp_path / "index-2")
+    try:
+        again = ResultFile(out, resumed)
+        assert resumed.done_count == complete
+        again.write([{"id": "after", "line": 99_999, "pad": ""}])
+        again.close()
+    finally:
+        resumed.close()
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == complete + 1
+    assert rows[-1]["id"] == "after"
+
+
+def test_a_batch_run_stopped_by_a_full_disk_resumes_with_nothing_lost(small_disk, tmp_path):
+    from suffice.batch import BatchOptions, judge_file
+    from suffice.config import JudgeConfig
+    from tests.batch.test_runner import good, opener, record, rows, write_lines
+    from tests.fakes import ScriptedEngine
+
+    source, out = tmp_path / "in.jsonl", small_disk / "out.jsonl"
+    total = 400  # about 250 KB of rows: more than the 64 KiB disk holds
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(total)])
+    options = BatchOptions(batch_size=16)
+    with pytest.raises(OutputWriteError) as caught:
+        judge_file(JudgeConfig(), source, out, options, open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.path == str(out)
+    kept = out.read_bytes().count(b"\n")
+    assert kept > 0
+    assert _left_beside(small_disk) == []
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+    engine = ScriptedEngine(good)
+    report = judge_file(JudgeConfig(), source, out, options, open_judge=opener(engine))
+    assert report.errors == 0
+    assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(total)]
+    assert sum(engine.calls) == total - kept  # the rows kept were not judged again
