@@ -26,7 +26,7 @@ from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BearerAuth, BodyLimit
-from suffice.server.metrics import Metrics
+from suffice.server.metrics import CountedRequests, Metrics
 from suffice.server.service import Options, RequestError
 
 #: How often a waiting request checks its deadline and whether its client is still there.
@@ -152,32 +152,25 @@ def create_app(
         row does not fail the request).  `rubric` (adequacy) and `threshold` (recovery)
         apply to this request only."""
         if gate not in gates_literal:
-            metrics.requests.labels(gate="unknown", status="404").inc()
             return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
         if service.dead is not None:
-            metrics.requests.labels(gate=gate, status="503").inc()
             return JSONResponse({"detail": f"the engine cannot judge: {service.dead}"}, status_code=503)
         try:
             raw = await request.body()
         except ClientDisconnect:
-            metrics.requests.labels(gate=gate, status="499").inc()
             return Response(status_code=499)
         value = parse_line(raw, 1)
         if isinstance(value, InvalidRecord):
-            metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], f"not JSON: {value.message}")
         if isinstance(value, dict):
             records: list[object] = [value]
         elif isinstance(value, list):
             records = value
         else:
-            metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], f"must be an item object or a list of items, not {type(value).__name__}")
         if not records:
-            metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], "the list of items is empty")
         if len(records) > config.max_items:
-            metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["body"], f"{len(records)} items: at most {config.max_items} per request")
         options = Options(rubric=rubric, threshold=threshold, fmt=format)
         cancel = threading.Event()
@@ -193,23 +186,18 @@ def create_app(
                     break
                 if left <= 0:
                     cancel.set()  # the engine stops this request's generation
-                    metrics.requests.labels(gate=gate, status="504").inc()
                     return JSONResponse({"detail": f"not judged within {config.request_timeout:g} s"}, status_code=504)
                 if await request.is_disconnected():
                     cancel.set()
-                    metrics.requests.labels(gate=gate, status="499").inc()
                     return Response(status_code=499)
             outcome = work.result()
         except RequestError as exc:
-            metrics.requests.labels(gate=gate, status="422").inc()
             return _unprocessable(["query", exc.field or "query"], str(exc))
         except EngineFatalError as exc:
             fatal(str(exc))
-            metrics.requests.labels(gate=gate, status="503").inc()
             return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=503)
         finally:
             metrics.waiting.dec()
-        metrics.requests.labels(gate=gate, status="200").inc()
         metrics.observe(gate, outcome.results, outcome.seconds)
         body = {"request_id": outcome.request_id, "gate": gate, "results": outcome.rows}
         return JSONResponse(body, headers={"x-request-id": outcome.request_id})
@@ -250,4 +238,4 @@ def create_app(
     guarded: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key)
-    return guarded
+    return CountedRequests(guarded, metrics, gates_literal)

@@ -3,9 +3,15 @@ and several apps in one process do not collide)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from suffice.results import JudgeResult
+
+#: Where judge requests go: ``/v1/judge/<gate>``.
+JUDGE_PATH = "/v1/judge/"
 
 #: Seconds; judging takes from a fraction of a second (decision only, GPU) to minutes
 #: (a large batch on CPU).
@@ -44,3 +50,34 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CountedRequests:
+    """Counts every judge request by gate and the status it was answered with, at the
+    outermost layer: the guards' 401, 408 and 413 and FastAPI's own 422 (a bad query
+    parameter) never reach the route, and a route that counted for itself missed them.
+    A request that ends with no response at all (the app raised) counts as 500."""
+
+    def __init__(self, app: Any, metrics: Metrics, gates: Collection[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.gates = frozenset(gates)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith(JUDGE_PATH):
+            await self.app(scope, receive, send)
+            return
+        name = path[len(JUDGE_PATH) :]
+        gate = name if name in self.gates else "unknown"
+        status: list[int] = []
+
+        async def counted(message: Any) -> None:
+            if message["type"] == "http.response.start" and not status:
+                status.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            self.metrics.requests.labels(gate=gate, status=str(status[0] if status else 500)).inc()

@@ -405,3 +405,46 @@ def test_a_body_that_stalls_mid_upload_is_408():
         client.sendall(head + b"Content-Length: 200\r\n\r\n[ ")
         answer = client.recv(4096)
     assert answer.split(b"\r\n", 1)[0] == b"HTTP/1.1 408 Request Timeout"
+
+
+def _requests_counted(client: TestClient, gate: str, status: int) -> float:
+    for line in client.get("/metrics", headers={"Authorization": "Bearer " + KEY.decode()}).text.splitlines():
+        if line.startswith(f'suffice_requests_total{{gate="{gate}",status="{status}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_a_request_refused_for_its_token():
+    client = client_for(key=KEY)
+    assert client.post("/v1/judge/sufficiency", json=record(0)).status_code == 401
+    assert _requests_counted(client, "sufficiency", 401) == 1.0
+
+
+def test_metrics_count_a_body_over_the_limit():
+    client = client_for(key=KEY, max_body_bytes=1024)
+    headers = {"Authorization": "Bearer " + KEY.decode()}
+    big = [record(i) for i in range(40)]
+    assert client.post("/v1/judge/sufficiency", json=big, headers=headers).status_code == 413
+    assert _requests_counted(client, "sufficiency", 413) == 1.0
+
+
+def test_metrics_count_fastapis_own_422():
+    client = client_for(key=KEY)
+    headers = {"Authorization": "Bearer " + KEY.decode()}
+    response = client.post("/v1/judge/recovery?threshold=bogus", json=record(0), headers=headers)
+    assert response.status_code == 422
+    assert _requests_counted(client, "recovery", 422) == 1.0
+
+
+def test_metrics_count_a_verdict_request_once():
+    client = client_for(key=KEY)
+    headers = {"Authorization": "Bearer " + KEY.decode()}
+    assert client.post("/v1/judge/sufficiency", json=record(0), headers=headers).status_code == 200
+    assert _requests_counted(client, "sufficiency", 200) == 1.0
+
+
+def test_metrics_count_a_gate_not_served_as_unknown():
+    client = client_for(key=KEY)
+    headers = {"Authorization": "Bearer " + KEY.decode()}
+    assert client.post("/v1/judge/adequacy", json=record(0), headers=headers).status_code == 404
+    assert _requests_counted(client, "unknown", 404) == 1.0
