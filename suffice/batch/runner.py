@@ -20,7 +20,10 @@ What it guarantees, whatever the input holds and whatever fails:
   threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
   and so is an output that is the input itself;
 - a dead engine raises :class:`EngineDeadError` after what is done is on disk; no
-  record gets an error row because of it.
+  record gets an error row because of it, but the records in flight are noted
+  (:mod:`suffice.batch.suspects`): the rerun judges each alone, and one that stops
+  the engine alone gets an ``EngineCrashError`` row on the run after, so a record
+  that crashes the engine cannot make the run unfinishable.
 
 A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jsonl``)
 when the run ends, typed (:mod:`suffice.tables`); the journal is what a killed run
@@ -47,8 +50,9 @@ from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, id_key, line_key
 from suffice.batch.options import BatchOptions
 from suffice.batch.scoring import LocalScorer, Notify, Scorer
+from suffice.batch.suspects import ENGINE_CRASH, Suspects, suspects_path
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, OutputMismatchError
+from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog
@@ -156,6 +160,12 @@ def judge_file(
             notify(f"judging again {results.redo} records whose rows were engine failures or errors")
         if results.repeated:
             notify(f"dropping {results.repeated} second rows for records already answered")
+        suspects = Suspects(suspects_path(output), overwrite=options.overwrite, retry_errors=options.retry_errors)
+        stack.callback(suspects.close)
+        if suspects.suspects:
+            notify(f"judging alone the {len(suspects.suspects)} records in flight when the engine died")
+        if suspects.culprits:
+            notify(f"{len(suspects.culprits)} records stopped the engine when judged alone: they get error rows")
         # A bad key or a damaged audit log stops the run before the engine starts.
         audit = (
             stack.enter_context(closing(AuditLog(options.audit_db, key=options.audit_key)))
@@ -176,7 +186,7 @@ def judge_file(
         stack.callback(scorer.close)
         report = BatchReport(total=0, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
         errors_before = index.done_errors
-        run = _Run(scorer, gate, options, results, index, audit, settings, report)
+        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects)
         run.go(inputs, progress)
         report.foreign = index.unmet()
         report.errors = errors_before - run.forgotten_errors + report.summary.errors
@@ -206,8 +216,10 @@ class _Run:
         audit: AuditLog | None,
         settings: RunSettings,
         report: BatchReport,
+        suspects: Suspects,
     ) -> None:
         self.scorer = scorer
+        self.suspects = suspects
         self.gate = gate
         self.options = options
         self.results = results
@@ -224,25 +236,64 @@ class _Run:
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
         self.update, close_progress = progress(inputs.count, self.index.done_count) if progress else (None, None)
         start = time.perf_counter()
-        sent: deque[tuple[list[SourceLine], float]] = deque()
+        sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
 
         def batches() -> Iterator[list[object]]:
-            for batch in _batches(self._todo(iter(inputs)), self.options.batch_size):
+            for batch in self._grouped(self._todo(iter(inputs))):
                 sent.append((batch, time.perf_counter()))
-                yield [line.record for line in batch]
+                yield [line.record for line, _ in batch]
 
         try:
             for judged in self.scorer.map(batches(), self.update):
                 batch, began = sent.popleft()
-                self._write(batch, judged, (time.perf_counter() - began) * 1000)
+                self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
+                self.suspects.settled(key for _, key in batch)
+        except EngineDeadError:
+            self.suspects.died([key for _, key in batch] for batch, _ in sent)
+            raise
         finally:
             if close_progress is not None:
                 close_progress()
             self.report.summary.seconds = time.perf_counter() - start
 
-    def _todo(self, lines: Iterator[SourceLine]) -> Iterator[SourceLine]:
-        """The lines still to judge; answered ones are skipped and repeated ids get
-        their error rows here."""
+    def _grouped(self, todo: Iterator[tuple[SourceLine, str]]) -> Iterator[list[tuple[SourceLine, str]]]:
+        """Batches of ``batch_size``; a record in flight when the engine died goes in a
+        batch of its own, and one that stopped the engine alone gets its error row here."""
+        batch: list[tuple[SourceLine, str]] = []
+        for line, key in todo:
+            if key in self.suspects.culprits:
+                self._write([line], [self._crashed(record_id(line.record))], 0.0)
+                self.suspects.settled([key])
+                if self.update is not None:
+                    self.update(1)
+            elif key in self.suspects.suspects:
+                yield [(line, key)]
+            else:
+                batch.append((line, key))
+                if len(batch) >= self.options.batch_size:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def _crashed(self, rid: str | None) -> JudgeResult:
+        v = self.settings.values
+        return JudgeResult(
+            id=rid,
+            gate=self.gate.name,
+            error=ErrorInfo(
+                type=ENGINE_CRASH,
+                message="the engine died while it judged this record alone, after it had died with it in a "
+                "batch: it is not judged again (--retry-errors tries it once more)",
+            ),
+            model=v["model"],
+            backend=v["backend"],
+            prompt_version=self.gate.prompt_version,
+        )
+
+    def _todo(self, lines: Iterator[SourceLine]) -> Iterator[tuple[SourceLine, str]]:
+        """The lines still to judge, each with its key; answered ones are skipped and
+        repeated ids get their error rows here."""
         for chunk in _batches(lines, _LOOKUP):
             ids = [(rid, line.line) for line in chunk if (rid := record_id(line.record)) is not None]
             first = self.index.first_lines(ids)
@@ -277,7 +328,7 @@ class _Run:
                 elif first_line is not None:
                     repeated.append((line, self._repeated(rid, first_line)))
                 else:
-                    yield line
+                    yield line, key
             self.index.mark_met(met)
             if repeated:
                 self._write([line for line, _ in repeated], [r for _, r in repeated], 0.0)

@@ -1,0 +1,111 @@
+"""A record that kills the engine every time it is judged (issue 9's poison record),
+on a scripted engine that dies whenever that record is in its batch: the run must
+become finishable, with one error row for that record and verdicts for the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suffice.batch import BatchOptions, judge_file
+from suffice.batch.suspects import ENGINE_CRASH, suspects_path
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineDeadError
+from suffice.judge import Judge
+from tests.batch.test_runner import good, record, rows, write_lines
+from tests.fakes import ScriptedEngine
+
+POISON = "Who wrote 5?"
+
+
+class Dying(ScriptedEngine):
+    """Dies (EngineDeadError) whenever the poison record is in the batch it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(good)
+        self.batches: list[int] = []
+
+    def generate(self, requests, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+        self.batches.append(len(requests))
+        if any(POISON in r.messages[-1]["content"] for r in requests):
+            raise EngineDeadError("the engine process 1234 exited (scripted)")
+        return super().generate(requests, progress, cancel)
+
+
+def _run(source: Path, out: Path, engine: Dying, **options: object):
+    return judge_file(
+        JudgeConfig(),
+        source,
+        out,
+        BatchOptions(batch_size=4, **options),  # type: ignore[arg-type]
+        open_judge=lambda config: Judge(engine, config=config),
+    )
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(12)])
+    return source, out
+
+
+def _ids(out: Path) -> list[str]:
+    return [str(row["id"]) for row in rows(out)]
+
+
+def test_the_first_death_keeps_the_rows_before_it_and_notes_the_batch(files):
+    source, out = files
+    with pytest.raises(EngineDeadError):
+        _run(source, out, Dying())
+    assert _ids(out) == ["r0", "r1", "r2", "r3"]
+    noted = json.loads(suspects_path(out).read_text())
+    assert noted["suspects"] == ["i:r4", "i:r5", "i:r6", "i:r7"]
+
+
+def test_the_rerun_judges_the_suspects_alone_and_finds_the_culprit(files):
+    source, out = files
+    with pytest.raises(EngineDeadError):
+        _run(source, out, Dying())
+    engine = Dying()
+    with pytest.raises(EngineDeadError):
+        _run(source, out, engine)
+    assert engine.batches == [1, 1]  # r4 alone (a verdict), then r5 alone (dies)
+    noted = json.loads(suspects_path(out).read_text())
+    assert noted["culprits"] == ["i:r5"]
+
+
+def test_the_third_run_finishes_with_one_error_row_for_the_culprit(files):
+    source, out = files
+    for _ in range(2):
+        with pytest.raises(EngineDeadError):
+            _run(source, out, Dying())
+    report = _run(source, out, Dying())
+    assert report.errors == 1
+    assert _ids(out) == [f"r{i}" for i in range(12)]
+    errors = {row["id"]: row["error"]["type"] for row in rows(out) if row["error"] is not None}
+    assert errors == {"r5": ENGINE_CRASH}
+    assert not suspects_path(out).exists()
+
+
+def test_retry_errors_judges_the_culprit_again(files):
+    source, out = files
+    for _ in range(2):
+        with pytest.raises(EngineDeadError):
+            _run(source, out, Dying())
+    _run(source, out, Dying())
+    engine = Dying()
+    with pytest.raises(EngineDeadError):
+        _run(source, out, engine, retry_errors=True)
+    assert engine.batches == [1]
+
+
+def test_overwrite_forgets_the_suspects(files):
+    source, out = files
+    with pytest.raises(EngineDeadError):
+        _run(source, out, Dying())
+    engine = Dying()
+    with pytest.raises(EngineDeadError):
+        _run(source, out, engine, overwrite=True)
+    assert engine.batches == [4, 4]  # r0-r3, then the batch with r5: not alone
