@@ -237,12 +237,19 @@ class ResultFile:
                 self._handle.close()
             return
         self._handle.close()
-        if not self._in_order:
+        if not self._in_order or self.index.relined():
             _replace(self.path, self._in_input_order())
             self._in_order = True
 
     def _in_input_order(self) -> Iterator[bytes]:
+        """The indexed rows by input position; a row whose record moved (the input was
+        reordered since) gets its new ``line``."""
         with self.path.open("rb") as handle:
-            for offset, length in self.index.in_input_order():
+            for offset, length, line, written in self.index.in_input_order():
                 handle.seek(offset)
-                yield handle.read(length)
+                raw = handle.read(length)
+                if line != written:
+                    row = json.loads(raw)
+                    row["line"] = line
+                    raw = dump_line(row)
+                yield raw

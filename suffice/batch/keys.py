@@ -89,7 +89,7 @@ class KeyIndex:
             PRAGMA temp_store = FILE;
             CREATE TABLE done (
                 key BLOB PRIMARY KEY, offset INTEGER, length INTEGER, line INTEGER,
-                id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0
+                id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0, written INTEGER
             ) WITHOUT ROWID;
             CREATE TABLE seen (id BLOB PRIMARY KEY, line INTEGER) WITHOUT ROWID;
             """
@@ -107,8 +107,8 @@ class KeyIndex:
         ]
         self._db.execute("BEGIN")
         self._db.executemany(
-            "INSERT INTO done (key, offset, length, line, id, error, final, met) VALUES (?,?,?,?,?,?,?,?)",
-            [(*v, int(met)) for v in values],
+            "INSERT INTO done (key, offset, length, line, id, error, final, met, written) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(*v, int(met), v[3]) for v in values],
         )
         self._db.execute("COMMIT")
         self.done_count += sum(v[6] for v in values)
@@ -157,9 +157,15 @@ class KeyIndex:
         self._db.executemany("UPDATE done SET offset = ? WHERE key = ?", [(o, _b(k)) for k, o in offsets])
         self._db.execute("COMMIT")
 
-    def in_input_order(self) -> Iterable[tuple[int, int]]:
-        """(offset, length) of every row, by input position."""
-        return self._db.execute("SELECT offset, length FROM done ORDER BY line, key")
+    def in_input_order(self) -> Iterable[tuple[int, int, int, int]]:
+        """(offset, length, position in this input, ``line`` the row holds) of every
+        row, by input position."""
+        return self._db.execute("SELECT offset, length, line, written FROM done ORDER BY line, key")
+
+    def relined(self) -> bool:
+        """Whether a row's record now sits at another position than the row says (the
+        input was reordered or edited since the row was written)."""
+        return self._db.execute("SELECT 1 FROM done WHERE line != written LIMIT 1").fetchone() is not None
 
     # -- ids of the input -----------------------------------------------------------
     def first_lines(self, ids: Sequence[tuple[str, int]]) -> dict[str, int]:

@@ -250,6 +250,27 @@ def test_a_resume_matches_rows_by_id_when_the_input_moved_its_records(tmp_path):
     assert [r["id"] for r in rows(out)] == ["r9", "r0", "r1"]
 
 
+def test_rows_of_a_moved_record_carry_its_new_line(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    out.write_text(out.read_text().splitlines()[0] + "\n")  # only r0 answered, at line 1
+    write_lines(source, [json.dumps(record(i)).encode() for i in (1, 2, 0)])  # r0 moved to line 3
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [(r["id"], r["line"]) for r in rows(out)] == [("r1", 1), ("r2", 2), ("r0", 3)]
+
+
+def test_an_answered_input_reordered_is_rewritten_in_its_new_order(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    write_lines(source, [json.dumps(record(i)).encode() for i in (2, 0, 1)])
+    engine = ScriptedEngine(good)
+    judge_file(CONFIG, source, out, open_judge=opener(engine))
+    assert engine.calls == []
+    assert [(r["id"], r["line"]) for r in rows(out)] == [("r2", 1), ("r0", 2), ("r1", 3)]
+
+
 def test_a_row_kept_by_position_for_another_record_is_dropped_and_the_record_judged(tmp_path):
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(1)).encode(), json.dumps(record(1)).encode()])  # r1 twice
