@@ -277,15 +277,22 @@ class _Run:
             yield batch
 
     def _crashed(self, rid: str | None) -> JudgeResult:
-        v = self.settings.values
-        return JudgeResult(
-            id=rid,
-            gate=self.gate.name,
-            error=ErrorInfo(
+        return self._error_row(
+            rid,
+            ErrorInfo(
                 type=ENGINE_CRASH,
                 message="the engine died while it judged this record alone, after it had died with it in a "
                 "batch: it is not judged again (--retry-errors tries it once more)",
             ),
+        )
+
+    def _error_row(self, rid: str | None, error: ErrorInfo) -> JudgeResult:
+        """A row the runner writes itself, without the engine."""
+        v = self.settings.values
+        return JudgeResult(
+            id=rid,
+            gate=self.gate.name,
+            error=error,
             model=v["model"],
             backend=v["backend"],
             prompt_version=self.gate.prompt_version,
@@ -336,18 +343,13 @@ class _Run:
                     self.update(len(repeated))
 
     def _repeated(self, rid: str | None, first_line: int) -> JudgeResult:
-        v = self.settings.values
-        return JudgeResult(
-            id=rid,
-            gate=self.gate.name,
-            error=ErrorInfo(
+        return self._error_row(
+            rid,
+            ErrorInfo(
                 type=DUPLICATE_ID,
                 message=f"id: {rid!r} is also the id of record {first_line}; ids must be unique to resume by id",
                 field="id",
             ),
-            model=v["model"],
-            backend=v["backend"],
-            prompt_version=self.gate.prompt_version,
         )
 
     def _write(self, batch: list[SourceLine], judged: list[JudgeResult], latency_ms: float) -> None:
