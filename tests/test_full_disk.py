@@ -188,3 +188,17 @@ def test_a_batch_run_stopped_by_a_full_disk_resumes_with_nothing_lost(small_disk
     assert report.errors == 0
     assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(total)]
     assert sum(engine.calls) == total - kept  # the rows kept were not judged again
+
+
+def test_a_result_file_refuses_to_append_after_a_failed_write(small_disk, index):
+    out = small_disk / "out.jsonl"
+    results = ResultFile(out, index)
+    with pytest.raises(OutputWriteError):
+        for batch in range(10_000):
+            results.write({"id": f"r{batch}-{k}", "line": batch * 4 + k + 1, "pad": "x" * 200} for k in range(4))
+    subprocess.run(["mount", "-o", "remount,size=256k", str(small_disk)], check=True)
+    size = out.stat().st_size
+    with pytest.raises(OutputWriteError, match="an earlier write"):
+        results.write([{"id": "late", "line": 10**6}])
+    assert out.stat().st_size == size
+    results.close()

@@ -247,6 +247,13 @@ class RayScorer(Scorer):
                 yield done.pop(next_out)
                 next_out += 1
 
+    def implicated(self) -> int | None:
+        """None: an actor runs several batches at once, and every batch queued on an actor
+        that dies fails with it, so the batch that ran out of retries may be innocent.
+        A record that kills every engine stops a Ray run after the retries; an
+        in-process run over the same input isolates it (:mod:`suffice.batch.suspects`)."""
+        return None
+
     def _failed(self, sent: _Sent, exc: Exception, waiting: list[_Sent]) -> None:
         """A batch failed: replace its actor and send it again, or stop the run."""
         ray = _ray()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from suffice.batch.keys import DoneRow, KeyIndex, id_key, line_key
-from suffice.exceptions import SufficeError
+from suffice.exceptions import OutputWriteError, SufficeError
 from suffice.files import replace_atomically, write_error
 from suffice.jsonl import dump_line
 
@@ -197,6 +197,8 @@ class ResultFile:
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Append rows (each with its ``id`` and ``line``) and flush them to disk."""
+        if self._broken:  # appending after a torn row would glue onto it
+            raise OutputWriteError(str(self.path), "an earlier write to it failed in this run")
         self.start()
         assert self._handle is not None
         done: list[DoneRow] = []

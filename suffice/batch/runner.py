@@ -188,6 +188,7 @@ def judge_file(
         errors_before = index.done_errors
         run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects)
         run.go(inputs, progress)
+        suspects.forget_rest()
         report.foreign = index.unmet()
         report.errors = errors_before - run.forgotten_errors + report.summary.errors
     if report.total == report.skipped and report.skipped:
@@ -237,6 +238,7 @@ class _Run:
         self.update, close_progress = progress(inputs.count, self.index.done_count) if progress else (None, None)
         start = time.perf_counter()
         sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
+        written = 0  # batches written, so sent[0] is batch number `written`
 
         def batches() -> Iterator[list[object]]:
             for batch in self._grouped(self._todo(iter(inputs))):
@@ -248,8 +250,11 @@ class _Run:
                 batch, began = sent.popleft()
                 self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
                 self.suspects.settled(key for _, key in batch)
+                written += 1
         except EngineDeadError:
-            self.suspects.died([key for _, key in batch] for batch, _ in sent)
+            culprit = self.scorer.implicated()
+            if culprit is not None and 0 <= culprit - written < len(sent):
+                self.suspects.died([key for _, key in sent[culprit - written][0]])
             raise
         finally:
             if close_progress is not None:

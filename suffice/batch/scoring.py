@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 
 from suffice.config import JudgeConfig
+from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.records import Item
@@ -35,6 +36,13 @@ class Scorer(ABC):
     @abstractmethod
     def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
         """One result list per batch, in the batches' order; ``progress(n)`` as records finish."""
+
+    @abstractmethod
+    def implicated(self) -> int | None:
+        """After ``map`` raised :class:`EngineDeadError`: the number (0-based, in the
+        order ``map`` took them) of the one batch a running engine died with, or
+        ``None`` when no batch is known to be the cause (the engine never started, a
+        server went away, an actor died with several batches queued)."""
 
     @abstractmethod
     def weights_hash(self) -> str | None:
@@ -69,6 +77,7 @@ class LocalScorer(Scorer):
         self._notify = notify
         self._describe = describe
         self.judge: Judge | None = None
+        self._died_with: int | None = None
 
     def _judge(self) -> Judge:
         if self.judge is None:
@@ -78,8 +87,19 @@ class LocalScorer(Scorer):
         return self.judge
 
     def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
-        for batch in batches:
-            yield self._judge().judge_batch(batch, progress=progress)
+        for number, batch in enumerate(batches):
+            judge = self._judge()  # a failure to start implicates no batch
+            try:
+                results = judge.judge_batch(batch, progress=progress)
+            except EngineUnreachableError:
+                raise
+            except EngineDeadError:
+                self._died_with = number
+                raise
+            yield results
+
+    def implicated(self) -> int | None:
+        return self._died_with
 
     def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
         return self._judge().judge_batch(records)

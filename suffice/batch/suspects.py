@@ -2,8 +2,10 @@
 
 Why: a record that crashes the engine (a tokenizer or kernel bug, memory it alone
 exhausts) kills it on every rerun at the same batch, so the run could never finish
-and the records after it never got rows.  When the engine dies, the keys of the
-batches in flight are written to ``OUTPUT.suspects.json``.  The rerun judges each
+and the records after it never got rows.  When a running engine dies judging a
+batch (the scorer says which: :meth:`Scorer.implicated`; an unreachable server or an
+engine that never started implicates none), that batch's keys are written to
+``OUTPUT.suspects.json``.  The rerun judges each
 suspect in a batch of its own; if the engine dies with one record alone in flight,
 that record is the cause, and the next run writes its row as an
 ``EngineCrashError`` (final, so it is not judged again unless ``--retry-errors``)
@@ -54,14 +56,13 @@ class Suspects:
     def __bool__(self) -> bool:
         return bool(self.suspects or self.culprits)
 
-    def died(self, in_flight: Iterable[list[str]]) -> None:
-        """The engine died with these batches (keys) in flight."""
-        for keys in in_flight:
-            if len(keys) == 1 and keys[0] in self.suspects:
-                self.suspects.discard(keys[0])
-                self.culprits.add(keys[0])
-            else:
-                self.suspects.update(keys)
+    def died(self, keys: list[str]) -> None:
+        """A running engine died judging this batch (its records' keys)."""
+        if len(keys) == 1 and keys[0] in self.suspects:
+            self.suspects.discard(keys[0])
+            self.culprits.add(keys[0])
+        else:
+            self.suspects.update(keys)
         self._save()
 
     def settled(self, keys: Iterable[str]) -> None:
@@ -69,6 +70,11 @@ class Suspects:
         for key in keys:
             self.suspects.discard(key)
             self.culprits.discard(key)
+
+    def forget_rest(self) -> None:
+        """A whole pass is done: what is left was not in the input, or had its row."""
+        self.suspects.clear()
+        self.culprits.clear()
 
     def close(self) -> None:
         if self:

@@ -40,12 +40,16 @@ B = AdequacyBounds
 
 
 DECISION_KEY = '{"adequacy_decision":'
-#: What follows the decision up to the score (prefilled, not decoded).
-REST_PREFIX = ',"adequacy_score":'
+#: Prefilled, not decoded, each ending where the tokenizer's own split of a verdict
+#: has a boundary (SmolLM2: ``decision`` | ``":"`` | ``P``; ``PASS`` | ``","``): the
+#: decision's key up to its closing quote, and from the value's closing quote to the score.
+DECISION_PREFIX = DECISION_KEY[:-2]
+REST_PREFIX = '","adequacy_score":'
 
 
 def _rest() -> Rx:
-    return lit(REST_PREFIX) + _rest_body()
+    """Everything after ``"PASS"`` / ``"FAIL"``."""
+    return lit(REST_PREFIX[1:]) + _rest_body()
 
 
 def _rest_body() -> Rx:
@@ -74,11 +78,14 @@ def adequacy_constraint() -> Constraint:
     """Two segments, neither depending on the request: the decision alone (the only
     one with log-probabilities; the key before it prefilled), then the rest (its
     opening key prefilled)."""
-    decision = Segment.from_rx(_DECISION, key="adequacy/decision", logprobs=True, prefix=DECISION_KEY)
+    values = alt(lit("PASS"), lit("FAIL"))
+    decision = Segment.from_rx(
+        lit(DECISION_KEY[-2:] + '"') + values, key="adequacy/decision", logprobs=True, prefix=DECISION_PREFIX
+    )
     rest = Segment.from_rx(_rest_body(), key="adequacy/rest", prefix=REST_PREFIX)
 
     def continuation(text: str) -> Segment | None:
-        if text in (DECISION_KEY + '"PASS"', DECISION_KEY + '"FAIL"'):
+        if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL'):
             return rest
         return None
 

@@ -40,9 +40,12 @@ class Segment:
     different: the engine appends its tokens to the sequence (prefilled with the
     prompt, one forward pass) instead of decoding them one step each under a mask
     that leaves a single choice, and the pattern covers only what follows.  Each
-    prefix ends outside a JSON string, so each pattern starts at a JSON value or
-    punctuation (outlines-core did not finish compiling, within vLLM's 120 s, a
-    large pattern that opened inside a string).
+    prefix is tokenized on its own, so it ends where the tokenizer's own split of a
+    typical verdict has a boundary (the model then continues token sequences it
+    knows: SmolLM2 writes ``":"`` as one token, so a prefix does not end between
+    ``":`` and ``"``).  A prefix before a large pattern ends outside a JSON string:
+    outlines-core did not finish compiling, within vLLM's 120 s, a large pattern
+    that opened inside one.  ``tests/grammars/test_prefixes.py`` checks both.
     """
 
     pattern: str

@@ -49,10 +49,12 @@ def decision_marker(key: str) -> str:
 @lru_cache(maxsize=16)
 def decision_constraint(key: str, values: tuple[str, ...]) -> Constraint:
     """``{"key":v}`` for one of ``values`` (JSON texts): the same for every request.
-    One segment; ``{"key":`` is prefilled, so only the value and ``}`` are decoded."""
+    One segment; ``{"key`` is prefilled, so only ``":``, the value and ``}`` are
+    decoded (the tokenizer writes ``":`` or ``":"`` as one token: the prefix stops
+    before it, so the model continues a split it knows)."""
     opening = "{" + decision_marker(key)
     value = seq(alt(*[lit(v) for v in values]), lit("}"))
-    head = Segment.from_rx(value, key=f"decision/{key}", logprobs=True, prefix=opening)
+    head = Segment.from_rx(lit(opening[-2:]) + value, key=f"decision/{key}", logprobs=True, prefix=opening[:-2])
     return Constraint.from_rx(lit(opening) + value, key=f"decision/{key}", head=head)
 
 

@@ -8,9 +8,9 @@ markers to the caller's source ids, escaped so that any id round-trips, see
 queries exist only otherwise; SUFFICIENT has no unsupported claim, the others at
 least one; every string and list is bounded.
 
-Decoded in segments (see :mod:`suffice.grammars.constraint`): the key, the
-classification alone (the only segment with log-probabilities), the rest of that
-branch up to the first ``[CITATION:`` (or the end of an abstention); then a tiny
+Decoded in segments (see :mod:`suffice.grammars.constraint`): the classification
+alone (the only segment with log-probabilities; the key before it prefilled), the
+rest of that branch up to the first ``[CITATION:`` (or the end of an abstention); then a tiny
 segment picks each citation's source label and closes the marker, and a
 request-independent one goes on with the next sentence or closes the answer.  Only
 the label segment depends on the request (its source count); the large segments

@@ -176,37 +176,30 @@ IDS_KEY = '"useful_chunk_ids":['
 UNCOVERED = '"covered":false'
 
 
-#: Where every verdict starts, up to the first entity's name: prefilled, not decoded.
-HEAD_PREFIX = '{"required_entities":[{"entity":'
+#: Where every verdict starts: prefilled, not decoded.  Each prefix ends where the
+#: tokenizer's own split of a typical verdict has a boundary (SmolLM2: ``[`` then
+#: ``{"``), so the model continues token sequences it has seen; none ends inside a string.
+HEAD_PREFIX = '{"required_entities":['
 #: What follows each decision value up to the first thing the model chooses.
-AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missing_information":['}
+AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missing_information":'}
 
 
 def _entity(covered: Rx) -> Rx:
     return json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", covered)])
 
 
-def _entity_rest(covered: Rx) -> Rx:
-    """An entity after its opening ``{"entity":`` (the first one's is prefilled)."""
-    return seq(json_string(1, B.ENTITY_CHARS), lit(',"covered":'), covered, lit("}"))
-
-
 def _entities_open(all_covered: bool | None) -> Rx:
-    """The entity list after ``[{"entity":``: any (``None``), every entity covered
+    """The entity list after its ``[``: any (``None``), every entity covered
     (``True``), or at least one not covered (``False``: the first uncovered one at
     each possible position)."""
     if all_covered is not False:
         covered = JSON_BOOL if all_covered is None else lit("true")
-        more = repeat(seq(lit(","), _entity(covered)), 0, B.ENTITIES_MAX - 1)
-        return seq(_entity_rest(covered), more, lit("]"))
+        return seq(_entity(covered), repeat(seq(lit(","), _entity(covered)), 0, B.ENTITIES_MAX - 1), lit("]"))
     options = []
     for before in range(B.ENTITIES_MAX):
+        earlier = [seq(_entity(lit("true")), lit(","))] * before
         after = repeat(seq(lit(","), _entity(JSON_BOOL)), 0, B.ENTITIES_MAX - 1 - before)
-        if before == 0:
-            options.append(seq(_entity_rest(lit("false")), after, lit("]")))
-            continue
-        earlier = [seq(_entity(lit("true")), lit(","))] * (before - 1)
-        options.append(seq(_entity_rest(lit("true")), lit(","), *earlier, _entity(lit("false")), after, lit("]")))
+        options.append(seq(*earlier, _entity(lit("false")), after, lit("]")))
     return alt(*options)
 
 
@@ -234,8 +227,7 @@ def _after_body(decision: bool) -> Rx:
     ids = lit("," + IDS_KEY)
     if decision:
         return seq(UNIT_INTERVAL, ids)
-    item = json_string(1, B.MISSING_CHARS)
-    missing = seq(item, repeat(seq(lit(","), item), 0, B.MISSING_MAX - 1), lit("]"))
+    missing = _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
     return seq(missing, lit(","), json_members([("confidence", UNIT_INTERVAL)]), ids)
 
 

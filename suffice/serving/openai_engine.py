@@ -57,9 +57,9 @@ from suffice.exceptions import (
     CancelledError,
     ConfigError,
     ConstraintNotEnforcedError,
-    EngineDeadError,
     EngineError,
     EngineFatalError,
+    EngineUnreachableError,
 )
 from suffice.grammars.constraint import Segment
 from suffice.serving.base import (
@@ -336,7 +336,7 @@ class OpenAIEngine(Engine):
             attempt += 1
         tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
         if not reachable:
-            raise EngineDeadError(
+            raise EngineUnreachableError(
                 f"the server at {self.base_url} cannot be reached ({failure}; {tries}): nothing more can be "
                 "judged in this run; what was done is kept, rerun to resume once the server is back"
             )
@@ -352,7 +352,7 @@ class OpenAIEngine(Engine):
         except EngineFatalError:
             raise
         except EngineError as exc:
-            raise EngineDeadError(
+            raise EngineUnreachableError(
                 f"the server at {self.base_url} reports itself unhealthy ({exc}): nothing more can be judged "
                 "in this run; what was done is kept, rerun to resume once the server is back"
             ) from exc
@@ -545,6 +545,7 @@ class OpenAIEngine(Engine):
         tops: list[dict[str, float]] = []
         logprobs_ok = self.config.top_logprobs > 0
         completion_tokens = 0
+        prefilled = 0  # prefix tokens: prefilled, counted with the prompt
         finish: str | None = None
         segment: Segment | None = request.constraint.first_segment()
         while segment is not None:
@@ -554,7 +555,9 @@ class OpenAIEngine(Engine):
                 raise EngineFatalError("the openai engine was closed while generating")
             if segment.prefix:
                 # Prefilled, not decoded: part of the text, one stand-in token for it.
-                generated.extend(self._prefix_ids(segment.prefix))
+                prefix_ids = self._prefix_ids(segment.prefix)
+                generated.extend(prefix_ids)
+                prefilled += len(prefix_ids)
                 text += segment.prefix
                 tokens.append(segment.prefix)
                 tops.append({})
@@ -604,7 +607,7 @@ class OpenAIEngine(Engine):
         return Generation(
             text=text,
             finish_reason=finish,
-            prompt_tokens=len(prompt),
+            prompt_tokens=len(prompt) + prefilled,
             completion_tokens=completion_tokens,
             tokens=tuple(tokens) if logprobs_ok else None,
             top_logprobs=tuple(tops) if logprobs_ok else None,

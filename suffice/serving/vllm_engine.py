@@ -242,6 +242,8 @@ class _Sequence:
     tokens: list[str] = field(default_factory=list)
     top_logprobs: list[dict[str, float]] = field(default_factory=list)
     logprobs_ok: bool = True
+    #: Prefix tokens appended to the sequence (prefilled: counted with the prompt).
+    prefilled: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
 
@@ -367,7 +369,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             Generation(
                 text=seq.text,
                 finish_reason=seq.finish_reason,
-                prompt_tokens=len(seq.prompt_ids),
+                prompt_tokens=len(seq.prompt_ids) + seq.prefilled,
                 completion_tokens=seq.completion_tokens,
                 tokens=tuple(seq.tokens) if seq.logprobs_ok and self.logprobs else None,
                 top_logprobs=tuple(seq.top_logprobs) if seq.logprobs_ok and self.logprobs else None,
@@ -397,6 +399,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             if prefix:
                 # Prefilled, not decoded: part of the text, one stand-in token for it.
                 seq.generated_ids.extend(prefix)
+                seq.prefilled += len(prefix)
                 seq.text += seq.segment.prefix
                 seq.tokens.append(seq.segment.prefix)
                 seq.top_logprobs.append({})

@@ -12,7 +12,7 @@ import pytest
 from suffice.batch import BatchOptions, judge_file
 from suffice.batch.suspects import ENGINE_CRASH, suspects_path
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineDeadError
+from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.judge import Judge
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
@@ -109,3 +109,40 @@ def test_overwrite_forgets_the_suspects(files):
     with pytest.raises(EngineDeadError):
         _run(source, out, engine, overwrite=True)
     assert engine.batches == [4, 4]  # r0-r3, then the batch with r5: not alone
+
+
+def test_an_engine_that_never_started_implicates_no_record(files):
+    source, out = files
+
+    def refuse(config: JudgeConfig) -> Judge:
+        raise EngineDeadError("the engine process 99 exited while loading (scripted)")
+
+    with pytest.raises(EngineDeadError):
+        judge_file(JudgeConfig(), source, out, BatchOptions(batch_size=4), open_judge=refuse)
+    assert not suspects_path(out).exists()
+
+
+class Unreachable(Dying):
+    """A server that goes away while the poison's batch is in flight: not its fault."""
+
+    def generate(self, requests, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+        if any(POISON in r.messages[-1]["content"] for r in requests):
+            raise EngineUnreachableError("the server at http://x cannot be reached (scripted)")
+        return super().generate(requests, progress, cancel)
+
+
+def test_a_server_that_went_away_implicates_no_record(files):
+    source, out = files
+    with pytest.raises(EngineUnreachableError):
+        _run(source, out, Unreachable())
+    assert _ids(out) == ["r0", "r1", "r2", "r3"]
+    assert not suspects_path(out).exists()
+
+
+def test_a_suspect_no_longer_in_the_input_is_forgotten(files, tmp_path):
+    source, out = files
+    with pytest.raises(EngineDeadError):
+        _run(source, out, Dying())
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])  # r4-r7 gone
+    _run(source, out, Dying())
+    assert not suspects_path(out).exists()

@@ -57,8 +57,8 @@ def test_the_first_segment_prefills_the_opening(name, constraint, text):
 
 def test_a_prefix_is_not_in_the_decode_budget():
     head = decision_constraint("is_sufficient", ("true", "false")).first_segment()
-    assert head.prefix == '{"is_sufficient":'
-    assert head.max_tokens == len("false}") + 1
+    assert head.prefix == '{"is_sufficient'
+    assert head.max_tokens == len('":false}') + 1
 
 
 def test_the_decision_only_output_is_one_segment():
@@ -81,5 +81,33 @@ def test_a_sufficiency_branch_prefills_what_its_decision_forces(decision):
     following = c.next_segment(head)
     assert following is not None
     assert text[len(head) :].startswith(following.prefix)
-    expected = ',"missing_information":[],"confidence":' if decision else ',"missing_information":['
+    expected = ',"missing_information":[],"confidence":' if decision else ',"missing_information":'
     assert following.prefix == expected
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from suffice.serving.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(str(resolve_model(None).path), local_files_only=True)
+
+
+def _boundaries(tokenizer, text: str) -> set[int]:
+    """Character offsets where the tokenizer's own split of ``text`` puts a boundary."""
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return {end for _, end in encoded["offset_mapping"]} | {0}
+
+
+@pytest.mark.parametrize(("name", "constraint", "text"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
+def test_a_prefix_ends_where_the_tokenizer_splits_a_verdict(tokenizer, name, constraint, text):
+    """The prefix is tokenized on its own; ending at one of the tokenizer's own
+    boundaries keeps the model on token sequences it has seen."""
+    boundaries = _boundaries(tokenizer, text)
+    done = 0
+    for segment, piece in constraint.segments_of(text):
+        if segment.prefix:
+            end = done + len(segment.prefix)
+            assert end in boundaries, f"{segment.key}: {text[:end][-12:]!r} | {text[end:][:12]!r}"
+        done += len(piece)
