@@ -22,13 +22,17 @@ CONFIG = JudgeConfig()
 
 
 def _engine_cores() -> set[int]:
+    """vLLM's engine processes (``VLLM::EngineCore``, ``VLLM::Worker``).  The kernel
+    keeps 15 characters of a process name (``VLLM::EngineCor``), and the command line
+    is renamed only once the process has set itself up: match the prefix on either.
+    A zombie (exited, not yet reaped by its parent) holds no memory and is not counted."""
     found = set()
-    for proc in psutil.process_iter(["name", "cmdline"]):
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
         try:
             text = (proc.info["name"] or "") + " " + " ".join((proc.info["cmdline"] or [])[:1])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if "EngineCore" in text:
+        if "VLLM::" in text and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.add(proc.pid)
     return found
 
@@ -51,6 +55,7 @@ def runs(tmp_path_factory):
     killed: list[str] = []
     messages: list[str] = []
     during: set[int] = set()
+    errors: list[str] = []
 
     stop = threading.Event()
 
@@ -58,7 +63,10 @@ def runs(tmp_path_factory):
         """Samples engine processes all through the Ray run, not only when a row lands:
         a progress callback can fire before the actor's engine has started."""
         while not stop.wait(0.25):
-            during.update(_engine_cores() - found["cores_before"])
+            try:
+                during.update(_engine_cores() - found["cores_before"])
+            except Exception as exc:  # one bad sample must not end the watch
+                errors.append(repr(exc))
 
     def kill_first_actor(total, done):
         def update(n):
@@ -84,6 +92,7 @@ def runs(tmp_path_factory):
     found["messages"] = messages
     found["cores_after_ray"] = _engine_cores()
     found["cores_during_ray"] = during
+    found["watch_errors"] = errors
 
     from suffice.batch.cluster import judge_dataset
 
@@ -126,7 +135,7 @@ def test_the_actor_was_killed_mid_run_and_replaced(runs):
 
 
 def test_the_ray_actors_ran_their_engines_in_engine_processes(runs):
-    assert runs["cores_during_ray"]  # the positive control for the test below
+    assert runs["cores_during_ray"], runs["watch_errors"]  # the positive control for the test below
 
 
 def test_no_engine_process_outlives_the_ray_run(runs):
