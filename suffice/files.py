@@ -14,7 +14,6 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
 
 from suffice.exceptions import OutputWriteError
 
@@ -23,42 +22,37 @@ def write_error(path: Path, exc: OSError) -> OutputWriteError:
     return OutputWriteError(str(path), exc.strerror or str(exc))
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an OSError inside into :class:`OutputWriteError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
 def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = None) -> None:
     """Write ``chunks`` to ``tmp`` (default ``path + ".tmp"``), flush it to disk and
     rename it over ``path``; on any failure ``tmp`` is removed and ``path`` is as it was."""
     tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
     try:
-        with _opened(tmp, path) as handle:
-            for chunk in chunks:
-                try:
+        with writing(path):
+            handle = tmp.open("wb")
+        try:
+            for chunk in chunks:  # an error producing a chunk passes through as it is
+                with writing(path):
                     handle.write(chunk)
-                except OSError as exc:
-                    raise write_error(path, exc) from exc
-            try:
+            with writing(path):
                 handle.flush()
                 os.fsync(handle.fileno())
-            except OSError as exc:
-                raise write_error(path, exc) from exc
-        try:
+        finally:
+            # Closing flushes what is buffered: on a full disk that fails too, and the
+            # first error is the one to report.
+            with contextlib.suppress(OSError):
+                handle.close()
+        with writing(path):
             os.replace(tmp, path)
-        except OSError as exc:
-            raise write_error(path, exc) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-
-
-@contextlib.contextmanager
-def _opened(tmp: Path, path: Path) -> Iterator[IO[bytes]]:
-    try:
-        handle = tmp.open("wb")
-    except OSError as exc:
-        raise write_error(path, exc) from exc
-    try:
-        yield handle
-    finally:
-        # Closing flushes what is buffered: on a full disk that fails too, and the
-        # first error is the one to report.
-        with contextlib.suppress(OSError):
-            handle.close()

@@ -81,11 +81,6 @@ def _done(row: dict[str, Any], offset: int, length: int) -> DoneRow:
     )
 
 
-def _replace(path: Path, lines: Iterable[bytes]) -> None:
-    """Write ``lines`` to ``path`` atomically (a temporary file renamed over it)."""
-    replace_atomically(path, lines)
-
-
 class ResultFile:
     """Appends result rows; its index knows which records are already answered."""
 
@@ -146,7 +141,7 @@ class ResultFile:
             return
         if self._rewrite:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _replace(self.path, self._kept())
+            replace_atomically(self.path, self._kept())
         self._handle = self.path.open("ab")
         self._size = self._handle.tell()
 
@@ -212,8 +207,8 @@ class ResultFile:
             self._handle.flush()
             os.fsync(self._handle.fileno())
         except OSError as exc:
-            # A full disk: these rows count as not written (a torn last one is cut on
-            # resume), and the file is not touched again in this run.
+            # A full disk: rows written whole stay (a torn last one is cut on resume),
+            # and the file is not touched again in this run.
             self._broken = True
             raise write_error(self.path, exc) from exc
         self.index.add_done(done, met=True)
@@ -240,7 +235,7 @@ class ResultFile:
             return
         self._handle.close()
         if not self._in_order or self.index.relined():
-            _replace(self.path, self._in_input_order())
+            replace_atomically(self.path, self._in_input_order())
             self._in_order = True
 
     def _in_input_order(self) -> Iterator[bytes]:

@@ -67,6 +67,8 @@ class Suspects:
 
     def settled(self, keys: Iterable[str]) -> None:
         """Rows for ``keys`` are written (in memory; :meth:`close` saves)."""
+        if not self:  # the usual run: nothing to look up per row
+            return
         for key in keys:
             self.suspects.discard(key)
             self.culprits.discard(key)

@@ -245,3 +245,5 @@ def test_a_segment_prefix_is_prefilled_not_decoded(engine):
     assert re.fullmatch(head.pattern, generation.text[len(LONG_PREFIX) :])
     assert generation.completion_tokens <= head.max_tokens
     assert generation.finish_reason == "stop"
+    # The prefix's tokens went in with the prompt (counted there), not decoded.
+    assert generation.prompt_tokens == engine.prompt_tokens(messages) + len(engine.text_ids(LONG_PREFIX))
