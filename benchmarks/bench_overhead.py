@@ -122,6 +122,11 @@ def run_backend(backend: str, items: list[dict[str, Any]], rounds: int) -> dict[
             before = list(decoded)
             for leg in order:
                 leg()
+            print(
+                f"{backend} round {round_ + 1}/{rounds}: "
+                + ", ".join(f"{name} {times[-1]:.1f} s" for name, times in legs.items()),
+                flush=True,
+            )
             if before and before != decoded:
                 print(f"warning: round {round_ + 1} decoded other lengths than the round before")
         prefill = _prefill_only(engine, requests)
@@ -158,7 +163,6 @@ def main() -> None:
     items = load_items(args.items)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    rows = [run_backend(backend, items, args.rounds) for backend in args.backends]
     columns = [
         ("backend", "backend", ""),
         ("items", "items", "d"),
@@ -176,7 +180,12 @@ def main() -> None:
         ("compile_recovery_s", "compile recovery s", ".1f"),
         ("compile_adequacy_s", "compile adequacy s", ".1f"),
     ]
-    report("overhead.json", rows, columns)
+    rows: list[dict[str, Any]] = []
+    for backend in args.backends:
+        rows.append(run_backend(backend, items, args.rounds))
+        # Each backend takes 10-20 minutes here: its row is written as soon as it is
+        # measured, so a run cut short keeps what it finished.
+        report("overhead.json", rows, columns)
 
 
 if __name__ == "__main__":
