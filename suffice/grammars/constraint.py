@@ -59,9 +59,29 @@ class Segment:
     #: segments are tiny and many; the others are few, large and worth keeping.
     per_request: bool = False
     prefix: str = ""
+    #: Whether the pattern admits outputs the constraint's ``check`` rejects (a list
+    #: in any order where the language wants it ascending): after this segment the
+    #: engine keeps only :meth:`Constraint.settled` of the text and continues from
+    #: there with exact segments.  One segment for a whole list instead of one per
+    #: item: most outputs need no cut.
+    speculative: bool = False
+
+    def __post_init__(self) -> None:
+        if self.speculative and self.logprobs:
+            # An engine replaces a cut segment's one stand-in token; per-token
+            # log-probabilities could not be cut with it.
+            raise ValueError(f"segment {self.key}: a speculative segment cannot carry log-probabilities")
 
     @classmethod
-    def from_rx(cls, rx: Rx, key: str, logprobs: bool = False, per_request: bool = False, prefix: str = "") -> Segment:
+    def from_rx(
+        cls,
+        rx: Rx,
+        key: str,
+        logprobs: bool = False,
+        per_request: bool = False,
+        prefix: str = "",
+        speculative: bool = False,
+    ) -> Segment:
         return cls(
             pattern=rx.pattern,
             max_bytes=rx.max_bytes,
@@ -69,6 +89,7 @@ class Segment:
             logprobs=logprobs,
             per_request=per_request,
             prefix=prefix,
+            speculative=speculative,
         )
 
     @property
@@ -80,6 +101,11 @@ class Segment:
 #: Given the text generated so far (all segments, concatenated), the next segment,
 #: or ``None`` when the output is complete.
 Continuation = Callable[[str], Segment | None]
+
+#: Given the text generated so far, ending with a speculative segment's output, the
+#: longest prefix of it that the language allows to continue (the text itself when
+#: nothing must go); it never cuts into what came before that segment.
+Settle = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,8 @@ class Constraint:
     #: order: a regex for that grows exponentially with the chunk count); ``matches``
     #: checks it after the pattern.
     check: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
+    #: Where a speculative segment's output is cut back (see :attr:`Segment.speculative`).
+    settle: Settle | None = field(default=None, repr=False, compare=False)
     _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -118,6 +146,7 @@ class Constraint:
         continuation: Continuation | None = None,
         coarse_head: Segment | None = None,
         check: Callable[[str], bool] | None = None,
+        settle: Settle | None = None,
     ) -> Constraint:
         return cls(
             pattern=rx.pattern,
@@ -127,6 +156,7 @@ class Constraint:
             continuation=continuation,
             coarse_head=coarse_head,
             check=check,
+            settle=settle,
         )
 
     @property
@@ -143,6 +173,16 @@ class Constraint:
         if self.head is None or self.continuation is None:
             return None
         return self.continuation(text)
+
+    def settled(self, text: str, segment_start: int) -> str:
+        """What to keep of ``text`` after a speculative segment that began at
+        ``segment_start``: the engine drops the rest and continues from there."""
+        if self.settle is None:
+            return text
+        kept = self.settle(text)
+        if not text.startswith(kept) or len(kept) < segment_start:
+            raise ValueError(f"settle cut {text!r} to {kept!r}, before its segment began at {segment_start}")
+        return kept
 
     def segments_of(self, text: str, coarse: bool = False) -> list[tuple[Segment, str]]:
         """Split a complete output into the pieces its segments generate (for tests

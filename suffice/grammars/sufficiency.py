@@ -8,11 +8,12 @@ Two shapes, on purpose:
   exactly the required entities; ``useful_chunk_ids`` are prompt labels in
   ascending order, at most :attr:`SufficiencyBounds.USEFUL_MAX`, so only chunks of
   the request can be named, each at most once.  The ids are the only part that
-  depends on the request, and they are generated one per tiny segment that
-  continues the same sequence (the next id is one above the last, or the list
-  ends): the large segments are one compiled form for every request (see
-  :mod:`suffice.grammars.constraint`), and the output's length does not grow with
-  the chunk count.
+  depends on the request: the list is generated in one tiny segment that allows
+  only the request's labels, in any order; if the model lists them out of order
+  the list is cut after the last id in order and continued one id per segment
+  (the next one above the last, or the end).  The large segments are one
+  compiled form for every request (see :mod:`suffice.grammars.constraint`), and
+  the output's length does not grow with the chunk count.
 * :class:`SufficiencyVerdict` is what callers get: the user's own chunk ids, the
   prompt version and what the prompt had to cut.  :meth:`SufficiencyVerdict.to_ragflow`
   exports the seed's exact JSON shape for drop-in use.
@@ -279,6 +280,34 @@ def _segments() -> dict[str, Segment]:
     }
 
 
+@lru_cache(maxsize=1024)
+def id_list_segment(n_chunks: int, *, required: bool) -> Segment:
+    """The whole id list in one segment: up to ``min(USEFUL_MAX, n)`` of the
+    request's labels in any order, then ``]}``.  Speculative: a list out of order
+    (or with a repeat) is cut by :func:`settle_ids` and continued by
+    :func:`id_segment`; one segment per request instead of one per id plus the end
+    (each segment costs an end-of-sequence step and a prefill of its last block).
+    ``required``: a sufficient verdict lists at least one id."""
+    return Segment.from_rx(
+        _ids(n_chunks, at_least_one=required and n_chunks > 0),
+        key=f"ids/{n_chunks}/list" + ("/some" if required else ""),
+        per_request=True,
+        speculative=True,
+    )
+
+
+def settle_ids(text: str) -> str:
+    """``text`` up to the last id of its list's ascending start: the ids after it
+    repeat or descend, and the list goes on from there one id at a time."""
+    ids = listed_ids(text)
+    if ids is None or ascending(ids):
+        return text
+    keep = 1
+    while ids[keep - 1] < ids[keep]:
+        keep += 1
+    return text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
+
+
 @lru_cache(maxsize=4096)
 def id_segment(lo: int, n_chunks: int, *, first: bool, last: bool, required: bool) -> Segment:
     """The next useful id, from ``lo..n-1`` (one above the last one listed: ascending,
@@ -326,8 +355,9 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
     construction: an entity marked not covered leaves only ``false`` (with at least
     one missing item), and ``true`` names at least one useful chunk.  Decoded in
     segments: the head, the decision alone (the only segment with log-probabilities),
-    the rest of the branch up to the id list, then one tiny segment per useful id;
-    all but the ids are the same for every request.
+    the rest of the branch up to the id list, then the id list (one tiny segment,
+    continued one id at a time only if it came out of order); all but the ids are
+    the same for every request.
     """
     segments = _segments()
 
@@ -337,6 +367,9 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         ids = listed_ids(text)
         if ids is not None:
             sufficient = DECISION_KEY + "true" in text
+            if text.endswith(IDS_KEY):
+                return id_list_segment(n_chunks, required=sufficient)
+            # What settle_ids kept of a list out of order: one id at a time from here.
             return id_segment(
                 ids[-1] + 1 if ids else 0,
                 n_chunks,
@@ -359,6 +392,7 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         continuation=continuation,
         coarse_head=_coarse_head(),
         check=ascending_ids,
+        settle=settle_ids,
     )
 
 

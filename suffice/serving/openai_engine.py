@@ -410,10 +410,14 @@ class OpenAIEngine(Engine):
         """A segment prefix's token ids (a handful of constant texts: kept)."""
         ids = self._prefixes.get(prefix)
         if ids is None:
-            ids = self._local.text_ids(prefix) if self._local is not None else self._server_encode(prefix)
+            ids = self._encode(prefix)
             with self._lock:
                 self._prefixes[prefix] = ids
         return ids
+
+    def _encode(self, text: str) -> list[int]:
+        """``text``'s token ids: with the local tokenizer if there is one, else the server's."""
+        return self._local.text_ids(text) if self._local is not None else self._server_encode(text)
 
     def _piece(self, token_id: int) -> str:
         """One token's text with special tokens spelled out (kept: few distinct ids end a segment)."""
@@ -588,6 +592,7 @@ class OpenAIEngine(Engine):
                     "version that reads the request's structured_outputs field",
                 )
             kept = len(ids) - self._ends_with_stop_token(ids, piece, finish, choice.get("stop_reason"))
+            start_text, start_ids = len(text), len(generated)
             generated.extend(int(i) for i in ids[:kept])
             if not segment.logprobs:
                 # One stand-in token for the whole segment: positions stay aligned with the text.
@@ -603,6 +608,13 @@ class OpenAIEngine(Engine):
             text += piece
             if finish == "length":
                 break
+            if segment.speculative:
+                settled = request.constraint.settled(text, start_text)
+                if settled != text:
+                    # Cut back: the sequence continues from the kept text, re-encoded.
+                    generated[start_ids:] = self._encode(settled[start_text:])
+                    tokens[-1] = settled[start_text:]
+                    text = settled
             segment = request.constraint.next_segment(text)
         return Generation(
             text=text,

@@ -131,6 +131,9 @@ class TransformersEngine(TokenizerMixin, Engine):
                             finish[i] = "length"
                             continue
                         finish[i] = "stop"
+                        if segment.speculative:  # the text is re-encoded each call: a cut is all it takes
+                            start = len(texts[i]) - len(text)
+                            texts[i] = requests[i].constraint.settled(texts[i], start)
                         nxt = requests[i].constraint.next_segment(texts[i])
                         if nxt is not None:
                             following[i] = nxt

@@ -423,6 +423,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         kept = len(token_ids)
         while kept and token_ids[kept - 1] in self._eos_ids:
             kept -= 1
+        start_text, start_ids = len(seq.text), len(seq.generated_ids)
         seq.generated_ids.extend(token_ids[:kept])
         seq.finish_reason = completion.finish_reason
         if not seq.segment.logprobs:
@@ -435,6 +436,14 @@ class VLLMEngine(TokenizerMixin, Engine):
             seq.tokens.extend(tokens[:kept])
             seq.top_logprobs.extend(top[:kept])
         seq.text += completion.text
+        if seq.segment.speculative:
+            settled = seq.constraint.settled(seq.text, start_text)
+            if settled != seq.text:
+                # Cut back: the sequence continues from the kept text, re-encoded.
+                piece = settled[start_text:]
+                seq.generated_ids[start_ids:] = [int(i) for i in self.text_ids(piece)]
+                seq.tokens[-1] = piece
+                seq.text = settled
 
     def close(self) -> None:
         llm = getattr(self, "_llm", None)

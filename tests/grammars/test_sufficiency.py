@@ -7,12 +7,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from suffice.grammars.constraint import Segment
 from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
 from suffice.grammars.sufficiency import (
     IDS_KEY,
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
     SufficiencyOutput,
+    listed_ids,
     sufficiency_constraint,
     to_verdict,
 )
@@ -88,10 +90,10 @@ def test_the_large_segment_is_the_same_for_every_chunk_count(n):
 @pytest.mark.parametrize(
     ("n", "ids", "id_pieces"),
     [
-        (1, [0], ["0]}"]),  # the last label closes the list with it
-        (3, [0], ["0", "]}"]),
-        (3, [0, 2], ["0", ",2]}"]),
-        (80, [0, 3, 6, 9, 12, 15, 18, 21], ["0", ",3", ",6", ",9", ",12", ",15", ",18", ",21]}"]),  # the bound
+        (1, [0], ["0]}"]),
+        (3, [0], ["0]}"]),
+        (3, [0, 2], ["0,2]}"]),  # the whole list: one segment
+        (80, [0, 3, 6, 9, 12, 15, 18, 21], ["0,3,6,9,12,15,18,21]}"]),  # the bound
     ],
 )
 def test_segments_compose_to_the_whole_output(n, ids, id_pieces):
@@ -140,7 +142,7 @@ def test_the_bound_on_useful_ids_closes_the_list():
 def test_a_sufficient_decision_needs_a_first_useful_id():
     segment = sufficiency_constraint(5).next_segment(head_text())
     assert segment is not None
-    assert segment.key == "ids/5/0/first/some"
+    assert segment.key == "ids/5/list/some"
     assert not re.fullmatch(segment.pattern, "]}")
 
 
@@ -272,7 +274,7 @@ def test_coarse_segments_compose_to_the_same_output(n):
     c = sufficiency_constraint(n)
     text = output(useful_chunk_ids=[n - 1])
     pieces = c.segments_of(text, coarse=True)
-    assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"ids/{n}/0/first/some"]
+    assert [segment.key for segment, _ in pieces] == ["sufficiency/coarse-head", f"ids/{n}/list/some"]
     assert "".join(piece for _, piece in pieces) == text
 
 
@@ -298,3 +300,82 @@ def test_a_label_listed_twice_or_out_of_order_is_refused(data):
     a = data.draw(st.integers(min_value=0, max_value=n - 1))
     b = data.draw(st.integers(min_value=0, max_value=a))
     assert not sufficiency_constraint(n).matches(output(useful_chunk_ids=[a, b]))
+
+
+def test_the_id_list_is_one_speculative_segment_of_the_request_labels():
+    segment = sufficiency_constraint(12).next_segment(head_text())
+    assert segment is not None
+    assert segment.speculative
+    assert segment.per_request
+    assert re.fullmatch(segment.pattern, "7,2,11]}")  # any order: settle cuts it
+    assert not re.fullmatch(segment.pattern, "12]}")  # not a label of this request
+
+
+def test_an_ascending_id_list_is_kept_whole():
+    c = sufficiency_constraint(12)
+    text = head_text() + "2,5,11]}"
+    assert c.settled(text, len(head_text())) == text
+
+
+@pytest.mark.parametrize(
+    ("listed", "kept"),
+    [("2,5,3]}", "2,5"), ("4,4]}", "4"), ("9,1,2,3]}", "9"), ("0,1,2,2,7]}", "0,1,2")],
+)
+def test_an_id_list_out_of_order_is_cut_after_its_ascending_start(listed, kept):
+    c = sufficiency_constraint(12)
+    assert c.settled(head_text() + listed, len(head_text())) == head_text() + kept
+
+
+def test_after_a_cut_only_labels_above_the_last_kept_may_follow():
+    c = sufficiency_constraint(12)
+    segment = c.next_segment(c.settled(head_text() + "2,5,3]}", len(head_text())))
+    assert segment is not None
+    assert not segment.speculative
+    assert re.fullmatch(segment.pattern, ",6")
+    assert not re.fullmatch(segment.pattern, ",3")
+
+
+def test_settle_may_not_cut_into_an_earlier_segment():
+    c = sufficiency_constraint(12)
+    with pytest.raises(ValueError, match="before its segment began"):
+        c.settled(head_text() + "2,5,3]}", len(head_text()) + 4)  # kept "2,5" ends before 4
+
+
+def test_a_speculative_segment_cannot_carry_log_probabilities():
+    with pytest.raises(ValueError, match="speculative"):
+        Segment("a", 1, "test/speculative", logprobs=True, speculative=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_any_list_the_model_writes_ends_in_the_language(data):
+    """What an engine does, in order: the speculative list, settle, then one id
+    segment at a time taking the model's next wish above the last id (or the end)."""
+    n = data.draw(st.integers(min_value=1, max_value=40))
+    sufficient = data.draw(st.booleans())
+    wished = data.draw(
+        st.lists(st.integers(min_value=0, max_value=n - 1), min_size=int(sufficient), max_size=min(B.USEFUL_MAX, n))
+    )
+    c = sufficiency_constraint(n)
+    overrides = {} if sufficient else {"is_sufficient": False, "missing_information": ["x"]}
+    text = head_text(**overrides)
+    segment = c.next_segment(text)
+    assert segment is not None
+    piece = ",".join(str(k) for k in wished) + "]}"
+    assert re.fullmatch(segment.pattern, piece)
+    start, text = len(text), text + piece
+    text = c.settled(text, start)
+    segment = c.next_segment(text)
+    while segment is not None:
+        last = (listed_ids(text) or [-1])[-1]
+        options = [f",{k}" for k in wished if k > last] + [f",{k}]}}" for k in wished if k > last] + ["]}"]
+        piece = next(option for option in options if re.fullmatch(segment.pattern, option))
+        text += piece
+        segment = c.next_segment(text)
+    assert c.matches(text)
+    kept = listed_ids(text)
+    assert kept is not None
+    start = min(len(wished), 1)  # the wished list's ascending start is kept
+    while start < len(wished) and wished[start - 1] < wished[start]:
+        start += 1
+    assert kept[:start] == wished[:start]

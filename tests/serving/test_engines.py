@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -25,6 +26,7 @@ from suffice.grammars.sufficiency import (
 )
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
+from suffice.serving.vllm_engine import _Sequence
 from tests.conftest import load_records
 
 pytestmark = pytest.mark.engine
@@ -247,3 +249,45 @@ def test_a_segment_prefix_is_prefilled_not_decoded(engine):
     assert generation.finish_reason == "stop"
     # The prefix's tokens went in with the prompt (counted there), not decoded.
     assert generation.prompt_tokens == engine.prompt_tokens(messages) + len(engine.text_ids(LONG_PREFIX))
+
+
+def cut_back_constraint() -> Constraint:
+    """A speculative list the model must write out of order (``2,1``): settle keeps
+    ``[2`` and an exact segment continues with ``,3]``."""
+    listed = Segment(r"2,1\]", max_bytes=4, key="test/listed", prefix="[", speculative=True)
+    after_cut = Segment(r",3\]", max_bytes=3, key="test/after-cut")
+    return Constraint(
+        pattern=r"\[2,3\]",
+        max_bytes=5,
+        key="test/cut-back",
+        head=listed,
+        continuation=lambda text: after_cut if text == "[2" else None,
+        settle=lambda text: "[2" if text == "[2,1]" else text,
+    )
+
+
+CUT_BACK_MESSAGES = ({"role": "user", "content": "List two numbers."},)
+
+
+def test_a_speculative_segment_is_cut_back_and_continued(engine):
+    (generation,) = engine.generate([GenerationRequest(CUT_BACK_MESSAGES, cut_back_constraint())])
+    assert generation.text == "[2,3]"
+
+
+def test_a_cut_back_segment_still_counts_every_decoded_token(engine):
+    (generation,) = engine.generate([GenerationRequest(CUT_BACK_MESSAGES, cut_back_constraint())])
+    decoded = len(engine.text_ids("2,1]")) + len(engine.text_ids(",3]"))
+    assert generation.completion_tokens >= decoded
+
+
+def test_the_sequence_continues_from_the_kept_text_re_encoded(engine):
+    constraint = cut_back_constraint()
+    seq = _Sequence(0, [1, 2], constraint, constraint.first_segment(), generated_ids=engine.text_ids("["), text="[")
+    seq.tokens.append("[")
+    seq.top_logprobs.append({})
+    eos = sorted(engine._eos_ids)[0]
+    completion = SimpleNamespace(
+        token_ids=[*engine.text_ids("2,1]"), eos], logprobs=None, finish_reason="stop", text="2,1]"
+    )
+    engine._absorb(seq, completion)
+    assert seq.generated_ids == engine.text_ids("[") + engine.text_ids("2")

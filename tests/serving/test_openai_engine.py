@@ -293,6 +293,37 @@ def test_a_server_that_leaves_the_end_token_out_keeps_every_generated_id():
     assert second["prompt"] == [*first["prompt"], *encode('{"a":')]  # type: ignore[misc]
 
 
+def cut_back() -> Constraint:
+    """A speculative list: settle cuts ``[2,1]`` to ``[2``, an exact segment goes on."""
+    listed = Segment(r"[0-9](,[0-9])*\]", max_bytes=8, key="listed", prefix="[", speculative=True)
+    after_cut = Segment(r",3\]", max_bytes=3, key="after-cut")
+    return Constraint(
+        pattern=r"\[2,3\]",
+        max_bytes=5,
+        key="cut-back",
+        head=listed,
+        continuation=lambda text: after_cut if text == "[2" else None,
+        settle=lambda text: "[2" if text == "[2,1]" else text,
+    )
+
+
+def out_of_order_then_in_order() -> Callable[[str], str]:
+    answers = iter(["[2,1]", "[2,3]"])
+    return lambda chat_text: next(answers)
+
+
+def test_a_speculative_segment_cut_back_continues_from_the_kept_ids():
+    server = FakeServer(out_of_order_then_in_order())
+    make(server).generate([request("Q", cut_back())])
+    first, second = server.completions()
+    assert second["prompt"] == [*first["prompt"], *encode("2")]  # type: ignore[misc]
+
+
+def test_a_speculative_segment_cut_back_leaves_only_the_kept_text():
+    [generation] = make(FakeServer(out_of_order_then_in_order())).generate([request("Q", cut_back())])
+    assert generation.text == "[2,3]"
+
+
 def test_completion_tokens_count_every_generated_id():
     [generation] = make(FakeServer(lambda c: '{"a":true}')).generate([request("Q", two_segments())])
     assert generation.completion_tokens == len('{"a":') + 1 + len("true}") + 1  # each with its end token

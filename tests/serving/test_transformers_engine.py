@@ -15,10 +15,11 @@ import pytest
 from suffice.gates.recovery import RecoveryGate
 from suffice.grammars.recovery import RecoveryVerdict
 from suffice.judge import Judge
+from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.transformers_engine import TransformersEngine
 from tests.conftest import load_records
-from tests.serving.test_engines import HOSTILE, check_verdict
+from tests.serving.test_engines import CUT_BACK_MESSAGES, HOSTILE, check_verdict, cut_back_constraint
 
 pytestmark = pytest.mark.engine
 
@@ -48,3 +49,8 @@ def test_a_recovery_verdict_cites_only_sources_in_the_request(transformers_engin
     assert isinstance(result.verdict, RecoveryVerdict)
     sources = {str(chunk.get("source") or chunk["id"]) for chunk in record["chunks"]}  # type: ignore[union-attr]
     assert set(result.verdict.cited_sources) <= sources
+
+
+def test_a_speculative_segment_is_cut_back_and_continued(transformers_engine: TransformersEngine) -> None:
+    (generation,) = transformers_engine.generate([GenerationRequest(CUT_BACK_MESSAGES, cut_back_constraint())])
+    assert generation.text == "[2,3]"
