@@ -221,6 +221,13 @@ class Judge:
                         "(the constraint's worst case should make this impossible)",
                         gen.text,
                     )
+                if gen.finish_reason != "stop":
+                    # vLLM ends a request with "error" when the backend refuses a token
+                    # its own mask allowed (xgrammar 0.2.8 did, after a string closed):
+                    # the text stops there; the retry's prompt names the error, so it may
+                    # go another way.
+                    reason = gen.finish_reason
+                    raise VerdictError(f"the engine ended the output with finish_reason={reason!r}", gen.text)
                 verdict = self.gate.parse(gen.text, p.fitted, p.item)
                 if gen.tokens is not None and gen.top_logprobs is not None and self.gate.decision_marker:
                     probabilities = decision_probabilities(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from suffice.batch.journal import ResultFile
-from suffice.batch.keys import KeyIndex
+from suffice.batch.keys import DoneRow, KeyIndex
 from suffice.exceptions import OutputWriteError
 from suffice.files import replace_atomically
 from suffice.harness.audit import save_anchor
@@ -202,3 +202,25 @@ def test_a_result_file_refuses_to_append_after_a_failed_write(small_disk, index)
         results.write([{"id": "late", "line": 10**6}])
     assert out.stat().st_size == size
     results.close()
+
+
+def _fill(keys: KeyIndex) -> OutputWriteError:
+    """Add rows to ``keys`` until its disk is full."""
+    with pytest.raises(OutputWriteError) as caught:
+        for batch in range(100_000):
+            keys.add_done(
+                [DoneRow(f"i:{batch}-{k}-" + "x" * 100, 0, 1, batch * 50 + k, None, False) for k in range(50)]
+            )
+    return caught.value
+
+
+def test_a_key_index_on_a_full_disk_names_its_file(small_disk):
+    """The index is scratch (journal off, rebuilt from the output on the next run): a
+    full disk under it stops the run with the same typed error as the output's."""
+    keys = KeyIndex(small_disk)
+    try:
+        error = _fill(keys)
+        assert error.path == str(keys.path)
+        assert "full" in error.reason
+    finally:
+        keys.close()

@@ -79,6 +79,25 @@ def test_cut_off_output_counts_and_is_retried():
     assert result.ok and judge.stats.length_cutoffs == 1
 
 
+def test_an_output_the_engine_ended_with_an_error_is_retried():
+    answers = iter([Generation('{"required_entities":[{"entity":"x".",', "error", 10, 5)])
+
+    def script(request):
+        return next(answers, None) or good(request)
+
+    judge = Judge(ScriptedEngine(script), SufficiencyGate())
+    [result] = judge.judge_batch([rec(0)])
+    assert result.ok
+    assert judge.stats.retries == 1
+
+
+def test_an_output_the_engine_ended_with_an_error_twice_is_that_items_error():
+    engine = ScriptedEngine(lambda r: Generation('{"required_entities":[', "error", 10, 5))
+    [result] = Judge(engine, SufficiencyGate()).judge_batch([rec(0)])
+    assert result.error.type == "VerdictError"
+    assert "finish_reason='error'" in result.error.message
+
+
 def test_an_engine_failure_on_one_request_fails_only_that_item():
     engine = ScriptedEngine(good, fail_when=lambda content: "POISON" in content)
     judge = Judge(engine, SufficiencyGate())

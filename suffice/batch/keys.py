@@ -16,21 +16,27 @@ parallel workers, in any order, resume one run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from suffice.exceptions import OutputWriteError
 
 #: SQLite's limit on parameters in one statement is 32,766 (3.32+); stay well below.
 _CHUNK = 900
 
 
 _PREFIX = ".suffice-keys-"
+
+#: SQLite's primary result codes for a failed write: the disk is full, or an I/O error.
+_WRITE_FAILED = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR}
 
 
 def _sweep(directory: Path | None) -> None:
@@ -80,22 +86,51 @@ class KeyIndex:
     def __init__(self, directory: Path | None = None) -> None:
         _sweep(directory)
         self._dir = tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{os.getpid()}-", dir=directory)
-        self._db = sqlite3.connect(Path(self._dir.name) / "keys.sqlite", isolation_level=None)
-        self._db.executescript(
-            """
-            PRAGMA journal_mode = OFF;
-            PRAGMA synchronous = OFF;
-            PRAGMA cache_size = -4096;
-            PRAGMA temp_store = FILE;
-            CREATE TABLE done (
-                key BLOB PRIMARY KEY, offset INTEGER, length INTEGER, line INTEGER,
-                id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0, written INTEGER
-            ) WITHOUT ROWID;
-            CREATE TABLE seen (id BLOB PRIMARY KEY, line INTEGER) WITHOUT ROWID;
-            """
-        )
+        self.path = Path(self._dir.name) / "keys.sqlite"
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        with self._failures():
+            self._db.executescript(
+                """
+                PRAGMA journal_mode = OFF;
+                PRAGMA synchronous = OFF;
+                PRAGMA cache_size = -4096;
+                PRAGMA temp_store = FILE;
+                CREATE TABLE done (
+                    key BLOB PRIMARY KEY, offset INTEGER, length INTEGER, line INTEGER,
+                    id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0, written INTEGER
+                ) WITHOUT ROWID;
+                CREATE TABLE seen (id BLOB PRIMARY KEY, line INTEGER) WITHOUT ROWID;
+                """
+            )
         self.done_count = 0
         self.done_errors = 0
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """A full disk (or an I/O error) under the index becomes :class:`OutputWriteError`
+        naming its file, as for the output itself: the caller stops, the user makes
+        room and reruns.  The index is not usable after it (its journal is off, so a
+        failed transaction cannot be rolled back); the next run rebuilds it from the
+        output, which holds every row written."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if (exc.sqlite_errorcode & 0xFF) not in _WRITE_FAILED:
+                raise
+            raise OutputWriteError(str(self.path), str(exc)) from exc
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction: committed whole or rolled back, with :meth:`_failures`."""
+        with self._failures():
+            self._db.execute("BEGIN")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
 
     # -- rows of the output ---------------------------------------------------------
     def add_done(self, rows: Iterable[DoneRow], *, met: bool = False) -> None:
@@ -105,12 +140,12 @@ class KeyIndex:
             (_b(r.key), r.offset, r.length, r.line, None if r.id is None else _b(r.id), int(r.error), int(r.final))
             for r in rows
         ]
-        self._db.execute("BEGIN")
-        self._db.executemany(
-            "INSERT INTO done (key, offset, length, line, id, error, final, met, written) VALUES (?,?,?,?,?,?,?,?,?)",
-            [(*v, int(met), v[3]) for v in values],
-        )
-        self._db.execute("COMMIT")
+        with self._transaction():
+            self._db.executemany(
+                "INSERT INTO done (key, offset, length, line, id, error, final, met, written) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                [(*v, int(met), v[3]) for v in values],
+            )
         self.done_count += sum(v[6] for v in values)
         self.done_errors += sum(v[5] and v[6] for v in values)
 
@@ -130,9 +165,8 @@ class KeyIndex:
         """Drop these final rows (stale: their position now holds another record); the
         number of them that were errors."""
         rows = self.done_rows(keys)
-        self._db.execute("BEGIN")
-        self._db.executemany("DELETE FROM done WHERE key = ?", [(_b(k),) for k in rows])
-        self._db.execute("COMMIT")
+        with self._transaction():
+            self._db.executemany("DELETE FROM done WHERE key = ?", [(_b(k),) for k in rows])
         errors = sum(r.error for r in rows.values())
         self.done_count -= len(rows)
         self.done_errors -= errors
@@ -140,11 +174,10 @@ class KeyIndex:
 
     def mark_met(self, found: Iterable[tuple[str, int]]) -> None:
         """These finished keys were met in the input at these positions."""
-        self._db.execute("BEGIN")
-        self._db.executemany(
-            "UPDATE done SET met = 1, line = ? WHERE key = ?", [(line, _b(key)) for key, line in found]
-        )
-        self._db.execute("COMMIT")
+        with self._transaction():
+            self._db.executemany(
+                "UPDATE done SET met = 1, line = ? WHERE key = ?", [(line, _b(key)) for key, line in found]
+            )
 
     def unmet(self) -> int:
         """Finished rows whose key the input did not have."""
@@ -153,14 +186,14 @@ class KeyIndex:
 
     def move(self, offsets: Iterable[tuple[str, int]]) -> None:
         """New offsets of rows after the output was rewritten."""
-        self._db.execute("BEGIN")
-        self._db.executemany("UPDATE done SET offset = ? WHERE key = ?", [(o, _b(k)) for k, o in offsets])
-        self._db.execute("COMMIT")
+        with self._transaction():
+            self._db.executemany("UPDATE done SET offset = ? WHERE key = ?", [(o, _b(k)) for k, o in offsets])
 
-    def in_input_order(self) -> Iterable[tuple[int, int, int, int]]:
+    def in_input_order(self) -> Iterator[tuple[int, int, int, int]]:
         """(offset, length, position in this input, ``line`` the row holds) of every
         row, by input position."""
-        return self._db.execute("SELECT offset, length, line, written FROM done ORDER BY line, key")
+        with self._failures():  # the sort may spill to a temporary file
+            yield from self._db.execute("SELECT offset, length, line, written FROM done ORDER BY line, key")
 
     def relined(self) -> bool:
         """Whether a row's record now sits at another position than the row says (the
@@ -184,9 +217,8 @@ class KeyIndex:
             if rid not in first:
                 first[rid] = line
                 new.append((_b(rid), line))
-        self._db.execute("BEGIN")
-        self._db.executemany("INSERT INTO seen (id, line) VALUES (?, ?)", new)
-        self._db.execute("COMMIT")
+        with self._transaction():
+            self._db.executemany("INSERT INTO seen (id, line) VALUES (?, ?)", new)
         return first
 
     def close(self) -> None:

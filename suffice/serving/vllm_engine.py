@@ -166,7 +166,9 @@ class _Driver:
                     continue
                 try:
                     self._absorb(seq, out.outputs[0])
-                    segment = None if seq.finish_reason == "length" else seq.constraint.next_segment(seq.text)
+                    # Only a segment that ended at its end-of-sequence goes on: "length",
+                    # "abort" and "error" (a token the backend refused) end the request.
+                    segment = seq.constraint.next_segment(seq.text) if seq.finish_reason == "stop" else None
                     if segment is not None:
                         seq.segment = segment
                         follow_ups.append((seq, job))
