@@ -15,6 +15,19 @@ a share of the prefill roofline computed here, at run time:
 Prompt tokens include those the prefix cache serves (the shared instructions), as a
 user counts them; the roofline is what a machine could prefill with no cache at all.
 
+That roofline counts compute only, but decoding on a CPU is bound by memory
+bandwidth: each output token reads its sequence's whole KV cache (SmolLM2 in float32:
+46 KB a token of context, about 90 MB a step for a 2,000-token prompt).  So the
+benchmark also measures the machine's copy bandwidth (torch, all cores in the
+affinity mask, before the engine starts) and prints the share a run could reach at
+best, with prefill at the compute roofline and decode at that bandwidth:
+
+    decode bytes  >= items x output tokens x (prompt + output / 2) x KV bytes a token
+                     (weights read once a step, shared by the batch, left out)
+    attainable    =  (prompt tokens / roofline) / (that + decode bytes / bandwidth)
+
+and each run's share of it.
+
     .venv/bin/python benchmarks/bench_throughput.py --items 240
 """
 
@@ -94,6 +107,39 @@ def roofline(folder: Path, dtype: str) -> dict[str, Any]:
     }
 
 
+def copy_bandwidth_gbs(mib: int = 512, repeats: int = 5) -> float:
+    """Memory bandwidth (GB/s, read and write counted) of a large copy: the best of a few."""
+    import torch
+
+    source = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
+    target = torch.empty_like(source)
+    target.copy_(source)  # first touch
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - began)
+    return 2 * source.numel() * 4 / best / 1e9
+
+
+def kv_bytes_per_token(folder: Path, dtype: str) -> int:
+    """KV cache bytes one token of context takes, from the model's config.json."""
+    config = json.loads((folder / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    width = 4 if dtype == "float32" else 2
+    return 2 * config["num_hidden_layers"] * config.get("num_key_value_heads", heads) * head_dim * width
+
+
+def attainable_share(row: dict[str, Any], rate: float, kv_per_token: int, bandwidth_gbs: float) -> float:
+    """The best share of the compute roofline this run's tokens allow (module docstring)."""
+    n = row["items"]
+    prompt, output = row["prompt_tokens"] / n, row["output_tokens"] / n
+    decode_bytes = n * output * (prompt + output / 2) * kv_per_token
+    prefill_s = row["prompt_tokens"] / rate
+    return prefill_s / (prefill_s + decode_bytes / (bandwidth_gbs * 1e9))
+
+
 def run(judge: Judge, items: list[dict[str, Any]], label: str, roof: float) -> dict[str, Any]:
     prompt_before = judge.stats.prompt_tokens
     completion_before = judge.stats.completion_tokens
@@ -121,6 +167,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
     args = parser.parse_args()
     items = load_items(args.items)
+    bandwidth = copy_bandwidth_gbs()
     config = JudgeConfig(engine=EngineConfig(backend=args.backend, enforce_eager=not args.compile))
     began = time.perf_counter()
     engine = VLLMEngine(config.engine)
@@ -133,14 +180,18 @@ def main() -> None:
     finally:
         engine.close()
     rows = [full, decision]
+    kv = kv_bytes_per_token(engine.model_path, engine.settings.dtype)
     for row in rows:
         row["vs_full"] = row["verdicts_per_s"] / full["verdicts_per_s"]
+        row["attainable_share"] = attainable_share(row, rate, kv, bandwidth)
+        row["share_of_attainable"] = row["share_of_roofline"] / row["attainable_share"]
     print(
         f"roofline: {roof['cores']} cores x {roof['clock_ghz']:.2f} GHz x 2 FMA x 2 x {roof['simd_lanes_fp32']} lanes"
         f"{' x 2 (bf16)' if roof['native_bf16'] else ''} = {roof['peak_gflops']:.0f} GFLOP/s; "
         f"{roof['non_embedding_parameters'] / 1e6:.0f} M non-embedding parameters -> "
         f"{rate:,.0f} prompt tokens/s; engine start-up {startup:.0f} s"
     )
+    print(f"copy bandwidth {bandwidth:.1f} GB/s; KV cache {kv / 1024:.1f} KiB a token of context")
     columns = [
         ("mode", "mode", ""),
         ("items", "items", "d"),
@@ -151,8 +202,19 @@ def main() -> None:
         ("output_tokens", "output tokens", ",d"),
         ("prompt_tokens_per_s", "prompt tokens/s", ",.0f"),
         ("share_of_roofline", "% of roofline", ".0%"),
+        ("attainable_share", "attainable % (bandwidth-bound decode)", ".0%"),
+        ("share_of_attainable", "% of attainable", ".0%"),
     ]
-    report("throughput.json", rows, columns, backend=args.backend, startup_s=startup, roofline=roof)
+    report(
+        "throughput.json",
+        rows,
+        columns,
+        backend=args.backend,
+        startup_s=startup,
+        roofline=roof,
+        copy_bandwidth_gbs=bandwidth,
+        kv_bytes_per_token=kv,
+    )
 
 
 if __name__ == "__main__":
