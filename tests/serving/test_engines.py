@@ -28,6 +28,7 @@ from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from suffice.serving.vllm_engine import _Sequence
 from tests.conftest import load_records
+from tests.grammars.segments import cut_back_constraint
 
 pytestmark = pytest.mark.engine
 
@@ -249,21 +250,6 @@ def test_a_segment_prefix_is_prefilled_not_decoded(engine):
     assert generation.finish_reason == "stop"
     # The prefix's tokens went in with the prompt (counted there), not decoded.
     assert generation.prompt_tokens == engine.prompt_tokens(messages) + len(engine.text_ids(LONG_PREFIX))
-
-
-def cut_back_constraint() -> Constraint:
-    """A speculative list the model must write out of order (``2,1``): settle keeps
-    ``[2`` and an exact segment continues with ``,3]``."""
-    listed = Segment(r"2,1\]", max_bytes=4, key="test/listed", prefix="[", speculative=True)
-    after_cut = Segment(r",3\]", max_bytes=3, key="test/after-cut")
-    return Constraint(
-        pattern=r"\[2,3\]",
-        max_bytes=5,
-        key="test/cut-back",
-        head=listed,
-        continuation=lambda text: after_cut if text == "[2" else None,
-        settle=lambda text: "[2" if text == "[2,1]" else text,
-    )
 
 
 CUT_BACK_MESSAGES = ({"role": "user", "content": "List two numbers."},)

@@ -19,7 +19,8 @@ from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.transformers_engine import TransformersEngine
 from tests.conftest import load_records
-from tests.serving.test_engines import CUT_BACK_MESSAGES, HOSTILE, check_verdict, cut_back_constraint
+from tests.grammars.segments import cut_back_constraint
+from tests.serving.test_engines import CUT_BACK_MESSAGES, HOSTILE, check_verdict
 
 pytestmark = pytest.mark.engine
 
