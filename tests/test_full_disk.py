@@ -224,3 +224,24 @@ def test_a_key_index_on_a_full_disk_names_its_file(small_disk):
         assert "full" in error.reason
     finally:
         keys.close()
+
+
+def test_a_full_disk_under_the_index_keeps_every_row_of_the_output(small_disk, tmp_path):
+    """The output on a disk with room, the index on a full one: the run stops naming
+    the index, closing adds nothing, and a rerun finds every row the file holds."""
+    out = tmp_path / "out.jsonl"
+    keys = KeyIndex(small_disk)
+    results = ResultFile(out, keys)
+    with pytest.raises(OutputWriteError) as caught:
+        for batch in range(10_000):
+            results.write({"id": f"r{batch}-{k}-" + "x" * 100, "line": batch * 4 + k + 1} for k in range(4))
+    results.close()
+    keys.close()
+    assert caught.value.path == str(keys.path)
+    rows = out.read_bytes().count(b"\n")
+    resumed = _index(tmp_path / "index-2")
+    try:
+        ResultFile(out, resumed).close()
+        assert resumed.done_count == rows
+    finally:
+        resumed.close()

@@ -211,7 +211,14 @@ class ResultFile:
             # and the file is not touched again in this run.
             self._broken = True
             raise write_error(self.path, exc) from exc
-        self.index.add_done(done, met=True)
+        try:
+            self.index.add_done(done, met=True)
+        except OutputWriteError:
+            # The index's disk is full: the rows are in the file (flushed), the index
+            # cannot say where, so nothing is appended or reordered from it in this run;
+            # the next run rebuilds it from the file.
+            self._broken = True
+            raise
 
     def forget(self, keys: list[str]) -> int:
         """Drop rows that no longer answer their position's record (removed from the

@@ -333,7 +333,7 @@ def listed_ids(text: str) -> list[int] | None:
     if IDS_KEY not in text:
         return None
     body = text.rsplit(IDS_KEY, 1)[1].rstrip("]}")
-    return [int(part) for part in body.split(",")] if body else []
+    return [int(part) for part in body.split(",") if part]  # a list cut off after a comma too
 
 
 def ascending_ids(text: str) -> bool:

@@ -438,7 +438,9 @@ class VLLMEngine(TokenizerMixin, Engine):
             seq.tokens.extend(tokens[:kept])
             seq.top_logprobs.extend(top[:kept])
         seq.text += completion.text
-        if seq.segment.speculative:
+        if seq.segment.speculative and completion.finish_reason == "stop":
+            # Only a whole list is cut: one the backend ended early ("error", "length")
+            # ends the request as it is, and the judge retries it.
             settled = seq.constraint.settled(seq.text, start_text)
             if settled != seq.text:
                 # Cut back: the sequence continues from the kept text, re-encoded.

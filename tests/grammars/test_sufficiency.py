@@ -311,6 +311,17 @@ def test_the_id_list_is_one_speculative_segment_of_the_request_labels():
     assert not re.fullmatch(segment.pattern, "12]}")  # not a label of this request
 
 
+def test_the_id_list_segment_holds_at_most_the_bound():
+    segment = sufficiency_constraint(12).next_segment(head_text())
+    assert segment is not None
+    assert re.fullmatch(segment.pattern, ",".join(str(k) for k in range(B.USEFUL_MAX)) + "]}")
+    assert not re.fullmatch(segment.pattern, ",".join(str(k) for k in range(B.USEFUL_MAX + 1)) + "]}")
+
+
+def test_a_list_cut_off_after_a_comma_reads_as_its_ids():
+    assert listed_ids(head_text() + "3,") == [3]
+
+
 def test_an_ascending_id_list_is_kept_whole():
     c = sufficiency_constraint(12)
     text = head_text() + "2,5,11]}"

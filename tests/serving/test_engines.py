@@ -277,3 +277,19 @@ def test_the_sequence_continues_from_the_kept_text_re_encoded(engine):
     )
     engine._absorb(seq, completion)
     assert seq.generated_ids == engine.text_ids("[") + engine.text_ids("2")
+    assert seq.text == "[2"
+    assert seq.tokens == ["[", "2"]
+
+
+def test_a_speculative_segment_the_backend_ended_early_is_not_cut(engine):
+    """xgrammar can refuse a token its own mask allowed (finish_reason "error"): a list
+    cut off after a comma is left as it is, for the judge to retry."""
+    constraint = sufficiency_constraint(5)
+    head = '{"required_entities":[{"entity":"x","covered":true}],"contradictions":[],"reasoning":"r",'
+    text = head + '"is_sufficient":true,"missing_information":[],"confidence":0.9,"useful_chunk_ids":['
+    segment = constraint.next_segment(text)
+    seq = _Sequence(0, [1, 2], constraint, segment, generated_ids=engine.text_ids(text), text=text)
+    completion = SimpleNamespace(token_ids=engine.text_ids("3,"), logprobs=None, finish_reason="error", text="3,")
+    engine._absorb(seq, completion)
+    assert seq.text == text + "3,"
+    assert seq.finish_reason == "error"
