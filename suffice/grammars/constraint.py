@@ -104,7 +104,8 @@ Continuation = Callable[[str], Segment | None]
 
 #: Given the text generated so far, ending with a speculative segment's output, the
 #: longest prefix of it that the language allows to continue (the text itself when
-#: nothing must go); it never cuts into what came before that segment.
+#: nothing must go), possibly closed where only one ending is left; it never changes
+#: what came before that segment.
 Settle = Callable[[str], str]
 
 
@@ -180,7 +181,7 @@ class Constraint:
         if self.settle is None:
             return text
         kept = self.settle(text)
-        if not text.startswith(kept) or len(kept) < segment_start:
+        if len(kept) < segment_start or kept[:segment_start] != text[:segment_start]:
             raise ValueError(f"settle cut {text!r} to {kept!r}, before its segment began at {segment_start}")
         return kept
 

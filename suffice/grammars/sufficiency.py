@@ -22,7 +22,7 @@ Two shapes, on purpose:
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -296,16 +296,19 @@ def id_list_segment(n_chunks: int, *, required: bool) -> Segment:
     )
 
 
-def settle_ids(text: str) -> str:
+def settle_ids(text: str, *, n_chunks: int) -> str:
     """``text`` up to the last id of its list's ascending start: the ids after it
-    repeat or descend, and the list goes on from there one id at a time."""
+    repeat or descend, and the list goes on from there one id at a time.  When that
+    id is the last label (nothing can follow it), the list is closed here instead of
+    in a segment whose only choice would be ``]}``."""
     ids = listed_ids(text)
     if ids is None or ascending(ids):
         return text
     keep = 1
     while ids[keep - 1] < ids[keep]:
         keep += 1
-    return text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
+    kept = text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
+    return kept + "]}" if ids[keep - 1] == n_chunks - 1 or keep >= B.USEFUL_MAX else kept
 
 
 @lru_cache(maxsize=4096)
@@ -392,7 +395,7 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         continuation=continuation,
         coarse_head=_coarse_head(),
         check=ascending_ids,
-        settle=settle_ids,
+        settle=partial(settle_ids, n_chunks=n_chunks),
     )
 
 

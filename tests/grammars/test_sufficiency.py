@@ -337,6 +337,13 @@ def test_an_id_list_out_of_order_is_cut_after_its_ascending_start(listed, kept):
     assert c.settled(head_text() + listed, len(head_text())) == head_text() + kept
 
 
+def test_a_cut_at_the_last_label_closes_the_list():
+    c = sufficiency_constraint(3)
+    settled = c.settled(head_text() + "2,0]}", len(head_text()))
+    assert settled == head_text() + "2]}"
+    assert c.next_segment(settled) is None
+
+
 def test_after_a_cut_only_labels_above_the_last_kept_may_follow():
     c = sufficiency_constraint(12)
     segment = c.next_segment(c.settled(head_text() + "2,5,3]}", len(head_text())))

@@ -252,6 +252,11 @@ def test_a_segment_prefix_is_prefilled_not_decoded(engine):
     assert generation.prompt_tokens == engine.prompt_tokens(messages) + len(engine.text_ids(LONG_PREFIX))
 
 
+#: A sufficient verdict up to its id list.
+UP_TO_IDS = (
+    '{"required_entities":[{"entity":"x","covered":true}],"contradictions":[],"reasoning":"r",'
+    '"is_sufficient":true,"missing_information":[],"confidence":0.9,"useful_chunk_ids":['
+)
 CUT_BACK_MESSAGES = ({"role": "user", "content": "List two numbers."},)
 
 
@@ -285,11 +290,25 @@ def test_a_speculative_segment_the_backend_ended_early_is_not_cut(engine):
     """xgrammar can refuse a token its own mask allowed (finish_reason "error"): a list
     cut off after a comma is left as it is, for the judge to retry."""
     constraint = sufficiency_constraint(5)
-    head = '{"required_entities":[{"entity":"x","covered":true}],"contradictions":[],"reasoning":"r",'
-    text = head + '"is_sufficient":true,"missing_information":[],"confidence":0.9,"useful_chunk_ids":['
+    text = UP_TO_IDS
     segment = constraint.next_segment(text)
     seq = _Sequence(0, [1, 2], constraint, segment, generated_ids=engine.text_ids(text), text=text)
     completion = SimpleNamespace(token_ids=engine.text_ids("3,"), logprobs=None, finish_reason="error", text="3,")
     engine._absorb(seq, completion)
     assert seq.text == text + "3,"
     assert seq.finish_reason == "error"
+
+
+def test_a_list_cut_at_the_last_label_is_closed_in_the_sequence(engine):
+    constraint = sufficiency_constraint(3)
+    text = UP_TO_IDS
+    segment = constraint.next_segment(text)
+    seq = _Sequence(0, [1, 2], constraint, segment, generated_ids=engine.text_ids(text), text=text)
+    eos = sorted(engine._eos_ids)[0]
+    completion = SimpleNamespace(
+        token_ids=[*engine.text_ids("2,0]}"), eos], logprobs=None, finish_reason="stop", text="2,0]}"
+    )
+    engine._absorb(seq, completion)
+    assert seq.text == text + "2]}"
+    assert seq.generated_ids == engine.text_ids(text) + engine.text_ids("2]}")
+    assert constraint.next_segment(seq.text) is None
