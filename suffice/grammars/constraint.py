@@ -182,7 +182,7 @@ class Constraint:
             return text
         kept = self.settle(text)
         if len(kept) < segment_start or kept[:segment_start] != text[:segment_start]:
-            raise ValueError(f"settle cut {text!r} to {kept!r}, before its segment began at {segment_start}")
+            raise ValueError(f"settle changed {text!r} to {kept!r} before its segment began at {segment_start}")
         return kept
 
     def segments_of(self, text: str, coarse: bool = False) -> list[tuple[Segment, str]]:

@@ -308,26 +308,24 @@ def settle_ids(text: str, *, n_chunks: int) -> str:
     while ids[keep - 1] < ids[keep]:
         keep += 1
     kept = text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
-    return kept + "]}" if ids[keep - 1] == n_chunks - 1 or keep >= B.USEFUL_MAX else kept
+    # A cut keeps fewer than USEFUL_MAX ids (one more followed them in the same list).
+    return kept + "]}" if ids[keep - 1] == n_chunks - 1 else kept
 
 
 @lru_cache(maxsize=4096)
-def id_segment(lo: int, n_chunks: int, *, first: bool, last: bool, required: bool) -> Segment:
-    """The next useful id, from ``lo..n-1`` (one above the last one listed: ascending,
-    so each chunk at most once), or the end of the list.
+def id_segment(lo: int, n_chunks: int, *, last: bool) -> Segment:
+    """After a list cut by :func:`settle_ids` (it keeps at least one id, and closes a
+    list whose last id is label ``n-1``): the next id, from ``lo..n-1`` (one above
+    the last one kept: ascending, so each chunk at most once), or the end of the list.
 
-    ``first``: no comma before it; ``last``: the bound is reached, so the id closes
-    the list too; ``required``: a sufficient verdict's first id may not be skipped
-    (seed requirement 6: a plausible answer rests on some chunk).  Tiny: at most
+    ``last``: the bound is reached, so the id closes the list too.  Tiny: at most
     ``n`` short alternatives.  An id that ends the chunk labels closes the list
     with it, so a segment never leaves a choice of one.
     """
-    comma = "" if first else ","
-    options = [lit(comma + str(k) + ("]}" if last or k == n_chunks - 1 else "")) for k in range(lo, n_chunks)]
-    if not required or not options:
-        options.append(lit("]}"))
-    flags = ("first" if first else "next") + ("/last" if last else "") + ("/some" if required else "")
-    return Segment.from_rx(alt(*options), key=f"ids/{n_chunks}/{lo}/{flags}", per_request=True)
+    options = [lit("," + str(k) + ("]}" if last or k == n_chunks - 1 else "")) for k in range(lo, n_chunks)]
+    return Segment.from_rx(
+        alt(*options, lit("]}")), key=f"ids/{n_chunks}/{lo}" + ("/last" if last else ""), per_request=True
+    )
 
 
 def listed_ids(text: str) -> list[int] | None:
@@ -369,17 +367,10 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
             return None
         ids = listed_ids(text)
         if ids is not None:
-            sufficient = DECISION_KEY + "true" in text
             if text.endswith(IDS_KEY):
-                return id_list_segment(n_chunks, required=sufficient)
+                return id_list_segment(n_chunks, required=DECISION_KEY + "true" in text)
             # What settle_ids kept of a list out of order: one id at a time from here.
-            return id_segment(
-                ids[-1] + 1 if ids else 0,
-                n_chunks,
-                first=not ids,
-                last=len(ids) + 1 >= B.USEFUL_MAX,
-                required=sufficient and not ids,
-            )
+            return id_segment(ids[-1] + 1, n_chunks, last=len(ids) + 1 >= B.USEFUL_MAX)
         if text.endswith(DECISION_KEY):
             return segments["forced-false" if n_chunks == 0 or forced_insufficient(text) else "decision"]
         if text.endswith(DECISION_KEY + "true"):
