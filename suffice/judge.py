@@ -23,7 +23,7 @@ from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
-from suffice.serving.base import Engine, Generation, GenerationRequest, Progress
+from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
 from suffice.serving.factory import make_engine
 
 #: Appended once when an output fails validation (the seeds' retry rule).
@@ -151,8 +151,8 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress(n)`` is called as records finish
-        (records without a model call at once, the others as the engine completes them).
+        """One result per record, in order; ``progress`` adds up to one per record
+        (records without a model call at once, the others as the engine works on them).
         Setting ``cancel`` stops the engine's work for this call and raises
         :class:`~suffice.exceptions.CancelledError` (nothing is returned)."""
         results: list[JudgeResult | None] = [None] * len(records)
@@ -202,7 +202,10 @@ class Judge:
         """Generate for ``pending``, store verdicts, return the items that failed validation."""
         failed: list[tuple[_Pending, ItemError]] = []
         requests = [GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending]
-        generations = self._generate(requests, progress, cancel)
+        credit = CappedProgress(progress, len(requests)) if progress is not None else None
+        generations = self._generate(requests, credit, cancel)
+        if credit is not None:
+            credit.settle()
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
                 results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)

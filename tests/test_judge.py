@@ -5,7 +5,7 @@ import json
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.sufficiency import SufficiencyVerdict
 from suffice.judge import Judge
-from suffice.serving.base import Generation, GenerationRequest
+from suffice.serving.base import PREFILL_SHARE, CappedProgress, Generation, GenerationRequest
 from tests.fakes import ScriptedEngine
 
 GOOD = {
@@ -116,6 +116,58 @@ def test_progress_counts_every_record_once():
     judge.judge_batch(records, progress=seen.append)
     assert sum(seen) == len(records)
     assert len(seen) == 4  # the two without a model call at once, then each request as it completes
+
+
+class CreditsPromptsThenFails(ScriptedEngine):
+    """Like vLLM: half of each request is credited when its prompt is read, then the
+    call fails when a poisoned request is among them."""
+
+    def generate(self, requests, progress=None, cancel=None):
+        if progress is not None:
+            for _ in requests:
+                progress(PREFILL_SHARE)
+        out = super().generate(requests, None, cancel)
+        if progress is not None:
+            for _ in requests:
+                progress(1 - PREFILL_SHARE)
+        return out
+
+
+def test_progress_never_passes_the_records_when_a_failed_batch_is_split():
+    engine = CreditsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
+    judge = Judge(engine, SufficiencyGate())
+    records = [rec(i) for i in range(4)]
+    records[1]["question"] = "POISON?"
+    seen: list[float] = []
+    judge.judge_batch(records, progress=seen.append)
+    running = [sum(seen[: k + 1]) for k in range(len(seen))]
+    assert max(running) <= len(records)
+
+
+def test_progress_adds_up_to_the_records_when_a_failed_batch_is_split():
+    engine = CreditsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
+    judge = Judge(engine, SufficiencyGate())
+    records = [rec(i) for i in range(4)]
+    records[1]["question"] = "POISON?"
+    seen: list[float] = []
+    judge.judge_batch(records, progress=seen.append)
+    assert sum(seen) == len(records)
+
+
+def test_capped_progress_passes_on_no_more_than_it_owes():
+    seen: list[float] = []
+    credit = CappedProgress(seen.append, 2)
+    for _ in range(5):
+        credit(0.5)
+    assert seen == [0.5, 0.5, 0.5, 0.5]
+
+
+def test_capped_progress_settles_what_is_still_owed():
+    seen: list[float] = []
+    credit = CappedProgress(seen.append, 2)
+    credit(0.5)
+    credit.settle()
+    assert seen == [0.5, 1.5]
 
 
 class CountingFails(ScriptedEngine):

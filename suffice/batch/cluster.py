@@ -11,11 +11,15 @@ Two entries, one worker:
   a ``Dataset`` of result rows out, through ``map_batches`` on the same worker.
 
 Faults: an actor that dies (a lost node, ``ray.kill``, an engine that died inside it)
-is replaced by a new one and its batches are sent again, up to
-``RayOptions.max_batch_retries`` times per batch; a batch whose actor died is never
-half-written, so nothing is lost or duplicated.  An error that a retry cannot fix (a
-model folder that is not there, a GPU setting on the CPU build) stops the run with
-that error, unwrapped.
+is replaced by a new one and its batches are sent again, each alone on an actor (so
+a death blames one batch), up to ``RayOptions.max_batch_retries`` times per batch; a
+batch whose actor died is never half-written, so nothing is lost or duplicated.  A
+batch that is still killing its actors holds the cause (a record that crashes the
+engine): it is halved, each half alone on an actor, down to that one record, which
+gets an ``EngineCrashError`` row while every other record gets its verdict, on the
+same run.  An error that a retry cannot fix (a model folder that is not there, a GPU
+setting on the CPU build) stops the run with that error, unwrapped, and so do actors
+that die before the engine has judged anything.
 
 Ray is imported only here, and only when used (``pip install "suffice[ray]"``).
 """
@@ -103,6 +107,18 @@ class _Sent:
     actor: Any
     records: list[object]
     tries: int = 0
+    #: Where its records start in batch ``seq`` (a piece of a batch split in halves).
+    start: int = 0
+    #: A piece of a batch that kept killing its actors (see :meth:`RayScorer._failed`).
+    piece: bool = False
+    #: Replacement actors whose engine could not start while it waited.
+    failed_starts: int = 0
+
+    @property
+    def solo(self) -> bool:
+        """Sent again after its actor died: it runs alone on an actor, so if that actor
+        dies too, no other batch shares the blame."""
+        return self.tries > 0
 
 
 class RayScorer(Scorer):
@@ -133,6 +149,8 @@ class RayScorer(Scorer):
         self._generation: list[int] = []
         #: Actors started to replace dead ones (for the summary and tests).
         self.replaced = 0
+        #: Batches (or pieces) judged on this run: proof that the engine can judge.
+        self._judged = 0
 
     # -- the pool ------------------------------------------------------------------
     def _start(self) -> None:
@@ -193,7 +211,12 @@ class RayScorer(Scorer):
         """Names of the live actors (namespace ``suffice``): what a test or an operator kills."""
         return [f"suffice-{self._run}-{slot}-{self._generation[slot]}" for slot in range(len(self._actors))]
 
-    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
+    def map(
+        self,
+        batches: Iterator[list[object]],
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None = None,
+    ) -> Iterator[list[JudgeResult]]:
         ray = _ray()
         try:  # nothing to judge: no actor, no engine
             first = next(batches)
@@ -208,82 +231,135 @@ class RayScorer(Scorer):
         load = [0] * len(self._actors)
         flight: dict[Any, _Sent] = {}
         done: dict[int, list[JudgeResult]] = {}
+        #: Batches split in pieces: their results so far, by record position.
+        pieces: dict[int, list[JudgeResult | None]] = {}
         waiting: list[_Sent] = []  # batches to send again
         next_out = seq = 0
         exhausted = False
 
-        def send(sent: _Sent) -> None:
-            slot = min(range(len(load)), key=load.__getitem__)
+        def send(sent: _Sent, slot: int) -> None:
             sent.slot, sent.actor = slot, self._actors[slot]
-            load[slot] += 1
+            load[slot] += capacity if sent.solo else 1  # a solo batch fills its actor
             flight[sent.actor.judge_batch.remote(sent.records)] = sent
 
+        def finish(sent: _Sent, results: list[JudgeResult]) -> None:
+            if sent.seq not in pieces:
+                done[sent.seq] = results
+            else:
+                got = pieces[sent.seq]
+                got[sent.start : sent.start + len(results)] = results
+                if all(r is not None for r in got):
+                    done[sent.seq] = [r for r in got if r is not None]
+                    del pieces[sent.seq]
+            if progress is not None:
+                progress(len(results))
+
         while True:
-            while waiting and min(load) < capacity:
-                send(waiting.pop(0))
-            while not exhausted and min(load) < capacity and seq - next_out < window:
+            for sent in list(waiting):
+                idle = [slot for slot in range(len(load)) if load[slot] == 0]
+                if idle:
+                    waiting.remove(sent)
+                    send(sent, idle[0])
+            # While a batch waits to go again alone, nothing new goes out: an actor drains.
+            while not waiting and not exhausted and min(load) < capacity and seq - next_out < window:
                 try:
                     records = next(batches)
                 except StopIteration:
                     exhausted = True
                     break
-                send(_Sent(seq, 0, None, records))
+                send(_Sent(seq, 0, None, records), min(range(len(load)), key=load.__getitem__))
                 seq += 1
             if not flight:
                 break
             ready, _ = ray.wait(list(flight), num_returns=1)
             for ref in ready:
                 sent = flight.pop(ref)
-                load[sent.slot] -= 1
+                load[sent.slot] -= capacity if sent.solo else 1
                 try:
                     results: list[JudgeResult] = ray.get(ref)
                 except Exception as exc:
-                    self._failed(sent, exc, waiting)
+                    again = self._failed(sent, exc)
+                    if not sent.piece and (not again or again[0].piece):
+                        pieces[sent.seq] = [None] * len(sent.records)
+                    waiting.extend(again)
+                    if not again:  # one record that stopped the engine alone: its error row
+                        if crashed is None:
+                            raise EngineDeadError("a record stopped the engine alone") from exc
+                        finish(sent, [crashed(sent.records[0])])
                     continue
-                done[sent.seq] = results
-                if progress is not None:
-                    progress(len(results))
+                self._judged += 1
+                finish(sent, results)
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
 
     def implicated(self) -> int | None:
-        """None: an actor runs several batches at once, and every batch queued on an actor
-        that dies fails with it, so the batch that ran out of retries may be innocent.
-        A record that kills every engine stops a Ray run after the retries; an
-        in-process run over the same input isolates it (:mod:`suffice.batch.suspects`)."""
+        """None: a batch that kills its actors is split in halves on this run, down to
+        the one record that kills them alone (its row is an ``EngineCrashError``), so
+        no batch is left to blame on a rerun; a run stops only when actors die before
+        any batch was judged (the engine cannot start) or for a cause a retry cannot fix."""
         return None
 
-    def _failed(self, sent: _Sent, exc: Exception, waiting: list[_Sent]) -> None:
-        """A batch failed: replace its actor and send it again, or stop the run."""
+    def _failed(self, sent: _Sent, exc: Exception) -> list[_Sent]:
+        """A batch failed: replace its actor and say what to send again (the batch, or
+        its halves; nothing when it is one record that stopped the engine alone), or
+        stop the run."""
         ray = _ray()
         cause = _cause(exc)
-        actor_died = (
-            isinstance(exc, ray.exceptions.RayActorError)
-            or isinstance(cause, EngineDeadError)
-            # A replacement whose engine could not start (on a GPU, the dead actor's
-            # engine may still hold the memory for a moment): worth another try.
-            or (self._generation[sent.slot] > 0 and isinstance(cause, EngineError))
-        )
-        if not actor_died:
+        judging = isinstance(exc, ray.exceptions.RayActorError) or isinstance(cause, EngineDeadError)
+        # A replacement whose engine could not start (on a GPU, the dead actor's engine
+        # may still hold the memory for a moment) is worth another try; another error
+        # (a bad setting, a missing model) is not.
+        starting = not judging and self._generation[sent.slot] > 0 and isinstance(cause, EngineError)
+        if not judging and not starting:
             if isinstance(cause, SufficeError):
                 raise cause
             raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
-        sent.tries += 1
-        if sent.tries > self.options.max_batch_retries:
+        if starting:
+            sent.failed_starts += 1
+        else:
+            sent.tries += 1
+        self._replace(sent, cause)
+        if starting:
+            if sent.failed_starts > self.options.max_batch_retries:
+                raise EngineDeadError(
+                    f"{sent.failed_starts} replacement actors in a row could not start their engine "
+                    f"(last: {cause}); rerun the same command to resume"
+                ) from exc
+            return [sent]
+        if sent.tries <= (1 if sent.piece else self.options.max_batch_retries):
+            return [sent]
+        # Out of tries, the last ones alone on an actor: what kills the engine is in
+        # these records.  Halve them, each half alone on an actor, down to the record
+        # that kills it alone; that one gets an error row once the engine has been seen
+        # to judge on this run (else it is the engine that cannot run: stop).
+        if len(sent.records) > 1:
+            half = len(sent.records) // 2
+            return [
+                _Sent(sent.seq, sent.slot, None, part, 1, sent.start + offset, piece=True)
+                for offset, part in ((0, sent.records[:half]), (half, sent.records[half:]))
+            ]
+        if not self._judged:
             raise EngineDeadError(
-                f"a batch failed on {sent.tries} actors in a row (last: {cause}); rerun the same command to resume"
+                f"a batch failed on {sent.tries} actors in a row, and no batch was judged on this run "
+                f"(last: {cause}); rerun the same command to resume"
             ) from exc
-        if self._actors[sent.slot] is sent.actor:  # the first of its batches to notice: replace it once
-            if self._generation[sent.slot] > 0:
-                time.sleep(min(30.0, 5.0 * sent.tries))
-            self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
-            with contextlib.suppress(Exception):
-                ray.kill(sent.actor)
-            self.replaced += 1
-            self._generation[sent.slot] = self.replaced
-            self._actors[sent.slot] = self._new_actor(sent.slot)
-        waiting.append(sent)
+        return []
+
+    def _replace(self, sent: _Sent, cause: BaseException) -> None:
+        """Start a new actor in the dead one's slot (once, whichever of its batches notices)."""
+        ray = _ray()
+        if self._actors[sent.slot] is not sent.actor:
+            return
+        if self._generation[sent.slot] > 0:
+            delay = self.options.replace_delay_s
+            time.sleep(min(6 * delay, delay * (sent.tries + sent.failed_starts)))
+        self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
+        with contextlib.suppress(Exception):
+            ray.kill(sent.actor)
+        self.replaced += 1
+        self._generation[sent.slot] = self.replaced
+        self._actors[sent.slot] = self._new_actor(sent.slot)
 
     def weights_hash(self) -> str | None:
         return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)

@@ -26,8 +26,12 @@ class RayOptions:
     cpus_per_actor: float | None = None
     #: Batches queued on each actor beyond the one it runs (keeps engines busy).
     queue_per_actor: int = 1
-    #: Times a batch is sent again after its actor died before the run stops.
+    #: Times a batch is sent again after its actor died, before it is halved to find
+    #: the record that kills the engine (that record gets an ``EngineCrashError`` row).
     max_batch_retries: int = 3
+    #: Seconds to wait, times the tries so far (at most 6 times), before a replacement
+    #: actor starts: on a GPU the dead engine's memory can take a moment to be freed.
+    replace_delay_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.address.strip():
@@ -42,6 +46,8 @@ class RayOptions:
             raise ConfigError("queue_per_actor", self.queue_per_actor, "must not be negative")
         if self.max_batch_retries < 0:
             raise ConfigError("max_batch_retries", self.max_batch_retries, "must not be negative")
+        if self.replace_delay_s < 0:
+            raise ConfigError("replace_delay_s", self.replace_delay_s, "must not be negative")
 
 
 @dataclass(frozen=True)

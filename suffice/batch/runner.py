@@ -65,8 +65,9 @@ from suffice.run_settings import RunSettings
 from suffice.summary import RunSummary
 
 #: Called once with (total or ``None`` when unknown, already done); returns the
-#: per-record progress callback and a function that closes the display.
-ProgressFactory = Callable[[int | None, int], tuple[Callable[[int], None], Callable[[], None]]]
+#: progress callback (records' worth of work: see ``suffice.serving.base.Progress``) and
+#: a function that closes the display.
+ProgressFactory = Callable[[int | None, int], tuple[Callable[[float], None], Callable[[], None]]]
 #: Input records looked up in the key index at a time.
 _LOOKUP = 1024
 
@@ -228,7 +229,7 @@ class _Run:
         self.audit = audit
         self.settings = settings
         self.report = report
-        self.update: Callable[[int], None] | None = None
+        self.update: Callable[[float], None] | None = None
         self.run_id = uuid.uuid4().hex
         #: Error rows dropped as stale (they no longer count in the output's errors).
         self.forgotten_errors = 0
@@ -246,7 +247,7 @@ class _Run:
                 yield [line.record for line, _ in batch]
 
         try:
-            for judged in self.scorer.map(batches(), self.update):
+            for judged in self.scorer.map(batches(), self.update, self._crashed_record):
                 batch, began = sent.popleft()
                 self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
                 self.suspects.settled(key for _, key in batch)
@@ -280,6 +281,9 @@ class _Run:
                     batch = []
         if batch:
             yield batch
+
+    def _crashed_record(self, record: object) -> JudgeResult:
+        return self._crashed(record_id(record))
 
     def _crashed(self, rid: str | None) -> JudgeResult:
         return self._error_row(

@@ -34,8 +34,16 @@ class Scorer(ABC):
     gate: Gate
 
     @abstractmethod
-    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
-        """One result list per batch, in the batches' order; ``progress(n)`` as records finish."""
+    def map(
+        self,
+        batches: Iterator[list[object]],
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None = None,
+    ) -> Iterator[list[JudgeResult]]:
+        """One result list per batch, in the batches' order; ``progress`` as records
+        finish.  ``crashed(record)`` is the row for a record found to stop the engine
+        alone, where a scorer can find it on the same run (Ray); an in-process run
+        finds it across reruns instead (:mod:`suffice.batch.suspects`)."""
 
     @abstractmethod
     def implicated(self) -> int | None:
@@ -86,7 +94,12 @@ class LocalScorer(Scorer):
             self.gate = self.judge.gate
         return self.judge
 
-    def map(self, batches: Iterator[list[object]], progress: Progress | None) -> Iterator[list[JudgeResult]]:
+    def map(
+        self,
+        batches: Iterator[list[object]],
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None = None,
+    ) -> Iterator[list[JudgeResult]]:
         for number, batch in enumerate(batches):
             judge = self._judge()  # a failure to start implicates no batch
             try:

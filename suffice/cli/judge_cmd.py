@@ -149,8 +149,10 @@ def run(args: argparse.Namespace) -> int:
     return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
 
 
-def progress_bar(total: int | None, done: int) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """A progress bar on stderr: advances per record, with rate and ETA."""
+def progress_bar(total: int | None, done: int) -> tuple[Callable[[float], None], Callable[[], None]]:
+    """A progress bar on stderr, with rate and ETA: advances as records' work finishes
+    (on vLLM half a record when its prompt has been read, so it moves while a large
+    batch is still reading prompts; see :data:`suffice.serving.base.PREFILL_SHARE`)."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=done, unit="rec", file=sys.stderr, smoothing=0.1, dynamic_ncols=True)

@@ -5,6 +5,7 @@ real engine is in tests/batch/test_cluster_engine.py."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, ModelNotFoundError
+from suffice.exceptions import ConfigError, EngineDeadError, ModelNotFoundError
 from suffice.judge import Judge
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
@@ -141,3 +142,65 @@ def test_more_actors_than_the_cluster_can_place_is_refused_naming_actors(local_r
     with pytest.raises(ConfigError) as caught:
         judge_file(CONFIG, source, out, options, open_judge=fast_opener)
     assert caught.value.parameter == "actors"
+
+
+def poisoned_opener(config: JudgeConfig) -> Judge:
+    """An engine whose process dies on any request that carries POISON (a record that
+    crashes the engine: a tokenizer or kernel bug, memory it alone exhausts)."""
+
+    def answer(request):
+        if "POISON" in request.messages[-1]["content"]:
+            os._exit(1)
+        return good(request)
+
+    return Judge(ScriptedEngine(answer), config=config)
+
+
+POISON_RUN = RayOptions(address="local", actors=1, queue_per_actor=1, max_batch_retries=1, replace_delay_s=0)
+
+
+@pytest.fixture(scope="module")
+def poisoned_run(local_ray, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("poison")
+    source, out = tmp / "in.jsonl", tmp / "out.jsonl"
+    lines = [record(i, "POISON" if i == 5 else "Ada wrote it.") for i in range(12)]
+    write_lines(source, [json.dumps(line).encode() for line in lines])
+    report = judge_file(CONFIG, source, out, BatchOptions(batch_size=4, ray=POISON_RUN), open_judge=poisoned_opener)
+    return report, rows(out)
+
+
+def test_a_record_that_kills_every_actor_gets_an_engine_crash_row(poisoned_run):
+    _, got = poisoned_run
+    crashed = [r["id"] for r in got if r["error"] is not None and r["error"]["type"] == "EngineCrashError"]
+    assert crashed == ["r5"]
+
+
+def test_every_other_record_of_a_poisoned_run_gets_its_verdict(poisoned_run):
+    _, got = poisoned_run
+    judged = [r["id"] for r in got if r["verdict"] is not None]
+    assert judged == [f"r{i}" for i in range(12) if i != 5]
+
+
+def test_a_poisoned_run_keeps_input_order(poisoned_run):
+    _, got = poisoned_run
+    assert [r["id"] for r in got] == [f"r{i}" for i in range(12)]
+
+
+def test_a_poisoned_run_counts_one_error(poisoned_run):
+    report, _ = poisoned_run
+    assert report.errors == 1
+
+
+def test_actors_that_die_before_anything_was_judged_stop_the_run(local_ray, tmp_path):
+    """Nothing judged: the engine itself may be what dies, so no record is blamed."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i, "POISON")).encode() for i in range(2)])
+    options = BatchOptions(batch_size=2, ray=POISON_RUN)
+    with pytest.raises(EngineDeadError, match="no batch was judged"):
+        judge_file(CONFIG, source, out, options, open_judge=poisoned_opener)
+
+
+def test_a_negative_replacement_delay_is_refused_naming_the_option():
+    with pytest.raises(ConfigError) as caught:
+        RayOptions(replace_delay_s=-1)
+    assert caught.value.parameter == "replace_delay_s"

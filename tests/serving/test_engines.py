@@ -25,6 +25,7 @@ from suffice.grammars.sufficiency import (
     sufficiency_constraint,
 )
 from suffice.judge import Judge
+from suffice.serving import vllm_engine
 from suffice.serving.base import GenerationRequest
 from suffice.serving.vllm_engine import _Sequence
 from tests.conftest import load_records
@@ -312,3 +313,18 @@ def test_a_list_cut_at_the_last_label_is_closed_in_the_sequence(engine):
     assert seq.text == text + "2]}"
     assert seq.generated_ids == engine.text_ids(text) + engine.text_ids("2]}")
     assert constraint.next_segment(seq.text) is None
+
+
+def test_progress_credits_a_request_when_its_prompt_is_read_and_when_it_completes(engine, monkeypatch):
+    """A bar must move while a large batch is still reading prompts (the demo's sat at
+    0 % for 7 of 8.4 minutes): each request is credited twice, once at its first token.
+    (A share other than one half, so the two credits differ.)"""
+    monkeypatch.setattr(vllm_engine, "PREFILL_SHARE", 0.25)
+    head = Segment.from_rx(seq(alt(lit('"yes"'), lit('"no"')), lit("}")), key="test/prefixed", prefix=LONG_PREFIX)
+    constraint = Constraint(
+        pattern=escape(LONG_PREFIX) + head.pattern, max_bytes=len(LONG_PREFIX) + head.max_bytes, key="test/p", head=head
+    )
+    messages = ({"role": "user", "content": "Is the sky blue? Answer yes or no."},)
+    credits: list[float] = []
+    engine.generate([GenerationRequest(messages, constraint)] * 2, progress=credits.append)
+    assert credits == [0.25, 0.25, 0.75, 0.75]
