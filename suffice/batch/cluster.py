@@ -17,9 +17,11 @@ batch whose actor died is never half-written, so nothing is lost or duplicated. 
 batch that is still killing its actors holds the cause (a record that crashes the
 engine): it is halved, each half alone on an actor, down to that one record, which
 gets an ``EngineCrashError`` row while every other record gets its verdict, on the
-same run.  An error that a retry cannot fix (a model folder that is not there, a GPU
-setting on the CPU build) stops the run with that error, unwrapped, and so do actors
-that die before the engine has judged anything.
+same run.  Deaths before an actor has opened its engine are never blamed on records
+(a replacement that cannot open it is tried again, up to the same bound), nor is a
+server that went away.  An error that a retry cannot fix (a model folder that is not
+there, a GPU setting on the CPU build) stops the run with that error, unwrapped, and so
+do actors that die on every record (nothing judged on the run: the engine is failing).
 
 Ray is imported only here, and only when used (``pip install "suffice[ray]"``).
 """
@@ -39,7 +41,7 @@ from typing import Any
 from suffice.batch.options import RayOptions
 from suffice.batch.scoring import Notify, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineError, SufficeError
+from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, SufficeError
 from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.results import JudgeResult
@@ -76,6 +78,9 @@ class JudgeWorker:
         return self.judge.judge_batch(records)
 
     def pid(self) -> int:
+        """This actor's process id, once its engine is open (else the error that stopped it)."""
+        if self.failed is not None:
+            raise self.failed
         return os.getpid()
 
     def close(self) -> None:
@@ -151,6 +156,8 @@ class RayScorer(Scorer):
         self.replaced = 0
         #: Batches (or pieces) judged on this run: proof that the engine can judge.
         self._judged = 0
+        #: Per live actor (by ``id``): a call that resolves once its engine is open.
+        self._probes: dict[int, Any] = {}
 
     # -- the pool ------------------------------------------------------------------
     def _start(self) -> None:
@@ -204,7 +211,23 @@ class RayScorer(Scorer):
 
     def _new_actor(self, slot: int) -> Any:
         name = f"suffice-{self._run}-{slot}-{self._generation[slot]}"
-        return self._remote.options(name=name).remote(self._configs[slot], self._open_judge)
+        actor = self._remote.options(name=name).remote(self._configs[slot], self._open_judge)
+        # Runs after the actor's __init__, before any batch: resolves once its engine is open.
+        self._probes[id(actor)] = actor.pid.remote()
+        return actor
+
+    def _opened(self, actor: Any) -> bool:
+        """Whether ``actor`` opened its engine (a death before that is the engine's, or the
+        node's, never a record's)."""
+        ray = _ray()
+        probe = self._probes.get(id(actor))
+        if probe is None:
+            return False
+        try:
+            ray.get(probe, timeout=30)
+        except Exception:
+            return False
+        return True
 
     @property
     def actor_names(self) -> list[str]:
@@ -234,6 +257,9 @@ class RayScorer(Scorer):
         #: Batches split in pieces: their results so far, by record position.
         pieces: dict[int, list[JudgeResult | None]] = {}
         waiting: list[_Sent] = []  # batches to send again
+        #: Records that stopped the engine alone before any batch was judged: blamed
+        #: once one is (the engine works), else the engine is what fails.
+        undecided: list[_Sent] = []
         next_out = seq = 0
         exhausted = False
 
@@ -243,6 +269,8 @@ class RayScorer(Scorer):
             flight[sent.actor.judge_batch.remote(sent.records)] = sent
 
         def finish(sent: _Sent, results: list[JudgeResult]) -> None:
+            if len(results) != len(sent.records):
+                raise EngineDeadError(f"a Ray actor returned {len(results)} results for {len(sent.records)} records")
             if sent.seq not in pieces:
                 done[sent.seq] = results
             else:
@@ -254,12 +282,20 @@ class RayScorer(Scorer):
             if progress is not None:
                 progress(len(results))
 
+        def blame(sent: _Sent) -> None:
+            if crashed is None:
+                raise EngineDeadError("a record stopped the engine alone")
+            finish(sent, [crashed(sent.records[0])])
+
         while True:
             for sent in list(waiting):
                 idle = [slot for slot in range(len(load)) if load[slot] == 0]
-                if idle:
+                # Not where it died, when there is another actor (a bad node or GPU must
+                # not be blamed on the records it was given).
+                elsewhere = [slot for slot in idle if slot != sent.slot] if len(load) > 1 else idle
+                if elsewhere:
                     waiting.remove(sent)
-                    send(sent, idle[0])
+                    send(sent, elsewhere[0])
             # While a batch waits to go again alone, nothing new goes out: an actor drains.
             while not waiting and not exhausted and min(load) < capacity and seq - next_out < window:
                 try:
@@ -270,7 +306,18 @@ class RayScorer(Scorer):
                 send(_Sent(seq, 0, None, records), min(range(len(load)), key=load.__getitem__))
                 seq += 1
             if not flight:
-                break
+                if not undecided:
+                    break
+                if not self._judged:
+                    raise EngineDeadError(
+                        f"every batch sent killed its actor and none was judged on this run "
+                        f"({self.replaced} actors replaced): the engine itself is failing; "
+                        "see the actors' logs, then rerun the same command to resume"
+                    )
+                for sent in undecided:
+                    blame(sent)
+                undecided.clear()
+                continue
             ready, _ = ray.wait(list(flight), num_returns=1)
             for ref in ready:
                 sent = flight.pop(ref)
@@ -283,12 +330,16 @@ class RayScorer(Scorer):
                         pieces[sent.seq] = [None] * len(sent.records)
                     waiting.extend(again)
                     if not again:  # one record that stopped the engine alone: its error row
-                        if crashed is None:
-                            raise EngineDeadError("a record stopped the engine alone") from exc
-                        finish(sent, [crashed(sent.records[0])])
+                        if self._judged:
+                            blame(sent)
+                        else:
+                            undecided.append(sent)
                     continue
                 self._judged += 1
                 finish(sent, results)
+                for culprit in undecided:
+                    blame(culprit)
+                undecided.clear()
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
@@ -296,8 +347,9 @@ class RayScorer(Scorer):
     def implicated(self) -> int | None:
         """None: a batch that kills its actors is split in halves on this run, down to
         the one record that kills them alone (its row is an ``EngineCrashError``), so
-        no batch is left to blame on a rerun; a run stops only when actors die before
-        any batch was judged (the engine cannot start) or for a cause a retry cannot fix."""
+        no batch is left to blame on a rerun.  A run stops for a cause a retry cannot
+        fix, for replacement actors that cannot open their engine, and for actors that
+        die on everything (nothing judged)."""
         return None
 
     def _failed(self, sent: _Sent, exc: Exception) -> list[_Sent]:
@@ -306,44 +358,41 @@ class RayScorer(Scorer):
         stop the run."""
         ray = _ray()
         cause = _cause(exc)
-        judging = isinstance(exc, ray.exceptions.RayActorError) or isinstance(cause, EngineDeadError)
-        # A replacement whose engine could not start (on a GPU, the dead actor's engine
-        # may still hold the memory for a moment) is worth another try; another error
-        # (a bad setting, a missing model) is not.
-        starting = not judging and self._generation[sent.slot] > 0 and isinstance(cause, EngineError)
-        if not judging and not starting:
-            if isinstance(cause, SufficeError):
+        if isinstance(cause, EngineUnreachableError):
+            raise cause  # a server gone: no record caused it, and no new actor brings it back
+        died = isinstance(exc, ray.exceptions.RayActorError) or isinstance(cause, EngineDeadError)
+        if not self._opened(sent.actor):
+            # The engine never opened: not a record's doing.  A first actor's error is
+            # the setting's (a missing model, a GPU option on the CPU build): stop with
+            # it.  A replacement's may pass (on a GPU the dead engine's memory can take
+            # a moment to be freed): try again.
+            if self._generation[sent.slot] == 0 and isinstance(cause, SufficeError) and not died:
                 raise cause
-            raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
-        if starting:
             sent.failed_starts += 1
-        else:
-            sent.tries += 1
-        self._replace(sent, cause)
-        if starting:
+            self._replace(sent, cause)
             if sent.failed_starts > self.options.max_batch_retries:
                 raise EngineDeadError(
-                    f"{sent.failed_starts} replacement actors in a row could not start their engine "
+                    f"{sent.failed_starts} Ray actors could not open their engine for one batch "
                     f"(last: {cause}); rerun the same command to resume"
                 ) from exc
             return [sent]
+        if not died:
+            if isinstance(cause, SufficeError):
+                raise cause
+            raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
+        sent.tries += 1
+        self._replace(sent, cause)
         if sent.tries <= (1 if sent.piece else self.options.max_batch_retries):
             return [sent]
-        # Out of tries, the last ones alone on an actor: what kills the engine is in
-        # these records.  Halve them, each half alone on an actor, down to the record
-        # that kills it alone; that one gets an error row once the engine has been seen
-        # to judge on this run (else it is the engine that cannot run: stop).
+        # Out of tries, the last ones alone on an actor that had opened its engine:
+        # what kills the engine is in these records.  Halve them, each half alone on an
+        # actor, down to the record that kills it alone.
         if len(sent.records) > 1:
             half = len(sent.records) // 2
             return [
                 _Sent(sent.seq, sent.slot, None, part, 1, sent.start + offset, piece=True)
                 for offset, part in ((0, sent.records[:half]), (half, sent.records[half:]))
             ]
-        if not self._judged:
-            raise EngineDeadError(
-                f"a batch failed on {sent.tries} actors in a row, and no batch was judged on this run "
-                f"(last: {cause}); rerun the same command to resume"
-            ) from exc
         return []
 
     def _replace(self, sent: _Sent, cause: BaseException) -> None:
@@ -357,6 +406,7 @@ class RayScorer(Scorer):
         self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
         with contextlib.suppress(Exception):
             ray.kill(sent.actor)
+        self._probes.pop(id(sent.actor), None)
         self.replaced += 1
         self._generation[sent.slot] = self.replaced
         self._actors[sent.slot] = self._new_actor(sent.slot)

@@ -29,8 +29,9 @@ class RayOptions:
     #: Times a batch is sent again after its actor died, before it is halved to find
     #: the record that kills the engine (that record gets an ``EngineCrashError`` row).
     max_batch_retries: int = 3
-    #: Seconds to wait, times the tries so far (at most 6 times), before a replacement
-    #: actor starts: on a GPU the dead engine's memory can take a moment to be freed.
+    #: Seconds to wait, times the tries so far (at most 6 times), before a slot's second
+    #: and later replacement actors start: on a GPU the dead engine's memory can take a
+    #: moment to be freed.
     replace_delay_s: float = 5.0
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, ModelNotFoundError
+from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, ModelNotFoundError
 from suffice.judge import Judge
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
@@ -191,13 +191,40 @@ def test_a_poisoned_run_counts_one_error(poisoned_run):
     assert report.errors == 1
 
 
-def test_actors_that_die_before_anything_was_judged_stop_the_run(local_ray, tmp_path):
+def test_actors_that_die_on_every_record_stop_the_run(local_ray, tmp_path):
     """Nothing judged: the engine itself may be what dies, so no record is blamed."""
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(i, "POISON")).encode() for i in range(2)])
     options = BatchOptions(batch_size=2, ray=POISON_RUN)
-    with pytest.raises(EngineDeadError, match="no batch was judged"):
+    with pytest.raises(EngineDeadError, match="none was judged"):
         judge_file(CONFIG, source, out, options, open_judge=poisoned_opener)
+
+
+def test_a_poisoned_first_batch_still_judges_its_other_record(local_ray, tmp_path):
+    """The poisoned half dies alone before anything was judged: it waits for the other
+    half to show that the engine works, then gets its row."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0, "POISON")).encode(), json.dumps(record(1)).encode()])
+    judge_file(CONFIG, source, out, BatchOptions(batch_size=2, ray=POISON_RUN), open_judge=poisoned_opener)
+    got = rows(out)
+    assert [r["error"]["type"] if r["error"] else "verdict" for r in got] == ["EngineCrashError", "verdict"]
+
+
+def unreachable_opener(config: JudgeConfig) -> Judge:
+    def answer(request):
+        if "GONE" in request.messages[-1]["content"]:
+            raise EngineUnreachableError("the server went away")
+        return good(request)
+
+    return Judge(ScriptedEngine(answer), config=config)
+
+
+def test_a_server_that_went_away_stops_the_run_blaming_no_record(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i, "GONE" if i == 3 else "Ada wrote it.")).encode() for i in range(6)])
+    with pytest.raises(EngineUnreachableError):
+        judge_file(CONFIG, source, out, BatchOptions(batch_size=2, ray=POISON_RUN), open_judge=unreachable_opener)
+    assert not [r for r in rows(out) if r["error"] is not None]
 
 
 def test_a_negative_replacement_delay_is_refused_naming_the_option():
