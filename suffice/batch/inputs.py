@@ -5,8 +5,9 @@ Why a mapping: traces come from other tools with other names.  RAGAS-style recor
 ``reference``) are recognised as they are; any other names are mapped with
 ``--field question=query --field chunks=passages``.  A list of strings as ``chunks``
 becomes chunks with ids ``0..n-1``.  A mapped or RAGAS record without an id gets its
-position (``"row-<n>"``), so resuming works as long as the input keeps its order; give ids to
-be free of that (records in suffice's own shape still need an id).
+position and a digest of its content (``"row-<n>-<8 hex>"``), so resuming works as long as
+the input keeps its order, and a different record at a position is judged again; give
+ids to be free of that (records in suffice's own shape still need an id).
 
 Every row still goes through :func:`suffice.records.parse_record`: the mapping only
 renames, so a bad value is still an error line naming the field.
@@ -14,6 +15,8 @@ renames, so a bad value is still an error line naming the field.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +86,17 @@ class FieldMap:
             else:
                 out.pop(ours, None)
         if "id" not in out and position is not None:
-            out["id"] = f"row-{position}"
+            out["id"] = f"row-{position}-{_digest(out)}"
         return _chunks_of_strings(out)
+
+
+def _digest(record: dict[str, Any]) -> str:
+    """Eight hex digits of the record's content.  Why in the id: with the position alone,
+    another file (a second shard) or an edited line judged into the same output found
+    its position's old row under the same id and kept that verdict for a record it
+    never judged; with the content in it, that row is stale and the record is judged."""
+    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
 
 
 def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,16 @@ def test_a_ragas_record_is_read_with_suffices_names():
 
 
 def test_a_record_without_an_id_in_ragas_shape_gets_its_position():
-    assert parse_record(FieldMap().apply(RAGAS, 7)).id == "row-7"
+    assert parse_record(FieldMap().apply(RAGAS, 7)).id.startswith("row-7-")
+
+
+def test_the_same_record_at_the_same_position_gets_the_same_id():
+    assert FieldMap().apply(dict(RAGAS), 7)["id"] == FieldMap().apply(dict(RAGAS), 7)["id"]
+
+
+def test_another_record_at_the_same_position_gets_another_id():
+    other = {**RAGAS, "user_input": "Who wrote Persuasion?"}
+    assert FieldMap().apply(other, 7)["id"] != FieldMap().apply(dict(RAGAS), 7)["id"]
 
 
 def test_a_ragas_record_keeps_its_own_id():

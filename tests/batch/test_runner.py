@@ -385,9 +385,22 @@ def test_ragas_parquet_input_gets_one_row_per_record_and_progress_knows_the_tota
 
     judge_file(CONFIG, source, out, progress=progress, open_judge=opener(ScriptedEngine(good)))
     got = rows(out)
-    assert [r["id"] for r in got] == [f"row-{i}" for i in range(1, 7)]
+    assert [r["id"].rsplit("-", 1)[0] for r in got] == [f"row-{i}" for i in range(1, 7)]
     assert all(r["verdict"] is not None for r in got)
     assert totals == [(6, 0)]
+
+
+def test_an_id_less_record_edited_in_place_is_judged_again_on_resume(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    traces = [{"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]} for i in range(4)]
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    traces[2]["user_input"] = "Who wrote the other one?"  # another shard, or an edited line
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    engine = ScriptedEngine(good)
+    report = judge_file(CONFIG, source, out, open_judge=opener(engine))
+    assert report.skipped == 3
+    assert engine.calls == [1]
 
 
 def _parquet_rows(path: Path) -> list[dict[str, object]]:
