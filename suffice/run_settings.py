@@ -20,6 +20,9 @@ from suffice.files import replace_atomically
 from suffice.gates.base import Gate
 from suffice.serving.factory import engine_settings
 
+#: The key of what a started engine says it serves (:meth:`RunSettings.check_served`).
+SERVED = "served"
+
 
 def settings_path(output: Path) -> Path:
     return output.with_name(output.name + ".settings.json")
@@ -40,9 +43,19 @@ class RunSettings:
             values["fields"] = ",".join(f"{ours}={theirs}" for ours, theirs in sorted(fields.items()))
         return cls(values)
 
-    def write(self, output: Path) -> None:
+    def write(self, output: Path, *, keep_served: bool = False) -> None:
+        """Write the settings beside ``output``; ``keep_served``: keep what an earlier
+        run's engine said it serves (a resume), for :meth:`check_served` to compare."""
         path = settings_path(output)
-        replace_atomically(path, [(json.dumps(self.values, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])
+        body: dict[str, object] = dict(self.values)
+        if keep_served:
+            try:
+                before = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                before = None
+            if isinstance(before, dict) and isinstance(before.get(SERVED), dict):
+                body[SERVED] = before[SERVED]
+        replace_atomically(path, [(json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])
 
     def check(self, output: Path) -> None:
         """Raise :class:`OutputMismatchError` naming the first setting that differs from
@@ -59,6 +72,7 @@ class RunSettings:
             raise OutputMismatchError("settings", f"{path} cannot be read ({exc}); use --overwrite") from exc
         if not isinstance(recorded, dict):
             raise OutputMismatchError("settings", f"{path} is not a settings file; use --overwrite")
+        recorded.pop(SERVED, None)  # checked once the engine runs: check_served
         for key in dict.fromkeys([*self.values, *recorded]):
             old, new = recorded.get(key), self.values.get(key)
             if old != new:
@@ -67,3 +81,29 @@ class RunSettings:
                     f"{output} was written with {key}={old!r}, this run has {key}={new!r}: "
                     "rerun with the same settings to resume, or --overwrite to start over",
                 )
+
+    def check_served(self, output: Path, served: Mapping[str, str]) -> None:
+        """Once the engine runs: record what it says it serves (a server's model) beside
+        ``output``, or, when it is already recorded, raise :class:`OutputMismatchError`
+        naming the first value that differs (a server restarted with another model)."""
+        if not served:
+            return
+        path = settings_path(output)
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OutputMismatchError("settings", f"{path} cannot be read ({exc}); use --overwrite") from exc
+        before = recorded.get(SERVED) if isinstance(recorded, dict) else None
+        if isinstance(before, dict):
+            for key, new in served.items():
+                old = before.get(key)
+                if old is not None and old != new:
+                    raise OutputMismatchError(
+                        key,
+                        f"{output} was written with {key}={old!r}, the server now gives {key}={new!r}: "
+                        "serve the same model to resume, or --overwrite to start over",
+                    )
+            if all(key in before for key in served):
+                return
+        body = {**self.values, SERVED: {**(before if isinstance(before, dict) else {}), **served}}
+        replace_atomically(path, [(json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")])

@@ -174,7 +174,7 @@ def judge_file(
             else None
         )
         results.start()
-        settings.write(output)
+        settings.write(output, keep_served=not options.overwrite)
         v = settings.values
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
@@ -242,7 +242,11 @@ class _Run:
         written = 0  # batches written, so sent[0] is batch number `written`
 
         def batches() -> Iterator[list[object]]:
+            served = False
             for batch in self._grouped(self._todo(iter(inputs))):
+                if not served:  # the engine starts here, only when there is work
+                    self.settings.check_served(self.results.path, self.scorer.served())
+                    served = True
                 sent.append((batch, time.perf_counter()))
                 yield [line.record for line, _ in batch]
 

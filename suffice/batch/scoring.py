@@ -56,6 +56,11 @@ class Scorer(ABC):
     def weights_hash(self) -> str | None:
         """The audit log's hash of the weights (after the first batch started the engine)."""
 
+    def served(self) -> dict[str, str]:
+        """What the engine says it serves once started (see :meth:`Engine.served`); the
+        default, for engines out of reach (on Ray actors), is nothing."""
+        return {}
+
     def item_or_none(self, record: object) -> Item | None:
         """The record as this gate's item, or ``None`` if it is not one (for the audit log)."""
         try:
@@ -116,6 +121,9 @@ class LocalScorer(Scorer):
 
     def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
         return self._judge().judge_batch(records)
+
+    def served(self) -> dict[str, str]:
+        return self._judge().engine.served()
 
     def weights_hash(self) -> str | None:
         from suffice.harness.audit import weights_hash

@@ -121,6 +121,12 @@ class Engine(ABC):
     def prompt_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens of the chat-templated prompt, generation prompt included."""
 
+    def served(self) -> dict[str, str]:
+        """What the running engine says it serves, known only once it has started (a
+        server's model), recorded beside a batch output and checked when it is resumed.
+        In-process engines load what their settings name: nothing to add."""
+        return {}
+
     def check_alive(self) -> None:  # noqa: B027 - in-process engines cannot die apart from us
         """Raise :class:`~suffice.exceptions.EngineDeadError` if the engine can no longer
         generate (its process is gone); called after a failed generation to tell a dead

@@ -230,6 +230,7 @@ class OpenAIEngine(Engine):
         self._pieces: dict[int, str] = {}
         self._lock = threading.Lock()
         self._progress_lock = threading.Lock()
+        self._served: dict[str, str] = {}
         try:
             self._local = _LocalTokenizer(config.tokenizer) if config.tokenizer is not None else None
             self.model_id, server_len = self._pick_model(config)
@@ -286,7 +287,15 @@ class OpenAIEngine(Engine):
                 f"the server at {self.base_url} serves several models ({', '.join(names)}): name one",
             )
         length = chosen.get("max_model_len")
+        # vLLM lists the folder or hub name it loaded as ``root``: another model behind the
+        # same served name shows there.
+        self._served = {"served_model": str(chosen["id"]), "served_root": str(chosen.get("root") or "")}
         return str(chosen["id"]), int(length) if isinstance(length, int) and length > 0 else None
+
+    def served(self) -> dict[str, str]:
+        """The model the server answered with at start: its name and what it loaded
+        (``root``), so a resume against a server that now serves another model is refused."""
+        return dict(self._served)
 
     def _probe_tokenizer(self) -> None:
         """Fail at start, not per request, when the server has no ``/tokenize`` route."""

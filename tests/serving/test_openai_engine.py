@@ -26,6 +26,7 @@ from suffice.exceptions import (
     EngineDeadError,
     EngineError,
     EngineFatalError,
+    OutputMismatchError,
 )
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
@@ -785,3 +786,46 @@ def test_check_alive_falls_back_to_the_model_list_on_a_server_without_health():
     server = FakeServer(fail=lambda path, body: httpx.Response(404) if path == "/health" else None)
     make(server).check_alive()
     assert server.paths()[-1] == "/v1/models"
+
+
+def served_by(root: str) -> FakeServer:
+    text = json.dumps(GOOD, separators=(",", ":"))
+    return FakeServer(lambda c: text, models=[{"id": "judge", "root": root, "max_model_len": 1_000_000}])
+
+
+def test_the_engine_says_which_model_the_server_serves():
+    assert make(served_by("/models/a")).served() == {"served_model": "judge", "served_root": "/models/a"}
+
+
+def _judge_into(out: Path, server: FakeServer, records: int) -> object:
+    from suffice.batch import judge_file
+    from suffice.config import JudgeConfig
+    from tests.batch.test_runner import write_lines
+
+    source = out.with_name("in.jsonl")
+    write_lines(source, [json.dumps(rec(i)).encode() for i in range(records)])
+    return judge_file(JudgeConfig(), source, out, open_judge=lambda config: Judge(make(server), config=config))
+
+
+def test_a_resume_against_a_server_now_serving_another_model_is_refused(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _judge_into(out, served_by("/models/a"), 2)
+    with pytest.raises(OutputMismatchError) as caught:
+        _judge_into(out, served_by("/models/b"), 3)
+    assert caught.value.setting == "served_root"
+
+
+def test_a_refused_resume_writes_nothing(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _judge_into(out, served_by("/models/a"), 2)
+    before = out.read_bytes()
+    with pytest.raises(OutputMismatchError):
+        _judge_into(out, served_by("/models/b"), 3)
+    assert out.read_bytes() == before
+
+
+def test_a_resume_against_the_same_model_judges_what_is_missing(tmp_path):
+    out = tmp_path / "out.jsonl"
+    _judge_into(out, served_by("/models/a"), 2)
+    report = _judge_into(out, served_by("/models/a"), 3)
+    assert report.skipped == 2
