@@ -85,18 +85,10 @@ class FieldMap:
                 out[ours] = record[theirs]
             else:
                 out.pop(ours, None)
+        out = _chunks_of_strings(out)
         if "id" not in out and position is not None:
             out["id"] = f"row-{position}-{_digest(out)}"
-        return _chunks_of_strings(out)
-
-
-def _digest(record: dict[str, Any]) -> str:
-    """Eight hex digits of the record's content.  Why in the id: with the position alone,
-    another file (a second shard) or an edited line judged into the same output found
-    its position's old row under the same id and kept that verdict for a record it
-    never judged; with the content in it, that row is stale and the record is judged."""
-    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+        return out
 
 
 def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +96,18 @@ def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:
     if isinstance(chunks, list) and chunks and all(isinstance(c, str) for c in chunks):
         return {**record, "chunks": [{"id": i, "text": text} for i, text in enumerate(chunks)]}
     return record
+
+
+def _digest(record: dict[str, Any]) -> str:
+    """Eight hex digits of what is judged in the record (question, chunks, response,
+    rubric; not the other columns, which a re-export may change, nor missing ones,
+    which Parquet reads as nulls).  Why in the id: with the position alone, another
+    record at that position (an edited line, a second shard judged into the same
+    output) was given the old row's verdict; with the digest the old row is stale
+    and the record is judged (:func:`suffice.batch.keys.record_key`)."""
+    judged = {k: record[k] for k in FIELDS if k != "id" and record.get(k) is not None}
+    text = json.dumps(judged, sort_keys=True, ensure_ascii=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:8]
 
 
 class InputFile:

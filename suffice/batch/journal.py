@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from suffice.batch.keys import DoneRow, KeyIndex, id_key, line_key
+from suffice.batch.keys import DoneRow, KeyIndex, line_key, record_key
 from suffice.exceptions import OutputWriteError, SufficeError
 from suffice.files import replace_atomically, write_error
 from suffice.jsonl import dump_line
@@ -54,7 +54,7 @@ def row_key(row: dict[str, Any]) -> str:
     rid = row.get("id")
     if rid is None or (isinstance(error, dict) and error.get("type") == DUPLICATE_ID):
         return line_key(int(row["line"]))
-    return id_key(str(rid))
+    return record_key(str(rid), int(row["line"]))
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:

@@ -9,15 +9,18 @@ memory flat whatever the input's size; it is a scratch file, removed on close an
 rebuilt from the output on the next run (which also removes those of killed runs).
 
 A row's *key* says which input record it answers: ``i:<id>`` for the first record
-with that id, ``l:<position>`` for a record without a usable id and for a later
-record repeating an id (its row is a duplicate-id error).  Keys by id let rows from
-parallel workers, in any order, resume one run.
+with that id, ``l:<position>`` for a record without a usable id, for a later record
+repeating an id (its row is a duplicate-id error), and for an id made from the
+position (``row-<position>-<digest>``, given to mapped records without one: see
+:mod:`suffice.batch.inputs`).  Keys by id let rows from parallel workers, in any
+order, resume one run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -64,6 +67,22 @@ def id_key(record_id: str) -> str:
 
 def line_key(position: int) -> str:
     return f"l:{position}"
+
+
+_POSITIONAL = re.compile(r"row-(\d+)(-[0-9a-f]{8})?")
+
+
+def record_key(record_id: str | None, position: int) -> str:
+    """The key of the record at ``position``: by its id, unless it has none or its id
+    was made from this position (``row-7-3fa9c2d1``, or ``row-7`` before the digest
+    was added).  Why such ids go by position: the position's old row must be found
+    to be replaced when another record now sits there (its id differs by the digest)."""
+    if record_id is None:
+        return line_key(position)
+    made = _POSITIONAL.fullmatch(record_id)
+    if made is not None and int(made.group(1)) == position:
+        return line_key(position)
+    return id_key(record_id)
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from typing import Any
 
 from suffice.batch.inputs import InputFile, format_of
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
-from suffice.batch.keys import KeyIndex, id_key, line_key
+from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
 from suffice.batch.scoring import LocalScorer, Notify, Scorer
 from suffice.batch.suspects import ENGINE_CRASH, Suspects, suspects_path
@@ -187,7 +187,7 @@ def judge_file(
         stack.callback(scorer.close)
         report = BatchReport(total=0, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
         errors_before = index.done_errors
-        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects)
+        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output)
         run.go(inputs, progress)
         suspects.forget_rest()
         report.foreign = index.unmet()
@@ -219,6 +219,7 @@ class _Run:
         settings: RunSettings,
         report: BatchReport,
         suspects: Suspects,
+        output: Path,
     ) -> None:
         self.scorer = scorer
         self.suspects = suspects
@@ -228,6 +229,8 @@ class _Run:
         self.index = index
         self.audit = audit
         self.settings = settings
+        #: The output the user named (for Parquet, ``results`` is its journal).
+        self.output = output
         self.report = report
         self.update: Callable[[float], None] | None = None
         self.run_id = uuid.uuid4().hex
@@ -245,7 +248,7 @@ class _Run:
             served = False
             for batch in self._grouped(self._todo(iter(inputs))):
                 if not served:  # the engine starts here, only when there is work
-                    self.settings.check_served(self.results.path, self.scorer.served())
+                    self.settings.check_served(self.output, self.scorer.served())
                     served = True
                 sent.append((batch, time.perf_counter()))
                 yield [line.record for line, _ in batch]
@@ -315,17 +318,22 @@ class _Run:
         """The lines still to judge, each with its key; answered ones are skipped and
         repeated ids get their error rows here."""
         for chunk in _batches(lines, _LOOKUP):
-            ids = [(rid, line.line) for line in chunk if (rid := record_id(line.record)) is not None]
+            ids = [
+                (rid, line.line)
+                for line in chunk
+                if (rid := record_id(line.record)) is not None and record_key(rid, line.line) != line_key(line.line)
+            ]
             first = self.index.first_lines(ids)
             keyed: list[tuple[SourceLine, str, str | None, int | None]] = []
             for line in chunk:
                 rid = record_id(line.record)
-                if rid is None:
-                    keyed.append((line, line_key(line.line), None, None))
+                key = record_key(rid, line.line)
+                if rid is None or key == line_key(line.line):  # no id, or one made from the position
+                    keyed.append((line, key, rid, None))
                 elif first[rid] != line.line:
                     keyed.append((line, line_key(line.line), rid, first[rid]))
                 else:
-                    keyed.append((line, id_key(rid), rid, None))
+                    keyed.append((line, key, rid, None))
             # A row kept for a position whose record is now another one (a repeated id
             # renamed, a broken line fixed) is stale: dropped, and the record judged.
             positions = self.index.done_rows([line_key(line.line) for line, _, _, _ in keyed])

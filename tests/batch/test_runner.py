@@ -403,6 +403,59 @@ def test_an_id_less_record_edited_in_place_is_judged_again_on_resume(tmp_path):
     assert engine.calls == [1]
 
 
+def test_an_id_less_record_edited_in_place_leaves_one_row_per_line(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    traces = [{"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]} for i in range(4)]
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    traces[2]["user_input"] = "Who wrote the other one?"
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [r["line"] for r in rows(out)] == [1, 2, 3, 4]
+
+
+def test_an_output_with_position_only_ids_is_resumed_without_a_second_row(tmp_path):
+    """Outputs written before ids carried a digest (``row-3``) are taken over by position."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    traces = [{"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]} for i in range(3)]
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    old = [{**r, "id": f"row-{r['line']}"} for r in rows(out)]
+    out.write_text("".join(json.dumps(r) + "\n" for r in old))
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [r["line"] for r in rows(out)] == [1, 2, 3]
+
+
+def test_the_same_id_less_records_get_the_same_ids_from_jsonl_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    traces = [
+        {"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."], "score": 0.1 * i} for i in range(3)
+    ]
+    traces[1].pop("score")  # a column missing from one JSONL line is a null in Parquet
+    jsonl, parquet = tmp_path / "in.jsonl", tmp_path / "in.parquet"
+    write_lines(jsonl, [json.dumps(t).encode() for t in traces])
+    table = pa.Table.from_pylist(traces).cast(
+        pa.schema([("user_input", pa.string()), ("retrieved_contexts", pa.list_(pa.string())), ("score", pa.float32())])
+    )
+    pq.write_table(table, parquet)
+    judge_file(CONFIG, jsonl, tmp_path / "a.jsonl", open_judge=opener(ScriptedEngine(good)))
+    judge_file(CONFIG, parquet, tmp_path / "b.jsonl", open_judge=opener(ScriptedEngine(good)))
+    assert [r["id"] for r in rows(tmp_path / "a.jsonl")] == [r["id"] for r in rows(tmp_path / "b.jsonl")]
+
+
+def test_a_lone_surrogate_in_an_id_less_record_does_not_stop_the_run(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [
+        b'{"user_input": "Who wrote \\ud800 it?", "retrieved_contexts": ["Ada wrote it."]}',
+        json.dumps({"user_input": "Who wrote 1?", "retrieved_contexts": ["Ada wrote it."]}).encode(),
+    ]
+    write_lines(source, lines)
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [r["line"] for r in rows(out)] == [1, 2]
+
+
 def _parquet_rows(path: Path) -> list[dict[str, object]]:
     import pyarrow.parquet as pq
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -797,7 +798,7 @@ def test_the_engine_says_which_model_the_server_serves():
     assert make(served_by("/models/a")).served() == {"served_model": "judge", "served_root": "/models/a"}
 
 
-def _judge_into(out: Path, server: FakeServer, records: int) -> object:
+def _judge_into(out: Path, server: FakeServer, records: int) -> Any:
     from suffice.batch import judge_file
     from suffice.config import JudgeConfig
     from tests.batch.test_runner import write_lines
@@ -815,7 +816,7 @@ def test_a_resume_against_a_server_now_serving_another_model_is_refused(tmp_path
     assert caught.value.setting == "served_root"
 
 
-def test_a_refused_resume_writes_nothing(tmp_path):
+def test_a_refused_resume_adds_no_row(tmp_path):
     out = tmp_path / "out.jsonl"
     _judge_into(out, served_by("/models/a"), 2)
     before = out.read_bytes()
@@ -829,3 +830,11 @@ def test_a_resume_against_the_same_model_judges_what_is_missing(tmp_path):
     _judge_into(out, served_by("/models/a"), 2)
     report = _judge_into(out, served_by("/models/a"), 3)
     assert report.skipped == 2
+
+
+def test_a_parquet_output_records_the_served_model_beside_itself(tmp_path):
+    out = tmp_path / "out.parquet"
+    _judge_into(out, served_by("/models/a"), 2)
+    with pytest.raises(OutputMismatchError) as caught:
+        _judge_into(out, served_by("/models/b"), 3)
+    assert caught.value.setting == "served_root"
