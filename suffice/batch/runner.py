@@ -318,17 +318,14 @@ class _Run:
         """The lines still to judge, each with its key; answered ones are skipped and
         repeated ids get their error rows here."""
         for chunk in _batches(lines, _LOOKUP):
-            ids = [
-                (rid, line.line)
-                for line in chunk
-                if (rid := record_id(line.record)) is not None and record_key(rid, line.line) != line_key(line.line)
-            ]
-            first = self.index.first_lines(ids)
+            found = [(line, rid, record_key(rid, line.line)) for line in chunk for rid in [record_id(line.record)]]
+            # Ids keyed by position (none, or made from it) cannot repeat: not looked up.
+            first = self.index.first_lines(
+                [(rid, line.line) for line, rid, key in found if rid is not None and key != line_key(line.line)]
+            )
             keyed: list[tuple[SourceLine, str, str | None, int | None]] = []
-            for line in chunk:
-                rid = record_id(line.record)
-                key = record_key(rid, line.line)
-                if rid is None or key == line_key(line.line):  # no id, or one made from the position
+            for line, rid, key in found:
+                if rid is None or key == line_key(line.line):
                     keyed.append((line, key, rid, None))
                 elif first[rid] != line.line:
                     keyed.append((line, line_key(line.line), rid, first[rid]))

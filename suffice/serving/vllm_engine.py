@@ -218,7 +218,7 @@ class _Driver:
         for request_id, (seq, job) in self._running.items():
             if seq.read or job.done.is_set():
                 continue
-            ids = internal.get(request_id) or [request_id] if isinstance(internal, dict) else [request_id]
+            ids = (internal.get(request_id) or [request_id]) if isinstance(internal, dict) else [request_id]
             state = next((states[i] for i in ids if i in states), None)
             if state is not None and getattr(state, "is_prefilling", True) is False:
                 seq.read = True
