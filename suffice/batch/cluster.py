@@ -83,6 +83,13 @@ class JudgeWorker:
             raise self.failed
         return os.getpid()
 
+    def served(self) -> dict[str, str]:
+        """What this actor's engine says it serves (a server's model; see :meth:`Engine.served`)."""
+        if self.failed is not None:
+            raise self.failed
+        assert self.judge is not None
+        return self.judge.engine.served()
+
     def close(self) -> None:
         if self.judge is not None:
             self.judge.close()
@@ -410,6 +417,22 @@ class RayScorer(Scorer):
         self.replaced += 1
         self._generation[sent.slot] = self.replaced
         self._actors[sent.slot] = self._new_actor(sent.slot)
+
+    def served(self) -> dict[str, str]:
+        """What the actors' engine says it serves, asked of the first actor that answers
+        (every actor runs the same engine settings, so one server).  An actor that could
+        not open its engine raises that error, as its first batch would; if every actor
+        died before answering, nothing is recorded and :meth:`map` deals with the deaths."""
+        self._start()
+        ray = _ray()
+        for actor in list(self._actors):
+            try:
+                return dict(ray.get(actor.served.remote()))
+            except Exception as exc:
+                cause = _cause(exc)
+                if isinstance(cause, SufficeError):
+                    raise cause from None
+        return {}
 
     def weights_hash(self) -> str | None:
         return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)

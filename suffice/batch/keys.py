@@ -38,6 +38,9 @@ _CHUNK = 900
 
 _PREFIX = ".suffice-keys-"
 
+#: Every row by input position (walks the ``done_by_line`` index: no sort).
+IN_INPUT_ORDER = "SELECT offset, length, line, written FROM done ORDER BY line, key"
+
 #: SQLite's primary result codes for a failed write: the disk is full, or an I/O error.
 _WRITE_FAILED = {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR}
 
@@ -119,6 +122,7 @@ class KeyIndex:
                     id BLOB, error INTEGER, final INTEGER, met INTEGER DEFAULT 0, written INTEGER
                 ) WITHOUT ROWID;
                 CREATE TABLE seen (id BLOB PRIMARY KEY, line INTEGER) WITHOUT ROWID;
+                CREATE INDEX done_by_line ON done (line, key);
                 """
             )
         self.done_count = 0
@@ -211,8 +215,10 @@ class KeyIndex:
     def in_input_order(self) -> Iterator[tuple[int, int, int, int]]:
         """(offset, length, position in this input, ``line`` the row holds) of every
         row, by input position."""
-        with self._failures():  # the sort may spill to a temporary file
-            yield from self._db.execute("SELECT offset, length, line, written FROM done ORDER BY line, key")
+        # Read in index order: a sort would spill to SQLite's temporary folder (/tmp,
+        # not the output's disk), and a full /tmp would be reported against this file.
+        with self._failures():
+            yield from self._db.execute(IN_INPUT_ORDER)
 
     def relined(self) -> bool:
         """Whether a row's record now sits at another position than the row says (the

@@ -58,7 +58,7 @@ class Scorer(ABC):
 
     def served(self) -> dict[str, str]:
         """What the engine says it serves once started (see :meth:`Engine.served`); the
-        default, for engines out of reach (on Ray actors), is nothing."""
+        default is nothing (an engine that loads what its settings name)."""
         return {}
 
     def item_or_none(self, record: object) -> Item | None:

@@ -4,6 +4,7 @@ real engine is in tests/batch/test_cluster_engine.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -13,8 +14,15 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, ModelNotFoundError
+from suffice.exceptions import (
+    ConfigError,
+    EngineDeadError,
+    EngineUnreachableError,
+    ModelNotFoundError,
+    OutputMismatchError,
+)
 from suffice.judge import Judge
+from suffice.run_settings import settings_path
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
 
@@ -225,6 +233,44 @@ def test_a_server_that_went_away_stops_the_run_blaming_no_record(local_ray, tmp_
     with pytest.raises(EngineUnreachableError):
         judge_file(CONFIG, source, out, BatchOptions(batch_size=2, ray=POISON_RUN), open_judge=unreachable_opener)
     assert not [r for r in rows(out) if r["error"] is not None]
+
+
+class ServingEngine(ScriptedEngine):
+    """A scripted engine that says which model its server serves (as the openai engine does)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(good)
+        self.root = root
+
+    def served(self) -> dict[str, str]:
+        return {"served_model": "judge", "served_root": self.root}
+
+
+def serving_opener(config: JudgeConfig, root: str) -> Judge:
+    return Judge(ServingEngine(root), config=config)
+
+
+def _judge_on_ray(source: Path, out: Path, root: str) -> None:
+    options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1))
+    judge_file(CONFIG, source, out, options, open_judge=functools.partial(serving_opener, root=root))
+
+
+def test_a_ray_run_records_what_its_actors_engine_serves(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(2)])
+    _judge_on_ray(source, out, "/models/a")
+    recorded = json.loads(settings_path(out).read_text())
+    assert recorded["served"] == {"served_model": "judge", "served_root": "/models/a"}
+
+
+def test_a_ray_resume_against_a_server_now_serving_another_model_is_refused(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(2)])
+    _judge_on_ray(source, out, "/models/a")
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
+    with pytest.raises(OutputMismatchError) as caught:
+        _judge_on_ray(source, out, "/models/b")
+    assert caught.value.setting == "served_root"
 
 
 def test_a_negative_replacement_delay_is_refused_naming_the_option():

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from suffice.batch.journal import ResultFile
-from suffice.batch.keys import KeyIndex
+from suffice.batch.keys import IN_INPUT_ORDER, KeyIndex
 from suffice.exceptions import SufficeError
 
 
@@ -182,3 +182,9 @@ def test_the_scratch_folder_of_a_killed_run_is_removed_by_the_next(tmp_path):
     keys.close()
     assert not left.exists()
     assert list(tmp_path.glob(".suffice-keys-*")) == []
+
+
+def test_rows_come_in_input_order_without_a_temporary_sort(index):
+    # A sort spills to SQLite's temporary folder (/tmp), off the output's disk.
+    plan = " ".join(str(row[-1]) for row in index._db.execute("EXPLAIN QUERY PLAN " + IN_INPUT_ORDER))
+    assert "TEMP B-TREE" not in plan
