@@ -505,10 +505,25 @@ class VLLMEngine(TokenizerMixin, Engine):
             with contextlib.suppress(EngineDeadError):
                 self.check_alive()  # a death nobody observed yet: shutdown would wait on it
             if getattr(self, "_dead", None) is None:
+                if not self.settings.gpu:
+                    # vLLM's CPU worker does not exit when its engine core asks: the core
+                    # waits 5 s, then kills it (5.9 s of every close here, measured);
+                    # it holds nothing to save, so it goes first and the core exits at once.
+                    _kill([p for p in self._processes if "Worker" in _name(p)])
                 shutdown_llm(llm)
             else:
                 _kill(self._processes)  # a dead engine's shutdown can wait on it forever
             del self._llm
+
+
+def _name(process: Any) -> str:
+    """A process's name, or "" once it is gone."""
+    import psutil
+
+    try:
+        return str(process.name())
+    except psutil.Error:
+        return ""
 
 
 def _kill(processes: list[Any]) -> None:
