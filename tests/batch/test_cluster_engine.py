@@ -13,10 +13,11 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
+from suffice.judge import Judge
 from tests.conftest import load_records
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.any_backend]
 ITEMS = 6
 CONFIG = JudgeConfig()
 
@@ -41,15 +42,26 @@ def _rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+class _Borrowed(Judge):
+    """A judge on the session's engine that leaves it open when the run closes it."""
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, engine):
     tmp = tmp_path_factory.mktemp("ray")
     source = tmp / "in.jsonl"
     records = load_records("squad2.jsonl", ITEMS)
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
     found: dict[str, object] = {"records": records, "cores_before": _engine_cores()}
 
-    judge_file(CONFIG, source, tmp / "local.jsonl", BatchOptions(batch_size=2))
+    # In process on the session's engine (the tests are any_backend: the default one,
+    # which CONFIG names too), an engine start saved.
+    assert engine.backend == CONFIG.engine.backend_name
+    open_local = lambda config: _Borrowed(engine, config=config)  # noqa: E731
+    judge_file(CONFIG, source, tmp / "local.jsonl", BatchOptions(batch_size=2), open_judge=open_local)
     found["local"] = _rows(tmp / "local.jsonl")
 
     killed: list[str] = []

@@ -78,6 +78,7 @@ def recovery_judged(engine):
     return judge, records, judge.judge_batch(records)
 
 
+@pytest.mark.any_backend
 def test_bad_input_errors_name_the_field(recovery_judged):
     _, _, results = recovery_judged
     errors = {r.id: r.error.field for r in results if r.error is not None}
@@ -120,6 +121,7 @@ def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
 
 
+@pytest.mark.any_backend
 def test_empty_evidence_abstains_without_the_model(recovery_judged):
     _, _, results = recovery_judged
     empty = next(r for r in results if r.id == "empty")
