@@ -22,12 +22,14 @@ For each backend, one engine:
   on this shared 2-core machine the same leg varied by up to 20 % between two runs,
   so one pair of legs cannot resolve a 5 % bound.
 * **CPU time**: every leg also reports the CPU seconds of this process and the
-  engine's (user and system), and the overhead in CPU time.  Why: the legs take the
-  same number of engine steps (296 for 12 items, counted), so the constraint's cost
-  is work per step, which CPU time measures without the wall time's swings from
-  neighbours on a shared machine.  First measured (12 items, one pair of legs):
-  +1.1 % wall, +1.1 % CPU; the segment transitions computed 778 prompt tokens more
-  than the unconstrained leg (13,330 against 12,552).
+  engine's (user and system), and the overhead in CPU time.  The legs take the same
+  number of engine steps (296 for 12 items, counted), so the constraint's cost is work
+  per step; CPU time was meant to measure it without the wall time's swings.  It does
+  not here: vLLM's OpenMP threads spin while they wait, so CPU time is about twice the
+  wall time and swings with it (2026-12-02, 12 items: +11.0 % and +6.8 % in wall time,
+  +10.8 % and +6.8 % in CPU time; an earlier single pair read +1.1 % in both, its
+  unconstrained leg 12 s slower than this run's).  The segment transitions computed
+  778 prompt tokens more than the unconstrained leg (13,330 against 12,552).
 * **prefill only**: the same prompts with one output token, for scale.
 
     .venv/bin/python benchmarks/bench_overhead.py --items 16 --rounds 3
