@@ -505,10 +505,11 @@ class VLLMEngine(TokenizerMixin, Engine):
             with contextlib.suppress(EngineDeadError):
                 self.check_alive()  # a death nobody observed yet: shutdown would wait on it
             if getattr(self, "_dead", None) is None:
-                if not self.settings.gpu:
+                if not self.settings.gpu and getattr(self, "log_path", None) is not None:
                     # vLLM's CPU worker does not exit when its engine core asks: the core
                     # waits 5 s, then kills it (5.9 s of every close here, measured);
                     # it holds nothing to save, so it goes first and the core exits at once.
+                    # Not with -v: the core would print "Worker proc died unexpectedly".
                     _kill([p for p in self._processes if "Worker" in _name(p)])
                 shutdown_llm(llm)
             else:
