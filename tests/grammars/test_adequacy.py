@@ -5,6 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suffice.grammars.adequacy import DIMENSIONS, AdequacyBounds, AdequacyOutput, adequacy_constraint
+from tests.grammars.drawing import allowed_strings
 
 B = AdequacyBounds
 
@@ -60,6 +61,7 @@ def test_worst_case_is_exact():
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_allowed_string_is_a_valid_output(data):
-    text = data.draw(st.from_regex(adequacy_constraint().pattern, fullmatch=True))
+    text = data.draw(allowed_strings(adequacy_constraint().pattern))
+    assert adequacy_constraint().matches(text)
     out = AdequacyOutput.model_validate(json.loads(text))
     assert set(out.dimensions.scores()) == set(DIMENSIONS)
