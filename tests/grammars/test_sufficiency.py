@@ -205,7 +205,7 @@ def test_max_tokens_is_the_exact_worst_case(n):
     assert c.max_tokens == c.max_bytes + 1
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_string_the_constraint_allows_is_a_valid_verdict(data):
     n = data.draw(st.integers(min_value=0, max_value=4))
