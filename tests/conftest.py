@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,12 @@ def engine(request):
     built = VLLMEngine(EngineConfig(backend=request.param))
     yield built
     built.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of one real vLLM server for the session (tests/vllm_server.py)."""
+    from tests.vllm_server import running_server
+
+    with running_server(tmp_path_factory.mktemp("vllm-server")) as url:
+        yield url

@@ -1,4 +1,9 @@
-"""``suffice calibrate`` end to end on the real engine, then the saved threshold in use."""
+"""``suffice calibrate`` end to end on the real engine, then the saved threshold in use.
+
+Both commands judge through the session's vLLM server (``--engine openai``): what
+they test is calibration and the saved threshold, not the in-process engine (which
+tests/cli/test_faults.py and the engine matrix start), and each in-process start
+costs about 55 s of the suite on two cores."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ def suffice(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
+def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path, vllm_server):
     records = load_records("squad2.jsonl", 8)  # 5 sufficient, 3 not
     assert {r["sufficient"] for r in records} == {True, False}
     golden = tmp_path / "golden.jsonl"
@@ -34,8 +39,10 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
         "sufficiency",
         "-o",
         str(out),
-        "--backend",
-        "xgrammar",
+        "--engine",
+        "openai",
+        "--base-url",
+        vllm_server,
         "--save-config",
         str(config),
         "--score",
@@ -59,7 +66,17 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path):
     judged, few = tmp_path / "judged.jsonl", tmp_path / "few.jsonl"
     few.write_text("".join(json.dumps(r) + "\n" for r in records[:4]))
     proc = suffice(
-        "judge", str(few), "-o", str(judged), "--backend", "xgrammar", "--gate-config", str(config), "--no-progress"
+        "judge",
+        str(few),
+        "-o",
+        str(judged),
+        "--engine",
+        "openai",
+        "--base-url",
+        vllm_server,
+        "--gate-config",
+        str(config),
+        "--no-progress",
     )
     assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
     for line in judged.read_text().splitlines():

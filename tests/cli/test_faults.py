@@ -165,6 +165,12 @@ def test_every_id_is_answered_exactly_once(runs):
     assert len(ids) == len(set(ids)), runs["kill_point"]
 
 
+@pytest.mark.parametrize("line", ["Loading safetensors", "WARNING", "Triton"])
+def test_the_engines_own_log_stays_out_of_the_reruns_stderr(runs, line):
+    """vLLM's own lines (its loading, its warnings) go to the engine log unless -v."""
+    assert line not in runs["final_stderr"]
+
+
 def test_every_good_record_has_a_verdict(runs):
     verdicts = [row for row in runs["final_rows"] if row["verdict"] is not None]
     good_lines = [*range(1, 5), *range(5 + len(WORST), len(runs["lines"]) + 1)]

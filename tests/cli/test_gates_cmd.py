@@ -1,4 +1,8 @@
-"""Both new gates through the CLI on a sample of the labeled data (real engine)."""
+"""Both new gates through the CLI on a sample of the labeled data (real engine).
+
+The engine test judges through the session's vLLM server (``--engine openai``): its
+subject is the gates' rows, not the in-process engine, whose start costs about 55 s
+a process on two cores."""
 
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ def test_rubrics_list_and_unknown_rubric_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.engine
-def test_recovery_and_adequacy_on_a_data_sample(tmp_path):
+def test_recovery_and_adequacy_on_a_data_sample(tmp_path, vllm_server):
+    through = ("--engine", "openai", "--base-url", vllm_server)
     answerable = [r for r in load_records("squad2.jsonl", 40) if r.get("answer")][:4]
     records = [{**r, "response": r["answer"] if i % 2 == 0 else WRONG} for i, r in enumerate(answerable)]
     records.append({"id": "no-response", "question": "Q?", "chunks": [{"id": 0, "text": "x"}]})
@@ -61,6 +66,7 @@ def test_recovery_and_adequacy_on_a_data_sample(tmp_path):
         "loose",
         "--format",
         "seed",
+        *through,
         "--no-progress",
     )
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
@@ -74,7 +80,16 @@ def test_recovery_and_adequacy_on_a_data_sample(tmp_path):
 
     out = tmp_path / "adequacy-out.jsonl"
     proc = suffice(
-        "judge", str(source), "-o", str(out), "--gate", "adequacy", "--rubric", "customer-support", "--no-progress"
+        "judge",
+        str(source),
+        "-o",
+        str(out),
+        "--gate",
+        "adequacy",
+        "--rubric",
+        "customer-support",
+        *through,
+        "--no-progress",
     )
     assert proc.returncode == EXIT_OK, proc.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
