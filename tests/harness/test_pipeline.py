@@ -366,11 +366,13 @@ def test_loop_on_the_real_engine(tmp_path, xgrammar_engine):
     pipeline = Pipeline(
         judge, hotpot_retriever(pairs, calls), PipelineConfig(rewrite_queries=True), audit=tmp_path / "a.db"
     )
-    outcomes = pipeline.run(questions(pairs)[:4])
-    assert len(outcomes) == 4 and all(o.kind in {"delivered", "abstained", "review"} for o in outcomes)
+    outcomes = pipeline.run(questions(pairs)[:3])
+    assert len(outcomes) == 3
+    assert {o.kind for o in outcomes} <= {"delivered", "abstained", "review"}
     evaluations = sum(o.rounds for o in outcomes)
     report = pipeline.audit.verify()
-    assert report.ok and report.rows == evaluations
+    assert report.ok
+    assert report.rows == evaluations
     assert all(r["model_id"].startswith("SmolLM2") and r["weights_hash"] for r in pipeline.audit.rows())
 
 
@@ -396,7 +398,7 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
     records = [
         {"id": base, "question": twins["full"]["question"], "response": twins["full"]["answer"]}
         for base, twins in pairs.items()
-    ][:4]
+    ][:3]  # the one whose retrieval fails and two others: about 25 s a record here
     unreachable = SufficiencyThreshold(min_passages=100)
     judge = Judge(
         xgrammar_engine,
@@ -418,10 +420,10 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
     assert outcomes[TARGET].reason == "retrieval failed in round 2: ConnectionError: index offline"
     assert outcomes[TARGET].failure == StepFailure(step="retrieval", round=2, message="ConnectionError: index offline")
     assert records[0]["question"] in [r.question for r in rewriter.requests]  # rewritten before it failed
-    assert [o.failure for o in rest] == [None, None, None]
-    assert [o.rounds for o in rest] == [2, 2, 2]  # past round 1, to the end of the budget
-    assert [o.reason.startswith("retrieval budget of 2 rounds spent") for o in rest] == [True, True, True]
-    assert pipeline.audit.verify().rows == 1 + 3 * 2
+    assert [o.failure for o in rest] == [None, None]
+    assert [o.rounds for o in rest] == [2, 2]  # past round 1, to the end of the budget
+    assert [o.reason.startswith("retrieval budget of 2 rounds spent") for o in rest] == [True, True]
+    assert pipeline.audit.verify().rows == 1 + 2 * 2
 
 
 def test_a_dead_engine_is_not_one_questions_failure():
