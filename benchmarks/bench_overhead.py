@@ -88,7 +88,7 @@ def _prefill_only(engine: VLLMEngine, requests: list[GenerationRequest]) -> floa
     return _unconstrained(engine, requests, [1] * len(requests))[0]
 
 
-def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, whole_leg: bool = True) -> dict[str, Any]:
+def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, *, whole_leg: bool = True) -> dict[str, Any]:
     config = JudgeConfig(engine=EngineConfig(backend=backend), rubric="customer-support")
     engine = VLLMEngine(config.engine)
     try:
@@ -161,7 +161,7 @@ def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, whole_le
                 print(f"warning: round {round_ + 1} decoded other lengths than the round before")
         prefill = _prefill_only(engine, requests)
         ratios = [c / u for c, u in zip(legs["constrained"], legs["unconstrained"], strict=True)]
-        ratios_whole = [c / u for c, u in zip(legs["constrained"], legs["whole"], strict=False)]
+        ratios_whole = [c / u for c, u in zip(legs["constrained"], legs["whole"], strict=True)] if whole_leg else []
         ratios_cpu = [c / u for c, u in zip(cpu["constrained"], cpu["unconstrained"], strict=True)]
         row.update(
             {
@@ -223,7 +223,7 @@ def main() -> None:
     ]
     rows: list[dict[str, Any]] = []
     for backend in args.backends:
-        rows.append(run_backend(backend, items, args.rounds, args.whole))
+        rows.append(run_backend(backend, items, args.rounds, whole_leg=args.whole))
         # Each backend takes 10-20 minutes here: its row is written as soon as it is
         # measured, so a run cut short keeps what it finished.
         report("overhead.json", rows, columns)

@@ -29,11 +29,17 @@ def squad_records() -> list[dict[str, object]]:
     return load_records("squad2.jsonl", 6)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """An engine-matrix test marked ``any_backend`` (ordering, bad input, progress:
     the harness around generation, which no backend changes) runs on the default
     backend only; what a backend enforces (every validity test) runs on all three.
-    Why: the matrix took 25 of the engine tests' 66 minutes on two cores (2026-12-01)."""
+    Why: the matrix took 25 of the engine tests' 66 minutes on two cores (2026-12-01).
+
+    Then the tests that use the session's vLLM server (``vllm_server``) go last, in
+    their order: the server lives from its first user to the session's end, and
+    should not hold its memory (about 3 GB) beside the engines other tests start.
+    ``trylast``: after pytest has grouped the tests by their session parameters."""
     from suffice.serving.engine_config import DEFAULT_BACKEND
 
     dropped = [
@@ -47,6 +53,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         gone = {id(item) for item in dropped}
         items[:] = [item for item in items if id(item) not in gone]
+    server = [item for item in items if "vllm_server" in getattr(item, "fixturenames", ())]
+    if server:
+        users = {id(item) for item in server}
+        items[:] = [item for item in items if id(item) not in users] + server
 
 
 @pytest.fixture(scope="session", params=["outlines", "xgrammar", "guidance"])
@@ -68,7 +78,11 @@ def engine(request):
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of one real vLLM server for the session (tests/vllm_server.py)."""
+    """The base URL of one real vLLM server for the session (tests/vllm_server.py).
+
+    One for the session, not one per module: a start is about a minute on two cores,
+    and the command-line tests judge through it instead of starting an engine per
+    process (calibrate, the gates on data and judge's resume: 632 s -> 199 s)."""
     from tests.vllm_server import running_server
 
     with running_server(tmp_path_factory.mktemp("vllm-server")) as url:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,7 @@ def suffice(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path, vllm_server):
+def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path: Path, vllm_server: str) -> None:
     records = load_records("squad2.jsonl", 8)  # 5 sufficient, 3 not
     assert {r["sufficient"] for r in records} == {True, False}
     golden = tmp_path / "golden.jsonl"

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.engine
 GOOD = 24
 
 
-def _command(source: Path, out: Path) -> list[str]:
+def _command(source: Path, out: Path, progress: bool = False) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -45,7 +46,7 @@ def _command(source: Path, out: Path) -> list[str]:
         "decision",
         "--batch-size",
         "4",
-        "--no-progress",
+        *([] if progress else ["--no-progress"]),
     ]
 
 
@@ -53,9 +54,9 @@ def _lines(out: Path) -> int:
     return out.read_bytes().count(b"\n") if out.exists() else 0
 
 
-def _start(source: Path, out: Path) -> subprocess.Popen[bytes]:
+def _start(source: Path, out: Path, progress: bool = False) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        _command(source, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        _command(source, out, progress), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
 
 
@@ -120,8 +121,10 @@ def runs(tmp_path_factory):
     finally:
         _kill_group(proc)
 
-    # 3. The rerun completes the job.
-    proc = _start(source, out)
+    # 3. The rerun completes the job (with its progress bar: the one in-process run
+    #    whose stderr is checked for what a user sees).
+    found["left_for_rerun"] = len(lines) - _lines(out)
+    proc = _start(source, out, progress=True)
     _, stderr = proc.communicate(timeout=900)
     found["final_status"] = proc.returncode
     found["final_stderr"] = stderr.decode()
@@ -165,8 +168,17 @@ def test_every_id_is_answered_exactly_once(runs):
     assert len(ids) == len(set(ids)), runs["kill_point"]
 
 
+def test_the_rerun_had_records_left_to_judge(runs: dict[str, Any]) -> None:
+    """The positive control for the stderr tests below: the rerun started an engine."""
+    assert runs["left_for_rerun"] > 0
+
+
+def test_the_reruns_progress_bar_shows_its_rate(runs: dict[str, Any]) -> None:
+    assert "rec/s" in runs["final_stderr"] or "s/rec" in runs["final_stderr"]
+
+
 @pytest.mark.parametrize("line", ["Loading safetensors", "WARNING", "Triton"])
-def test_the_engines_own_log_stays_out_of_the_reruns_stderr(runs, line):
+def test_the_engines_own_log_stays_out_of_the_reruns_stderr(runs: dict[str, Any], line: str) -> None:
     """vLLM's own lines (its loading, its warnings) go to the engine log unless -v."""
     assert line not in runs["final_stderr"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -46,7 +47,7 @@ def test_rubrics_list_and_unknown_rubric_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.engine
-def test_recovery_and_adequacy_on_a_data_sample(tmp_path, vllm_server):
+def test_recovery_and_adequacy_on_a_data_sample(tmp_path: Path, vllm_server: str) -> None:
     through = ("--engine", "openai", "--base-url", vllm_server)
     answerable = [r for r in load_records("squad2.jsonl", 40) if r.get("answer")][:4]
     records = [{**r, "response": r["answer"] if i % 2 == 0 else WRONG} for i, r in enumerate(answerable)]

@@ -46,13 +46,14 @@ def test_usage_errors(tmp_path):
 
 
 @pytest.mark.engine
-def test_judge_writes_one_line_per_record_and_resumes(tmp_path, vllm_server):
+def test_judge_writes_one_line_per_record_and_resumes(tmp_path: Path, vllm_server: str) -> None:
     """Through the session's vLLM server: the subject is the rows and the resume, and an
     in-process engine start costs about 55 s a process on two cores.  That vLLM's own
     lines stay out of stderr is tested on the in-process runs of tests/cli/test_faults.py."""
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     expected_ids = write_input(source)
-    same = ("--engine", "openai", "--base-url", vllm_server, "--format", "ragflow")
+    server = ("--engine", "openai", "--base-url", vllm_server)
+    same = (*server, "--format", "ragflow")
     proc = suffice("judge", str(source), "-o", str(out), *same)
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
     assert "%|" in proc.stderr  # the progress bar
@@ -80,9 +81,10 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path, vllm_server):
     assert [r["id"] for r in rows] == expected_ids
     jsonschema.validate(rows[2]["verdict"], RAGFLOW_SCHEMA)
     proc = suffice("judge", str(source), "-o", str(out), *same, "--no-progress")
-    assert proc.returncode == EXIT_ITEM_ERRORS and "nothing to do" in proc.stderr
+    assert proc.returncode == EXIT_ITEM_ERRORS
+    assert "nothing to do" in proc.stderr
     # Other settings are refused, naming the setting; the output is untouched.
-    proc = suffice("judge", str(source), "-o", str(out), *same[:4], "--format", "suffice")
+    proc = suffice("judge", str(source), "-o", str(out), *server, "--format", "suffice")
     assert proc.returncode == EXIT_USAGE
     assert "format='ragflow'" in proc.stderr
     assert out.read_text().splitlines() == lines

@@ -1,8 +1,9 @@
 """The openai engine against a real vLLM OpenAI-compatible server on the embedded model.
 
-The session's server (``vllm_server``, tests/vllm_server.py).  Every gate judges a few
-real records through it, and the command line judges a file through it.  Few records:
-the module took about three minutes on two cores, most of it the server's start-up.
+The session's server (``vllm_server``, tests/vllm_server.py; its start-up, about a
+minute, is paid by whichever test uses it first).  Every gate judges a few real records
+through it, and the command line judges a file through it.  Few records: about two
+minutes of judging on two cores.
 """
 
 from __future__ import annotations
