@@ -32,7 +32,8 @@ READY_WITHIN = 240.0
 STOP_WITHIN = 30.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port nothing listens on now (the kernel picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -81,7 +82,7 @@ def running_server(folder: Path) -> Iterator[str]:
     """The base URL of a vLLM server serving the embedded model as ``smollm2``, its
     log in ``folder``; stopped on exit."""
     model = resolve_model(None).path
-    port = _free_port()
+    port = free_port()
     log = folder / "server.log"
     command = [
         sys.executable,

@@ -7,7 +7,6 @@ stops it with SIGTERM while requests are in flight and checks that none is lost.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,19 +21,13 @@ import pytest
 
 from suffice.harness.audit import AuditLog
 from tests.conftest import load_records
+from tests.vllm_server import free_port
 
 pytestmark = pytest.mark.engine
 
 KEY = "serve-test-key-0123456789abcdef"
 AUTH = {"authorization": f"Bearer {KEY}"}
 START_TIMEOUT = 300
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @dataclass

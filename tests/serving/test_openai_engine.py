@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai_engine import OpenAIEngine
 from tests.grammars.segments import cut_back_constraint
 from tests.test_judge import GOOD, rec
+from tests.vllm_server import free_port
 
 URL = "http://fake-vllm:8000"
 EOS = 0
@@ -503,13 +503,6 @@ def test_the_dead_server_was_tried_once_more_than_the_retries():
     with pytest.raises(EngineDeadError):
         make(server, retries=1).generate([request()])
     assert len(server.completions()) == 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def test_a_refused_connection_at_start_is_a_dead_server():
