@@ -136,9 +136,7 @@ def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, *, whole
                 )
 
             def free() -> None:
-                for leg, lengths in (("unconstrained", decoded), ("whole", whole)):
-                    if leg == "whole" and not whole_leg:
-                        continue
+                for leg, lengths in [("unconstrained", decoded), *([("whole", whole)] if whole_leg else [])]:
                     wall, used = _unconstrained(engine, requests, lengths)
                     legs[leg].append(wall)
                     cpu[leg].append(used)

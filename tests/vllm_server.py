@@ -40,6 +40,11 @@ def free_port() -> int:
     return port
 
 
+def through(url: str) -> tuple[str, ...]:
+    """The command-line options that judge through the server at ``url``."""
+    return ("--engine", "openai", "--base-url", url)
+
+
 def _cores() -> str:
     """The cores this process may use, as vLLM's thread binding wants them ("0-1", "0,2-3")."""
     cores = sorted(os.sched_getaffinity(0))

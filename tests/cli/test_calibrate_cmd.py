@@ -17,6 +17,7 @@ import pytest
 from suffice.calibration.thresholds import GateConfig
 from suffice.cli.exit_codes import EXIT_OK
 from tests.conftest import load_records
+from tests.vllm_server import through
 
 pytestmark = pytest.mark.engine
 
@@ -40,10 +41,7 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path: Path, 
         "sufficiency",
         "-o",
         str(out),
-        "--engine",
-        "openai",
-        "--base-url",
-        vllm_server,
+        *through(vllm_server),
         "--save-config",
         str(config),
         "--score",
@@ -71,10 +69,7 @@ def test_calibrate_writes_report_plots_and_a_usable_gate_config(tmp_path: Path, 
         str(few),
         "-o",
         str(judged),
-        "--engine",
-        "openai",
-        "--base-url",
-        vllm_server,
+        *through(vllm_server),
         "--gate-config",
         str(config),
         "--no-progress",

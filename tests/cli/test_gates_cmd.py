@@ -17,6 +17,7 @@ import pytest
 from suffice.cli.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.grammars.recovery import SEED_SCHEMA
 from tests.conftest import load_records
+from tests.vllm_server import through
 
 WRONG = "The answer is certainly Atlantis, founded in 3000 BC by dolphins."
 
@@ -48,7 +49,7 @@ def test_rubrics_list_and_unknown_rubric_is_a_usage_error(tmp_path):
 
 @pytest.mark.engine
 def test_recovery_and_adequacy_on_a_data_sample(tmp_path: Path, vllm_server: str) -> None:
-    through = ("--engine", "openai", "--base-url", vllm_server)
+    server = through(vllm_server)
     answerable = [r for r in load_records("squad2.jsonl", 40) if r.get("answer")][:4]
     records = [{**r, "response": r["answer"] if i % 2 == 0 else WRONG} for i, r in enumerate(answerable)]
     records.append({"id": "no-response", "question": "Q?", "chunks": [{"id": 0, "text": "x"}]})
@@ -67,7 +68,7 @@ def test_recovery_and_adequacy_on_a_data_sample(tmp_path: Path, vllm_server: str
         "loose",
         "--format",
         "seed",
-        *through,
+        *server,
         "--no-progress",
     )
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]
@@ -89,7 +90,7 @@ def test_recovery_and_adequacy_on_a_data_sample(tmp_path: Path, vllm_server: str
         "adequacy",
         "--rubric",
         "customer-support",
-        *through,
+        *server,
         "--no-progress",
     )
     assert proc.returncode == EXIT_OK, proc.stderr[-2000:]

@@ -13,7 +13,7 @@ import pytest
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
 from suffice.grammars.sufficiency import RAGFLOW_SCHEMA
 from tests.conftest import load_records
-from tests.vllm_server import SERVED
+from tests.vllm_server import SERVED, through
 
 
 def suffice(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,7 +52,7 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path: Path, vllm_serve
     lines stay out of stderr is tested on the in-process runs of tests/cli/test_faults.py."""
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     expected_ids = write_input(source)
-    server = ("--engine", "openai", "--base-url", vllm_server)
+    server = through(vllm_server)
     same = (*server, "--format", "ragflow")
     proc = suffice("judge", str(source), "-o", str(out), *same)
     assert proc.returncode == EXIT_ITEM_ERRORS, proc.stderr[-2000:]

@@ -21,7 +21,7 @@ from suffice.results import JudgeResult
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai_engine import OpenAIEngine
 from tests.conftest import load_records
-from tests.vllm_server import SERVED
+from tests.vllm_server import SERVED, through
 
 pytestmark = pytest.mark.engine
 
@@ -99,8 +99,7 @@ def command_line(vllm_server: str, tmp_path_factory: pytest.TempPathFactory) -> 
     source = folder / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in load_records("squad2.jsonl", 2)))
     output = folder / "out.jsonl"
-    through = ["--engine", "openai", "--base-url", vllm_server]
-    code = main(["judge", str(source), "-o", str(output), *through, "--no-progress"])
+    code = main(["judge", str(source), "-o", str(output), *through(vllm_server), "--no-progress"])
     return code, output
 
 
