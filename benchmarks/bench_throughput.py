@@ -28,6 +28,20 @@ best, with prefill at the compute roofline and decode at that bandwidth:
 
 and each run's share of it.
 
+Neither roofline says what the matrix library reaches on this model's shapes, so
+the benchmark also times torch's own ``linear`` on every projection of one layer
+(QKV, output, gate and up, down; vLLM fuses them the same way) for a chunk of
+``--gemm-tokens`` prompt tokens, in the engine's compute dtype on the same cores,
+and counts attention's quadratic term for the run's mean prompt length (each
+prompt token attends to half its prompt on average: 2 x prompt x heads x head size
+FLOPs a layer, which the roofline leaves out):
+
+    GEMM ceiling  = (FLOPs of the projections / their time) / (2 x non-embedding
+                    parameters + attention's FLOPs a token), as a share of the roofline
+
+the share prefill alone could reach if every projection ran at torch's speed and
+attention cost no more than its FLOPs at that speed.
+
     .venv/bin/python benchmarks/bench_throughput.py --items 240
 """
 
@@ -122,6 +136,50 @@ def copy_bandwidth_gbs(mib: int = 512, repeats: int = 5) -> float:
     return 2 * source.numel() * 4 / best / 1e9
 
 
+def layer_shapes(folder: Path) -> tuple[list[tuple[int, int]], int, int]:
+    """Each projection of one decoder layer as (inputs, outputs), the attention
+    width (heads x head size) and the number of layers, from config.json."""
+    config = json.loads((folder / "config.json").read_text())
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads", heads)
+    ffn = config["intermediate_size"]
+    shapes = [
+        (hidden, (heads + 2 * kv_heads) * head_dim),  # QKV, fused
+        (heads * head_dim, hidden),  # output
+        (hidden, 2 * ffn),  # gate and up, fused
+        (ffn, hidden),  # down
+    ]
+    return shapes, heads * head_dim, config["num_hidden_layers"]
+
+
+def gemm_gflops(folder: Path, dtype: str, tokens: int, repeats: int = 10) -> float:
+    """What torch's ``linear`` reaches on one layer's projections for ``tokens`` rows
+    (GFLOP/s over all four, the best of ``repeats`` passes), on this process's cores."""
+    import torch
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    kind = torch.float32 if dtype == "float32" else torch.bfloat16
+    shapes, _, _ = layer_shapes(folder)
+    pairs = [(torch.randn(tokens, k, dtype=kind), torch.randn(n, k, dtype=kind)) for k, n in shapes]
+    flops = sum(2 * tokens * k * n for k, n in shapes)
+    best = float("inf")
+    for _ in range(repeats + 2):  # two passes to warm up
+        began = time.perf_counter()
+        for x, w in pairs:
+            torch.nn.functional.linear(x, w)
+        best = min(best, time.perf_counter() - began)
+    return flops / best / 1e9
+
+
+def gemm_ceiling(folder: Path, roof: dict[str, Any], gflops: float, prompt_tokens: float) -> float:
+    """The share of the roofline prefill could reach at torch's GEMM speed, attention's
+    quadratic term counted for prompts of ``prompt_tokens`` (module docstring)."""
+    _, width, layers = layer_shapes(folder)
+    per_token = 2 * roof["non_embedding_parameters"] + 2 * prompt_tokens * width * layers
+    return gflops * 1e9 / per_token / roof["roofline_prompt_tokens_per_s"]
+
+
 def kv_bytes_per_token(folder: Path, dtype: str) -> int:
     """KV cache bytes one token of context takes, from the model's config.json."""
     config = json.loads((folder / "config.json").read_text())
@@ -165,6 +223,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
+    parser.add_argument("--gemm-tokens", type=int, default=2048, help="prompt tokens a timed projection multiplies")
     args = parser.parse_args()
     items = load_items(args.items)
     bandwidth = copy_bandwidth_gbs()
@@ -181,10 +240,13 @@ def main() -> None:
         engine.close()
     rows = [full, decision]
     kv = kv_bytes_per_token(engine.model_path, engine.settings.dtype)
+    # After the engine has gone: its threads would share the cores with the timing.
+    gemm = gemm_gflops(engine.model_path, engine.settings.dtype, args.gemm_tokens)
     for row in rows:
         row["vs_full"] = row["verdicts_per_s"] / full["verdicts_per_s"]
         row["attainable_share"] = attainable_share(row, rate, kv, bandwidth)
         row["share_of_attainable"] = row["share_of_roofline"] / row["attainable_share"]
+        row["gemm_ceiling"] = gemm_ceiling(engine.model_path, roof, gemm, row["prompt_tokens"] / row["items"])
     print(
         f"roofline: {roof['cores']} cores x {roof['clock_ghz']:.2f} GHz x 2 FMA x 2 x {roof['simd_lanes_fp32']} lanes"
         f"{' x 2 (bf16)' if roof['native_bf16'] else ''} = {roof['peak_gflops']:.0f} GFLOP/s; "
@@ -192,6 +254,10 @@ def main() -> None:
         f"{rate:,.0f} prompt tokens/s; engine start-up {startup:.0f} s"
     )
     print(f"copy bandwidth {bandwidth:.1f} GB/s; KV cache {kv / 1024:.1f} KiB a token of context")
+    print(
+        f"torch linear on one layer's projections, {args.gemm_tokens} tokens: {gemm:.0f} GFLOP/s "
+        f"({gemm / roof['peak_gflops']:.0%} of peak)"
+    )
     columns = [
         ("mode", "mode", ""),
         ("items", "items", "d"),
@@ -204,6 +270,7 @@ def main() -> None:
         ("share_of_roofline", "% of roofline", ".0%"),
         ("attainable_share", "attainable % (bandwidth-bound decode)", ".0%"),
         ("share_of_attainable", "% of attainable", ".0%"),
+        ("gemm_ceiling", "GEMM ceiling % (prefill at torch's speed)", ".0%"),
     ]
     report(
         "throughput.json",
@@ -213,6 +280,8 @@ def main() -> None:
         startup_s=startup,
         roofline=roof,
         copy_bandwidth_gbs=bandwidth,
+        gemm_gflops=gemm,
+        gemm_tokens=args.gemm_tokens,
         kv_bytes_per_token=kv,
     )
 
