@@ -59,6 +59,27 @@ def record_id(record: object) -> str | None:
     return None
 
 
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float; an integer too large for one (10**400) is not."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
+def _short(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _text_field(value: object, name: str) -> str:
+    """A required text: a string with something left once control characters are
+    removed (a question of ``"\x00\x01"`` was judged as an empty one)."""
+    if not isinstance(value, str) or not clean_text(value).strip():
+        raise InputError(name, "must be a non-empty string")
+    return value
+
+
 def parse_chunk(raw: object, index: int) -> Chunk:
     where = f"chunks[{index}]"
     if not isinstance(raw, Mapping):
@@ -74,8 +95,8 @@ def parse_chunk(raw: object, index: int) -> Chunk:
         raise InputError(f"{where}.source", f"must be a string, got {type(source).__name__}")
     score = raw.get("score")
     if score is not None:
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise InputError(f"{where}.score", f"must be a finite number, got {score!r}")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score):
+            raise InputError(f"{where}.score", f"must be a finite number, got {_short(score)}")
         score = float(score)
     return Chunk(id=cid, text=clean_text(text), source=None if source is None else clean_text(source), score=score)
 
@@ -91,7 +112,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
             raise InputError("response", "is missing (this gate checks a generated answer)")
         return record
     if isinstance(record, InvalidRecord):
-        raise InputError("record", f"line {record.line} is not valid JSON: {record.message}")
+        raise InputError("record", f"{record.what} {record.line} {record.message}")
     if not isinstance(record, Mapping):
         raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
     rid = record.get("id")
@@ -102,8 +123,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     question = record.get("question")
     if question is None:
         raise InputError("question", "is missing")
-    if not isinstance(question, str) or not question.strip():
-        raise InputError("question", "must be a non-empty string")
+    question = _text_field(question, "question")
     raw_chunks: Any = record.get("chunks")
     if raw_chunks is None:
         raise InputError("chunks", "is missing")
@@ -119,8 +139,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     if need_response:
         if response is None:
             raise InputError("response", "is missing (this gate checks a generated answer)")
-        if not isinstance(response, str) or not response.strip():
-            raise InputError("response", "must be a non-empty string")
+        response = _text_field(response, "response")
     elif response is not None and not isinstance(response, str):
         response = None
     rubric = record.get("rubric")
@@ -137,7 +156,11 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
 
 @dataclass(frozen=True)
 class InvalidRecord:
-    """Stands in for an input line that is not JSON, so it still gets its error line."""
+    """Stands in for an input line that is not JSON (or a Parquet row whose values
+    cannot be read), so it still gets its error line."""
 
     line: int
+    #: Why, worded to follow "line 7 ": ``is not valid JSON: ...``.
     message: str
+    #: What could not be read: a JSONL line or a Parquet row.
+    what: str = "line"

@@ -56,3 +56,26 @@ def test_dump_line_keeps_a_lone_surrogate_as_an_escape():
 
 def test_dump_line_writes_other_text_as_utf8():
     assert "é".encode() in dump_line({"id": "é"})
+
+
+def test_a_key_twice_in_one_object_is_an_invalid_record(tmp_path):
+    record = _one(tmp_path, b'{"id": "b", "question": "Q?", "id": "c"}\n')
+    assert isinstance(record, InvalidRecord)
+    assert record.message == "has the key 'id' twice in one object"
+
+
+def test_a_key_twice_in_a_chunk_is_an_invalid_record(tmp_path):
+    record = _one(tmp_path, b'{"id": "b", "chunks": [{"id": 0, "text": "a", "text": "b"}]}\n')
+    assert isinstance(record, InvalidRecord)
+    assert "'text' twice" in record.message
+
+
+def test_the_same_key_in_two_objects_is_fine(tmp_path):
+    record = _one(tmp_path, b'{"id": "b", "chunks": [{"id": 0, "text": "a"}, {"id": 1, "text": "b"}]}\n')
+    assert record == {"id": "b", "chunks": [{"id": 0, "text": "a"}, {"id": 1, "text": "b"}]}
+
+
+def test_a_json_error_points_into_its_own_line(tmp_path):
+    record = _one(tmp_path, b'{"id": "a", "question": "Q?"\n')
+    assert isinstance(record, InvalidRecord)
+    assert "line 1 column" in record.message

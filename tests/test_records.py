@@ -28,6 +28,8 @@ def rec(**kw):
         (rec(chunks=["just text"]), "chunks[0]"),
         (["not", "an", "object"], "record"),
         (InvalidRecord(line=3, message="Expecting value"), "record"),
+        (rec(question="\x00\x01 \x7f"), "question"),
+        (rec(chunks=[{"id": 0, "text": "a", "score": 10**400}]), "chunks[0].score"),
     ],
 )
 def test_bad_records_name_the_field(record, field):
@@ -60,3 +62,22 @@ def test_record_id_for_error_lines():
 
 def test_a_lone_surrogate_in_text_becomes_the_replacement_character():
     assert clean_text("a\ud800b") == "a\ufffdb"
+
+
+def test_a_response_of_control_characters_alone_is_not_a_response():
+    with pytest.raises(InputError) as info:
+        parse_record(rec(response="\x00\x07"), need_response=True)
+    assert info.value.field == "response"
+
+
+def test_a_score_too_large_for_a_float_is_shown_shortened():
+    with pytest.raises(InputError) as info:
+        parse_record(rec(chunks=[{"id": 0, "text": "a", "score": 10**400}]))
+    assert len(str(info.value)) < 120
+
+
+def test_an_unreadable_record_says_what_could_not_be_read():
+    with pytest.raises(InputError) as info:
+        reason = "cannot be read: OverflowError: date value out of range"
+        parse_record(InvalidRecord(line=4, message=reason, what="row"))
+    assert str(info.value) == "record: row 4 cannot be read: OverflowError: date value out of range"

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from suffice.exceptions import ConfigError
-from suffice.jsonl import SourceLine, read_lines
+from suffice.jsonl import SourceLine, parse_line, read_lines
+from suffice.records import InvalidRecord
 
 FORMATS = ("jsonl", "parquet")
 #: Suffice's record fields a mapping can fill.
@@ -86,15 +87,20 @@ class FieldMap:
             else:
                 out.pop(ours, None)
         out = _chunks_of_strings(out)
-        if "id" not in out and position is not None:
+        # A Parquet column has every field, so a record without an id holds a null.
+        if out.get("id") is None and position is not None:
             out["id"] = f"row-{position}-{_digest(out)}"
         return out
 
 
 def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:
+    """Strings in ``chunks`` become chunks with their positions as ids; anything else
+    in the list is left as it is, so a null among strings (common in a Parquet
+    ``list<string>`` column) gets the error naming it, not its neighbour."""
     chunks = record.get("chunks")
-    if isinstance(chunks, list) and chunks and all(isinstance(c, str) for c in chunks):
-        return {**record, "chunks": [{"id": i, "text": text} for i, text in enumerate(chunks)]}
+    if isinstance(chunks, list) and any(isinstance(c, str) for c in chunks):
+        chunks = [{"id": i, "text": c} if isinstance(c, str) else c for i, c in enumerate(chunks)]
+        return {**record, "chunks": chunks}
     return record
 
 
@@ -123,6 +129,7 @@ class InputFile:
         self.count: int | None = None
         if self.format == "jsonl":
             self.count = _count_lines(path)
+            _refuse_plain_json(path, self.count)
         else:
             import pyarrow.parquet as pq
 
@@ -135,6 +142,27 @@ class InputFile:
         raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path)
         for source in raw:
             yield SourceLine(source.line, self.fields.apply(source.record, source.line))
+
+
+def _refuse_plain_json(path: Path, count: int) -> None:
+    """A JSON document (an array of records, or one pretty-printed over many lines) is
+    not JSON Lines: read line by line it gave one error row per line (32 for three
+    pretty-printed records).  Refused before anything is judged, saying how to convert."""
+    with path.open("rb") as handle:
+        first = next((raw.strip() for raw in handle if raw.strip()), b"")
+    first = first.removeprefix(b"\xef\xbb\xbf").strip()
+    if first in (b"[", b"{"):
+        shape = "a JSON document over many lines"
+    elif count == 1 and first.startswith(b"[") and isinstance(parse_line(first, 1), list):
+        shape = "a JSON array"
+    else:
+        return
+    raise ConfigError(
+        "input",
+        str(path),
+        f"holds {shape}, not JSON Lines (one record per line); convert it first, "
+        f"e.g. jq -c '.[]' {path.name} > records.jsonl",
+    )
 
 
 def _count_lines(path: Path) -> int:
@@ -152,6 +180,26 @@ def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
     # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks, and a
     # file written in one row group would then be read whole.
     for batch in pq.ParquetFile(path, buffer_size=1 << 20).iter_batches(batch_size=batch_rows):
-        for record in batch.to_pylist():
+        for record in _rows(batch, position):
             position += 1
             yield SourceLine(position, record)
+
+
+def _rows(batch: Any, position: int) -> list[object]:
+    """A record batch's rows as Python values.  A value Python cannot hold (a
+    timestamp after year 9999, in any column) fails the whole batch's conversion: the
+    batch is then converted row by row, and each row that fails is that row's error,
+    so one bad value neither stops the run nor is met again at every resume."""
+    try:
+        rows: list[object] = batch.to_pylist()
+        return rows
+    except (ValueError, OverflowError, TypeError):  # pyarrow's ArrowInvalid is a ValueError
+        pass
+    rows = []
+    for offset in range(batch.num_rows):
+        try:
+            rows.extend(batch.slice(offset, 1).to_pylist())
+        except (ValueError, OverflowError, TypeError) as exc:
+            reason = f"cannot be read: {type(exc).__name__}: {exc}"
+            rows.append(InvalidRecord(line=position + offset + 1, message=reason, what="row"))
+    return rows

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from suffice.batch.inputs import FieldMap, InputFile, format_of
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, InputError
 from suffice.records import parse_record
 
 RAGAS = {
@@ -121,3 +121,87 @@ def test_jsonl_input_counts_its_records_for_the_eta_without_blank_lines(tmp_path
     source = InputFile(path)
     assert source.count == 3
     assert len(list(source)) == 3
+
+
+def test_a_parquet_ragas_row_with_a_null_id_gets_its_position(tmp_path):
+    # A column has every field: the record without an id holds a null, not nothing.
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist([{**RAGAS, "id": "t-1"}, dict(RAGAS)]), path)
+    lines = list(InputFile(path))
+    assert parse_record(lines[1].record).id.startswith("row-2-")
+
+
+def test_a_mapped_id_that_is_null_gets_the_position():
+    fields = FieldMap.parse(["id=trace_id"])
+    assert parse_record(fields.apply({**RAGAS, "trace_id": None}, 3)).id.startswith("row-3-")
+
+
+def test_a_null_among_string_chunks_is_the_error_not_its_neighbour(tmp_path):
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist([{**RAGAS, "retrieved_contexts": ["a", None, "c"]}]), path)
+    [line] = list(InputFile(path))
+    with pytest.raises(InputError) as info:
+        parse_record(line.record)
+    assert info.value.field == "chunks[1]"
+
+
+def test_strings_beside_chunk_objects_keep_their_positions_as_ids():
+    item = parse_record(FieldMap().apply({"id": "a", "question": "Q?", "chunks": ["x", {"id": 5, "text": "y"}]}, 1))
+    assert [c.id for c in item.chunks] == [0, 5]
+
+
+def _timestamps(path, rows: int, bad: int) -> None:
+    values = [0] * rows
+    values[bad] = 253402300800 * 10**6  # 10000-01-01: Python's datetime ends at year 9999
+    table = pa.table(
+        {
+            "id": [f"r{i}" for i in range(rows)],
+            "question": ["Q?"] * rows,
+            "chunks": [[{"id": 0, "text": "a"}]] * rows,
+            "exported_at": pa.array(values, type=pa.timestamp("us")),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def test_a_parquet_value_python_cannot_hold_is_that_rows_error_only(tmp_path):
+    path = tmp_path / "in.parquet"
+    _timestamps(path, rows=3000, bad=2500)
+    lines = list(InputFile(path))
+    assert len(lines) == 3000
+    assert [line.line for line in lines[2499:2502]] == [2500, 2501, 2502]
+    with pytest.raises(InputError) as info:
+        parse_record(lines[2500].record)
+    assert info.value.field == "record"
+    assert "row 2501 cannot be read: OverflowError" in str(info.value)
+
+
+def test_the_rows_beside_an_unreadable_value_are_read(tmp_path):
+    path = tmp_path / "in.parquet"
+    _timestamps(path, rows=3000, bad=2500)
+    lines = list(InputFile(path))
+    assert parse_record(lines[2499].record).id == "r2499"
+    assert parse_record(lines[2501].record).id == "r2501"
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [
+        ('[\n  {"id": "a", "question": "Q?", "chunks": []},\n  {"id": "b"}\n]\n', "many lines"),
+        ('{\n  "id": "a"\n}\n', "many lines"),
+        ('[{"id": "a", "question": "Q?", "chunks": []}, {"id": "b"}]\n', "a JSON array"),
+    ],
+)
+def test_a_json_document_is_refused_as_not_json_lines(tmp_path, text, shape):
+    path = tmp_path / "in.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        InputFile(path)
+    assert caught.value.parameter == "input"
+    assert shape in str(caught.value)
+
+
+def test_json_lines_whose_first_record_is_a_list_are_still_read(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text('["not", "a", "record"]\n' + json.dumps({**RAGAS, "id": "x"}) + "\n")
+    assert len(list(InputFile(path))) == 2

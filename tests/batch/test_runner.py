@@ -98,6 +98,8 @@ WORST = [
     b'{"id": {"a": 1}, "question": "q?", "chunks": []}',
     b'{"id": null, "question": "q?", "chunks": []}',
     b'{"id": 12, "question": "q?", "chunks": [{"id": 0, "text": "' + b"word " * 400_000 + b'"}]}',
+    b'{"id": "twice", "question": "q?", "id": "other", "chunks": [{"id": 0, "text": "Ada"}]}',
+    b'{"id": "ctrl", "question": "\\u0000\\u0001", "chunks": [{"id": 0, "text": "Ada"}]}',
 ]
 
 
@@ -111,6 +113,39 @@ def test_the_worst_lines_each_get_a_row_and_good_records_still_get_verdicts(tmp_
     assert written[0]["verdict"] is not None
     assert written[-1]["verdict"] is not None
     assert written[3]["id"] == "\ud800"  # the lone surrogate survives the round trip
+
+
+def test_the_worst_lines_get_error_rows_naming_the_field(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, WORST[-2:])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    twice, ctrl = rows(out)
+    assert twice["error"]["field"] == "record"
+    assert "'id' twice" in twice["error"]["message"]
+    assert ctrl["error"]["field"] == "question"
+
+
+def test_a_parquet_value_python_cannot_hold_is_one_error_row_and_the_rest_are_judged(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = [0] * 5
+    values[2] = 253402300800 * 10**6  # 10000-01-01, in a column suffice does not judge
+    table = pa.table(
+        {
+            "id": [f"r{i}" for i in range(5)],
+            "question": ["Who wrote it?"] * 5,
+            "chunks": [[{"id": 0, "text": "Ada wrote it."}]] * 5,
+            "exported_at": pa.array(values, type=pa.timestamp("us")),
+        }
+    )
+    source, out = tmp_path / "in.parquet", tmp_path / "out.jsonl"
+    pq.write_table(table, source)
+    report = judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    written = rows(out)
+    assert [row["verdict"] is not None for row in written] == [True, True, False, True, True]
+    assert written[2]["error"]["field"] == "record"
+    assert report.errors == 1
 
 
 def test_a_lone_surrogate_id_resumes(tmp_path):
