@@ -166,6 +166,8 @@ class ItemError(SufficeError):
 class InputError(ItemError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
+        #: The message without the field's name in front.
+        self.reason = message
         super().__init__(f"{field}: {message}")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suffice.records import InvalidRecord
+from suffice.records import InvalidRecord, RepeatedKeys
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -31,22 +31,23 @@ class SourceLine:
     record: object
 
 
-class _RepeatedKeyError(ValueError):
-    """An object holds the same key twice: which value was meant cannot be known."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _marking_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads`` keeps the last of two equal keys: ``{"id": "b", "id": "c"}``
-    was judged as ``c`` and ``b`` vanished.  Refused instead (42 us a line more on
-    the bundled records, against seconds a verdict)."""
+    was judged as ``c`` and ``b`` vanished.  Such an object is marked
+    (:class:`~suffice.records.RepeatedKeys`), and reading a record or chunk from it
+    is that record's error (42 us a line more on the bundled records, against
+    seconds a verdict; an HTTP body of many items still judges the others)."""
     out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKeyError(key)
-            seen.add(key)
-    return out
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    marked = RepeatedKeys(pairs)
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
 
 
 def parse_line(raw: bytes, number: int) -> object:
@@ -58,9 +59,7 @@ def parse_line(raw: bytes, number: int) -> object:
         return InvalidRecord(line=number, message=f"is not UTF-8 (byte {exc.start}: {byte!r})")
     try:
         # Without its line end, so a position in the message is on this line.
-        return json.loads(text.rstrip("\r\n"), object_pairs_hook=_unique_keys)
-    except _RepeatedKeyError as exc:
-        return InvalidRecord(line=number, message=f"has the key {exc.args[0]!r} twice in one object")
+        return json.loads(text.rstrip("\r\n"), object_pairs_hook=_marking_repeats)
     except json.JSONDecodeError as exc:
         return InvalidRecord(line=number, message=f"is not valid JSON: {exc}")
     except ValueError as exc:  # e.g. an integer longer than Python converts (4,300 digits)

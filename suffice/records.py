@@ -84,6 +84,7 @@ def parse_chunk(raw: object, index: int) -> Chunk:
     where = f"chunks[{index}]"
     if not isinstance(raw, Mapping):
         raise InputError(where, f"must be an object, got {type(raw).__name__}")
+    _check_keys(raw, where)
     cid = raw.get("id")
     if isinstance(cid, bool) or not isinstance(cid, (int, str)) or cid == "":
         raise InputError(f"{where}.id", f"must be an integer or non-empty string, got {cid!r}")
@@ -115,6 +116,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         raise InputError("record", f"{record.what} {record.line} {record.message}")
     if not isinstance(record, Mapping):
         raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
+    _check_keys(record, "")
     rid = record.get("id")
     if rid is None:
         raise InputError("id", "is missing")
@@ -152,6 +154,20 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         chunks=chunks,
         response=None if response is None else clean_text(response),
     )
+
+
+class RepeatedKeys(dict[str, Any]):
+    """A JSON object that held a key twice (``json.loads`` keeps the last value): which
+    value was meant cannot be known, so where suffice reads it (a record, a chunk) it is
+    that record's error naming the key; anywhere else it is a dict like any other."""
+
+    repeated: str = ""
+
+
+def _check_keys(raw: Mapping[str, Any], where: str) -> None:
+    if isinstance(raw, RepeatedKeys):
+        field = f"{where}.{raw.repeated}" if where else raw.repeated
+        raise InputError(field, "is given twice in one object; which value is meant is not known")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 import pytest
 
 from suffice.exceptions import InputError
-from suffice.records import InvalidRecord, clean_text, parse_record, record_id
+from suffice.records import InvalidRecord, RepeatedKeys, clean_text, parse_record, record_id
 
 
 def rec(**kw):
@@ -81,3 +81,22 @@ def test_an_unreadable_record_says_what_could_not_be_read():
         reason = "cannot be read: OverflowError: date value out of range"
         parse_record(InvalidRecord(line=4, message=reason, what="row"))
     assert str(info.value) == "record: row 4 cannot be read: OverflowError: date value out of range"
+
+
+def _repeated(pairs, key):
+    marked = RepeatedKeys(pairs)
+    marked.repeated = key
+    return marked
+
+
+def test_a_record_with_a_key_twice_is_an_error_naming_the_key():
+    with pytest.raises(InputError) as info:
+        parse_record(_repeated([("id", "b"), ("question", "Q?"), ("chunks", []), ("id", "c")], "id"))
+    assert info.value.field == "id"
+
+
+def test_a_chunk_with_a_key_twice_is_an_error_naming_the_chunks_key():
+    chunk = _repeated([("id", 0), ("text", "a"), ("text", "b")], "text")
+    with pytest.raises(InputError) as info:
+        parse_record(rec(chunks=[{"id": 1, "text": "x"}, chunk]))
+    assert info.value.field == "chunks[1].text"

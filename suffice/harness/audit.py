@@ -403,6 +403,11 @@ class VerifyReport:
     anchored_rows: int | None = None
 
 
+#: Seconds a write waits for another process (a batch job appending to the same log)
+#: to release the database before SQLite gives up.
+BUSY_TIMEOUT_S = 30.0
+
+
 class AuditLog:
     """Open (or create) the audit database at ``path``.
 
@@ -420,7 +425,7 @@ class AuditLog:
             raise ConfigError("audit_key", "<key>", f"must be at least {KEY_BYTES} bytes (see load_key)")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         # A tampered row may hold bytes that are not UTF-8: read them, report them, never crash.
         self._db.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
         try:

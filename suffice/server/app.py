@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse as _Utf8JSONResponse
+from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from suffice.config import THRESHOLD_PRESETS
-from suffice.exceptions import EngineFatalError
+from suffice.exceptions import AuditError, EngineFatalError
 from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
 from suffice.server.config import ServeConfig
@@ -38,10 +41,13 @@ PROBE_TIMEOUT = 10.0
 #: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
 WORKERS = 256
 
+_log = logging.getLogger("suffice.server")
+
 _ITEM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "One record in the JSONL format of `suffice judge`: id, question, chunks "
-    "(strings or {id, text, source}), and response for the recovery gate.",
+    "(strings, whose positions are their ids, or {id, text, source, score}), and response for "
+    "the recovery gate. RAGAS names (user_input, retrieved_contexts) are read as they are.",
     "additionalProperties": True,
 }
 _BODY_SCHEMA: dict[str, Any] = {
@@ -53,6 +59,18 @@ _BODY_SCHEMA: dict[str, Any] = {
         }
     },
 }
+
+
+class JSONResponse(_Utf8JSONResponse):
+    """JSON whose strings UTF-8 cannot hold (a lone surrogate from an input's
+    ``"\\ud800"``, kept in ids as the batch output keeps it) are written as escapes:
+    Starlette's encoder raised, and the whole request became a plain-text 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _retrieve(work: asyncio.Future[Any]) -> None:
@@ -110,6 +128,7 @@ def create_app(
 
     app = FastAPI(
         lifespan=lifespan,
+        default_response_class=JSONResponse,
         title="suffice",
         description="Evidence gates for RAG: is the retrieved context sufficient, which chunks "
         "matter, which claims are supported. Verdicts are valid by construction.",
@@ -137,7 +156,8 @@ def create_app(
             404: {"description": "gate not served"},
             413: {"description": "body over the limit"},
             422: {"description": "malformed body or parameter (names the field)"},
-            503: {"description": "the engine can no longer judge"},
+            500: {"description": "an unexpected failure (JSON naming its type; logged)"},
+            503: {"description": "the engine can no longer judge, or the audit log cannot be written"},
             504: {"description": "over the request timeout"},
         },
     )
@@ -159,9 +179,10 @@ def create_app(
             raw = await request.body()
         except ClientDisconnect:
             return Response(status_code=499)
-        value = parse_line(raw, 1)
+        # Off the event loop: 16 MiB of items took 2.7 s to parse, and /health stalled.
+        value = await asyncio.to_thread(parse_line, raw, 1)
         if isinstance(value, InvalidRecord):
-            return _unprocessable(["body"], f"not JSON: {value.message}")
+            return _unprocessable(["body"], f"the body {value.message}")
         if isinstance(value, dict):
             records: list[object] = [value]
         elif isinstance(value, list):
@@ -191,11 +212,22 @@ def create_app(
                     cancel.set()
                     return Response(status_code=499)
             outcome = work.result()
+        except asyncio.CancelledError:
+            # The server's drain ran out (or the loop is closing): stop the generation
+            # too, or the engine keeps judging for nobody and the shutdown waits for it.
+            cancel.set()
+            raise
         except RequestError as exc:
             return _unprocessable(["query", exc.field or "query"], str(exc))
         except EngineFatalError as exc:
             fatal(str(exc))
             return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=503)
+        except AuditError as exc:
+            # Judged, but not answered: a verdict the audit log does not hold is not given.
+            return JSONResponse({"detail": f"not answered: {exc}"}, status_code=503)
+        except Exception as exc:
+            _log.exception("suffice serve: request failed")
+            return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
         finally:
             metrics.waiting.dec()
         metrics.observe(gate, outcome.results, outcome.seconds)

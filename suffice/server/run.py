@@ -87,9 +87,10 @@ def serve(config: ServeConfig, notify: Notify) -> int:
                 app,
                 log_level="info" if config.verbose else "warning",
                 access_log=config.verbose,
-                # Requests in flight end by their own timeout (504); the margin covers the
-                # audit write and the response, so a drain always ends.
-                timeout_graceful_shutdown=int(config.request_timeout) + DRAIN_MARGIN_S,
+                # Requests in flight end by their own timeouts (504): the body's upload
+                # (BodyLimit) and then the judging each have request_timeout; the margin
+                # covers the audit write and the response, so a drain cuts none short.
+                timeout_graceful_shutdown=2 * int(config.request_timeout) + DRAIN_MARGIN_S,
             )
         )
         engine = service.engine

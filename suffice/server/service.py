@@ -12,6 +12,7 @@ batches whatever is in flight.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import threading
 import time
 import uuid
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.batch import result_row
+from suffice.batch.inputs import FieldMap
 from suffice.calibration.thresholds import GateConfig
 from suffice.config import JudgeConfig
-from suffice.exceptions import CancelledError, ConfigError, InputError
+from suffice.exceptions import AuditError, CancelledError, ConfigError, InputError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
@@ -34,6 +36,8 @@ from suffice.serving.base import Engine
 from suffice.serving.factory import make_engine
 
 FORMATS = ("suffice", "seed", "ragflow")
+#: No renamed fields: strings as chunks and RAGAS names, as in ``suffice judge``.
+_READ_AS_JUDGE = FieldMap()
 
 
 def gate_config_for(config: JudgeConfig, gate: str) -> JudgeConfig:
@@ -91,7 +95,12 @@ class _AuditWriter:
         self._log: AuditLog = self._pool.submit(AuditLog, config.audit_db, config.audit_key).result()
 
     def record(self, rows: list[dict[str, Any]]) -> None:
-        self._pool.submit(self._log.record_many, rows).result()
+        """Raises :class:`AuditError` when the rows cannot be written (another process
+        holds the database past SQLite's 30 s, a full disk): the request is not answered."""
+        try:
+            self._pool.submit(self._log.record_many, rows).result()
+        except sqlite3.Error as exc:
+            raise AuditError(f"the audit log cannot be written ({exc})") from exc
 
     def close(self) -> None:
         self._pool.submit(self._log.close).result()
@@ -148,7 +157,7 @@ class GateService:
                 except ConfigError as exc:
                     raise RequestError(exc.parameter, str(exc)) from exc
                 except InputError as exc:  # an unknown rubric (RubricError names the field)
-                    raise RequestError(exc.field or "rubric", str(exc)) from exc
+                    raise RequestError(exc.field or "rubric", exc.reason) from exc
                 judge = Judge(self.engine, gate_obj, config)
                 self._judges[key] = judge
         return judge
@@ -158,10 +167,16 @@ class GateService:
     ) -> Outcome:
         """One row per record, in order (a verdict or that record's error row).
 
-        Raises :class:`RequestError` for a parameter the gate does not take, and lets
-        :class:`~suffice.exceptions.EngineFatalError` (the engine cannot go on) and
-        :class:`~suffice.exceptions.CancelledError` (``cancel`` was set) through.
+        Records are read as ``suffice judge`` reads them: chunks given as strings get
+        their positions as ids, RAGAS names are suffice's (no position ids here: an
+        item without an id is its error row).
+
+        Raises :class:`RequestError` for a parameter the gate does not take,
+        :class:`~suffice.exceptions.AuditError` when the audit log cannot be written,
+        and lets :class:`~suffice.exceptions.EngineFatalError` (the engine cannot go
+        on) and :class:`~suffice.exceptions.CancelledError` (``cancel`` was set) through.
         """
+        records = [_READ_AS_JUDGE.apply(record, None) for record in records]
         if options.fmt not in FORMATS:
             raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
         judge = self.judge_for(gate, options)

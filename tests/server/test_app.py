@@ -76,7 +76,12 @@ def test_the_response_names_its_request_id_in_body_and_header():
 
 @pytest.mark.parametrize(
     ("body", "message"),
-    [(b"{not json", "not JSON"), (b'"a string"', "not str"), (b"[]", "empty"), (b"7", "not int")],
+    [
+        (b"{not json", "the body is not valid JSON"),
+        (b'"a string"', "not str"),
+        (b"[]", "empty"),
+        (b"7", "not int"),
+    ],
 )
 def test_a_body_of_the_wrong_shape_is_422_naming_the_body(body, message):
     response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
@@ -181,8 +186,9 @@ def test_a_request_over_its_timeout_has_its_generation_cancelled():
 
 
 @contextlib.contextmanager
-def live_server(engine: ScriptedEngine, **settings: object) -> Iterator[int]:
-    """The app on a real uvicorn server on a loopback port (yielded), in a thread."""
+def live_server(engine: ScriptedEngine, drain_s: int | None = None, **settings: object) -> Iterator[int]:
+    """The app on a real uvicorn server on a loopback port (yielded), in a thread;
+    ``drain_s``: uvicorn's graceful-shutdown limit."""
     import socket
 
     import uvicorn
@@ -191,7 +197,7 @@ def live_server(engine: ScriptedEngine, **settings: object) -> Iterator[int]:
     app = create_app(GateService(config, engine), config)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", timeout_graceful_shutdown=drain_s))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
@@ -217,6 +223,27 @@ def test_a_client_that_hangs_up_has_its_generation_cancelled():
         while not (engine.cancels and engine.cancels[0].is_set()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert engine.cancels[0].is_set()
+
+
+def test_a_request_still_running_when_the_drain_ends_has_its_generation_stopped():
+    """uvicorn cancels the requests left when its graceful shutdown runs out; the
+    generation behind one must stop with it, or the engine judges on for nobody."""
+    import httpx
+
+    engine = Waiting()
+    with live_server(engine, drain_s=1, request_timeout=60) as port:
+
+        def ask() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(f"http://127.0.0.1:{port}/v1/judge/sufficiency", json=record(0), timeout=20)
+
+        client = threading.Thread(target=ask, daemon=True)
+        client.start()
+        deadline = time.monotonic() + 10
+        while not engine.cancels and time.monotonic() < deadline:
+            time.sleep(0.05)
+    # Leaving live_server asked uvicorn to stop: after its 1 s drain it cancels the request.
+    assert engine.cancels[0].is_set()
 
 
 def test_a_request_over_its_timeout_is_504_and_the_next_one_still_works():
@@ -448,3 +475,106 @@ def test_metrics_count_a_gate_not_served_as_unknown():
     headers = {"Authorization": "Bearer " + KEY.decode()}
     assert client.post("/v1/judge/adequacy", json=record(0), headers=headers).status_code == 404
     assert _requests_counted(client, "unknown", 404) == 1.0
+
+
+def test_a_lone_surrogate_in_an_id_comes_back_escaped_and_the_others_still_get_verdicts():
+    # What a JSON body's "\\ud800" escape decodes to; UTF-8 cannot hold it.
+    body = (
+        b'[{"id": "q0", "question": "Who?", "chunks": [{"id": "c0", "text": "Ada."}]},'
+        b' {"id": "q\\ud800", "question": "Who?", "chunks": [{"id": "c\\udfff", "text": "Ada."}]}]'
+    )
+    response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert b'"q\\ud800"' in response.content
+    assert [row["verdict"] is not None for row in response.json()["results"]] == [True, True]
+
+
+def test_chunks_given_as_strings_get_their_positions_as_ids():
+    item = {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]}
+    row = client_for().post("/v1/judge/sufficiency", json=item).json()["results"][0]
+    assert row["verdict"]["useful_chunk_ids"] == [0]
+
+
+def test_the_openapi_example_is_judged():
+    client = client_for()
+    spec = client.get("/openapi.json").json()
+    example = spec["paths"]["/v1/judge/{gate}"]["post"]["requestBody"]["content"]["application/json"]["example"]
+    row = client.post("/v1/judge/sufficiency", json=example).json()["results"][0]
+    assert row["verdict"] is not None
+
+
+def test_a_ragas_item_is_read_with_suffices_names():
+    item = {"id": "r1", "user_input": "Who wrote Emma?", "retrieved_contexts": ["Jane Austen wrote Emma."]}
+    row = client_for().post("/v1/judge/sufficiency", json=item).json()["results"][0]
+    assert row["verdict"] is not None
+
+
+def test_an_audit_log_held_by_another_process_is_503_naming_it(tmp_path: Path, monkeypatch):
+    import sqlite3
+
+    from suffice.harness import audit
+
+    monkeypatch.setattr(audit, "BUSY_TIMEOUT_S", 0.2)
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
+    service = GateService(config, ScriptedEngine(good))
+    client = TestClient(create_app(service, config))
+    other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        response = client.post("/v1/judge/sufficiency", json=record(0))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert response.status_code == 503
+    assert "audit log cannot be written" in response.json()["detail"]
+
+
+def test_the_audit_log_is_written_again_once_the_other_process_lets_go(tmp_path: Path, monkeypatch):
+    import sqlite3
+
+    from suffice.harness import audit
+
+    monkeypatch.setattr(audit, "BUSY_TIMEOUT_S", 0.2)
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
+    service = GateService(config, ScriptedEngine(good))
+    client = TestClient(create_app(service, config))
+    other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    client.post("/v1/judge/sufficiency", json=record(0))
+    other.execute("ROLLBACK")
+    other.close()
+    assert client.post("/v1/judge/sufficiency", json=record(1)).status_code == 200
+
+
+def test_an_unexpected_failure_is_a_json_500_naming_its_type():
+    class Failing(GateService):
+        def judge(self, *args: object, **kwargs: object):  # type: ignore[override]
+            raise RuntimeError("a bug")
+
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
+    client = TestClient(create_app(Failing(config, ScriptedEngine(good)), config))
+    response = client.post("/v1/judge/sufficiency", json=record(0))
+    assert response.status_code == 500
+    assert response.json()["detail"] == "internal error: RuntimeError: a bug"
+
+
+def test_an_unknown_rubric_is_422_naming_it_once():
+    config = ServeConfig(judge=JudgeConfig(rubric="customer-support"), gates=("adequacy",))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
+    response = client.post("/v1/judge/adequacy?rubric=no-such-rubric", json=record(0))
+    detail = response.json()["detail"][0]
+    assert response.status_code == 422
+    assert detail["loc"] == ["query", "rubric"]
+    assert detail["msg"].startswith("rubric: unknown rubric 'no-such-rubric'")
+
+
+def test_an_item_with_a_key_twice_is_its_error_row_and_the_others_are_judged():
+    body = (
+        b'[{"id": "q0", "question": "Who?", "chunks": [{"id": 0, "text": "Ada."}]},'
+        b' {"id": "q1", "question": "Who?", "question": "What?", "chunks": [{"id": 0, "text": "Ada."}]}]'
+    )
+    response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
+    rows = response.json()["results"]
+    assert response.status_code == 200
+    assert rows[0]["verdict"] is not None
+    assert rows[1]["error"]["field"] == "question"
