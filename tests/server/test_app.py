@@ -509,41 +509,37 @@ def test_a_ragas_item_is_read_with_suffices_names():
     assert row["verdict"] is not None
 
 
-def test_an_audit_log_held_by_another_process_is_503_naming_it(tmp_path: Path, monkeypatch):
+@contextlib.contextmanager
+def audit_held_elsewhere(tmp_path: Path, monkeypatch) -> Iterator[tuple[TestClient, contextlib.ExitStack]]:
+    """A client whose audit log another process holds (BEGIN EXCLUSIVE) until the
+    yielded stack is closed; SQLite's wait shortened to 0.2 s."""
     import sqlite3
 
     from suffice.harness import audit
 
     monkeypatch.setattr(audit, "BUSY_TIMEOUT_S", 0.2)
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
-    service = GateService(config, ScriptedEngine(good))
-    client = TestClient(create_app(service, config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
     other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
-    try:
+    with contextlib.ExitStack() as held:
+        held.callback(other.close)
+        held.callback(other.execute, "ROLLBACK")
+        yield client, held
+
+
+def test_an_audit_log_held_by_another_process_is_503_naming_it(tmp_path: Path, monkeypatch):
+    with audit_held_elsewhere(tmp_path, monkeypatch) as (client, _):
         response = client.post("/v1/judge/sufficiency", json=record(0))
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
     assert response.status_code == 503
     assert "audit log cannot be written" in response.json()["detail"]
 
 
 def test_the_audit_log_is_written_again_once_the_other_process_lets_go(tmp_path: Path, monkeypatch):
-    import sqlite3
-
-    from suffice.harness import audit
-
-    monkeypatch.setattr(audit, "BUSY_TIMEOUT_S", 0.2)
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
-    service = GateService(config, ScriptedEngine(good))
-    client = TestClient(create_app(service, config))
-    other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")
-    client.post("/v1/judge/sufficiency", json=record(0))
-    other.execute("ROLLBACK")
-    other.close()
-    assert client.post("/v1/judge/sufficiency", json=record(1)).status_code == 200
+    with audit_held_elsewhere(tmp_path, monkeypatch) as (client, held):
+        client.post("/v1/judge/sufficiency", json=record(0))
+        held.close()
+        assert client.post("/v1/judge/sufficiency", json=record(1)).status_code == 200
 
 
 def test_an_unexpected_failure_is_a_json_500_naming_its_type():
