@@ -57,6 +57,7 @@ from suffice.exceptions import (
     CancelledError,
     ConfigError,
     ConstraintNotEnforcedError,
+    EngineDeadError,
     EngineError,
     EngineFatalError,
     EngineUnreachableError,
@@ -88,6 +89,18 @@ _PROMPTS_KEPT = 512
 _SALVAGE_KEPT = 4096
 #: Characters of a server's error message or of an off-constraint text quoted in errors.
 _QUOTE_CHARS = 300
+#: Seconds a health check may take, tried twice: it asks whether the server answers,
+#: not for a generation (it waited the 300 s generation timeout, with every retry).
+HEALTH_TIMEOUT = 10.0
+#: Requests refused in a row (the same HTTP status, none answered in between) after which
+#: the server is taken to refuse every request (a --tokenizer of another model: every
+#: completion was "out of vocabulary"), and the run stops instead of writing an error
+#: row for every record.
+REFUSED_IN_A_ROW = 32
+#: The routes a health check asks (a timeout on any other call asks them).
+_HEALTH_ROUTES = ("/health", "/v1/models")
+#: What the tokenizer probe compares, local ids against the server's (varied scripts).
+_TOKENIZER_PROBE = "suffice: Jane Austen wrote Emma (1815), 東京 — naïve café."
 
 _T = TypeVar("_T")
 
@@ -156,6 +169,8 @@ class _Workers:
                     break
                 if task is not None:
                     task[0].cancel()
+                    # Marks it done for wait(): no worker will pick it up to do so.
+                    task[0].set_running_or_notify_cancel()
             for _ in self._threads:
                 self._tasks.put(None)
             self._threads.clear()
@@ -226,7 +241,9 @@ class OpenAIEngine(Engine):
         self._patterns: dict[str, re.Pattern[str]] = {}
         self._prompts: OrderedDict[tuple[tuple[tuple[str, str], ...], ...], list[int]] = OrderedDict()
         self._prefixes: dict[str, list[int]] = {}
-        self._salvage: OrderedDict[tuple[object, ...], Generation] = OrderedDict()
+        self._salvage: OrderedDict[tuple[object, ...], Generation | EngineError] = OrderedDict()
+        #: (status, first message) of the requests refused since the last one answered.
+        self._refused: list[tuple[int, str]] = []
         self._pieces: dict[int, str] = {}
         self._lock = threading.Lock()
         self._progress_lock = threading.Lock()
@@ -242,6 +259,8 @@ class OpenAIEngine(Engine):
             self.max_model_len = min(self._server_max_len, config.max_model_len or self._server_max_len)
             if self._local is None:
                 self._probe_tokenizer()
+            else:
+                self._compare_tokenizer(config.tokenizer)
         except BaseException:
             self.close()
             raise
@@ -308,21 +327,73 @@ class OpenAIEngine(Engine):
                 f"{exc}: {_NOT_VLLM} (or give a local tokenizer folder with --tokenizer)",
             ) from exc
 
+    def _compare_tokenizer(self, folder: Path | None) -> None:
+        """A local tokenizer must give the server's ids: another model's ids reached past
+        the server's vocabulary, and every completion was refused.  A server without
+        ``/tokenize`` cannot be asked: the local tokenizer is trusted."""
+        assert self._local is not None
+        try:
+            theirs = self._server_encode(_TOKENIZER_PROBE)
+        except ServerError:
+            return
+        ours = self._local.text_ids(_TOKENIZER_PROBE)
+        if ours != theirs:
+            raise ConfigError(
+                "tokenizer",
+                str(folder),
+                f"does not tokenize as the model the server at {self.base_url} serves ({self.model_id}): "
+                f"{ours[:8]}... against the server's {theirs[:8]}...; give that model's tokenizer folder",
+            )
+
     # -- HTTP -------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """One HTTP call, retried where a retry can help; a response with status < 400."""
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        retries: int | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """One HTTP call, retried where a retry can help; a response with status < 400.
+
+        Raises :class:`EngineDeadError` when a completion's connection was cut while the
+        server worked on it and the server is then gone (it may have died of that
+        request: the records in flight are suspects, as with a dead in-process engine),
+        :class:`EngineUnreachableError` when it is gone otherwise, or answers no health
+        check after a request timed out (a wedged server stops the run in one timeout,
+        not after every request of every batch has waited its own).
+        """
+        retries = self._retries if retries is None else retries
+        cut = False
         attempt = 0
         while True:
             delay = BACKOFF_SECONDS * 2**attempt
             try:
                 with self._slots:
-                    response = self._client.request(method, path, json=body)
+                    response = self._client.request(
+                        method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+                    )
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 # Connected but slow (a long queue) is not gone: that request fails, and the
                 # judge's check_alive (/health) decides whether the server is.
                 reachable = isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout))
+                cut = cut or (
+                    path == "/v1/completions" and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError))
+                )
+                if reachable and path not in _HEALTH_ROUTES:
+                    silent = self._unhealthy()
+                    if silent is not None:
+                        raise EngineUnreachableError(
+                            f"the server at {self.base_url} did not answer a request within "
+                            f"{self.config.request_timeout:g} s, nor a health check ({silent}): nothing more can "
+                            "be judged in this run; what was done is kept, rerun to resume once the server is back"
+                        ) from exc
+            except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
+                failure = f"the answer did not decode: {exc}"
+                reachable = True
             else:
                 status = response.status_code
                 if status < 400:
@@ -339,11 +410,16 @@ class OpenAIEngine(Engine):
                 failure = f"HTTP {status}: {message}"
                 reachable = True
                 delay = _retry_after(response) or delay
-            if attempt >= self._retries or self._closed:
+            if attempt >= retries or self._closed:
                 break
             time.sleep(delay)
             attempt += 1
         tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
+        if not reachable and cut:
+            raise EngineDeadError(
+                f"the server at {self.base_url} went away while it judged ({failure}; {tries}): the records "
+                "in flight are noted; what was done is kept, rerun to resume once the server is back"
+            )
         if not reachable:
             raise EngineUnreachableError(
                 f"the server at {self.base_url} cannot be reached ({failure}; {tries}): nothing more can be "
@@ -354,26 +430,52 @@ class OpenAIEngine(Engine):
     def check_alive(self) -> None:
         """Raise :class:`EngineDeadError` if the server cannot be reached or reports its engine dead."""
         try:
-            try:
-                self._call("GET", "/health")
-            except ServerError:  # no /health route (not vLLM's own server): is it answering at all?
-                self._call("GET", "/v1/models")
+            self._health()
         except EngineFatalError:
+            self._forget_salvage()
             raise
         except EngineError as exc:
+            self._forget_salvage()
             raise EngineUnreachableError(
                 f"the server at {self.base_url} reports itself unhealthy ({exc}): nothing more can be judged "
                 "in this run; what was done is kept, rerun to resume once the server is back"
             ) from exc
 
+    def _health(self) -> None:
+        """``/health`` answered (or ``/v1/models`` where there is none), within
+        :data:`HEALTH_TIMEOUT`, tried twice."""
+        try:
+            self._call("GET", "/health", retries=1, timeout=HEALTH_TIMEOUT)
+        except ServerError:  # no /health route (not vLLM's own server): is it answering at all?
+            self._call("GET", "/v1/models", retries=1, timeout=HEALTH_TIMEOUT)
+
+    def _unhealthy(self) -> str | None:
+        """Why the server fails a health check, or ``None`` if it passes."""
+        try:
+            self._health()
+        except EngineFatalError:
+            return None  # a refused key is the next call's to report
+        except EngineError as exc:
+            return str(exc)
+        return None
+
     # -- tokens -----------------------------------------------------------------------
+
+    def _json(self, response: httpx.Response, route: str) -> Any:
+        """The body as JSON; a body that is not (a proxy's HTML page) fails this call,
+        retried on resume, never blamed on the record being fitted."""
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EngineError(f"the server at {self.base_url} answered {route} with a body that is not JSON") from exc
 
     def _server_encode(self, text: str) -> list[int]:
         body = {"model": self.model_id, "prompt": text, "add_special_tokens": False}
-        return _ids(self._call("POST", "/tokenize", body).json(), "/tokenize")
+        return _ids(self._json(self._call("POST", "/tokenize", body), "/tokenize"), "/tokenize")
 
     def _server_decode(self, ids: Sequence[int]) -> str:
-        data = self._call("POST", "/detokenize", {"model": self.model_id, "tokens": list(ids)}).json()
+        answer = self._call("POST", "/detokenize", {"model": self.model_id, "tokens": list(ids)})
+        data = self._json(answer, "/detokenize")
         text = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(text, str):
             raise EngineError(f"the server at {self.base_url} answered /detokenize without a prompt text")
@@ -408,7 +510,7 @@ class OpenAIEngine(Engine):
             ids = self._local.prompt_ids(messages)
         else:
             body = {"model": self.model_id, "messages": list(messages), "add_generation_prompt": True}
-            ids = _ids(self._call("POST", "/tokenize", body).json(), "/tokenize")
+            ids = _ids(self._json(self._call("POST", "/tokenize", body), "/tokenize"), "/tokenize")
         with self._lock:
             self._prompts[key] = ids
             while len(self._prompts) > _PROMPTS_KEPT:
@@ -469,10 +571,13 @@ class OpenAIEngine(Engine):
             raise EngineFatalError("the openai engine is closed")
         job = _Job(progress)
         results: list[Generation | None] = [None] * len(requests)
+        errors: dict[int, EngineError] = {}
         futures: dict[int, Future[Generation]] = {}
         for index, request in enumerate(requests):
             kept = self._take_salvaged(request)
-            if kept is not None:
+            if isinstance(kept, EngineError):
+                errors[index] = kept  # failed in the batch this one was split from: not sent again
+            elif kept is not None:
                 results[index] = kept
             else:
                 futures[index] = self._workers.submit(partial(self._run, request, job))
@@ -480,10 +585,12 @@ class OpenAIEngine(Engine):
         pending = set(futures.values())
         while pending:
             done, pending = wait_all(pending, timeout=_CANCEL_POLL, return_when=FIRST_EXCEPTION)
-            if cancel is not None and cancel.is_set():
+            if (cancel is not None and cancel.is_set()) or self._closed:
                 job.aborted.set()  # calls in flight are dropped when they return
                 for future in pending:
                     future.cancel()
+                if self._closed:
+                    raise EngineFatalError("the openai engine was closed while it generated")
                 raise CancelledError("the caller withdrew the request")
             if fatal is None:
                 fatal = next((f.exception() for f in done if _is_fatal(f.exception())), None)
@@ -491,24 +598,26 @@ class OpenAIEngine(Engine):
                     job.aborted.set()
                     for future in pending:
                         future.cancel()
-        failures: list[BaseException] = []
+        failures: list[BaseException] = list(errors.values())
         for index, future in futures.items():
             if future.cancelled():
                 continue
             error = future.exception()
             if error is None:
                 results[index] = future.result()
+            elif isinstance(error, EngineError):
+                errors[index] = error
+                failures.append(error)
             elif not isinstance(error, _Aborted):
                 failures.append(error)
         if fatal is not None:
-            with self._lock:
-                self._salvage.clear()
+            self._forget_salvage()
             raise fatal
         unexpected = next((e for e in failures if not isinstance(e, EngineError)), None)
         if unexpected is not None:
             raise unexpected
         if failures:
-            self._keep_salvaged(requests, results)
+            self._keep_salvaged(requests, results, errors)
             first = failures[0]
             if len(failures) == 1:
                 raise first
@@ -519,17 +628,30 @@ class OpenAIEngine(Engine):
         messages = tuple(tuple(sorted(m.items())) for m in request.messages)
         return (threading.get_ident(), messages, request.constraint.pattern)
 
-    def _keep_salvaged(self, requests: Sequence[GenerationRequest], results: list[Generation | None]) -> None:
-        """Keep a failed batch's successes: the judge splits the batch and asks again, on this
-        thread, and the server's time is not spent twice (nor is progress counted twice)."""
+    def _keep_salvaged(
+        self,
+        requests: Sequence[GenerationRequest],
+        results: list[Generation | None],
+        errors: dict[int, EngineError],
+    ) -> None:
+        """Keep a failed batch's outcomes: the judge splits the batch and asks again, on
+        this thread, until each failure is alone.  Each request here was sent once with
+        its own retries already (one HTTP call per request: splitting isolates nothing),
+        so neither a success nor a failure is sent again: a request that timed out was
+        sent at every level of the split, 20 times for a batch of 16."""
         with self._lock:
-            for request, result in zip(requests, results, strict=True):
-                if result is not None:
-                    self._salvage[self._salvage_key(request)] = result
+            for index, request in enumerate(requests):
+                outcome = results[index] if results[index] is not None else errors.get(index)
+                if outcome is not None:
+                    self._salvage[self._salvage_key(request)] = outcome
             while len(self._salvage) > _SALVAGE_KEPT:
                 self._salvage.popitem(last=False)
 
-    def _take_salvaged(self, request: GenerationRequest) -> Generation | None:
+    def _forget_salvage(self) -> None:
+        with self._lock:
+            self._salvage.clear()
+
+    def _take_salvaged(self, request: GenerationRequest) -> Generation | EngineError | None:
         if not self._salvage:
             return None
         with self._lock:
@@ -541,14 +663,34 @@ class OpenAIEngine(Engine):
             raise _Aborted
         try:
             generation = self._segments(request, job)
+        except ServerError as exc:
+            self._count_refused(exc)
+            raise
         except (EngineError, _Aborted):
             raise
         except Exception as exc:  # a malformed answer fails this request, not the run
             raise EngineError(f"the server at {self.base_url} answered in an unexpected form: {exc!r}") from exc
+        with self._lock:
+            self._refused.clear()
         if job.progress is not None:
             with self._progress_lock:  # callers' progress bars expect one thread at a time
                 job.progress(1)
         return generation
+
+    def _count_refused(self, error: ServerError) -> None:
+        """Raise :class:`EngineFatalError` once :data:`REFUSED_IN_A_ROW` requests in a row
+        were refused with the same status and none answered: the server refuses them all."""
+        with self._lock:
+            self._refused.append((error.status, str(error)))
+            refused = list(self._refused)
+        if len(refused) < REFUSED_IN_A_ROW or len({status for status, _ in refused}) != 1:
+            return
+        raise EngineFatalError(
+            f"the server at {self.base_url} refused the last {len(refused)} requests in a row and answered none "
+            f"in between (the first: {refused[0][1]}): it refuses every request, so nothing more is judged in "
+            "this run (a --tokenizer of another model, or a server that cannot take these constraints?); "
+            "what was done is kept, rerun to resume once that is fixed"
+        )
 
     def _segments(self, request: GenerationRequest, job: _Job) -> Generation:
         prompt = self._prompt_ids(request.messages)

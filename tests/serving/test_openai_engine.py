@@ -74,8 +74,11 @@ class FakeServer:
         eos_in_ids: bool = True,
         finish_reason: str = "stop",
         delay: float = 0.0,
+        tokens: Callable[[str], list[int]] = encode,
     ) -> None:
         self.answer = answer
+        #: How the server tokenizes a text (``/tokenize`` with a prompt): by code point.
+        self.tokens = tokens
         self.models = models if models is not None else [{"id": "smollm2", "root": "/m", "max_model_len": 1_000_000}]
         self.fail = fail
         self.ignore_constraint = ignore_constraint
@@ -112,8 +115,8 @@ class FakeServer:
             return httpx.Response(200)
         assert body is not None
         if path == "/tokenize":
-            text = chat(body["messages"]) if "messages" in body else body["prompt"]
-            return httpx.Response(200, json={"count": len(text), "max_model_len": 10**6, "tokens": encode(text)})
+            ids = encode(chat(body["messages"])) if "messages" in body else self.tokens(body["prompt"])
+            return httpx.Response(200, json={"count": len(ids), "max_model_len": 10**6, "tokens": ids})
         if path == "/detokenize":
             return httpx.Response(200, json={"prompt": decode(body["tokens"])})
         if path == "/v1/completions":
@@ -756,11 +759,32 @@ def embedded_tokenizer() -> Path:
     return found[-1].parent
 
 
+def local_tokens(folder: Path) -> Callable[[str], list[int]]:
+    """A server that tokenizes as the tokenizer in ``folder`` does (the model it serves)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def test_a_local_tokenizer_is_used_instead_of_the_servers_routes():
     folder = embedded_tokenizer()
-    server = FakeServer(lambda c: "yes")
-    make(server, tokenizer=folder).count_tokens(["hello"])
-    assert "/tokenize" not in server.paths()
+    server = FakeServer(lambda c: "yes", tokens=local_tokens(folder))
+    engine = make(server, tokenizer=folder)
+    started = len(server.calls)
+    engine.count_tokens(["hello"])
+    assert "/tokenize" not in server.paths()[started:]
+
+
+def test_a_local_tokenizer_of_another_model_is_refused_at_start_naming_it():
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(), tokenizer=embedded_tokenizer())  # the fake server tokenizes by code point
+    assert caught.value.parameter == "tokenizer"
+
+
+def test_a_local_tokenizer_is_trusted_by_a_server_without_tokenize():
+    no_route = FakeServer(fail=lambda path, body: httpx.Response(404) if path == "/tokenize" else None)
+    assert make(no_route, tokenizer=embedded_tokenizer()).count_tokens(["hello"]) == [1]
 
 
 def test_a_local_tokenizer_templates_the_prompt():
@@ -771,7 +795,7 @@ def test_a_local_tokenizer_templates_the_prompt():
     messages = [{"role": "user", "content": "Hello?"}]
     templated = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     expected = tokenizer(templated, add_special_tokens=False)
-    server = FakeServer(lambda c: "yes")
+    server = FakeServer(lambda c: "yes", tokens=local_tokens(folder))
     make(server, tokenizer=folder).generate([request("Hello?")])
     assert server.completions()[0]["prompt"] == expected["input_ids"]
 
@@ -831,3 +855,141 @@ def test_a_parquet_output_records_the_served_model_beside_itself(tmp_path):
     with pytest.raises(OutputMismatchError) as caught:
         _judge_into(out, served_by("/models/b"), 3)
     assert caught.value.setting == "served_root"
+
+
+# -- faults at the edges: a split, a server that refuses all, a cut, a wedge, a close ------
+
+
+def test_a_request_that_fails_is_sent_once_however_deep_the_batch_is_split():
+    text = json.dumps(GOOD, separators=(",", ":"))
+    busy = lambda path, body: (  # noqa: E731 - the one record always gets 503, after every retry
+        status(503, "busy") if path == "/v1/completions" and "Question 5?" in decode(body["prompt"]) else None  # type: ignore[index, arg-type]
+    )
+    server = FakeServer(lambda c: text, fail=busy)
+    results = Judge(make(server, retries=3), SufficiencyGate()).judge_batch([rec(i) for i in range(16)])
+    calls = [b for b in server.completions() if "Question 5?" in decode(b["prompt"])]  # type: ignore[arg-type]
+    assert [r.ok for r in results].count(False) == 1
+    assert len(calls) == 4  # its own first try and three retries, not that again at each of five split levels
+
+
+def test_a_server_that_refuses_every_request_stops_the_run_instead_of_an_error_row_each():
+    def refuse(path: str, body: object) -> Reply:
+        return status(400, "Token id 57344 is out of vocabulary") if path == "/v1/completions" else None
+
+    judge = Judge(make(FakeServer(fail=refuse)), SufficiencyGate())
+    with pytest.raises(EngineFatalError) as caught:
+        judge.judge_batch([rec(i) for i in range(openai_engine.REFUSED_IN_A_ROW + 8)])
+    assert "out of vocabulary" in str(caught.value)
+
+
+def test_refusals_with_answers_between_them_stay_each_records_error():
+    text = json.dumps(GOOD, separators=(",", ":"))
+
+    def odd(path: str, body: dict[str, object] | None) -> Reply:
+        prompt = decode(body["prompt"]) if path == "/v1/completions" and body else ""  # type: ignore[arg-type]
+        return status(400, "no") if re.search(r"Question \d*[13579]\?", prompt) else None
+
+    results = Judge(make(FakeServer(lambda c: text, fail=odd)), SufficiencyGate()).judge_batch(
+        [rec(i) for i in range(2 * openai_engine.REFUSED_IN_A_ROW + 8)]
+    )
+    assert [r.ok for r in results].count(False) == openai_engine.REFUSED_IN_A_ROW + 4
+
+
+def test_an_answer_that_is_not_json_while_fitting_is_not_blamed_on_the_record():
+    html = lambda path, body: httpx.Response(200, text="<html>proxy</html>") if path == "/tokenize" else None  # noqa: E731
+    server = FakeServer()
+    engine = make(server)
+    server.fail = html
+    with pytest.raises(EngineError) as caught:
+        engine.count_tokens(["hello"])
+    assert "/tokenize with a body that is not JSON" in str(caught.value)
+
+
+def test_a_fitting_failure_from_a_garbled_answer_is_judged_again_on_resume():
+    server = FakeServer()
+    judge = Judge(make(server), SufficiencyGate())
+    server.fail = lambda path, body: httpx.Response(200, text="<html>proxy</html>") if path == "/tokenize" else None
+    [result] = judge.judge_batch([rec(0)])
+    assert result.error is not None
+    assert result.error.type == "GenerationError"
+    assert result.error.final is False
+
+
+def test_a_server_that_dies_during_a_completion_implicates_the_records_in_flight():
+    down = {"now": False}
+
+    def dies(path: str, body: object) -> Reply:
+        if path == "/v1/completions" and not down["now"]:
+            down["now"] = True
+            return httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.ConnectError("Connection refused") if down["now"] else None
+
+    server = FakeServer()
+    engine = make(server, retries=1)
+    server.fail = dies
+    with pytest.raises(EngineDeadError) as caught:
+        engine.generate([request()])
+    assert not isinstance(caught.value, openai_engine.EngineUnreachableError)
+
+
+def test_a_server_that_is_simply_gone_implicates_no_record():
+    server = FakeServer()
+    engine = make(server, retries=1)
+    server.fail = lambda path, body: httpx.ConnectError("Connection refused")
+    with pytest.raises(openai_engine.EngineUnreachableError):
+        engine.generate([request()])
+
+
+def test_a_timed_out_request_on_a_server_that_answers_no_health_check_stops_the_run_at_once():
+    server = FakeServer()
+    engine = make(server, retries=3)
+    started = len(server.calls)
+    server.fail = lambda path, body: httpx.ReadTimeout("timed out")
+    with pytest.raises(openai_engine.EngineUnreachableError):
+        engine.generate([request()])
+    # The call that timed out is not retried: the health check (asked twice) failed after it.
+    assert server.paths()[started:] == ["/tokenize", "/health", "/health"]
+
+
+def test_a_timed_out_request_on_a_healthy_server_is_that_requests_failure():
+    server = FakeServer()
+    engine = make(server, retries=1)
+    server.fail = lambda path, body: httpx.ReadTimeout("timed out") if path == "/v1/completions" else None
+    with pytest.raises(EngineError) as caught:
+        engine.generate([request()])
+    assert not isinstance(caught.value, EngineFatalError)
+
+
+def test_the_health_check_asks_with_its_own_short_timeout():
+    server = FakeServer()
+    engine = make(server, request_timeout=300)
+    timeouts: list[object] = []
+    original = server.__call__
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            timeouts.append(request.extensions["timeout"]["read"])
+        return original(request)
+
+    engine._client._transport = httpx.MockTransport(recording)  # type: ignore[attr-defined]
+    engine.check_alive()
+    assert timeouts == [openai_engine.HEALTH_TIMEOUT]
+
+
+def test_closing_the_engine_while_it_generates_ends_the_generation():
+    engine = make(FakeServer(delay=0.5), max_concurrency=1)
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            engine.generate([request(f"Q{i}?") for i in range(8)])
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    time.sleep(0.7)
+    engine.close()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert isinstance(outcome[0], EngineFatalError)
