@@ -123,7 +123,7 @@ def judge_file(
     *,
     notify: Notify = _quiet,
     progress: ProgressFactory | None = None,
-    open_judge: Callable[[JudgeConfig], Judge] = Judge.open,
+    open_judge: Callable[[JudgeConfig], Judge] | None = None,
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
@@ -133,6 +133,7 @@ def judge_file(
     run; item failures never raise.
     """
     options = options or BatchOptions()
+    open_judge = open_judge or Judge.open  # looked up now: a default bound at import ignores a patched Judge.open
     if _same_file(source, output):
         raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
     inputs = InputFile(source, options.input_format, options.fields)

@@ -80,13 +80,13 @@ class LocalScorer(Scorer):
         self,
         config: JudgeConfig,
         gate: Gate,
-        open_judge: Callable[[JudgeConfig], Judge] = Judge.open,
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
         notify: Notify = _quiet,
         describe: str = "",
     ) -> None:
         self.config = config
         self.gate = gate
-        self._open = open_judge
+        self._open = open_judge or Judge.open
         self._notify = notify
         self._describe = describe
         self.judge: Judge | None = None

@@ -5,6 +5,7 @@ Convention: an item is predicted positive ("sufficient") when ``score >= thresho
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,10 +24,19 @@ class ThresholdPoint:
 
 
 def _check(scores: Sequence[float], labels: Sequence[bool]) -> None:
+    """Raise ValueError for what would make a metric silently wrong: a NaN score (it
+    compared unequal to itself, and the AUC's tie loop never ended), a label that is
+    not a bool (``"false"`` counted as positive)."""
     if len(scores) != len(labels):
         raise ValueError(f"scores and labels differ in length: {len(scores)} vs {len(labels)}")
     if not scores:
         raise ValueError("no scored items")
+    bad = next((i for i, s in enumerate(scores) if not math.isfinite(s)), None)
+    if bad is not None:
+        raise ValueError(f"score {bad} is {scores[bad]!r}: every score must be a finite number")
+    wrong = next((i for i, y in enumerate(labels) if not isinstance(y, bool)), None)
+    if wrong is not None:
+        raise ValueError(f"label {wrong} is {labels[wrong]!r}: every label must be true or false")
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:

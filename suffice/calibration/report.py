@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from suffice.batch.inputs import FieldMap
 from suffice.calibration.metrics import (
     best_f1,
     curve,
@@ -21,6 +22,24 @@ from suffice.calibration.metrics import (
 if TYPE_CHECKING:
     from suffice.gates.base import Gate
 
+#: Ids as the batch gives them (no renamed fields).
+_AS_JUDGED = FieldMap()
+
+
+def _record_of(records: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The golden record a result row answers: the one at the row's ``line`` (its
+    position in the golden file) if that record has the row's id, as the batch gives
+    it (a RAGAS record without an id gets ``row-<line>-<digest>``).  Joined by id, a
+    record without one matched nothing, and of two records with one id the last one's
+    label scored the first one's verdict."""
+    line = row.get("line")
+    if not isinstance(line, int) or not 1 <= line <= len(records):
+        return None
+    record = records[line - 1]
+    mapped = _AS_JUDGED.apply(dict(record), line)
+    rid = mapped.get("id") if isinstance(mapped, Mapping) else None
+    return record if rid is not None and str(rid) == str(row.get("id")) else None
+
 
 def build_report(
     gate: Gate,
@@ -28,15 +47,21 @@ def build_report(
     rows: Sequence[Mapping[str, Any]],
     precision_target: float,
 ) -> dict[str, Any]:
-    by_id = {str(r.get("id")): r for r in records}
+    """Metrics over the rows that answer a labeled golden record; rows for records no
+    longer in the golden file (kept by an earlier, longer run) are counted apart."""
     columns: dict[str, list[tuple[float, bool]]] = {}
     predicted_ids: list[list[Any]] = []
     gold_ids: list[list[Any]] = []
-    skipped = {"error": 0, "unlabeled": 0}
+    skipped = {"error": 0, "unlabeled": 0, "not_in_golden": 0}
+    judged = 0
     for row in rows:
         verdict = row.get("verdict")
-        record = by_id.get(str(row.get("id")))
-        if verdict is None or record is None:
+        record = _record_of(records, row)
+        if record is None:
+            skipped["not_in_golden" if verdict is not None else "error"] += 1
+            continue
+        judged += 1
+        if verdict is None:
             skipped["error"] += 1
             continue
         label = record.get("sufficient")
@@ -53,7 +78,7 @@ def build_report(
 
     report: dict[str, Any] = {
         "gate": gate.name,
-        "items": len(rows),
+        "items": judged,
         "skipped": skipped,
         "precision_target": precision_target,
     }
@@ -82,13 +107,23 @@ def build_report(
 
 
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
+    """report.json, report.md and a plot per score.  Without matplotlib (it comes with
+    the ``cpu`` and ``gpu`` extras, not with a client judging through a server) the
+    plots are left out and the report says so; it used to fail after judging, with no
+    report at all."""
     out.mkdir(parents=True, exist_ok=True)
-    plots = _plots(report, out)
+    try:
+        plots = _plots(report, out)
+        missing = None
+    except ImportError as exc:
+        plots, missing = [], f"plots left out: {exc.name or 'matplotlib'} is not installed"
     clean = {
         **report,
         "scores": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in report["scores"].items()},
     }
     clean["plots"] = [p.name for p in plots]
+    if missing is not None:
+        clean["plots_missing"] = missing
     (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
     return [out / "report.json", out / "report.md", *plots]
@@ -103,7 +138,13 @@ def _markdown(report: dict[str, Any]) -> str:
         f"# Calibration report: {report['gate']} gate",
         "",
         f"{report['items']} results; skipped {report['skipped']['error']} errors and "
-        f"{report['skipped']['unlabeled']} unlabeled items. Precision target {report['precision_target']:.2f}.",
+        f"{report['skipped']['unlabeled']} unlabeled items"
+        + (
+            f"; {report['skipped']['not_in_golden']} rows for records not in this golden file left out"
+            if report["skipped"].get("not_in_golden")
+            else ""
+        )
+        + f". Precision target {report['precision_target']:.2f}.",
         "",
         "| score | n | AUC | best-F1 threshold | P | R | F1 | threshold for target precision | P | R "
         "| accuracy@0.5 | ECE |",
@@ -123,7 +164,7 @@ def _markdown(report: dict[str, Any]) -> str:
             f"useful_chunk_ids against the gold evidence (sufficient items): precision {_fmt(u['precision'])}, "
             f"recall {_fmt(u['recall'])} over {int(u['items'])} items.",
         ]
-    lines += ["", "Plots: " + ", ".join(report.get("plots", [])), ""]
+    lines += ["", report.get("plots_missing") or "Plots: " + ", ".join(report.get("plots", [])), ""]
     return "\n".join(lines)
 
 

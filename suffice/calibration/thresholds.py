@@ -25,7 +25,7 @@ class GateConfig(BaseModel):
 
     gate: Literal["sufficiency"]
     score: SufficiencyScore
-    threshold: float = Field(ge=0.0, le=1.0)
+    threshold: float = Field(ge=0.0, le=1.0, strict=True)
     calibrated_on: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
 
@@ -33,7 +33,7 @@ class GateConfig(BaseModel):
     def load(cls, path: Path) -> GateConfig:
         try:
             return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError("gate_config", str(path), f"cannot read: {exc}") from exc
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -41,8 +41,12 @@ class GateConfig(BaseModel):
             raise ConfigError("gate_config", str(path), f"{field}: {err['msg']}") from exc
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        """Raises :class:`ConfigError` naming ``save_config`` when it cannot be written."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("save_config", str(path), f"cannot be written: {exc}") from exc
 
 
 def sufficiency_score(verdict: Any, score: SufficiencyScore) -> float | None:

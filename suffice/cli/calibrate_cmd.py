@@ -49,6 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.golden.is_file():
         print(f"error: golden file {str(args.golden)!r} is not a file", file=sys.stderr)
         return EXIT_USAGE
+    if args.limit is not None and args.limit < 0:
+        print(f"error: --limit must be 0 or more, got {args.limit}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.output.exists() and not args.output.is_dir():
+        print(f"error: -o {str(args.output)!r} is a file; calibrate writes a report folder there", file=sys.stderr)
+        return EXIT_USAGE
+    if args.save_config is not None and args.save_config.is_dir():
+        print(f"error: --save-config {str(args.save_config)!r} is a folder; name the file to write", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = judge_cmd.config_from_args(args)
         options = BatchOptions(
@@ -60,9 +69,17 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    records = [r for r in read_records(args.golden) if isinstance(r, dict)]
+    read = list(read_records(args.golden))
+    records = [r for r in read if isinstance(r, dict)]
+    if len(records) < len(read):
+        left = len(read) - len(records)
+        print(f"note: {left} lines of {args.golden} are not JSON objects: left out", file=sys.stderr)
     if args.limit is not None:
         records = records[: args.limit]
+    problem = _label_problem(records)
+    if problem is not None:
+        print(f"error: {args.golden}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     args.output.mkdir(parents=True, exist_ok=True)
     source = args.output / "golden.jsonl"
     if args.golden.resolve() == source.resolve():
@@ -88,6 +105,19 @@ def run(args: argparse.Namespace) -> int:
     return _save(args, gate, config.rubric, report)
 
 
+def _label_problem(records: list[dict[str, Any]]) -> str | None:
+    """Why the golden records cannot calibrate, found before anything is judged: a
+    label that is not true or false (``"true"`` and ``0`` were read as no label, and
+    the run ended, after judging, with "no labeled verdicts"), or no label at all."""
+    for number, record in enumerate(records, start=1):
+        label = record.get("sufficient")
+        if label is not None and not isinstance(label, bool):
+            return f"record {number}: sufficient must be true or false, got {label!r}"
+    if not any(isinstance(r.get("sufficient"), bool) for r in records):
+        return "no record has a label (sufficient: true or false)"
+    return None
+
+
 def _summary(report: dict[str, Any]) -> str:
     lines = []
     for name, s in report["scores"].items():
@@ -110,6 +140,15 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
         print(f"error: no saveable score for the {args.gate} gate", file=sys.stderr)
         return None
     scores = report["scores"][name]
+    negatives = scores["n"] - scores["positives"]
+    if scores["positives"] == 0 or negatives == 0:
+        missing = "sufficient" if scores["positives"] == 0 else "insufficient"
+        print(
+            f"error: no threshold is saved: the {scores['n']} labeled verdicts have no {missing} item, "
+            "so no threshold separates the two",
+            file=sys.stderr,
+        )
+        return None
     chosen = scores["best_f1"] if args.choose == "best-f1" else scores["precision_target"]
     if chosen is None:
         print(f"error: no threshold of {name} reaches precision {args.precision_target}", file=sys.stderr)
@@ -135,7 +174,11 @@ def _save(args: argparse.Namespace, gate: Gate, rubric_ref: str | None, report: 
             calibrated_on=str(args.golden),
             metrics=metrics,
         )
-        config.save(args.save_config)
+        try:
+            config.save(args.save_config)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"saved {name} >= {metrics['threshold']:.3f} to {args.save_config}", file=sys.stderr)
     if args.save_rubric:
         if gate.calibration_target != "rubric" or rubric_ref is None:
@@ -147,19 +190,34 @@ def _save(args: argparse.Namespace, gate: Gate, rubric_ref: str | None, report: 
         if args.rubric_dir is None:  # a store of its own: the base version beside the new one
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        path = save_rubric_version(base, metrics, folder)
+        try:
+            path = save_rubric_version(base, metrics, folder)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"saved rubric version {path.stem} (calibrated threshold {metrics['threshold']:.3f})", file=sys.stderr)
     return EXIT_OK
 
 
 def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
-    """The rubric's next patch version, with the calibrated composite threshold."""
+    """The rubric's next patch version, with the calibrated composite threshold.
+
+    Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
+    already (it was overwritten: a hand-edited version lost) or cannot be written."""
     parts = rubric.version.split(".")
     parts[-1] = str(int(parts[-1]) + 1)
     version = ".".join(parts)
     data = rubric.model_dump(mode="json")
     data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{rubric.name}@{version}.json"
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+    except FileExistsError as exc:
+        raise ConfigError(
+            "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
     return path

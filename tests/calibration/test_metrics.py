@@ -53,3 +53,14 @@ def test_reliability_and_ece_by_hand():
 def test_set_agreement_by_hand():
     got = set_agreement([[0, 1], [2], []], [[0], [2, 3], [4]])
     assert got["precision"] == pytest.approx(2 / 3) and got["recall"] == pytest.approx(2 / 4)
+
+
+@pytest.mark.parametrize("metric", [roc_auc, best_f1, expected_calibration_error])
+def test_a_nan_score_is_refused_not_miscounted(metric):
+    with pytest.raises(ValueError, match="finite"):
+        metric([0.9, float("nan"), 0.2, 0.8], [True, True, False, False])
+
+
+def test_a_label_that_is_not_a_boolean_is_refused():
+    with pytest.raises(ValueError, match="true or false"):
+        best_f1([0.9, 0.1], ["false", "false"])  # type: ignore[list-item]

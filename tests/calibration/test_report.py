@@ -20,6 +20,7 @@ def rows_and_records():
         rows.append(
             {
                 "id": f"r{i}",
+                "line": i + 1,
                 "verdict": {
                     "is_sufficient": p >= 0.5,
                     "confidence": 0.8,
@@ -29,7 +30,7 @@ def rows_and_records():
                 },
             }
         )
-    rows.append({"id": "bad", "verdict": None, "error": {"type": "InputError"}})
+    rows.append({"id": "bad", "line": 7, "verdict": None, "error": {"type": "InputError"}})
     return records, rows
 
 
@@ -90,3 +91,29 @@ def test_decision_only_rows_offer_their_probability():
 
     row = {"detail": "decision", "decision": "false", "positive": False, "probability": 0.25}
     assert DecisionGate(SufficiencyGate()).calibration_scores(row) == {"probability": 0.25, "decision": 0.0}
+
+
+def test_a_gate_config_that_is_not_utf8_is_a_config_error(tmp_path):
+    path = tmp_path / "gate.json"
+    path.write_bytes(b'{"gate": "sufficiency", "score": "p_sufficient", "threshold": 0.5, "calibrated_on": "\xff"}')
+    with pytest.raises(ConfigError) as caught:
+        GateConfig.load(path)
+    assert caught.value.parameter == "gate_config"
+
+
+@pytest.mark.parametrize("threshold", [True, "0.5"])
+def test_a_gate_config_threshold_must_be_a_number(tmp_path, threshold):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"gate": "sufficiency", "score": "p_sufficient", "threshold": threshold}))
+    with pytest.raises(ConfigError, match="threshold"):
+        GateConfig.load(path)
+
+
+def test_saving_a_rubric_version_that_exists_is_refused_and_keeps_it(tmp_path):
+    base = RubricStore().get("customer-support")
+    first = save_rubric_version(base, {"threshold": 0.7}, tmp_path)
+    before = first.read_bytes()
+    with pytest.raises(ConfigError) as caught:
+        save_rubric_version(base, {"threshold": 0.4}, tmp_path)
+    assert caught.value.parameter == "save_rubric"
+    assert first.read_bytes() == before

@@ -1,0 +1,149 @@
+"""``suffice calibrate`` at its edges, on a scripted engine (the real engine runs it in
+test_calibrate_cmd.py): golden records without ids or with repeated ones, labels that
+are not booleans, one class only, a shorter rerun, no matplotlib, bad paths."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.cli.main import main
+from suffice.judge import Judge
+from suffice.serving.base import GenerationRequest
+from tests.fakes import ScriptedEngine
+
+
+def scripted(request: GenerationRequest) -> str:
+    """A sufficiency verdict whose confidence and decision the question names."""
+    found = re.search(r"conf=([0-9.]+) suff=([01])", request.messages[-1]["content"])
+    confidence, sufficient = (float(found.group(1)), found.group(2) == "1") if found else (0.8, True)
+    verdict = {
+        "required_entities": [{"entity": "Ada", "covered": True}],
+        "contradictions": [],
+        "reasoning": "r",
+        "is_sufficient": sufficient,
+        "missing_information": [] if sufficient else ["more"],
+        "confidence": confidence,
+        "useful_chunk_ids": [0],
+    }
+    return json.dumps(verdict, separators=(",", ":"))
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Judge.open on the scripted engine; the list counts the engines opened."""
+    count: list[int] = []
+
+    def open_scripted(cls: type[Judge], config: object) -> Judge:
+        count.append(1)
+        return cls(ScriptedEngine(scripted), config=config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Judge, "open", classmethod(open_scripted))
+    return count
+
+
+def record(i: int, confidence: float, sufficient: bool, label: object, **extra: object) -> dict[str, object]:
+    question = f"Who wrote it? conf={confidence} suff={int(sufficient)}"
+    out = {"id": f"r{i}", "question": question, "chunks": [{"id": 0, "text": "Ada wrote it."}], "sufficient": label}
+    out.update(extra)
+    return out
+
+
+SEPARABLE = [record(0, 0.9, True, True), record(1, 0.8, True, True), record(2, 0.7, False, False)]
+
+
+def calibrate(tmp_path: Path, records: list[dict[str, object]], *extra: str) -> tuple[int, Path]:
+    golden, out = tmp_path / "golden-in.jsonl", tmp_path / "calib"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return main(["calibrate", str(golden), "-o", str(out), "--no-progress", *extra]), out
+
+
+def report(out: Path) -> dict[str, object]:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_ragas_records_without_ids_are_scored_against_their_labels(tmp_path, opened):
+    ragas = [
+        {
+            "user_input": f"Who wrote it? conf={c} suff={int(s)}",
+            "retrieved_contexts": ["Ada wrote it."],
+            "sufficient": y,
+        }
+        for c, s, y in [(0.9, True, True), (0.8, True, True), (0.7, False, False)]
+    ]
+    code, out = calibrate(tmp_path, ragas)
+    assert code == EXIT_OK
+    assert report(out)["scores"]["self_confidence"]["n"] == 3  # type: ignore[index]
+
+
+def test_a_repeated_id_scores_the_first_records_verdict_against_the_first_records_label(tmp_path, opened):
+    records = [*SEPARABLE, record(0, 0.1, False, False)]  # r0 again, labelled the other way
+    code, out = calibrate(tmp_path, records)
+    scores = report(out)["scores"]["self_confidence"]  # type: ignore[index]
+    assert code != EXIT_USAGE
+    assert scores["n"] == 3
+    assert scores["auc"] == 1.0
+
+
+def test_a_shorter_rerun_leaves_out_the_earlier_rows_without_calling_them_errors(tmp_path, opened):
+    records = [*SEPARABLE, record(3, 0.6, True, True), record(4, 0.2, False, False)]
+    calibrate(tmp_path, records)
+    code, out = calibrate(tmp_path, records, "--limit", "3")
+    skipped = report(out)["skipped"]
+    assert code == EXIT_OK
+    assert skipped == {"error": 0, "unlabeled": 0, "not_in_golden": 2}  # type: ignore[comparison-overlap]
+
+
+@pytest.mark.parametrize("label", ["true", 1, 0.0])
+def test_a_label_that_is_not_a_boolean_is_refused_before_judging(tmp_path, opened, capsys, label):
+    code, _ = calibrate(tmp_path, [*SEPARABLE, record(3, 0.6, True, label)])
+    assert code == EXIT_USAGE
+    assert "record 4: sufficient must be true or false" in capsys.readouterr().err
+    assert opened == []
+
+
+def test_golden_records_without_any_label_are_refused_before_judging(tmp_path, opened):
+    code, _ = calibrate(tmp_path, [record(0, 0.9, True, None)])
+    assert code == EXIT_USAGE
+    assert opened == []
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_golden_data_of_one_class_saves_no_threshold(tmp_path, opened, capsys, label):
+    config = tmp_path / "gate.json"
+    records = [record(i, 0.5 + i / 10, True, label) for i in range(4)]
+    code, _ = calibrate(tmp_path, records, "--save-config", str(config))
+    assert code == EXIT_USAGE
+    assert not config.exists()
+    assert "no threshold is saved" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_report_is_written_and_says_the_plots_are_left_out(tmp_path, opened, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    code, out = calibrate(tmp_path, SEPARABLE)
+    assert code == EXIT_OK
+    assert "matplotlib" in report(out)["plots_missing"]  # type: ignore[operator]
+    assert "plots left out" in (out / "report.md").read_text()
+
+
+def test_an_output_that_is_a_file_is_refused(tmp_path, opened):
+    (tmp_path / "calib").write_text("not a folder")
+    code, _ = calibrate(tmp_path, SEPARABLE)
+    assert code == EXIT_USAGE
+    assert opened == []
+
+
+def test_a_negative_limit_is_refused(tmp_path, opened):
+    code, _ = calibrate(tmp_path, SEPARABLE, "--limit", "-1")
+    assert code == EXIT_USAGE
+
+
+def test_a_save_config_that_is_a_folder_is_refused_before_judging(tmp_path, opened):
+    code, _ = calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path))
+    assert code == EXIT_USAGE
+    assert opened == []
