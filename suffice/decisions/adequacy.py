@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from suffice.exceptions import ConfigError
 from suffice.grammars.adequacy import AdequacyDecision, AdequacyOutput
 from suffice.grammars.routes import Route
 from suffice.rubric_store import Rubric
@@ -40,6 +41,14 @@ def composite_score(scores: Mapping[str, float], rubric: Rubric) -> float:
     return round(sum(rubric.weight(d) * s for d, s in scores.items()) / total, 6)
 
 
+def check_threshold(threshold: float | None) -> None:
+    """Raise :class:`ConfigError` naming ``threshold`` unless it is ``None`` or in [0, 1]."""
+    if threshold is None:
+        return
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+        raise ConfigError("threshold", threshold, "must be a number in [0, 1] (the composite's scale)")
+
+
 def decide(
     output: AdequacyOutput,
     rubric: Rubric,
@@ -47,7 +56,9 @@ def decide(
     threshold: float | None = None,
     can_retrieve: bool = True,
 ) -> AdequacyDecision:
-    """``threshold`` overrides the rubric's (e.g. one chosen by calibration)."""
+    """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
+    be in [0, 1] (-1 passed everything, NaN and 5 silently became 1)."""
+    check_threshold(threshold)
     scores = output.dimensions.scores()
     composite = composite_score(scores, rubric)
     if threshold is None and rubric.calibrated_threshold is not None:

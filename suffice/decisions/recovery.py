@@ -7,6 +7,7 @@ threshold always give the same decision.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,11 @@ class SufficiencyThreshold:
     """When evidence is enough to deliver an answer.
 
     ``min_cumulative_score`` is in the retriever's own units (chunks without a
-    score count 0).  ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
+    score count 0), any finite number; ``None`` (the default) asks for none.  A
+    default of 0 sent every SUFFICIENT verdict to retrieve more when the scores were
+    a cross-encoder's logits (negative), and a negative minimum was refused.
+
+    ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
     support ratio meets ``required_support_ratio``: the checked answer goes out with
     caveats naming what the evidence does not support (the seed: "a looser threshold
     allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
@@ -30,7 +35,7 @@ class SufficiencyThreshold:
     """
 
     min_passages: int = 1
-    min_cumulative_score: float = 0.0
+    min_cumulative_score: float | None = None
     required_support_ratio: float = 1.0
     accept_partial: bool = False
     high_stakes: bool = False
@@ -38,20 +43,21 @@ class SufficiencyThreshold:
     def __post_init__(self) -> None:
         if self.min_passages < 0:
             raise ConfigError("min_passages", self.min_passages, "must be >= 0")
-        if not self.min_cumulative_score >= 0:
-            raise ConfigError("min_cumulative_score", self.min_cumulative_score, "must be >= 0")
+        score = self.min_cumulative_score
+        if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
+            raise ConfigError("min_cumulative_score", score, "must be a finite number (or None: no minimum)")
         if not 0.0 <= self.required_support_ratio <= 1.0:
             raise ConfigError("required_support_ratio", self.required_support_ratio, "must be in [0, 1]")
 
     @classmethod
     def strict(cls) -> SufficiencyThreshold:
         """Compliance-sensitive use: any gap abstains or goes to a person."""
-        return cls(min_passages=2, min_cumulative_score=0.0, required_support_ratio=1.0, high_stakes=True)
+        return cls(min_passages=2, required_support_ratio=1.0, high_stakes=True)
 
     @classmethod
     def loose(cls) -> SufficiencyThreshold:
         """Exploratory use: partial answers with caveats are acceptable."""
-        return cls(min_passages=1, min_cumulative_score=0.0, required_support_ratio=0.5, accept_partial=True)
+        return cls(min_passages=1, required_support_ratio=0.5, accept_partial=True)
 
     @classmethod
     def preset(cls, name: str) -> SufficiencyThreshold:
@@ -64,10 +70,14 @@ class SufficiencyThreshold:
     def describe(self) -> str:
         """The threshold as the prompt states it."""
         partial = "accepted with caveats" if self.accept_partial else "not accepted"
+        score = (
+            ""
+            if self.min_cumulative_score is None
+            else f"cumulative relevance score at least {self.min_cumulative_score:g}, "
+        )
         return (
-            f"at least {self.min_passages} supporting passage(s), cumulative relevance score at least "
-            f"{self.min_cumulative_score:g}, at least {self.required_support_ratio:.0%} of the answer's claims "
-            f"supported; partial support is {partial}."
+            f"at least {self.min_passages} supporting passage(s), {score}at least "
+            f"{self.required_support_ratio:.0%} of the answer's claims supported; partial support is {partial}."
         )
 
 
@@ -117,8 +127,9 @@ def decide(
         shortfalls = []
         if passages < threshold.min_passages:
             shortfalls.append(f"{passages} supporting passage(s), threshold {threshold.min_passages}")
-        if score < threshold.min_cumulative_score:
-            shortfalls.append(f"cumulative score {score:g}, threshold {threshold.min_cumulative_score:g}")
+        minimum = threshold.min_cumulative_score
+        if minimum is not None and score < minimum:
+            shortfalls.append(f"cumulative score {score:g}, threshold {minimum:g}")
         if ratio < threshold.required_support_ratio:
             shortfalls.append(f"support ratio {ratio:.2f}, threshold {threshold.required_support_ratio:.2f}")
         if not shortfalls:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from suffice.decisions.adequacy import decide
+from suffice.decisions.adequacy import check_threshold, decide
 from suffice.exceptions import InputError, VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.adequacy import (
@@ -51,6 +51,7 @@ class AdequacyGate(Gate):
         self.template = load_prompt("adequacy", prompt_version)
         self.store = store or RubricStore()
         self.default_rubric = rubric
+        check_threshold(threshold)
         self.threshold = threshold
         if rubric is not None:
             self.store.get(rubric)  # fail at construction for a bad default

@@ -3,6 +3,7 @@
 import pytest
 
 from suffice.decisions.adequacy import composite_score, decide
+from suffice.exceptions import ConfigError
 from suffice.grammars.adequacy import DIMENSIONS, AdequacyOutput
 from suffice.rubric_store import Rubric
 
@@ -74,3 +75,17 @@ def test_risk_level_is_more_conservative():
 
 def test_calibrated_threshold_overrides_the_rubric():
     assert decide(output(SCORES), rubric(threshold=0.9), threshold=0.6).decision == "PASS"
+
+
+@pytest.mark.parametrize("threshold", [-1.0, 5.0, float("nan"), True])
+def test_a_threshold_override_outside_zero_to_one_is_refused_naming_it(threshold):
+    with pytest.raises(ConfigError) as caught:
+        decide(output(SCORES), rubric(), threshold=threshold)
+    assert caught.value.parameter == "threshold"
+
+
+def test_an_adequacy_gate_with_a_threshold_outside_zero_to_one_is_refused_at_construction():
+    from suffice.gates.adequacy import AdequacyGate
+
+    with pytest.raises(ConfigError):
+        AdequacyGate(threshold=-1.0)

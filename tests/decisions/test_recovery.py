@@ -79,7 +79,11 @@ def test_same_inputs_same_decision():
 
 @pytest.mark.parametrize(
     ("kwargs", "parameter"),
-    [({"min_passages": -1}, "min_passages"), ({"required_support_ratio": 1.5}, "required_support_ratio")],
+    [
+        ({"min_passages": -1}, "min_passages"),
+        ({"required_support_ratio": 1.5}, "required_support_ratio"),
+        ({"min_cumulative_score": float("nan")}, "min_cumulative_score"),
+    ],
 )
 def test_threshold_errors_name_the_parameter(kwargs, parameter):
     with pytest.raises(ConfigError) as info:
@@ -115,3 +119,25 @@ def test_a_partial_verdict_sent_to_retrieval_has_no_caveats():
 def test_a_sufficient_delivery_has_no_caveats():
     d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, SufficiencyThreshold.loose())
     assert d.caveats == []
+
+
+NEGATIVE = [ShownChunk(0, 10, "a", "docA", False, -2.1), ShownChunk(1, 11, "b", "docA", False, -1.3)]
+
+
+@pytest.mark.parametrize(
+    "threshold", [SufficiencyThreshold(), SufficiencyThreshold.strict(), SufficiencyThreshold.loose()]
+)
+def test_negative_scores_from_a_cross_encoder_deliver_under_the_default_and_the_presets(threshold):
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), NEGATIVE, threshold)
+    assert d.route == "deliver"
+
+
+def test_a_negative_minimum_is_a_minimum_in_the_retrievers_units():
+    t = SufficiencyThreshold(min_cumulative_score=-3.0)
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), NEGATIVE, t)
+    assert d.route == "retrieve_more"
+    assert d.gap == ["cumulative score -3.4, threshold -3"]
+
+
+def test_without_a_minimum_the_threshold_says_nothing_of_scores():
+    assert "score" not in SufficiencyThreshold().describe()
