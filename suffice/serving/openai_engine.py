@@ -371,7 +371,9 @@ class OpenAIEngine(Engine):
         while True:
             delay = BACKOFF_SECONDS * 2**attempt
             try:
-                with self._slots:
+                # A health check takes no slot: behind requests that hang on a wedged
+                # server it would wait as long as they do (the pool keeps it 4 spare).
+                with self._slots if path not in _HEALTH_ROUTES else contextlib.nullcontext():
                     response = self._client.request(
                         method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
                     )

@@ -993,3 +993,28 @@ def test_closing_the_engine_while_it_generates_ends_the_generation():
     worker.join(10)
     assert not worker.is_alive()
     assert isinstance(outcome[0], EngineFatalError)
+
+
+def test_a_health_check_does_not_wait_for_a_slot_held_by_a_hanging_request():
+    release = threading.Event()
+
+    def hang(path: str, body: object) -> Reply:
+        if path == "/v1/completions":
+            release.wait(20)
+        return None
+
+    server = FakeServer()
+    engine = make(server, max_concurrency=1)
+    server.fail = hang
+    generating = threading.Thread(target=lambda: engine.generate([request()]), daemon=True)
+    generating.start()
+    deadline = time.monotonic() + 10
+    while "/v1/completions" not in server.paths() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    checking = threading.Thread(target=engine.check_alive, daemon=True)
+    checking.start()
+    checking.join(5)
+    hung = checking.is_alive()
+    release.set()
+    generating.join(10)
+    assert not hung
