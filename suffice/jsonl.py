@@ -41,12 +41,11 @@ def _marking_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(out) == len(pairs):
         return out
     seen: set[str] = set()
-    marked = RepeatedKeys(pairs)
+    repeated: set[str] = set()
     for key, _ in pairs:
-        if key in seen:
-            marked.repeated = key
-            break
-        seen.add(key)
+        (repeated if key in seen else seen).add(key)
+    marked = RepeatedKeys(pairs)
+    marked.repeated = frozenset(repeated)
     return marked
 
 

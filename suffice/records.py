@@ -84,7 +84,7 @@ def parse_chunk(raw: object, index: int) -> Chunk:
     where = f"chunks[{index}]"
     if not isinstance(raw, Mapping):
         raise InputError(where, f"must be an object, got {type(raw).__name__}")
-    _check_keys(raw, where)
+    _check_keys(raw, where, CHUNK_FIELDS)
     cid = raw.get("id")
     if isinstance(cid, bool) or not isinstance(cid, (int, str)) or cid == "":
         raise InputError(f"{where}.id", f"must be an integer or non-empty string, got {cid!r}")
@@ -116,7 +116,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         raise InputError("record", f"{record.what} {record.line} {record.message}")
     if not isinstance(record, Mapping):
         raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
-    _check_keys(record, "")
+    _check_keys(record, "", RECORD_FIELDS)
     rid = record.get("id")
     if rid is None:
         raise InputError("id", "is missing")
@@ -157,17 +157,35 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
 
 
 class RepeatedKeys(dict[str, Any]):
-    """A JSON object that held a key twice (``json.loads`` keeps the last value): which
-    value was meant cannot be known, so where suffice reads it (a record, a chunk) it is
-    that record's error naming the key; anywhere else it is a dict like any other."""
+    """A JSON object that held keys twice (``json.loads`` keeps the last value): which
+    value was meant cannot be known, so a repeated key suffice reads (a record's
+    fields, a chunk's) is that record's error naming it; a repeated key it ignores
+    is ignored like the key itself."""
 
-    repeated: str = ""
+    repeated: frozenset[str] = frozenset()
 
 
-def _check_keys(raw: Mapping[str, Any], where: str) -> None:
+#: The fields suffice reads of a record and of a chunk.
+RECORD_FIELDS = frozenset({"id", "question", "chunks", "response", "rubric"})
+CHUNK_FIELDS = frozenset({"id", "text", "source", "score"})
+
+
+def carry_repeats(source: object, out: dict[str, Any], renamed: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``out``, a copy of ``source`` with renamed fields (``renamed``: the input's name
+    -> suffice's), still marked with ``source``'s repeated keys under their new names."""
+    if not isinstance(source, RepeatedKeys) or isinstance(out, RepeatedKeys):
+        return out
+    marked = RepeatedKeys(out)
+    marked.repeated = frozenset((renamed or {}).get(key, key) for key in source.repeated)
+    return marked
+
+
+def _check_keys(raw: Mapping[str, Any], where: str, read: frozenset[str]) -> None:
     if isinstance(raw, RepeatedKeys):
-        field = f"{where}.{raw.repeated}" if where else raw.repeated
-        raise InputError(field, "is given twice in one object; which value is meant is not known")
+        hit = sorted(raw.repeated & read)
+        if hit:
+            field = f"{where}.{hit[0]}" if where else hit[0]
+            raise InputError(field, "is given twice in one object; which value is meant is not known")
 
 
 @dataclass(frozen=True)

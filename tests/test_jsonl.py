@@ -61,13 +61,13 @@ def test_dump_line_writes_other_text_as_utf8():
 def test_an_object_with_a_key_twice_is_marked_with_the_key(tmp_path):
     record = _one(tmp_path, b'{"id": "b", "question": "Q?", "id": "c"}\n')
     assert isinstance(record, RepeatedKeys)
-    assert record.repeated == "id"
+    assert record.repeated == {"id"}
 
 
 def test_a_chunk_with_a_key_twice_is_marked_and_its_record_is_not(tmp_path):
     record = _one(tmp_path, b'{"id": "b", "chunks": [{"id": 0, "text": "a", "text": "b"}]}\n')
     assert not isinstance(record, RepeatedKeys)
-    assert record["chunks"][0].repeated == "text"
+    assert record["chunks"][0].repeated == {"text"}
 
 
 def test_the_same_key_in_two_objects_is_fine(tmp_path):

@@ -85,7 +85,7 @@ def test_an_unreadable_record_says_what_could_not_be_read():
 
 def _repeated(pairs, key):
     marked = RepeatedKeys(pairs)
-    marked.repeated = key
+    marked.repeated = frozenset({key})
     return marked
 
 
@@ -100,3 +100,8 @@ def test_a_chunk_with_a_key_twice_is_an_error_naming_the_chunks_key():
     with pytest.raises(InputError) as info:
         parse_record(rec(chunks=[{"id": 1, "text": "x"}, chunk]))
     assert info.value.field == "chunks[1].text"
+
+
+def test_a_key_twice_that_suffice_does_not_read_is_ignored_like_the_key():
+    record = _repeated([("id", "b"), ("question", "Q?"), ("chunks", []), ("meta", 1), ("meta", 2)], "meta")
+    assert parse_record(record).id == "b"

@@ -24,7 +24,7 @@ from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.jsonl import SourceLine, parse_line, read_lines
-from suffice.records import InvalidRecord
+from suffice.records import InvalidRecord, carry_repeats
 
 FORMATS = ("jsonl", "parquet")
 #: Suffice's record fields a mapping can fill.
@@ -86,7 +86,8 @@ class FieldMap:
                 out[ours] = record[theirs]
             else:
                 out.pop(ours, None)
-        out = _chunks_of_strings(out)
+        # A key the input repeated keeps its mark under suffice's name.
+        out = _chunks_of_strings(carry_repeats(record, out, {theirs: ours for ours, theirs in names.items()}))
         # A Parquet column has every field, so a record without an id holds a null.
         if out.get("id") is None and position is not None:
             out["id"] = f"row-{position}-{_digest(out)}"
@@ -100,7 +101,7 @@ def _chunks_of_strings(record: dict[str, Any]) -> dict[str, Any]:
     chunks = record.get("chunks")
     if isinstance(chunks, list) and any(isinstance(c, str) for c in chunks):
         chunks = [{"id": i, "text": c} if isinstance(c, str) else c for i, c in enumerate(chunks)]
-        return {**record, "chunks": chunks}
+        return carry_repeats(record, {**record, "chunks": chunks})
     return record
 
 

@@ -44,7 +44,9 @@ class SufficiencyThreshold:
         if self.min_passages < 0:
             raise ConfigError("min_passages", self.min_passages, "must be >= 0")
         score = self.min_cumulative_score
-        if score is not None and (isinstance(score, bool) or not math.isfinite(score)):
+        if score is not None and (
+            isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
+        ):
             raise ConfigError("min_cumulative_score", score, "must be a finite number (or None: no minimum)")
         if not 0.0 <= self.required_support_ratio <= 1.0:
             raise ConfigError("required_support_ratio", self.required_support_ratio, "must be in [0, 1]")

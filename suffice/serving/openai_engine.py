@@ -242,8 +242,10 @@ class OpenAIEngine(Engine):
         self._prompts: OrderedDict[tuple[tuple[tuple[str, str], ...], ...], list[int]] = OrderedDict()
         self._prefixes: dict[str, list[int]] = {}
         self._salvage: OrderedDict[tuple[object, ...], Generation | EngineError] = OrderedDict()
-        #: (status, first message) of the requests refused since the last one answered.
-        self._refused: list[tuple[int, str]] = []
+        #: Requests refused in a row with one status: (status, the first one's message, count).
+        self._refused: tuple[int, str, int] | None = None
+        #: Completions whose connection was cut while the server worked on them.
+        self._cuts = 0
         self._pieces: dict[int, str] = {}
         self._lock = threading.Lock()
         self._progress_lock = threading.Lock()
@@ -329,12 +331,15 @@ class OpenAIEngine(Engine):
 
     def _compare_tokenizer(self, folder: Path | None) -> None:
         """A local tokenizer must give the server's ids: another model's ids reached past
-        the server's vocabulary, and every completion was refused.  A server without
-        ``/tokenize`` cannot be asked: the local tokenizer is trusted."""
+        the server's vocabulary, and every completion was refused.  A server whose
+        ``/tokenize`` does not answer (none, refused, a gateway's page) cannot be asked:
+        the local tokenizer is trusted, as before this check."""
         assert self._local is not None
         try:
             theirs = self._server_encode(_TOKENIZER_PROBE)
-        except ServerError:
+        except EngineUnreachableError:
+            raise
+        except EngineError:  # no /tokenize here (a gateway with /v1/* only, a refused route)
             return
         ours = self._local.text_ids(_TOKENIZER_PROBE)
         if ours != theirs:
@@ -382,9 +387,10 @@ class OpenAIEngine(Engine):
                 # Connected but slow (a long queue) is not gone: that request fails, and the
                 # judge's check_alive (/health) decides whether the server is.
                 reachable = isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout))
-                cut = cut or (
-                    path == "/v1/completions" and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError))
-                )
+                if path == "/v1/completions" and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+                    cut = True
+                    with self._lock:
+                        self._cuts += 1
                 if reachable and path not in _HEALTH_ROUTES:
                     silent = self._unhealthy()
                     if silent is not None:
@@ -455,6 +461,8 @@ class OpenAIEngine(Engine):
         """Why the server fails a health check, or ``None`` if it passes."""
         try:
             self._health()
+        except EngineUnreachableError as exc:
+            return str(exc)
         except EngineFatalError:
             return None  # a refused key is the next call's to report
         except EngineError as exc:
@@ -572,6 +580,7 @@ class OpenAIEngine(Engine):
         if self._closed:
             raise EngineFatalError("the openai engine is closed")
         job = _Job(progress)
+        cuts_before = self._cuts
         results: list[Generation | None] = [None] * len(requests)
         errors: dict[int, EngineError] = {}
         futures: dict[int, Future[Generation]] = {}
@@ -614,12 +623,20 @@ class OpenAIEngine(Engine):
                 failures.append(error)
         if fatal is not None:
             self._forget_salvage()
+            if isinstance(fatal, EngineUnreachableError) and self._cuts > cuts_before:
+                # A request of this call was cut while the server worked on it: the
+                # server died with requests in flight, whichever failure came back first.
+                raise EngineDeadError(
+                    f"the server at {self.base_url} went away while it judged ({fatal}): the records in flight "
+                    "are noted; what was done is kept, rerun to resume once the server is back"
+                ) from fatal
             raise fatal
         unexpected = next((e for e in failures if not isinstance(e, EngineError)), None)
         if unexpected is not None:
             raise unexpected
         if failures:
-            self._keep_salvaged(requests, results, errors)
+            if len(requests) > 1:  # the judge splits it: a batch of one is not asked again
+                self._keep_salvaged(requests, results, errors)
             first = failures[0]
             if len(failures) == 1:
                 raise first
@@ -640,12 +657,17 @@ class OpenAIEngine(Engine):
         this thread, until each failure is alone.  Each request here was sent once with
         its own retries already (one HTTP call per request: splitting isolates nothing),
         so neither a success nor a failure is sent again: a request that timed out was
-        sent at every level of the split, 20 times for a batch of 16."""
+        sent at every level of the split, 20 times for a batch of 16.  Only a batch of
+        more than one is kept (the caller keeps nothing of a batch of one, the split's
+        last level), so no failure is left behind to fail a later, equal request
+        without asking the server."""
         with self._lock:
             for index, request in enumerate(requests):
                 outcome = results[index] if results[index] is not None else errors.get(index)
-                if outcome is not None:
-                    self._salvage[self._salvage_key(request)] = outcome
+                key = self._salvage_key(request)
+                if outcome is None or isinstance(self._salvage.get(key), Generation):
+                    continue  # of two equal requests, the one answered is kept
+                self._salvage[key] = outcome
             while len(self._salvage) > _SALVAGE_KEPT:
                 self._salvage.popitem(last=False)
 
@@ -673,7 +695,7 @@ class OpenAIEngine(Engine):
         except Exception as exc:  # a malformed answer fails this request, not the run
             raise EngineError(f"the server at {self.base_url} answered in an unexpected form: {exc!r}") from exc
         with self._lock:
-            self._refused.clear()
+            self._refused = None
         if job.progress is not None:
             with self._progress_lock:  # callers' progress bars expect one thread at a time
                 job.progress(1)
@@ -683,13 +705,16 @@ class OpenAIEngine(Engine):
         """Raise :class:`EngineFatalError` once :data:`REFUSED_IN_A_ROW` requests in a row
         were refused with the same status and none answered: the server refuses them all."""
         with self._lock:
-            self._refused.append((error.status, str(error)))
-            refused = list(self._refused)
-        if len(refused) < REFUSED_IN_A_ROW or len({status for status, _ in refused}) != 1:
+            if self._refused is None or self._refused[0] != error.status:
+                self._refused = (error.status, str(error), 1)
+            else:
+                self._refused = (error.status, self._refused[1], self._refused[2] + 1)
+            status, first, count = self._refused
+        if count < REFUSED_IN_A_ROW:
             return
         raise EngineFatalError(
-            f"the server at {self.base_url} refused the last {len(refused)} requests in a row and answered none "
-            f"in between (the first: {refused[0][1]}): it refuses every request, so nothing more is judged in "
+            f"the server at {self.base_url} refused the last {count} requests in a row (HTTP {status}) and "
+            f"answered none in between (the first: {first}): it refuses every request, so nothing more is judged in "
             "this run (a --tokenizer of another model, or a server that cannot take these constraints?); "
             "what was done is kept, rerun to resume once that is fixed"
         )

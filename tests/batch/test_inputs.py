@@ -205,3 +205,33 @@ def test_json_lines_whose_first_record_is_a_list_are_still_read(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('["not", "a", "record"]\n' + json.dumps({**RAGAS, "id": "x"}) + "\n")
     assert len(list(InputFile(path))) == 2
+
+
+def _line(tmp_path, text: str) -> object:
+    path = tmp_path / "in.jsonl"
+    path.write_text(text + "\n")
+    [line] = list(InputFile(path))
+    return line.record
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('{"id": "a", "id": "b", "question": "Q?", "chunks": ["t"]}', "id"),
+        ('{"user_input": "Q?", "user_input": "R?", "retrieved_contexts": ["t"]}', "question"),
+        ('{"id": "a", "question": "Q?", "chunks": [{"id": 0, "text": "x", "text": "y"}, "t"]}', "chunks[0].text"),
+    ],
+)
+def test_a_key_twice_stays_an_error_through_string_chunks_and_ragas_names(tmp_path, text, field):
+    with pytest.raises(InputError) as info:
+        parse_record(_line(tmp_path, text))
+    assert info.value.field == field
+
+
+def test_a_key_twice_through_a_mapping_is_named_by_suffices_field(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"trace": "a", "trace": "b", "question": "Q?", "chunks": []}\n')
+    [line] = list(InputFile(path, fields=FieldMap.parse(["id=trace"])))
+    with pytest.raises(InputError) as info:
+        parse_record(line.record)
+    assert info.value.field == "id"

@@ -574,3 +574,9 @@ def test_an_item_with_a_key_twice_is_its_error_row_and_the_others_are_judged():
     assert response.status_code == 200
     assert rows[0]["verdict"] is not None
     assert rows[1]["error"]["field"] == "question"
+
+
+def test_an_item_with_string_chunks_and_a_key_twice_is_its_error_row():
+    body = b'[{"id": "q0", "question": "Who?", "question": "What?", "chunks": ["Ada."]}]'
+    response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
+    assert response.json()["results"][0]["error"]["field"] == "question"

@@ -1018,3 +1018,97 @@ def test_a_health_check_does_not_wait_for_a_slot_held_by_a_hanging_request():
     release.set()
     generating.join(10)
     assert not hung
+
+
+def test_a_request_that_failed_is_asked_again_by_a_later_call():
+    """Nothing of a failure is kept past the split: a retry later reaches the server."""
+    text = json.dumps(GOOD, separators=(",", ":"))
+    down = {"now": True}
+
+    def transient(path: str, body: dict[str, object] | None) -> Reply:
+        if path == "/v1/completions" and down["now"] and "Question 1?" in decode(body["prompt"]):  # type: ignore[index, arg-type]
+            return status(503, "busy")
+        return None
+
+    server = FakeServer(lambda c: text, fail=transient)
+    judge = Judge(make(server, retries=0), SufficiencyGate())
+    first = judge.judge_batch([rec(0), rec(1), rec(2)])
+    down["now"] = False
+    [again] = judge.judge_batch([rec(1)])
+    assert first[1].ok is False
+    assert again.ok is True
+
+
+def test_a_single_request_that_failed_is_asked_again_by_a_later_call():
+    down = {"now": True}
+    server = FakeServer(
+        fail=lambda path, body: status(503, "busy") if down["now"] and path == "/v1/completions" else None
+    )
+    engine = make(server, retries=0)
+    with pytest.raises(EngineError):
+        engine.generate([request()])
+    down["now"] = False
+    assert engine.generate([request()])[0].text == "yes"
+
+
+def test_refusals_of_another_status_restart_the_count():
+    def refuse(path: str, body: object) -> Reply:
+        if path != "/v1/completions":
+            return None
+        refuse.calls += 1  # type: ignore[attr-defined]
+        return status(422 if refuse.calls == 1 else 400, "no")  # type: ignore[attr-defined]
+
+    refuse.calls = 0  # type: ignore[attr-defined]
+    judge = Judge(make(FakeServer(fail=refuse)), SufficiencyGate())
+    with pytest.raises(EngineFatalError) as caught:
+        judge.judge_batch([rec(i) for i in range(openai_engine.REFUSED_IN_A_ROW + 8)])
+    assert "HTTP 400" in str(caught.value)
+
+
+def test_a_timeout_then_no_connection_for_the_health_check_stops_at_once():
+    server = FakeServer()
+    engine = make(server, retries=3)
+    started = len(server.calls)
+
+    def wedged(path: str, body: object) -> Reply:
+        if path in ("/health", "/v1/models"):
+            return httpx.ConnectError("Connection refused")
+        return httpx.ReadTimeout("timed out")
+
+    server.fail = wedged
+    with pytest.raises(openai_engine.EngineUnreachableError):
+        engine.generate([request()])
+    assert server.paths()[started:].count("/tokenize") == 1
+
+
+@pytest.mark.parametrize(
+    "reply", [status(403, "forbidden"), status(502, "bad gateway"), httpx.Response(200, text="<html>")]
+)
+def test_a_local_tokenizer_is_trusted_when_the_server_cannot_be_asked(reply):
+    server = FakeServer(fail=lambda path, body: reply if path == "/tokenize" else None)
+    assert make(server, tokenizer=embedded_tokenizer(), retries=0).count_tokens(["hello"]) == [1]
+
+
+def test_a_server_that_dies_with_requests_in_flight_is_dead_whichever_failure_comes_back_first():
+    down = {"now": False}
+    lock = threading.Lock()
+
+    def dies(path: str, body: object) -> Reply:
+        if path != "/v1/completions":
+            return httpx.ConnectError("Connection refused") if down["now"] else None
+        with lock:
+            first = not down["now"]
+            down["now"] = True
+        if first:
+            time.sleep(0.2)  # the others find the server gone before this one's cut returns
+            return httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return httpx.ConnectError("Connection refused")
+
+    for _ in range(5):
+        down["now"] = False
+        server = FakeServer()
+        engine = make(server, retries=0, max_concurrency=4)
+        server.fail = dies
+        with pytest.raises(EngineDeadError) as caught:
+            engine.generate([request(f"Q{i}?") for i in range(8)])
+        assert not isinstance(caught.value, openai_engine.EngineUnreachableError)
