@@ -70,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     read = list(read_records(args.golden))
+    taken = _rubric_version_taken(args, config.rubric)
+    if taken is not None:
+        print(f"error: {taken}", file=sys.stderr)
+        return EXIT_USAGE
     records = [r for r in read if isinstance(r, dict)]
     if len(records) < len(read):
         left = len(read) - len(records)
@@ -103,6 +107,21 @@ def run(args: argparse.Namespace) -> int:
     for path in files:
         print(f"wrote {path}", file=sys.stderr)
     return _save(args, gate, config.rubric, report)
+
+
+def _rubric_version_taken(args: argparse.Namespace, rubric_ref: str | None) -> str | None:
+    """Why ``--save-rubric`` could not write its version, found before judging: the
+    version after the calibrated one exists already (it is never overwritten)."""
+    if not args.save_rubric or rubric_ref is None:
+        return None
+    try:
+        base = RubricStore(args.rubric_dir).get(rubric_ref)
+    except (ConfigError, InputError):
+        return None  # the run reports a bad rubric itself
+    path = next_rubric_path(base, args.rubric_dir or args.output / "rubrics")
+    if path.exists():
+        return f"--save-rubric: {path.stem} exists already in {path.parent}: calibrate from it, or move it away"
+    return None
 
 
 def _label_problem(records: list[dict[str, Any]]) -> str | None:
@@ -199,17 +218,22 @@ def _save(args: argparse.Namespace, gate: Gate, rubric_ref: str | None, report: 
     return EXIT_OK
 
 
+def next_rubric_path(rubric: Rubric, folder: Path) -> Path:
+    """Where the rubric's next patch version goes in ``folder``."""
+    parts = rubric.version.split(".")
+    parts[-1] = str(int(parts[-1]) + 1)
+    return folder / f"{rubric.name}@{'.'.join(parts)}.json"
+
+
 def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
     """The rubric's next patch version, with the calibrated composite threshold.
 
     Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
     already (it was overwritten: a hand-edited version lost) or cannot be written."""
-    parts = rubric.version.split(".")
-    parts[-1] = str(int(parts[-1]) + 1)
-    version = ".".join(parts)
+    path = next_rubric_path(rubric, folder)
+    version = path.stem.rsplit("@", 1)[1]
     data = rubric.model_dump(mode="json")
     data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
-    path = folder / f"{rubric.name}@{version}.json"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with path.open("x", encoding="utf-8") as handle:

@@ -147,3 +147,16 @@ def test_a_save_config_that_is_a_folder_is_refused_before_judging(tmp_path, open
     code, _ = calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path))
     assert code == EXIT_USAGE
     assert opened == []
+
+
+def test_a_rubric_version_that_exists_is_refused_before_judging(tmp_path, opened, capsys):
+    from suffice.cli.calibrate_cmd import next_rubric_path
+    from suffice.rubric_store import RubricStore
+
+    taken = next_rubric_path(RubricStore().get("customer-support"), tmp_path / "calib" / "rubrics")
+    taken.parent.mkdir(parents=True)
+    taken.write_text("{}")
+    code, _ = calibrate(tmp_path, SEPARABLE, "--gate", "adequacy", "--rubric", "customer-support", "--save-rubric")
+    assert code == EXIT_USAGE
+    assert opened == []
+    assert taken.read_text() == "{}"
