@@ -55,7 +55,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
-from suffice.harness.audit import AuditLog
+from suffice.harness.audit import AuditLog, is_audit_file
 from suffice.harness.recording import audit_values
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
@@ -136,6 +136,12 @@ def judge_file(
     open_judge = open_judge or Judge.open  # looked up now: a default bound at import ignores a patched Judge.open
     if _same_file(source, output):
         raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
+    if options.audit_db is not None:
+        for role, path in (("output", output), ("output", journal_path(output)), ("input", source)):
+            if is_audit_file(options.audit_db, path):
+                raise OutputMismatchError(
+                    "audit_db", f"the audit database {options.audit_db} is the {role} {path}; choose another"
+                )
     inputs = InputFile(source, options.input_format, options.fields)
     out_format = format_of(output, options.output_format, "output-format")
     gate = make_gate_for(config)

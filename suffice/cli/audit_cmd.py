@@ -16,7 +16,15 @@ from typing import Any
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.exceptions import AuditError, SufficeError
-from suffice.harness.audit import REVIEW_DECISIONS, AuditLog, load_anchor, load_key, save_anchor, write_key_file
+from suffice.harness.audit import (
+    REVIEW_DECISIONS,
+    AuditLog,
+    is_audit_file,
+    load_anchor,
+    load_key,
+    save_anchor,
+    write_key_file,
+)
 from suffice.harness.pipeline import DEFAULT_AUDIT_DB
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
@@ -70,10 +78,19 @@ def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
         print(f"error: no audit database at {db}", file=sys.stderr)
         return None
     try:
-        return AuditLog(db, key=load_key(key_file) if key_file else None)
+        return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
     except SufficeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
+
+
+def _onto_the_log(db: Path, output: Path) -> bool:
+    """Whether ``output`` is the database or one of SQLite's files beside it (an anchor
+    or export written there destroyed the log); says so."""
+    if is_audit_file(db, output):
+        print(f"error: -o {output} is the audit database {db} (or its -wal/-shm file); choose another", file=sys.stderr)
+        return True
+    return False
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -102,6 +119,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_anchor(args: argparse.Namespace) -> int:
+    if _onto_the_log(args.db, args.output):
+        return EXIT_USAGE
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
@@ -137,11 +156,18 @@ def run_keygen(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    if _onto_the_log(args.db, args.output):
+        return EXIT_USAGE
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
-    n = log.export(args.output)
-    log.close()
+    try:
+        n = log.export(args.output)
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
     print(f"{n} rows written to {args.output}", file=sys.stderr)
     return EXIT_OK
 

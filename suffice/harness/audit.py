@@ -403,6 +403,35 @@ class VerifyReport:
     anchored_rows: int | None = None
 
 
+def is_audit_file(db: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the audit database ``db`` or SQLite's ``-wal``/``-shm`` beside
+    it: an output written there destroys the log (or the log's checkpoint the output)."""
+    target = Path(path)
+    for candidate in (Path(db), Path(f"{db}-wal"), Path(f"{db}-shm")):
+        try:
+            if candidate.exists() and target.exists() and os.path.samefile(candidate, target):
+                return True
+        except OSError:
+            pass
+        if candidate.resolve() == target.resolve():
+            return True
+    return False
+
+
+def _audit_error(path: Path, exc: sqlite3.Error) -> AuditError:
+    """What an SQLite failure means for the audit log at ``path``."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        why = f"another process holds it past {BUSY_TIMEOUT_S:g} s (a batch job writing to the same log?)"
+    elif "not a database" in text or "malformed" in text:
+        why = "it is not an SQLite audit database, or it is damaged"
+    elif "full" in text:
+        why = "the disk is full"
+    else:
+        why = "SQLite failed"
+    return AuditError(f"the audit log {path} cannot be used: {why} ({text})")
+
+
 #: Seconds a write waits for another process (a batch job appending to the same log)
 #: to release the database before SQLite gives up.
 BUSY_TIMEOUT_S = 30.0
@@ -420,7 +449,12 @@ class AuditLog:
     to write or verify.
     """
 
-    def __init__(self, path: str | os.PathLike[str], key: bytes | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], key: bytes | None = None, *, create: bool = True) -> None:
+        """``create=False``: an existing log only (to read or verify): an empty file is
+        refused instead of being given a fresh schema (``verify`` reported a 0-byte
+        file "intact: 0 rows" and wrote a new log into it).  A file that is not an
+        SQLite database, a damaged one, or one another process holds past
+        :data:`BUSY_TIMEOUT_S` raises :class:`AuditError` naming the path."""
         if key is not None and (not isinstance(key, bytes) or len(key) < KEY_BYTES):
             raise ConfigError("audit_key", "<key>", f"must be at least {KEY_BYTES} bytes (see load_key)")
         self.path = Path(path)
@@ -429,6 +463,9 @@ class AuditLog:
         # A tampered row may hold bytes that are not UTF-8: read them, report them, never crash.
         self._db.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
         try:
+            # Before the journal mode, which writes to the file, so a refused one is left as it was.
+            if not create and self._read_meta() is None:
+                raise AuditError(f"{self.path} holds no audit log (an empty file): nothing to read or verify")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             meta = self._open_or_create(key)
@@ -436,6 +473,9 @@ class AuditLog:
             self.keyed = meta["mac"] == _ALG_KEYED
             #: Why the given key does not fit this database (None: it fits, or none given).
             self._key_problem = self._check_key(key, meta)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise _audit_error(self.path, exc) from exc
         except BaseException:
             self._db.close()
             raise
@@ -521,13 +561,22 @@ class AuditLog:
         """One transaction: IMMEDIATE for writes (serialises writers across processes),
         DEFERRED for reads (a consistent snapshot while others append)."""
         cur = self._db.cursor()
-        cur.execute(f"BEGIN {mode}")
+        try:
+            cur.execute(f"BEGIN {mode}")
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
         try:
             yield cur
+        except sqlite3.Error as exc:
+            cur.execute("ROLLBACK")
+            raise _audit_error(self.path, exc) from exc
         except BaseException:
             cur.execute("ROLLBACK")
             raise
-        cur.execute("COMMIT")
+        try:
+            cur.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
 
     def _append(self, cur: sqlite3.Cursor, chain: _Chain, rows: Sequence[Mapping[str, _Stored]]) -> list[int]:
         """Append rows to ``chain`` inside the caller's transaction.

@@ -585,3 +585,15 @@ def test_a_resume_with_another_field_mapping_is_refused_naming_it(tmp_path):
     with pytest.raises(OutputMismatchError) as caught:
         judge_file(CONFIG, source, out, other, open_judge=opener(ScriptedEngine(good)))
     assert caught.value.setting == "fields"
+
+
+@pytest.mark.parametrize("which", ["output", "input"])
+def test_an_audit_database_that_is_the_output_or_the_input_is_refused(tmp_path, which):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    before = source.read_bytes()
+    audit = out if which == "output" else source
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(CONFIG, source, out, BatchOptions(audit_db=audit), open_judge=opener(ScriptedEngine(good)))
+    assert caught.value.setting == "audit_db"
+    assert source.read_bytes() == before

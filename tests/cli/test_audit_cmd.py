@@ -176,3 +176,31 @@ def test_a_missing_database_is_not_created(tmp_path, capsys):
     missing = tmp_path / "nope.db"
     assert main(["audit", "verify", str(missing)]) == EXIT_USAGE
     assert not missing.exists()
+
+
+def _log_with_rows(path: Path) -> None:
+    log = AuditLog(path)
+    log.record_many([{"gate": "sufficiency", "item_id": "a"}])
+    log.close()
+
+
+@pytest.mark.parametrize("command", ["anchor", "export"])
+def test_an_output_onto_the_audit_database_is_refused_and_the_log_kept(tmp_path, command):
+    db = tmp_path / "audit.db"
+    _log_with_rows(db)
+    assert main(["audit", command, str(db), "-o", str(db)]) == 2
+    assert main(["audit", "verify", str(db)]) == 0
+
+
+def test_verify_refuses_an_empty_file_and_leaves_it_empty(tmp_path):
+    db = tmp_path / "audit.db"
+    db.write_bytes(b"")
+    assert main(["audit", "verify", str(db)]) == 2
+    assert db.read_bytes() == b""
+
+
+def test_verify_of_a_file_that_is_not_a_database_is_a_usage_error_naming_it(tmp_path, capsys):
+    db = tmp_path / "audit.db"
+    db.write_text("not sqlite at all, " * 300)
+    assert main(["audit", "verify", str(db)]) == 2
+    assert "not an SQLite audit database" in capsys.readouterr().err

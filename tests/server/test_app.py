@@ -532,7 +532,7 @@ def test_an_audit_log_held_by_another_process_is_503_naming_it(tmp_path: Path, m
     with audit_held_elsewhere(tmp_path, monkeypatch) as (client, _):
         response = client.post("/v1/judge/sufficiency", json=record(0))
     assert response.status_code == 503
-    assert "audit log cannot be written" in response.json()["detail"]
+    assert "another process holds it" in response.json()["detail"]
 
 
 def test_the_audit_log_is_written_again_once_the_other_process_lets_go(tmp_path: Path, monkeypatch):
