@@ -229,7 +229,9 @@ class Pipeline:
         if round >= self.config.max_rounds:
             reason = f"retrieval budget of {self.config.max_rounds} rounds spent: {routing.reason}"
             return self._review(run_id, item.id, item, reason, routing.gap, verdict, seq, state.trace)
-        queries[id(state)] = routing.queries or [item.question]
+        # Nothing was retrieved: the gate answered without the model, and its "queries"
+        # are its canned note ("No content was retrieved..."); search the question again.
+        queries[id(state)] = (routing.queries if item.chunks else []) or [item.question]
         return None
 
     def _outcome(

@@ -437,3 +437,20 @@ def test_a_dead_engine_is_not_one_questions_failure():
 
     with pytest.raises(EngineDeadError):
         isolated(dead, ["a", "b"], RewriteError)
+
+
+def test_an_empty_first_retrieval_searches_the_question_again_not_the_gates_note(tmp_path):
+    seen: list[str] = []
+
+    def search(query: str, k: int) -> list[dict[str, str]]:
+        seen.append(query)
+        return [] if len(seen) == 1 else [{"id": "hit", "text": f"about {query}", "source": "idx"}]
+
+    pipeline = Pipeline(
+        Judge(ScriptedEngine(lambda r: sufficiency_json(True, labels(r)), max_model_len=32768), "sufficiency"),
+        FunctionRetriever(search),
+        PipelineConfig(max_rounds=3),
+        audit=tmp_path / "audit.db",
+    )
+    pipeline.run([{"id": "q1", "question": "Who founded the Hanseatic League?"}])
+    assert seen[1] == "Who founded the Hanseatic League?"
