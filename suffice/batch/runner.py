@@ -180,6 +180,8 @@ def judge_file(
             if options.audit_db
             else None
         )
+        if audit is not None:
+            audit.check_writable()
         results.start()
         settings.write(output, keep_served=not options.overwrite)
         v = settings.values

@@ -578,12 +578,16 @@ class AuditLog:
         except sqlite3.Error as exc:
             raise _audit_error(self.path, exc) from exc
 
-    def _append(self, cur: sqlite3.Cursor, chain: _Chain, rows: Sequence[Mapping[str, _Stored]]) -> list[int]:
-        """Append rows to ``chain`` inside the caller's transaction.
+    def check_writable(self) -> None:
+        """Raise now what the first append would: a key that does not fit (or none for a
+        keyed log), a chain head that does not verify.  A batch run calls it before its
+        engine starts (a wrong key was found after the model had loaded and judged a batch)."""
+        with self._transaction("DEFERRED") as cur:
+            for chain in _CHAINS:
+                self._check_head(cur, chain)
 
-        The head is checked first: extending a chain whose head was rewritten (say,
-        after its tail was cut) would bless the damage with a fresh head MAC.
-        """
+    def _check_head(self, cur: sqlite3.Cursor, chain: _Chain) -> bytes | None:
+        """The writing key, once ``chain``'s head verifies against it and its table."""
         key = self._need_key("writing")
         head = cur.execute("SELECT count, last_hash, mac FROM chain_heads WHERE chain = ?", (chain.name,)).fetchone()
         if head is None:
@@ -597,6 +601,16 @@ class AuditLog:
                 f"{self.path}: the {chain.name} chain head records {count} {chain.nouns} but the table ends "
                 f"at {last[0] if last else 0}; run `suffice audit verify`"
             )
+        return key
+
+    def _append(self, cur: sqlite3.Cursor, chain: _Chain, rows: Sequence[Mapping[str, _Stored]]) -> list[int]:
+        """Append rows to ``chain`` inside the caller's transaction.
+
+        The head is checked first: extending a chain whose head was rewritten (say,
+        after its tail was cut) would bless the damage with a fresh head MAC.
+        """
+        key = self._check_head(cur, chain)
+        count, prev = cur.execute("SELECT count, last_hash FROM chain_heads WHERE chain = ?", (chain.name,)).fetchone()
         names = [name for name, _ in chain.columns]
         insert = (
             f"INSERT INTO {chain.table} (seq, {', '.join(names)}, prev_hash, row_hash) "

@@ -93,6 +93,8 @@ class _AuditWriter:
         assert config.audit_db is not None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-audit")
         self._log: AuditLog = self._pool.submit(AuditLog, config.audit_db, config.audit_key).result()
+        # A wrong key or a damaged head fails at start-up, not as a 503 on every request.
+        self._pool.submit(self._log.check_writable).result()
 
     def record(self, rows: list[dict[str, Any]]) -> None:
         """Raises :class:`AuditError` when the rows cannot be written (another process

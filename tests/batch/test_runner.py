@@ -597,3 +597,25 @@ def test_an_audit_database_that_is_the_output_or_the_input_is_refused(tmp_path, 
         judge_file(CONFIG, source, out, BatchOptions(audit_db=audit), open_judge=opener(ScriptedEngine(good)))
     assert caught.value.setting == "audit_db"
     assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize("given", ["wrong", "none"])
+def test_an_audit_key_that_does_not_fit_stops_the_run_before_the_engine_starts(tmp_path, given):
+    from suffice.exceptions import ConfigError
+    from suffice.harness.audit import AuditLog
+
+    db = tmp_path / "audit.db"
+    AuditLog(db, key=b"k" * 32).close()
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    opened: list[int] = []
+
+    def counting(config):
+        opened.append(1)
+        return Judge(ScriptedEngine(good), config=config)
+
+    key = b"w" * 32 if given == "wrong" else None
+    with pytest.raises(ConfigError) as caught:
+        judge_file(CONFIG, source, out, BatchOptions(audit_db=db, audit_key=key), open_judge=counting)
+    assert caught.value.parameter == "audit_key"
+    assert opened == []
