@@ -50,6 +50,11 @@ class PipelineConfig:
     rewrite_queries: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("max_rounds", "base_width", "width_growth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                # 2.5 was accepted and failed later, after a review had been queued
+                raise ConfigError(name, value, "must be a whole number")
         if not 1 <= self.max_rounds <= 10:
             raise ConfigError("max_rounds", self.max_rounds, "must be between 1 and 10")
         if self.base_width < 1:

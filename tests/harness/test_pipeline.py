@@ -126,6 +126,16 @@ def test_config_errors_name_the_parameter():
     assert info.value.parameter == "max_rounds"
 
 
+@pytest.mark.parametrize(
+    ("settings", "parameter"),
+    [({"max_rounds": 2.5}, "max_rounds"), ({"max_rounds": "3"}, "max_rounds"), ({"base_width": None}, "base_width")],
+)
+def test_a_budget_that_is_not_a_whole_number_is_a_config_error_naming_it(settings, parameter):
+    with pytest.raises(ConfigError) as info:
+        PipelineConfig(**settings)
+    assert info.value.parameter == parameter
+
+
 # -- one question's retrieval or rewriting fails: it alone goes to review ----------------
 
 
