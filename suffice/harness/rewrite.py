@@ -55,5 +55,23 @@ class QueryRewriter:
                 queries = [q for q in json.loads(generation.text) if isinstance(q, str) and q.strip()]
             except json.JSONDecodeError:
                 queries = []
-            out.append(queries or list(request.gaps or request.tried or (request.question,)))
+            out.append(
+                _fresh(queries, request)
+                or _fresh(list(request.gaps), request)
+                or list(request.gaps or request.tried or (request.question,))
+            )
         return out
+
+
+def _fresh(queries: Sequence[str], request: RewriteRequest) -> list[str]:
+    """``queries`` without repeats and without those already tried (compared without
+    case and spacing): ``["a", "a", "a"]`` after ``a`` sent ``a`` three more times and
+    never the gap."""
+    seen = {" ".join(q.lower().split()) for q in request.tried}
+    out = []
+    for query in queries:
+        key = " ".join(query.lower().split())
+        if key and key not in seen:
+            seen.add(key)
+            out.append(query)
+    return out

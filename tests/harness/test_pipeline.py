@@ -464,3 +464,16 @@ def test_an_empty_first_retrieval_searches_the_question_again_not_the_gates_note
     )
     pipeline.run([{"id": "q1", "question": "Who founded the Hanseatic League?"}])
     assert seen[1] == "Who founded the Hanseatic League?"
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ('["a", "a", "A "]', ["g"]),  # only what was tried: the gap instead
+        ('["b", "b", "a", "c"]', ["b", "c"]),  # repeats and the tried query dropped
+    ],
+)
+def test_the_rewriter_sends_no_query_twice_nor_one_already_tried(written, expected):
+    rewriter = QueryRewriter(ScriptedEngine(lambda request: written))
+    [queries] = rewriter.rewrite([RewriteRequest(question="Q?", gaps=("g",), tried=("a",))])
+    assert queries == expected
