@@ -12,7 +12,6 @@ batches whatever is in flight.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import threading
 import time
 import uuid
@@ -25,7 +24,7 @@ from suffice.batch import result_row
 from suffice.batch.inputs import FieldMap
 from suffice.calibration.thresholds import GateConfig
 from suffice.config import JudgeConfig
-from suffice.exceptions import AuditError, CancelledError, ConfigError, InputError
+from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.gates import make_gate_for
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
@@ -97,12 +96,10 @@ class _AuditWriter:
         self._pool.submit(self._log.check_writable).result()
 
     def record(self, rows: list[dict[str, Any]]) -> None:
-        """Raises :class:`AuditError` when the rows cannot be written (another process
-        holds the database past SQLite's 30 s, a full disk): the request is not answered."""
-        try:
-            self._pool.submit(self._log.record_many, rows).result()
-        except sqlite3.Error as exc:
-            raise AuditError(f"the audit log cannot be written ({exc})") from exc
+        """Raises :class:`AuditError` (from the log itself) when the rows cannot be written
+        (another process holds the database past SQLite's 30 s, a full disk): the
+        request is not answered."""
+        self._pool.submit(self._log.record_many, rows).result()
 
     def close(self) -> None:
         self._pool.submit(self._log.close).result()

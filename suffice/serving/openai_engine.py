@@ -424,16 +424,20 @@ class OpenAIEngine(Engine):
             attempt += 1
         tries = f"{attempt + 1} {'try' if attempt == 0 else 'tries'}"
         if not reachable and cut:
-            raise EngineDeadError(
-                f"the server at {self.base_url} went away while it judged ({failure}; {tries}): the records "
-                "in flight are noted; what was done is kept, rerun to resume once the server is back"
-            )
+            raise self._went_away(f"{failure}; {tries}")
         if not reachable:
             raise EngineUnreachableError(
                 f"the server at {self.base_url} cannot be reached ({failure}; {tries}): nothing more can be "
                 "judged in this run; what was done is kept, rerun to resume once the server is back"
             )
         raise EngineError(f"the server at {self.base_url}{path} failed ({failure}; {tries})")
+
+    def _went_away(self, detail: str) -> EngineDeadError:
+        """The server died while it worked on a completion: its records in flight are suspects."""
+        return EngineDeadError(
+            f"the server at {self.base_url} went away while it judged ({detail}): the records in flight "
+            "are noted; what was done is kept, rerun to resume once the server is back"
+        )
 
     def check_alive(self) -> None:
         """Raise :class:`EngineDeadError` if the server cannot be reached or reports its engine dead."""
@@ -626,10 +630,7 @@ class OpenAIEngine(Engine):
             if isinstance(fatal, EngineUnreachableError) and self._cuts > cuts_before:
                 # A request of this call was cut while the server worked on it: the
                 # server died with requests in flight, whichever failure came back first.
-                raise EngineDeadError(
-                    f"the server at {self.base_url} went away while it judged ({fatal}): the records in flight "
-                    "are noted; what was done is kept, rerun to resume once the server is back"
-                ) from fatal
+                raise self._went_away(str(fatal)) from fatal
             raise fatal
         unexpected = next((e for e in failures if not isinstance(e, EngineError)), None)
         if unexpected is not None:
