@@ -580,3 +580,33 @@ def test_an_item_with_string_chunks_and_a_key_twice_is_its_error_row():
     body = b'[{"id": "q0", "question": "Who?", "question": "What?", "chunks": ["Ada."]}]'
     response = client_for().post("/v1/judge/sufficiency", content=body, headers={"content-type": "application/json"})
     assert response.json()["results"][0]["error"]["field"] == "question"
+
+
+def test_a_body_being_parsed_does_not_block_the_event_loop(monkeypatch):
+    """On a real server (one event loop), /health answers while a body is parsed."""
+    import httpx
+
+    from suffice.server import app as app_module
+
+    release = threading.Event()
+    real = app_module.parse_line
+
+    def slow_parse(raw: bytes, number: int) -> object:
+        release.wait(10)
+        return real(raw, number)
+
+    monkeypatch.setattr(app_module, "parse_line", slow_parse)
+    with live_server(ScriptedEngine(good)) as port:
+        base = f"http://127.0.0.1:{port}"
+        worker = threading.Thread(
+            target=lambda: httpx.post(f"{base}/v1/judge/sufficiency", json=record(0), timeout=20), daemon=True
+        )
+        worker.start()
+        time.sleep(0.3)
+        began = time.perf_counter()
+        status = httpx.get(f"{base}/health", timeout=20).status_code
+        waited = time.perf_counter() - began
+        release.set()
+        worker.join(10)
+    assert status == 200
+    assert waited < 5
