@@ -42,12 +42,19 @@ DEFAULT_AUDIT_DB = Path("suffice-audit.sqlite")
 class PipelineConfig:
     """``max_rounds`` gate evaluations per question (the seeds advise 2-3); retrieval
     width starts at ``base_width`` chunks per query and is multiplied by
-    ``width_growth`` every round ("a wider window")."""
+    ``width_growth`` every round ("a wider window").
+
+    ``retrieval_timeout_s``: seconds per question a retriever call may take (a call
+    for 40 questions gets 40 times this); past it, every question of the call goes
+    to review with the limit as its reason (``None``: wait for ever).  Without a
+    limit, a search server that never answers held the whole pipeline, with no
+    outcome for any question."""
 
     max_rounds: int = 3
     base_width: int = 5
     width_growth: int = 2
     rewrite_queries: bool = False
+    retrieval_timeout_s: float | None = 60.0
 
     def __post_init__(self) -> None:
         for name in ("max_rounds", "base_width", "width_growth"):
@@ -61,6 +68,11 @@ class PipelineConfig:
             raise ConfigError("base_width", self.base_width, "must be >= 1")
         if self.width_growth < 1:
             raise ConfigError("width_growth", self.width_growth, "must be >= 1")
+        timeout = self.retrieval_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
+        ):
+            raise ConfigError("retrieval_timeout_s", timeout, "must be a positive number of seconds, or None")
 
     def width(self, round: int) -> int:
         return int(self.base_width * self.width_growth ** (round - 1))
@@ -344,7 +356,9 @@ class Pipeline:
             RetrievalRequest(s.item.id, s.item.question, tuple(queries[id(s)]), round, self.config.width(round))
             for s in states
         ]
-        found: list[list[RawChunk] | StepError] = isolated(self.retriever.retrieve, requests, RetrievalError)
+        found: list[list[RawChunk] | StepError] = isolated(
+            self.retriever.retrieve, requests, RetrievalError, self.config.retrieval_timeout_s
+        )
         for state, request, chunks in zip(states, requests, found, strict=True):
             if isinstance(chunks, StepError):
                 self._fail(state, chunks, round, request.queries)

@@ -89,8 +89,11 @@ class BodyLimit:
                 if declared > self.limit:
                     await _answer(send, 413, too_large, close)
                     return
-        messages: list[Message] = []
-        size = 0
+        # The body is joined as it arrives and handed on as one message: keeping each
+        # ASGI message would cost a dict per chunk (a 16 MiB body sent a byte a chunk
+        # is 16 million of them, gigabytes), whatever the byte limit says.
+        body = bytearray()
+        ended: Message | None = None  # what ended the body other than its last part
         deadline = asyncio.get_running_loop().time() + self.seconds
         while True:
             try:
@@ -98,16 +101,16 @@ class BodyLimit:
             except TimeoutError:
                 await _answer(send, 408, f"request body not received within {self.seconds:g} s", close)
                 return
-            messages.append(message)
             if message["type"] != "http.request":
+                ended = message
                 break
-            size += len(message.get("body", b""))
-            if size > self.limit:
+            body += message.get("body", b"")
+            if len(body) > self.limit:
                 await _answer(send, 413, too_large, close)
                 return
             if not message.get("more_body", False):
                 break
-        replay = iter(messages)
+        replay = iter([{"type": "http.request", "body": bytes(body), "more_body": False}] if ended is None else [ended])
 
         async def replayed() -> Message:
             try:

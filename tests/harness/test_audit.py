@@ -451,11 +451,12 @@ def test_reviews_are_chained_as_events(tmp_path, key):
         ("UPDATE reviews SET resolved_by = 'mallory' WHERE id = 1", "reviews", "resolved_by"),
         ("UPDATE reviews SET status = 'resolved', decision = 'answer' WHERE id = 2", "reviews", "review 2"),
         ("DELETE FROM reviews WHERE id = 2", "reviews", "review 2 was deleted"),
+        ("DELETE FROM reviews WHERE id = 1", "reviews", "review 1 was deleted"),
         ("INSERT INTO reviews (id, created_at, payload) VALUES (9, 't', '{}')", "reviews", "review 9 is not in"),
         ("UPDATE review_events SET data = replace(data, 'ada', 'bob') WHERE seq = 3", "review_events", "event 3"),
         ("DELETE FROM review_events WHERE seq = 2", "review_events", "review event 2 is missing"),
     ],
-    ids=["resolution", "reviewer", "resolve-open", "delete", "insert", "event-edit", "event-delete"],
+    ids=["resolution", "reviewer", "resolve-open", "delete", "delete-first", "insert", "event-edit", "event-delete"],
 )
 def test_tampering_with_reviews_is_detected(tmp_path, key, statement, part, words):
     path = tmp_path / "a.db"
@@ -464,6 +465,23 @@ def test_tampering_with_reviews_is_detected(tmp_path, key, statement, part, word
     report = verify(path, key)
     assert report.part == part
     assert words in report.reason
+
+
+def test_of_two_altered_reviews_the_lower_is_reported(tmp_path, key):
+    path = tmp_path / "a.db"
+    with_reviews(path, key)
+    sql(path, "UPDATE reviews SET reason = 'x' WHERE id = 2", "UPDATE reviews SET note = 'x' WHERE id = 1")
+    assert verify(path, key).first_broken == 1
+
+
+def test_many_reviews_verify_against_their_events(tmp_path, key):
+    log = AuditLog(tmp_path / "a.db", key=key)
+    ids = [log.enqueue_review(item_id=f"q{i}", gate="sufficiency", reason="r", payload={"i": i}) for i in range(50)]
+    for review_id in ids[::3]:
+        log.resolve_review(review_id, decision="answer", by="ada")
+    report = log.verify()
+    log.close()
+    assert report.ok
 
 
 def test_a_forged_resolution_is_detected_with_the_key(tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -136,6 +137,17 @@ def test_a_budget_that_is_not_a_whole_number_is_a_config_error_naming_it(setting
     assert info.value.parameter == parameter
 
 
+@pytest.mark.parametrize("seconds", [0, -1.0, float("nan"), float("inf"), "5", True])
+def test_a_retrieval_timeout_that_is_not_positive_seconds_is_a_config_error_naming_it(seconds):
+    with pytest.raises(ConfigError) as info:
+        PipelineConfig(retrieval_timeout_s=seconds)
+    assert info.value.parameter == "retrieval_timeout_s"
+
+
+def test_no_retrieval_timeout_is_allowed():
+    assert PipelineConfig(retrieval_timeout_s=None).retrieval_timeout_s is None
+
+
 # -- one question's retrieval or rewriting fails: it alone goes to review ----------------
 
 
@@ -236,6 +248,42 @@ class MiscountingRetriever:
         for request, found in zip(requests, self.inner.retrieve(requests), strict=True):
             out += [found] * (self.copies if request.item_id == TARGET and request.round == 2 else 1)
         return out
+
+
+class HangingRetriever:
+    """The HotpotQA retriever, except that a round-2 call holding the target question
+    never answers (until ``release`` is set: at most 30 s, so a pipeline without a
+    time limit ends this test instead of hanging it)."""
+
+    def __init__(self, pairs: dict[str, dict[str, dict]]) -> None:
+        self.inner = hotpot_retriever(pairs, [])
+        self.release = threading.Event()
+
+    def retrieve(self, requests: Sequence[RetrievalRequest]) -> list[list[RawChunk]]:
+        if any(r.item_id == TARGET and r.round == 2 for r in requests):
+            self.release.wait(30)
+        return self.inner.retrieve(requests)
+
+
+@pytest.fixture
+def hanging() -> Iterator[HangingRetriever]:
+    retriever = HangingRetriever(load_pairs())
+    yield retriever
+    retriever.release.set()
+
+
+def test_a_retriever_that_never_answers_sends_its_call_to_review_after_the_limit(tmp_path, hanging):
+    config = PipelineConfig(retrieval_timeout_s=0.25)
+    _, outcomes = run_with(tmp_path, complete_when_all_ten, hanging, config)
+    assert outcomes[TARGET].reason == (
+        "retrieval failed in round 2: no answer within 1.5 s for 6 requests (the step's time limit)"
+    )
+
+
+def test_a_retriever_that_never_answers_is_not_split_into_more_waits(tmp_path, hanging):
+    config = PipelineConfig(retrieval_timeout_s=0.25)
+    _, outcomes = run_with(tmp_path, complete_when_all_ten, hanging, config)
+    assert [o.kind for o in outcomes.values()] == ["review"] * 6
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ here the engine is scripted so that each HTTP behaviour is checked fast and exac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -20,6 +21,7 @@ from suffice.exceptions import CancelledError, EngineDeadError
 from suffice.harness.audit import AuditLog
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig, read_api_key
+from suffice.server.guards import BodyLimit
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
 from tests.batch.test_runner import good
@@ -125,6 +127,38 @@ def test_a_chunked_body_over_the_limit_is_413_as_it_streams():
 
     response = client_for(max_body_bytes=2048).post("/v1/judge/sufficiency", content=chunks())
     assert response.status_code == 413
+
+
+def body_limit_passes(parts: list[bytes], limit: int = 1 << 20) -> list[dict[str, object]]:
+    """The messages the app behind :class:`BodyLimit` receives for a body sent in ``parts``."""
+    incoming = [{"type": "http.request", "body": p, "more_body": i < len(parts) - 1} for i, p in enumerate(parts)]
+    seen: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return incoming.pop(0)
+
+    async def app(scope, receive_body, send) -> None:
+        while True:
+            message = await receive_body()
+            seen.append(message)
+            if not message.get("more_body"):
+                return
+
+    async def send(message) -> None:
+        raise AssertionError(f"the guard answered: {message}")
+
+    asyncio.run(BodyLimit(app, limit, 5.0)({"type": "http", "headers": []}, receive, send))
+    return seen
+
+
+def test_a_body_in_many_small_parts_reaches_the_app_as_one_message():
+    seen = body_limit_passes([b"x"] * 10_000)
+    assert len(seen) == 1
+
+
+def test_a_body_in_many_small_parts_reaches_the_app_whole():
+    seen = body_limit_passes([b"a", b"b", b"c"])
+    assert seen[0]["body"] == b"abc"
 
 
 def test_no_bearer_token_is_401_when_a_key_is_set():
