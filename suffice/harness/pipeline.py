@@ -46,15 +46,17 @@ class PipelineConfig:
 
     ``retrieval_timeout_s``: seconds per question a retriever call may take (a call
     for 40 questions gets 40 times this); past it, every question of the call goes
-    to review with the limit as its reason (``None``: wait for ever).  Without a
-    limit, a search server that never answers held the whole pipeline, with no
-    outcome for any question."""
+    to review with the limit as its reason.  Without a limit (``None``, the
+    default) a search server that never answers holds the whole pipeline.  With one,
+    the retriever runs in a thread of its own, so it must not rely on the caller's
+    thread (a ``sqlite3`` connection opened there needs ``check_same_thread=False``):
+    that is why the limit is not the default."""
 
     max_rounds: int = 3
     base_width: int = 5
     width_growth: int = 2
     rewrite_queries: bool = False
-    retrieval_timeout_s: float | None = 60.0
+    retrieval_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_rounds", "base_width", "width_growth"):

@@ -144,8 +144,8 @@ def test_a_retrieval_timeout_that_is_not_positive_seconds_is_a_config_error_nami
     assert info.value.parameter == "retrieval_timeout_s"
 
 
-def test_no_retrieval_timeout_is_allowed():
-    assert PipelineConfig(retrieval_timeout_s=None).retrieval_timeout_s is None
+def test_no_retrieval_timeout_is_the_default():
+    assert PipelineConfig().retrieval_timeout_s is None
 
 
 # -- one question's retrieval or rewriting fails: it alone goes to review ----------------
@@ -189,9 +189,14 @@ def offline(found: list[dict]) -> list[dict]:
     raise ConnectionError("index offline")
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-limit", "limit"])
 @pytest.mark.parametrize("round", [1, 2])
-def test_a_retriever_that_raises_for_one_question_sends_only_it_to_review(tmp_path, round):
-    pipeline, outcomes = run_with(tmp_path, complete_when_all_ten, breaking_for(load_pairs(), TARGET, round, offline))
+def test_a_retriever_that_raises_for_one_question_sends_only_it_to_review(tmp_path, round, timeout):
+    # With a time limit the retriever runs in a thread: what it raises must still reach
+    # the split that confines it to its question.
+    config = PipelineConfig(retrieval_timeout_s=timeout)
+    retriever = breaking_for(load_pairs(), TARGET, round, offline)
+    pipeline, outcomes = run_with(tmp_path, complete_when_all_ten, retriever, config)
     assert outcomes[TARGET].kind == "review"
     assert outcomes[TARGET].reason == f"retrieval failed in round {round}: ConnectionError: index offline"
     assert outcomes[TARGET].failure == StepFailure(
