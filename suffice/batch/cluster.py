@@ -46,6 +46,7 @@ from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.base import Progress
+from suffice.serving.machine import quota_cores
 
 
 def _ray() -> Any:
@@ -103,9 +104,11 @@ def _cause(exc: BaseException) -> BaseException:
 
 
 def _split_cores(count: int) -> list[str | None]:
-    """Cores of this machine's affinity mask shared out, one slice per local actor (two
-    engines bound to the same cores run slower than one)."""
+    """Cores of this machine's affinity mask (within a container's CPU quota) shared
+    out, one slice per local actor (two engines bound to the same cores run slower
+    than one)."""
     mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    mask = list(quota_cores(tuple(mask))[0])
     if count <= 1 or len(mask) < count:
         return [None] * count
     size = len(mask) // count

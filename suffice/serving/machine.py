@@ -5,7 +5,8 @@ pinned every thread to core 0 of this 2-core machine (the same 64 prompts took
 5.0-6.2 s bound to both cores, 7.1-8.7 s on one); a fixed KV-cache size either
 wastes a small machine or starves a big one; and at its default log level a
 50-item demo printed about 335 lines of engine warnings.  So the cores come from
-the process's affinity mask, the KV cache from the memory available now, and
+the process's affinity mask, the KV cache from the memory available now (both
+within a container's cgroup limits, when it has them), and
 vLLM's own logs are hidden unless asked for (``-v``); each can be overridden.
 On a GPU (vLLM's GPU build) cores and KV cache are not vLLM's settings: it sizes its
 memory with ``gpu_memory_utilization``, and only the dtype and log level apply.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suffice.exceptions import ConfigError
+from suffice.serving.cgroups import cgroup_limits
 from suffice.serving.engine_config import EngineConfig
 
 #: Share of the memory available at start-up given to the KV cache, and its bounds.
@@ -134,7 +136,7 @@ def compute_dtype(gpu: bool) -> tuple[str, str]:
     return "float32", "the CPU has no native bfloat16 (no avx512_bf16 or amx_bf16)"
 
 
-def available_memory_gib() -> float | None:
+def host_available_gib() -> float | None:
     """``MemAvailable`` from ``/proc/meminfo`` (Linux), else ``None``."""
     try:
         with open("/proc/meminfo") as handle:
@@ -144,6 +146,27 @@ def available_memory_gib() -> float | None:
     except OSError:
         return None
     return None
+
+
+def available_memory_gib() -> float | None:
+    """What this process may still use: the host's available memory, or less where a
+    container's memory limit leaves less (see :mod:`suffice.serving.cgroups`)."""
+    host = host_available_gib()
+    free = cgroup_limits().memory_free
+    if free is None:
+        return host
+    return free / 1024**3 if host is None else min(host, free / 1024**3)
+
+
+def quota_cores(allowed: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
+    """The cores to bind threads to: the affinity mask, or its first cores where a
+    container's CPU quota allows fewer (whole CPUs, at least one: an OpenMP thread
+    that the quota throttles stalls the threads waiting for it at every barrier)."""
+    cpus = cgroup_limits().cpus
+    whole = max(1, int(cpus)) if cpus is not None else len(allowed)
+    if whole >= len(allowed):
+        return allowed, "the process's affinity mask"
+    return allowed[:whole], f"{whole} of {len(allowed)} cores in the affinity mask: the cgroup's CPU quota is {cpus:g}"
 
 
 def parse_cores(spec: str) -> tuple[int, ...]:
@@ -181,7 +204,7 @@ def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSetti
             raise ConfigError("cores", config.cores, f"cores {outside} are outside this process's affinity {allowed}")
         cores_from = "--cores"
     else:
-        cores, cores_from = allowed, "the process's affinity mask"
+        cores, cores_from = quota_cores(allowed)
     available = available_memory_gib()
     if config.kv_cache_gib is not None:
         kv, kv_from = config.kv_cache_gib, "--kv-cache-gib"
