@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
+from suffice.serving.base import defuse
 
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
 
@@ -28,6 +29,13 @@ _ENV = jinja2.Environment(
 )
 
 Message = dict[str, str]
+
+#: Chat-template markers of common model families, broken wherever the user text
+#: spells them (``<|`` covers ChatML's ``<|im_end|>``, Llama 3's ``<|eot_id|>``, Phi's
+#: ``<|end|>``...).  A local tokenizer also defuses its own list
+#: (:meth:`suffice.serving.base.TokenizerMixin.chat_text`); this one holds where the
+#: server applies the chat template (the openai engine without ``--tokenizer``).
+MARKERS = ("<<SYS>>", "<</SYS>>", "<start_of_turn>", "<end_of_turn>", "[/INST]", "[INST]", "</s>", "<s>", "<|")
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class PromptTemplate:
     def render(self, system_context: dict[str, Any], user_context: dict[str, Any]) -> tuple[Message, ...]:
         return (
             {"role": "system", "content": self.system.render(**system_context).strip()},
-            {"role": "user", "content": self.user.render(**user_context).strip()},
+            {"role": "user", "content": defuse(self.user.render(**user_context).strip(), MARKERS)},
         )
 
 

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from suffice.grammars.constraint import Constraint
 from suffice.serving.engine_config import EngineConfig
@@ -167,10 +168,36 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
 TOKENIZER_LOCK = threading.Lock()
 
 
+#: Put inside a special token's spelling in user text, so that it is read as text:
+#: invisible, and a character no tokenizer merges with ``<`` or ``|``.
+WORD_JOINER = "\u2060"
+
+
+def defuse(text: str, specials: Sequence[str]) -> str:
+    """``text`` with every spelling of a special token broken by :data:`WORD_JOINER`
+    (``specials`` longest first, so one that contains another is broken whole)."""
+    for special in specials:
+        if special in text:
+            text = text.replace(special, special[0] + WORD_JOINER + special[1:])
+    return text
+
+
 class TokenizerMixin:
     """Token counting for engines that hold a Hugging Face tokenizer (thread-safe)."""
 
     tokenizer: object
+    _specials: tuple[str, ...] | None = None
+
+    def special_spellings(self) -> tuple[str, ...]:
+        """The texts this tokenizer reads as special tokens (``<|im_end|>``...), longest first."""
+        if self._specials is None:
+            tokenizer: Any = self.tokenizer
+            found = set(getattr(tokenizer, "all_special_tokens", ()))
+            for token in getattr(tokenizer, "added_tokens_decoder", {}).values():
+                if getattr(token, "special", False):
+                    found.add(str(token.content))
+            self._specials = tuple(sorted((t for t in found if len(t) > 1), key=len, reverse=True))
+        return self._specials
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
@@ -190,10 +217,19 @@ class TokenizerMixin:
         return prefix.rstrip("\ufffd")
 
     def chat_text(self, messages: Sequence[Message]) -> str:
-        """The chat-templated prompt, generation prompt included."""
+        """The chat-templated prompt, generation prompt included.
+
+        The templated text is tokenized with special tokens recognised (the chat
+        template's own markers must be), so a ``<|im_end|>`` spelled in a chunk, a
+        question or a checked answer would become the real marker and let a
+        document close the user's turn and write a system or assistant turn of its
+        own.  Every message but the system prompt (suffice's own) is defused first.
+        """
+        specials = self.special_spellings()
+        safe = [m if m["role"] == "system" else {**m, "content": defuse(m["content"], specials)} for m in messages]
         with TOKENIZER_LOCK:
             text: str = self.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
-                list(messages), tokenize=False, add_generation_prompt=True
+                safe, tokenize=False, add_generation_prompt=True
             )
         return text
 
