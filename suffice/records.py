@@ -54,9 +54,27 @@ def record_id(record: object) -> str | None:
         return record.id
     if isinstance(record, Mapping):
         value = record.get("id")
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
+        if isinstance(value, str) or (isinstance(value, int) and _int_id(value)):
             return str(value)
     return None
+
+
+#: An integer id may have this many bits (a 128-bit hash fits).  Larger ones are
+#: refused: ``str(10**5000)`` raises, and so did every message that showed it.
+ID_BITS = 128
+
+
+def _int_id(value: int) -> bool:
+    return not isinstance(value, bool) and value.bit_length() <= ID_BITS
+
+
+def _bad_id(value: object) -> str:
+    """Why ``value`` is not an id ("" when it is one), never printing a huge integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "":
+        return f"must be a non-empty string or integer, got {_short(value)}"
+    if isinstance(value, int) and not _int_id(value):
+        return f"is an integer of {value.bit_length()} bits; at most {ID_BITS} (give a longer one as a string)"
+    return ""
 
 
 def _finite(number: float) -> bool:
@@ -86,8 +104,9 @@ def parse_chunk(raw: object, index: int) -> Chunk:
         raise InputError(where, f"must be an object, got {type(raw).__name__}")
     _check_keys(raw, where, CHUNK_FIELDS)
     cid = raw.get("id")
-    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or cid == "":
-        raise InputError(f"{where}.id", f"must be an integer or non-empty string, got {cid!r}")
+    problem = _bad_id(cid)
+    if problem:
+        raise InputError(f"{where}.id", problem)
     text = raw.get("text")
     if not isinstance(text, str):
         raise InputError(f"{where}.text", f"must be a string, got {type(text).__name__}")
@@ -120,8 +139,9 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     rid = record.get("id")
     if rid is None:
         raise InputError("id", "is missing")
-    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
-        raise InputError("id", f"must be a non-empty string or integer, got {rid!r}")
+    problem = _bad_id(rid)
+    if problem:
+        raise InputError("id", problem)
     question = record.get("question")
     if question is None:
         raise InputError("question", "is missing")
@@ -132,11 +152,14 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     if not isinstance(raw_chunks, list):
         raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
     chunks = tuple(parse_chunk(raw, i) for i, raw in enumerate(raw_chunks))
-    seen: dict[ChunkId, int] = {}
+    # Compared as text: 1 and "1" are one id in a citation's source key, a Parquet
+    # column and a user's eyes (recovery counted them as one source passage twice).
+    seen: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
-        if chunk.id in seen:
-            raise InputError(f"chunks[{i}].id", f"duplicate chunk id {chunk.id!r} (also chunks[{seen[chunk.id]}])")
-        seen[chunk.id] = i
+        key = str(chunk.id)
+        if key in seen:
+            raise InputError(f"chunks[{i}].id", f"duplicate chunk id {_short(chunk.id)} (also chunks[{seen[key]}])")
+        seen[key] = i
     response = record.get("response")
     if need_response:
         if response is None:

@@ -8,6 +8,7 @@ every error names the field.  ``name`` alone means the newest version.
 from __future__ import annotations
 
 import json
+import math
 import re
 from importlib.resources import files
 from pathlib import Path
@@ -64,8 +65,10 @@ class Rubric(BaseModel):
     def _weights_and_floors(self) -> Rubric:
         if any(w < 0 for w in self.weights.values()):
             raise ValueError("weights: every weight must be >= 0")
-        if not sum(self.weights.values()) > 0:
-            raise ValueError("weights: must sum to a positive number")
+        # Infinity (JSON's too) or 1e308 twice made every composite NaN, and the
+        # verdict file invalid JSON.
+        if not 0 < sum(self.weights.values()) < math.inf:
+            raise ValueError("weights: must be finite numbers summing to a positive, finite number")
         if any(not 0 <= f <= 1 for f in self.critical.values()):
             raise ValueError("critical: every floor must be in [0, 1]")
         return self

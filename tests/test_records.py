@@ -30,6 +30,9 @@ def rec(**kw):
         (InvalidRecord(line=3, message="Expecting value"), "record"),
         (rec(question="\x00\x01 \x7f"), "question"),
         (rec(chunks=[{"id": 0, "text": "a", "score": 10**400}]), "chunks[0].score"),
+        (rec(chunks=[{"id": 1, "text": "a"}, {"id": "1", "text": "b"}]), "chunks[1].id"),
+        pytest.param(rec(id=10**5000), "id", id="huge-id"),
+        pytest.param(rec(chunks=[{"id": 10**5000, "text": "a"}]), "chunks[0].id", id="huge-chunk-id"),
     ],
 )
 def test_bad_records_name_the_field(record, field):
@@ -56,6 +59,7 @@ def test_control_characters_are_removed_and_other_text_kept():
 
 def test_record_id_for_error_lines():
     assert record_id({"id": 7}) == "7"
+    assert record_id({"id": 10**5000}) is None  # str() of it raised and took the batch down
     assert record_id({"question": "x"}) is None
     assert record_id(InvalidRecord(1, "bad")) is None
 
@@ -105,3 +109,7 @@ def test_a_chunk_with_a_key_twice_is_an_error_naming_the_chunks_key():
 def test_a_key_twice_that_suffice_does_not_read_is_ignored_like_the_key():
     record = _repeated([("id", "b"), ("question", "Q?"), ("chunks", []), ("meta", 1), ("meta", 2)], "meta")
     assert parse_record(record).id == "b"
+
+
+def test_a_128_bit_integer_id_is_an_id():
+    assert parse_record(rec(id=2**128 - 1)).id == str(2**128 - 1)

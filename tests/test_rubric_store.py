@@ -43,6 +43,8 @@ def test_newest_version_when_none_given(tmp_path):
         ({"weights": {"factual_coverage": 0.0}}, "rubric.weights"),
         ({"weights": {"factual_coverage": -1.0, "source_authority": 0.5}}, "rubric.weights"),
         ({"weights": {"vibes": 1.0}}, "rubric.weights"),
+        ({"weights": {"factual_coverage": float("inf")}}, "rubric.weights"),
+        ({"weights": {"factual_coverage": 1e308, "source_authority": 1e308}}, "rubric.weights"),
         ({"risk_level": "EXTREME"}, "rubric.risk_level"),
         ({"pass_threshold": 1.5}, "rubric.pass_threshold"),
         ({"critical": {"factual_coverage": 2}}, "rubric.critical"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from suffice.exceptions import InputError
-from suffice.records import Chunk, ChunkId, parse_chunk
+from suffice.records import Chunk, parse_chunk
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ def content_key(chunk: Chunk) -> tuple[str | None, str]:
     return chunk.source, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _free_id(taken: set[str], wanted: str) -> str:
+    """``wanted``, or ``wanted`` with the first free suffix (``r2-1`` may itself be the
+    id a retriever gave, or the default of an id-less chunk)."""
+    candidate, n = wanted, 1
+    while candidate in taken:
+        candidate, n = f"{wanted}.{n}", n + 1
+    return candidate
+
+
 def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: int) -> tuple[list[Chunk], int]:
     """Existing chunks plus the new ones, de-duplicated by source and content.
 
@@ -83,16 +92,17 @@ def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: in
         parsed.append(parse_chunk(data, n))
     merged = list(existing)
     seen = {content_key(c) for c in merged}
-    ids: set[ChunkId] = {c.id for c in merged}
+    # Ids compared as text, as records' are (1 and "1" are one id).
+    ids: set[str] = {str(c.id) for c in merged}
     added = 0
     for n, chunk in enumerate(parsed):
         key = content_key(chunk)
         if key in seen or not chunk.text.strip():
             continue
-        if chunk.id in ids:
-            chunk = Chunk(f"r{round}-{n}", chunk.text, chunk.source, chunk.score)
+        if str(chunk.id) in ids:
+            chunk = Chunk(_free_id(ids, f"r{round}-{n}"), chunk.text, chunk.source, chunk.score)
         seen.add(key)
-        ids.add(chunk.id)
+        ids.add(str(chunk.id))
         merged.append(chunk)
         added += 1
     return merged, added

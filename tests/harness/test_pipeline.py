@@ -347,6 +347,21 @@ def test_a_failed_step_is_traced_but_not_counted_as_an_evaluation(tmp_path):
     assert outcomes[TARGET].rounds == 1
 
 
+@pytest.mark.parametrize(
+    ("existing", "found"),
+    [
+        ([Chunk("a", "first"), Chunk("r2-1", "second")], [{"id": "x", "text": "zero"}, {"id": "a", "text": "one"}]),
+        ([Chunk("r2-0", "the caller's")], [{"text": "retrieved, no id"}]),
+        ([Chunk(1, "int id")], [{"id": "1", "text": "same id as text"}]),
+    ],
+    ids=["renamed-onto-taken", "default-onto-taken", "int-and-text"],
+)
+def test_merged_chunks_never_share_an_id(existing, found):
+    merged, _ = merge_chunks(existing, found, 2)
+    ids = [str(c.id) for c in merged]
+    assert len(set(ids)) == len(ids)
+
+
 def test_merge_rejects_a_result_that_is_not_a_list_of_chunks():
     with pytest.raises(InputError) as info:
         merge_chunks([], {"id": 0, "text": "a chunk, not a list"}, 2)  # type: ignore[arg-type]
