@@ -105,7 +105,7 @@ def parse_chunk(raw: object, index: int) -> Chunk:
     _check_keys(raw, where, CHUNK_FIELDS)
     cid = raw.get("id")
     problem = _bad_id(cid)
-    if problem:
+    if problem or not isinstance(cid, (int, str)):
         raise InputError(f"{where}.id", problem)
     text = raw.get("text")
     if not isinstance(text, str):

@@ -129,7 +129,7 @@ def fit_prompt(
     lengths = engine.count_tokens([c.text for c in item.chunks])
     slack = 0
 
-    def render(texts: dict[int, str]) -> tuple[Message, ...]:
+    def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
         kept = [item.chunks[i] for i in sorted(keep)]
         sources = source_labels(kept)
         shown = [
@@ -145,27 +145,43 @@ def fit_prompt(
         context = {**user_context, "question": question, "chunks": shown, "response": response}
         return template.render(system_context, context)
 
+    def measure(keep: set[int]) -> tuple[Constraint, int, int]:
+        """(constraint, budget, overhead) with these chunks shown, their text left out."""
+        constraint = constraint_for([item.chunks[i] for i in sorted(keep)])
+        budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
+        return constraint, budget, engine.prompt_tokens(render(keep, {i: "" for i in keep}))
+
     for _ in range(_MAX_ATTEMPTS):
-        # Leave chunks out only while even the minimum share per chunk cannot fit.
-        while True:
-            if not keep:
+        # Leave chunks out only while even the minimum share per chunk cannot fit: the
+        # most chunks (best first) whose labels, sources and minimum shares fit.  Each
+        # shown chunk costs its label and source too, so the count is searched with
+        # that overhead measured for it (dividing the room left with every chunk's
+        # overhead counted gave up on 128 chunks with URL sources that 16 fitted).
+        ranked = [i for i in priority if i in keep]
+        constraint, budget, overhead = measure(keep)
+        if len(ranked) * config.min_chunk_tokens > budget - overhead - slack:
+            lo, hi = 0, len(ranked) - 1  # lo fits (none shown), hi is the most that might
+            found: dict[int, tuple[Constraint, int, int]] = {}
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                found[mid] = measure(set(ranked[:mid]))
+                _, b, o = found[mid]
+                if mid * config.min_chunk_tokens <= b - o - slack:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo == 0:
                 raise PromptTooLongError(
-                    f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown "
-                    "(the instructions, question and other fields leave no room for evidence)"
+                    f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown: "
+                    f"{_spent(engine, found.get(1) or measure(set(ranked[:1])))}"
                 )
-            constraint = constraint_for([item.chunks[i] for i in sorted(keep)])
-            budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
-            overhead = engine.prompt_tokens(render({i: "" for i in keep}))
-            room = budget - overhead - slack
-            if len(keep) * config.min_chunk_tokens <= room or not keep:
-                break
-            allowed = max(room // config.min_chunk_tokens, 0)
-            ranked = [i for i in priority if i in keep]
-            keep = set(ranked[:allowed]) if allowed < len(keep) else set(ranked[:-1])
+            keep = set(ranked[:lo])
+            constraint, budget, overhead = found[lo]
+        room = budget - overhead - slack
         if room <= 0:
             raise PromptTooLongError(
-                f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown "
-                f"(instructions and question take {overhead} tokens, the output needs {constraint.max_tokens})"
+                f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown: "
+                f"{_spent(engine, (constraint, budget, overhead))}"
             )
         kept = sorted(keep)
         cap = water_level([lengths[i] for i in kept], room)
@@ -177,7 +193,7 @@ def fit_prompt(
                 truncated.add(i)
             else:
                 texts[i] = item.chunks[i].text
-        messages = render(texts)
+        messages = render(keep, texts)
         actual = engine.prompt_tokens(messages)
         if actual <= budget:
             shown = tuple(
@@ -198,3 +214,14 @@ def fit_prompt(
         # Token boundaries shift when texts are joined: take the overshoot off and retry.
         slack += actual - budget + 8
     raise PromptTooLongError(f"could not fit the prompt into max_model_len={engine.max_model_len}")
+
+
+def _spent(engine: Engine, measured: tuple[Constraint, int, int]) -> str:
+    """Where the window went, for an error: a small ``max_model_len`` is spent on the
+    output's worst case before any evidence, and the message must say so."""
+    constraint, _, overhead = measured
+    return (
+        f"the output's worst case takes {constraint.max_tokens} tokens, the retry reserve {RETRY_RESERVE}, "
+        f"the instructions and question {overhead}, which leaves "
+        f"{engine.max_model_len - constraint.max_tokens - RETRY_RESERVE - overhead} for evidence"
+    )

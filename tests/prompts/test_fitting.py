@@ -81,3 +81,24 @@ def test_no_room_at_all_is_a_clear_item_error():
     with pytest.raises(PromptTooLongError) as info:
         fit(record([10]), 3000)
     assert info.value.field == "chunks"
+
+
+def sourced(n: int) -> dict:
+    """``n`` short chunks, each with a long source name (a URL: its label and source
+    cost far more tokens than the chunk's minimum share)."""
+    url = "https://en.wikipedia.org/wiki/Sydney_Harbour_Bridge#section-{}-history-and-design"
+    chunks = [{"id": f"c{i}", "text": "Bradfield designed the bridge.", "source": url.format(i)} for i in range(n)]
+    return {"id": "r", "question": "Who designed the bridge?", "chunks": chunks}
+
+
+def test_many_chunks_with_long_sources_leave_out_only_what_does_not_fit():
+    engine, f = fit(sourced(400), 6000, max_chunks=400)
+    # One more chunk (its label, source and minimum share) would not have fitted.
+    _, more = fit({**sourced(400), "chunks": sourced(400)["chunks"][: len(f.shown) + 1]}, 6000, max_chunks=400)
+    assert len(more.omitted_chunk_ids) == 1
+
+
+def test_a_window_spent_on_the_output_says_so():
+    with pytest.raises(PromptTooLongError) as info:
+        fit(record([10]), 2400)
+    assert "the output's worst case takes" in str(info.value)
