@@ -92,7 +92,7 @@ def sourced(n: int) -> dict:
 
 
 def test_many_chunks_with_long_sources_leave_out_only_what_does_not_fit():
-    engine, f = fit(sourced(400), 6000, max_chunks=400)
+    _, f = fit(sourced(400), 6000, max_chunks=400)
     # One more chunk (its label, source and minimum share) would not have fitted.
     _, more = fit({**sourced(400), "chunks": sourced(400)["chunks"][: len(f.shown) + 1]}, 6000, max_chunks=400)
     assert len(more.omitted_chunk_ids) == 1
