@@ -3,7 +3,7 @@ import pytest
 from suffice.config import JudgeConfig
 from suffice.exceptions import PromptTooLongError
 from suffice.gates.sufficiency import SufficiencyGate
-from suffice.prompts.fitting import TRUNCATION_MARK, fit_prompt, water_level
+from suffice.prompts.fitting import CHARS_PER_TOKEN_MAX, TRUNCATION_MARK, fit_prompt, water_level
 from suffice.records import parse_record
 from tests.fakes import ScriptedEngine
 
@@ -102,3 +102,46 @@ def test_a_window_spent_on_the_output_says_so():
     with pytest.raises(PromptTooLongError) as info:
         fit(record([10]), 2400)
     assert "the output's worst case takes" in str(info.value)
+
+
+class CountingEngine(ScriptedEngine):
+    """Records the longest text handed to the tokenizer."""
+
+    longest = 0
+
+    def count_tokens(self, texts):
+        self.longest = max([self.longest, *(len(t) for t in texts)])
+        return super().count_tokens(texts)
+
+    def truncate(self, text, max_tokens):
+        self.longest = max(self.longest, len(text))
+        return super().truncate(text, max_tokens)
+
+
+def fit_on(engine, record):
+    gate = SufficiencyGate()
+    item = parse_record(record)
+    return fit_prompt(engine, gate.template, item, JudgeConfig(), gate.constraint_for, gate.system_context(item), {})
+
+
+def test_a_huge_chunk_is_cut_before_it_reaches_the_tokenizer():
+    engine = CountingEngine(lambda r: "", max_model_len=4096)
+    fit_on(engine, {"id": "r", "question": "Who?", "chunks": [{"id": 0, "text": "Ada wrote it. " * 400_000}]})
+    assert engine.longest <= 4096 * CHARS_PER_TOKEN_MAX
+
+
+def test_a_chunk_cut_before_counting_is_flagged_even_if_what_is_left_would_fit():
+    # Spaces count as no word for the scripted tokenizer: what is left after the cut
+    # is short in tokens, but the chunk was cut all the same.
+    text = "Ada" + " " * (8192 * CHARS_PER_TOKEN_MAX) + "wrote it."
+    f = fit_on(
+        ScriptedEngine(lambda r: "", max_model_len=8192),
+        {"id": "r", "question": "Who?", "chunks": [{"id": 0, "text": text}]},
+    )
+    assert f.truncated_chunk_ids == [0]
+
+
+def test_a_huge_question_is_cut_before_it_reaches_the_tokenizer():
+    engine = CountingEngine(lambda r: "", max_model_len=4096)
+    fit_on(engine, {"id": "r", "question": "Who? " * 1_000_000, "chunks": [{"id": 0, "text": "Ada."}]})
+    assert engine.longest <= 4096 * CHARS_PER_TOKEN_MAX
