@@ -43,6 +43,13 @@ class Item:
     #: A per-record rubric reference (``name[@version]``) for rubric-driven gates.
     rubric: str | None = None
 
+    @property
+    def has_evidence(self) -> bool:
+        """Whether any chunk holds text: chunks that are all blank are no evidence, and
+        the gates answer them without the model as they answer an empty list (a
+        sufficient verdict could otherwise name an empty chunk useful)."""
+        return any(chunk.text.strip() for chunk in self.chunks)
+
 
 def clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))

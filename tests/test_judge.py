@@ -2,6 +2,9 @@
 
 import json
 
+import pytest
+
+from suffice.config import JudgeConfig
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.sufficiency import SufficiencyVerdict
 from suffice.judge import Judge
@@ -201,3 +204,25 @@ def test_an_engine_failure_while_fitting_is_a_row_a_resume_judges_again():
     [result] = judge.judge_batch([rec(0)])
     assert result.error.type == "GenerationError"
     assert result.error.final is False
+
+
+BLANK = [{"id": 0, "text": "   "}, {"id": 1, "text": "\n\t"}]
+
+
+def blank_judged(gate: str):
+    engine = ScriptedEngine(good)
+    record = rec(0, chunks=BLANK, response="Ada wrote it.", rubric="customer-support")
+    [result] = Judge(engine, config=JudgeConfig(gate=gate)).judge_batch([record])
+    return engine, result
+
+
+@pytest.mark.parametrize("gate", ["sufficiency", "recovery", "adequacy"])
+def test_chunks_that_are_all_blank_are_answered_without_the_model(gate):
+    engine, _ = blank_judged(gate)
+    assert engine.calls == []
+
+
+@pytest.mark.parametrize("gate", ["sufficiency", "recovery", "adequacy"])
+def test_chunks_that_are_all_blank_are_not_positive(gate):
+    _, result = blank_judged(gate)
+    assert Judge(ScriptedEngine(good), config=JudgeConfig(gate=gate)).gate.is_positive(result.verdict) is False

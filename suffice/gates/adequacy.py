@@ -111,7 +111,7 @@ class AdequacyGate(Gate):
         return isinstance(verdict, AdequacyVerdict) and getattr(decision, "decision", None) == "PASS"
 
     def shortcut(self, item: Item) -> AdequacyVerdict | None:
-        if item.chunks:
+        if item.has_evidence:
             return None
         rubric = self.rubric_for(item)
         empty = Dimension(score=0.0, assessment="No context was retrieved.")
@@ -121,7 +121,7 @@ class AdequacyGate(Gate):
             dimensions=Dimensions(**{d: empty for d in DIMENSIONS}),
             missing_information=["Any retrieved context for the question."],
             recommendation="RETRIEVE_MORE",
-            rationale="The chunk list is empty; the model was not called.",
+            rationale="No chunk holds any text; the model was not called.",
         )
         return self._verdict(output, rubric, None)
 

@@ -86,7 +86,7 @@ class RecoveryGate(Gate):
         return verdict.to_seed()
 
     def shortcut(self, item: Item) -> RecoveryVerdict | None:
-        if item.chunks:
+        if item.has_evidence:
             return None
         verdict = RecoveryVerdict(
             classification=Classification.INSUFFICIENT,

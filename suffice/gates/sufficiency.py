@@ -112,7 +112,7 @@ class SufficiencyGate(Gate):
         return row
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:
-        if item.chunks:
+        if item.has_evidence:
             return None
         return SufficiencyVerdict(
             is_sufficient=False,
@@ -121,7 +121,7 @@ class SufficiencyGate(Gate):
             missing_information=["No content was retrieved for this question."],
             contradictions=[],
             confidence=1.0,
-            reasoning="The chunk list is empty, so no answer can be inferred; the model was not called.",
+            reasoning="No chunk holds any text, so no answer can be inferred; the model was not called.",
             useful_chunk_ids=[],
             prompt_version=self.template.name,
             model_called=False,

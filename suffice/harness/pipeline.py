@@ -250,7 +250,7 @@ class Pipeline:
             return self._review(run_id, item.id, item, reason, routing.gap, verdict, seq, state.trace)
         # Nothing was retrieved: the gate answered without the model, and its "queries"
         # are its canned note ("No content was retrieved..."); search the question again.
-        queries[id(state)] = (routing.queries if item.chunks else []) or [item.question]
+        queries[id(state)] = (routing.queries if item.has_evidence else []) or [item.question]
         return None
 
     def _outcome(
