@@ -17,7 +17,15 @@ from types import TracebackType
 from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineError, EngineFatalError, GenerationError, ItemError, PreparationError, VerdictError
+from suffice.exceptions import (
+    ConfigError,
+    EngineError,
+    EngineFatalError,
+    GenerationError,
+    ItemError,
+    PreparationError,
+    VerdictError,
+)
 from suffice.gates import Gate, make_gate, make_gate_for
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Item, record_id
@@ -69,7 +77,12 @@ class Judge:
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
         """``gate`` defaults to the one ``config`` names (built with its rubric or threshold)."""
         self.engine = engine
-        self.config = config or JudgeConfig(gate=gate if isinstance(gate, str) else "sufficiency")
+        named = gate if isinstance(gate, str) else gate.name if gate is not None else None
+        if config is not None and named is not None and named != config.gate:
+            # Judge(engine, "recovery", JudgeConfig()) judged with the recovery gate but
+            # recorded the config's "sufficiency" wherever the config was read.
+            raise ConfigError("gate", named, f"differs from the config's gate {config.gate!r}; give one of them")
+        self.config = config or JudgeConfig(gate=named or "sufficiency")
         if gate is None:
             gate = make_gate_for(self.config)
         elif isinstance(gate, str):

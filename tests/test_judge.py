@@ -5,6 +5,8 @@ import json
 import pytest
 
 from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError
+from suffice.gates.recovery import RecoveryGate
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.sufficiency import SufficiencyVerdict
 from suffice.judge import Judge
@@ -226,3 +228,13 @@ def test_chunks_that_are_all_blank_are_answered_without_the_model(gate):
 def test_chunks_that_are_all_blank_are_not_positive(gate):
     _, result = blank_judged(gate)
     assert Judge(ScriptedEngine(good), config=JudgeConfig(gate=gate)).gate.is_positive(result.verdict) is False
+
+
+def test_a_gate_name_that_differs_from_the_configs_gate_is_a_config_error_naming_gate():
+    with pytest.raises(ConfigError) as info:
+        Judge(ScriptedEngine(good), "recovery", JudgeConfig(gate="sufficiency"))
+    assert info.value.parameter == "gate"
+
+
+def test_a_gate_object_alone_gives_the_config_its_name():
+    assert Judge(ScriptedEngine(good), RecoveryGate()).config.gate == "recovery"
