@@ -26,7 +26,7 @@ from typing import Any
 from suffice.config import JudgeConfig
 from suffice.exceptions import PromptTooLongError
 from suffice.grammars.constraint import Constraint
-from suffice.prompts.templates import Message, PromptTemplate
+from suffice.prompts.templates import Message, PromptTemplate, indent_structure
 from suffice.records import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
 
@@ -149,17 +149,23 @@ def fit_prompt(
     def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
         kept = [item.chunks[i] for i in sorted(keep)]
         sources = source_labels(kept)
+        # User text never reads like the prompt's labels or headings (see indent_structure).
         shown = [
             {
                 "label": label,
-                "text": texts[i],
+                "text": indent_structure(texts[i]),
                 "source": item.chunks[i].source,
                 "source_label": sources[source_key(item.chunks[i])],
                 "score": item.chunks[i].score,
             }
             for label, i in enumerate(sorted(keep))
         ]
-        context = {**user_context, "question": question, "chunks": shown, "response": response}
+        context = {
+            **user_context,
+            "question": indent_structure(question),
+            "chunks": shown,
+            "response": None if response is None else indent_structure(response),
+        }
         return template.render(system_context, context)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:

@@ -8,6 +8,7 @@ empty string in a prompt.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,6 +36,24 @@ Message = dict[str, str]
 #: ``<|end|>``...).  A local tokenizer also defuses its own list
 #: (:meth:`suffice.serving.base.TokenizerMixin.chat_text`); this one holds where the
 #: server applies the chat template (the openai engine without ``--tokenizer``).
+#: A line of user text that reads like the prompt's own structure: a chunk label
+#: (``3:`` in sufficiency's list, ``ID: 3`` in the others'), a source line, or one of
+#: the templates' section headings.  A chunk holding a line ``1: ...`` looked exactly
+#: like chunk 1, so a model citing label 1 for it named the caller's chunk 1.
+_STRUCTURE = re.compile(
+    r"^(?=[ \t]*[*#]*[ \t]*(?:\d+[ \t]*:|ID[ \t]*:|Source[ \t]*:|(?:User )?[Qq]uestion|Retrieved [Cc]ont"
+    r"|Generated [Aa]nswer))",
+    re.MULTILINE,
+)
+#: Put before such a line: the templates' own structure starts at the line's start.
+STRUCTURE_INDENT = "  "
+
+
+def indent_structure(text: str) -> str:
+    """``text`` with each line that reads like the prompt's structure indented."""
+    return _STRUCTURE.sub(STRUCTURE_INDENT, text)
+
+
 MARKERS = ("<<SYS>>", "<</SYS>>", "<start_of_turn>", "<end_of_turn>", "[/INST]", "[INST]", "</s>", "<s>", "<|")
 
 
