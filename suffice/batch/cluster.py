@@ -38,10 +38,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from suffice.batch.options import RayOptions
+from suffice.batch.options import VERDICT_FORMATS, RayOptions, finite_number, whole_number
 from suffice.batch.scoring import Notify, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, SufficeError
+from suffice.exceptions import ConfigError, EngineDeadError, EngineError, EngineUnreachableError, SufficeError
 from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.results import JudgeResult
@@ -62,6 +62,9 @@ class JudgeWorker:
 
     An error while opening is kept and raised by the first call, so the driver gets
     the error itself (a ``ConfigError`` naming the setting), not Ray's "actor died".
+    Any error: one from torch or vLLM (a ``RuntimeError``) killed the actor in its
+    constructor, and the driver took it for a death a replacement might survive (8
+    model loads, then "rerun to resume", which could not help).
     """
 
     def __init__(self, config: JudgeConfig, open_judge: Callable[[JudgeConfig], Judge] | None = None) -> None:
@@ -71,6 +74,8 @@ class JudgeWorker:
             self.judge = (open_judge or Judge.open)(config)
         except SufficeError as exc:
             self.failed = exc
+        except Exception as exc:
+            self.failed = EngineError(f"the engine could not start: {type(exc).__name__}: {exc}")
 
     def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
         if self.failed is not None:
@@ -508,10 +513,13 @@ def judge_dataset(
     ``gpus_per_actor``: default one per tensor-parallel rank when the cluster has GPUs.
     Lazy, like every Ray Data transform; Ray Data's actor pools restart an actor that
     dies and retry its batch."""
-    if actors < 1:
-        raise ConfigError("actors", actors, "must be at least 1")
-    if batch_size < 1:
-        raise ConfigError("batch_size", batch_size, "must be at least 1")
+    whole_number("actors", actors, least=1)
+    whole_number("batch_size", batch_size, least=1)
+    if fmt not in VERDICT_FORMATS:  # "ragfow" gave suffice-shaped rows without a word
+        raise ConfigError("format", fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+    finite_number("cpus_per_actor", cpus_per_actor)
+    if gpus_per_actor is not None:
+        finite_number("gpus_per_actor", gpus_per_actor)
     from suffice.batch.inputs import FieldMap
 
     mapping = dict(FieldMap.parse(list(fields)).names)

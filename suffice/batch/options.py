@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,20 +36,37 @@ class RayOptions:
     replace_delay_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if not self.address.strip():
+        # Checked here, not when Ray uses them: actors=1.5 or a NaN delay was accepted
+        # and failed mid-run with a raw TypeError or ValueError, rows already written.
+        if not isinstance(self.address, str) or not self.address.strip():
             raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
-        if self.actors is not None and self.actors < 1:
-            raise ConfigError("actors", self.actors, "must be at least 1")
+        if self.actors is not None:
+            whole_number("actors", self.actors, least=1)
         for name in ("gpus_per_actor", "cpus_per_actor"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(name, value, "must not be negative")
-        if self.queue_per_actor < 0:
-            raise ConfigError("queue_per_actor", self.queue_per_actor, "must not be negative")
-        if self.max_batch_retries < 0:
-            raise ConfigError("max_batch_retries", self.max_batch_retries, "must not be negative")
-        if self.replace_delay_s < 0:
-            raise ConfigError("replace_delay_s", self.replace_delay_s, "must not be negative")
+            if value is not None:
+                finite_number(name, value)
+        whole_number("queue_per_actor", self.queue_per_actor)
+        whole_number("max_batch_retries", self.max_batch_retries)
+        finite_number("replace_delay_s", self.replace_delay_s)
+
+
+def whole_number(name: str, value: object, least: int = 0) -> int:
+    """``value`` if it is a whole number (an ``int``, not a bool) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, value, "must be a whole number")
+    if value < least:
+        raise ConfigError(name, value, f"must be at least {least}")
+    return value
+
+
+def finite_number(name: str, value: object) -> float:
+    """``value`` if it is a finite number that is not negative."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, value, "must be a finite number")
+    if value < 0:
+        raise ConfigError(name, value, "must not be negative")
+    return float(value)
 
 
 @dataclass(frozen=True)

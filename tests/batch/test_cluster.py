@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
+from suffice.batch.cluster import judge_dataset
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
     EngineDeadError,
+    EngineError,
     EngineUnreachableError,
     ModelNotFoundError,
     OutputMismatchError,
@@ -277,3 +279,47 @@ def test_a_negative_replacement_delay_is_refused_naming_the_option():
     with pytest.raises(ConfigError) as caught:
         RayOptions(replace_delay_s=-1)
     assert caught.value.parameter == "replace_delay_s"
+
+
+@pytest.mark.parametrize(
+    ("settings", "parameter"),
+    [
+        ({"actors": 1.5}, "actors"),
+        ({"queue_per_actor": 1.5}, "queue_per_actor"),
+        ({"max_batch_retries": float("inf")}, "max_batch_retries"),
+        ({"replace_delay_s": float("nan")}, "replace_delay_s"),
+        ({"gpus_per_actor": float("inf")}, "gpus_per_actor"),
+        ({"cpus_per_actor": float("nan")}, "cpus_per_actor"),
+        ({"actors": True}, "actors"),
+        ({"address": None}, "ray"),
+    ],
+)
+def test_ray_options_that_are_not_usable_numbers_are_refused_naming_the_option(settings, parameter):
+    # Each was accepted and failed mid-run with a raw TypeError or ValueError.
+    with pytest.raises(ConfigError) as caught:
+        RayOptions(**settings)
+    assert caught.value.parameter == parameter
+
+
+@pytest.mark.parametrize(
+    ("settings", "parameter"),
+    [({"fmt": "ragfow"}, "format"), ({"cpus_per_actor": -1}, "cpus_per_actor"), ({"actors": 2.5}, "actors")],
+)
+def test_judge_dataset_checks_its_arguments_naming_them(settings, parameter):
+    with pytest.raises(ConfigError) as caught:
+        judge_dataset(object(), CONFIG, **settings)
+    assert caught.value.parameter == parameter
+
+
+def broken_torch(config: JudgeConfig) -> Judge:
+    raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+
+def test_an_engine_that_cannot_start_for_a_reason_outside_suffice_stops_the_run_saying_why(local_ray, tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(3)])
+    options = BatchOptions(ray=RayOptions(address="local", actors=1, replace_delay_s=0))
+    with pytest.raises(EngineError, match="no kernel image") as caught:
+        judge_file(CONFIG, source, out, options, open_judge=broken_torch)
+    # Not "dead, rerun to resume": a rerun would fail the same way.
+    assert not isinstance(caught.value, EngineDeadError)
