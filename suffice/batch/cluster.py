@@ -108,6 +108,19 @@ def _cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
+def placeable(nodes: Sequence[dict[str, Any]], *, cpus: float, gpus: float) -> int:
+    """How many actors needing ``cpus`` and ``gpus`` the live ``nodes`` (as ``ray.nodes()``
+    lists them) can hold, each actor on one node."""
+    total = 0
+    for node in nodes:
+        if not node.get("Alive", False):
+            continue
+        have = node.get("Resources", {})
+        counts = [int(float(have.get(kind, 0)) // each) for kind, each in (("CPU", cpus), ("GPU", gpus)) if each > 0]
+        total += min(counts) if counts else 1_000_000
+    return total
+
+
 def _split_cores(count: int) -> list[str | None]:
     """Cores of this machine's affinity mask (within a container's CPU quota) shared
     out, one slice per local actor (two engines bound to the same cores run slower
@@ -208,6 +221,18 @@ class RayScorer(Scorer):
                     count,
                     f"needs {count * each:g} {kind}s ({each:g} per actor), the Ray cluster has {have:g}",
                 )
+        # Each actor on one node: two machines with one GPU each add up to the 2 GPUs of
+        # --tensor-parallel-size 2, but neither can hold the actor, which waited for ever.
+        fits: int | None = None
+        with contextlib.suppress(Exception):  # a client that cannot list nodes: the sums above
+            fits = placeable(ray.nodes(), cpus=cpus, gpus=per_gpu)
+        if fits is not None and count > fits:
+            raise ConfigError(
+                "actors",
+                count,
+                f"needs {per_gpu:g} GPU and {cpus:g} CPU per actor on one node; the Ray cluster's "
+                f"nodes can hold {fits} such actor{'s' if fits != 1 else ''}",
+            )
         self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0)(JudgeWorker)
         cores = _split_cores(count) if local and not per_gpu and self.config.engine.cores is None else [None] * count
         self._configs = [

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
-from suffice.batch.cluster import judge_dataset
+from suffice.batch.cluster import judge_dataset, placeable
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
@@ -323,3 +323,24 @@ def test_an_engine_that_cannot_start_for_a_reason_outside_suffice_stops_the_run_
         judge_file(CONFIG, source, out, options, open_judge=broken_torch)
     # Not "dead, rerun to resume": a rerun would fail the same way.
     assert not isinstance(caught.value, EngineDeadError)
+
+
+def node(cpus: float, gpus: float = 0, alive: bool = True) -> dict:
+    """A node as ``ray.nodes()`` lists it."""
+    resources = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), "memory": 1e9}
+    return {"Alive": alive, "Resources": resources}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "cpus", "gpus", "expected"),
+    [
+        ([node(8, 1), node(8, 1)], 1.0, 2.0, 0),  # 2 GPUs in the cluster, never 2 on one node
+        ([node(8, 1), node(8, 1)], 1.0, 1.0, 2),
+        ([node(8, 4)], 1.0, 2.0, 2),
+        ([node(2), node(2, alive=False)], 1.0, 0.0, 2),  # a lost node holds nothing
+        ([node(3)], 2.0, 0.0, 1),
+    ],
+    ids=["split-gpus", "one-gpu-each", "two-pairs", "dead-node", "cpus"],
+)
+def test_actors_are_counted_per_node(nodes, cpus, gpus, expected):
+    assert placeable(nodes, cpus=cpus, gpus=gpus) == expected
