@@ -20,6 +20,8 @@ The tree::
     │                               is the input itself (names the setting; exit 2)
     ├── OutputWriteError            an output file cannot be written (a full disk): stop,
     │                               keep what is written, rerun to resume once there is room
+    ├── OutputBusyError             another suffice run is writing that output (names its
+    │                               pid when known): nothing done; rerun once it has ended
     ├── CitationError               a citation marker is not in the escaped form suffice writes
     ├── CancelledError              the caller withdrew the request (a timeout, a client
     │                               that hung up): its generation was stopped
@@ -145,6 +147,21 @@ class OutputWriteError(SufficeError):
         self.path = path
         self.reason = reason
         super().__init__(f"cannot write {path}: {reason}")
+
+
+class OutputBusyError(SufficeError):
+    """Another suffice run holds the lock beside an output (``OUTPUT.lock``): two runs
+    appending to and rewriting one file lose and double rows (each rewrite drops the
+    other's appended rows), so the second is refused before it reads or writes
+    anything.  ``path`` names the output, ``pid`` the run holding it (``None`` when
+    the lock file does not say).  The lock goes with its process, a killed one too:
+    rerun once that run has ended."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        who = "another suffice run" if pid is None else f"another suffice run (pid {pid})"
+        super().__init__(f"{who} is writing {path}; rerun once it has ended, or write to another -o")
 
 
 class AuditError(SufficeError):

@@ -6,16 +6,20 @@ journal's rewrite, the Parquet journal restore, the run settings, the audit anch
 and each left its ``.tmp`` behind when the disk filled mid-write, where it took the
 room a rerun needed.  Write errors become :class:`OutputWriteError` naming the file;
 errors from producing the content pass through as they are.
+
+:func:`output_lock` keeps a second process off an output while a run writes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from suffice.exceptions import OutputWriteError
+from suffice.exceptions import OutputBusyError, OutputWriteError
 
 
 def write_error(path: Path, exc: OSError) -> OutputWriteError:
@@ -56,3 +60,89 @@ def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = N
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
+
+
+#: Descriptors of the output locks this process holds (:func:`output_lock`).
+_HELD: set[int] = set()
+
+
+def _drop_held_in_child() -> None:
+    """In a child made by ``fork`` (an engine process a multiprocessing library starts),
+    close the inherited lock descriptors: a ``flock`` lasts while any descriptor of it
+    is open, so an engine process outliving its killed run would otherwise keep the
+    output locked.  Close-on-exec covers children that ``exec``; this covers the rest."""
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_held_in_child)
+
+
+def lock_path(output: Path) -> Path:
+    """The lock file beside ``output`` (a Parquet output's journal goes under it too)."""
+    return output.with_name(output.name + ".lock")
+
+
+def _holder(fd: int) -> int | None:
+    """The pid the lock's holder wrote into it (``None`` if not written yet, or not ours)."""
+    with contextlib.suppress(OSError, ValueError):
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        return int(text) if text else None
+    return None
+
+
+@contextlib.contextmanager
+def output_lock(output: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``OUTPUT.lock`` for the ``with`` body, or raise
+    :class:`OutputBusyError` at once (naming the holder's pid) if another process
+    holds it.
+
+    Why: two runs on one output each append rows and each rewrite the file at the end
+    (dropping rows the other appended, through the same ``.tmp``); measured on the
+    reviewer's two-writer case, 20 records ended as 20 rows with 2 doubled and 2
+    missing, and both runs reported success.  ``flock`` is released by the kernel when
+    the holder dies, SIGKILL included, so a killed run never blocks its resume.  The
+    descriptor is close-on-exec and closed in forked children (an engine process the
+    run starts does not hold the lock after it), and the file is removed while still held: a process that opened it just
+    before sees it is gone after locking (another inode at the path, or none) and
+    tries again on the new one, so two runs can never both hold a lock.  Opening it
+    where nothing can be written is :class:`OutputWriteError` naming it.
+    """
+    path = lock_path(output)
+    while True:
+        with writing(path):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _holder(fd)
+            os.close(fd)
+            raise OutputBusyError(str(output), pid) from None
+        except OSError as exc:  # no locks on this filesystem (ENOLCK, some network mounts)
+            os.close(fd)
+            warnings.warn(
+                f"cannot lock {path} ({exc.strerror}): a second run on this output would not be refused",
+                stacklevel=3,
+            )
+            yield
+            return
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(os.fstat(fd), current):
+            break
+        os.close(fd)  # the previous holder removed it after we opened it: lock the new one
+    _HELD.add(fd)
+    try:
+        with writing(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held (see above)
+        _HELD.discard(fd)
+        os.close(fd)

@@ -8,7 +8,10 @@ records are answered whatever order the rows are in (see :mod:`suffice.batch.key
 
 Reading streams the file once and keeps only an on-disk index, so resuming a file of
 millions of rows takes little memory.  A partial last line (the process died
-mid-write) is cut off; rows that are not final (``error.final`` false, or every
+mid-write) is cut off; a line that is not a result row (a torn row glued to the next
+one when a killed worker's shard was concatenated with another, a damaged or
+hand-edited line) is appended to ``OUTPUT.rejected`` (nothing is silently lost), and
+its record is judged again (it has no row); rows that are not final (``error.final`` false, or every
 error row with ``retry_errors``) and second rows for one key (two workers answered
 the same record) are removed.  Removing rewrites the file beside itself and renames
 it over the old one, so a crash at any point leaves either the old file or the new
@@ -26,8 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from suffice.batch.keys import DoneRow, KeyIndex, line_key, record_key
-from suffice.exceptions import OutputWriteError, SufficeError
-from suffice.files import replace_atomically, write_error
+from suffice.exceptions import OutputMismatchError, OutputWriteError
+from suffice.files import replace_atomically, write_error, writing
 from suffice.jsonl import dump_line
 
 #: Error types a resumed run judges again even without ``retry_errors`` (rows written
@@ -93,6 +96,9 @@ class ResultFile:
         self.redo = 0
         #: Second rows for a key already answered, removed on open.
         self.repeated = 0
+        #: Lines that are not result rows, moved to :attr:`rejected_path` on :meth:`start`.
+        self.rejected = 0
+        self.rejected_path = path.with_name(path.name + ".rejected")
         self._last_line = 0
         self._in_order = True
         self._rewrite = False
@@ -112,6 +118,9 @@ class ResultFile:
         for number, offset, raw in _lines(self.path):
             self._size = offset + len(raw)
             row = self._row(raw, number)
+            if row is None:
+                self.rejected += 1
+                continue
             if not row_is_final(row, retry_errors):
                 self.redo += 1
                 continue
@@ -120,7 +129,7 @@ class ResultFile:
                 self._index(batch)
                 batch = []
         self._index(batch)
-        self._rewrite = self.redo > 0 or self.repeated > 0 or self._size < self.path.stat().st_size
+        self._rewrite = self.redo > 0 or self.repeated > 0 or self.rejected > 0 or self._size < self.path.stat().st_size
 
     def _index(self, batch: list[DoneRow]) -> None:
         """Index the first row of each key (at its offset in the file as it is now)."""
@@ -139,16 +148,20 @@ class ResultFile:
         the file for appending."""
         if self._handle is not None:
             return
-        if self._rewrite:
+        with writing(self.path):  # a read-only folder: "cannot write PATH", not a traceback
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._rewrite:
             replace_atomically(self.path, self._kept())
-        self._handle = self.path.open("ab")
+        with writing(self.path):
+            self._handle = self.path.open("ab")
         self._size = self._handle.tell()
 
     def _kept(self) -> Iterator[bytes]:
         """The rows :meth:`_read` indexed, in file order (none for a new file); their
-        offsets in the index move to where the rewrite puts them."""
-        if not self.path.exists() or self.index.done_count == 0:
+        offsets in the index move to where the rewrite puts them.  Lines that are not
+        result rows are appended to :attr:`rejected_path` and flushed to disk as they
+        are met, so they are there before the rewrite is renamed over the output."""
+        if not self.path.exists() or (self.index.done_count == 0 and self.rejected == 0):
             return
         offset = 0
         pending: list[tuple[str, int, int, bytes]] = []
@@ -165,28 +178,49 @@ class ResultFile:
             self.index.move(moves)
             pending.clear()
 
-        for number, old, raw in _lines(self.path):
-            row = self._row(raw, number)
-            if row_is_final(row, self._retry_errors):
-                pending.append((row_key(row), old, number, raw))
-            if len(pending) >= _BATCH:
-                yield from flush()
-        yield from flush()
+        with contextlib.ExitStack() as stack:
+            aside: IO[bytes] | None = None
+            for number, old, raw in _lines(self.path):
+                row = self._row(raw, number)
+                if row is None:
+                    if aside is None:
+                        with writing(self.rejected_path):
+                            aside = stack.enter_context(self.rejected_path.open("ab"))
+                    with writing(self.rejected_path):
+                        aside.write(raw)
+                elif row_is_final(row, self._retry_errors):
+                    pending.append((row_key(row), old, number, raw))
+                if len(pending) >= _BATCH:
+                    yield from flush()
+            yield from flush()
+            if aside is not None:
+                with writing(self.rejected_path):
+                    aside.flush()
+                    os.fsync(aside.fileno())
 
     def _note(self, line: int) -> None:
         """Track whether the rows are still in input order (else :meth:`close` sorts)."""
         self._in_order = self._in_order and line > self._last_line
         self._last_line = max(self._last_line, line)
 
-    def _row(self, raw: bytes, number: int) -> dict[str, Any]:
+    def _row(self, raw: bytes, number: int) -> dict[str, Any] | None:
+        """The row of a line, or ``None`` for a damaged line (not JSON, or JSON but not
+        an object: a torn row glued to the next one): set aside like a partial line,
+        never a reason to refuse the resume, since every rerun would refuse it again.
+        An object without its input ``line`` is a row of an older suffice: the
+        output is refused (:class:`OutputMismatchError`, exit 2) rather than judged
+        again whole, as ``--overwrite`` would."""
         try:
             row = json.loads(raw)
-        except ValueError as exc:
-            raise SufficeError(f"{self.path}:{number} is not a result line; use --overwrite to start over") from exc
-        if not isinstance(row, dict) or not isinstance(row.get("line"), int):
-            raise SufficeError(
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None
+        if not isinstance(row, dict):
+            return None
+        if not isinstance(row.get("line"), int):
+            raise OutputMismatchError(
+                "output",
                 f"{self.path}:{number} is not a result line of this suffice version (no input line number); "
-                "use --overwrite to start over"
+                "use --overwrite to start over",
             )
         return row
 

@@ -107,7 +107,11 @@ class KeyIndex:
 
     def __init__(self, directory: Path | None = None) -> None:
         _sweep(directory)
-        self._dir = tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{os.getpid()}-", dir=directory)
+        try:
+            self._dir = tempfile.TemporaryDirectory(prefix=f"{_PREFIX}{os.getpid()}-", dir=directory)
+        except OSError as exc:  # a read-only or full folder: "cannot write", not a traceback
+            where = directory if directory is not None else tempfile.gettempdir()
+            raise OutputWriteError(str(where), exc.strerror or str(exc)) from exc
         self.path = Path(self._dir.name) / "keys.sqlite"
         self._db = sqlite3.connect(self.path, isolation_level=None)
         with self._failures():

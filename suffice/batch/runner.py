@@ -16,6 +16,10 @@ What it guarantees, whatever the input holds and whatever fails:
   re-judges every error); a row kept by position (a record without a usable id, a
   repeated id) whose position now holds another record is dropped and the record
   judged;
+- one run at a time per output: a second is refused at once with
+  :class:`OutputBusyError` (:func:`suffice.files.output_lock`), since two runs' rewrites
+  drop each other's rows; a line of the output that is not a result row is set aside
+  in ``OUTPUT.rejected`` and its record judged again, never a reason to refuse the resume;
 - a rerun with other settings (gate, model, weights, backend, prompt, rubric,
   threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
   and so is an output that is the input itself;
@@ -53,6 +57,7 @@ from suffice.batch.scoring import LocalScorer, Notify, Scorer
 from suffice.batch.suspects import ENGINE_CRASH, Suspects, suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
+from suffice.files import output_lock, writing
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog, is_audit_file
@@ -64,7 +69,8 @@ from suffice.results import ErrorInfo, JudgeResult
 from suffice.run_settings import RunSettings
 from suffice.summary import RunSummary
 
-#: Called once with (total or ``None`` when unknown, already done); returns the
+#: Called once with (total or ``None`` when unknown, already done: now always 0, the
+#: records skipped as answered advance it as they are met); returns the
 #: progress callback (records' worth of work: see ``suffice.serving.base.Progress``) and
 #: a function that closes the display.
 ProgressFactory = Callable[[int | None, int], tuple[Callable[[float], None], Callable[[], None]]]
@@ -127,7 +133,8 @@ def judge_file(
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
-    Raises :class:`OutputMismatchError` (the output is not this run's to resume),
+    Raises :class:`OutputBusyError` (another run is writing ``output``: see
+    :func:`suffice.files.output_lock`), :class:`OutputMismatchError` (the output is not this run's to resume),
     :class:`ConfigError` (an option that cannot work), :class:`EngineDeadError` (the
     engine died; rerun to resume) and other :class:`SufficeError` for what stops the
     run; item failures never raise.
@@ -149,9 +156,33 @@ def judge_file(
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
     settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
     journal = output if out_format == "jsonl" else journal_path(output)
-    if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
-        settings.check(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    with writing(output.parent):
+        output.parent.mkdir(parents=True, exist_ok=True)
+    # Held from before anything is read until the Parquet file is written: a second
+    # run on this output is refused here (OutputBusyError), before it reads anything.
+    with output_lock(output):
+        if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
+            settings.check(output)
+        report = _judge_locked(
+            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge
+        )
+    return report
+
+
+def _judge_locked(
+    config: JudgeConfig,
+    gate: Gate,
+    inputs: InputFile,
+    output: Path,
+    journal: Path,
+    out_format: str,
+    settings: RunSettings,
+    options: BatchOptions,
+    notify: Notify,
+    progress: ProgressFactory | None,
+    open_judge: Callable[[JudgeConfig], Judge],
+) -> BatchReport:
+    """The run itself, with the output's lock held (:func:`judge_file`)."""
     with ExitStack() as stack:
         index = KeyIndex(output.parent)
         stack.callback(index.close)
@@ -162,12 +193,16 @@ def judge_file(
         results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
         stack.callback(results.close)
         if index.done_count:
-            of = "" if inputs.count is None else f" of {inputs.count}"
-            notify(f"resuming: {index.done_count}{of} records already have a row in {output}")
+            notify(f"resuming {output}: it holds {index.done_count} finished rows; records that have one are skipped")
         if results.redo:
             notify(f"judging again {results.redo} records whose rows were engine failures or errors")
         if results.repeated:
             notify(f"dropping {results.repeated} second rows for records already answered")
+        if results.rejected:
+            notify(
+                f"set aside {results.rejected} lines of {journal} that are not result rows (torn or damaged): "
+                f"appended to {results.rejected_path}; records left without a row are judged"
+            )
         suspects = Suspects(suspects_path(output), overwrite=options.overwrite, retry_errors=options.retry_errors)
         stack.callback(suspects.close)
         if suspects.suspects:
@@ -203,6 +238,8 @@ def judge_file(
         report.errors = errors_before - run.forgotten_errors + report.summary.errors
     if report.total == report.skipped and report.skipped:
         notify(f"nothing to do: every record already has a result in {output}")
+    elif report.skipped:
+        notify(f"resuming: {report.skipped} of {report.total} records already had a row in {output}; not judged again")
     if report.foreign:
         notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
     if out_format == "parquet":
@@ -248,7 +285,10 @@ class _Run:
         self._weights: str | None = None
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
-        self.update, close_progress = progress(inputs.count, self.index.done_count) if progress else (None, None)
+        # From 0, advanced as this input's answered records are met (:meth:`_todo`): the
+        # output's row count would also count rows for ids this input lacks and stale
+        # rows about to be judged again, and the bar would end past its total.
+        self.update, close_progress = progress(inputs.count, 0) if progress else (None, None)
         start = time.perf_counter()
         sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
         written = 0  # batches written, so sent[0] is batch number `written`
@@ -271,7 +311,7 @@ class _Run:
         except EngineDeadError:
             culprit = self.scorer.implicated()
             if culprit is not None and 0 <= culprit - written < len(sent):
-                self.suspects.died([key for _, key in sent[culprit - written][0]])
+                self.suspects.died([(key, line.record) for line, key in sent[culprit - written][0]])
             raise
         finally:
             if close_progress is not None:
@@ -283,12 +323,14 @@ class _Run:
         batch of its own, and one that stopped the engine alone gets its error row here."""
         batch: list[tuple[SourceLine, str]] = []
         for line, key in todo:
-            if key in self.suspects.culprits:
+            # Only while something is noted (a rerun after a death): the usual run
+            # looks nothing up per record; the status holds only for the same record.
+            if self.suspects and self.suspects.is_culprit(key, line.record):
                 self._write([line], [self._crashed(record_id(line.record))], 0.0)
                 self.suspects.settled([key])
                 if self.update is not None:
                     self.update(1)
-            elif key in self.suspects.suspects:
+            elif self.suspects and self.suspects.is_suspect(key, line.record):
                 yield [(line, key)]
             else:
                 batch.append((line, key))
@@ -364,6 +406,8 @@ class _Run:
                 else:
                     yield line, key
             self.index.mark_met(met)
+            if met and self.update is not None:
+                self.update(len(met))
             if repeated:
                 self._write([line for line, _ in repeated], [r for _, r in repeated], 0.0)
                 if self.update is not None:

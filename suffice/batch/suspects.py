@@ -11,14 +11,24 @@ that record is the cause, and the next run writes its row as an
 ``EngineCrashError`` (final, so it is not judged again unless ``--retry-errors``)
 instead of calling the engine with it.  The file is removed once nothing in it is
 pending, and by ``--overwrite``.
+
+Each noted key carries a digest of its record's content (``digests``), and the status
+applies only while the record at that key still has it.  Why: a record without an id
+is keyed by its position (``l:6``); once the user deleted the poison trace, the next
+trace moved to its line and got the culprit's ``EngineCrashError`` row without being
+judged.  A file written before digests (keys only) is read so: a key by id keeps its
+status (the id names the record), a culprit by position is judged alone once more
+(a suspect: if it stops the engine again it becomes a culprit, now with its digest).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from suffice.batch.keys import id_key
 from suffice.files import replace_atomically
 
 #: The error type of a record whose judging alone stopped the engine.
@@ -29,14 +39,25 @@ def suspects_path(output: Path) -> Path:
     return output.with_name(output.name + ".suspects.json")
 
 
+def record_digest(record: object) -> str:
+    """Sixteen hex digits of a record's whole content as read (its id, every field;
+    an unreadable line's reason): equal for the same record, whatever its position."""
+    try:
+        text = json.dumps(record, sort_keys=True, ensure_ascii=True, default=repr, separators=(",", ":"))
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted
+        text = repr(record)
+    return hashlib.sha256(text.encode("ascii", "backslashreplace")).hexdigest()[:16]
+
+
 class Suspects:
     """What died with the engine: ``suspects`` (in a batch when it died: judge alone)
-    and ``culprits`` (alone when it died: an error row, not the engine)."""
+    and ``culprits`` (alone when it died: an error row, not the engine), each key with
+    its record's digest (``None``: noted by a suffice without digests)."""
 
     def __init__(self, path: Path, *, overwrite: bool = False, retry_errors: bool = False) -> None:
         self.path = path
-        self.suspects: set[str] = set()
-        self.culprits: set[str] = set()
+        self.suspects: dict[str, str | None] = {}
+        self.culprits: dict[str, str | None] = {}
         if overwrite:
             path.unlink(missing_ok=True)
             return
@@ -47,22 +68,57 @@ class Suspects:
         except (OSError, ValueError):
             return  # written atomically by suffice: unreadable means not ours; judge normally
         if isinstance(data, dict):
-            self.suspects = {str(k) for k in data.get("suspects", [])}
-            self.culprits = {str(k) for k in data.get("culprits", [])}
+            digests = data.get("digests")
+            digests = digests if isinstance(digests, dict) else {}
+
+            def noted(name: str) -> dict[str, str | None]:
+                keys = data.get(name, [])
+                keys = keys if isinstance(keys, list) else []
+                return {str(k): None if digests.get(k) is None else str(digests[k]) for k in keys}
+
+            self.suspects = noted("suspects")
+            self.culprits = noted("culprits")
+            for key, digest in list(self.culprits.items()):
+                if digest is None and not key.startswith(id_key("")):
+                    # An old culprit by position: the record there now may be another.
+                    self.suspects[key] = self.culprits.pop(key)
         if retry_errors:  # try them again, each alone
-            self.suspects |= self.culprits
-            self.culprits = set()
+            self.suspects.update(self.culprits)
+            self.culprits = {}
 
     def __bool__(self) -> bool:
         return bool(self.suspects or self.culprits)
 
-    def died(self, keys: list[str]) -> None:
-        """A running engine died judging this batch (its records' keys)."""
-        if len(keys) == 1 and keys[0] in self.suspects:
-            self.suspects.discard(keys[0])
-            self.culprits.add(keys[0])
-        else:
-            self.suspects.update(keys)
+    def _holds(self, noted: dict[str, str | None], key: str, record: object) -> bool:
+        """Whether ``key`` is noted for this very record; a key now holding another
+        record is forgotten (that record is an ordinary one)."""
+        if key not in noted:
+            return False
+        digest = noted[key]
+        if digest is None or digest == record_digest(record):
+            return True
+        del noted[key]
+        return False
+
+    def is_culprit(self, key: str, record: object) -> bool:
+        """This record stopped the engine alone: it gets an error row, not the engine."""
+        return self._holds(self.culprits, key, record)
+
+    def is_suspect(self, key: str, record: object) -> bool:
+        """This record was in flight when the engine died: judge it alone."""
+        return self._holds(self.suspects, key, record)
+
+    def died(self, batch: list[tuple[str, object]]) -> None:
+        """A running engine died judging this batch (its records, each with its key)."""
+        noted = {key: record_digest(record) for key, record in batch}
+        if len(noted) == 1:
+            ((key, digest),) = noted.items()
+            if key in self.suspects and self.suspects[key] in (None, digest):
+                del self.suspects[key]
+                self.culprits[key] = digest
+                self._save()
+                return
+        self.suspects.update(noted)
         self._save()
 
     def settled(self, keys: Iterable[str]) -> None:
@@ -70,8 +126,8 @@ class Suspects:
         if not self:  # the usual run: nothing to look up per row
             return
         for key in keys:
-            self.suspects.discard(key)
-            self.culprits.discard(key)
+            self.suspects.pop(key, None)
+            self.culprits.pop(key, None)
 
     def forget_rest(self) -> None:
         """A whole pass is done: what is left was not in the input, or had its row."""
@@ -85,5 +141,6 @@ class Suspects:
             self.path.unlink(missing_ok=True)
 
     def _save(self) -> None:
-        body = {"suspects": sorted(self.suspects), "culprits": sorted(self.culprits)}
-        replace_atomically(self.path, [(json.dumps(body, indent=1) + "\n").encode("utf-8")])
+        digests = {k: d for noted in (self.suspects, self.culprits) for k, d in noted.items() if d is not None}
+        body = {"suspects": sorted(self.suspects), "culprits": sorted(self.culprits), "digests": digests}
+        replace_atomically(self.path, [(json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8")])

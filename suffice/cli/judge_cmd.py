@@ -13,9 +13,17 @@ from suffice import batch
 from suffice.batch import BatchOptions, FieldMap, RayOptions
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.cli.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
-from suffice.exceptions import ConfigError, EngineFatalError, InputError, OutputMismatchError, SufficeError
+from suffice.exceptions import (
+    ConfigError,
+    EngineFatalError,
+    InputError,
+    OutputBusyError,
+    OutputMismatchError,
+    OutputWriteError,
+    SufficeError,
+)
 from suffice.gates import make_gate_for
 from suffice.harness.audit import load_key
 from suffice.serving.machine import machine_settings
@@ -175,14 +183,22 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
     except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OutputBusyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
     except EngineFatalError as exc:
         print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
         return EXIT_FATAL
-    except SufficeError as exc:
+    except OutputWriteError as exc:  # room made, the same command resumes
         print(
             f"\nerror: {exc}\nresults so far are in {output}; fix the cause, then rerun the same command to resume",
             file=sys.stderr,
         )
+        return EXIT_FATAL
+    except SufficeError as exc:
+        # Not "rerun to resume": a rerun of the same command meets the same error; the
+        # message says what to change.
+        print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
         return EXIT_FATAL
     if report.summary.items:
         print(report.summary.table(), file=sys.stderr)

@@ -619,3 +619,106 @@ def test_an_audit_key_that_does_not_fit_stops_the_run_before_the_engine_starts(t
         judge_file(CONFIG, source, out, BatchOptions(audit_db=db, audit_key=key), open_judge=counting)
     assert caught.value.parameter == "audit_key"
     assert opened == []
+
+
+LONE_SURROGATE_ID = WORST[2]
+
+
+def test_a_lone_surrogate_id_in_a_parquet_output_resumes(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(0)).encode(), LONE_SURROGATE_ID, json.dumps(record(2)).encode()])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    report = judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert report.skipped == 3
+
+
+def test_a_lone_surrogate_id_reads_back_from_a_parquet_output_as_it_was(tmp_path):
+    from suffice.batch.parquet_output import unescape
+    from suffice.tables import iter_parquet
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    write_lines(source, [json.dumps(record(0)).encode(), LONE_SURROGATE_ID])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [unescape(row)["id"] for row in iter_parquet(out)] == ["r0", "\ud800"]
+
+
+def test_a_string_that_looks_escaped_reads_back_from_parquet_as_it_was(tmp_path):
+    """The escape's mark is escaped itself: a real id that begins with it is not
+    mistaken for an escaped one."""
+    from suffice.batch.parquet_output import ESCAPED, unescape
+    from suffice.tables import iter_parquet
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
+    tricky = ESCAPED + '"x"'
+    write_lines(source, [json.dumps({**record(0), "id": tricky}).encode()])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [unescape(row)["id"] for row in iter_parquet(out)] == [tricky]
+
+
+def test_a_journal_row_parquet_cannot_hold_is_a_typed_error_naming_the_output_format(tmp_path):
+    from suffice.batch.parquet_output import parquet_from_journal
+    from suffice.gates import make_gate_for
+
+    source, jsonl = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    judge_file(CONFIG, source, jsonl, open_judge=opener(ScriptedEngine(good)))
+    (row,) = rows(jsonl)
+    journal = tmp_path / "out.parquet.journal.jsonl"
+    write_lines(journal, [json.dumps({**row, "tokens": {"prompt": 2**70, "completion": 1}}).encode()])
+    with pytest.raises(OutputMismatchError) as refused:
+        parquet_from_journal(journal, tmp_path / "out.parquet", make_gate_for(CONFIG))
+    assert refused.value.setting == "output-format"
+
+
+class _Bar:
+    """A progress factory that keeps where the bar started and how far it went."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.position = 0.0
+
+    def __call__(self, total: int | None, done: int):  # type: ignore[no-untyped-def]
+        self.total = total
+        self.position = float(done)
+
+        def advance(n: float) -> None:
+            self.position += n
+
+        return advance, lambda: None
+
+
+@pytest.fixture
+def next_shard(tmp_path: Path) -> tuple[Path, Path]:
+    """An output of r0-r9, and an input of r6-r15: four answered, six rows foreign."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(10)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(6, 16)])
+    return source, out
+
+
+def test_the_progress_bar_ends_at_its_total_when_the_output_holds_rows_for_other_ids(next_shard):
+    source, out = next_shard
+    bar = _Bar()
+    judge_file(CONFIG, source, out, progress=bar, open_judge=opener(ScriptedEngine(good)))
+    assert bar.position == 10
+
+
+def test_the_resume_message_counts_the_records_of_this_input_that_were_skipped(next_shard):
+    source, out = next_shard
+    said: list[str] = []
+    judge_file(CONFIG, source, out, notify=said.append, open_judge=opener(ScriptedEngine(good)))
+    assert any("resuming: 4 of 10 records" in m for m in said), said
+
+
+def test_the_progress_bar_ends_at_its_total_when_a_stale_row_is_judged_again(tmp_path):
+    """An id-less record inserted first: the rows kept by position are stale, not done."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    traces = [{"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]} for i in range(4)]
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    traces.insert(0, {"user_input": "A new first question?", "retrieved_contexts": ["x"]})
+    write_lines(source, [json.dumps(t).encode() for t in traces])
+    bar = _Bar()
+    judge_file(CONFIG, source, out, progress=bar, open_judge=opener(ScriptedEngine(good)))
+    assert bar.position == 5

@@ -146,3 +146,74 @@ def test_a_suspect_no_longer_in_the_input_is_forgotten(files, tmp_path):
     write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])  # r4-r7 gone
     _run(source, out, Dying())
     assert not suspects_path(out).exists()
+
+
+class Recording(Dying):
+    """:class:`Dying`, keeping the questions it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    def generate(self, requests, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+        self.prompts += [r.messages[-1]["content"] for r in requests]
+        return super().generate(requests, progress, cancel)
+
+
+def _traces(count: int, skip: int | None = None) -> list[bytes]:
+    """RAGAS traces without ids (keyed by position); ``skip``: the one the user deleted."""
+    return [
+        json.dumps({"user_input": f"Who wrote {i}?", "retrieved_contexts": ["Ada wrote it."]}).encode()
+        for i in range(count)
+        if i != skip
+    ]
+
+
+@pytest.fixture
+def culprit_deleted(tmp_path: Path) -> tuple[Path, Path]:
+    """Trace 5 (line 6) stopped the engine alone (noted as the culprit at ``l:6``), then
+    the user deleted it: trace 6 now sits on line 6."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, _traces(8))
+    for _ in range(2):
+        with pytest.raises(EngineDeadError):
+            _run(source, out, Dying())
+    assert json.loads(suspects_path(out).read_text())["culprits"] == ["l:6"]
+    write_lines(source, _traces(8, skip=5))
+    return source, out
+
+
+def test_the_record_that_takes_a_deleted_culprits_position_is_judged(culprit_deleted):
+    source, out = culprit_deleted
+    engine = Recording()
+    _run(source, out, engine)
+    assert any("Who wrote 6?" in prompt for prompt in engine.prompts)
+
+
+def test_the_record_that_takes_a_deleted_culprits_position_gets_no_crash_row(culprit_deleted):
+    source, out = culprit_deleted
+    report = _run(source, out, Dying())
+    assert report.errors == 0
+
+
+@pytest.fixture
+def old_culprit_file(tmp_path: Path) -> tuple[Path, Path]:
+    """Id-less traces (trace 5 deleted) and a suspects file of a suffice before digests
+    naming a culprit by position, ``l:6``, which may now hold another record."""
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, _traces(8, skip=5))
+    suspects_path(out).write_text(json.dumps({"suspects": [], "culprits": ["l:6"]}))
+    return source, out
+
+
+def test_a_positional_culprit_noted_without_a_digest_gets_a_verdict(old_culprit_file):
+    source, out = old_culprit_file
+    _run(source, out, Dying())
+    assert rows(out)[5]["verdict"] is not None
+
+
+def test_a_positional_culprit_noted_without_a_digest_is_judged_alone(old_culprit_file):
+    source, out = old_culprit_file
+    engine = Dying()
+    _run(source, out, engine)
+    assert engine.batches == [4, 1, 2]  # lines 1-4; line 6 alone; lines 5 and 7
