@@ -437,35 +437,50 @@ class RayScorer(Scorer):
 
     def _replace(self, sent: _Sent, cause: BaseException) -> None:
         """Start a new actor in the dead one's slot (once, whichever of its batches notices)."""
+        self._replace_slot(sent.slot, sent.actor, cause, sent.tries + sent.failed_starts)
+
+    def _replace_slot(self, slot: int, actor: Any, cause: BaseException, tries: int) -> None:
+        """Start a new actor in ``slot`` if ``actor`` is still its live one."""
         ray = _ray()
-        if self._actors[sent.slot] is not sent.actor:
+        if self._actors[slot] is not actor:
             return
-        if self._generation[sent.slot] > 0:
+        if self._generation[slot] > 0:
             delay = self.options.replace_delay_s
-            time.sleep(min(6 * delay, delay * (sent.tries + sent.failed_starts)))
+            time.sleep(min(6 * delay, delay * tries))
         self._notify(f"a Ray actor died ({type(cause).__name__}); starting another and sending its batches again")
         with contextlib.suppress(Exception):
-            ray.kill(sent.actor)
-        self._probes.pop(id(sent.actor), None)
+            ray.kill(actor)
+        self._probes.pop(id(actor), None)
         self.replaced += 1
-        self._generation[sent.slot] = self.replaced
-        self._actors[sent.slot] = self._new_actor(sent.slot)
+        self._generation[slot] = self.replaced
+        self._actors[slot] = self._new_actor(slot)
 
     def served(self) -> dict[str, str]:
         """What the actors' engine says it serves, asked of the first actor that answers
         (every actor runs the same engine settings, so one server).  An actor that could
-        not open its engine raises that error, as its first batch would; if every actor
-        died before answering, nothing is recorded and :meth:`map` deals with the deaths."""
+        not open its engine raises that error, as its first batch would.  An actor that
+        died before answering is replaced and the new one asked, up to
+        ``max_batch_retries`` times a slot: when every first actor died, nothing was
+        recorded and a resume against a server now serving another model was accepted,
+        two models' verdicts in one output."""
         self._start()
         ray = _ray()
-        for actor in list(self._actors):
-            try:
-                return dict(ray.get(actor.served.remote()))
-            except Exception as exc:
-                cause = _cause(exc)
-                if isinstance(cause, SufficeError):
-                    raise cause from None
-        return {}
+        last: BaseException | None = None
+        for _ in range(self.options.max_batch_retries + 1):
+            for slot in range(len(self._actors)):
+                actor = self._actors[slot]
+                try:
+                    return dict(ray.get(actor.served.remote()))
+                except Exception as exc:
+                    cause = _cause(exc)
+                    if isinstance(cause, SufficeError):
+                        raise cause from None
+                    last = cause
+                    self._replace_slot(slot, actor, cause, tries=1)
+        raise EngineDeadError(
+            f"no Ray actor stayed up to say what its engine serves ({self.replaced} replaced; last: {last}); "
+            "see the actors' logs, then rerun the same command to resume"
+        )
 
     def weights_hash(self) -> str | None:
         return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)

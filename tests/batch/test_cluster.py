@@ -344,3 +344,25 @@ def node(cpus: float, gpus: float = 0, alive: bool = True) -> dict:
 )
 def test_actors_are_counted_per_node(nodes, cpus, gpus, expected):
     assert placeable(nodes, cpus=cpus, gpus=gpus) == expected
+
+
+def dying_once_opener(config: JudgeConfig, root: str, mark: str) -> Judge:
+    """Its first actor dies while it opens the engine (a lost node, the OOM killer)."""
+    if not os.path.exists(mark):
+        Path(mark).touch()
+        os._exit(1)
+    return serving_opener(config, root)
+
+
+def test_a_ray_resume_against_another_model_is_refused_even_when_the_first_actor_dies(local_ray, tmp_path):
+    # The check used to be skipped when no first actor answered: the replacement then
+    # judged with the other model into the same output.
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(2)])
+    _judge_on_ray(source, out, "/models/a")
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
+    options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1, replace_delay_s=0))
+    opener = functools.partial(dying_once_opener, root="/models/b", mark=str(tmp_path / "died"))
+    with pytest.raises(OutputMismatchError) as caught:
+        judge_file(CONFIG, source, out, options, open_judge=opener)
+    assert caught.value.setting == "served_root"
