@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -44,7 +45,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, EngineError, EngineUnreachableError, SufficeError
 from suffice.gates.base import Gate
 from suffice.judge import Judge
-from suffice.results import JudgeResult
+from suffice.results import ErrorInfo, JudgeResult
 from suffice.serving.base import Progress
 from suffice.serving.machine import quota_cores
 
@@ -505,21 +506,54 @@ class RayScorer(Scorer):
             self._owns_ray = False
 
 
-class _DatasetWorker:
-    """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor)."""
+#: Times Ray Data may restart a :func:`judge_dataset` actor, and retry its batch, after
+#: the actor process itself died (an engine that dies inside it is handled by the
+#: worker).  Ray Data's default is for ever: a record that kills its actor looped 21
+#: times in two minutes and never ended.
+DATASET_RESTARTS = 3
 
-    def __init__(self, config: JudgeConfig, fmt: str, fields: dict[str, str]) -> None:
+
+class _DatasetWorker:
+    """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor).
+
+    A record that kills the engine (its process, inside the actor) costs only its own
+    row: the engine is opened again and the batch judged in halves, down to the record
+    that kills it alone, which gets an ``EngineCrashError`` row as ``suffice judge
+    --ray`` gives it.  An engine that dies on everything is failing, not a record: more
+    deaths in a row than a poison record's halving needs (``2 + log2(batch)``), or a
+    record that dies alone before this actor has judged anything, fail the batch (and
+    the dataset) with that error.
+    """
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        fmt: str,
+        fields: dict[str, str],
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    ) -> None:
         from suffice.batch.inputs import FieldMap
 
-        self.worker = JudgeWorker(config)
+        self.config = config
+        self.open_judge = open_judge
+        self.worker = JudgeWorker(config, open_judge)
         self.fields = FieldMap(fields)
         self.fmt = fmt
+        #: Engine deaths since a batch was last judged, and whether any ever was.
+        self.deaths = 0
+        self.judged_any = False
 
     def __call__(self, batch: Any) -> dict[str, list[Any]]:
         from suffice.batch.runner import result_row
 
         records = [self.fields.apply(record, None) for record in batch.to_pylist()]
-        results = self.worker.judge_batch(records)
+        judged = self._judged(records, 2 + math.ceil(math.log2(max(len(records), 1))))
+        if any(r is None for r in judged) and not self.judged_any:
+            raise EngineDeadError(
+                "the engine died on every record this actor was given, each alone too, and judged none: "
+                "the engine itself is failing"
+            )
+        results = [self._crashed(records[i]) if r is None else r for i, r in enumerate(judged)]
         gate = self.worker.judge.gate if self.worker.judge is not None else None
         assert gate is not None
         rows = [result_row(r, gate, self.fmt, 0) for r in results]
@@ -532,6 +566,47 @@ class _DatasetWorker:
             "result": [json.dumps(row, ensure_ascii=False) for row in rows],
         }
 
+    def _judged(self, records: list[object], most_deaths: int) -> list[JudgeResult | None]:
+        """``records`` judged (``None`` for one that killed the engine alone); on an
+        engine death, again in halves on a new engine."""
+        try:
+            results: list[JudgeResult | None] = list(self.worker.judge_batch(records))
+        except EngineUnreachableError:
+            raise  # a server gone: no record is to blame
+        except EngineDeadError as exc:
+            self.deaths += 1
+            if self.deaths > most_deaths:
+                raise EngineDeadError(
+                    f"the engine died {self.deaths} times in a row with nothing judged in between: "
+                    f"the engine itself is failing (last: {exc})"
+                ) from exc
+            self.worker.close()
+            self.worker = JudgeWorker(self.config, self.open_judge)
+            if len(records) == 1:
+                return [None]
+            half = len(records) // 2
+            return self._judged(records[:half], most_deaths) + self._judged(records[half:], most_deaths)
+        self.deaths = 0
+        self.judged_any = True
+        return results
+
+    def _crashed(self, record: object) -> JudgeResult:
+        from suffice.records import record_id
+
+        judge = self.worker.judge
+        assert judge is not None
+        return JudgeResult(
+            id=record_id(record),
+            gate=judge.gate.name,
+            error=ErrorInfo(
+                type="EngineCrashError",
+                message="the engine died while it judged this record alone, after it had died with it in a batch",
+            ),
+            model=judge.engine.model_id,
+            backend=judge.engine.backend,
+            prompt_version=judge.gate.prompt_version,
+        )
+
 
 def judge_dataset(
     dataset: Any,
@@ -543,6 +618,7 @@ def judge_dataset(
     fields: Sequence[str] = (),
     gpus_per_actor: float | None = None,
     cpus_per_actor: float = 1.0,
+    open_judge: Callable[[JudgeConfig], Judge] | None = None,
 ) -> Any:
     """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
     engines: one row per record with ``id``, ``positive`` (the gate's decision that
@@ -551,8 +627,11 @@ def judge_dataset(
     (``["question=query"]``).  Records need ids (a Dataset's order is not kept, so a
     position would join nothing back); one without is an error row naming ``id``.
     ``gpus_per_actor``: default one per tensor-parallel rank when the cluster has GPUs.
-    Lazy, like every Ray Data transform; Ray Data's actor pools restart an actor that
-    dies and retry its batch."""
+    Lazy, like every Ray Data transform.  A record that kills the engine gets an
+    ``EngineCrashError`` row and the others their verdicts (see :class:`_DatasetWorker`);
+    an actor process that dies is restarted, its batch retried, up to
+    :data:`DATASET_RESTARTS` times.  ``open_judge``: how each actor opens its judge
+    (default :meth:`Judge.open`)."""
     whole_number("actors", actors, least=1)
     whole_number("batch_size", batch_size, least=1)
     if fmt not in VERDICT_FORMATS:  # "ragfow" gave suffice-shaped rows without a word
@@ -568,12 +647,14 @@ def judge_dataset(
         gpus_per_actor = float(config.engine.tensor_parallel_size or 1) if has_gpus else 0.0
     return dataset.map_batches(
         _DatasetWorker,
-        fn_constructor_kwargs={"config": config, "fmt": fmt, "fields": mapping},
+        fn_constructor_kwargs={"config": config, "fmt": fmt, "fields": mapping, "open_judge": open_judge},
         batch_size=batch_size,
         batch_format="pyarrow",
         concurrency=actors,
         num_gpus=gpus_per_actor,
         num_cpus=cpus_per_actor,
+        max_restarts=DATASET_RESTARTS,
+        max_task_retries=DATASET_RESTARTS,
     )
 
 

@@ -366,3 +366,62 @@ def test_a_ray_resume_against_another_model_is_refused_even_when_the_first_actor
     with pytest.raises(OutputMismatchError) as caught:
         judge_file(CONFIG, source, out, options, open_judge=opener)
     assert caught.value.setting == "served_root"
+
+
+class DyingEngine(ScriptedEngine):
+    """A scripted engine whose process "dies" on any batch holding the poison record."""
+
+    def __init__(self, poison: str | None) -> None:
+        super().__init__(good)
+        self.poison = poison
+
+    def generate(self, requests, progress=None, cancel=None):
+        if self.poison is not None and any(self.poison in r.messages[-1]["content"] for r in requests):
+            raise EngineDeadError("the engine process exited")
+        return super().generate(requests, progress, cancel)
+
+
+def poison_opener(config: JudgeConfig, poison: str | None = "Who wrote 5?") -> Judge:
+    return Judge(DyingEngine(poison), config=config)
+
+
+@pytest.fixture(scope="module")
+def dataset_rows(local_ray) -> dict[str, dict]:
+    records = [record(i) for i in range(8)]
+    dataset = judge_dataset(
+        ray.data.from_items(records), CONFIG, actors=1, batch_size=4, cpus_per_actor=0.5, open_judge=poison_opener
+    )
+    return {row["id"]: row for row in dataset.take_all()}
+
+
+def test_a_record_that_kills_the_engine_gets_a_crash_row_in_a_dataset(dataset_rows):
+    assert dataset_rows["r5"]["error"] == "EngineCrashError"
+
+
+def test_the_other_records_of_a_poisoned_dataset_get_verdicts(dataset_rows):
+    assert [i for i, row in sorted(dataset_rows.items()) if row["error"] is None] == [
+        "r0",
+        "r1",
+        "r2",
+        "r3",
+        "r4",
+        "r6",
+        "r7",
+    ]
+
+
+def always_dead_opener(config: JudgeConfig) -> Judge:
+    return poison_opener(config, poison="Who wrote")
+
+
+def test_an_engine_that_dies_on_every_record_fails_the_dataset_instead_of_looping(local_ray):
+    dataset = judge_dataset(
+        ray.data.from_items([record(i) for i in range(2)]),
+        CONFIG,
+        actors=1,
+        batch_size=2,
+        cpus_per_actor=0.5,
+        open_judge=always_dead_opener,
+    )
+    with pytest.raises(Exception, match="the engine itself is failing"):
+        dataset.take_all()
