@@ -42,7 +42,14 @@ from typing import Any
 from suffice.batch.options import VERDICT_FORMATS, RayOptions, finite_number, whole_number
 from suffice.batch.scoring import Notify, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineError, EngineUnreachableError, SufficeError
+from suffice.exceptions import (
+    CancelledError,
+    ConfigError,
+    EngineDeadError,
+    EngineError,
+    EngineUnreachableError,
+    SufficeError,
+)
 from suffice.gates.base import Gate
 from suffice.judge import Judge
 from suffice.results import ErrorInfo, JudgeResult
@@ -71,6 +78,8 @@ class JudgeWorker:
     def __init__(self, config: JudgeConfig, open_judge: Callable[[JudgeConfig], Judge] | None = None) -> None:
         self.failed: SufficeError | None = None
         self.judge: Judge | None = None
+        #: Set by :meth:`stop`: batches still queued return at once, unjudged.
+        self.stopped = False
         try:
             self.judge = (open_judge or Judge.open)(config)
         except SufficeError as exc:
@@ -79,6 +88,8 @@ class JudgeWorker:
             self.failed = EngineError(f"the engine could not start: {type(exc).__name__}: {exc}")
 
     def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+        if self.stopped:
+            raise CancelledError("the run stopped before this batch began")
         if self.failed is not None:
             raise self.failed
         assert self.judge is not None
@@ -96,6 +107,11 @@ class JudgeWorker:
             raise self.failed
         assert self.judge is not None
         return self.judge.engine.served()
+
+    def stop(self) -> None:
+        """Drop the batches queued behind the running one (called in the actor's
+        ``control`` concurrency group, so it is not queued behind them itself)."""
+        self.stopped = True
 
     def close(self) -> None:
         if self.judge is not None:
@@ -155,6 +171,16 @@ class _Sent:
         return self.tries > 0
 
 
+#: The actors' concurrency group for :meth:`JudgeWorker.stop`, beside the default one
+#: that judges one batch at a time.
+CONTROL = "control"
+
+#: Seconds :meth:`RayScorer.close` lets the actors close their engines: after a run
+#: that ended, and after one stopped with batches in flight (a batch already running
+#: cannot be interrupted; the actor is killed after this).
+CLOSE_WAIT_S = {False: 60.0, True: 10.0}
+
+
 class RayScorer(Scorer):
     """A pool of actors, each a :class:`JudgeWorker`; batches in, results out in order."""
 
@@ -187,6 +213,8 @@ class RayScorer(Scorer):
         self._judged = 0
         #: Per live actor (by ``id``): a call that resolves once its engine is open.
         self._probes: dict[int, Any] = {}
+        #: Batches sent and not yet back (:meth:`map`'s, for :meth:`close`).
+        self._flight: dict[Any, _Sent] = {}
 
     # -- the pool ------------------------------------------------------------------
     def _start(self) -> None:
@@ -234,7 +262,9 @@ class RayScorer(Scorer):
                 f"needs {per_gpu:g} GPU and {cpus:g} CPU per actor on one node; the Ray cluster's "
                 f"nodes can hold {fits} such actor{'s' if fits != 1 else ''}",
             )
-        self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0)(JudgeWorker)
+        self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0, concurrency_groups={CONTROL: 1})(
+            JudgeWorker
+        )
         cores = _split_cores(count) if local and not per_gpu and self.config.engine.cores is None else [None] * count
         self._configs = [
             self.config
@@ -294,6 +324,7 @@ class RayScorer(Scorer):
         window = 2 * capacity * len(self._actors)
         load = [0] * len(self._actors)
         flight: dict[Any, _Sent] = {}
+        self._flight = flight  # what close() cancels if the run stops before it drains
         done: dict[int, list[JudgeResult]] = {}
         #: Batches split in pieces: their results so far, by record position.
         pieces: dict[int, list[JudgeResult | None]] = {}
@@ -490,13 +521,26 @@ class RayScorer(Scorer):
         if not self._started:
             return
         ray = _ray()
+        stopped = bool(self._flight)  # Ctrl-C, a fatal error: batches still on the actors
+        if stopped:
+            # Their results would be thrown away: the actors drop what has not begun, so
+            # each one's close is not queued behind them (Ctrl-C waited 30 s for
+            # nothing).  ray.cancel does not reach a queued call of a running actor.
+            self._notify(f"stopping: {len(self._flight)} batches on the actors are dropped; closing the engines")
+            stopping = []
+            for actor in self._actors:
+                with contextlib.suppress(Exception):
+                    stopping.append(actor.stop.options(concurrency_group=CONTROL).remote())
+            with contextlib.suppress(Exception):
+                ray.wait(stopping, num_returns=len(stopping), timeout=CLOSE_WAIT_S[True])
+            self._flight.clear()
         closing = []
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 closing.append(actor.close.remote())
         # Stop each engine cleanly (its processes go with it), then the actors.
         with contextlib.suppress(Exception):
-            ray.wait(closing, num_returns=len(closing), timeout=60)
+            ray.wait(closing, num_returns=len(closing), timeout=CLOSE_WAIT_S[stopped])
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)

@@ -425,3 +425,35 @@ def test_an_engine_that_dies_on_every_record_fails_the_dataset_instead_of_loopin
     )
     with pytest.raises(Exception, match="the engine itself is failing"):
         dataset.take_all()
+
+
+def counting_opener(config: JudgeConfig, started: str) -> Judge:
+    """Each batch takes two seconds and leaves a line in ``started`` when it begins."""
+
+    def answer(request):
+        with open(started, "a") as handle:
+            handle.write("batch\n")
+        time.sleep(2.0)
+        return good(request)
+
+    return Judge(ScriptedEngine(answer), config=config)
+
+
+def interrupting(total: int | None, done: int):
+    def update(amount: float) -> None:
+        raise KeyboardInterrupt
+
+    return update, lambda: None
+
+
+def test_a_stopped_ray_run_does_not_judge_the_batches_queued_on_its_actors(local_ray, tmp_path):
+    source, out, started = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "started"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(6)])
+    options = BatchOptions(batch_size=1, ray=RayOptions(address="local", actors=1, queue_per_actor=4))
+    opener = functools.partial(counting_opener, started=str(started))
+    with pytest.raises(KeyboardInterrupt):
+        judge_file(CONFIG, source, out, options, progress=interrupting, open_judge=opener)
+    time.sleep(4.0)  # a batch the stop did not cancel would have begun by now
+    # The first batch (whose progress stopped the run) and the one running then; the
+    # three queued behind them are cancelled, not judged for nothing.
+    assert len(started.read_text().splitlines()) <= 3
