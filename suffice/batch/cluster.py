@@ -171,6 +171,10 @@ class _Sent:
         return self.tries > 0
 
 
+#: Seconds without a finished batch after which :meth:`RayScorer.map` checks that the
+#: cluster can still hold its actors.
+CAPACITY_CHECK_S = 30.0
+
 #: The actors' concurrency group for :meth:`JudgeWorker.stop`, beside the default one
 #: that judges one batch at a time.
 CONTROL = "control"
@@ -215,6 +219,8 @@ class RayScorer(Scorer):
         self._probes: dict[int, Any] = {}
         #: Batches sent and not yet back (:meth:`map`'s, for :meth:`close`).
         self._flight: dict[Any, _Sent] = {}
+        #: Each actor's resources (set when the pool starts).
+        self._remote_options: dict[str, float] = {}
 
     # -- the pool ------------------------------------------------------------------
     def _start(self) -> None:
@@ -262,6 +268,7 @@ class RayScorer(Scorer):
                 f"needs {per_gpu:g} GPU and {cpus:g} CPU per actor on one node; the Ray cluster's "
                 f"nodes can hold {fits} such actor{'s' if fits != 1 else ''}",
             )
+        self._remote_options = {"num_cpus": cpus, "num_gpus": per_gpu}
         self._remote = ray.remote(num_cpus=cpus, num_gpus=per_gpu, max_restarts=0, concurrency_groups={CONTROL: 1})(
             JudgeWorker
         )
@@ -390,7 +397,10 @@ class RayScorer(Scorer):
                     blame(sent)
                 undecided.clear()
                 continue
-            ready, _ = ray.wait(list(flight), num_returns=1)
+            ready, _ = ray.wait(list(flight), num_returns=1, timeout=CAPACITY_CHECK_S)
+            if not ready:
+                self._check_capacity()
+                continue
             for ref in ready:
                 sent = flight.pop(ref)
                 load[sent.slot] -= capacity if sent.solo else 1
@@ -415,6 +425,22 @@ class RayScorer(Scorer):
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
+
+    def _check_capacity(self) -> None:
+        """Stop the run if the cluster's live nodes can no longer hold the pool (a node
+        lost for good): its replacement actor would wait for ever to be placed, and the
+        run with it, saying nothing.  What was written stays; a rerun resumes."""
+        ray = _ray()
+        options = self._remote_options
+        fits: int | None = None
+        with contextlib.suppress(Exception):  # a client that cannot list nodes: keep waiting
+            fits = placeable(ray.nodes(), cpus=options["num_cpus"], gpus=options["num_gpus"])
+        if fits is not None and fits < len(self._actors):
+            raise EngineDeadError(
+                f"the Ray cluster lost capacity: {len(self._actors)} actors need {options['num_gpus']:g} GPU and "
+                f"{options['num_cpus']:g} CPU each on one node, its live nodes hold {fits}; "
+                "rerun the same command to resume once the nodes are back (or with fewer --actors)"
+            )
 
     def implicated(self) -> int | None:
         """None: a batch that kills its actors is split in halves on this run, down to

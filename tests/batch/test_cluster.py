@@ -457,3 +457,21 @@ def test_a_stopped_ray_run_does_not_judge_the_batches_queued_on_its_actors(local
     # The first batch (whose progress stopped the run) and the one running then; the
     # three queued behind them are cancelled, not judged for nothing.
     assert len(started.read_text().splitlines()) <= 3
+
+
+def test_a_ray_run_whose_cluster_can_no_longer_hold_its_actors_stops_instead_of_waiting(
+    local_ray, tmp_path, monkeypatch
+):
+    # A node lost for good: its actor's replacement can never be placed, and the run
+    # waited for ever.  Here the cluster's node list says so after the pool started.
+    from suffice.batch import cluster
+
+    answers = iter([1])
+    monkeypatch.setattr(cluster, "placeable", lambda nodes, cpus, gpus: next(answers, 0))
+    monkeypatch.setattr(cluster, "CAPACITY_CHECK_S", 0.3)
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
+    options = BatchOptions(batch_size=1, ray=RayOptions(address="local", actors=1))
+    opener = functools.partial(counting_opener, started=str(tmp_path / "started"))
+    with pytest.raises(EngineDeadError, match="lost capacity"):
+        judge_file(CONFIG, source, out, options, open_judge=opener)
