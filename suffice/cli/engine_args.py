@@ -34,6 +34,12 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
         help="CPU build only: KV cache in GiB (default: 20%% of available memory)",
     )
     p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="vllm engine: compute dtype (default: float32 on a CPU, for reproducible verdicts; the weights' on a GPU)",
+    )
+    p.add_argument(
         "--tensor-parallel-size",
         type=int,
         default=None,
@@ -69,6 +75,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         enforce_eager=not args.compile,
         cores=args.cores,
         kv_cache_gib=args.kv_cache_gib,
+        dtype=args.dtype,
         tensor_parallel_size=args.tensor_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
         verbose=args.verbose,

@@ -153,13 +153,18 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
     from suffice.serving.models import resolve_model
 
     ref = resolve_model(config.model)
-    return {
+    settings = {
         "model": ref.model_id,
         "weights": ref.fingerprint(),
         "engine": config.kind,
         "backend": config.backend_name,
         "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
     }
+    if config.dtype is not None:
+        # Recorded only when asked for, so outputs written before the setting existed
+        # still resume; a bfloat16 run resumed without --dtype (float32) is refused.
+        settings["dtype"] = config.dtype
+    return settings
 
 
 #: Serialises this process's calls into Hugging Face tokenizers: a Rust tokenizer

@@ -25,6 +25,9 @@ DEFAULT_BACKEND = "xgrammar"
 
 DEFAULT_CONCURRENCY = 32
 
+#: What an in-process vLLM engine may compute in (``EngineConfig.dtype``).
+DTYPES = ("float32", "bfloat16")
+
 #: Settings only some engines take: (field, engines that take it, what to do instead).
 #: Which of vLLM's settings suit its build (CPU-only ``kv_cache_gib`` and ``cores``;
 #: GPU-only ``tensor_parallel_size`` > 1 and ``gpu_memory_utilization``) is checked when
@@ -34,6 +37,7 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("model", ("vllm", "transformers"), "a server serves its own model: name it with served_model"),
     ("kv_cache_gib", ("vllm",), "only an in-process vLLM engine has a KV cache to size"),
     ("cores", ("vllm",), "only an in-process vLLM engine binds threads"),
+    ("dtype", ("vllm",), "only the in-process vLLM engine's compute dtype is chosen here"),
     (
         "tensor_parallel_size",
         ("vllm",),
@@ -69,6 +73,10 @@ class EngineConfig:
     kv_cache_gib: float | None = None
     #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
     cores: str | None = None
+    #: vLLM: the dtype it computes in, ``float32`` or ``bfloat16``; ``None``: float32 on a
+    #: CPU (reproducible verdicts and probabilities; see :func:`suffice.serving.machine.compute_dtype`),
+    #: the weights' own on a GPU.
+    dtype: str | None = None
     #: vLLM on a GPU: GPUs one model is split across; ``None``: vLLM's default (1).
     tensor_parallel_size: int | None = None
     #: vLLM on a GPU: share of each GPU's memory the engine may take, in (0, 1];
@@ -116,6 +124,8 @@ class EngineConfig:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
             if not self.base_url.startswith(("http://", "https://")):
                 raise ConfigError("base_url", self.base_url, "must start with http:// or https://")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if self.max_model_len is not None and self.max_model_len < 1024:
             raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
         if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):

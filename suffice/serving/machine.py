@@ -45,7 +45,7 @@ class MachineSettings:
     available_gib: float | None
     cores_from: str
     kv_from: str
-    #: The dtype the engine computes in: ``auto`` (the weights' own) or ``float32``.
+    #: The dtype the engine computes in: ``auto`` (the weights' own), ``float32`` or ``bfloat16``.
     dtype: str = "auto"
     dtype_from: str = "the weights"
     #: KV block size (tokens); ``None`` leaves vLLM's default.
@@ -122,18 +122,26 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def compute_dtype(gpu: bool) -> tuple[str, str]:
-    """bfloat16 weights are computed in float32 on a CPU without native bfloat16.
+def compute_dtype(gpu: bool, requested: str | None = None) -> tuple[str, str]:
+    """The dtype the engine computes in, and why: ``requested`` (``--dtype``) if given,
+    the weights' own on a GPU, float32 on a CPU.
 
-    Measured here (AMD EPYC, AVX2, no AVX-512): 12 verdicts took 208 s computing in
-    bfloat16 against about 30 s in float32.
+    Why float32 on every CPU, native bfloat16 or not.  Measured on an AMD EPYC with
+    ``avx512_bf16`` (2026-12-02, 16 HotpotQA items, two fresh processes each): in
+    bfloat16 the decision probabilities came in steps of about 0.06 (0.438, 0.5,
+    0.562, 0.622: the logits' bfloat16 resolution) and moved between two runs of the
+    same items (0.438 against 0.562), so verdicts near a calibrated threshold flipped
+    from run to run; in float32 both runs gave the same tokens and probabilities to
+    the last digit.  bfloat16 was 1.35x faster there (40-50 s against 59-62 s):
+    ``--dtype bfloat16`` takes that trade.  On a CPU without native bfloat16 it is
+    emulated and slow (AVX2: 12 verdicts in 208 s against about 30 s in float32).
     """
+    if requested is not None:
+        native = gpu or any(flag in cpu_flags() for flag in BF16_FLAGS)
+        return requested, "--dtype" if native or requested == "float32" else "--dtype; emulated on this CPU: slow"
     if gpu:
         return "auto", "GPU"
-    flags = cpu_flags()
-    if any(flag in flags for flag in BF16_FLAGS):
-        return "auto", "the CPU has native bfloat16"
-    return "float32", "the CPU has no native bfloat16 (no avx512_bf16 or amx_bf16)"
+    return "float32", "reproducible verdicts and decision probabilities on every CPU; --dtype bfloat16 is faster"
 
 
 def host_available_gib() -> float | None:
@@ -213,7 +221,7 @@ def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSetti
     else:
         kv = float(int(min(max(available * KV_SHARE, KV_MIN_GIB), KV_MAX_GIB)))
         kv_from = f"{KV_SHARE:.0%} of {available:.1f} GiB available"
-    dtype, dtype_from = compute_dtype(gpu)
+    dtype, dtype_from = compute_dtype(gpu, config.dtype)
     # A segment's continuation recomputes the last, partial KV block of its prompt: vLLM's
     # CPU default of 128 tokens makes that up to 127 tokens per segment; 32 is the
     # smallest size its CPU attention prefers.

@@ -53,11 +53,27 @@ def test_cores_outside_the_affinity_mask_are_refused():
     assert info.value.parameter == "cores"
 
 
-def test_no_native_bf16_means_float32(monkeypatch):
-    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "fma"})
+@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx512f", "avx512_bf16"}], ids=["avx2", "avx512-bf16"])
+def test_a_cpu_computes_in_float32_by_default_native_bf16_or_not(monkeypatch, flags):
+    # bfloat16 logits gave decision probabilities in steps of 0.06 that moved between runs.
+    monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
     assert machine.compute_dtype(gpu=False)[0] == "float32"
+
+
+def test_bfloat16_is_used_when_asked_for(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
-    assert machine.compute_dtype(gpu=False)[0] == "auto"
+    assert machine_settings(EngineConfig(dtype="bfloat16")).dtype == "bfloat16"
+
+
+def test_bfloat16_asked_for_on_a_cpu_without_it_says_it_is_emulated(monkeypatch):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "fma"})
+    assert "emulated" in machine.compute_dtype(gpu=False, requested="bfloat16")[1]
+
+
+def test_a_dtype_that_is_not_offered_is_a_config_error_naming_dtype():
+    with pytest.raises(ConfigError) as info:
+        EngineConfig(dtype="float16")
+    assert info.value.parameter == "dtype"
 
 
 def test_a_child_process_started_while_hidden_writes_to_the_log(tmp_path, monkeypatch, capfd):
