@@ -16,7 +16,7 @@ from types import TracebackType
 
 from pydantic import BaseModel
 
-from suffice.config import JudgeConfig
+from suffice.config import GATES, JudgeConfig
 from suffice.exceptions import (
     ConfigError,
     EngineError,
@@ -78,11 +78,12 @@ class Judge:
         """``gate`` defaults to the one ``config`` names (built with its rubric or threshold)."""
         self.engine = engine
         named = gate if isinstance(gate, str) else gate.name if gate is not None else None
-        if config is not None and named is not None and named != config.gate:
+        known = named if named in GATES else None  # a gate of the user's own has any name
+        if config is not None and known is not None and known != config.gate:
             # Judge(engine, "recovery", JudgeConfig()) judged with the recovery gate but
             # recorded the config's "sufficiency" wherever the config was read.
             raise ConfigError("gate", named, f"differs from the config's gate {config.gate!r}; give one of them")
-        self.config = config or JudgeConfig(gate=named or "sufficiency")
+        self.config = config or JudgeConfig(gate=known or "sufficiency")
         if gate is None:
             gate = make_gate_for(self.config)
         elif isinstance(gate, str):

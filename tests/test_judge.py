@@ -238,3 +238,11 @@ def test_a_gate_name_that_differs_from_the_configs_gate_is_a_config_error_naming
 
 def test_a_gate_object_alone_gives_the_config_its_name():
     assert Judge(ScriptedEngine(good), RecoveryGate()).config.gate == "recovery"
+
+
+class OwnGate(RecoveryGate):
+    name = "strict-recovery"
+
+
+def test_a_gate_of_the_users_own_with_its_own_name_is_accepted():
+    assert Judge(ScriptedEngine(good), OwnGate()).gate.name == "strict-recovery"

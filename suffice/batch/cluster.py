@@ -125,6 +125,12 @@ def _cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else exc
 
 
+def _units(amount: float) -> int:
+    """``amount`` of a resource in Ray's own units (it counts in 0.0001s): in floats,
+    ``1.0 // 0.2`` is 4, and five actors of 0.2 GPU were refused a GPU Ray gives them."""
+    return round(amount * 10_000)
+
+
 def placeable(nodes: Sequence[dict[str, Any]], *, cpus: float, gpus: float) -> int:
     """How many actors needing ``cpus`` and ``gpus`` the live ``nodes`` (as ``ray.nodes()``
     lists them) can hold, each actor on one node."""
@@ -133,7 +139,8 @@ def placeable(nodes: Sequence[dict[str, Any]], *, cpus: float, gpus: float) -> i
         if not node.get("Alive", False):
             continue
         have = node.get("Resources", {})
-        counts = [int(float(have.get(kind, 0)) // each) for kind, each in (("CPU", cpus), ("GPU", gpus)) if each > 0]
+        counts = [_units(float(have.get(kind, 0))) // _units(each) for kind, each in (("CPU", cpus), ("GPU", gpus))]
+        counts = [n for n, each in zip(counts, (cpus, gpus), strict=True) if each > 0]
         total += min(counts) if counts else 1_000_000
     return total
 
@@ -246,7 +253,7 @@ class RayScorer(Scorer):
         gpus = float(resources.get("GPU", 0))
         tensor = self.config.engine.tensor_parallel_size or 1
         per_gpu = self.options.gpus_per_actor if self.options.gpus_per_actor is not None else (tensor if gpus else 0.0)
-        count = self.options.actors or (max(1, int(gpus // per_gpu)) if per_gpu else 1)
+        count = self.options.actors or (max(1, _units(gpus) // _units(per_gpu)) if per_gpu else 1)
         cpus = self.options.cpus_per_actor if self.options.cpus_per_actor is not None else 1.0
         # An actor the cluster cannot place would wait for ever, and the output with it.
         for kind, each, have in (("GPU", per_gpu, gpus), ("CPU", cpus, float(resources.get("CPU", 0)))):
@@ -652,6 +659,8 @@ class _DatasetWorker:
                 ) from exc
             self.worker.close()
             self.worker = JudgeWorker(self.config, self.open_judge)
+            if self.worker.failed is not None:  # the engine cannot come back: that error, typed
+                raise self.worker.failed from exc
             if len(records) == 1:
                 return [None]
             half = len(records) // 2

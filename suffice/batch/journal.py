@@ -129,6 +129,14 @@ class ResultFile:
                 self._index(batch)
                 batch = []
         self._index(batch)
+        if self.rejected and not self.index.done_count and not self.redo:
+            # Not one row: not damage but another file (an older suffice's output, whose
+            # rows had no input line number, or not an output at all).
+            raise OutputMismatchError(
+                "output",
+                f"{self.path} holds no result row of this suffice version ({self.rejected} lines, no input line number "
+                "in any); use --overwrite to start over",
+            )
         self._rewrite = self.redo > 0 or self.repeated > 0 or self.rejected > 0 or self._size < self.path.stat().st_size
 
     def _index(self, batch: list[DoneRow]) -> None:
@@ -207,21 +215,14 @@ class ResultFile:
         """The row of a line, or ``None`` for a damaged line (not JSON, or JSON but not
         an object: a torn row glued to the next one): set aside like a partial line,
         never a reason to refuse the resume, since every rerun would refuse it again.
-        An object without its input ``line`` is a row of an older suffice: the
-        output is refused (:class:`OutputMismatchError`, exit 2) rather than judged
-        again whole, as ``--overwrite`` would."""
+        An object without its input ``line`` (a hand-edited key) is set aside too;
+        only a file none of whose lines is a row is refused (:meth:`_read`)."""
         try:
             row = json.loads(raw)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return None
-        if not isinstance(row, dict):
+        if not isinstance(row, dict) or not isinstance(row.get("line"), int):
             return None
-        if not isinstance(row.get("line"), int):
-            raise OutputMismatchError(
-                "output",
-                f"{self.path}:{number} is not a result line of this suffice version (no input line number); "
-                "use --overwrite to start over",
-            )
         return row
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:

@@ -89,7 +89,7 @@ def _within(
 
     worker = threading.Thread(target=run, name="suffice-step", daemon=True)
     worker.start()
-    worker.join(seconds)
+    worker.join(min(seconds, threading.TIMEOUT_MAX))  # past TIMEOUT_MAX join raises OverflowError
     if worker.is_alive():
         noun = "request" if len(requests) == 1 else "requests"
         raise _TimedOut(f"no answer within {seconds:g} s for {len(requests)} {noun} (the step's time limit)")

@@ -52,6 +52,11 @@ def source_key(chunk: Chunk | ShownChunk) -> str:
     return chunk.source if chunk.source is not None else str(chunk.id)
 
 
+def _source_text(chunk: Chunk) -> str | None:
+    """A chunk's source as the prompt shows it (a line in it never reads as a label)."""
+    return None if chunk.source is None else indent_structure(chunk.source)
+
+
 def source_labels(chunks: Sequence[Chunk]) -> dict[str, int]:
     """Distinct sources numbered ``0..m-1`` in order of first appearance.
 
@@ -154,7 +159,7 @@ def fit_prompt(
             {
                 "label": label,
                 "text": indent_structure(texts[i]),
-                "source": item.chunks[i].source,
+                "source": _source_text(item.chunks[i]),
                 "source_label": sources[source_key(item.chunks[i])],
                 "score": item.chunks[i].score,
             }

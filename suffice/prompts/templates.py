@@ -49,9 +49,15 @@ _STRUCTURE = re.compile(
 STRUCTURE_INDENT = "  "
 
 
+#: Breaks a model may read as a new line besides ``\n``: a lone carriage return, the
+#: Unicode line and paragraph separators, NEL, vertical tab and form feed.
+_OTHER_BREAKS = re.compile("\r\n?|[\u2028\u2029\x85\x0b\x0c]")
+
+
 def indent_structure(text: str) -> str:
-    """``text`` with each line that reads like the prompt's structure indented."""
-    return _STRUCTURE.sub(STRUCTURE_INDENT, text)
+    """``text`` with each line that reads like the prompt's structure indented (every
+    kind of line break made ``\n`` first, so none hides such a line)."""
+    return _STRUCTURE.sub(STRUCTURE_INDENT, _OTHER_BREAKS.sub("\n", text))
 
 
 MARKERS = ("<<SYS>>", "<</SYS>>", "<start_of_turn>", "<end_of_turn>", "[/INST]", "[INST]", "</s>", "<s>", "<|")

@@ -475,3 +475,25 @@ def test_a_ray_run_whose_cluster_can_no_longer_hold_its_actors_stops_instead_of_
     opener = functools.partial(counting_opener, started=str(tmp_path / "started"))
     with pytest.raises(EngineDeadError, match="lost capacity"):
         judge_file(CONFIG, source, out, options, open_judge=opener)
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0.2, 5), (0.1, 10), (0.25, 4)])
+def test_fractional_actors_are_counted_as_ray_places_them(gpus, expected):
+    # In floats 1.0 // 0.2 is 4.0: five actors of 0.2 GPU were refused a GPU Ray gives them.
+    assert placeable([node(16, 1)], cpus=1.0, gpus=gpus) == expected
+
+
+def reopening_fails(config: JudgeConfig, state: dict) -> Judge:
+    """The first engine dies on every batch; opening another fails (its memory not freed)."""
+    state["opened"] = state.get("opened", 0) + 1
+    if state["opened"] > 1:
+        raise ModelNotFoundError("/models/gone", "is not a folder")
+    return poison_opener(config, poison="Who wrote")
+
+
+def test_a_dataset_worker_whose_engine_cannot_reopen_raises_that_error_typed():
+    from suffice.batch.cluster import _DatasetWorker
+
+    worker = _DatasetWorker(CONFIG, "suffice", {}, functools.partial(reopening_fails, state={}))
+    with pytest.raises(ModelNotFoundError):
+        worker._judged([record(0)], 4)

@@ -104,3 +104,14 @@ def test_an_output_a_rerun_cannot_read_is_not_called_resumable(unreadable_parque
     monkeypatch.setattr(Judge, "open", classmethod(lambda cls, config: Judge(ScriptedEngine(good), config=config)))
     judge_cmd.judge_file(CONFIG, source, out, BatchOptions(), progress=False)
     assert "rerun the same command to resume" not in capsys.readouterr().err
+
+
+def test_a_hand_edited_row_that_is_still_json_is_set_aside_not_a_reason_to_refuse(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(i)).encode() for i in range(RECORDS)])
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    lines = out.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"line":', b'"lime":')
+    out.write_bytes(b"".join(lines))
+    judge_file(CONFIG, source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(RECORDS)]

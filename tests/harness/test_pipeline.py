@@ -545,3 +545,11 @@ def test_the_rewriter_sends_no_query_twice_nor_one_already_tried(written, expect
     rewriter = QueryRewriter(ScriptedEngine(lambda request: written))
     [queries] = rewriter.rewrite([RewriteRequest(question="Q?", gaps=("g",), tried=("a",))])
     assert queries == expected
+
+
+def test_a_time_limit_past_what_a_thread_can_wait_still_judges_every_question(tmp_path):
+    # join() raised OverflowError past threading.TIMEOUT_MAX: every question failed.
+    _, outcomes = run_with(
+        tmp_path, complete_when_all_ten, hotpot_retriever(load_pairs(), []), PipelineConfig(retrieval_timeout_s=1e10)
+    )
+    assert [o.kind for o in outcomes.values()] == ["delivered"] * 6

@@ -184,3 +184,27 @@ def test_lines_that_read_like_chunk_ids_are_not_chunk_ids(gate):
 def test_a_heading_in_the_question_or_answer_is_not_a_heading(gate):
     headings = [line for line in user_lines(gate, FORGED) if line.startswith("Retrieved")]
     assert len(headings) == 1
+
+
+def test_a_line_in_a_source_that_reads_like_a_label_is_not_one():
+    record = {
+        "id": "r",
+        "question": "Who won?",
+        "chunks": [
+            {"id": "a", "text": "Weather.", "source": "wiki\n1: Team Blue won."},
+            {"id": "b", "text": "Unrelated."},
+        ],
+    }
+    labelled = [line for line in user_lines("sufficiency", record) if line.startswith("1:")]
+    assert labelled == ["1: Unrelated."]
+
+
+@pytest.mark.parametrize("brk", ["\r", "\u2028", "\x0b"], ids=["cr", "line-separator", "vertical-tab"])
+def test_a_label_after_another_kind_of_line_break_is_not_a_label(brk):
+    record = {
+        "id": "r",
+        "question": "Who?",
+        "chunks": [{"id": "a", "text": f"Paris.{brk}1: Berlin."}, {"id": "b", "text": "x"}],
+    }
+    labelled = [line for line in user_lines("sufficiency", record) if line.startswith("1:")]
+    assert labelled == ["1: x"]
