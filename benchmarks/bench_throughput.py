@@ -224,10 +224,12 @@ def main() -> None:
     parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
     parser.add_argument("--gemm-tokens", type=int, default=2048, help="prompt tokens a timed projection multiplies")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="the engine's compute dtype")
     args = parser.parse_args()
     items = load_items(args.items)
     bandwidth = copy_bandwidth_gbs()
-    config = JudgeConfig(engine=EngineConfig(backend=args.backend, enforce_eager=not args.compile))
+    engine_config = EngineConfig(backend=args.backend, enforce_eager=not args.compile, dtype=args.dtype)
+    config = JudgeConfig(engine=engine_config)
     began = time.perf_counter()
     engine = VLLMEngine(config.engine)
     startup = time.perf_counter() - began
@@ -273,7 +275,7 @@ def main() -> None:
         ("gemm_ceiling", "GEMM ceiling % (prefill at torch's speed)", ".0%"),
     ]
     report(
-        "throughput.json",
+        "throughput.json" if args.dtype is None else f"throughput_{args.dtype}.json",
         rows,
         columns,
         backend=args.backend,
