@@ -139,10 +139,20 @@ def placeable(nodes: Sequence[dict[str, Any]], *, cpus: float, gpus: float) -> i
         if not node.get("Alive", False):
             continue
         have = node.get("Resources", {})
-        counts = [_units(float(have.get(kind, 0))) // _units(each) for kind, each in (("CPU", cpus), ("GPU", gpus))]
-        counts = [n for n, each in zip(counts, (cpus, gpus), strict=True) if each > 0]
+        wanted = [(kind, _units(each)) for kind, each in (("CPU", cpus), ("GPU", gpus))]
+        counts = [_units(float(have.get(kind, 0))) // each for kind, each in wanted if each > 0]
         total += min(counts) if counts else 1_000_000
     return total
+
+
+def _fits(ray: Any, *, cpus: float, gpus: float) -> int | None:
+    """:func:`placeable` on the cluster's nodes, or ``None`` when they cannot be listed
+    (a client connection without the state API)."""
+    try:
+        nodes = ray.nodes()
+    except Exception:
+        return None
+    return placeable(nodes, cpus=cpus, gpus=gpus)
 
 
 def _split_cores(count: int) -> list[str | None]:
@@ -265,9 +275,7 @@ class RayScorer(Scorer):
                 )
         # Each actor on one node: two machines with one GPU each add up to the 2 GPUs of
         # --tensor-parallel-size 2, but neither can hold the actor, which waited for ever.
-        fits: int | None = None
-        with contextlib.suppress(Exception):  # a client that cannot list nodes: the sums above
-            fits = placeable(ray.nodes(), cpus=cpus, gpus=per_gpu)
+        fits = _fits(ray, cpus=cpus, gpus=per_gpu)  # None: the sums above are all we know
         if fits is not None and count > fits:
             raise ConfigError(
                 "actors",
@@ -439,9 +447,7 @@ class RayScorer(Scorer):
         run with it, saying nothing.  What was written stays; a rerun resumes."""
         ray = _ray()
         options = self._remote_options
-        fits: int | None = None
-        with contextlib.suppress(Exception):  # a client that cannot list nodes: keep waiting
-            fits = placeable(ray.nodes(), cpus=options["num_cpus"], gpus=options["num_gpus"])
+        fits = _fits(ray, cpus=options["num_cpus"], gpus=options["num_gpus"])  # None: keep waiting
         if fits is not None and fits < len(self._actors):
             raise EngineDeadError(
                 f"the Ray cluster lost capacity: {len(self._actors)} actors need {options['num_gpus']:g} GPU and "
