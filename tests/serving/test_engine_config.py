@@ -241,3 +241,17 @@ def test_bad_gpu_options_name_the_parameter(argv, parameter):
     with pytest.raises(ConfigError) as caught:
         engine_config_from_args(_parse(*argv))
     assert caught.value.parameter == parameter
+
+
+def test_the_dtype_option_reaches_the_engine_config():
+    assert engine_config_from_args(_parse("--dtype", "bfloat16")).dtype == "bfloat16"
+
+
+def test_no_dtype_option_leaves_the_default():
+    assert engine_config_from_args(_parse()).dtype is None
+
+
+def test_a_dtype_given_to_the_openai_engine_is_refused_naming_it():
+    with pytest.raises(ConfigError) as info:
+        EngineConfig(kind="openai", base_url="http://127.0.0.1:1", dtype="float32")
+    assert info.value.parameter == "dtype"
