@@ -41,6 +41,7 @@ from typing import Any
 
 from suffice.batch.options import VERDICT_FORMATS, RayOptions, finite_number, whole_number
 from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.batch.suspects import ENGINE_CRASH
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     CancelledError,
@@ -684,7 +685,7 @@ class _DatasetWorker:
             id=record_id(record),
             gate=judge.gate.name,
             error=ErrorInfo(
-                type="EngineCrashError",
+                type=ENGINE_CRASH,
                 message="the engine died while it judged this record alone, after it had died with it in a batch",
             ),
             model=judge.engine.model_id,
