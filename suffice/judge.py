@@ -24,11 +24,12 @@ from suffice.exceptions import (
     GenerationError,
     ItemError,
     PreparationError,
+    PromptTooLongError,
     VerdictError,
 )
 from suffice.gates import Gate, make_gate, make_gate_for
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
-from suffice.records import Item, record_id
+from suffice.records import Chunk, Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
@@ -91,13 +92,49 @@ class Judge:
             gate = make_gate(gate, rubric=c.rubric, rubric_dir=c.rubric_dir, threshold=c.threshold)
         self.gate = gate
         self.stats = JudgeStats()
+        self.check_window()
+
+    def check_window(self) -> None:
+        """Refuse a ``max_model_len`` that no record can fit, before any record is judged.
+
+        The smallest record there is (a one-word question, one one-word chunk, a
+        one-word response for a post-generation gate) is fitted as a real one would be.
+        If even it does not fit, the window is spent on instructions and the output's
+        worst case, and every record of a run would be its own ``PromptTooLongError``
+        row: a 512-token window gave 10,000 error rows for 10,000 records.  Only that
+        is refused; an engine that cannot count tokens yet (a server still starting)
+        or a gate that needs more than this record holds (the adequacy gate with
+        per-record rubrics only) is left to the records.
+        """
+        probe = Item(
+            id="window-check",
+            question="Who?",
+            chunks=(Chunk(id=0, text="Nobody."),),
+            response="Nobody." if self.gate.needs_response else None,
+        )
+        try:
+            self._fit(probe)
+        except PromptTooLongError as exc:
+            shorter = " (or detail='decision', whose output is one value)" if self.config.detail == "full" else ""
+            raise ConfigError(
+                "max_model_len",
+                self.engine.max_model_len,
+                f"too small for the {self.gate.name} gate: {exc}; give a larger window{shorter}",
+            ) from exc
+        except Exception:  # anything else is a record's own concern
+            return
 
     @classmethod
     def open(cls, config: JudgeConfig) -> Judge:
         """A judge on a new engine, made from ``config.engine`` (its gate is built first, so
         a bad rubric fails before the engine starts)."""
         gate = make_gate_for(config)
-        return cls(make_engine(config.engine), gate, config)
+        engine = make_engine(config.engine)
+        try:
+            return cls(engine, gate, config)
+        except BaseException:
+            engine.close()  # a refused window must not leave the engine's processes behind
+            raise
 
     @property
     def prompt_version(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError
 from suffice.judge import Judge
 from tests.fakes import ScriptedEngine
 
@@ -54,6 +55,44 @@ def test_long_fields_are_cut_to_fit(gate, field):
 
 
 @pytest.mark.parametrize("gate", GATES)
-def test_a_window_too_small_for_the_output_is_one_error_per_item(gate):
-    results = judge_for(gate, 300).judge_batch([item(0), item(1)])
-    assert [r.error.type for r in results] == ["PromptTooLongError", "PromptTooLongError"]
+def test_a_window_too_small_for_the_output_is_refused_before_any_record(gate):
+    with pytest.raises(ConfigError) as caught:
+        checked_judge(gate, 300)
+    assert caught.value.parameter == "max_model_len"
+
+
+def test_the_refused_window_says_where_it_went():
+    with pytest.raises(ConfigError, match="the output's worst case takes"):
+        checked_judge("sufficiency", 300)
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_a_window_that_holds_a_small_record_is_not_refused(gate):
+    """At the smallest window the check accepts, a one-word record reaches the engine
+    (the check refuses no window that a record could use)."""
+    window = next(n for n in range(300, 8192, 10) if _accepted(gate, n))
+    judge = checked_judge(gate, window)
+    judge.judge_batch([{"id": "r", "question": "Who?", "response": "Nobody.", "chunks": [{"id": 0, "text": "No."}]}])
+    assert judge.engine.calls[0] == 1
+
+
+def test_adequacy_with_per_record_rubrics_only_is_not_checked():
+    """Without a rubric in the config the gate has nothing to fit a probe with: each
+    record is fitted with its own rubric and is its own error row."""
+    [result] = judge_for("adequacy", 300).judge_batch([item(0)])
+    assert result.error.type == "PromptTooLongError"
+
+
+def checked_judge(gate: str, max_model_len: int) -> Judge:
+    """A judge whose config names everything its gate needs (adequacy: a rubric)."""
+    engine = ScriptedEngine(lambda request: "{}", max_model_len=max_model_len)
+    rubric = "customer-support" if gate == "adequacy" else None
+    return Judge(engine, config=JudgeConfig(gate=gate, rubric=rubric))
+
+
+def _accepted(gate: str, window: int) -> bool:
+    try:
+        checked_judge(gate, window)
+    except ConfigError:
+        return False
+    return True
