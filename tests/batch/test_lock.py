@@ -9,6 +9,8 @@ released by the kernel when that process is SIGKILLed.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import signal
@@ -164,3 +166,26 @@ def test_a_forked_child_outliving_its_killed_run_does_not_block_the_resume(files
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(RECORDS)]
+
+
+def _no_locks(fd: int, operation: int) -> None:
+    """``flock`` as a filesystem without locks answers it (NFS without lockd)."""
+    raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+
+def test_an_output_on_a_filesystem_without_locks_is_still_judged(files, monkeypatch):
+    """No real filesystem here refuses ``flock`` (the kernel emulates it for local
+    ones), so the refusal is made in ``flock`` itself, with the errno NFS gives."""
+    source, out = files
+    monkeypatch.setattr(fcntl, "flock", _no_locks)
+    with pytest.warns(UserWarning):
+        judge_file(JudgeConfig(), source, out, open_judge=opener(ScriptedEngine(good)))
+    assert [row["id"] for row in rows(out)] == [f"r{i}" for i in range(RECORDS)]
+
+
+def test_the_warning_names_the_lock_file_and_the_reason(files, monkeypatch):
+    source, out = files
+    monkeypatch.setattr(fcntl, "flock", _no_locks)
+    with pytest.warns(UserWarning) as caught:
+        judge_file(JudgeConfig(), source, out, open_judge=opener(ScriptedEngine(good)))
+    assert str(caught[0].message).startswith(f"cannot lock {out}.lock (No locks available)")
