@@ -1,7 +1,7 @@
 """Batch scoring as a library: read records, judge them in batches, write one row each,
 resume by id; in this process or on Ray actors.  The CLI only builds the options."""
 
-from suffice.batch.inputs import FieldMap, InputFile
+from suffice.batch.inputs import FieldMap, InputFile, Shard
 from suffice.batch.options import BatchOptions, RayOptions
 from suffice.batch.runner import BatchReport, journal_path, judge_file, result_row
 
@@ -11,6 +11,7 @@ __all__ = [
     "FieldMap",
     "InputFile",
     "RayOptions",
+    "Shard",
     "journal_path",
     "judge_file",
     "result_row",

@@ -16,6 +16,7 @@ renames, so a bad value is still an error line naming the field.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,13 +118,59 @@ def _digest(record: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:8]
 
 
-class InputFile:
-    """The records of one input file, in order, each with its 1-based position."""
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count``: the records whose 0-based place among the input's
+    records is ``index`` modulo ``count``.
 
-    def __init__(self, path: Path, fmt: str | None = None, fields: FieldMap | None = None) -> None:
+    Why: a cluster job (a Slurm array, a Kubernetes indexed Job) starts N copies of
+    one command over one shared input; each copy judges its own records into its own
+    output, and the outputs concatenated are one run's rows (resume is by id).  By
+    place, not by a hash of the id: records without ids shard too, blank lines do not
+    unbalance the shards, and each shard's size is known before reading (its ETA).
+    """
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        for name, value in (("index", self.index), ("count", self.count)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError("shard", f"{self.index}/{self.count}", f"its {name} must be a whole number")
+        if self.count < 1:
+            raise ConfigError("shard", f"{self.index}/{self.count}", "the shard count must be at least 1")
+        if not 0 <= self.index < self.count:
+            raise ConfigError(
+                "shard", f"{self.index}/{self.count}", f"the index counts from 0: 0 to {self.count - 1} of {self.count}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``K/N`` (``3/8``: the fourth of eight shards)."""
+        index, slash, count = text.partition("/")
+        if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+            raise ConfigError("shard", text, "must be K/N with whole numbers, K from 0 to N-1 (3/8)")
+        return cls(int(index), int(count))
+
+    def size(self, records: int) -> int:
+        """How many of ``records`` records are this shard's."""
+        return len(range(self.index, records, self.count))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+class InputFile:
+    """The records of one input file (of one shard of it), in order, each with its
+    1-based position in the file."""
+
+    def __init__(
+        self, path: Path, fmt: str | None = None, fields: FieldMap | None = None, shard: Shard | None = None
+    ) -> None:
         self.path = path
         self.format = format_of(path, fmt)
         self.fields = fields or FieldMap()
+        self.shard = shard
         #: Records in the file, for the progress bar's ETA: Parquet's metadata, or a
         #: count of a JSONL file's non-blank lines (bytes only, nothing parsed: about
         #: 0.15 s a million lines here, where judging them takes minutes to days).
@@ -138,9 +185,13 @@ class InputFile:
                 self.count = int(pq.ParquetFile(path).metadata.num_rows)
             except Exception as exc:  # pyarrow raises its own ArrowInvalid for a damaged file
                 raise ConfigError("input", str(path), f"is not a readable Parquet file: {exc}") from exc
+        if shard is not None and self.count is not None:
+            self.count = shard.size(self.count)
 
     def __iter__(self) -> Iterator[SourceLine]:
         raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path)
+        if self.shard is not None:
+            raw = itertools.islice(raw, self.shard.index, None, self.shard.count)
         for source in raw:
             yield SourceLine(source.line, self.fields.apply(source.record, source.line))
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suffice.batch.inputs import FORMATS, FieldMap
+from suffice.batch.inputs import FORMATS, FieldMap, Shard
 from suffice.exceptions import ConfigError
 
 #: Verdict shapes an output can hold.
@@ -86,6 +86,8 @@ class BatchOptions:
     fields: FieldMap = field(default_factory=FieldMap)
     #: Judge on Ray actors instead of this process's engine.
     ray: RayOptions | None = None
+    #: Judge only this shard of the input (one of N copies of a cluster job).
+    shard: Shard | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -149,7 +149,7 @@ def judge_file(
                 raise OutputMismatchError(
                     "audit_db", f"the audit database {options.audit_db} is the {role} {path}; choose another"
                 )
-    inputs = InputFile(source, options.input_format, options.fields)
+    inputs = InputFile(source, options.input_format, options.fields, options.shard)
     out_format = format_of(output, options.output_format, "output-format")
     gate = make_gate_for(config)
     if out_format == "parquet" and options.fmt != "suffice":

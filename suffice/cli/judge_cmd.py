@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice import batch
-from suffice.batch import BatchOptions, FieldMap, RayOptions
+from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
@@ -105,6 +105,12 @@ def add_parser(sub: Any) -> None:
         help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
     )
     p.add_argument("--actors", type=int, default=None, help="--ray: actors (default: one per GPU, or 1)")
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
+    )
     add_audit_args(p)
     p.set_defaults(run=run)
 
@@ -150,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
             output_format=args.output_format,
             fields=FieldMap.parse(args.field),
             ray=None if args.ray is None else RayOptions(address=args.ray, actors=args.actors),
+            shard=None if args.shard is None else Shard.parse(args.shard),
         )
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
