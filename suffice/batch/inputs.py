@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suffice import compressed
 from suffice.exceptions import ConfigError
 from suffice.jsonl import SourceLine, parse_line, read_lines
 from suffice.records import InvalidRecord, carry_repeats
@@ -36,12 +37,21 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet"
 
 
 def format_of(path: Path, given: str | None, option: str = "format") -> str:
-    """``given``, or the format ``path``'s extension names; a ConfigError otherwise."""
+    """``given``, or the format ``path``'s extension names (an input's compression
+    suffix dropped: ``.jsonl.gz`` is JSONL); a ConfigError otherwise, and for a
+    compressed output name (``option`` ``output-format``) whatever is given."""
+    if option == "output-format" and path.suffix.lower() in compressed.SUFFIXES:
+        raise ConfigError(
+            "output",
+            str(path),
+            "cannot be compressed: a JSONL output is appended as it goes and resumed from its last whole line; "
+            "write .jsonl, or .parquet (compressed)",
+        )
     if given is not None:
         if given not in FORMATS:
             raise ConfigError(option, given, f"must be one of {', '.join(FORMATS)}")
         return given
-    fmt = _SUFFIXES.get(path.suffix.lower())
+    fmt = _SUFFIXES.get(compressed.without_compression_suffix(path).suffix.lower())
     if fmt is None:
         raise ConfigError(option, str(path), f"cannot tell the format from the extension; give --{option}")
     return fmt
@@ -200,7 +210,7 @@ def _refuse_plain_json(path: Path, count: int) -> None:
     """A JSON document (an array of records, or one pretty-printed over many lines) is
     not JSON Lines: read line by line it gave one error row per line (32 for three
     pretty-printed records).  Refused before anything is judged, saying how to convert."""
-    with path.open("rb") as handle:
+    with compressed.open_input(path) as handle:
         first = next((raw.strip() for raw in handle if raw.strip()), b"")
     first = first.removeprefix(b"\xef\xbb\xbf").strip()
     if first in (b"[", b"{"):
@@ -218,10 +228,16 @@ def _refuse_plain_json(path: Path, count: int) -> None:
 
 
 def _count_lines(path: Path) -> int:
+    """Non-blank lines; reading a compressed input to its end here finds a damaged or
+    cut-short file before anything is judged."""
     count = 0
-    with path.open("rb") as handle:
-        for raw in handle:
-            count += bool(raw.strip())
+    number = 0
+    with compressed.open_input(path) as handle:
+        try:
+            for number, raw in enumerate(handle, start=1):  # noqa: B007 - number names the damage
+                count += bool(raw.strip())
+        except compressed.DAMAGE as exc:
+            raise compressed.damaged(path, number, exc) from exc
     return count
 
 
