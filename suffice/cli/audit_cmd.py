@@ -176,8 +176,13 @@ def run_review_list(args: argparse.Namespace) -> int:
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
-    rows = log.reviews(None if args.all else "open")
-    log.close()
+    try:
+        rows = log.reviews(None if args.all else "open")
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
     for row in rows:
         if args.json:
             row["payload"] = json.loads(row["payload"])

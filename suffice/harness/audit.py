@@ -654,10 +654,18 @@ class AuditLog:
             return self._append(cur, _EVALUATIONS, stored)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        cur = self._db.execute(f"SELECT seq, {', '.join(_COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq")
-        names = [d[0] for d in cur.description]
-        for values in cur:
-            yield dict(zip(names, values, strict=True))
+        """Every evaluation row in sequence order.  A damaged database raises
+        :class:`AuditError` naming the path, as :meth:`verify` does (``audit export``
+        of a log with a bad page ended in an SQLite traceback)."""
+        try:
+            cur = self._db.execute(
+                f"SELECT seq, {', '.join(_COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq"
+            )
+            names = [d[0] for d in cur.description]
+            for values in cur:
+                yield dict(zip(names, values, strict=True))
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
 
     # -- verification -----------------------------------------------------------------
     def verify(self, anchor: Mapping[str, Any] | None = None) -> VerifyReport:
@@ -888,10 +896,16 @@ class AuditLog:
         return review_id
 
     def reviews(self, status: str | None = "open") -> list[dict[str, Any]]:
+        """The review queue (``status=None``: resolved reviews too).  A damaged database
+        raises :class:`AuditError` naming the path (``review list`` ended in an SQLite
+        traceback)."""
         query = "SELECT * FROM reviews" + (" WHERE status = ?" if status else "") + " ORDER BY id"
-        cur = self._db.execute(query, (status,) if status else ())
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, values, strict=True)) for values in cur]
+        try:
+            cur = self._db.execute(query, (status,) if status else ())
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, values, strict=True)) for values in cur]
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
 
     def resolve_review(self, review_id: int, *, decision: str, by: str, note: str | None = None) -> None:
         """Record a person's decision and chain its ``resolved`` event (one transaction)."""

@@ -204,3 +204,52 @@ def test_verify_of_a_file_that_is_not_a_database_is_a_usage_error_naming_it(tmp_
     db.write_text("not sqlite at all, " * 300)
     assert main(["audit", "verify", str(db)]) == 2
     assert "not an SQLite audit database" in capsys.readouterr().err
+
+
+# -- damaged or altered logs read by export and review list ---------------------------------
+
+
+def _damage_table(path: Path, table: str) -> None:
+    """Overwrite the page type of ``table``'s root page: SQLite then reads the table as
+    "database disk image is malformed" while the schema, and so opening, still works
+    (a flipped byte on disk, a bad sector)."""
+    with sqlite3.connect(path) as db:
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    assert not Path(f"{path}-wal").exists(), "every page is in the main file"
+    with path.open("r+b") as handle:
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\x00")
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """A log whose evaluations and reviews tables are both damaged on disk."""
+    path = tmp_path / "damaged.db"
+    log = AuditLog(path)
+    log.record_many([{"item_id": f"q{i}", "raw_output": "x" * 300, "round": 1} for i in range(100)])
+    for i in range(30):
+        log.enqueue_review(item_id=f"q{i}", gate="sufficiency", reason="r" * 200, payload={"i": i})
+    log.close()
+    _damage_table(path, "evaluations")
+    _damage_table(path, "reviews")
+    return path
+
+
+def test_exporting_a_damaged_log_is_a_usage_error(damaged, tmp_path):
+    assert main(["audit", "export", str(damaged), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
+    main(["audit", "export", str(damaged), "-o", str(tmp_path / "rows.jsonl")])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+def test_listing_the_reviews_of_a_damaged_log_is_a_usage_error(damaged):
+    assert main(["review", "list", "--db", str(damaged)]) == EXIT_USAGE
+
+
+def test_listing_the_reviews_of_a_damaged_log_names_it_as_damaged(damaged, capsys):
+    main(["review", "list", "--db", str(damaged)])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
