@@ -183,9 +183,21 @@ def run_review_list(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         log.close()
+    if args.json:
+        # Every payload parsed before anything is printed: a script reading the
+        # lines gets all of them or none, never the queue cut at an altered review.
+        for row in rows:
+            try:
+                row["payload"] = json.loads(row["payload"])
+            except ValueError:
+                print(
+                    f"error: {args.db}: review {row['id']}: payload is not JSON (was the log altered? "
+                    "`suffice audit verify` names the damage)",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
     for row in rows:
         if args.json:
-            row["payload"] = json.loads(row["payload"])
             print(json.dumps(row, ensure_ascii=False))
         else:
             who = f" by {row['resolved_by']} at {row['resolved_at']}: {row['decision']}" if row["resolved_by"] else ""

@@ -124,6 +124,8 @@ _EVALUATION_COLUMNS: tuple[tuple[str, _Kind], ...] = (
     ("error", "text"),
 )
 _COLUMNS = tuple(name for name, _ in _EVALUATION_COLUMNS)
+#: Evaluation columns holding structured values as JSON text (parsed by ``export``).
+_JSON_COLUMNS = ("chunks", "verdict", "scores", "error")
 
 #: What an ``enqueued`` event carries (and the ``reviews`` row starts with).
 _REVIEW_FIELDS: tuple[tuple[str, _Kind], ...] = (
@@ -852,12 +854,25 @@ class AuditLog:
         return None
 
     def export(self, out: Path) -> int:
+        """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
+
+        What an altered log holds is no traceback: a JSON column that no longer parses
+        raises :class:`AuditError` naming the row and column, and text that is not
+        UTF-8 (read with ``surrogateescape``) is written as its ``\\udcXX`` escape,
+        which a JSON reader reads back as the same text.
+        """
         n = 0
-        with out.open("w", encoding="utf-8") as handle:
+        with out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
             for row in self.rows():
-                for key in ("chunks", "verdict", "scores", "error"):
+                for key in _JSON_COLUMNS:
                     if row.get(key):
-                        row[key] = json.loads(row[key])
+                        try:
+                            row[key] = json.loads(row[key])
+                        except ValueError:
+                            raise AuditError(
+                                f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
+                                "`suffice audit verify` names the damage)"
+                            ) from None
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n += 1
         return n

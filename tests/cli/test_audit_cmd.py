@@ -253,3 +253,39 @@ def test_listing_the_reviews_of_a_damaged_log_is_a_usage_error(damaged):
 def test_listing_the_reviews_of_a_damaged_log_names_it_as_damaged(damaged, capsys):
     main(["review", "list", "--db", str(damaged)])
     assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+def test_exporting_a_row_whose_json_cell_was_altered_is_a_usage_error(db, tmp_path):
+    sql(db, "UPDATE evaluations SET scores = '{oops' WHERE seq = 2")
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_a_row_whose_json_cell_was_altered_names_the_row_and_the_column(db, tmp_path, capsys):
+    sql(db, "UPDATE evaluations SET scores = '{oops' WHERE seq = 2")
+    main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")])
+    assert "row 2: scores is not JSON" in capsys.readouterr().err
+
+
+def test_exporting_a_row_with_bytes_that_are_not_utf8_succeeds(db, tmp_path):
+    sql(db, "UPDATE evaluations SET item_id = CAST(X'71ff' AS TEXT) WHERE seq = 2")
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_OK
+
+
+def test_exporting_a_row_with_bytes_that_are_not_utf8_writes_them_escaped(db, tmp_path):
+    """The escape reads back as the text the log hands out for those bytes."""
+    sql(db, "UPDATE evaluations SET item_id = CAST(X'71ff' AS TEXT) WHERE seq = 2")
+    out = tmp_path / "rows.jsonl"
+    main(["audit", "export", str(db), "-o", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rows[1]["item_id"] == "q\udcff"
+
+
+def test_listing_a_review_whose_payload_was_altered_as_json_is_a_usage_error(db):
+    sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
+    assert main(["review", "list", "--json", "--db", str(db)]) == EXIT_USAGE
+
+
+def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db, capsys):
+    sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
+    main(["review", "list", "--json", "--db", str(db)])
+    assert "review 1: payload is not JSON" in capsys.readouterr().err
