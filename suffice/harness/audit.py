@@ -87,7 +87,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from suffice.exceptions import AuditError, ConfigError
-from suffice.files import replace_atomically
+from suffice.files import replace_atomically, writing
 from suffice.serving.models import ModelRef
 
 #: Written into ``meta``; a database with another (or no) format is refused.
@@ -859,10 +859,11 @@ class AuditLog:
         What an altered log holds is no traceback: a JSON column that no longer parses
         raises :class:`AuditError` naming the row and column, and text that is not
         UTF-8 (read with ``surrogateescape``) is written as its ``\\udcXX`` escape,
-        which a JSON reader reads back as the same text.
+        which a JSON reader reads back as the same text.  A file that cannot be
+        written raises :class:`~suffice.exceptions.OutputWriteError` naming it.
         """
         n = 0
-        with out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
+        with writing(out), out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
             for row in self.rows():
                 for key in _JSON_COLUMNS:
                     if row.get(key):

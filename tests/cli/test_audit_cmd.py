@@ -280,6 +280,16 @@ def test_exporting_a_row_with_bytes_that_are_not_utf8_writes_them_escaped(db, tm
     assert rows[1]["item_id"] == "q\udcff"
 
 
+def test_exporting_into_a_missing_folder_is_a_usage_error(db, tmp_path):
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "no" / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_into_a_missing_folder_names_the_file(db, tmp_path, capsys):
+    out = tmp_path / "no" / "rows.jsonl"
+    main(["audit", "export", str(db), "-o", str(out)])
+    assert f"cannot write {out}" in capsys.readouterr().err
+
+
 def test_listing_a_review_whose_payload_was_altered_as_json_is_a_usage_error(db):
     sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
     assert main(["review", "list", "--json", "--db", str(db)]) == EXIT_USAGE
@@ -289,3 +299,13 @@ def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db,
     sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
     main(["review", "list", "--json", "--db", str(db)])
     assert "review 1: payload is not JSON" in capsys.readouterr().err
+
+
+def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_path, capsys):
+    """/dev/full answers every write with ENOSPC: a full disk, for real."""
+    if not Path("/dev/full").exists():
+        pytest.skip("/dev/full is Linux's")
+    out = tmp_path / "rows.jsonl"
+    out.symlink_to("/dev/full")
+    assert main(["audit", "export", str(db), "-o", str(out)]) == EXIT_USAGE
+    assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
