@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
-from suffice.exceptions import AuditError, SufficeError
+from suffice.exceptions import AuditBrokenError, SufficeError
 from suffice.harness.audit import (
     REVIEW_DECISIONS,
     AuditLog,
@@ -128,7 +128,8 @@ def run_anchor(args: argparse.Namespace) -> int:
         anchor = log.anchor()
     except SufficeError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_TAMPERED if isinstance(exc, AuditError) else EXIT_USAGE  # a broken chain is not anchored
+        # A broken chain is not anchored (tampered); a damaged file, a lock, a key is usage, as verify says.
+        return EXIT_TAMPERED if isinstance(exc, AuditBrokenError) else EXIT_USAGE
     finally:
         log.close()
     try:

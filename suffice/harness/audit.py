@@ -86,7 +86,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from suffice.exceptions import AuditError, ConfigError
+from suffice.exceptions import AuditBrokenError, AuditError, ConfigError
 from suffice.files import replace_atomically, writing
 from suffice.serving.models import ModelRef
 
@@ -803,13 +803,14 @@ class AuditLog:
         """A record of both chains as they are now, to keep outside the database.
 
         The database is verified first (in the same snapshot): anchoring a broken
-        chain would certify the damage, so that raises :class:`AuditError`.
+        chain would certify the damage, so that raises :class:`AuditBrokenError`
+        (a damaged file or a lock is a plain :class:`AuditError`).
         """
         key = self._need_key("anchoring")
         with self._transaction("DEFERRED") as cur:
             report = self._verify(cur, key, None)
             if not report.ok:
-                raise AuditError(f"refusing to anchor {self.path}: {report.reason}")
+                raise AuditBrokenError(str(self.path), report.reason or "the chains do not verify")
             heads = {
                 name: {"count": count, "head": last}
                 for name, count, last in cur.execute("SELECT chain, count, last_hash FROM chain_heads")

@@ -309,3 +309,13 @@ def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_pat
     out.symlink_to("/dev/full")
     assert main(["audit", "export", str(db), "-o", str(out)]) == EXIT_USAGE
     assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
+
+
+def test_anchoring_a_damaged_log_is_a_usage_error_as_verifying_it_is(damaged, tmp_path):
+    """Damage is not tampering: verify says 2 for this file, so must anchor."""
+    assert main(["audit", "anchor", str(damaged), "-o", str(tmp_path / "anchor.json")]) == EXIT_USAGE
+
+
+def test_anchoring_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
+    main(["audit", "anchor", str(damaged), "-o", str(tmp_path / "anchor.json")])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
