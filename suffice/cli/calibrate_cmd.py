@@ -98,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
     gate = make_gate_for(config)
-    report = build_report(gate, records, rows, args.precision_target)
+    try:
+        report = build_report(gate, records, rows, args.precision_target)
+    except InputError as exc:
+        print(f"error: {verdicts}: {exc}; judge again with --overwrite", file=sys.stderr)
+        return EXIT_FATAL
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL
