@@ -208,11 +208,24 @@ def run_review_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _login_name() -> str | None:
+    """The login name ``--by`` defaults to, or None where there is none: getpass raises
+    (KeyError before Python 3.13, OSError since) for a uid without a password entry and
+    no ``USER``/``LOGNAME``, as in a container run with ``-u 12345``."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
 def run_review_resolve(args: argparse.Namespace) -> int:
+    by = args.by or _login_name()
+    if by is None:
+        print("error: --by: no login name to record as the reviewer here; pass --by NAME", file=sys.stderr)
+        return EXIT_USAGE
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
-    by = args.by or getpass.getuser()
     try:
         log.resolve_review(args.id, decision=args.decision, by=by, note=args.note)
     except SufficeError as exc:

@@ -319,3 +319,32 @@ def test_anchoring_a_damaged_log_is_a_usage_error_as_verifying_it_is(damaged, tm
 def test_anchoring_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
     main(["audit", "anchor", str(damaged), "-o", str(tmp_path / "anchor.json")])
     assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+@pytest.fixture
+def nameless(monkeypatch: pytest.MonkeyPatch) -> int:
+    """This process as a container user often is: no login name in the environment and
+    a uid the password database does not know, so getpass.getuser() fails for real."""
+    import pwd
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    known = {entry.pw_uid for entry in pwd.getpwall()}
+    uid = next(u for u in range(54321, 60000) if u not in known)
+    monkeypatch.setattr("os.getuid", lambda: uid)
+    return uid
+
+
+def test_resolving_without_by_when_there_is_no_login_name_is_a_usage_error(db, keyfile, nameless):
+    args = ["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)]
+    assert main(args) == EXIT_USAGE
+
+
+def test_resolving_without_by_when_there_is_no_login_name_asks_for_by(db, keyfile, nameless, capsys):
+    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    assert "pass --by NAME" in capsys.readouterr().err
+
+
+def test_resolving_without_by_when_there_is_no_login_name_leaves_the_review_open(db, keyfile, nameless):
+    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    assert [r["id"] for r in AuditLog(db).reviews("open")] == [1]
