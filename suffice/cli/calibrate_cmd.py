@@ -233,19 +233,27 @@ def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -
     """The rubric's next patch version, with the calibrated composite threshold.
 
     Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
-    already (it was overwritten: a hand-edited version lost) or cannot be written."""
+    already (it was overwritten: a hand-edited version lost) or cannot be written.
+    A file this call created and could not finish (a full disk) is removed: left
+    empty, it was the store's newest version, unreadable, so every later judge with
+    the rubric failed, and a retry took it for a version that exists already."""
     path = next_rubric_path(rubric, folder)
     version = path.stem.rsplit("@", 1)[1]
     data = rubric.model_dump(mode="json")
     data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with path.open("x", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
+        handle = path.open("x", encoding="utf-8")
     except FileExistsError as exc:
         raise ConfigError(
             "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
         ) from exc
     except OSError as exc:
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
+    try:
+        with handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        path.unlink(missing_ok=True)  # created exclusively above: it is this call's own
         raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
     return path
