@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -25,6 +26,7 @@ from suffice.files import replace_atomically
 from suffice.harness.audit import save_anchor
 from suffice.rubric_store import RubricStore
 from suffice.run_settings import RunSettings, settings_path
+from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
 
 FULL = Path("/dev/full")
 pytestmark = pytest.mark.skipif(not FULL.exists(), reason="/dev/full is Linux's; this fault needs it")
@@ -293,3 +295,35 @@ def test_a_rubric_version_saved_onto_a_full_disk_is_saved_once_there_is_room(ful
     (small_disk / "filler").unlink()
     path = save_rubric_version(base, {"threshold": 0.7}, folder)
     assert RubricStore(folder).get(path.stem).calibrated_threshold == 0.7
+
+
+def _calibrate_onto(out: Path, tmp_path: Path) -> int:
+    from suffice.cli.main import main
+    from tests.cli.test_calibrate_edges import SEPARABLE
+
+    golden = tmp_path / "golden-in.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in SEPARABLE))
+    return main(["calibrate", str(golden), "-o", str(out), "--no-progress"])
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_fills_the_disk_stops_with_exit_1(small_disk, tmp_path):
+    """64 KiB hold the verdicts and one plot, not the second: the report is written
+    after all the judging (it was an OSError traceback from matplotlib)."""
+    assert _calibrate_onto(small_disk / "calib", tmp_path) == 1
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_fills_the_disk_names_the_file_and_how_to_resume(small_disk, tmp_path, capsys):
+    _calibrate_onto(small_disk / "calib", tmp_path)
+    err = capsys.readouterr().err
+    assert re.search(rf"cannot write {re.escape(str(small_disk / 'calib'))}/\S+: No space left on device", err)
+    assert "rerun the same command" in err
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_filled_the_disk_writes_it_once_there_is_room(small_disk, tmp_path):
+    _calibrate_onto(small_disk / "calib", tmp_path)
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+    assert _calibrate_onto(small_disk / "calib", tmp_path) == 0
+    assert json.loads((small_disk / "calib" / "report.json").read_text())["items"] == 3

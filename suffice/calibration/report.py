@@ -20,6 +20,7 @@ from suffice.calibration.metrics import (
     threshold_for_precision,
 )
 from suffice.exceptions import InputError
+from suffice.files import writing
 
 if TYPE_CHECKING:
     from suffice.gates.base import Gate
@@ -136,8 +137,13 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     """report.json, report.md and a plot per score.  Without matplotlib (it comes with
     the ``cpu`` and ``gpu`` extras, not with a client judging through a server) the
     plots are left out and the report says so; it used to fail after judging, with no
-    report at all."""
-    out.mkdir(parents=True, exist_ok=True)
+    report at all.
+
+    A file that cannot be written (a full disk) raises
+    :class:`~suffice.exceptions.OutputWriteError` naming it; it was an OSError
+    traceback from deep inside matplotlib."""
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
     try:
         plots = _plots(report, out)
         missing = None
@@ -150,8 +156,10 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     clean["plots"] = [p.name for p in plots]
     if missing is not None:
         clean["plots_missing"] = missing
-    (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
+    with writing(out / "report.json"):
+        (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+    with writing(out / "report.md"):
+        (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
     return [out / "report.json", out / "report.md", *plots]
 
 
@@ -222,7 +230,10 @@ def _plots(report: dict[str, Any], out: Path) -> list[Path]:
         )
         fig.tight_layout()
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        try:
+            with writing(path):
+                fig.savefig(path, dpi=90)
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

@@ -13,7 +13,7 @@ from suffice.calibration.report import build_report, write_report
 from suffice.calibration.thresholds import GateConfig
 from suffice.cli import judge_cmd
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.exceptions import ConfigError, InputError
+from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.jsonl import dump_line, read_records
@@ -106,7 +106,15 @@ def run(args: argparse.Namespace) -> int:
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL
-    files = write_report(report, args.output)
+    try:
+        files = write_report(report, args.output)
+    except OutputWriteError as exc:  # as judge says: room made, the same command resumes
+        print(
+            f"error: {exc}\nthe verdicts are in {verdicts}; fix the cause, then rerun the same command: "
+            "it resumes them and writes the report",
+            file=sys.stderr,
+        )
+        return EXIT_FATAL
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {path}", file=sys.stderr)
