@@ -16,6 +16,8 @@ The tree::
     │                               (it ignores the constraint field): fix the server
     ├── AuditError                  an audit database or anchor cannot be used as asked
     │                               (older format, broken chain when writing, bad value)
+    │   └── AuditBrokenError        the chains do not verify, so the log is not anchored
+    │                               (tampering: ``audit anchor`` exits 4, not 2)
     ├── OutputMismatchError         an existing output was written with other settings, or
     │                               is the input itself (names the setting; exit 2)
     ├── OutputWriteError            an output file cannot be written (a full disk): stop,
@@ -169,6 +171,18 @@ class AuditError(SufficeError):
     whose head no longer verifies when appending, a value that cannot be stored
     exactly, an unreadable anchor.  Tampering found by ``verify`` is a report, not
     this error."""
+
+
+class AuditBrokenError(AuditError):
+    """:meth:`~suffice.harness.audit.AuditLog.anchor` found the chains broken (``reason``
+    says where) and refuses to certify them.  A type of its own because the other
+    AuditErrors (a damaged file, a lock held too long) are no evidence of tampering,
+    and ``audit anchor`` reported them as tampered (exit 4) where ``verify`` says 2."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"refusing to anchor {path}: {reason}")
 
 
 class ItemError(SufficeError):

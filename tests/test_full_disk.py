@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -19,10 +20,13 @@ import pytest
 
 from suffice.batch.journal import ResultFile
 from suffice.batch.keys import DoneRow, KeyIndex
-from suffice.exceptions import OutputWriteError
+from suffice.cli.calibrate_cmd import save_rubric_version
+from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import replace_atomically
 from suffice.harness.audit import save_anchor
+from suffice.rubric_store import RubricStore
 from suffice.run_settings import RunSettings, settings_path
+from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
 
 FULL = Path("/dev/full")
 pytestmark = pytest.mark.skipif(not FULL.exists(), reason="/dev/full is Linux's; this fault needs it")
@@ -245,3 +249,81 @@ def test_a_full_disk_under_the_index_keeps_every_row_of_the_output(small_disk, t
         assert resumed.done_count == rows
     finally:
         resumed.close()
+
+
+def _fill_disk(mount: Path) -> None:
+    """Write a filler file until ``mount`` has no room left."""
+    with pytest.raises(OSError) as caught, (mount / "filler").open("wb") as handle:
+        while True:
+            handle.write(b"x" * 4096)
+            handle.flush()
+    assert caught.value.errno == errno.ENOSPC
+
+
+@pytest.fixture
+def full_rubric_folder(small_disk):
+    """A rubric folder holding customer-support's base version, on a disk now full."""
+    base = RubricStore().get("customer-support")
+    folder = small_disk / "rubrics"
+    folder.mkdir()
+    (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    _fill_disk(small_disk)
+    return base, folder
+
+
+def test_a_rubric_version_saved_onto_a_full_disk_is_a_config_error_naming_save_rubric(full_rubric_folder):
+    base, folder = full_rubric_folder
+    with pytest.raises(ConfigError) as caught:
+        save_rubric_version(base, {"threshold": 0.7}, folder)
+    assert caught.value.parameter == "save_rubric"
+
+
+def test_a_rubric_version_saved_onto_a_full_disk_leaves_the_store_on_the_previous_version(full_rubric_folder):
+    """An empty customer-support@1.0.1.json was left: the newest version, unreadable,
+    so every later judge with --rubric customer-support failed."""
+    base, folder = full_rubric_folder
+    with contextlib.suppress(ConfigError):
+        save_rubric_version(base, {"threshold": 0.7}, folder)
+    assert RubricStore(folder).get("customer-support").ref == base.ref
+
+
+def test_a_rubric_version_saved_onto_a_full_disk_is_saved_once_there_is_room(full_rubric_folder, small_disk):
+    """The empty file was taken for a version that exists already, and refused."""
+    base, folder = full_rubric_folder
+    with contextlib.suppress(ConfigError):
+        save_rubric_version(base, {"threshold": 0.7}, folder)
+    (small_disk / "filler").unlink()
+    path = save_rubric_version(base, {"threshold": 0.7}, folder)
+    assert RubricStore(folder).get(path.stem).calibrated_threshold == 0.7
+
+
+def _calibrate_onto(out: Path, tmp_path: Path) -> int:
+    from suffice.cli.main import main
+    from tests.cli.test_calibrate_edges import SEPARABLE
+
+    golden = tmp_path / "golden-in.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in SEPARABLE))
+    return main(["calibrate", str(golden), "-o", str(out), "--no-progress"])
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_fills_the_disk_stops_with_exit_1(small_disk, tmp_path):
+    """64 KiB hold the verdicts and one plot, not the second: the report is written
+    after all the judging (it was an OSError traceback from matplotlib)."""
+    assert _calibrate_onto(small_disk / "calib", tmp_path) == 1
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_fills_the_disk_names_the_file_and_how_to_resume(small_disk, tmp_path, capsys):
+    _calibrate_onto(small_disk / "calib", tmp_path)
+    err = capsys.readouterr().err
+    assert re.search(rf"cannot write {re.escape(str(small_disk / 'calib'))}/\S+: No space left on device", err)
+    assert "rerun the same command" in err
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_filled_the_disk_writes_it_once_there_is_room(small_disk, tmp_path):
+    _calibrate_onto(small_disk / "calib", tmp_path)
+    subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+    assert _calibrate_onto(small_disk / "calib", tmp_path) == 0
+    assert json.loads((small_disk / "calib" / "report.json").read_text())["items"] == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from suffice.calibration.metrics import (
     set_agreement,
     threshold_for_precision,
 )
+from suffice.exceptions import InputError
+from suffice.files import writing
 
 if TYPE_CHECKING:
     from suffice.gates.base import Gate
@@ -41,6 +44,27 @@ def _record_of(records: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> 
     return record if rid is not None and str(rid) == str(row.get("id")) else None
 
 
+def _scores_of(gate: Gate, verdict: Any, line: int) -> dict[str, float | None]:
+    """The verdict's calibration scores, each a finite float or ``None``.
+
+    The verdicts come from a resumed file, kept as they were written: one edited, or
+    written by another tool, may hold a score that is ``NaN``, ``null`` or text.
+    That raises :class:`InputError` naming the score and the ``line`` (it was a
+    ValueError or TypeError traceback from the metrics, after all the judging)."""
+    try:
+        raw = gate.calibration_scores(verdict)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError("verdict", f"line {line} cannot be scored ({type(exc).__name__}: {exc})") from exc
+    scores: dict[str, float | None] = {}
+    for name, value in raw.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise InputError(f"verdict.{name}", f"line {line}: is {value!r}, not a finite number")
+        scores[name] = None if value is None else float(value)
+    return scores
+
+
 def build_report(
     gate: Gate,
     records: Sequence[Mapping[str, Any]],
@@ -48,13 +72,16 @@ def build_report(
     precision_target: float,
 ) -> dict[str, Any]:
     """Metrics over the rows that answer a labeled golden record; rows for records no
-    longer in the golden file (kept by an earlier, longer run) are counted apart."""
+    longer in the golden file (kept by an earlier, longer run) are counted apart.
+
+    Raises :class:`InputError` for a row whose score is not a finite number (see
+    :func:`_scores_of`); rows are numbered from 1, as the lines of verdicts.jsonl."""
     columns: dict[str, list[tuple[float, bool]]] = {}
     predicted_ids: list[list[Any]] = []
     gold_ids: list[list[Any]] = []
     skipped = {"error": 0, "unlabeled": 0, "not_in_golden": 0}
     judged = 0
-    for row in rows:
+    for line, row in enumerate(rows, start=1):
         verdict = row.get("verdict")
         record = _record_of(records, row)
         if record is None:
@@ -68,9 +95,9 @@ def build_report(
         if not isinstance(label, bool):
             skipped["unlabeled"] += 1
             continue
-        for name, value in gate.calibration_scores(verdict).items():
+        for name, value in _scores_of(gate, verdict, line).items():
             if value is not None:
-                columns.setdefault(name, []).append((float(value), label))
+                columns.setdefault(name, []).append((value, label))
         predicted = gate.useful_chunk_ids(verdict)
         if predicted is not None and label and record.get("useful_chunk_ids") is not None:
             predicted_ids.append(predicted)
@@ -110,8 +137,13 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     """report.json, report.md and a plot per score.  Without matplotlib (it comes with
     the ``cpu`` and ``gpu`` extras, not with a client judging through a server) the
     plots are left out and the report says so; it used to fail after judging, with no
-    report at all."""
-    out.mkdir(parents=True, exist_ok=True)
+    report at all.
+
+    A file that cannot be written (a full disk) raises
+    :class:`~suffice.exceptions.OutputWriteError` naming it; it was an OSError
+    traceback from deep inside matplotlib."""
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
     try:
         plots = _plots(report, out)
         missing = None
@@ -124,8 +156,10 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     clean["plots"] = [p.name for p in plots]
     if missing is not None:
         clean["plots_missing"] = missing
-    (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
+    with writing(out / "report.json"):
+        (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+    with writing(out / "report.md"):
+        (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
     return [out / "report.json", out / "report.md", *plots]
 
 
@@ -196,7 +230,10 @@ def _plots(report: dict[str, Any], out: Path) -> list[Path]:
         )
         fig.tight_layout()
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        try:
+            with writing(path):
+                fig.savefig(path, dpi=90)
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

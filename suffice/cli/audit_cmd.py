@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
-from suffice.exceptions import AuditError, SufficeError
+from suffice.exceptions import AuditBrokenError, SufficeError
 from suffice.harness.audit import (
     REVIEW_DECISIONS,
     AuditLog,
@@ -128,7 +128,8 @@ def run_anchor(args: argparse.Namespace) -> int:
         anchor = log.anchor()
     except SufficeError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_TAMPERED if isinstance(exc, AuditError) else EXIT_USAGE  # a broken chain is not anchored
+        # A broken chain is not anchored (tampered); a damaged file, a lock, a key is usage, as verify says.
+        return EXIT_TAMPERED if isinstance(exc, AuditBrokenError) else EXIT_USAGE
     finally:
         log.close()
     try:
@@ -176,11 +177,28 @@ def run_review_list(args: argparse.Namespace) -> int:
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
-    rows = log.reviews(None if args.all else "open")
-    log.close()
+    try:
+        rows = log.reviews(None if args.all else "open")
+    except SufficeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
+    if args.json:
+        # Every payload parsed before anything is printed: a script reading the
+        # lines gets all of them or none, never the queue cut at an altered review.
+        for row in rows:
+            try:
+                row["payload"] = json.loads(row["payload"])
+            except ValueError:
+                print(
+                    f"error: {args.db}: review {row['id']}: payload is not JSON (was the log altered? "
+                    "`suffice audit verify` names the damage)",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
     for row in rows:
         if args.json:
-            row["payload"] = json.loads(row["payload"])
             print(json.dumps(row, ensure_ascii=False))
         else:
             who = f" by {row['resolved_by']} at {row['resolved_at']}: {row['decision']}" if row["resolved_by"] else ""
@@ -190,11 +208,24 @@ def run_review_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _login_name() -> str | None:
+    """The login name ``--by`` defaults to, or None where there is none: getpass raises
+    (KeyError before Python 3.13, OSError since) for a uid without a password entry and
+    no ``USER``/``LOGNAME``, as in a container run with ``-u 12345``."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
 def run_review_resolve(args: argparse.Namespace) -> int:
+    by = args.by or _login_name()
+    if by is None:
+        print("error: --by: no login name to record as the reviewer here; pass --by NAME", file=sys.stderr)
+        return EXIT_USAGE
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
-    by = args.by or getpass.getuser()
     try:
         log.resolve_review(args.id, decision=args.decision, by=by, note=args.note)
     except SufficeError as exc:

@@ -13,7 +13,7 @@ from suffice.calibration.report import build_report, write_report
 from suffice.calibration.thresholds import GateConfig
 from suffice.cli import judge_cmd
 from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.exceptions import ConfigError, InputError
+from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.jsonl import dump_line, read_records
@@ -98,11 +98,23 @@ def run(args: argparse.Namespace) -> int:
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
     gate = make_gate_for(config)
-    report = build_report(gate, records, rows, args.precision_target)
+    try:
+        report = build_report(gate, records, rows, args.precision_target)
+    except InputError as exc:
+        print(f"error: {verdicts}: {exc}; judge again with --overwrite", file=sys.stderr)
+        return EXIT_FATAL
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL
-    files = write_report(report, args.output)
+    try:
+        files = write_report(report, args.output)
+    except OutputWriteError as exc:  # as judge says: room made, the same command resumes
+        print(
+            f"error: {exc}\nthe verdicts are in {verdicts}; fix the cause, then rerun the same command: "
+            "it resumes them and writes the report",
+            file=sys.stderr,
+        )
+        return EXIT_FATAL
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {path}", file=sys.stderr)
@@ -229,19 +241,27 @@ def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -
     """The rubric's next patch version, with the calibrated composite threshold.
 
     Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
-    already (it was overwritten: a hand-edited version lost) or cannot be written."""
+    already (it was overwritten: a hand-edited version lost) or cannot be written.
+    A file this call created and could not finish (a full disk) is removed: left
+    empty, it was the store's newest version, unreadable, so every later judge with
+    the rubric failed, and a retry took it for a version that exists already."""
     path = next_rubric_path(rubric, folder)
     version = path.stem.rsplit("@", 1)[1]
     data = rubric.model_dump(mode="json")
     data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with path.open("x", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
+        handle = path.open("x", encoding="utf-8")
     except FileExistsError as exc:
         raise ConfigError(
             "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
         ) from exc
     except OSError as exc:
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
+    try:
+        with handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        path.unlink(missing_ok=True)  # created exclusively above: it is this call's own
         raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
     return path

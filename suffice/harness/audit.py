@@ -86,8 +86,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from suffice.exceptions import AuditError, ConfigError
-from suffice.files import replace_atomically
+from suffice.exceptions import AuditBrokenError, AuditError, ConfigError
+from suffice.files import replace_atomically, writing
 from suffice.serving.models import ModelRef
 
 #: Written into ``meta``; a database with another (or no) format is refused.
@@ -124,6 +124,8 @@ _EVALUATION_COLUMNS: tuple[tuple[str, _Kind], ...] = (
     ("error", "text"),
 )
 _COLUMNS = tuple(name for name, _ in _EVALUATION_COLUMNS)
+#: Evaluation columns holding structured values as JSON text (parsed by ``export``).
+_JSON_COLUMNS = ("chunks", "verdict", "scores", "error")
 
 #: What an ``enqueued`` event carries (and the ``reviews`` row starts with).
 _REVIEW_FIELDS: tuple[tuple[str, _Kind], ...] = (
@@ -654,10 +656,18 @@ class AuditLog:
             return self._append(cur, _EVALUATIONS, stored)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        cur = self._db.execute(f"SELECT seq, {', '.join(_COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq")
-        names = [d[0] for d in cur.description]
-        for values in cur:
-            yield dict(zip(names, values, strict=True))
+        """Every evaluation row in sequence order.  A damaged database raises
+        :class:`AuditError` naming the path, as :meth:`verify` does (``audit export``
+        of a log with a bad page ended in an SQLite traceback)."""
+        try:
+            cur = self._db.execute(
+                f"SELECT seq, {', '.join(_COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq"
+            )
+            names = [d[0] for d in cur.description]
+            for values in cur:
+                yield dict(zip(names, values, strict=True))
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
 
     # -- verification -----------------------------------------------------------------
     def verify(self, anchor: Mapping[str, Any] | None = None) -> VerifyReport:
@@ -793,13 +803,14 @@ class AuditLog:
         """A record of both chains as they are now, to keep outside the database.
 
         The database is verified first (in the same snapshot): anchoring a broken
-        chain would certify the damage, so that raises :class:`AuditError`.
+        chain would certify the damage, so that raises :class:`AuditBrokenError`
+        (a damaged file or a lock is a plain :class:`AuditError`).
         """
         key = self._need_key("anchoring")
         with self._transaction("DEFERRED") as cur:
             report = self._verify(cur, key, None)
             if not report.ok:
-                raise AuditError(f"refusing to anchor {self.path}: {report.reason}")
+                raise AuditBrokenError(str(self.path), report.reason or "the chains do not verify")
             heads = {
                 name: {"count": count, "head": last}
                 for name, count, last in cur.execute("SELECT chain, count, last_hash FROM chain_heads")
@@ -844,12 +855,26 @@ class AuditLog:
         return None
 
     def export(self, out: Path) -> int:
+        """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
+
+        What an altered log holds is no traceback: a JSON column that no longer parses
+        raises :class:`AuditError` naming the row and column, and text that is not
+        UTF-8 (read with ``surrogateescape``) is written as its ``\\udcXX`` escape,
+        which a JSON reader reads back as the same text.  A file that cannot be
+        written raises :class:`~suffice.exceptions.OutputWriteError` naming it.
+        """
         n = 0
-        with out.open("w", encoding="utf-8") as handle:
+        with writing(out), out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
             for row in self.rows():
-                for key in ("chunks", "verdict", "scores", "error"):
+                for key in _JSON_COLUMNS:
                     if row.get(key):
-                        row[key] = json.loads(row[key])
+                        try:
+                            row[key] = json.loads(row[key])
+                        except ValueError:
+                            raise AuditError(
+                                f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
+                                "`suffice audit verify` names the damage)"
+                            ) from None
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
                 n += 1
         return n
@@ -888,10 +913,16 @@ class AuditLog:
         return review_id
 
     def reviews(self, status: str | None = "open") -> list[dict[str, Any]]:
+        """The review queue (``status=None``: resolved reviews too).  A damaged database
+        raises :class:`AuditError` naming the path (``review list`` ended in an SQLite
+        traceback)."""
         query = "SELECT * FROM reviews" + (" WHERE status = ?" if status else "") + " ORDER BY id"
-        cur = self._db.execute(query, (status,) if status else ())
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, values, strict=True)) for values in cur]
+        try:
+            cur = self._db.execute(query, (status,) if status else ())
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, values, strict=True)) for values in cur]
+        except sqlite3.Error as exc:
+            raise _audit_error(self.path, exc) from exc
 
     def resolve_review(self, review_id: int, *, decision: str, by: str, note: str | None = None) -> None:
         """Record a person's decision and chain its ``resolved`` event (one transaction)."""

@@ -204,3 +204,147 @@ def test_verify_of_a_file_that_is_not_a_database_is_a_usage_error_naming_it(tmp_
     db.write_text("not sqlite at all, " * 300)
     assert main(["audit", "verify", str(db)]) == 2
     assert "not an SQLite audit database" in capsys.readouterr().err
+
+
+# -- damaged or altered logs read by export and review list ---------------------------------
+
+
+def _damage_table(path: Path, table: str) -> None:
+    """Overwrite the page type of ``table``'s root page: SQLite then reads the table as
+    "database disk image is malformed" while the schema, and so opening, still works
+    (a flipped byte on disk, a bad sector)."""
+    with sqlite3.connect(path) as db:
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    assert not Path(f"{path}-wal").exists(), "every page is in the main file"
+    with path.open("r+b") as handle:
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\x00")
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """A log whose evaluations and reviews tables are both damaged on disk."""
+    path = tmp_path / "damaged.db"
+    log = AuditLog(path)
+    log.record_many([{"item_id": f"q{i}", "raw_output": "x" * 300, "round": 1} for i in range(100)])
+    for i in range(30):
+        log.enqueue_review(item_id=f"q{i}", gate="sufficiency", reason="r" * 200, payload={"i": i})
+    log.close()
+    _damage_table(path, "evaluations")
+    _damage_table(path, "reviews")
+    return path
+
+
+def test_exporting_a_damaged_log_is_a_usage_error(damaged, tmp_path):
+    assert main(["audit", "export", str(damaged), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
+    main(["audit", "export", str(damaged), "-o", str(tmp_path / "rows.jsonl")])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+def test_listing_the_reviews_of_a_damaged_log_is_a_usage_error(damaged):
+    assert main(["review", "list", "--db", str(damaged)]) == EXIT_USAGE
+
+
+def test_listing_the_reviews_of_a_damaged_log_names_it_as_damaged(damaged, capsys):
+    main(["review", "list", "--db", str(damaged)])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+def test_exporting_a_row_whose_json_cell_was_altered_is_a_usage_error(db, tmp_path):
+    sql(db, "UPDATE evaluations SET scores = '{oops' WHERE seq = 2")
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_a_row_whose_json_cell_was_altered_names_the_row_and_the_column(db, tmp_path, capsys):
+    sql(db, "UPDATE evaluations SET scores = '{oops' WHERE seq = 2")
+    main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")])
+    assert "row 2: scores is not JSON" in capsys.readouterr().err
+
+
+def test_exporting_a_row_with_bytes_that_are_not_utf8_succeeds(db, tmp_path):
+    sql(db, "UPDATE evaluations SET item_id = CAST(X'71ff' AS TEXT) WHERE seq = 2")
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_OK
+
+
+def test_exporting_a_row_with_bytes_that_are_not_utf8_writes_them_escaped(db, tmp_path):
+    """The escape reads back as the text the log hands out for those bytes."""
+    sql(db, "UPDATE evaluations SET item_id = CAST(X'71ff' AS TEXT) WHERE seq = 2")
+    out = tmp_path / "rows.jsonl"
+    main(["audit", "export", str(db), "-o", str(out)])
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rows[1]["item_id"] == "q\udcff"
+
+
+def test_exporting_into_a_missing_folder_is_a_usage_error(db, tmp_path):
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "no" / "rows.jsonl")]) == EXIT_USAGE
+
+
+def test_exporting_into_a_missing_folder_names_the_file(db, tmp_path, capsys):
+    out = tmp_path / "no" / "rows.jsonl"
+    main(["audit", "export", str(db), "-o", str(out)])
+    assert f"cannot write {out}" in capsys.readouterr().err
+
+
+def test_listing_a_review_whose_payload_was_altered_as_json_is_a_usage_error(db):
+    sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
+    assert main(["review", "list", "--json", "--db", str(db)]) == EXIT_USAGE
+
+
+def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db, capsys):
+    sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
+    main(["review", "list", "--json", "--db", str(db)])
+    assert "review 1: payload is not JSON" in capsys.readouterr().err
+
+
+def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_path, capsys):
+    """/dev/full answers every write with ENOSPC: a full disk, for real."""
+    if not Path("/dev/full").exists():
+        pytest.skip("/dev/full is Linux's")
+    out = tmp_path / "rows.jsonl"
+    out.symlink_to("/dev/full")
+    assert main(["audit", "export", str(db), "-o", str(out)]) == EXIT_USAGE
+    assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
+
+
+def test_anchoring_a_damaged_log_is_a_usage_error_as_verifying_it_is(damaged, tmp_path):
+    """Damage is not tampering: verify says 2 for this file, so must anchor."""
+    assert main(["audit", "anchor", str(damaged), "-o", str(tmp_path / "anchor.json")]) == EXIT_USAGE
+
+
+def test_anchoring_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
+    main(["audit", "anchor", str(damaged), "-o", str(tmp_path / "anchor.json")])
+    assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
+
+
+@pytest.fixture
+def nameless(monkeypatch: pytest.MonkeyPatch) -> int:
+    """This process as a container user often is: no login name in the environment and
+    a uid the password database does not know, so getpass.getuser() fails for real."""
+    import pwd
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    known = {entry.pw_uid for entry in pwd.getpwall()}
+    uid = next(u for u in range(54321, 60000) if u not in known)
+    monkeypatch.setattr("os.getuid", lambda: uid)
+    return uid
+
+
+def test_resolving_without_by_when_there_is_no_login_name_is_a_usage_error(db, keyfile, nameless):
+    args = ["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)]
+    assert main(args) == EXIT_USAGE
+
+
+def test_resolving_without_by_when_there_is_no_login_name_asks_for_by(db, keyfile, nameless, capsys):
+    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    assert "pass --by NAME" in capsys.readouterr().err
+
+
+def test_resolving_without_by_when_there_is_no_login_name_leaves_the_review_open(db, keyfile, nameless):
+    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    assert [r["id"] for r in AuditLog(db).reviews("open")] == [1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.cli.main import main
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
@@ -160,3 +160,39 @@ def test_a_rubric_version_that_exists_is_refused_before_judging(tmp_path, opened
     assert code == EXIT_USAGE
     assert opened == []
     assert taken.read_text() == "{}"
+
+
+def _edit_second_verdict(out: Path, confidence: object) -> None:
+    """Set the confidence of verdicts.jsonl's second row (a resumed file edited or
+    written by something else): the resume keeps the row, the report scores it."""
+    path = out / "verdicts.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    row = json.loads(lines[1])
+    row["verdict"]["confidence"] = confidence
+    lines[1] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("confidence", [float("nan"), None, "high"])
+def test_a_resumed_verdict_whose_score_is_not_a_number_stops_with_exit_1(tmp_path, opened, confidence):
+    _, out = calibrate(tmp_path, SEPARABLE)
+    _edit_second_verdict(out, confidence)
+    code, _ = calibrate(tmp_path, SEPARABLE)
+    assert code == EXIT_FATAL
+
+
+@pytest.mark.parametrize("confidence", [float("nan"), None, "high"])
+def test_a_resumed_verdict_whose_score_is_not_a_number_is_named_by_file_and_line(tmp_path, opened, capsys, confidence):
+    _, out = calibrate(tmp_path, SEPARABLE)
+    _edit_second_verdict(out, confidence)
+    capsys.readouterr()
+    calibrate(tmp_path, SEPARABLE)
+    assert re.search(rf"{re.escape(str(out / 'verdicts.jsonl'))}: verdict\S*: line 2\b", capsys.readouterr().err)
+
+
+def test_a_resumed_verdict_whose_score_is_not_a_number_writes_no_report(tmp_path, opened):
+    _, out = calibrate(tmp_path, SEPARABLE)
+    (out / "report.json").unlink()
+    _edit_second_verdict(out, float("nan"))
+    calibrate(tmp_path, SEPARABLE)
+    assert not (out / "report.json").exists()
