@@ -20,6 +20,7 @@ import pytest
 
 from suffice.batch.journal import ResultFile
 from suffice.batch.keys import DoneRow, KeyIndex
+from suffice.calibration.thresholds import GateConfig
 from suffice.cli.calibrate_cmd import save_rubric_version
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import replace_atomically
@@ -327,3 +328,36 @@ def test_calibrate_whose_report_filled_the_disk_writes_it_once_there_is_room(sma
     subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
     assert _calibrate_onto(small_disk / "calib", tmp_path) == 0
     assert json.loads((small_disk / "calib" / "report.json").read_text())["items"] == 3
+
+
+def _gate_config(threshold: float, metrics: dict[str, object] | None = None) -> GateConfig:
+    return GateConfig(gate="sufficiency", score="p_sufficient", threshold=threshold, metrics=metrics or {})
+
+
+def test_a_gate_config_saved_again_onto_a_full_disk_keeps_the_old_one(small_disk):
+    """The old config is small and the new one larger: rewritten in place, the file was
+    truncated, then could not be filled, and the gate that reads it could not start."""
+    path = small_disk / "gate.json"
+    _gate_config(0.5).save(path)
+    _fill_disk(small_disk)
+    with contextlib.suppress(ConfigError):
+        _gate_config(0.7, {"note": "x" * 8192}).save(path)
+    assert GateConfig.load(path).threshold == 0.5
+
+
+def test_a_gate_config_saved_onto_a_full_disk_is_a_config_error_naming_save_config(small_disk):
+    path = small_disk / "gate.json"
+    _gate_config(0.5).save(path)
+    _fill_disk(small_disk)
+    with pytest.raises(ConfigError) as caught:
+        _gate_config(0.7, {"note": "x" * 8192}).save(path)
+    assert caught.value.parameter == "save_config"
+
+
+def test_a_gate_config_saved_onto_a_full_disk_leaves_no_temporary(small_disk):
+    path = small_disk / "gate.json"
+    _gate_config(0.5).save(path)
+    _fill_disk(small_disk)
+    with contextlib.suppress(ConfigError):
+        _gate_config(0.7, {"note": "x" * 8192}).save(path)
+    assert _left_beside(small_disk) == []

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, OutputWriteError
+from suffice.files import replace_atomically
 
 SufficiencyScore = Literal["p_sufficient", "self_confidence"]
 
@@ -41,10 +42,16 @@ class GateConfig(BaseModel):
             raise ConfigError("gate_config", str(path), f"{field}: {err['msg']}") from exc
 
     def save(self, path: Path) -> None:
-        """Raises :class:`ConfigError` naming ``save_config`` when it cannot be written."""
+        """Raises :class:`ConfigError` naming ``save_config`` when it cannot be written.
+
+        Written beside and renamed over ``path``: a gate config is what a production
+        gate reads at every start, and rewritten in place it was truncated first, so a
+        re-calibration that filled the disk left it empty and the gate unable to start."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            replace_atomically(path, [(self.model_dump_json(indent=2) + "\n").encode("utf-8")])
+        except OutputWriteError as exc:
+            raise ConfigError("save_config", str(path), f"cannot be written: {exc.reason}") from exc
         except OSError as exc:
             raise ConfigError("save_config", str(path), f"cannot be written: {exc}") from exc
 
