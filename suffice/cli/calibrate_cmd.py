@@ -184,6 +184,16 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
     if chosen is None:
         print(f"error: no threshold of {name} reaches precision {args.precision_target}", file=sys.stderr)
         return None
+    if scores["auc"] is None or scores["auc"] <= 0.5:
+        # Saved all the same (the user asked), but a threshold on a score that ranks
+        # the labels no better than chance routes by chance: every score equal gave a
+        # threshold that delivered every question, and nothing said so.
+        auc = "n/a" if scores["auc"] is None else f"{scores['auc']:.3f}"
+        print(
+            f"warning: {name} ranks the labels no better than chance (AUC {auc} on {scores['n']} items): "
+            "the saved threshold routes by chance; judge with a stronger model or calibrate on more items",
+            file=sys.stderr,
+        )
     return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": args.choose}
 
 

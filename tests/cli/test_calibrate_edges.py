@@ -196,3 +196,22 @@ def test_a_resumed_verdict_whose_score_is_not_a_number_writes_no_report(tmp_path
     _edit_second_verdict(out, float("nan"))
     calibrate(tmp_path, SEPARABLE)
     assert not (out / "report.json").exists()
+
+
+#: Every verdict the same confidence and decision, whatever the label: no ranking.
+UNINFORMATIVE = [record(i, 0.8, True, i % 2 == 0) for i in range(4)]
+
+
+def test_saving_a_threshold_of_a_score_no_better_than_chance_warns(tmp_path, opened, capsys):
+    calibrate(tmp_path, UNINFORMATIVE, "--save-config", str(tmp_path / "gate.json"))
+    assert "no better than chance" in capsys.readouterr().err
+
+
+def test_saving_a_threshold_of_a_score_no_better_than_chance_still_saves_it(tmp_path, opened):
+    calibrate(tmp_path, UNINFORMATIVE, "--save-config", str(tmp_path / "gate.json"))
+    assert (tmp_path / "gate.json").exists()
+
+
+def test_saving_a_threshold_of_a_separating_score_does_not_warn(tmp_path, opened, capsys):
+    calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path / "gate.json"))
+    assert "no better than chance" not in capsys.readouterr().err
