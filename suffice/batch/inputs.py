@@ -158,7 +158,7 @@ class Shard:
     def parse(cls, text: str) -> Shard:
         """``K/N`` (``3/8``: the fourth of eight shards)."""
         index, slash, count = text.partition("/")
-        if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+        if not slash or not index.strip().isdecimal() or not count.strip().isdecimal():  # '²' isdigit, not int
             raise ConfigError("shard", text, "must be K/N with whole numbers, K from 0 to N-1 (3/8)")
         return cls(int(index), int(count))
 

@@ -143,12 +143,22 @@ class ResultFile:
         """Index the first row of each key (at its offset in the file as it is now)."""
         known = self.index.done_rows([row.key for row in batch])
         fresh: dict[str, DoneRow] = {}
+        replaced: list[str] = []
         for row in batch:
-            if row.key in known or row.key in fresh:
+            old = fresh.get(row.key) or known.get(row.key)
+            if old is not None:
                 self.repeated += 1
-                continue
+                # Two rows for one id from shards that could not see each other's records:
+                # the first record with the id (the lower line) keeps its row, whatever
+                # order the shards were concatenated in; the later one is a duplicate.
+                if row.line >= old.line:
+                    continue
+                if row.key not in fresh:
+                    replaced.append(row.key)
             fresh[row.key] = row
             self._note(row.line)
+        if replaced:
+            self.index.forget(replaced)
         self.index.add_done(fresh.values())
 
     def start(self) -> None:

@@ -69,7 +69,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    read = list(read_records(args.golden))
+    try:
+        read = list(read_records(args.golden))
+    except ConfigError as exc:  # a damaged or zstd-compressed golden file
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     taken = _rubric_version_taken(args, config.rubric)
     if taken is not None:
         print(f"error: {taken}", file=sys.stderr)

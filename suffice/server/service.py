@@ -157,7 +157,12 @@ class GateService:
                     raise RequestError(exc.parameter, str(exc)) from exc
                 except InputError as exc:  # an unknown rubric (RubricError names the field)
                     raise RequestError(exc.field or "rubric", exc.reason) from exc
-                judge = Judge(self.engine, gate_obj, config)
+                try:
+                    judge = Judge(self.engine, gate_obj, config)
+                except ConfigError as exc:  # this rubric's prompt cannot fit the window
+                    if options.rubric is None and options.threshold is None:
+                        raise  # the gate's own judge (built at start-up): the service cannot serve it
+                    raise RequestError(exc.parameter, str(exc)) from exc
                 self._judges[key] = judge
         return judge
 
