@@ -219,11 +219,13 @@ def _refuse_plain_json(path: Path, count: int) -> None:
         shape = "a JSON array"
     else:
         return
+    kind = compressed.compression_of(path)
+    # jq reads no compressed file: decompress into it.
+    command = f"jq -c '.[]' {path.name}" if kind is None else f"{kind} -dc {path.name} | jq -c '.[]'"
     raise ConfigError(
         "input",
         str(path),
-        f"holds {shape}, not JSON Lines (one record per line); convert it first, "
-        f"e.g. jq -c '.[]' {path.name} > records.jsonl",
+        f"holds {shape}, not JSON Lines (one record per line); convert it first, e.g. {command} > records.jsonl",
     )
 
 

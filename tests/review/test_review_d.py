@@ -76,3 +76,15 @@ def test_serve_a_rubric_too_long_for_the_window_is_not_an_internal_error():
     response = client.post("/v1/judge/adequacy?rubric=legal-review", json=item)
     print(response.status_code, response.json())
     assert response.status_code != 500
+
+
+# -- 5. the hint for a compressed JSON array is a jq command that cannot read it ---------
+def test_the_hint_for_a_compressed_json_array_decompresses_first(tmp_path):
+    from suffice.batch.inputs import InputFile
+    from suffice.exceptions import ConfigError
+
+    source = tmp_path / "in.json.gz"
+    source.write_bytes(gzip.compress(json.dumps([record(0), record(1)]).encode()))
+    with pytest.raises(ConfigError) as caught:
+        InputFile(source)
+    assert "gzip -dc in.json.gz | jq -c '.[]'" in str(caught.value)
