@@ -7,12 +7,14 @@ import bz2
 import gzip
 import json
 import lzma
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from suffice.batch import BatchOptions, judge_file
+from suffice.batch.inputs import InputFile
 from suffice.cli import main as cli_main
 from suffice.exceptions import ConfigError
 from tests.batch.test_runner import CONFIG, good, opener, record, rows
@@ -122,3 +124,11 @@ def test_the_cli_exits_2_on_a_damaged_input(tmp_path, capsys):
     status = cli_main.main(["judge", str(source), "-o", str(tmp_path / "out.jsonl")])
     assert status == 2
     assert "cannot be read after line" in capsys.readouterr().err
+
+
+def test_the_hint_for_a_compressed_json_array_decompresses_before_jq(tmp_path):
+    """jq reads no gzip: the hint ``jq -c '.[]' in.json.gz`` failed as given."""
+    source = tmp_path / "in.json.gz"
+    source.write_bytes(gzip.compress(json.dumps([record(0), record(1)]).encode()))
+    with pytest.raises(ConfigError, match=re.escape("gzip -dc in.json.gz | jq -c '.[]'")):
+        InputFile(source)

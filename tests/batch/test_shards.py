@@ -90,7 +90,7 @@ def test_a_killed_shard_resumes_only_its_own_records(source, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text", ["3", "3/", "/8", "a/8", "-1/8", "8/8", "3/0", "1.5/8", "3/8/2"], ids=lambda t: t or "empty"
+    "text", ["3", "3/", "/8", "a/8", "-1/8", "8/8", "3/0", "1.5/8", "3/8/2", "²/8", "3/²"], ids=lambda t: t or "empty"
 )
 def test_a_bad_shard_is_a_config_error_naming_it(text):
     with pytest.raises(ConfigError) as caught:
@@ -108,3 +108,41 @@ def test_concatenated_shard_outputs_are_put_in_input_order_by_the_resume(source,
     whole = concatenated_shards(source, tmp_path)
     judge_file(CONFIG, source, whole, BatchOptions(), open_judge=opener(ScriptedEngine(good)))
     assert [row["id"] for row in rows(whole)] == [f"r{i}" for i in range(RECORDS)]
+
+
+def test_a_superscript_digit_in_a_shard_is_exit_2_not_a_traceback(source, tmp_path, capsys):
+    """``"²".isdigit()`` holds but ``int("²")`` raises: a ValueError traceback."""
+    status = cli_main.main(["judge", str(source), "-o", str(tmp_path / "o.jsonl"), "--shard", "²/8"])
+    assert status == 2
+
+
+def _repeated_id_across_shards(tmp_path):
+    """Records A (line 2, shard 1) and B (line 3, shard 0) share id X: neither shard sees
+    the other, so each judges its X; out-0 (B's row) comes first when concatenated."""
+    source = tmp_path / "repeated.jsonl"
+    a = {"id": "X", "question": "Who?", "chunks": [{"id": 0, "text": "Ada."}]}
+    b = {"id": "X", "question": "Who wrote this much longer question about it?", "chunks": [{"id": 0, "text": "Ada."}]}
+    write_lines(source, [json.dumps(record(0)).encode(), json.dumps(a).encode(), json.dumps(b).encode()])
+    parts = []
+    for k in range(2):
+        out = tmp_path / f"rep-{k}.jsonl"
+        judge_shard(source, out, Shard(k, 2))
+        parts.append(out)
+    whole = tmp_path / "rep-all.jsonl"
+    whole.write_bytes(b"".join(p.read_bytes() for p in parts))
+    shutil.copy(parts[0].with_name(parts[0].name + ".settings.json"), whole.with_name(whole.name + ".settings.json"))
+    a_tokens = rows(parts[1])[0]["tokens"]["prompt"]
+    judge_file(CONFIG, source, whole, BatchOptions(), open_judge=opener(ScriptedEngine(good)))
+    return rows(whole), a_tokens
+
+
+def test_a_repeated_id_across_shards_keeps_the_first_records_verdict(tmp_path):
+    """Whatever order the shards were joined in: B's verdict was kept and relabelled
+    line 2, so record A silently carried B's verdict."""
+    got, a_tokens = _repeated_id_across_shards(tmp_path)
+    assert got[1]["tokens"]["prompt"] == a_tokens
+
+
+def test_a_repeated_id_across_shards_is_a_duplicate_row_for_the_later_record(tmp_path):
+    got, _ = _repeated_id_across_shards(tmp_path)
+    assert got[2]["error"]["type"] == "DuplicateIdError"

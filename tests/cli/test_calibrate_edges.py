@@ -4,6 +4,7 @@ are not booleans, one class only, a shorter rerun, no matplotlib, bad paths."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -215,3 +216,13 @@ def test_saving_a_threshold_of_a_score_no_better_than_chance_still_saves_it(tmp_
 def test_saving_a_threshold_of_a_separating_score_does_not_warn(tmp_path, opened, capsys):
     calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path / "gate.json"))
     assert "no better than chance" not in capsys.readouterr().err
+
+
+def test_a_damaged_compressed_golden_file_is_exit_2_naming_it(tmp_path, opened, capsys):
+    """read_records raised a ConfigError outside any handler: a traceback."""
+    golden = tmp_path / "golden.jsonl.gz"
+    lines = b"".join(json.dumps(record(i, 0.8, True, True)).encode() + b"\n" for i in range(50))
+    golden.write_bytes(gzip.compress(lines)[:-20])
+    status = main(["calibrate", str(golden), "-o", str(tmp_path / "rep"), "--no-progress"])
+    assert status == EXIT_USAGE
+    assert "cannot be read after line" in capsys.readouterr().err
