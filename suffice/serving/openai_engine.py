@@ -762,7 +762,16 @@ class OpenAIEngine(Engine):
             completion_tokens += len(ids)
             if finish not in ("stop", "length"):
                 raise EngineError(f"the server at {self.base_url} ended the request with finish_reason={finish!r}")
-            if finish != "length" and self._pattern(segment).fullmatch(piece) is None:
+            # A cut-off text may stop inside a match, but no part of a match is longer than
+            # the pattern's longest match: a server that ignores the constraint usually runs
+            # on to max_tokens, and that text must stop the run too (read as a cut-off, every
+            # record got a final error row, never judged again on resume).  A character cut
+            # in two decodes to U+FFFD, longer than its bytes: not counted.
+            if (
+                self._pattern(segment).fullmatch(piece) is None
+                if finish != "length"
+                else len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
+            ):
                 raise ConstraintNotEnforcedError(
                     segment.key,
                     f"the server at {self.base_url} returned text outside the constraint ({segment.key}): "

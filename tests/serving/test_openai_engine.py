@@ -393,6 +393,42 @@ def test_a_judge_stops_on_a_server_that_ignores_the_constraint():
         judge.judge_batch([rec(0), rec(1)])
 
 
+def unconstrained_until_max_tokens(path: str, body: dict[str, object] | None) -> Reply:
+    """A ``fail`` hook: a server that ignores the constraint and talks on until ``max_tokens``."""
+    if path != "/v1/completions" or body is None:
+        return None
+    count = int(body["max_tokens"])  # type: ignore[call-overload]
+    piece = ("Sure! The chunks answer it. " * count)[:count]
+    choice = {"index": 0, "text": piece, "finish_reason": "length", "token_ids": encode(piece), "logprobs": None}
+    return httpx.Response(200, json={"choices": [choice]})
+
+
+def test_text_outside_the_constraint_cut_off_at_max_tokens_stops_the_run():
+    engine = make(FakeServer(fail=unconstrained_until_max_tokens))
+    with pytest.raises(ConstraintNotEnforcedError):
+        engine.generate([request()])
+
+
+def test_a_judge_stops_on_a_server_that_ignores_the_constraint_until_max_tokens():
+    judge = Judge(make(FakeServer(fail=unconstrained_until_max_tokens)), SufficiencyGate())
+    with pytest.raises(ConstraintNotEnforcedError):
+        judge.judge_batch([rec(0), rec(1)])
+
+
+def test_a_cut_off_inside_a_character_at_the_bound_is_still_a_cut_off():
+    piece = "\u00e9\ufffd"  # é, then the first byte of another: 3 bytes of the 4 allowed
+
+    def cut(path: str, body: object) -> Reply:
+        if path != "/v1/completions":
+            return None
+        choice = {"text": piece, "finish_reason": "length", "token_ids": [1, 2, 3], "logprobs": None}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    constraint = Constraint(pattern="\u00e9{1,2}", max_bytes=4, key="accents")
+    [generation] = make(FakeServer(fail=cut)).generate([request("Q", constraint)])
+    assert generation.finish_reason == "length"
+
+
 def test_a_cut_off_segment_is_returned_as_cut_off():
     [generation] = make(FakeServer(lambda c: "Hello, World!", finish_reason="length")).generate([request()])
     assert generation.finish_reason == "length"
