@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from suffice.exceptions import ConfigError
 
@@ -54,6 +55,23 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
     ("max_concurrency", ("openai",), "the in-process engines batch every request they are given"),
 )
+
+
+def _check_host(base_url: str) -> None:
+    """Refuse an address without a host or with a port that is not one.  Why here: the
+    HTTP client took ``http://`` and ``http://:8000``, and the run said the server
+    "cannot be reached" after every retry, as if it were down; a port that is not a
+    number (``http://gpu-box:80OO``) raised the client's own ``InvalidURL``, naming no
+    setting; and port 99999 was tried as some other port."""
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number
+    except ValueError as exc:
+        raise ConfigError("base_url", base_url, f"is not a valid address: {exc}") from exc
+    if not parts.hostname or any(c.isspace() for c in parts.hostname):
+        raise ConfigError(
+            "base_url", base_url, "names no host, or one with a space in it (give one like http://127.0.0.1:8001)"
+        )
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,7 @@ class EngineConfig:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
             if not self.base_url.startswith(("http://", "https://")):
                 raise ConfigError("base_url", self.base_url, "must start with http:// or https://")
+            _check_host(self.base_url)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if self.max_model_len is not None and self.max_model_len < 1024:
