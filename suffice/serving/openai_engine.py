@@ -868,14 +868,22 @@ def _root_url(base_url: str) -> str:
 
 
 def _read_key(path: Path | None) -> str:
+    """The key, read as UTF-8 without a byte-order mark (an editor's "UTF-8 with BOM"),
+    and refused naming ``api_key_file`` unless it is one line of printable ASCII: an
+    HTTP header carries nothing else, and such a key raised the HTTP client's own
+    ``UnicodeEncodeError`` or ``LocalProtocolError`` out of the engine's start."""
     if path is None:
         return ""
     try:
-        key = path.read_text().strip()
+        key = path.read_text(encoding="utf-8-sig").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("api_key_file", str(path), f"cannot be read: {exc}") from exc
     if not key:
         raise ConfigError("api_key_file", str(path), "is empty")
+    if "\n" in key or "\r" in key:
+        raise ConfigError("api_key_file", str(path), "holds more than one line (give the key alone)")
+    if not all(" " <= c <= "~" for c in key):
+        raise ConfigError("api_key_file", str(path), "holds a character an HTTP header cannot carry (not ASCII)")
     return key
 
 

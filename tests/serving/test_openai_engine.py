@@ -707,6 +707,23 @@ def test_an_unreadable_key_file_is_a_config_error(tmp_path: Path):
     assert caught.value.parameter == "api_key_file"
 
 
+@pytest.mark.parametrize("text", ["line one\nline two\n", "cl\u00e9\n", "s3cret\x00"])
+def test_a_key_an_http_header_cannot_carry_is_a_config_error_naming_the_file(tmp_path: Path, text: str):
+    key = tmp_path / "server.key"
+    key.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(), api_key_file=key)
+    assert caught.value.parameter == "api_key_file"
+
+
+def test_a_key_file_saved_with_a_byte_order_mark_sends_the_key_alone(tmp_path: Path):
+    key = tmp_path / "server.key"
+    key.write_bytes("\ufeffs3cret\n".encode())
+    server = FakeServer()
+    make(server, api_key_file=key)
+    assert server.headers[0]["authorization"] == "Bearer s3cret"
+
+
 def test_a_missing_tokenizer_folder_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         make(FakeServer(), tokenizer=tmp_path / "missing")
