@@ -78,7 +78,7 @@ from suffice.serving.engine_config import EngineConfig
 _CANCEL_POLL = 0.5
 #: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
 BACKOFF_SECONDS = 0.5
-#: A server's ``Retry-After`` is honoured up to this many seconds (else the backoff applies).
+#: A server's ``Retry-After`` is honoured up to this many seconds (a longer one waits this long).
 MAX_RETRY_AFTER = 30.0
 #: Seconds to open a connection (a host that drops packets fails fast, then is retried).
 CONNECT_TIMEOUT = 10.0
@@ -906,12 +906,15 @@ def _server_message(response: httpx.Response) -> str:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a server asks to wait, at most :data:`MAX_RETRY_AFTER`.  Capped, not
+    ignored: a rate limiter that asked for 60 s was retried after the 0.5, 1 and 2 s
+    backoff, refused each time, and every request of the run failed within seconds."""
     value = response.headers.get("Retry-After")
     try:
         seconds = float(value) if value is not None else None
     except ValueError:
         return None
-    return seconds if seconds is not None and 0 <= seconds <= MAX_RETRY_AFTER else None
+    return min(seconds, MAX_RETRY_AFTER) if seconds is not None and seconds >= 0 else None
 
 
 def _ids(data: object, route: str) -> list[int]:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -472,6 +473,23 @@ def test_too_many_requests_is_retried():
     server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": "0"})))
     [generation] = make(server, retries=1).generate([request()])
     assert generation.text == "yes"
+
+
+def waits_before_retrying(monkeypatch: pytest.MonkeyPatch, retry_after: str) -> list[float]:
+    """The seconds the engine waited before its one retry of a 429 with ``Retry-After``."""
+    waits: list[float] = []
+    monkeypatch.setattr(openai_engine, "time", SimpleNamespace(sleep=waits.append))  # the engine's waits only
+    server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": retry_after})))
+    make(server).generate([request()])
+    return waits
+
+
+def test_a_retry_after_the_server_asks_for_is_waited(monkeypatch: pytest.MonkeyPatch):
+    assert waits_before_retrying(monkeypatch, "7") == [7.0]
+
+
+def test_a_retry_after_longer_than_the_cap_waits_the_cap_not_the_short_backoff(monkeypatch: pytest.MonkeyPatch):
+    assert waits_before_retrying(monkeypatch, "120") == [openai_engine.MAX_RETRY_AFTER]
 
 
 def test_a_server_error_after_every_retry_fails_the_request():
