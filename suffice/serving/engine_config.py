@@ -25,6 +25,8 @@ BACKENDS = ("outlines", "xgrammar", "guidance")
 DEFAULT_BACKEND = "xgrammar"
 
 DEFAULT_CONCURRENCY = 32
+#: openai: the longest ``request_timeout`` taken, in seconds (a day).
+MAX_REQUEST_TIMEOUT = 86_400.0
 
 #: What an in-process vLLM engine may compute in (``EngineConfig.dtype``).
 DTYPES = ("float32", "bfloat16")
@@ -159,8 +161,14 @@ class EngineConfig:
             raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
         if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:
             raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
-        if not self.request_timeout > 0:
-            raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
+        if not 0 < self.request_timeout <= MAX_REQUEST_TIMEOUT:
+            # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError
+            # at the first call), and a call that may never end stops nothing.
+            raise ConfigError(
+                "request_timeout",
+                self.request_timeout,
+                f"must be more than 0 and at most {MAX_REQUEST_TIMEOUT:g} seconds (a day)",
+            )
         if not 0 <= self.retries <= 10:
             raise ConfigError("retries", self.retries, "must be between 0 and 10")
 
