@@ -97,6 +97,10 @@ HEALTH_TIMEOUT = 10.0
 #: completion was "out of vocabulary"), and the run stops instead of writing an error
 #: row for every record.
 REFUSED_IN_A_ROW = 32
+#: Bytes an answer may have: a completion with top log-probabilities, or a long
+#: prompt's ids, is a few MiB at most; a body that goes on is cut here, not read into
+#: memory until the process dies.
+MAX_ANSWER_BYTES = 64 * 2**20
 #: The routes a health check asks (a timeout on any other call asks them).
 _HEALTH_ROUTES = ("/health", "/v1/models")
 #: What the tokenizer probe compares, local ids against the server's (varied scripts).
@@ -111,6 +115,10 @@ class ServerError(EngineError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+class _AnswerTooLarge(Exception):
+    """An answer longer than :data:`MAX_ANSWER_BYTES`."""
 
 
 class _Aborted(Exception):
@@ -379,9 +387,7 @@ class OpenAIEngine(Engine):
                 # A health check takes no slot: behind requests that hang on a wedged
                 # server it would wait as long as they do (the pool keeps it 4 spare).
                 with self._slots if path not in _HEALTH_ROUTES else contextlib.nullcontext():
-                    response = self._client.request(
-                        method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
-                    )
+                    response = self._exchange(method, path, body, timeout)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 # Connected but slow (a long queue) is not gone: that request fails, and the
@@ -401,6 +407,9 @@ class OpenAIEngine(Engine):
                         ) from exc
             except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
                 failure = f"the answer did not decode: {exc}"
+                reachable = True
+            except _AnswerTooLarge as exc:
+                failure = str(exc)
                 reachable = True
             else:
                 status = response.status_code
@@ -431,6 +440,38 @@ class OpenAIEngine(Engine):
                 "judged in this run; what was done is kept, rerun to resume once the server is back"
             )
         raise EngineError(f"the server at {self.base_url}{path} failed ({failure}; {tries})")
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> httpx.Response:
+        """One request and its whole answer, read within the call's timeout and at most
+        :data:`MAX_ANSWER_BYTES`.  The client's timeout bounds each read, not the answer:
+        a body that trickled on, a byte at a time, held its request (and the batch) past
+        ``request_timeout`` for as long as it went on, and one that never ended was read
+        into memory until the process died."""
+        seconds = self.config.request_timeout if timeout is None else timeout
+        request = self._client.build_request(
+            method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+        )
+        deadline = time.monotonic() + seconds
+        response = self._client.send(request, stream=True)
+        content = bytearray()
+        try:
+            for chunk in response.iter_bytes():
+                content += chunk
+                if len(content) > MAX_ANSWER_BYTES:
+                    raise _AnswerTooLarge(f"the answer was larger than {MAX_ANSWER_BYTES} bytes; cut there")
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the answer did not end within {seconds:g} s", request=request)
+        finally:
+            response.close()
+        # Decoded already: the encoding and length headers no longer describe it.
+        headers = [(k, v) for k, v in response.headers.multi_items() if k not in ("content-encoding", "content-length")]
+        return httpx.Response(
+            response.status_code,
+            headers=headers,
+            content=bytes(content),
+            request=request,
+            extensions=response.extensions,
+        )
 
     def _went_away(self, detail: str) -> EngineDeadError:
         """The server died while it worked on a completion: its records in flight are suspects."""
