@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from suffice.exceptions import ConfigError
 
@@ -24,6 +25,8 @@ BACKENDS = ("outlines", "xgrammar", "guidance")
 DEFAULT_BACKEND = "xgrammar"
 
 DEFAULT_CONCURRENCY = 32
+#: openai: the longest ``request_timeout`` taken, in seconds (a day).
+MAX_REQUEST_TIMEOUT = 86_400.0
 
 #: What an in-process vLLM engine may compute in (``EngineConfig.dtype``).
 DTYPES = ("float32", "bfloat16")
@@ -54,6 +57,23 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
     ("max_concurrency", ("openai",), "the in-process engines batch every request they are given"),
 )
+
+
+def _check_host(base_url: str) -> None:
+    """Refuse an address without a host or with a port that is not one.  Why here: the
+    HTTP client took ``http://`` and ``http://:8000``, and the run said the server
+    "cannot be reached" after every retry, as if it were down; a port that is not a
+    number (``http://gpu-box:80OO``) raised the client's own ``InvalidURL``, naming no
+    setting; and port 99999 was tried as some other port."""
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number
+    except ValueError as exc:
+        raise ConfigError("base_url", base_url, f"is not a valid address: {exc}") from exc
+    if not parts.hostname or any(c.isspace() for c in parts.hostname):
+        raise ConfigError(
+            "base_url", base_url, "names no host, or one with a space in it (give one like http://127.0.0.1:8001)"
+        )
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,7 @@ class EngineConfig:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
             if not self.base_url.startswith(("http://", "https://")):
                 raise ConfigError("base_url", self.base_url, "must start with http:// or https://")
+            _check_host(self.base_url)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if self.max_model_len is not None and self.max_model_len < 1024:
@@ -140,8 +161,14 @@ class EngineConfig:
             raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
         if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:
             raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
-        if not self.request_timeout > 0:
-            raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
+        if not 0 < self.request_timeout <= MAX_REQUEST_TIMEOUT:
+            # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError
+            # at the first call), and a call that may never end stops nothing.
+            raise ConfigError(
+                "request_timeout",
+                self.request_timeout,
+                f"must be more than 0 and at most {MAX_REQUEST_TIMEOUT:g} seconds (a day)",
+            )
         if not 0 <= self.retries <= 10:
             raise ConfigError("retries", self.retries, "must be between 0 and 10")
 

@@ -78,7 +78,7 @@ from suffice.serving.engine_config import EngineConfig
 _CANCEL_POLL = 0.5
 #: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
 BACKOFF_SECONDS = 0.5
-#: A server's ``Retry-After`` is honoured up to this many seconds (else the backoff applies).
+#: A server's ``Retry-After`` is honoured up to this many seconds (a longer one waits this long).
 MAX_RETRY_AFTER = 30.0
 #: Seconds to open a connection (a host that drops packets fails fast, then is retried).
 CONNECT_TIMEOUT = 10.0
@@ -97,6 +97,10 @@ HEALTH_TIMEOUT = 10.0
 #: completion was "out of vocabulary"), and the run stops instead of writing an error
 #: row for every record.
 REFUSED_IN_A_ROW = 32
+#: Bytes an answer may have: a completion with top log-probabilities, or a long
+#: prompt's ids, is a few MiB at most; a body that goes on is cut here, not read into
+#: memory until the process dies.
+MAX_ANSWER_BYTES = 64 * 2**20
 #: The routes a health check asks (a timeout on any other call asks them).
 _HEALTH_ROUTES = ("/health", "/v1/models")
 #: What the tokenizer probe compares, local ids against the server's (varied scripts).
@@ -111,6 +115,10 @@ class ServerError(EngineError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+class _AnswerTooLarge(Exception):
+    """An answer longer than :data:`MAX_ANSWER_BYTES`."""
 
 
 class _Aborted(Exception):
@@ -379,9 +387,7 @@ class OpenAIEngine(Engine):
                 # A health check takes no slot: behind requests that hang on a wedged
                 # server it would wait as long as they do (the pool keeps it 4 spare).
                 with self._slots if path not in _HEALTH_ROUTES else contextlib.nullcontext():
-                    response = self._client.request(
-                        method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
-                    )
+                    response = self._exchange(method, path, body, timeout)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 # Connected but slow (a long queue) is not gone: that request fails, and the
@@ -401,6 +407,9 @@ class OpenAIEngine(Engine):
                         ) from exc
             except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
                 failure = f"the answer did not decode: {exc}"
+                reachable = True
+            except _AnswerTooLarge as exc:
+                failure = str(exc)
                 reachable = True
             else:
                 status = response.status_code
@@ -431,6 +440,38 @@ class OpenAIEngine(Engine):
                 "judged in this run; what was done is kept, rerun to resume once the server is back"
             )
         raise EngineError(f"the server at {self.base_url}{path} failed ({failure}; {tries})")
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> httpx.Response:
+        """One request and its whole answer, read within the call's timeout and at most
+        :data:`MAX_ANSWER_BYTES`.  The client's timeout bounds each read, not the answer:
+        a body that trickled on, a byte at a time, held its request (and the batch) past
+        ``request_timeout`` for as long as it went on, and one that never ended was read
+        into memory until the process died."""
+        seconds = self.config.request_timeout if timeout is None else timeout
+        request = self._client.build_request(
+            method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
+        )
+        deadline = time.monotonic() + seconds
+        response = self._client.send(request, stream=True)
+        content = bytearray()
+        try:
+            for chunk in response.iter_bytes():
+                content += chunk
+                if len(content) > MAX_ANSWER_BYTES:
+                    raise _AnswerTooLarge(f"the answer was larger than {MAX_ANSWER_BYTES} bytes; cut there")
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the answer did not end within {seconds:g} s", request=request)
+        finally:
+            response.close()
+        # Decoded already: the encoding and length headers no longer describe it.
+        headers = [(k, v) for k, v in response.headers.multi_items() if k not in ("content-encoding", "content-length")]
+        return httpx.Response(
+            response.status_code,
+            headers=headers,
+            content=bytes(content),
+            request=request,
+            extensions=response.extensions,
+        )
 
     def _went_away(self, detail: str) -> EngineDeadError:
         """The server died while it worked on a completion: its records in flight are suspects."""
@@ -762,7 +803,16 @@ class OpenAIEngine(Engine):
             completion_tokens += len(ids)
             if finish not in ("stop", "length"):
                 raise EngineError(f"the server at {self.base_url} ended the request with finish_reason={finish!r}")
-            if finish != "length" and self._pattern(segment).fullmatch(piece) is None:
+            # A cut-off text may stop inside a match, but no part of a match is longer than
+            # the pattern's longest match: a server that ignores the constraint usually runs
+            # on to max_tokens, and that text must stop the run too (read as a cut-off, every
+            # record got a final error row, never judged again on resume).  A character cut
+            # in two decodes to U+FFFD, longer than its bytes: not counted.
+            if (
+                self._pattern(segment).fullmatch(piece) is None
+                if finish != "length"
+                else len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
+            ):
                 raise ConstraintNotEnforcedError(
                     segment.key,
                     f"the server at {self.base_url} returned text outside the constraint ({segment.key}): "
@@ -859,14 +909,22 @@ def _root_url(base_url: str) -> str:
 
 
 def _read_key(path: Path | None) -> str:
+    """The key, read as UTF-8 without a byte-order mark (an editor's "UTF-8 with BOM"),
+    and refused naming ``api_key_file`` unless it is one line of printable ASCII: an
+    HTTP header carries nothing else, and such a key raised the HTTP client's own
+    ``UnicodeEncodeError`` or ``LocalProtocolError`` out of the engine's start."""
     if path is None:
         return ""
     try:
-        key = path.read_text().strip()
+        key = path.read_text(encoding="utf-8-sig").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("api_key_file", str(path), f"cannot be read: {exc}") from exc
     if not key:
         raise ConfigError("api_key_file", str(path), "is empty")
+    if "\n" in key or "\r" in key:
+        raise ConfigError("api_key_file", str(path), "holds more than one line (give the key alone)")
+    if not all(" " <= c <= "~" for c in key):
+        raise ConfigError("api_key_file", str(path), "holds a character an HTTP header cannot carry (not ASCII)")
     return key
 
 
@@ -889,12 +947,15 @@ def _server_message(response: httpx.Response) -> str:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a server asks to wait, at most :data:`MAX_RETRY_AFTER`.  Capped, not
+    ignored: a rate limiter that asked for 60 s was retried after the 0.5, 1 and 2 s
+    backoff, refused each time, and every request of the run failed within seconds."""
     value = response.headers.get("Retry-After")
     try:
         seconds = float(value) if value is not None else None
     except ValueError:
         return None
-    return seconds if seconds is not None and 0 <= seconds <= MAX_RETRY_AFTER else None
+    return min(seconds, MAX_RETRY_AFTER) if seconds is not None and seconds >= 0 else None
 
 
 def _ids(data: object, route: str) -> list[int]:

@@ -55,6 +55,38 @@ def test_a_setting_the_engine_does_not_take_names_itself(settings, parameter):
     assert caught.value.parameter == parameter
 
 
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://",
+        "https://",
+        "http://:8000",
+        "http://gpu box:8000",
+        "http://gpu-box:80OO",
+        "http://h:99999",
+        "http://[::1",
+    ],
+)
+def test_an_address_without_a_host_or_a_port_is_a_config_error_naming_base_url(base_url: str):
+    with pytest.raises(ConfigError) as caught:
+        EngineConfig(kind="openai", base_url=base_url)
+    assert caught.value.parameter == "base_url"
+
+
+@pytest.mark.parametrize(
+    "base_url", ["http://127.0.0.1:8001", "http://[::1]:8000/v1", "https://gpu-box", "http://h:8000/"]
+)
+def test_an_address_with_a_host_is_taken(base_url: str):
+    assert EngineConfig(kind="openai", base_url=base_url).base_url == base_url
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), 1e10, 86_401.0])
+def test_a_request_timeout_past_a_day_is_a_config_error_naming_it(seconds: float):
+    with pytest.raises(ConfigError) as caught:
+        EngineConfig(kind="openai", base_url="http://h", request_timeout=seconds)
+    assert caught.value.parameter == "request_timeout"
+
+
 def test_the_vllm_backend_defaults_to_the_measured_default():
     assert EngineConfig().backend_name == DEFAULT_BACKEND
 

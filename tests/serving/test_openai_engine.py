@@ -8,13 +8,16 @@ real server is tested in tests/serving/test_openai_server.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -393,6 +396,42 @@ def test_a_judge_stops_on_a_server_that_ignores_the_constraint():
         judge.judge_batch([rec(0), rec(1)])
 
 
+def unconstrained_until_max_tokens(path: str, body: dict[str, object] | None) -> Reply:
+    """A ``fail`` hook: a server that ignores the constraint and talks on until ``max_tokens``."""
+    if path != "/v1/completions" or body is None:
+        return None
+    count = int(body["max_tokens"])  # type: ignore[call-overload]
+    piece = ("Sure! The chunks answer it. " * count)[:count]
+    choice = {"index": 0, "text": piece, "finish_reason": "length", "token_ids": encode(piece), "logprobs": None}
+    return httpx.Response(200, json={"choices": [choice]})
+
+
+def test_text_outside_the_constraint_cut_off_at_max_tokens_stops_the_run():
+    engine = make(FakeServer(fail=unconstrained_until_max_tokens))
+    with pytest.raises(ConstraintNotEnforcedError):
+        engine.generate([request()])
+
+
+def test_a_judge_stops_on_a_server_that_ignores_the_constraint_until_max_tokens():
+    judge = Judge(make(FakeServer(fail=unconstrained_until_max_tokens)), SufficiencyGate())
+    with pytest.raises(ConstraintNotEnforcedError):
+        judge.judge_batch([rec(0), rec(1)])
+
+
+def test_a_cut_off_inside_a_character_at_the_bound_is_still_a_cut_off():
+    piece = "\u00e9\ufffd"  # é, then the first byte of another: 3 bytes of the 4 allowed
+
+    def cut(path: str, body: object) -> Reply:
+        if path != "/v1/completions":
+            return None
+        choice = {"text": piece, "finish_reason": "length", "token_ids": [1, 2, 3], "logprobs": None}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    constraint = Constraint(pattern="\u00e9{1,2}", max_bytes=4, key="accents")
+    [generation] = make(FakeServer(fail=cut)).generate([request("Q", constraint)])
+    assert generation.finish_reason == "length"
+
+
 def test_a_cut_off_segment_is_returned_as_cut_off():
     [generation] = make(FakeServer(lambda c: "Hello, World!", finish_reason="length")).generate([request()])
     assert generation.finish_reason == "length"
@@ -436,6 +475,24 @@ def test_too_many_requests_is_retried():
     server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": "0"})))
     [generation] = make(server, retries=1).generate([request()])
     assert generation.text == "yes"
+
+
+def waits_before_retrying(monkeypatch: pytest.MonkeyPatch, retry_after: str) -> list[float]:
+    """The seconds the engine waited before its one retry of a 429 with ``Retry-After``."""
+    waits: list[float] = []
+    # The engine's waits only (the fake server sleeps too).
+    monkeypatch.setattr(openai_engine, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))
+    server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": retry_after})))
+    make(server).generate([request()])
+    return waits
+
+
+def test_a_retry_after_the_server_asks_for_is_waited(monkeypatch: pytest.MonkeyPatch):
+    assert waits_before_retrying(monkeypatch, "7") == [7.0]
+
+
+def test_a_retry_after_longer_than_the_cap_waits_the_cap_not_the_short_backoff(monkeypatch: pytest.MonkeyPatch):
+    assert waits_before_retrying(monkeypatch, "120") == [openai_engine.MAX_RETRY_AFTER]
 
 
 def test_a_server_error_after_every_retry_fails_the_request():
@@ -669,6 +726,23 @@ def test_an_unreadable_key_file_is_a_config_error(tmp_path: Path):
     with pytest.raises(ConfigError) as caught:
         make(FakeServer(), api_key_file=tmp_path / "missing")
     assert caught.value.parameter == "api_key_file"
+
+
+@pytest.mark.parametrize("text", ["line one\nline two\n", "cl\u00e9\n", "s3cret\x00"])
+def test_a_key_an_http_header_cannot_carry_is_a_config_error_naming_the_file(tmp_path: Path, text: str):
+    key = tmp_path / "server.key"
+    key.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(), api_key_file=key)
+    assert caught.value.parameter == "api_key_file"
+
+
+def test_a_key_file_saved_with_a_byte_order_mark_sends_the_key_alone(tmp_path: Path):
+    key = tmp_path / "server.key"
+    key.write_bytes("\ufeffs3cret\n".encode())
+    server = FakeServer()
+    make(server, api_key_file=key)
+    assert server.headers[0]["authorization"] == "Bearer s3cret"
 
 
 def test_a_missing_tokenizer_folder_is_a_config_error(tmp_path: Path):
@@ -1112,3 +1186,91 @@ def test_a_server_that_dies_with_requests_in_flight_is_dead_whichever_failure_co
         with pytest.raises(EngineDeadError) as caught:
             engine.generate([request(f"Q{i}?") for i in range(8)])
         assert not isinstance(caught.value, openai_engine.EngineUnreachableError)
+
+
+# -- a real socket: answers that never end ---------------------------------------------
+
+
+class _EndlessAnswers(BaseHTTPRequestHandler):
+    """Answers the start-up routes, and every completion with a body that never ends:
+    one byte every 50 ms (``trickle``) or ``huge_bytes`` of it at once (``huge``)."""
+
+    protocol_version = "HTTP/1.1"
+    mode = "trickle"
+    huge_bytes = 0
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test's output is the engine's."""
+
+    def _send(self, body: bytes, length: int | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        models = {"data": [{"id": "smollm2", "root": "/m", "max_model_len": 100_000}]}
+        self._send(json.dumps(models if self.path == "/v1/models" else {}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/tokenize":
+            text = body.get("prompt") or chat(body["messages"])
+            self._send(json.dumps({"tokens": encode(text)}).encode())
+        elif self.mode == "huge":
+            with contextlib.suppress(OSError):  # the engine hangs up once it has enough
+                self._send(b'{"choices": [{"text": "' + b"y" * self.huge_bytes + b'"}]}')
+        else:
+            with contextlib.suppress(OSError):  # until the engine hangs up
+                self._send(b'{"choices": [{"text": "', length=10**9)
+                while True:
+                    time.sleep(0.05)
+                    self.wfile.write(b"y")
+                    self.wfile.flush()
+
+
+@pytest.fixture
+def endless() -> Iterator[tuple[str, type[_EndlessAnswers]]]:
+    """A real server on a loopback port (its address, and the handler to set its mode)."""
+    handler = type("Endless", (_EndlessAnswers,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def generate_within(engine: OpenAIEngine, seconds: float) -> BaseException | None:
+    """What one generation raised, or ``None`` if it had not ended within ``seconds``."""
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            engine.generate([request()])
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome[0] if outcome else None
+
+
+def test_an_answer_that_trickles_on_fails_after_request_timeout(endless: tuple[str, type[_EndlessAnswers]]):
+    url, _ = endless
+    engine = OpenAIEngine(EngineConfig(kind="openai", base_url=url, request_timeout=0.5, retries=0))
+    assert isinstance(generate_within(engine, 8.0), EngineError)
+
+
+def test_an_answer_larger_than_any_completion_fails_the_request(
+    endless: tuple[str, type[_EndlessAnswers]], monkeypatch: pytest.MonkeyPatch
+):
+    url, handler = endless
+    handler.mode, handler.huge_bytes = "huge", 2**20
+    monkeypatch.setattr(openai_engine, "MAX_ANSWER_BYTES", 2**16, raising=False)
+    engine = OpenAIEngine(EngineConfig(kind="openai", base_url=url, retries=0))
+    with pytest.raises(EngineError, match="larger than"):
+        engine.generate([request()])
