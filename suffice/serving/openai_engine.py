@@ -405,6 +405,16 @@ class OpenAIEngine(Engine):
                             f"{self.config.request_timeout:g} s, nor a health check ({silent}): nothing more can "
                             "be judged in this run; what was done is kept, rerun to resume once the server is back"
                         ) from exc
+            except httpx.ProxyError as exc:
+                # httpx takes a proxy from HTTPS_PROXY/ALL_PROXY (set on many machines for
+                # other tools); a proxy that refuses to reach an internal server raised
+                # httpx's own ProxyError out of the engine's start, a traceback.
+                host = httpx.URL(self.base_url).host
+                raise EngineUnreachableError(
+                    f"the server at {self.base_url} was asked for through a proxy that refused it ({exc}; the "
+                    f"proxy comes from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY): for a server on this network set "
+                    f"NO_PROXY={host}, then rerun"
+                ) from exc
             except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
                 failure = f"the answer did not decode: {exc}"
                 reachable = True

@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1274,3 +1275,39 @@ def test_an_answer_larger_than_any_completion_fails_the_request(
     engine = OpenAIEngine(EngineConfig(kind="openai", base_url=url, retries=0))
     with pytest.raises(EngineError, match="larger than"):
         engine.generate([request()])
+
+
+@pytest.fixture
+def refusing_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real proxy on a socket that refuses every CONNECT (403), named in HTTPS_PROXY
+    as a machine's environment would name it for other tools."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def refuse() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=refuse, daemon=True).start()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    yield "https://judge.internal:8443/v1"
+    listener.close()
+
+
+def test_a_proxy_that_refuses_the_server_is_unreachable_not_an_httpx_error(refusing_proxy: str):
+    with pytest.raises(openai_engine.EngineUnreachableError):
+        OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
+
+
+def test_a_proxy_that_refuses_the_server_says_to_set_no_proxy(refusing_proxy: str):
+    with pytest.raises(openai_engine.EngineUnreachableError, match=r"NO_PROXY=judge\.internal"):
+        OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
