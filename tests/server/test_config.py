@@ -32,3 +32,43 @@ def test_serve_with_an_infinite_request_timeout_is_a_usage_error_before_the_engi
     args = build_parser().parse_args(["serve", "--port", "0", "--gate", "sufficiency", "--request-timeout", "inf"])
     assert args.run(args) == EXIT_USAGE
     assert "request_timeout" in capsys.readouterr().err
+
+
+def test_a_port_another_server_took_while_the_engine_loaded_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two servers started on one port both bind it (SO_REUSEADDR, neither listening
+    yet); the one that listens second printed its URL and then ran for ever without
+    listening (uvloop's create_server swallowed listen's EADDRINUSE), engine loaded."""
+    import threading
+
+    from suffice.config import JudgeConfig
+    from suffice.server import run
+    from suffice.server.service import GateService
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    other = run.bind("127.0.0.1", 0)
+    port = other.getsockname()[1]
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), port=port, request_timeout=1.0)
+
+    def open_while_the_other_starts(config: ServeConfig) -> GateService:
+        other.listen()  # the other server's engine was up first
+        return GateService(config, ScriptedEngine(good))
+
+    monkeypatch.setattr(GateService, "open", staticmethod(open_while_the_other_starts))
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            run.serve(config, lambda message: None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    try:
+        thread.start()
+        thread.join(20)
+    finally:
+        other.close()
+    assert [getattr(error, "parameter", None) for error in errors] == ["port"]
