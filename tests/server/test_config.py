@@ -3,6 +3,8 @@ as a :class:`~suffice.exceptions.ConfigError` naming the setting."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from suffice.cli.exit_codes import EXIT_USAGE
@@ -72,3 +74,30 @@ def test_a_port_another_server_took_while_the_engine_loaded_is_refused_naming_it
     finally:
         other.close()
     assert [getattr(error, "parameter", None) for error in errors] == ["port"]
+
+
+def test_an_audit_log_that_refuses_the_key_fails_before_the_engine_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong --audit-key was found only once the engine had loaded (a minute on a GPU)."""
+    import suffice.server.service as service
+    from suffice.config import JudgeConfig
+    from suffice.harness.audit import AuditLog
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    AuditLog(tmp_path / "audit.db", b"a" * 32).close()
+    started: list[object] = []
+
+    def make_engine(config: object) -> ScriptedEngine:
+        started.append(config)
+        return ScriptedEngine(good)
+
+    monkeypatch.setattr(service, "make_engine", make_engine)
+    config = ServeConfig(
+        judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db", audit_key=b"b" * 32
+    )
+    with pytest.raises(ConfigError) as caught:
+        service.GateService.open(config)
+    assert caught.value.parameter == "audit_key"
+    assert started == []
