@@ -23,6 +23,8 @@ from suffice.server.service import GateService
 Notify = Callable[[str], None]
 #: Seconds a SIGTERM drain waits beyond the request timeout.
 DRAIN_MARGIN_S = 30
+#: Connections waiting to be accepted (uvicorn's default).
+BACKLOG = 2048
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -41,6 +43,20 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError("port", port, f"cannot be bound on {host}: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
     return sock
+
+
+def listen(sock: socket.socket, host: str, port: int) -> None:
+    """Listen on the socket :func:`bind` made, once the engine is up; errors name the ``port``.
+
+    Why here and not in uvicorn: two servers started on one port both bind it
+    (``SO_REUSEADDR``, neither listening yet), and only the second ``listen`` fails.
+    uvloop's ``create_server`` swallowed that failure: the server printed its URL
+    and ran for ever, engine loaded, without listening.
+    """
+    try:
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        raise ConfigError("port", port, f"was taken on {host} while the engine started: {exc.strerror or exc}") from exc
 
 
 @contextmanager
@@ -93,6 +109,7 @@ def serve(config: ServeConfig, notify: Notify) -> int:
                 timeout_graceful_shutdown=2 * int(config.request_timeout) + DRAIN_MARGIN_S,
             )
         )
+        listen(sock, host, port)
         engine = service.engine
         notify(
             f"suffice serve: http://{host}:{port} (docs at /docs); gates {', '.join(config.gates)}; "

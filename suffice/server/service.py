@@ -109,18 +109,20 @@ class _AuditWriter:
 class GateService:
     """Build with :meth:`open` (starts the engine), then :meth:`judge` from any thread."""
 
-    def __init__(self, config: ServeConfig, engine: Engine) -> None:
+    def __init__(self, config: ServeConfig, engine: Engine, audit: _AuditWriter | None = None) -> None:
+        """``audit``: the audit log :meth:`open` opened already (``None``: opened here if
+        ``config.audit_db`` is set)."""
         self.config = config
         self.engine = engine
         self._judges: dict[tuple[str, str | None, str | None], Judge] = {}
         self._lock = threading.Lock()
-        self._audit: _AuditWriter | None = None
+        self._audit: _AuditWriter | None = audit
         self._weights = weights_hash(getattr(engine, "model_path", None))
         #: Why the engine can no longer judge (``None`` while it can).
         self.dead: str | None = None
         for gate in config.gates:  # a bad default rubric or gate config fails at start-up
             self.judge_for(gate, Options())
-        if config.audit_db is not None:
+        if config.audit_db is not None and self._audit is None:
             self._audit = _AuditWriter(config)
 
     @classmethod
@@ -128,11 +130,19 @@ class GateService:
         check_served(config)
         for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
             make_gate_for(gate_config_for(config.judge, gate))
-        engine = make_engine(config.judge.engine)
+        # Before the engine too: a wrong key or a log that cannot be opened was found
+        # only once the engine had loaded (a minute on a GPU).
+        audit = _AuditWriter(config) if config.audit_db is not None else None
         try:
-            return cls(config, engine)
+            engine = make_engine(config.judge.engine)
+            try:
+                return cls(config, engine, audit)
+            except BaseException:
+                engine.close()
+                raise
         except BaseException:
-            engine.close()
+            if audit is not None:
+                audit.close()
             raise
 
     def judge_for(self, gate: str, options: Options) -> Judge:
