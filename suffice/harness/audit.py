@@ -462,8 +462,18 @@ class AuditLog:
         if key is not None and (not isinstance(key, bytes) or len(key) < KEY_BYTES):
             raise ConfigError("audit_key", "<key>", f"must be at least {KEY_BYTES} bytes (see load_key)")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        # Opening is checked too: a folder given as the log, or a parent that is a file,
+        # raised sqlite3's or the OS's own error (a traceback); and a log opened only to
+        # be read is never created (``verify`` of a mistyped path made the file and its
+        # folders).
+        if not create and not self.path.is_file():
+            raise AuditError(f"{self.path} holds no audit log: there is no such file")
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        except (OSError, sqlite3.Error) as exc:
+            raise AuditError(f"the audit log {self.path} cannot be opened: {exc}") from exc
         # A tampered row may hold bytes that are not UTF-8: read them, report them, never crash.
         self._db.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")
         try:

@@ -684,3 +684,22 @@ def test_a_killed_writer_leaves_a_database_that_verifies(tmp_path):
     report = verify(path, KEY)
     assert report.ok
     assert report.rows >= 50
+
+
+def test_a_folder_given_as_the_log_is_an_audit_error_naming_it(tmp_path):
+    """sqlite3's own OperationalError ("unable to open database file") came out."""
+    with pytest.raises(AuditError, match=str(tmp_path)):
+        AuditLog(tmp_path)
+
+
+def test_a_log_under_a_file_is_an_audit_error(tmp_path):
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(AuditError):
+        AuditLog(tmp_path / "plain" / "audit.db")
+
+
+def test_a_log_opened_to_be_read_is_not_created(tmp_path):
+    missing = tmp_path / "typo" / "audit.db"
+    with pytest.raises(AuditError):
+        AuditLog(missing, create=False)
+    assert not (tmp_path / "typo").exists()
