@@ -32,14 +32,15 @@ def judge_shard(source, out, shard: Shard):
     return judge_file(CONFIG, source, out, BatchOptions(shard=shard), open_judge=opener(ScriptedEngine(good)))
 
 
-def concatenated_shards(source, tmp_path):
-    """Two shards judged apart, their rows joined in one file with one shard's settings."""
+def concatenated_shards(source, tmp_path, name="out"):
+    """Two shards judged apart, their rows joined in one file (``NAME-all.jsonl``) with
+    one shard's settings; the shards' own outputs are ``NAME-0.jsonl`` and ``NAME-1.jsonl``."""
     parts = []
     for k in range(2):
-        out = tmp_path / f"out-{k}.jsonl"
+        out = tmp_path / f"{name}-{k}.jsonl"
         judge_shard(source, out, Shard(k, 2))
         parts.append(out)
-    whole = tmp_path / "all.jsonl"
+    whole = tmp_path / f"{name}-all.jsonl"
     whole.write_bytes(b"".join(p.read_bytes() for p in parts))
     shutil.copy(parts[0].with_name(parts[0].name + ".settings.json"), whole.with_name(whole.name + ".settings.json"))
     return whole
@@ -123,15 +124,8 @@ def _repeated_id_across_shards(tmp_path):
     a = {"id": "X", "question": "Who?", "chunks": [{"id": 0, "text": "Ada."}]}
     b = {"id": "X", "question": "Who wrote this much longer question about it?", "chunks": [{"id": 0, "text": "Ada."}]}
     write_lines(source, [json.dumps(record(0)).encode(), json.dumps(a).encode(), json.dumps(b).encode()])
-    parts = []
-    for k in range(2):
-        out = tmp_path / f"rep-{k}.jsonl"
-        judge_shard(source, out, Shard(k, 2))
-        parts.append(out)
-    whole = tmp_path / "rep-all.jsonl"
-    whole.write_bytes(b"".join(p.read_bytes() for p in parts))
-    shutil.copy(parts[0].with_name(parts[0].name + ".settings.json"), whole.with_name(whole.name + ".settings.json"))
-    a_tokens = rows(parts[1])[0]["tokens"]["prompt"]
+    whole = concatenated_shards(source, tmp_path, "rep")
+    a_tokens = rows(tmp_path / "rep-1.jsonl")[0]["tokens"]["prompt"]
     judge_file(CONFIG, source, whole, BatchOptions(), open_judge=opener(ScriptedEngine(good)))
     return rows(whole), a_tokens
 
