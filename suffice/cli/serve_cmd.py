@@ -40,6 +40,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="largest request body (default 16 MiB)")
     p.add_argument("--max-items", type=int, default=1024, help="most items per request (default 1024)")
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
+    p.add_argument(
+        "--max-pending-items",
+        type=int,
+        default=4096,
+        help="items judged or waiting at once; a request past it gets 429 with Retry-After (default 4096)",
+    )
     add_audit_args(p)
     p.set_defaults(run=run)
 
@@ -57,6 +63,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         audit_key=audit_key_of(args),
         max_body_bytes=args.max_body_bytes,
         max_items=args.max_items,
+        max_pending_items=args.max_pending_items,
         request_timeout=args.request_timeout,
         verbose=args.verbose,
     )

@@ -38,6 +38,8 @@ POLL_SECONDS = 0.5
 HEALTH_INTERVAL = 5.0
 #: Seconds a readiness check may take.
 PROBE_TIMEOUT = 10.0
+#: What a 429 asks the client to wait before it tries again (``Retry-After``).
+RETRY_AFTER_S = 5
 #: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
 WORKERS = 256
 
@@ -136,6 +138,19 @@ def create_app(
     )
     metrics = Metrics()
     gates_literal = tuple(config.gates)
+    #: Items admitted and not yet done (touched only on the event loop, so unlocked).
+    #: Why a bound: past the engine's pace every request waited its whole timeout for
+    #: a 504 while more piled up behind it; past the bound a client hears 429 at once
+    #: and backs off.  Released when the work ends, not when the answer goes out: a
+    #: request answered 504 or 499 holds the engine until its generation stops.
+    pending = [0]
+
+    def release(items: int) -> Callable[[Any], None]:
+        def done(_: Any) -> None:
+            pending[0] -= items
+            metrics.pending_items.set(pending[0])
+
+        return done
 
     def fatal(reason: str) -> None:
         if service.dead is None:
@@ -156,6 +171,7 @@ def create_app(
             404: {"description": "gate not served"},
             413: {"description": "body over the limit"},
             422: {"description": "malformed body or parameter (names the field)"},
+            429: {"description": "the service holds --max-pending-items items already: retry after Retry-After s"},
             500: {"description": "an unexpected failure (JSON naming its type; logged)"},
             503: {"description": "the engine can no longer judge, or the audit log cannot be written"},
             504: {"description": "over the request timeout"},
@@ -193,11 +209,24 @@ def create_app(
             return _unprocessable(["body"], "the list of items is empty")
         if len(records) > config.max_items:
             return _unprocessable(["body"], f"{len(records)} items: at most {config.max_items} per request")
+        if pending[0] + len(records) > config.max_pending_items:
+            metrics.refused_items.inc(len(records))
+            return JSONResponse(
+                {
+                    "detail": f"the service is full: {pending[0]} items are being judged or wait for the engine, "
+                    f"at most {config.max_pending_items}; try again after {RETRY_AFTER_S} s"
+                },
+                status_code=429,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
         options = Options(rubric=rubric, threshold=threshold, fmt=format)
         cancel = threading.Event()
         metrics.waiting.inc()
         try:
+            pending[0] += len(records)
+            metrics.pending_items.set(pending[0])
             work = asyncio.ensure_future(in_thread(service.judge, gate, records, options, cancel))
+            work.add_done_callback(release(len(records)))
             work.add_done_callback(_retrieve)
             deadline = asyncio.get_running_loop().time() + config.request_timeout
             while True:

@@ -33,6 +33,9 @@ class ServeConfig:
     max_items: int = 1024
     #: Seconds a request may take before it is answered 504.
     request_timeout: float = 600.0
+    #: Items admitted at once (being judged or waiting for the engine); a request that
+    #: would go past it gets 429 with ``Retry-After`` at once (see :mod:`suffice.server.app`).
+    max_pending_items: int = 4096
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False
 
@@ -50,6 +53,14 @@ class ServeConfig:
             raise ConfigError("max_body_bytes", self.max_body_bytes, "must be at least 1024")
         if self.max_items < 1:
             raise ConfigError("max_items", self.max_items, "must be at least 1")
+        if isinstance(self.max_pending_items, bool) or not isinstance(self.max_pending_items, int):
+            raise ConfigError("max_pending_items", self.max_pending_items, "must be a whole number")
+        if self.max_pending_items < self.max_items:
+            raise ConfigError(
+                "max_pending_items",
+                self.max_pending_items,
+                f"must be at least max_items ({self.max_items}): a request of max_items could never be admitted",
+            )
         if not self.request_timeout > 0:
             raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
         if not math.isfinite(self.request_timeout):

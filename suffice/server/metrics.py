@@ -35,6 +35,12 @@ class Metrics:
         self.prompt_tokens = Counter("suffice_prompt_tokens", "Prompt tokens sent to the engine", ["gate"], registry=r)
         self.completion_tokens = Counter("suffice_completion_tokens", "Tokens generated", ["gate"], registry=r)
         self.waiting = Gauge("suffice_requests_waiting", "Judge requests waiting for their verdicts", registry=r)
+        self.pending_items = Gauge(
+            "suffice_items_pending", "Items admitted and not yet answered (at most --max-pending-items)", registry=r
+        )
+        self.refused_items = Counter(
+            "suffice_items_refused", "Items of requests answered 429: the service was full", registry=r
+        )
         self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
         self.engine_alive.set(1)
 
