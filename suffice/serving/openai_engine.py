@@ -423,6 +423,16 @@ class OpenAIEngine(Engine):
                 reachable = True
             else:
                 status = response.status_code
+                if 300 <= status < 400:
+                    # Not followed (a key must not travel to another host): an http
+                    # address behind an https redirect was "did not list models: is this
+                    # a vLLM server?", which sent its user looking in the wrong place.
+                    where = response.headers.get("Location", "another address")
+                    raise ServerError(
+                        status,
+                        f"HTTP {status} from the server at {self.base_url}{path}: it redirects to {where}; "
+                        "give the address it redirects to",
+                    )
                 if status < 400:
                     return response
                 message = _server_message(response)

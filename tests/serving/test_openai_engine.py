@@ -1311,3 +1311,18 @@ def test_a_proxy_that_refuses_the_server_is_unreachable_not_an_httpx_error(refus
 def test_a_proxy_that_refuses_the_server_says_to_set_no_proxy(refusing_proxy: str):
     with pytest.raises(openai_engine.EngineUnreachableError, match=r"NO_PROXY=judge\.internal"):
         OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
+
+
+def redirected(path: str, body: object) -> httpx.Response:
+    return httpx.Response(301, headers={"Location": "https://judge.internal/v1/models"})
+
+
+def test_a_server_that_redirects_is_a_config_error_naming_base_url():
+    with pytest.raises(ConfigError) as caught:
+        make(FakeServer(fail=redirected))
+    assert caught.value.parameter == "base_url"
+
+
+def test_a_server_that_redirects_is_named_with_where_it_redirects():
+    with pytest.raises(ConfigError, match=r"redirects to https://judge\.internal/v1/models"):
+        make(FakeServer(fail=redirected))
