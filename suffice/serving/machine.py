@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,13 +248,33 @@ def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
 
 
-def engine_log_path() -> Path:
-    """Where the engine's own output goes when it is hidden (one file per process)."""
+def engine_log_path() -> Path | None:
+    """Where the engine's own output goes when it is hidden (one file per process):
+    the cache's ``logs`` folder, else the temporary folder's ``suffice-logs``, else
+    ``None`` (a warning says so, and the output is not hidden).
+
+    Why the fallbacks: in a container whose root filesystem is read-only (a common
+    Kubernetes setting) the cache cannot be written, and the engine's start raised
+    ``OSError: Read-only file system`` for the sake of a log."""
     from suffice.serving.models import cache_root
 
-    folder = cache_root() / "logs"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"engine-{os.getpid()}.log"
+    name = f"engine-{os.getpid()}.log"
+    failures = []
+    for folder in (cache_root() / "logs", Path(tempfile.gettempdir()) / "suffice-logs"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / name, "ab"):
+                pass
+        except OSError as exc:
+            failures.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        return folder / name
+    warnings.warn(
+        f"the engine's log cannot be written ({'; '.join(failures)}): its output is shown here instead "
+        "(set SUFFICE_CACHE to a writable folder to hide it)",
+        stacklevel=3,
+    )
+    return None
 
 
 @contextlib.contextmanager
@@ -265,10 +287,10 @@ def engine_output(verbose: bool) -> Iterator[Path | None]:
     user's terminal.  This process's own descriptors are restored at once, so
     suffice's messages still show.  With ``verbose`` nothing is redirected.
     """
-    if verbose:
+    path = None if verbose else engine_log_path()
+    if path is None:
         yield None
         return
-    path = engine_log_path()
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))

