@@ -74,11 +74,13 @@ class RecoveryGate(Gate):
         )
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        """``decision`` is the computed route (what :meth:`is_positive` counts), not the
+        class: a SUFFICIENT class under the threshold does not deliver, a partial one
+        accepted with caveats does."""
         probs = verdict.get("class_probabilities") or {}
-        return {
-            "p_sufficient_class": probs.get("SUFFICIENT"),
-            "decision": float(verdict["classification"] == "SUFFICIENT"),
-        }
+        decision = verdict.get("decision")
+        positive = verdict["classification"] == "SUFFICIENT" if decision is None else decision["route"] == "deliver"
+        return {"p_sufficient_class": probs.get("SUFFICIENT"), "decision": float(positive)}
 
     def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
         if not isinstance(verdict, RecoveryVerdict):

@@ -132,3 +132,15 @@ def test_a_sufficient_class_below_the_strict_threshold_does_not_count_as_positiv
     # One passage only: the strict preset asks for two, so the class does not route to deliver.
     verdict = judged(SUFFICIENT, SufficiencyThreshold.strict())
     assert RecoveryGate(SufficiencyThreshold.strict()).is_positive(verdict) is False
+
+
+def test_the_calibration_decision_is_the_decision_that_routes():
+    # calibration_scores' "decision" is "the binary decision that routes" (Gate): the
+    # report's decision metrics must count what is_positive and the summary count.
+    strict, loose = SufficiencyThreshold.strict(), SufficiencyThreshold.loose()
+    below = judged(SUFFICIENT, strict)  # SUFFICIENT class, one passage of two: retrieve_more
+    partial = judged(PARTIAL, loose)  # PARTIALLY_SUFFICIENT delivered with caveats
+    for verdict, threshold in ((below, strict), (partial, loose)):
+        gate = RecoveryGate(threshold)
+        scores = gate.calibration_scores(verdict.model_dump(mode="json"))
+        assert scores["decision"] == float(gate.is_positive(verdict))
