@@ -49,6 +49,17 @@ def check_threshold(threshold: float | None) -> None:
         raise ConfigError("threshold", threshold, "must be a number in [0, 1] (the composite's scale)")
 
 
+def effective_threshold(rubric: Rubric, threshold: float | None = None) -> float:
+    """The composite threshold PASS needs: ``threshold`` (an override) or the rubric's
+    pass threshold plus its risk margin (capped at 1), or the rubric's calibrated
+    threshold as it is.  The prompt states this one, the decision applies it."""
+    check_threshold(threshold)
+    if threshold is None and rubric.calibrated_threshold is not None:
+        return round(rubric.calibrated_threshold, 6)
+    base = rubric.pass_threshold if threshold is None else threshold
+    return round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
+
+
 def decide(
     output: AdequacyOutput,
     rubric: Rubric,
@@ -58,14 +69,9 @@ def decide(
 ) -> AdequacyDecision:
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
     be in [0, 1] (-1 passed everything, NaN and 5 silently became 1)."""
-    check_threshold(threshold)
+    effective = effective_threshold(rubric, threshold)
     scores = output.dimensions.scores()
     composite = composite_score(scores, rubric)
-    if threshold is None and rubric.calibrated_threshold is not None:
-        effective = round(rubric.calibrated_threshold, 6)
-    else:
-        base = rubric.pass_threshold if threshold is None else threshold
-        effective = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
     failed = {d: scores[d] for d, floor in rubric.critical.items() if scores[d] < floor}
     vetoes = []
     if rubric.risk_level == "HIGH":

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from suffice.decisions.adequacy import check_threshold, decide
+from suffice.decisions.adequacy import check_threshold, decide, effective_threshold
 from suffice.exceptions import InputError, VerdictError
 from suffice.gates.base import Gate
 from suffice.grammars.adequacy import (
@@ -46,7 +46,7 @@ class AdequacyGate(Gate):
         rubric: str | None = None,
         *,
         threshold: float | None = None,
-        prompt_version: str = "v1",
+        prompt_version: str = "v2",
     ) -> None:
         self.template = load_prompt("adequacy", prompt_version)
         self.store = store or RubricStore()
@@ -134,7 +134,13 @@ class AdequacyGate(Gate):
         return adequacy_constraint()
 
     def system_context(self, item: Item) -> dict[str, Any]:
-        return {"bounds": AdequacyBounds, "rubric": self.rubric_for(item), "dimensions": DIMENSIONS}
+        rubric = self.rubric_for(item)
+        return {
+            "bounds": AdequacyBounds,
+            "rubric": rubric,
+            "dimensions": DIMENSIONS,
+            "pass_threshold": effective_threshold(rubric, self.threshold),
+        }
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> AdequacyVerdict:
         try:

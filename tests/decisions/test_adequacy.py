@@ -1,11 +1,15 @@
 """The composite and the decision against values computed by hand."""
 
+import json
+import re
+
 import pytest
 
 from suffice.decisions.adequacy import composite_score, decide
 from suffice.exceptions import ConfigError
+from suffice.gates.adequacy import AdequacyGate
 from suffice.grammars.adequacy import DIMENSIONS, AdequacyOutput
-from suffice.rubric_store import Rubric
+from suffice.rubric_store import Rubric, RubricStore, builtin_dir
 
 
 def rubric(risk="LOW", critical=None, threshold=0.6):
@@ -89,3 +93,18 @@ def test_an_adequacy_gate_with_a_threshold_outside_zero_to_one_is_refused_at_con
 
     with pytest.raises(ConfigError):
         AdequacyGate(threshold=-1.0)
+
+
+@pytest.mark.parametrize("ref", ["clinical-guidance", "legal-review", "customer-support", "calibrated"])
+def test_the_prompt_states_the_threshold_the_decision_applies(ref, tmp_path):
+    source = json.loads((builtin_dir() / "legal-review@1.0.0.json").read_text())
+    calibrated = {**source, "name": "calibrated", "version": "2", "calibrated_threshold": 0.62}
+    (tmp_path / "calibrated@2.json").write_text(json.dumps(calibrated))
+    for path in builtin_dir().glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    gate = AdequacyGate(RubricStore(tmp_path), ref)
+    item = gate.parse_item({"id": "q", "question": "q?", "chunks": [{"id": 0, "text": "t"}]})
+    prompt = gate.template.system.render(**gate.system_context(item))
+    stated = float(re.search(r"Pass threshold for the weighted score: ([0-9]+(?:\.[0-9]+)?)", prompt)[1])
+    applied = decide(output(SCORES), gate.rubric_for(item)).threshold
+    assert stated == pytest.approx(applied)
