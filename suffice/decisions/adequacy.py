@@ -83,11 +83,11 @@ def decide(
     decision: Literal["PASS", "FAIL"] = "PASS" if passed else "FAIL"
     if passed:
         route: Route = "deliver"
-        reason = f"composite {composite:.3f} >= threshold {effective:.2f}, no critical dimension under its floor"
+        reason = f"composite {composite:g} >= threshold {effective:g}, no critical dimension under its floor"
     else:
         reasons = []
         if composite < effective:
-            reasons.append(f"composite {composite:.3f} < threshold {effective:.2f}")
+            reasons.append(f"composite {composite:g} < threshold {effective:g}")
         reasons += [f"{d} {s:.2f} < floor {rubric.critical[d]:.2f}" for d, s in failed.items()]
         reasons += vetoes
         route = _FAIL_ROUTES[output.recommendation]

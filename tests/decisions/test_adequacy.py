@@ -108,3 +108,13 @@ def test_the_prompt_states_the_threshold_the_decision_applies(ref, tmp_path):
     stated = float(re.search(r"Pass threshold for the weighted score: ([0-9]+(?:\.[0-9]+)?)", prompt)[1])
     applied = decide(output(SCORES), gate.rubric_for(item)).threshold
     assert stated == pytest.approx(applied)
+
+
+@pytest.mark.parametrize("threshold", [0.654, 0.6504, 0.646])
+def test_the_reason_states_numbers_that_bear_out_the_decision(threshold):
+    # A calibrated threshold has more than two decimals: "composite 0.650 < threshold
+    # 0.65" read as a contradiction in every audit log.
+    d = decide(output(SCORES), rubric(), threshold=threshold)
+    composite, relation, stated = re.match(r"composite (\S+) (<|>=) threshold (\S+?),?(?: |$)", d.reason).groups()
+    assert (float(composite) >= float(stated)) == (relation == ">=") == (d.decision == "PASS")
+    assert float(composite) == d.composite_score and float(stated) == d.threshold
