@@ -235,6 +235,9 @@ class RayScorer(Scorer):
         self._judged = 0
         #: Per live actor (by ``id``): a call that resolves once its engine is open.
         self._probes: dict[int, Any] = {}
+        #: Actors (by ``id``) whose probe has come back, opened or not: the only ones
+        #: batches go to (see :meth:`_settled`).
+        self._settled_ids: set[int] = set()
         #: Batches sent and not yet back (:meth:`map`'s, for :meth:`close`).
         self._flight: dict[Any, _Sent] = {}
         #: Each actor's resources (set when the pool starts).
@@ -310,6 +313,35 @@ class RayScorer(Scorer):
         self._probes[id(actor)] = actor.pid.remote()
         return actor
 
+    def _settled(self, slot: int) -> bool:
+        """Whether the driver has seen the slot's actor open its engine (or fail to).
+
+        Batches go only to such an actor.  Why: the probe's answer travels after the
+        call returns, and an actor sent a batch at once could die of it (a record that
+        kills its process outright) before that answer left: its death then read as an
+        engine that never opened, never a record's doing, and a poison record stopped
+        the run ("2 Ray actors could not open their engine") instead of getting its row.
+        Seen under load on this 2-core machine, in 2 of 2 full test runs."""
+        actor = self._actors[slot]
+        key = id(actor)
+        if key in self._settled_ids:
+            return True
+        probe = self._probes.get(key)
+        if probe is None:
+            return True
+        done, _ = _ray().wait([probe], num_returns=1, timeout=0)
+        if done:
+            self._settled_ids.add(key)
+        return bool(done)
+
+    def _unsettled_probes(self) -> list[Any]:
+        """The probes of the actors still opening their engine."""
+        return [
+            self._probes[id(actor)]
+            for slot, actor in enumerate(self._actors)
+            if id(actor) in self._probes and not self._settled(slot)
+        ]
+
     def _opened(self, actor: Any) -> bool:
         """Whether ``actor`` opened its engine (a death before that is the engine's, or the
         node's, never a record's)."""
@@ -384,7 +416,7 @@ class RayScorer(Scorer):
 
         while True:
             for sent in list(waiting):
-                idle = [slot for slot in range(len(load)) if load[slot] == 0]
+                idle = [slot for slot in range(len(load)) if load[slot] == 0 and self._settled(slot)]
                 # Not where it died, when there is another actor (a bad node or GPU must
                 # not be blamed on the records it was given).
                 elsewhere = [slot for slot in idle if slot != sent.slot] if len(load) > 1 else idle
@@ -392,14 +424,24 @@ class RayScorer(Scorer):
                     waiting.remove(sent)
                     send(sent, elsewhere[0])
             # While a batch waits to go again alone, nothing new goes out: an actor drains.
-            while not waiting and not exhausted and min(load) < capacity and seq - next_out < window:
+            while not waiting and not exhausted and seq - next_out < window:
+                open_slots = [slot for slot in range(len(load)) if self._settled(slot) and load[slot] < capacity]
+                if not open_slots:
+                    break
                 try:
                     records = next(batches)
                 except StopIteration:
                     exhausted = True
                     break
-                send(_Sent(seq, 0, None, records), min(range(len(load)), key=load.__getitem__))
+                send(_Sent(seq, 0, None, records), min(open_slots, key=load.__getitem__))
                 seq += 1
+            starting = self._unsettled_probes()
+            if not flight and starting and (waiting or not exhausted):
+                # Work waits for an actor that is still opening its engine.
+                opened, _ = ray.wait(starting, num_returns=1, timeout=CAPACITY_CHECK_S)
+                if not opened:
+                    self._check_capacity()
+                continue
             if not flight:
                 if not undecided:
                     break
@@ -413,11 +455,14 @@ class RayScorer(Scorer):
                     blame(sent)
                 undecided.clear()
                 continue
-            ready, _ = ray.wait(list(flight), num_returns=1, timeout=CAPACITY_CHECK_S)
+            # An actor that opens its engine wakes the loop too: it may take a batch.
+            ready, _ = ray.wait(list(flight) + starting, num_returns=1, timeout=CAPACITY_CHECK_S)
             if not ready:
                 self._check_capacity()
                 continue
             for ref in ready:
+                if ref not in flight:
+                    continue  # a probe: its actor is settled now
                 sent = flight.pop(ref)
                 load[sent.slot] -= capacity if sent.solo else 1
                 try:
@@ -523,6 +568,7 @@ class RayScorer(Scorer):
         with contextlib.suppress(Exception):
             ray.kill(actor)
         self._probes.pop(id(actor), None)
+        self._settled_ids.discard(id(actor))
         self.replaced += 1
         self._generation[slot] = self.replaced
         self._actors[slot] = self._new_actor(slot)
