@@ -19,6 +19,7 @@ import bz2
 import gzip
 import lzma
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -60,9 +61,23 @@ def open_input(path: Path) -> IO[bytes]:
     return path.open("rb")
 
 
-def damaged(path: Path, line: int, exc: BaseException) -> ConfigError:
-    """The error for an input that cannot be read past ``line`` (its last whole line)."""
-    return ConfigError("input", str(path), f"cannot be read after line {line} (damaged or cut short?): {exc}")
+def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Each line of ``path`` (decompressed) with its 1-based number; a stream that
+    cannot be read to its end raises :class:`ConfigError` naming ``input`` and the
+    last line read."""
+    number = 0
+    with open_input(path) as handle:
+        lines = enumerate(handle, start=1)
+        while True:
+            try:
+                number, raw = next(lines)
+            except StopIteration:
+                return
+            except DAMAGE as exc:
+                raise ConfigError(
+                    "input", str(path), f"cannot be read after line {number} (damaged or cut short?): {exc}"
+                ) from exc
+            yield number, raw
 
 
 def without_compression_suffix(path: Path) -> Path:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suffice.compressed import DAMAGE, damaged, open_input
+from suffice.compressed import numbered_lines
 from suffice.records import InvalidRecord, RepeatedKeys
 
 _BOM = b"\xef\xbb\xbf"
@@ -72,20 +72,10 @@ def read_lines(path: Path) -> Iterator[SourceLine]:
     """Every non-blank line of ``path`` (gzip, bzip2 or xz too) with its line number;
     a compressed file that cannot be read to its end raises
     :class:`~suffice.exceptions.ConfigError` naming ``input`` and the last line read."""
-    number = 0
-    with open_input(path) as handle:
-        lines = enumerate(handle, start=1)
-        while True:
-            try:
-                number, raw = next(lines)
-            except StopIteration:
-                return
-            except DAMAGE as exc:
-                raise damaged(path, number, exc) from exc
-            if number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            if not raw.strip():
-                continue
+    for number, raw in numbered_lines(path):
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+        if raw.strip():
             yield SourceLine(number, parse_line(raw, number))
 
 

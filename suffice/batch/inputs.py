@@ -146,13 +146,11 @@ class Shard:
     def __post_init__(self) -> None:
         for name, value in (("index", self.index), ("count", self.count)):
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError("shard", f"{self.index}/{self.count}", f"its {name} must be a whole number")
+                raise ConfigError("shard", str(self), f"its {name} must be a whole number")
         if self.count < 1:
-            raise ConfigError("shard", f"{self.index}/{self.count}", "the shard count must be at least 1")
+            raise ConfigError("shard", str(self), "the shard count must be at least 1")
         if not 0 <= self.index < self.count:
-            raise ConfigError(
-                "shard", f"{self.index}/{self.count}", f"the index counts from 0: 0 to {self.count - 1} of {self.count}"
-            )
+            raise ConfigError("shard", str(self), f"the index counts from 0: 0 to {self.count - 1} of {self.count}")
 
     @classmethod
     def parse(cls, text: str) -> Shard:
@@ -232,15 +230,7 @@ def _refuse_plain_json(path: Path, count: int) -> None:
 def _count_lines(path: Path) -> int:
     """Non-blank lines; reading a compressed input to its end here finds a damaged or
     cut-short file before anything is judged."""
-    count = 0
-    number = 0
-    with compressed.open_input(path) as handle:
-        try:
-            for number, raw in enumerate(handle, start=1):  # noqa: B007 - number names the damage
-                count += bool(raw.strip())
-        except compressed.DAMAGE as exc:
-            raise compressed.damaged(path, number, exc) from exc
-    return count
+    return sum(1 for _, raw in compressed.numbered_lines(path) if raw.strip())
 
 
 def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
