@@ -97,6 +97,24 @@ def _convert(gguf: Path, target: Path) -> None:
     tokenizer.save_pretrained(target)
 
 
+def _convert_once(gguf: Path, target: Path) -> None:
+    """Convert into ``target`` unless another process has (it may be converting now)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / _DONE_MARKER).exists():
+            return
+        work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+        try:
+            _convert(gguf, work)
+            (work / _DONE_MARKER).write_text(str(gguf) + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            work.rename(target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def embedded_model() -> ModelRef:
     """The converted embedded model, converting it on first use (about 20 s)."""
     gguf, version = _embedded_gguf()
@@ -105,19 +123,7 @@ def embedded_model() -> ModelRef:
     if (target / _DONE_MARKER).exists():
         return ModelRef(target, model_id)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting
-            if not (target / _DONE_MARKER).exists():
-                work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-                try:
-                    _convert(gguf, work)
-                    (work / _DONE_MARKER).write_text(str(gguf) + "\n")
-                    if target.exists():
-                        shutil.rmtree(target)
-                    work.rename(target)
-                finally:
-                    shutil.rmtree(work, ignore_errors=True)
+        _convert_once(gguf, target)
     except OSError as exc:
         # A read-only root filesystem (a container's) or a full disk: the OS's own error
         # came out of the engine's start, a traceback that did not say what to do.
