@@ -11,6 +11,7 @@ batches whatever is in flight.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -130,20 +131,17 @@ class GateService:
         check_served(config)
         for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
             make_gate_for(gate_config_for(config.judge, gate))
-        # Before the engine too: a wrong key or a log that cannot be opened was found
-        # only once the engine had loaded (a minute on a GPU).
-        audit = _AuditWriter(config) if config.audit_db is not None else None
-        try:
-            engine = make_engine(config.judge.engine)
-            try:
-                return cls(config, engine, audit)
-            except BaseException:
-                engine.close()
-                raise
-        except BaseException:
+        with contextlib.ExitStack() as undo:  # what is open is closed if the start fails
+            # Before the engine too: a wrong key or a log that cannot be opened was found
+            # only once the engine had loaded (a minute on a GPU).
+            audit = _AuditWriter(config) if config.audit_db is not None else None
             if audit is not None:
-                audit.close()
-            raise
+                undo.callback(audit.close)
+            engine = make_engine(config.judge.engine)
+            undo.callback(engine.close)
+            service = cls(config, engine, audit)
+            undo.pop_all()
+        return service
 
     def judge_for(self, gate: str, options: Options) -> Judge:
         """The judge for ``gate`` with the request's rubric or threshold preset (built once)."""
