@@ -493,6 +493,17 @@ class OpenAIEngine(Engine):
             extensions=response.extensions,
         )
 
+    def _outside(self, segment: Segment, piece: str, *, cut_off: bool) -> bool:
+        """Whether ``piece`` cannot be the segment's constrained text.  A cut-off text may
+        stop inside a match, but no part of a match is longer than the pattern's longest
+        match: a server that ignores the constraint usually runs on to max_tokens, and
+        that text must stop the run too (read as a cut-off, every record got a final
+        error row, never judged again on resume).  A character cut in two decodes to
+        U+FFFD, longer than its bytes: not counted."""
+        if cut_off:
+            return len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
+        return self._pattern(segment).fullmatch(piece) is None
+
     def _went_away(self, detail: str) -> EngineDeadError:
         """The server died while it worked on a completion: its records in flight are suspects."""
         return EngineDeadError(
@@ -823,16 +834,7 @@ class OpenAIEngine(Engine):
             completion_tokens += len(ids)
             if finish not in ("stop", "length"):
                 raise EngineError(f"the server at {self.base_url} ended the request with finish_reason={finish!r}")
-            # A cut-off text may stop inside a match, but no part of a match is longer than
-            # the pattern's longest match: a server that ignores the constraint usually runs
-            # on to max_tokens, and that text must stop the run too (read as a cut-off, every
-            # record got a final error row, never judged again on resume).  A character cut
-            # in two decodes to U+FFFD, longer than its bytes: not counted.
-            if (
-                self._pattern(segment).fullmatch(piece) is None
-                if finish != "length"
-                else len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
-            ):
+            if self._outside(segment, piece, cut_off=finish == "length"):
                 raise ConstraintNotEnforcedError(
                     segment.key,
                     f"the server at {self.base_url} returned text outside the constraint ({segment.key}): "
