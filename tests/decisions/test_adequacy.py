@@ -116,5 +116,7 @@ def test_the_reason_states_numbers_that_bear_out_the_decision(threshold):
     # 0.65" read as a contradiction in every audit log.
     d = decide(output(SCORES), rubric(), threshold=threshold)
     composite, relation, stated = re.match(r"composite (\S+) (<|>=) threshold (\S+?),?(?: |$)", d.reason).groups()
-    assert (float(composite) >= float(stated)) == (relation == ">=") == (d.decision == "PASS")
-    assert float(composite) == d.composite_score and float(stated) == d.threshold
+    assert float(composite) == d.composite_score
+    assert float(stated) == d.threshold
+    assert (float(composite) >= float(stated)) == (d.decision == "PASS")
+    assert (relation == ">=") == (d.decision == "PASS")
