@@ -7,6 +7,8 @@ The tree::
     ├── ModelNotFoundError          the model is not a local folder (names the path)
     ├── EngineError                 the engine failed to start or to generate (a batch
     │   │                           that fails is split so one request fails alone)
+    │   ├── PartialBatchError       some requests of a batch failed on their own; carries
+    │   │                           each request's outcome, so nothing is split or resent
     │   └── EngineFatalError        no request can succeed on this engine: stop, keep what
     │       │                       is done (never an error line for an item)
     │       ├── EngineDeadError     the engine process or server is gone: rerun to resume
@@ -97,6 +99,16 @@ class CitationError(SufficeError, ValueError):
     def __init__(self, marker: str, reason: str) -> None:
         self.marker = marker
         super().__init__(f"{marker!r}: {reason}")
+
+
+class PartialBatchError(EngineError):
+    """Some requests of one ``generate`` call failed, each on its own (an engine that sends
+    one call per request knows which): ``outcomes[i]`` is request ``i``'s ``Generation``
+    or its :class:`EngineError`, so the caller keeps the answers and splits nothing."""
+
+    def __init__(self, message: str, outcomes: list[Any]) -> None:
+        self.outcomes = outcomes
+        super().__init__(message)
 
 
 class EngineFatalError(EngineError):
