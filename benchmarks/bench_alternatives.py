@@ -32,7 +32,7 @@ from typing import Any
 from common import PeakMemory, load_items, table, write_json
 
 from suffice.config import JudgeConfig
-from suffice.grammars.sufficiency import RAGFLOW_SCHEMA, SufficiencyVerdict
+from suffice.gates.sufficiency.grammar import RAGFLOW_SCHEMA, SufficiencyVerdict
 from suffice.judge import Judge
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.models import resolve_model

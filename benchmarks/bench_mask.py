@@ -19,7 +19,7 @@ import xgrammar as xgr
 from common import report
 from transformers import AutoTokenizer
 
-from suffice.grammars.sufficiency import _segments
+from suffice.gates.sufficiency.grammar import _segments
 from suffice.serving.models import embedded_model
 
 #: What follows the head's prefix in a typical verdict, up to the decision.

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import psutil
 
-from suffice.grammars.sufficiency import RAGFLOW_SCHEMA, SufficiencyVerdict
+from suffice.gates.sufficiency.grammar import RAGFLOW_SCHEMA, SufficiencyVerdict
 from suffice.results import JudgeResult
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -1,7 +1,8 @@
 """suffice: local, air-gapped evidence gates for RAG with verdicts valid by construction.
 
-Importing suffice switches off every model-hub download for this process (see
-:mod:`suffice.serving.offline`); models are local folders.
+What users import is here (and in :mod:`suffice.batch`); the modules behind these names
+are internal and may move.  Importing suffice switches off every model-hub download for
+this process: models are local folders.
 """
 
 from suffice.serving.offline import force_offline
@@ -9,9 +10,81 @@ from suffice.serving.offline import force_offline
 force_offline()
 
 from suffice.config import JudgeConfig  # noqa: E402
-from suffice.exceptions import SufficeError  # noqa: E402
+from suffice.exceptions import (  # noqa: E402
+    AuditError,
+    CancelledError,
+    ConfigError,
+    EngineDeadError,
+    EngineError,
+    EngineFatalError,
+    GenerationError,
+    InputError,
+    ItemError,
+    ModelNotFoundError,
+    OutputBusyError,
+    OutputMismatchError,
+    OutputWriteError,
+    PromptTooLongError,
+    SufficeError,
+    VerdictError,
+)
+from suffice.gates import (  # noqa: E402
+    CalibrationChoice,
+    Gate,
+    GateOptions,
+    gate_class,
+    gate_names,
+    make_gate,
+)
+from suffice.grammars.constraint import Constraint, Segment  # noqa: E402
+from suffice.grammars.routes import Routing  # noqa: E402
+from suffice.harness.pipeline import Pipeline, PipelineConfig  # noqa: E402
+from suffice.harness.retrieval import FunctionRetriever  # noqa: E402
 from suffice.judge import Judge  # noqa: E402
+from suffice.prompts.fitting import FittedPrompt  # noqa: E402
+from suffice.prompts.templates import PromptTemplate, load_prompt  # noqa: E402
+from suffice.records import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
+from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Judge", "JudgeConfig", "JudgeResult", "SufficeError", "__version__"]
+__all__ = [
+    "AuditError",
+    "CalibrationChoice",
+    "CancelledError",
+    "Chunk",
+    "ConfigError",
+    "Constraint",
+    "EngineConfig",
+    "EngineDeadError",
+    "EngineError",
+    "EngineFatalError",
+    "FittedPrompt",
+    "FunctionRetriever",
+    "Gate",
+    "GateOptions",
+    "GenerationError",
+    "InputError",
+    "Item",
+    "ItemError",
+    "Judge",
+    "JudgeConfig",
+    "JudgeResult",
+    "ModelNotFoundError",
+    "OutputBusyError",
+    "OutputMismatchError",
+    "OutputWriteError",
+    "Pipeline",
+    "PipelineConfig",
+    "PromptTemplate",
+    "PromptTooLongError",
+    "Routing",
+    "Segment",
+    "SufficeError",
+    "VerdictError",
+    "__version__",
+    "gate_class",
+    "gate_names",
+    "load_prompt",
+    "make_gate",
+]

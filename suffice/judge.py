@@ -16,7 +16,7 @@ from types import TracebackType
 
 from pydantic import BaseModel
 
-from suffice.config import GATES, JudgeConfig
+from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
     EngineError,
@@ -27,7 +27,7 @@ from suffice.exceptions import (
     PromptTooLongError,
     VerdictError,
 )
-from suffice.gates import Gate, make_gate, make_gate_for
+from suffice.gates import Gate, gate_names
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
@@ -76,21 +76,15 @@ class _Pending:
 
 class Judge:
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
-        """``gate`` defaults to the one ``config`` names (built with its rubric or threshold)."""
+        """``gate`` defaults to the one ``config`` names (built with its options); a gate
+        object may be one no registry knows."""
         self.engine = engine
         named = gate if isinstance(gate, str) else gate.name if gate is not None else None
-        known = named if named in GATES else None  # a gate of the user's own has any name
+        known = named if named in gate_names() else None
         if config is not None and known is not None and known != config.gate:
-            # Judge(engine, "recovery", JudgeConfig()) judged with the recovery gate but
-            # recorded the config's "sufficiency" wherever the config was read.
             raise ConfigError("gate", named, f"differs from the config's gate {config.gate!r}; give one of them")
-        self.config = config or JudgeConfig(gate=known or "sufficiency")
-        if gate is None:
-            gate = make_gate_for(self.config)
-        elif isinstance(gate, str):
-            c = self.config
-            gate = make_gate(gate, rubric=c.rubric, rubric_dir=c.rubric_dir, threshold=c.threshold)
-        self.gate = gate
+        self.config = config or (JudgeConfig(gate=known) if known else JudgeConfig())
+        self.gate = gate if isinstance(gate, Gate) else self.config.make_gate()
         self.stats = JudgeStats()
         self.check_window()
 
@@ -128,7 +122,7 @@ class Judge:
     def open(cls, config: JudgeConfig) -> Judge:
         """A judge on a new engine, made from ``config.engine`` (its gate is built first, so
         a bad rubric fails before the engine starts)."""
-        gate = make_gate_for(config)
+        gate = config.make_gate()
         engine = make_engine(config.engine)
         try:
             return cls(engine, gate, config)

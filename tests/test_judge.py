@@ -6,9 +6,9 @@ import pytest
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
-from suffice.gates.recovery import RecoveryGate
-from suffice.gates.sufficiency import SufficiencyGate
-from suffice.grammars.sufficiency import SufficiencyVerdict
+from suffice.gates.recovery.gate import RecoveryGate
+from suffice.gates.sufficiency.gate import SufficiencyGate
+from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.judge import Judge
 from suffice.serving.base import PREFILL_SHARE, CappedProgress, Generation, GenerationRequest
 from tests.fakes import ScriptedEngine

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from suffice.exceptions import InputError, RubricError
-from suffice.rubric_store import RubricStore
+from suffice.gates.adequacy.store import RubricStore
 
 
 def write(folder, name, version, **overrides):

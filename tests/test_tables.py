@@ -16,8 +16,8 @@ from suffice.config import GATES as GATE_NAMES
 from suffice.gates import DecisionGate, make_gate
 from suffice.gates.base import Gate
 from suffice.grammars.decision import DecisionVerdict
-from suffice.grammars.recovery import Classification
-from suffice.grammars.sufficiency import CalibratedDecision, ChunkId, SufficiencyVerdict
+from suffice.gates.recovery.grammar import Classification
+from suffice.gates.sufficiency.grammar import CalibratedDecision, ChunkId, SufficiencyVerdict
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.tables import (
     ParquetRows,

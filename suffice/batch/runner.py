@@ -58,7 +58,6 @@ from suffice.batch.suspects import ENGINE_CRASH, Suspects, suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
 from suffice.files import output_lock, writing
-from suffice.gates import make_gate_for
 from suffice.gates.base import Gate
 from suffice.harness.audit import AuditLog, is_audit_file
 from suffice.harness.recording import audit_values
@@ -151,7 +150,7 @@ def judge_file(
                 )
     inputs = InputFile(source, options.input_format, options.fields, options.shard)
     out_format = format_of(output, options.output_format, "output-format")
-    gate = make_gate_for(config)
+    gate = config.make_gate()
     if out_format == "parquet" and options.fmt != "suffice":
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
     settings = RunSettings.of(config, gate, options.fmt, options.fields.names)

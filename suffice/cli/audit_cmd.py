@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.exceptions import AuditBrokenError, SufficeError
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.harness.audit import (
     REVIEW_DECISIONS,
     AuditLog,

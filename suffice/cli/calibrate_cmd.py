@@ -10,14 +10,14 @@ from typing import Any
 
 from suffice.batch import BatchOptions
 from suffice.calibration.report import build_report, write_report
-from suffice.calibration.thresholds import GateConfig
 from suffice.cli import judge_cmd
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
-from suffice.gates import make_gate_for
-from suffice.gates.base import Gate
+from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.gates import CalibrationChoice, Gate
 from suffice.jsonl import dump_line, read_records
-from suffice.rubric_store import Rubric, RubricStore
+
+#: ``--save`` without a path: where the gate keeps its threshold (see Gate.save_calibration).
+SAVE_WHERE_THE_GATE_KEEPS_IT = Path()
 
 
 def add_parser(sub: Any) -> None:
@@ -37,8 +37,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--choose", choices=("best-f1", "precision-target"), default="best-f1", help="which threshold to save"
     )
-    p.add_argument("--save-config", type=Path, default=None, help="sufficiency: write a gate config here")
-    p.add_argument("--save-rubric", action="store_true", help="adequacy: write the next rubric version")
+    p.add_argument(
+        "--save",
+        nargs="?",
+        type=Path,
+        const=SAVE_WHERE_THE_GATE_KEEPS_IT,
+        default=None,
+        metavar="PATH",
+        help="save the chosen threshold where the gate reads it (sufficiency: a gate config file PATH; "
+        "adequacy: the rubric's next version, in PATH or the rubric folder)",
+    )
+    p.add_argument("--save-config", dest="save", type=Path, help="the same as --save PATH")
+    p.add_argument(
+        "--save-rubric", dest="save", action="store_const", const=SAVE_WHERE_THE_GATE_KEEPS_IT, help="--save, no PATH"
+    )
     p.set_defaults(run=run)
 
 
@@ -54,9 +66,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.output.exists() and not args.output.is_dir():
         print(f"error: -o {str(args.output)!r} is a file; calibrate writes a report folder there", file=sys.stderr)
-        return EXIT_USAGE
-    if args.save_config is not None and args.save_config.is_dir():
-        print(f"error: --save-config {str(args.save_config)!r} is a folder; name the file to write", file=sys.stderr)
         return EXIT_USAGE
     try:
         config = judge_cmd.config_from_args(args)
@@ -74,10 +83,12 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # a damaged or zstd-compressed golden file
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    taken = _rubric_version_taken(args, config.rubric)
-    if taken is not None:
-        print(f"error: {taken}", file=sys.stderr)
-        return EXIT_USAGE
+    gate = config.make_gate()
+    if args.save is not None:
+        problem = gate.save_problem(_destination(args), args.output)
+        if problem is not None:
+            print(f"error: --save: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     records = [r for r in read if isinstance(r, dict)]
     if len(records) < len(read):
         left = len(read) - len(records)
@@ -101,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]
-    gate = make_gate_for(config)
     try:
         report = build_report(gate, records, rows, args.precision_target)
     except InputError as exc:
@@ -122,22 +132,11 @@ def run(args: argparse.Namespace) -> int:
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {path}", file=sys.stderr)
-    return _save(args, gate, config.rubric, report)
+    return _save(args, gate, report)
 
 
-def _rubric_version_taken(args: argparse.Namespace, rubric_ref: str | None) -> str | None:
-    """Why ``--save-rubric`` could not write its version, found before judging: the
-    version after the calibrated one exists already (it is never overwritten)."""
-    if not args.save_rubric or rubric_ref is None:
-        return None
-    try:
-        base = RubricStore(args.rubric_dir).get(rubric_ref)
-    except (ConfigError, InputError):
-        return None  # the run reports a bad rubric itself
-    path = next_rubric_path(base, args.rubric_dir or args.output / "rubrics")
-    if path.exists():
-        return f"--save-rubric: {path.stem} exists already in {path.parent}: calibrate from it, or move it away"
-    return None
+def _destination(args: argparse.Namespace) -> Path | None:
+    return None if args.save is SAVE_WHERE_THE_GATE_KEEPS_IT else args.save
 
 
 def _label_problem(records: list[dict[str, Any]]) -> str | None:
@@ -201,81 +200,18 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
     return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": args.choose}
 
 
-def _save(args: argparse.Namespace, gate: Gate, rubric_ref: str | None, report: dict[str, Any]) -> int:
-    if args.save_config is None and not args.save_rubric:
+def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> int:
+    if args.save is None:
         return EXIT_OK
     picked = _choose(args, gate, report)
     if picked is None:
         return EXIT_USAGE
     name, metrics = picked
-    if args.save_config is not None:
-        if gate.calibration_target != "gate_config":
-            print("error: --save-config is for the sufficiency gate (use --save-rubric for adequacy)", file=sys.stderr)
-            return EXIT_USAGE
-        config = GateConfig(
-            gate="sufficiency",
-            score=name,  # type: ignore[arg-type]
-            threshold=metrics["threshold"],
-            calibrated_on=str(args.golden),
-            metrics=metrics,
-        )
-        try:
-            config.save(args.save_config)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"saved {name} >= {metrics['threshold']:.3f} to {args.save_config}", file=sys.stderr)
-    if args.save_rubric:
-        if gate.calibration_target != "rubric" or rubric_ref is None:
-            print("error: --save-rubric needs --gate adequacy and --rubric", file=sys.stderr)
-            return EXIT_USAGE
-        store = RubricStore(args.rubric_dir)
-        base = store.get(rubric_ref)
-        folder = args.rubric_dir or args.output / "rubrics"
-        if args.rubric_dir is None:  # a store of its own: the base version beside the new one
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        try:
-            path = save_rubric_version(base, metrics, folder)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"saved rubric version {path.stem} (calibrated threshold {metrics['threshold']:.3f})", file=sys.stderr)
+    choice = CalibrationChoice(score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden)
+    try:
+        message = gate.save_calibration(choice, _destination(args), args.output)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(message, file=sys.stderr)
     return EXIT_OK
-
-
-def next_rubric_path(rubric: Rubric, folder: Path) -> Path:
-    """Where the rubric's next patch version goes in ``folder``."""
-    parts = rubric.version.split(".")
-    parts[-1] = str(int(parts[-1]) + 1)
-    return folder / f"{rubric.name}@{'.'.join(parts)}.json"
-
-
-def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
-    """The rubric's next patch version, with the calibrated composite threshold.
-
-    Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
-    already (it was overwritten: a hand-edited version lost) or cannot be written.
-    A file this call created and could not finish (a full disk) is removed: left
-    empty, it was the store's newest version, unreadable, so every later judge with
-    the rubric failed, and a retry took it for a version that exists already."""
-    path = next_rubric_path(rubric, folder)
-    version = path.stem.rsplit("@", 1)[1]
-    data = rubric.model_dump(mode="json")
-    data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handle = path.open("x", encoding="utf-8")
-    except FileExistsError as exc:
-        raise ConfigError(
-            "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
-        ) from exc
-    except OSError as exc:
-        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
-    try:
-        with handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
-    except OSError as exc:
-        path.unlink(missing_ok=True)  # created exclusively above: it is this call's own
-        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
-    return path

@@ -13,8 +13,8 @@ from suffice import batch
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
-from suffice.cli.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS, JudgeConfig
+from suffice.cli.gate_args import add_gate_args, gate_options_from_args
+from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import (
     ConfigError,
     EngineFatalError,
@@ -24,20 +24,18 @@ from suffice.exceptions import (
     OutputWriteError,
     SufficeError,
 )
-from suffice.gates import make_gate_for
+from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.harness.audit import load_key
 from suffice.serving.machine import machine_settings
 
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
-    p.add_argument("--gate", choices=GATES, default="sufficiency")
+    p.add_argument("--gate", choices=gate_names(), default=DEFAULT_GATE)
     add_engine_args(p)
     p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
-    p.add_argument("--rubric", default=None, help="adequacy gate: rubric NAME[@VERSION] (newest if no version)")
-    p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
-    p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: threshold preset")
-    p.add_argument("--gate-config", type=Path, default=None, help="sufficiency gate: a calibrated threshold file")
+    add_gate_args(p)
     p.add_argument(
         "--detail",
         choices=DETAILS,
@@ -115,24 +113,16 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def judge_config_from_args(args: argparse.Namespace, gate: str) -> JudgeConfig:
-    """The gate and engine options every judging command shares (``judge``, ``calibrate``,
-    ``serve``), as a :class:`JudgeConfig` for ``gate``."""
-    return JudgeConfig(
-        gate=gate,
+def config_from_args(args: argparse.Namespace) -> JudgeConfig:
+    """A checked config, its gate built once so a bad option (an unknown rubric) fails
+    before the engine starts."""
+    config = JudgeConfig(
+        gate=args.gate,
         engine=engine_config_from_args(args),
-        rubric=args.rubric,
-        rubric_dir=args.rubric_dir,
-        threshold=args.threshold,
-        gate_config=args.gate_config,
+        options=gate_options_from_args(args),
         detail=args.detail,
     )
-
-
-def config_from_args(args: argparse.Namespace) -> JudgeConfig:
-    """A checked config, its gate built once so a bad rubric fails before the engine starts."""
-    config = judge_config_from_args(args, args.gate)
-    make_gate_for(config)
+    config.make_gate()
     machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
     return config
 

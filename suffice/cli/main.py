@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
-from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, rubrics_cmd, serve_cmd
+from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, serve_cmd
+from suffice.exceptions import ConfigError
+from suffice.gates import gate_class, gate_names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,16 +19,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
-    rubrics_cmd.add_parser(sub)
     audit_cmd.add_parsers(sub)
     calibrate_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
+    for name in gate_names():  # the gates' own commands (the adequacy gate's `rubrics`)
+        with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
+            gate_class(name).add_commands(sub)
     return parser
 
 
 def _terminate(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C: results are flushed and the engine's processes are
-    shut down (killing only this process used to leave them running, holding GBs)."""
+    shut down (killing this process alone would leave them running, holding GBs)."""
     raise SystemExit(128 + signum)
 
 

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.cli.engine_args import add_engine_args
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_USAGE
-from suffice.cli.judge_cmd import add_audit_args, audit_key_of, judge_config_from_args
-from suffice.config import DETAILS, GATES, THRESHOLD_PRESETS
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.gate_args import add_gate_args, gate_options_from_args
+from suffice.cli.judge_cmd import add_audit_args, audit_key_of
+from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
+from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
+from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
 
 
@@ -23,12 +25,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
-    p.add_argument("--gate", action="append", choices=GATES, default=None, help="a gate to serve (repeat; default all)")
+    p.add_argument(
+        "--gate", action="append", choices=gate_names(), default=None, help="a gate to serve (repeat; default all)"
+    )
     add_engine_args(p, key_option="--engine-key-file")
-    p.add_argument("--rubric", default=None, help="adequacy gate: default rubric NAME[@VERSION]")
-    p.add_argument("--rubric-dir", type=Path, default=None, help="adequacy gate: your own rubric folder")
-    p.add_argument("--threshold", choices=THRESHOLD_PRESETS, default="strict", help="recovery gate: default preset")
-    p.add_argument("--gate-config", type=Path, default=None, help="sufficiency gate: a calibrated threshold file")
+    add_gate_args(p)
     p.add_argument("--detail", choices=DETAILS, default="full", help="full verdicts, or only the decision")
     p.add_argument(
         "--api-key-file",
@@ -51,11 +52,11 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    gates = tuple(args.gate) if args.gate else GATES
-    judge = judge_config_from_args(args, gates[0])
+    gates = tuple(args.gate) if args.gate else gate_names()
     return ServeConfig(
-        judge=judge,
+        judge=JudgeConfig(gate=gates[0], engine=engine_config_from_args(args), detail=args.detail),
         gates=gates,
+        options=gate_options_from_args(args),
         host=args.host,
         port=args.port,
         api_key_file=args.client_key_file,

@@ -1,21 +1,26 @@
-"""What a gate is: a prompt, a constraint per chunk count, a parser, and everything
-else that differs from gate to gate.
+"""What a gate is: its options, a prompt, a constraint per chunk count, a parser, and
+everything else that differs from gate to gate.
 
-The judge, the batch runner, the harness, the audit log, the summary and the
-calibration report are gate-agnostic: they ask the gate (its route, what counts as
-positive, its calibration scores, its export row, its settings).  Adding a gate means
-writing one of these, its grammar and its template folder; the completeness test
-(tests/test_completeness.py) checks that every gate implements every hook.
+The judge, the batch runner, the service, the harness, the audit log, the summary and
+calibration never ask which gate they hold: they ask the gate (its route, what counts
+as positive, its calibration scores and where a threshold is saved, its export row,
+its settings).  A gate is one package (``suffice/gates/<name>/`` or a package of your
+own) registered under the entry-point group ``suffice.gates`` (see
+:mod:`suffice.gates.registry`); the completeness test checks every hook.
 """
 
 from __future__ import annotations
 
+import argparse
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from suffice.exceptions import ConfigError
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import decision_marker
 from suffice.grammars.routes import Routing
@@ -24,8 +29,49 @@ from suffice.prompts.templates import PromptTemplate
 from suffice.records import Chunk, Item, parse_record
 
 
+class GateOptions(BaseModel):
+    """A gate's own settings, declared as fields of a subclass.
+
+    The same names reach the gate from ``--gate-option KEY=VALUE`` (and a ``--KEY``
+    flag the CLI makes for each field), ``JudgeConfig(options=...)`` and the HTTP
+    request's ``options``; nothing between knows which gate takes which.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The options a client of ``suffice serve`` may set per request; the others are the
+    #: server's own (a path on the server is not a client's to name).
+    per_request: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def parse(cls, gate: str, values: Mapping[str, Any]) -> Self:
+        """The options from plain values; a :class:`ConfigError` names the option."""
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            key = str(error["loc"][0]) if error["loc"] else "gate_option"
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(cls.model_fields) or "none"
+                reason = f"the {gate} gate takes no such option (its options: {known})"
+                raise ConfigError(key, values.get(key), reason) from None
+            raise ConfigError(key, values.get(key), f"{error['msg']} (an option of the {gate} gate)") from exc
+
+
+@dataclass(frozen=True)
+class CalibrationChoice:
+    """A threshold ``suffice calibrate`` chose: on which score, with its metrics."""
+
+    score: str
+    threshold: float
+    metrics: Mapping[str, Any]
+    golden: Path
+
+
 class Gate(ABC):
     name: str
+    #: The typed options this gate takes (see :class:`GateOptions`).
+    options_model: ClassVar[type[GateOptions]] = GateOptions
     template: PromptTemplate
     #: Post-generation gates check a generated answer given as ``response``.
     needs_response: bool = False
@@ -35,14 +81,38 @@ class Gate(ABC):
     decision_key: str = ""
     decision_json_values: tuple[str, ...] = ()
     positive_value: str = ""
-    #: Which calibration scores a threshold can be saved for, and where it goes:
-    #: ``gate_config`` (a file for ``--gate-config``), ``rubric`` (a new rubric version)
-    #: or ``None`` (the gate's threshold is a preset, not calibrated).
+    #: Which calibration scores a threshold can be saved for (none: the gate's rule is
+    #: not calibrated); :meth:`save_calibration` says where it goes.
     saveable_scores: tuple[str, ...] = ()
-    calibration_target: str | None = None
     #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return: the
     #: typed Parquet schema of a result file (:mod:`suffice.tables`) is built from it.
     verdict_model: type[BaseModel]
+
+    @classmethod
+    def from_options(cls, options: GateOptions) -> Gate:
+        """The gate its options describe (a gate without options is made with no arguments)."""
+        return cls()
+
+    @classmethod
+    def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Subcommands of the gate's own for the ``suffice`` command (none by default)."""
+        return None
+
+    def check_detail(self, detail: str) -> None:
+        """Raise :class:`ConfigError` if this gate, as configured, cannot judge at
+        ``detail`` (``full`` or ``decision``)."""
+        return None
+
+    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None:
+        """Why :meth:`save_calibration` could not save to ``destination``, found before
+        anything is judged (``None``: nothing known against it)."""
+        return None
+
+    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
+        """Save a calibrated threshold where this gate reads it (``destination``: what the
+        user named with ``--save``; ``report_dir``: the calibration's folder) and say
+        what was written.  Raises :class:`ConfigError` naming ``save``."""
+        raise ConfigError("save", str(destination), f"the {self.name} gate has no calibrated threshold to save")
 
     @property
     def decision_marker(self) -> str:

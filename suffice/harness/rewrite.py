@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.regex import json_list, json_string
-from suffice.prompts.templates import load_prompt
+from suffice.prompts.templates import TEMPLATE_ROOT, load_prompt
 from suffice.serving.base import Engine, GenerationRequest
 
 MAX_QUERIES = 3
@@ -38,7 +38,7 @@ class RewriteRequest:
 class QueryRewriter:
     def __init__(self, engine: Engine, prompt_version: str = "v1") -> None:
         self.engine = engine
-        self.template = load_prompt("rewrite", prompt_version)
+        self.template = load_prompt(TEMPLATE_ROOT / "rewrite", "rewrite", prompt_version)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[list[str]]:
         system = {"max_queries": MAX_QUERIES, "query_chars": QUERY_CHARS}

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from suffice.config import JudgeConfig
 from suffice.exceptions import PromptTooLongError
 from suffice.grammars.constraint import Constraint
 from suffice.prompts.templates import Message, PromptTemplate, indent_structure
@@ -45,6 +44,19 @@ class ShownChunk:
     source: str | None
     truncated: bool
     score: float | None = None
+
+
+class FitLimits(Protocol):
+    """The limits fitting applies (a :class:`~suffice.config.JudgeConfig` has them)."""
+
+    @property
+    def max_question_tokens(self) -> int: ...
+    @property
+    def max_response_tokens(self) -> int: ...
+    @property
+    def min_chunk_tokens(self) -> int: ...
+    @property
+    def max_chunks(self) -> int: ...
 
 
 def source_key(chunk: Chunk | ShownChunk) -> str:
@@ -133,7 +145,7 @@ def fit_prompt(
     engine: Engine,
     template: PromptTemplate,
     item: Item,
-    config: JudgeConfig,
+    config: FitLimits,
     constraint_for: Callable[[Sequence[Chunk]], Constraint],
     system_context: dict[str, Any],
     user_context: dict[str, Any],

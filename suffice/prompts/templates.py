@@ -1,4 +1,5 @@
-"""Prompt templates are files, versioned by folder: ``templates/<gate>/<version>/``.
+"""Prompt templates are files, versioned by folder: ``<folder>/<version>/`` (a gate keeps
+its own in ``templates/`` beside its code).
 
 Each version holds ``system.j2`` (the instructions, identical for every item, so
 vLLM's prefix cache computes them once) and ``user.j2`` (the per-item text).
@@ -19,15 +20,20 @@ import jinja2
 from suffice.exceptions import ConfigError
 from suffice.serving.base import defuse
 
+#: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
 
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATE_ROOT),
-    undefined=jinja2.StrictUndefined,
-    autoescape=False,
-    trim_blocks=True,
-    keep_trailing_newline=False,
-)
+
+@cache
+def _environment(folder: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        keep_trailing_newline=False,
+    )
+
 
 Message = dict[str, str]
 
@@ -82,15 +88,15 @@ class PromptTemplate:
         )
 
 
-def available_versions(gate: str) -> list[str]:
-    folder = TEMPLATE_ROOT / gate
+def available_versions(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
 @cache
-def load_prompt(gate: str, version: str | None = None) -> PromptTemplate:
-    """A gate's template; without ``version``, the newest one."""
-    versions = available_versions(gate)
+def load_prompt(folder: Path, gate: str, version: str | None = None) -> PromptTemplate:
+    """The template in ``folder/<version>/``, named ``<gate>/<version>``; without
+    ``version``, the newest one."""
+    versions = available_versions(folder)
     if version is None and versions:
         version = max(versions, key=lambda v: int(v.lstrip("v")) if v.lstrip("v").isdigit() else 0)
     if version is None or version not in versions:
@@ -98,6 +104,6 @@ def load_prompt(gate: str, version: str | None = None) -> PromptTemplate:
     return PromptTemplate(
         gate=gate,
         version=version,
-        system=_ENV.get_template(f"{gate}/{version}/system.j2"),
-        user=_ENV.get_template(f"{gate}/{version}/user.j2"),
+        system=_environment(folder).get_template(f"{version}/system.j2"),
+        user=_environment(folder).get_template(f"{version}/user.j2"),
     )

@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse as _Utf8JSONResponse
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from suffice.config import THRESHOLD_PRESETS
 from suffice.exceptions import AuditError, EngineFatalError
+from suffice.gates import gate_class
 from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
 from suffice.server.config import ServeConfig
@@ -52,11 +52,17 @@ _ITEM_SCHEMA: dict[str, Any] = {
     "the recovery gate. RAGAS names (user_input, retrieved_contexts) are read as they are.",
     "additionalProperties": True,
 }
+_ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The items with options of the gate's own for this request (those /ready lists)",
+    "required": ["items"],
+    "properties": {"items": {"type": "array", "items": _ITEM_SCHEMA}, "options": {"type": "object"}},
+}
 _BODY_SCHEMA: dict[str, Any] = {
     "required": True,
     "content": {
         "application/json": {
-            "schema": {"oneOf": [_ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA}]},
+            "schema": {"oneOf": [_ITEM_SCHEMA, {"type": "array", "items": _ITEM_SCHEMA}, _ENVELOPE_SCHEMA]},
             "example": {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]},
         }
     },
@@ -80,6 +86,29 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
     so its CancelledError is not reported as never retrieved."""
     if not work.cancelled():
         work.exception()
+
+
+def _request_options(gates: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Every option a request may set on some served gate, as an OpenAPI query parameter."""
+    parameters: dict[str, dict[str, Any]] = {}
+    for gate in gates:
+        model = gate_class(gate).options_model
+        schema = model.model_json_schema()["properties"]
+        for key in sorted(model.per_request):
+            entry = parameters.setdefault(
+                key, {"name": key, "in": "query", "required": False, "schema": schema[key], "description": ""}
+            )
+            described = f"{gate} gate: {schema[key].get('description', '')}"
+            entry["description"] = f"{entry['description']} {described}".strip()
+    return parameters
+
+
+def _envelope(value: object) -> tuple[object, Any]:
+    """The items and the options of a body ``{"items": [...], "options": {...}}``; any
+    other body is the items alone."""
+    if isinstance(value, dict) and isinstance(value.get("items"), list) and "question" not in value:
+        return value["items"], value.get("options", {})
+    return value, {}
 
 
 def _unprocessable(location: list[str], message: str) -> JSONResponse:
@@ -138,6 +167,7 @@ def create_app(
     )
     metrics = Metrics()
     gates_literal = tuple(config.gates)
+    query_options = _request_options(gates_literal)
     #: Items admitted and not yet done (touched only on the event loop, so unlocked).
     #: Why a bound: past the engine's pace every request waited its whole timeout for
     #: a 504 while more piled up behind it; past the bound a client hears 429 at once
@@ -164,7 +194,7 @@ def create_app(
 
     @app.post(
         "/v1/judge/{gate}",
-        openapi_extra={"requestBody": _BODY_SCHEMA},
+        openapi_extra={"requestBody": _BODY_SCHEMA, "parameters": list(query_options.values())},
         summary="Judge one item or a list of items",
         responses={
             401: {"description": "missing or wrong bearer token"},
@@ -180,13 +210,11 @@ def create_app(
     async def judge(
         gate: str,
         request: Request,
-        rubric: str | None = None,
-        threshold: Literal["strict", "loose"] | None = None,
         format: Literal["suffice", "seed", "ragflow"] = "suffice",
     ) -> Response:
         """One result per item, in order: each a verdict or that item's error (an error
-        row does not fail the request).  `rubric` (adequacy) and `threshold` (recovery)
-        apply to this request only."""
+        row does not fail the request).  The gate's options a request may set (query
+        parameters, or `options` beside `items` in the body) apply to this request only."""
         if gate not in gates_literal:
             return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
         if service.dead is not None:
@@ -199,6 +227,11 @@ def create_app(
         value = await asyncio.to_thread(parse_line, raw, 1)
         if isinstance(value, InvalidRecord):
             return _unprocessable(["body"], f"the body {value.message}")
+        value, body_options = _envelope(value)
+        if not isinstance(body_options, dict):
+            return _unprocessable(["body", "options"], "must be an object of option names to values")
+        query = {key: item for key, item in request.query_params.items() if key != "format"}
+        where = {key: ["query", key] for key in query} | {key: ["body", "options", key] for key in body_options}
         if isinstance(value, dict):
             records: list[object] = [value]
         elif isinstance(value, list):
@@ -219,7 +252,7 @@ def create_app(
                 status_code=429,
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-        options = Options(rubric=rubric, threshold=threshold, fmt=format)
+        options = Options(values={**query, **body_options}, fmt=format)
         cancel = threading.Event()
         metrics.waiting.inc()
         try:
@@ -247,7 +280,7 @@ def create_app(
             cancel.set()
             raise
         except RequestError as exc:
-            return _unprocessable(["query", exc.field or "query"], str(exc))
+            return _unprocessable(where.get(exc.field or "", ["query", exc.field or "query"]), str(exc))
         except EngineFatalError as exc:
             fatal(str(exc))
             return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=503)
@@ -288,7 +321,7 @@ def create_app(
                 "model": engine.model_id,
                 "backend": engine.backend,
                 "max_model_len": engine.max_model_len,
-                "threshold_presets": list(THRESHOLD_PRESETS),
+                "options": {gate: sorted(gate_class(gate).options_model.per_request) for gate in gates_literal},
             }
         )
 

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from suffice.config import GATES, JudgeConfig
+from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.gates import gate_names
+from suffice.gates.registry import option_names
 
 
 @dataclass(frozen=True)
 class ServeConfig:
     """What ``suffice serve`` runs: which gates, on which judge settings, behind which guards.
 
-    ``judge`` holds the engine and the gates' defaults (rubric, threshold preset,
-    calibrated gate config, detail); its ``gate`` field is ignored, ``gates`` says
-    which are served.
+    ``judge`` holds the engine and the detail; its ``gate`` field is ignored, ``gates``
+    says which are served.  ``options`` are the served gates' options: each gate takes
+    those it declares, and an option no served gate declares is refused.
     """
 
     judge: JudgeConfig = field(default_factory=JudgeConfig)
-    gates: tuple[str, ...] = GATES
+    gates: tuple[str, ...] = field(default_factory=gate_names)
+    options: Mapping[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8000
     #: A file holding the bearer token clients must send (``None``: no authentication).
@@ -40,13 +45,18 @@ class ServeConfig:
     verbose: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "gates", tuple(self.gates))
         if not self.gates:
             raise ConfigError("gates", self.gates, "serve at least one gate")
         for gate in self.gates:
-            if gate not in GATES:
-                raise ConfigError("gates", gate, f"must be among {', '.join(GATES)}")
+            if gate not in gate_names():
+                raise ConfigError("gates", gate, f"must be among {', '.join(gate_names())}")
         if len(set(self.gates)) != len(self.gates):
             raise ConfigError("gates", self.gates, "names a gate twice")
+        object.__setattr__(self, "options", dict(self.options))
+        for key, value in self.options.items():
+            if not any(key in option_names(gate) for gate in self.gates):
+                raise ConfigError(key, value, f"no gate served ({', '.join(self.gates)}) takes this option")
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", self.port, "must be between 0 and 65535")
         if self.max_body_bytes < 1024:
@@ -84,3 +94,9 @@ def read_api_key(path: Path) -> bytes:
     if any(byte < 0x21 or byte > 0x7E for byte in key):
         raise ConfigError("api_key_file", str(path), "must hold one token of visible ASCII characters")
     return key
+
+
+def options_for(config: ServeConfig, gate: str) -> dict[str, Any]:
+    """The served options ``gate`` declares."""
+    declared = option_names(gate)
+    return {key: value for key, value in config.options.items() if key in declared}

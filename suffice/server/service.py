@@ -16,22 +16,21 @@ import dataclasses
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from suffice.batch import result_row
 from suffice.batch.inputs import FieldMap
-from suffice.calibration.thresholds import GateConfig
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
-from suffice.gates import make_gate_for
+from suffice.gates import gate_class
 from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
 from suffice.judge import Judge
 from suffice.results import JudgeResult
-from suffice.server.config import ServeConfig
+from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
 from suffice.serving.factory import make_engine
 
@@ -40,28 +39,16 @@ FORMATS = ("suffice", "seed", "ragflow")
 _READ_AS_JUDGE = FieldMap()
 
 
-def gate_config_for(config: JudgeConfig, gate: str) -> JudgeConfig:
-    """``config`` for ``gate``: a calibrated gate config applies to the gate it was made for
-    and is left out for the others (one server serves several gates)."""
-    if config.gate_config is not None and GateConfig.load(config.gate_config).gate != gate:
-        return dataclasses.replace(config, gate=gate, gate_config=None)
-    return dataclasses.replace(config, gate=gate)
-
-
 def check_served(config: ServeConfig) -> None:
-    """A gate-specific setting for a gate the server does not serve is a usage error,
-    not silently dropped."""
-    judge = config.judge
-    if judge.gate_config is not None:
-        calibrated = GateConfig.load(judge.gate_config).gate
-        if calibrated not in config.gates:
-            raise ConfigError(
-                "gate_config", str(judge.gate_config), f"is for the {calibrated} gate, which is not served (--gate)"
-            )
-    if "adequacy" not in config.gates:
-        for name in ("rubric", "rubric_dir"):
-            if getattr(judge, name) is not None:
-                raise ConfigError(name, str(getattr(judge, name)), "only the adequacy gate takes a rubric: not served")
+    """Every served gate builds with its options (an unknown rubric, a gate config for
+    another gate fail here, before the engine starts)."""
+    for gate in config.gates:
+        judge_config(config, gate, {}).make_gate()
+
+
+def judge_config(config: ServeConfig, gate: str, request: Mapping[str, Any]) -> JudgeConfig:
+    """The config of ``gate``'s judge: the served options it declares, then the request's."""
+    return dataclasses.replace(config.judge, gate=gate, options={**options_for(config, gate), **request})
 
 
 class RequestError(InputError):
@@ -70,10 +57,9 @@ class RequestError(InputError):
 
 @dataclass(frozen=True)
 class Options:
-    """Per-request choices: the rubric (adequacy), threshold preset (recovery), output format."""
+    """Per-request choices: the gate's own options a request may set, and the output format."""
 
-    rubric: str | None = None
-    threshold: str | None = None
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     fmt: str = "suffice"
 
 
@@ -115,22 +101,20 @@ class GateService:
         ``config.audit_db`` is set)."""
         self.config = config
         self.engine = engine
-        self._judges: dict[tuple[str, str | None, str | None], Judge] = {}
+        self._judges: dict[tuple[str, tuple[tuple[str, str], ...]], Judge] = {}
         self._lock = threading.Lock()
         self._audit: _AuditWriter | None = audit
         self._weights = weights_hash(getattr(engine, "model_path", None))
         #: Why the engine can no longer judge (``None`` while it can).
         self.dead: str | None = None
-        for gate in config.gates:  # a bad default rubric or gate config fails at start-up
+        for gate in config.gates:  # a bad default option fails at start-up
             self.judge_for(gate, Options())
         if config.audit_db is not None and self._audit is None:
             self._audit = _AuditWriter(config)
 
     @classmethod
     def open(cls, config: ServeConfig) -> GateService:
-        check_served(config)
-        for gate in config.gates:  # before the engine starts: a bad rubric fails in a second
-            make_gate_for(gate_config_for(config.judge, gate))
+        check_served(config)  # before the engine starts: a bad option fails in a second
         with contextlib.ExitStack() as undo:  # what is open is closed if the start fails
             # Before the engine too: a wrong key or a log that cannot be opened was found
             # only once the engine had loaded (a minute on a GPU).
@@ -144,31 +128,27 @@ class GateService:
         return service
 
     def judge_for(self, gate: str, options: Options) -> Judge:
-        """The judge for ``gate`` with the request's rubric or threshold preset (built once)."""
-        if options.rubric is not None and gate != "adequacy":
-            raise RequestError("rubric", f"only the adequacy gate takes a rubric, not {gate}")
-        if options.threshold is not None and gate != "recovery":
-            raise RequestError("threshold", f"only the recovery gate takes a threshold preset, not {gate}")
-        key = (gate, options.rubric, options.threshold)
+        """The judge for ``gate`` with the request's options (built once per set of them)."""
+        allowed = gate_class(gate).options_model.per_request
+        for name in options.values:
+            if name not in allowed:
+                settable = ", ".join(sorted(allowed)) or "none"
+                raise RequestError(name, f"the {gate} gate takes no option {name!r} per request (settable: {settable})")
+        key = (gate, tuple(sorted((k, repr(v)) for k, v in options.values.items())))
         with self._lock:
             judge = self._judges.get(key)
             if judge is None:
-                changes: dict[str, Any] = {"gate": gate}
-                if options.rubric is not None:
-                    changes["rubric"] = options.rubric
-                if options.threshold is not None:
-                    changes["threshold"] = options.threshold
-                config = dataclasses.replace(gate_config_for(self.config.judge, gate), **changes)
                 try:
-                    gate_obj = make_gate_for(config)
+                    config = judge_config(self.config, gate, options.values)
+                    gate_obj = config.make_gate()
                 except ConfigError as exc:
                     raise RequestError(exc.parameter, str(exc)) from exc
                 except InputError as exc:  # an unknown rubric (RubricError names the field)
-                    raise RequestError(exc.field or "rubric", exc.reason) from exc
+                    raise RequestError(exc.field or "options", exc.reason) from exc
                 try:
                     judge = Judge(self.engine, gate_obj, config)
-                except ConfigError as exc:  # this rubric's prompt cannot fit the window
-                    if options.rubric is None and options.threshold is None:
+                except ConfigError as exc:  # these options' prompt cannot fit the window
+                    if not options.values:
                         raise  # the gate's own judge (built at start-up): the service cannot serve it
                     raise RequestError(exc.parameter, str(exc)) from exc
                 self._judges[key] = judge

@@ -22,7 +22,7 @@ from suffice.batch import BatchOptions, judge_file
 from suffice.batch.journal import ResultFile
 from suffice.batch.keys import KeyIndex
 from suffice.cli import judge_cmd
-from suffice.cli.exit_codes import EXIT_FATAL
+from suffice.exit_codes import EXIT_FATAL
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputWriteError
 from suffice.judge import Judge

@@ -332,7 +332,7 @@ def test_a_broken_line_fixed_is_judged_and_its_error_row_dropped(tmp_path):
 def test_a_new_rubric_version_in_the_store_refuses_the_resume(tmp_path):
     import shutil
 
-    from suffice.rubric_store import builtin_dir
+    from suffice.gates.adequacy.store import builtin_dir
 
     store = tmp_path / "rubrics"
     shutil.copytree(builtin_dir(), store)

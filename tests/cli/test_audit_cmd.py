@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.audit_cmd import EXIT_TAMPERED
-from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.cli.main import main
 from suffice.harness.audit import AuditLog, load_key
 

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
+from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
 from tests.batch.test_runner import WORST
 from tests.conftest import load_records
 

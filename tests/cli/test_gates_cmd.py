@@ -14,8 +14,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from suffice.cli.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.grammars.recovery import SEED_SCHEMA
+from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.gates.recovery.grammar import SEED_SCHEMA
 from tests.conftest import load_records
 from tests.vllm_server import through
 

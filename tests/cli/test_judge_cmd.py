@@ -10,8 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from suffice.cli.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
-from suffice.grammars.sufficiency import RAGFLOW_SCHEMA
+from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
+from suffice.gates.sufficiency.grammar import RAGFLOW_SCHEMA
 from tests.conftest import load_records
 from tests.vllm_server import SERVED, through
 

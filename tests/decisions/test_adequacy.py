@@ -5,11 +5,11 @@ import re
 
 import pytest
 
-from suffice.decisions.adequacy import composite_score, decide
+from suffice.gates.adequacy.decision import composite_score, decide
 from suffice.exceptions import ConfigError
-from suffice.gates.adequacy import AdequacyGate
-from suffice.grammars.adequacy import DIMENSIONS, AdequacyOutput
-from suffice.rubric_store import Rubric, RubricStore, builtin_dir
+from suffice.gates.adequacy.gate import AdequacyGate
+from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyOutput
+from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir
 
 
 def rubric(risk="LOW", critical=None, threshold=0.6):
@@ -89,7 +89,7 @@ def test_a_threshold_override_outside_zero_to_one_is_refused_naming_it(threshold
 
 
 def test_an_adequacy_gate_with_a_threshold_outside_zero_to_one_is_refused_at_construction():
-    from suffice.gates.adequacy import AdequacyGate
+    from suffice.gates.adequacy.gate import AdequacyGate
 
     with pytest.raises(ConfigError):
         AdequacyGate(threshold=-1.0)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from suffice.decisions.recovery import SufficiencyThreshold, decide
+from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.exceptions import ConfigError
-from suffice.grammars.recovery import Classification, RecoveryVerdict
+from suffice.gates.recovery.grammar import Classification, RecoveryVerdict
 from suffice.prompts.fitting import ShownChunk
 
 SHOWN = [

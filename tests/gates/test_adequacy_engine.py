@@ -9,11 +9,11 @@ import shutil
 import jsonschema
 import pytest
 
-from suffice.decisions.adequacy import RISK_MARGIN
-from suffice.gates.adequacy import AdequacyGate
-from suffice.grammars.adequacy import AdequacyOutput, AdequacyVerdict, adequacy_constraint
+from suffice.gates.adequacy.decision import RISK_MARGIN
+from suffice.gates.adequacy.gate import AdequacyGate
+from suffice.gates.adequacy.grammar import AdequacyOutput, AdequacyVerdict, adequacy_constraint
 from suffice.judge import Judge
-from suffice.rubric_store import RubricStore, builtin_dir
+from suffice.gates.adequacy.store import RubricStore, builtin_dir
 from suffice.serving.engine_config import DEFAULT_BACKEND
 from tests.conftest import load_records
 

@@ -4,9 +4,9 @@ boolean kept beside it)."""
 
 from __future__ import annotations
 
-from suffice.calibration.thresholds import GateConfig
-from suffice.gates.sufficiency import SufficiencyGate
-from suffice.grammars.sufficiency import SufficiencyVerdict
+from suffice.gates.sufficiency.calibration import GateConfig
+from suffice.gates.sufficiency.gate import SufficiencyGate
+from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.harness.recording import audit_values
 from suffice.results import JudgeResult
 from suffice.summary import RunSummary

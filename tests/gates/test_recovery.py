@@ -12,9 +12,9 @@ from collections.abc import Mapping
 import pytest
 from pydantic import ValidationError
 
-from suffice.decisions.recovery import SufficiencyThreshold
-from suffice.gates.recovery import RecoveryGate
-from suffice.grammars.recovery import Classification, RecoveryDecision, RecoveryVerdict, parse_citations
+from suffice.gates.recovery.decision import SufficiencyThreshold
+from suffice.gates.recovery.gate import RecoveryGate
+from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict, parse_citations
 from suffice.judge import Judge
 from tests.fakes import ScriptedEngine
 

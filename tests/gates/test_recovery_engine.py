@@ -8,8 +8,8 @@ import re
 import jsonschema
 import pytest
 
-from suffice.decisions.recovery import decide
-from suffice.grammars.recovery import (
+from suffice.gates.recovery.decision import decide
+from suffice.gates.recovery.grammar import (
     SEED_SCHEMA,
     Classification,
     RecoveryOutput,

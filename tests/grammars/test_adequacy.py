@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suffice.grammars.adequacy import DIMENSIONS, AdequacyBounds, AdequacyOutput, adequacy_constraint
+from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyBounds, AdequacyOutput, adequacy_constraint
 from tests.grammars.drawing import allowed_strings
 
 B = AdequacyBounds

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from suffice.exceptions import CitationError
-from suffice.grammars.recovery import (
+from suffice.gates.recovery.grammar import (
     CITATION,
     SEED_SCHEMA,
     Classification,

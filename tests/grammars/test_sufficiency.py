@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from suffice.grammars.constraint import Segment
 from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
-from suffice.grammars.sufficiency import (
+from suffice.gates.sufficiency.grammar import (
     IDS_KEY,
     RAGFLOW_SCHEMA,
     SufficiencyBounds,

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from suffice.exceptions import AuditError, ConfigError, SufficeError
-from suffice.gates.sufficiency import SufficiencyGate
-from suffice.grammars.sufficiency import SufficiencyVerdict
+from suffice.gates.sufficiency.gate import SufficiencyGate
+from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.harness import audit
 from suffice.harness.audit import AuditLog, load_key, weights_hash, write_key_file
 from suffice.harness.recording import audit_values

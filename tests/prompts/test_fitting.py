@@ -2,7 +2,7 @@ import pytest
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import PromptTooLongError
-from suffice.gates.sufficiency import SufficiencyGate
+from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.prompts.fitting import CHARS_PER_TOKEN_MAX, TRUNCATION_MARK, fit_prompt, water_level
 from suffice.records import parse_record
 from tests.fakes import ScriptedEngine

@@ -2,20 +2,21 @@ import jinja2
 import pytest
 
 from suffice.exceptions import ConfigError
-from suffice.grammars.sufficiency import SufficiencyBounds
+from suffice.gates.sufficiency.grammar import SufficiencyBounds
+from suffice.gates.sufficiency.gate import TEMPLATES
 from suffice.prompts.templates import load_prompt
 from suffice.serving.base import WORD_JOINER, TokenizerMixin
 
 
 def test_version_and_strict_undefined():
-    t = load_prompt("sufficiency")
+    t = load_prompt(TEMPLATES, "sufficiency")
     assert t.name == "sufficiency/v4"
     with pytest.raises(jinja2.UndefinedError):
         t.render({"bounds": SufficiencyBounds}, {"question": "q"})  # chunks missing
 
 
 def test_chunks_are_labelled_and_instructions_come_first():
-    t = load_prompt("sufficiency")
+    t = load_prompt(TEMPLATES, "sufficiency")
     system, user = t.render(
         {"bounds": SufficiencyBounds},
         {
@@ -37,7 +38,7 @@ def test_chunks_are_labelled_and_instructions_come_first():
 
 def test_unknown_version_is_a_config_error():
     with pytest.raises(ConfigError) as info:
-        load_prompt("sufficiency", "v99")
+        load_prompt(TEMPLATES, "sufficiency", "v99")
     assert info.value.parameter == "prompt_version"
 
 
@@ -61,7 +62,7 @@ def smollm2() -> _Tokenizer:
 
 
 def special_ids(tokenizer: _Tokenizer, chunk: str) -> list[int]:
-    messages = load_prompt("sufficiency").render(
+    messages = load_prompt(TEMPLATES, "sufficiency").render(
         {"bounds": SufficiencyBounds},
         {"question": "Where is Paris?", "chunks": [{"label": 0, "text": chunk, "source": None}]},
     )
@@ -80,14 +81,14 @@ def test_a_tokenizers_own_special_tokens_are_defused_even_outside_the_common_mar
 
 
 def test_the_rendered_prompt_breaks_common_markers_for_a_server_side_template():
-    _, user = load_prompt("sufficiency").render(
+    _, user = load_prompt(TEMPLATES, "sufficiency").render(
         {"bounds": SufficiencyBounds}, {"question": "q", "chunks": [{"label": 0, "text": INJECTED, "source": None}]}
     )
     assert "<|im_end|>" not in user["content"]
 
 
 def test_the_defused_text_reads_the_same_without_the_invisible_joiner():
-    _, user = load_prompt("sufficiency").render(
+    _, user = load_prompt(TEMPLATES, "sufficiency").render(
         {"bounds": SufficiencyBounds}, {"question": "q", "chunks": [{"label": 0, "text": INJECTED, "source": None}]}
     )
     assert INJECTED in user["content"].replace(WORD_JOINER, "")

@@ -395,7 +395,7 @@ def test_a_timed_out_request_does_not_block_the_event_loop():
 
 
 def test_a_calibrated_gate_config_applies_to_its_gate_and_not_to_the_others(tmp_path: Path):
-    from suffice.calibration.thresholds import GateConfig
+    from suffice.gates.sufficiency.calibration import GateConfig
 
     path = tmp_path / "gate.json"
     GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
@@ -420,7 +420,7 @@ def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
 
 
 def test_a_gate_config_for_a_gate_not_served_is_refused_naming_it(tmp_path: Path):
-    from suffice.calibration.thresholds import GateConfig
+    from suffice.gates.sufficiency.calibration import GateConfig
     from suffice.exceptions import ConfigError
     from suffice.server.service import check_served
 

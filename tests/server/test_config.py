@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.cli.exit_codes import EXIT_USAGE
+from suffice.exit_codes import EXIT_USAGE
 from suffice.cli.main import build_parser
 from suffice.exceptions import ConfigError
 from suffice.server.config import ServeConfig

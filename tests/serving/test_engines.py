@@ -17,7 +17,7 @@ from suffice.gates import DecisionGate, SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.decision import DecisionVerdict
 from suffice.grammars.regex import alt, escape, lit, seq
-from suffice.grammars.sufficiency import (
+from suffice.gates.sufficiency.grammar import (
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
     SufficiencyOutput,

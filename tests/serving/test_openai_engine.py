@@ -32,9 +32,9 @@ from suffice.exceptions import (
     EngineFatalError,
     OutputMismatchError,
 )
-from suffice.gates.sufficiency import SufficiencyGate
+from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.sufficiency import HEAD_PREFIX
+from suffice.gates.sufficiency.grammar import HEAD_PREFIX
 from suffice.judge import Judge
 from suffice.serving import openai_engine
 from suffice.serving.base import GenerationRequest

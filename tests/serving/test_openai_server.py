@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.cli.exit_codes import EXIT_OK
+from suffice.exit_codes import EXIT_OK
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
 from suffice.judge import Judge

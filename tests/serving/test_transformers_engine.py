@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from suffice.gates.recovery import RecoveryGate
-from suffice.grammars.recovery import RecoveryVerdict
+from suffice.gates.recovery.gate import RecoveryGate
+from suffice.gates.recovery.grammar import RecoveryVerdict
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig

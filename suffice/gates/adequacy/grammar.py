@@ -5,7 +5,7 @@ scored dimensions with assessments, missing information, a recommendation and a
 rationale.  Every score is a number in [0, 1] with at most two decimals, every
 string and list is bounded.  Nothing depends on the request, so one compiled
 form serves every item.  The decision that routes is computed in code
-(:mod:`suffice.decisions.adequacy`) and stored beside the model's own.
+(:mod:`suffice.gates.adequacy.decision`) and stored beside the model's own.
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from suffice.decisions.recovery import SufficiencyThreshold, decide
 from suffice.exceptions import VerdictError
-from suffice.gates.base import Gate
-from suffice.grammars.constraint import Constraint
-from suffice.grammars.recovery import (
+from suffice.gates.base import Gate, GateOptions
+from suffice.gates.recovery.decision import SufficiencyThreshold, decide
+from suffice.gates.recovery.grammar import (
     Classification,
     RecoveryBounds,
     RecoveryOutput,
@@ -24,14 +24,24 @@ from suffice.grammars.recovery import (
     recovery_constraint,
     relabel_citations,
 )
+from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
 from suffice.prompts.templates import load_prompt
 from suffice.records import Chunk, Item
 
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class RecoveryOptions(GateOptions):
+    threshold: Literal["strict", "loose"] = Field(default="strict", description="the threshold preset routing applies")
+
+    per_request = frozenset({"threshold"})
+
 
 class RecoveryGate(Gate):
     name = "recovery"
+    options_model = RecoveryOptions
     needs_response = True
     decision_key = "classification"
     decision_json_values = ('"SUFFICIENT"', '"PARTIALLY_SUFFICIENT"', '"INSUFFICIENT"')
@@ -39,8 +49,13 @@ class RecoveryGate(Gate):
     verdict_model = RecoveryVerdict
 
     def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
-        self.template = load_prompt("recovery", prompt_version)
+        self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.threshold = threshold or SufficiencyThreshold()
+
+    @classmethod
+    def from_options(cls, options: GateOptions) -> RecoveryGate:
+        assert isinstance(options, RecoveryOptions)
+        return cls(SufficiencyThreshold.preset(options.threshold))
 
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether the computed decision delivers (a SUFFICIENT class under the threshold

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from suffice.exceptions import ConfigError
-from suffice.grammars.recovery import Classification, RecoveryDecision, RecoveryVerdict
+from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict
 from suffice.grammars.routes import Route
 from suffice.prompts.fitting import ShownChunk, source_key
 

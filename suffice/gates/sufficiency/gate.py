@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from suffice.calibration.thresholds import GateConfig, sufficiency_score
-from suffice.exceptions import VerdictError
-from suffice.gates.base import Gate
-from suffice.grammars.constraint import Constraint
-from suffice.grammars.routes import Routing
-from suffice.grammars.sufficiency import (
+from suffice.exceptions import ConfigError, VerdictError
+from suffice.gates.base import CalibrationChoice, Gate, GateOptions
+from suffice.gates.sufficiency.calibration import GateConfig, sufficiency_score
+from suffice.gates.sufficiency.grammar import (
     CalibratedDecision,
     SufficiencyBounds,
     SufficiencyOutput,
@@ -21,23 +20,70 @@ from suffice.grammars.sufficiency import (
     sufficiency_constraint,
     to_verdict,
 )
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
 from suffice.records import Chunk, Item
 
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class SufficiencyOptions(GateOptions):
+    gate_config: Path | None = Field(
+        default=None, description="a calibrated threshold file written by `suffice calibrate --save PATH`"
+    )
+
 
 class SufficiencyGate(Gate):
     name = "sufficiency"
+    options_model = SufficiencyOptions
     decision_key = "is_sufficient"
     decision_json_values = ("true", "false")
     positive_value = "true"
     saveable_scores = ("p_sufficient", "self_confidence")
-    calibration_target = "gate_config"
     verdict_model = SufficiencyVerdict
 
     def __init__(self, prompt_version: str = "v4", calibration: GateConfig | None = None) -> None:
-        self.template = load_prompt("sufficiency", prompt_version)
+        self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.calibration = calibration
+
+    @classmethod
+    def from_options(cls, options: GateOptions) -> SufficiencyGate:
+        assert isinstance(options, SufficiencyOptions)
+        path = options.gate_config
+        calibration = None if path is None else GateConfig.load(path)
+        if calibration is not None and calibration.gate != cls.name:
+            raise ConfigError("gate_config", str(path), f"is for the {calibration.gate} gate")
+        return cls(calibration=calibration)
+
+    def check_detail(self, detail: str) -> None:
+        if detail == "decision" and self.calibration is not None:
+            raise ConfigError(
+                "gate_config",
+                "<calibrated>",
+                "applies to full verdicts; with --detail decision use the decision probability directly",
+            )
+
+    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None:
+        if destination is None:
+            return "the sufficiency gate saves its threshold to a gate config file: name it (--save PATH)"
+        if destination.is_dir():
+            return f"{str(destination)!r} is a folder; name the file to write"
+        return None
+
+    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
+        problem = self.save_problem(destination, report_dir)
+        if problem is not None or destination is None:
+            raise ConfigError("save", str(destination), problem or "no path")
+        GateConfig(
+            gate="sufficiency",
+            score=choice.score,  # type: ignore[arg-type]
+            threshold=choice.threshold,
+            calibrated_on=str(choice.golden),
+            metrics=dict(choice.metrics),
+        ).save(destination)
+        return f"saved {choice.score} >= {choice.threshold:.3f} to {destination}"
 
     def decide(self, verdict: SufficiencyVerdict) -> SufficiencyVerdict:
         """Apply the calibrated threshold, if any; without a score the model's boolean stands."""

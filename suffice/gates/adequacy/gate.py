@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from suffice.decisions.adequacy import check_threshold, decide, effective_threshold
-from suffice.exceptions import InputError, VerdictError
-from suffice.gates.base import Gate
-from suffice.grammars.adequacy import (
+from suffice.exceptions import ConfigError, InputError, VerdictError
+from suffice.gates.adequacy import cli
+from suffice.gates.adequacy.decision import check_threshold, decide, effective_threshold
+from suffice.gates.adequacy.grammar import (
     DIMENSIONS,
     AdequacyBounds,
     AdequacyOutput,
@@ -21,23 +23,36 @@ from suffice.grammars.adequacy import (
     Dimensions,
     adequacy_constraint,
 )
+from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir, next_rubric_path, save_rubric_version
+from suffice.gates.base import CalibrationChoice, Gate, GateOptions
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
 from suffice.records import Chunk, Item
-from suffice.rubric_store import Rubric, RubricStore
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class AdequacyOptions(GateOptions):
+    rubric: str | None = Field(
+        default=None,
+        description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it",
+    )
+    rubric_dir: Path | None = Field(default=None, description="your own rubric folder (default: the built-in rubrics)")
+
+    per_request = frozenset({"rubric"})
 
 
 class AdequacyGate(Gate):
     """``rubric`` is the default reference; a record's own ``rubric`` field overrides it."""
 
     name = "adequacy"
+    options_model = AdequacyOptions
     decision_key = "adequacy_decision"
     decision_json_values = ('"PASS"', '"FAIL"')
     positive_value = '"PASS"'
     saveable_scores = ("composite",)
-    calibration_target = "rubric"
     verdict_model = AdequacyVerdict
 
     def __init__(
@@ -48,13 +63,48 @@ class AdequacyGate(Gate):
         threshold: float | None = None,
         prompt_version: str = "v2",
     ) -> None:
-        self.template = load_prompt("adequacy", prompt_version)
+        self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.store = store or RubricStore()
         self.default_rubric = rubric
         check_threshold(threshold)
         self.threshold = threshold
         if rubric is not None:
             self.store.get(rubric)  # fail at construction for a bad default
+
+    @classmethod
+    def from_options(cls, options: GateOptions) -> AdequacyGate:
+        assert isinstance(options, AdequacyOptions)
+        return cls(RubricStore(options.rubric_dir), options.rubric)
+
+    @classmethod
+    def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        cli.add_parser(sub)
+
+    def _save_folder(self, destination: Path | None, report_dir: Path) -> Path:
+        """Where a calibrated version goes: the folder named, else the store's own folder,
+        else (the rubrics shipped with suffice are not written to) the report's."""
+        if destination is not None:
+            return destination
+        return report_dir / "rubrics" if self.store.folder == builtin_dir() else self.store.folder
+
+    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None:
+        if self.default_rubric is None:
+            return "the adequacy gate saves a new version of the rubric it calibrated: name it (--rubric)"
+        path = next_rubric_path(self.store.get(self.default_rubric), self._save_folder(destination, report_dir))
+        if path.exists():
+            return f"{path.stem} exists already in {path.parent}: calibrate from it, or move it away"
+        return None
+
+    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
+        if self.default_rubric is None:
+            raise ConfigError("save", str(destination), "the adequacy gate needs --rubric to save a new version")
+        base = self.store.get(self.default_rubric)
+        folder = self._save_folder(destination, report_dir)
+        if folder != self.store.folder:  # a store of its own: the base version beside the new one
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        path = save_rubric_version(base, {**choice.metrics, "threshold": choice.threshold}, folder)
+        return f"saved rubric version {path.stem} (calibrated threshold {choice.threshold:.3f})"
 
     def settings(self) -> dict[str, str]:
         """The default rubric as resolved now (``name@version``) and a hash of every

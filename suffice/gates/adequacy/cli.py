@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.exceptions import InputError
-from suffice.rubric_store import RubricStore
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.gates.adequacy.store import RubricStore
 
 
 def add_parser(sub: Any) -> None:

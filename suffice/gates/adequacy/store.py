@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from suffice.exceptions import RubricError
-from suffice.grammars.adequacy import DIMENSIONS
+from suffice.exceptions import ConfigError, RubricError
+from suffice.gates.adequacy.grammar import DIMENSIONS
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -86,7 +85,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def builtin_dir() -> Path:
-    return Path(str(files("suffice") / "rubrics"))
+    return Path(__file__).parent / "rubrics"
 
 
 def _field_of(exc: ValidationError) -> str:
@@ -150,3 +149,40 @@ class RubricStore:
         rubric = load_rubric_file(self.folder / f"{name}@{version}.json")
         self._cache[ref] = rubric
         return rubric
+
+
+def next_rubric_path(rubric: Rubric, folder: Path) -> Path:
+    """Where the rubric's next patch version goes in ``folder``."""
+    parts = rubric.version.split(".")
+    parts[-1] = str(int(parts[-1]) + 1)
+    return folder / f"{rubric.name}@{'.'.join(parts)}.json"
+
+
+def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
+    """The rubric's next patch version, with the calibrated composite threshold.
+
+    Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
+    already (it was overwritten: a hand-edited version lost) or cannot be written.
+    A file this call created and could not finish (a full disk) is removed: left
+    empty, it was the store's newest version, unreadable, so every later judge with
+    the rubric failed, and a retry took it for a version that exists already."""
+    path = next_rubric_path(rubric, folder)
+    version = path.stem.rsplit("@", 1)[1]
+    data = rubric.model_dump(mode="json")
+    data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = path.open("x", encoding="utf-8")
+    except FileExistsError as exc:
+        raise ConfigError(
+            "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
+    try:
+        with handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        path.unlink(missing_ok=True)  # created exclusively above: it is this call's own
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
+    return path

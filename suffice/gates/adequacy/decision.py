@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Literal
 
 from suffice.exceptions import ConfigError
-from suffice.grammars.adequacy import AdequacyDecision, AdequacyOutput
+from suffice.gates.adequacy.grammar import AdequacyDecision, AdequacyOutput
+from suffice.gates.adequacy.store import Rubric
 from suffice.grammars.routes import Route
-from suffice.rubric_store import Rubric
 
 #: Added to the rubric's pass threshold (capped at 1) by risk level.
 RISK_MARGIN = {"HIGH": 0.10, "MEDIUM": 0.05, "LOW": 0.0}

@@ -1,0 +1,52 @@
+"""The gates' own options on the command line: ``--gate-option KEY=VALUE`` and a
+``--KEY`` flag for every option a registered gate declares."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from suffice.exceptions import ConfigError
+from suffice.gates import gate_class, gate_names
+
+_PREFIX = "gate_option_"
+
+
+def add_gate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gate-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the gate's own (repeatable); each also has a --KEY flag below",
+    )
+    declared: dict[str, list[str]] = {}
+    descriptions: dict[str, str] = {}
+    for name in gate_names():
+        with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
+            for key, info in gate_class(name).options_model.model_fields.items():
+                declared.setdefault(key, []).append(name)
+                descriptions.setdefault(key, info.description or "")
+    for key, gates in declared.items():
+        flag = "--" + key.replace("_", "-")
+        help_text = f"{', '.join(gates)} gate: {descriptions[key]}".rstrip(": ")
+        # A name some other flag has already (an engine setting) stays reachable by --gate-option.
+        with contextlib.suppress(argparse.ArgumentError):
+            p.add_argument(flag, dest=_PREFIX + key, default=None, metavar=key.upper(), help=help_text)
+
+
+def gate_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The gate options the command line gave (flags first, then ``--gate-option``)."""
+    options: dict[str, Any] = {
+        key.removeprefix(_PREFIX): value
+        for key, value in vars(args).items()
+        if key.startswith(_PREFIX) and value is not None
+    }
+    for pair in args.gate_option:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError("gate_option", pair, "must be KEY=VALUE")
+        options[key] = value
+    return options

@@ -1,1 +1,0 @@
-"""Decisions computed in code from verdicts: deterministic, auditable, no model call."""

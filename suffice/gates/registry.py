@@ -1,0 +1,71 @@
+"""Where gates are found: the entry-point group ``suffice.gates``, one name a gate.
+
+suffice registers its own gates there too (``pyproject.toml``), so a gate installed from
+another package is found, built, judged, served, calibrated and exported exactly as the
+built-in ones are.  A gate class is imported only when its name is first asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from suffice.exceptions import ConfigError
+from suffice.gates.base import Gate
+from suffice.gates.decision import DecisionGate
+
+ENTRY_POINT_GROUP = "suffice.gates"
+#: The gate a judge uses when none is named.
+DEFAULT_GATE = "sufficiency"
+#: ``full``: the whole verdict; ``decision``: only the decision and its probability.
+DETAILS = ("full", "decision")
+
+
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        other = found.get(point.name)
+        if other is not None and other.value != point.value:
+            raise ConfigError("gate", point.name, f"is registered twice: by {other.value} and by {point.value}")
+        found[point.name] = point
+    if not found:
+        raise ConfigError("gate", None, f"no gate is registered under {ENTRY_POINT_GROUP!r}: is suffice installed?")
+    return found
+
+
+def gate_names() -> tuple[str, ...]:
+    """Every registered gate's name: the default first, then as registered."""
+    return tuple(sorted(_entry_points(), key=lambda name: name != DEFAULT_GATE))
+
+
+@cache
+def gate_class(name: str) -> type[Gate]:
+    """The class registered as ``name``; a :class:`ConfigError` names the ``gate``."""
+    point = _entry_points().get(name)
+    if point is None:
+        raise ConfigError("gate", name, f"must be one of {', '.join(gate_names())}")
+    try:
+        cls = point.load()
+    except Exception as exc:
+        raise ConfigError("gate", name, f"cannot be loaded from {point.value}: {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Gate)) or cls.name != name:
+        raise ConfigError("gate", name, f"{point.value} is not a Gate subclass whose name is {name!r}")
+    return cls
+
+
+def option_names(name: str) -> frozenset[str]:
+    """The options gate ``name`` declares."""
+    return frozenset(gate_class(name).options_model.model_fields)
+
+
+def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str = "full") -> Gate:
+    """Gate ``name`` built from its options (each checked: errors name the option)."""
+    if detail not in DETAILS:
+        raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
+    cls = gate_class(name)
+    gate = cls.from_options(cls.options_model.parse(name, options or {}))
+    gate.check_detail(detail)
+    return DecisionGate(gate) if detail == "decision" else gate
