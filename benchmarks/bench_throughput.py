@@ -59,7 +59,8 @@ from typing import Any
 from common import load_items, report
 
 from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
-from suffice.gates import DecisionGate, SufficiencyGate
+from suffice.gates import DecisionGate
+from suffice.gates.sufficiency import SufficiencyGate
 from suffice.judge import Judge
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import cpu_flags

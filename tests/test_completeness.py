@@ -1,14 +1,17 @@
-"""Registries stay honest: every engine implements the whole engine interface, every gate
-every hook, and every gate's segments are request-independent except the declared ones."""
+"""Registries stay honest: every engine implements the whole engine interface, every
+registered gate every hook, and no code outside a gate's package names a gate."""
 
+import ast
 import inspect
 import typing
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
-from suffice.gates import AdequacyGate, DecisionGate, RecoveryGate, SufficiencyGate
-from suffice.gates.base import Gate
+import suffice
+from suffice.gates import DecisionGate, Gate, GateOptions, gate_class, gate_names, make_gate
+from suffice.gates.registry import DEFAULT_GATE
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES as KINDS
 from suffice.serving.factory import ENGINE_CLASSES, engine_class
@@ -18,7 +21,10 @@ from suffice.serving.vllm_engine import VLLMEngine
 from tests.fakes import ScriptedEngine
 
 ENGINES = [VLLMEngine, TransformersEngine, OpenAIEngine, ScriptedEngine]
-GATES = [SufficiencyGate(), RecoveryGate(), AdequacyGate(rubric="customer-support")]
+GATES = [make_gate(name) for name in gate_names()]
+#: A record every gate can take (a post-generation gate reads the response, the adequacy
+#: gate the rubric; the others leave both).
+RECORD = {"id": "a", "question": "Who?", "chunks": [], "response": "Nobody.", "rubric": "customer-support"}
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.__name__)
@@ -59,15 +65,42 @@ def test_every_gate_names_the_pydantic_class_of_its_verdicts(gate):
     assert isinstance(model, type), type(gate).__name__
     assert issubclass(model, BaseModel)
     assert typing.get_type_hints(type(gate).parse)["return"] is model
-    item = gate.parse_item({"id": "a", "question": "Who?", "chunks": [], "response": "Nobody."})
+    item = gate.parse_item(RECORD)
     assert isinstance(gate.shortcut(item), model)
 
 
-def test_every_gate_name_the_config_accepts_builds_a_gate():
-    from suffice.config import GATES as NAMES
-    from suffice.gates import make_gate
+@pytest.mark.parametrize("name", gate_names())
+def test_every_registered_gate_is_built_under_its_own_name(name):
+    assert make_gate(name).name == name
 
-    assert sorted(make_gate(name, rubric="customer-support").name for name in NAMES) == sorted(NAMES)
+
+@pytest.mark.parametrize("name", gate_names())
+def test_every_gate_declares_its_options_as_a_typed_model(name):
+    options = gate_class(name).options_model
+    assert issubclass(options, GateOptions)
+    assert options.per_request <= set(options.model_fields)
+
+
+def _literals_outside_gate_packages() -> list[tuple[str, int, str]]:
+    """Every string constant equal to a gate's name in suffice's code outside the
+    gates' own packages (docstrings aside)."""
+    root = Path(suffice.__file__).parent
+    names = set(gate_names())
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).parts
+        if relative[0] == "gates" and len(relative) > 2 and relative[1] in names:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(("/".join(relative), node.lineno, node.value))
+    return found
+
+
+def test_no_code_outside_a_gates_package_names_a_gate():
+    """Only the registry's default names one: the gate a judge uses when none is named."""
+    named = [(path, name) for path, _, name in _literals_outside_gate_packages()]
+    assert named == [("gates/registry.py", DEFAULT_GATE)]
 
 
 HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "parse", "constraint_for")

@@ -87,7 +87,7 @@ def checked_judge(gate: str, max_model_len: int) -> Judge:
     """A judge whose config names everything its gate needs (adequacy: a rubric)."""
     engine = ScriptedEngine(lambda request: "{}", max_model_len=max_model_len)
     rubric = "customer-support" if gate == "adequacy" else None
-    return Judge(engine, config=JudgeConfig(gate=gate, rubric=rubric))
+    return Judge(engine, config=JudgeConfig(gate=gate, options={"rubric": rubric} if rubric else {}))
 
 
 def _accepted(gate: str, window: int) -> bool:

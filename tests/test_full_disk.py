@@ -20,12 +20,11 @@ import pytest
 
 from suffice.batch.journal import ResultFile
 from suffice.batch.keys import DoneRow, KeyIndex
-from suffice.gates.sufficiency.calibration import GateConfig
-from suffice.cli.calibrate_cmd import save_rubric_version
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import replace_atomically
+from suffice.gates.adequacy.store import RubricStore, save_rubric_version
+from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.harness.audit import save_anchor
-from suffice.gates.adequacy.store import RubricStore
 from suffice.run_settings import RunSettings, settings_path
 from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
 

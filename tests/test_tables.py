@@ -12,12 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, Field, SerializeAsAny
 
-from suffice.config import GATES as GATE_NAMES
-from suffice.gates import DecisionGate, make_gate
+from suffice.gates import DecisionGate, gate_names, make_gate
 from suffice.gates.base import Gate
-from suffice.grammars.decision import DecisionVerdict
 from suffice.gates.recovery.grammar import Classification
 from suffice.gates.sufficiency.grammar import CalibratedDecision, ChunkId, SufficiencyVerdict
+from suffice.grammars.decision import DecisionVerdict
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.tables import (
     ParquetRows,
@@ -35,7 +34,7 @@ COLUMNS = ["id", "gate", "verdict", "error", "model", "backend", "prompt_version
 
 def registry() -> list[Gate]:
     """Every gate the config accepts, full and decision-only."""
-    gates = [make_gate(name, rubric="customer-support") for name in GATE_NAMES]
+    gates = [make_gate(name, {"rubric": "customer-support"} if name == "adequacy" else {}) for name in gate_names()]
     return [*gates, *(DecisionGate(g) for g in gates)]
 
 
@@ -389,7 +388,7 @@ def test_a_recovery_row_keeps_its_probabilities_and_decision(tmp_path):
 
 
 def test_an_adequacy_row_keeps_its_nested_dimensions(tmp_path):
-    gate = make_gate("adequacy", rubric="customer-support")
+    gate = make_gate("adequacy", {"rubric": "customer-support"})
     back = write_rows(tmp_path / "out.parquet", gate, other_gate_rows(gate))[0]["verdict"]
     assert back["dimensions"]["factual_coverage"]["score"] == 0.0
     assert back["dimensions"]["rubric_alignment"]["assessment"] == "No context was retrieved."

@@ -23,7 +23,7 @@ def test_a_2048_window_is_refused_for_full_verdicts(engine, monkeypatch, gate):
     monkeypatch.setattr(engine, "max_model_len", 2048)
     rubric = "customer-support" if gate == "adequacy" else None
     with pytest.raises(ConfigError) as caught:
-        Judge(engine, config=JudgeConfig(gate=gate, rubric=rubric))
+        Judge(engine, config=JudgeConfig(gate=gate, options={"rubric": rubric} if rubric else {}))
     assert caught.value.value == 2048
 
 
@@ -32,7 +32,9 @@ def test_a_2048_window_is_refused_for_full_verdicts(engine, monkeypatch, gate):
 def test_a_2048_window_holds_the_decision_alone(engine, monkeypatch, gate):
     monkeypatch.setattr(engine, "max_model_len", 2048)
     rubric = "customer-support" if gate == "adequacy" else None
-    judge = Judge(engine, config=JudgeConfig(gate=gate, rubric=rubric, detail="decision"))
+    judge = Judge(
+        engine, config=JudgeConfig(gate=gate, options={"rubric": rubric} if rubric else {}, detail="decision")
+    )
     record = {"id": "r", "question": "Who?", "response": "Ada.", "chunks": [{"id": 0, "text": "Ada wrote it."}]}
     [result] = judge.judge_batch([record])
     assert result.error is None

@@ -1,1 +1,38 @@
-"""What every gate's constraint is built from: regex algebra, segments, the decision-only form, routes."""
+"""The toolkit a gate's constraint is built from: regular-expression algebra with byte
+bounds, the constraint and its segments, the decision-only form, and routes."""
+
+from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.regex import (
+    JSON_BOOL,
+    UNIT_INTERVAL,
+    Rx,
+    alt,
+    json_list,
+    json_members,
+    json_object,
+    json_string,
+    lit,
+    opt,
+    repeat,
+    seq,
+)
+from suffice.grammars.routes import Route, Routing
+
+__all__ = [
+    "JSON_BOOL",
+    "UNIT_INTERVAL",
+    "Constraint",
+    "Route",
+    "Routing",
+    "Rx",
+    "Segment",
+    "alt",
+    "json_list",
+    "json_members",
+    "json_object",
+    "json_string",
+    "lit",
+    "opt",
+    "repeat",
+    "seq",
+]

@@ -336,7 +336,7 @@ def test_a_new_rubric_version_in_the_store_refuses_the_resume(tmp_path):
 
     store = tmp_path / "rubrics"
     shutil.copytree(builtin_dir(), store)
-    config = JudgeConfig(gate="adequacy", rubric="customer-support", rubric_dir=store)
+    config = JudgeConfig(gate="adequacy", options={"rubric": "customer-support", "rubric_dir": store})
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [b'{"id": "x"}'])
     judge_file(config, source, out, open_judge=opener(ScriptedEngine(good)))
@@ -657,7 +657,6 @@ def test_a_string_that_looks_escaped_reads_back_from_parquet_as_it_was(tmp_path)
 
 def test_a_journal_row_parquet_cannot_hold_is_a_typed_error_naming_the_output_format(tmp_path):
     from suffice.batch.parquet_output import parquet_from_journal
-    from suffice.gates import make_gate_for
 
     source, jsonl = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(0)).encode()])
@@ -666,7 +665,7 @@ def test_a_journal_row_parquet_cannot_hold_is_a_typed_error_naming_the_output_fo
     journal = tmp_path / "out.parquet.journal.jsonl"
     write_lines(journal, [json.dumps({**row, "tokens": {"prompt": 2**70, "completion": 1}}).encode()])
     with pytest.raises(OutputMismatchError) as refused:
-        parquet_from_journal(journal, tmp_path / "out.parquet", make_gate_for(CONFIG))
+        parquet_from_journal(journal, tmp_path / "out.parquet", CONFIG.make_gate())
     assert refused.value.setting == "output-format"
 
 

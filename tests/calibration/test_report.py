@@ -3,13 +3,12 @@ import json
 import pytest
 
 from suffice.calibration.report import build_report, write_report
-from suffice.gates.sufficiency.calibration import GateConfig
-from suffice.cli.calibrate_cmd import save_rubric_version
-from suffice.gates.adequacy.decision import decide
 from suffice.exceptions import ConfigError
+from suffice.gates.adequacy.decision import decide
+from suffice.gates.adequacy.store import RubricStore, save_rubric_version
+from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.gates.adequacy.store import RubricStore
 from tests.decisions.test_adequacy import SCORES, output, rubric
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.audit_cmd import EXIT_TAMPERED
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.cli.main import main
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.harness.audit import AuditLog, load_key
 
 

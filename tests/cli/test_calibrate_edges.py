@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.cli.main import main
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
@@ -151,8 +151,7 @@ def test_a_save_config_that_is_a_folder_is_refused_before_judging(tmp_path, open
 
 
 def test_a_rubric_version_that_exists_is_refused_before_judging(tmp_path, opened, capsys):
-    from suffice.cli.calibrate_cmd import next_rubric_path
-    from suffice.gates.adequacy.store import RubricStore
+    from suffice.gates.adequacy.store import RubricStore, next_rubric_path
 
     taken = next_rubric_path(RubricStore().get("customer-support"), tmp_path / "calib" / "rubrics")
     taken.parent.mkdir(parents=True)

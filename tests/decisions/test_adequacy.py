@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from suffice.gates.adequacy.decision import composite_score, decide
 from suffice.exceptions import ConfigError
+from suffice.gates.adequacy.decision import composite_score, decide
 from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyOutput
 from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir

@@ -2,8 +2,8 @@
 
 import pytest
 
-from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.exceptions import ConfigError
+from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.gates.recovery.grammar import Classification, RecoveryVerdict
 from suffice.prompts.fitting import ShownChunk
 

@@ -12,8 +12,8 @@ import pytest
 from suffice.gates.adequacy.decision import RISK_MARGIN
 from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.adequacy.grammar import AdequacyOutput, AdequacyVerdict, adequacy_constraint
-from suffice.judge import Judge
 from suffice.gates.adequacy.store import RubricStore, builtin_dir
+from suffice.judge import Judge
 from suffice.serving.engine_config import DEFAULT_BACKEND
 from tests.conftest import load_records
 

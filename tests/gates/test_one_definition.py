@@ -66,10 +66,9 @@ def test_decision_mode_refuses_a_gate_config(tmp_path):
 
     from suffice.config import JudgeConfig
     from suffice.exceptions import ConfigError
-    from suffice.gates import make_gate_for
 
     path = tmp_path / "gate.json"
     GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
     with pytest.raises(ConfigError) as caught:
-        make_gate_for(JudgeConfig(detail="decision", gate_config=path))
+        JudgeConfig(detail="decision", options={"gate_config": path}).make_gate()
     assert caught.value.parameter == "gate_config"

@@ -6,7 +6,10 @@ import re
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.gates import AdequacyGate, DecisionGate, RecoveryGate, SufficiencyGate, make_gate_for
+from suffice.gates import DecisionGate
+from suffice.gates.adequacy import AdequacyGate
+from suffice.gates.recovery import RecoveryGate
+from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.decision import DecisionVerdict, decision_constraint
 from suffice.judge import Judge
 from suffice.serving.base import Generation, GenerationRequest
@@ -33,8 +36,8 @@ def test_the_decision_constraint_allows_exactly_the_gate_values(gate):
     assert c.max_tokens == longest + 1
 
 
-def test_make_gate_for_wraps_in_decision_mode():
-    gate = make_gate_for(JudgeConfig(detail="decision"))
+def test_make_gate_wraps_in_decision_mode():
+    gate = JudgeConfig(detail="decision").make_gate()
     assert isinstance(gate, DecisionGate)
     assert gate.prompt_version == "sufficiency/v4/decision"
 

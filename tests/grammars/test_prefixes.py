@@ -11,10 +11,10 @@ import json
 import pytest
 
 from suffice.gates.adequacy.grammar import adequacy_constraint
-from suffice.grammars.constraint import Constraint
-from suffice.grammars.decision import decision_constraint
 from suffice.gates.recovery.grammar import recovery_constraint
 from suffice.gates.sufficiency.grammar import sufficiency_constraint
+from suffice.grammars.constraint import Constraint
+from suffice.grammars.decision import decision_constraint
 from tests.grammars.test_adequacy import sample as adequacy_sample
 from tests.grammars.test_recovery import ABSTAIN, SUFFICIENT, dumps
 from tests.grammars.test_sufficiency import output as sufficiency_output

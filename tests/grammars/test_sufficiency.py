@@ -7,8 +7,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from suffice.grammars.constraint import Segment
-from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
 from suffice.gates.sufficiency.grammar import (
     IDS_KEY,
     RAGFLOW_SCHEMA,
@@ -18,6 +16,8 @@ from suffice.gates.sufficiency.grammar import (
     sufficiency_constraint,
     to_verdict,
 )
+from suffice.grammars.constraint import Segment
+from suffice.grammars.regex import STRING_CHAR_MAX_BYTES
 from tests.grammars.drawing import allowed_strings
 from tests.grammars.segments import assert_splits_into_segments
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.exceptions import ConfigError, EngineError, InputError
+from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.audit import AuditLog
 from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig, StepFailure

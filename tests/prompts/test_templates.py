@@ -2,8 +2,8 @@ import jinja2
 import pytest
 
 from suffice.exceptions import ConfigError
-from suffice.gates.sufficiency.grammar import SufficiencyBounds
 from suffice.gates.sufficiency.gate import TEMPLATES
+from suffice.gates.sufficiency.grammar import SufficiencyBounds
 from suffice.prompts.templates import load_prompt
 from suffice.serving.base import WORD_JOINER, TokenizerMixin
 

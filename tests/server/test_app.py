@@ -399,12 +399,12 @@ def test_a_calibrated_gate_config_applies_to_its_gate_and_not_to_the_others(tmp_
 
     path = tmp_path / "gate.json"
     GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
-    config = ServeConfig(judge=JudgeConfig(gate_config=path), gates=("sufficiency", "recovery"))
+    config = ServeConfig(gates=("sufficiency", "recovery"), options={"gate_config": path})
     service = GateService(config, ScriptedEngine(good))
     from suffice.server.service import Options
 
-    assert service.judge_for("sufficiency", Options()).config.gate_config == path
-    assert service.judge_for("recovery", Options()).config.gate_config is None
+    assert service.judge_for("sufficiency", Options()).config.options["gate_config"] == path
+    assert "gate_config" not in service.judge_for("recovery", Options()).config.options
 
 
 def test_the_openapi_description_lists_the_judge_route_and_its_parameters():
@@ -420,14 +420,14 @@ def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
 
 
 def test_a_gate_config_for_a_gate_not_served_is_refused_naming_it(tmp_path: Path):
-    from suffice.gates.sufficiency.calibration import GateConfig
     from suffice.exceptions import ConfigError
+    from suffice.gates.sufficiency.calibration import GateConfig
     from suffice.server.service import check_served
 
     path = tmp_path / "gate.json"
     GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)
     with pytest.raises(ConfigError) as caught:
-        check_served(ServeConfig(judge=JudgeConfig(gate_config=path), gates=("recovery",)))
+        check_served(ServeConfig(gates=("recovery",), options={"gate_config": path}))
     assert caught.value.parameter == "gate_config"
 
 
@@ -436,7 +436,7 @@ def test_a_rubric_without_the_adequacy_gate_served_is_refused_naming_it():
     from suffice.server.service import check_served
 
     with pytest.raises(ConfigError) as caught:
-        check_served(ServeConfig(judge=JudgeConfig(rubric="customer-support"), gates=("sufficiency",)))
+        check_served(ServeConfig(gates=("sufficiency",), options={"rubric": "customer-support"}))
     assert caught.value.parameter == "rubric"
 
 
@@ -589,7 +589,7 @@ def test_an_unexpected_failure_is_a_json_500_naming_its_type():
 
 
 def test_an_unknown_rubric_is_422_naming_it_once():
-    config = ServeConfig(judge=JudgeConfig(rubric="customer-support"), gates=("adequacy",))
+    config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
     client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
     response = client.post("/v1/judge/adequacy?rubric=no-such-rubric", json=record(0))
     detail = response.json()["detail"][0]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.exit_codes import EXIT_USAGE
 from suffice.cli.main import build_parser
 from suffice.exceptions import ConfigError
+from suffice.exit_codes import EXIT_USAGE
 from suffice.server.config import ServeConfig
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from suffice.config import JudgeConfig
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
@@ -18,7 +17,7 @@ ITEM = {"id": "q0", "question": "Who?", "response": "Ada.", "chunks": [{"id": "c
 
 
 def post_legal_review():
-    config = ServeConfig(judge=JudgeConfig(rubric="customer-support"), gates=("adequacy",))
+    config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
     service = GateService(config, ScriptedEngine(good, max_model_len=WINDOW))
     return TestClient(create_app(service, config)).post("/v1/judge/adequacy?rubric=legal-review", json=ITEM)
 

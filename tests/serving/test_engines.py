@@ -13,10 +13,8 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
-from suffice.gates import DecisionGate, SufficiencyGate
-from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.decision import DecisionVerdict
-from suffice.grammars.regex import alt, escape, lit, seq
+from suffice.gates import DecisionGate
+from suffice.gates.sufficiency import SufficiencyGate
 from suffice.gates.sufficiency.grammar import (
     RAGFLOW_SCHEMA,
     SufficiencyBounds,
@@ -24,6 +22,9 @@ from suffice.gates.sufficiency.grammar import (
     SufficiencyVerdict,
     sufficiency_constraint,
 )
+from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.regex import alt, escape, lit, seq
 from suffice.judge import Judge
 from suffice.serving import vllm_engine
 from suffice.serving.base import GenerationRequest

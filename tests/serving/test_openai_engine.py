@@ -33,8 +33,8 @@ from suffice.exceptions import (
     OutputMismatchError,
 )
 from suffice.gates.sufficiency.gate import SufficiencyGate
-from suffice.grammars.constraint import Constraint, Segment
 from suffice.gates.sufficiency.grammar import HEAD_PREFIX
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.judge import Judge
 from suffice.serving import openai_engine
 from suffice.serving.base import GenerationRequest

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.exit_codes import EXIT_OK
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
+from suffice.exit_codes import EXIT_OK
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.engine_config import EngineConfig
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.engine
 
 def judged(url: str, gate: str, records: list[dict[str, object]], rubric: str | None = None) -> list[JudgeResult]:
     engine_config = EngineConfig(kind="openai", base_url=url)
-    config = JudgeConfig(gate=gate, engine=engine_config, rubric=rubric)
+    config = JudgeConfig(gate=gate, engine=engine_config, options={"rubric": rubric} if rubric else {})
     with Judge(OpenAIEngine(engine_config), config=config) as judge:
         return judge.judge_batch(records)
 
