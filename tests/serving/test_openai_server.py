@@ -19,7 +19,7 @@ from suffice.config import JudgeConfig
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.openai_engine import OpenAIEngine
+from suffice.serving.openai import OpenAIEngine
 from tests.conftest import load_records
 from tests.vllm_server import SERVED, through
 
