@@ -34,6 +34,7 @@ from suffice.exceptions import (
     EngineFatalError,
     EngineUnreachableError,
     OutputMismatchError,
+    PartialBatchError,
 )
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
@@ -620,6 +621,12 @@ def test_the_refused_requests_error_quotes_the_server():
     results = judge.judge_batch([rec(0), rec(1), rec(2)])
     assert results[1].error is not None
     assert "this one is poisoned" in results[1].error.message
+
+
+def test_a_batch_whose_requests_fail_on_their_own_carries_every_outcome():
+    with pytest.raises(PartialBatchError) as caught:
+        make(FakeServer(fail=bad_question)).generate([request("Question 0?"), request("Question 1?")])
+    assert [type(o).__name__ for o in caught.value.outcomes] == ["Generation", "ServerError"]
 
 
 def test_requests_that_succeeded_are_not_generated_again_when_the_batch_is_split():

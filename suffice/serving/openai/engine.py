@@ -88,7 +88,6 @@ class OpenAIEngine(Engine):
         return dict(self._served)
 
     def check_alive(self) -> None:
-        """Raise :class:`EngineDeadError` if the server cannot be reached or reports its engine dead."""
         self._client.check_alive()
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -18,7 +18,6 @@ Two facts about vLLM's server shape this module:
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from typing import Any
@@ -154,8 +153,7 @@ class SegmentGenerator:
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise EngineError(f"{self._server} answered /v1/completions without a choice")
-        choice: dict[str, Any] = choices[0]
-        return choice
+        return dict(choices[0])
 
     def _outside(self, segment: Segment, piece: str, *, cut_off: bool) -> bool:
         """Whether ``piece`` cannot be the segment's constrained text.  A cut-off text may
@@ -166,12 +164,7 @@ class SegmentGenerator:
         to U+FFFD, longer than its bytes: not counted."""
         if cut_off:
             return len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
-        return _compiled(segment.pattern).fullmatch(piece) is None
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+        return re.fullmatch(segment.pattern, piece) is None  # re keeps the compiled patterns
 
 
 def _token_logprobs(logprobs: object, count: int) -> tuple[list[str], list[dict[str, float]]] | None:
