@@ -23,6 +23,7 @@ from suffice.exceptions import (
     EngineFatalError,
     GenerationError,
     ItemError,
+    PartialBatchError,
     PreparationError,
     PromptTooLongError,
     VerdictError,
@@ -310,6 +311,12 @@ class Judge:
             return list(self.engine.generate(requests, progress, cancel))
         except EngineFatalError:
             raise
+        except PartialBatchError as exc:  # the engine knows which requests failed: nothing to split
+            self.engine.check_alive()
+            if progress is not None:
+                for _ in range(sum(isinstance(o, EngineError) for o in exc.outcomes)):
+                    progress(1)
+            return list(exc.outcomes)
         except EngineError as exc:
             self.engine.check_alive()
             if len(requests) == 1:

@@ -15,7 +15,7 @@ from suffice.gates.registry import DEFAULT_GATE
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES as KINDS
 from suffice.serving.factory import ENGINE_CLASSES, engine_class
-from suffice.serving.openai_engine import OpenAIEngine
+from suffice.serving.openai import OpenAIEngine
 from suffice.serving.transformers_engine import TransformersEngine
 from suffice.serving.vllm_engine import VLLMEngine
 from tests.fakes import ScriptedEngine

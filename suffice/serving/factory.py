@@ -17,7 +17,7 @@ from suffice.serving.engine_config import ENGINES, EngineConfig
 ENGINE_CLASSES: dict[str, tuple[str, str]] = {
     "vllm": ("suffice.serving.vllm_engine", "VLLMEngine"),
     "transformers": ("suffice.serving.transformers_engine", "TransformersEngine"),
-    "openai": ("suffice.serving.openai_engine", "OpenAIEngine"),
+    "openai": ("suffice.serving.openai.engine", "OpenAIEngine"),
 }
 assert set(ENGINE_CLASSES) == set(ENGINES), "every engine kind has a class"
 

@@ -24,22 +24,28 @@ from typing import Any
 import httpx
 import pytest
 
+from suffice.batch import judge_file
+from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
     ConstraintNotEnforcedError,
     EngineDeadError,
     EngineError,
     EngineFatalError,
+    EngineUnreachableError,
     OutputMismatchError,
+    PartialBatchError,
 )
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import HEAD_PREFIX
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.judge import Judge
-from suffice.serving import openai_engine
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.openai_engine import OpenAIEngine
+from suffice.serving.models import cache_root
+from suffice.serving.openai import OpenAIEngine, client
+from suffice.serving.openai.engine import REFUSED_IN_A_ROW
+from tests.batch.test_runner import write_lines
 from tests.grammars.segments import cut_back_constraint
 from tests.test_judge import GOOD, rec
 from tests.vllm_server import free_port
@@ -199,7 +205,7 @@ def request(content: str = "Is it?", constraint: Constraint | None = None) -> Ge
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai_engine, "BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr(client, "BACKOFF_SECONDS", 0.0)
 
 
 def status(code: int, message: str = "server says no", headers: dict[str, str] | None = None) -> httpx.Response:
@@ -482,7 +488,7 @@ def waits_before_retrying(monkeypatch: pytest.MonkeyPatch, retry_after: str) -> 
     """The seconds the engine waited before its one retry of a 429 with ``Retry-After``."""
     waits: list[float] = []
     # The engine's waits only (the fake server sleeps too).
-    monkeypatch.setattr(openai_engine, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))
+    monkeypatch.setattr(client, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))
     server = FakeServer(fail=completions_fail(1, lambda: status(429, headers={"Retry-After": retry_after})))
     make(server).generate([request()])
     return waits
@@ -493,7 +499,7 @@ def test_a_retry_after_the_server_asks_for_is_waited(monkeypatch: pytest.MonkeyP
 
 
 def test_a_retry_after_longer_than_the_cap_waits_the_cap_not_the_short_backoff(monkeypatch: pytest.MonkeyPatch):
-    assert waits_before_retrying(monkeypatch, "120") == [openai_engine.MAX_RETRY_AFTER]
+    assert waits_before_retrying(monkeypatch, "120") == [client.MAX_RETRY_AFTER]
 
 
 def test_a_server_error_after_every_retry_fails_the_request():
@@ -615,6 +621,12 @@ def test_the_refused_requests_error_quotes_the_server():
     results = judge.judge_batch([rec(0), rec(1), rec(2)])
     assert results[1].error is not None
     assert "this one is poisoned" in results[1].error.message
+
+
+def test_a_batch_whose_requests_fail_on_their_own_carries_every_outcome():
+    with pytest.raises(PartialBatchError) as caught:
+        make(FakeServer(fail=bad_question)).generate([request("Question 0?"), request("Question 1?")])
+    assert [type(o).__name__ for o in caught.value.outcomes] == ["Generation", "ServerError"]
 
 
 def test_requests_that_succeeded_are_not_generated_again_when_the_batch_is_split():
@@ -826,8 +838,6 @@ def test_a_prompt_counted_for_fitting_is_not_tokenized_again_to_generate():
 
 
 def embedded_tokenizer() -> Path:
-    from suffice.serving.models import cache_root
-
     found = sorted((cache_root() / "models").glob("*-bf16/tokenizer_config.json"))
     if not found:
         pytest.skip("the embedded model has not been converted on this machine")
@@ -891,10 +901,6 @@ def test_the_engine_says_which_model_the_server_serves():
 
 
 def _judge_into(out: Path, server: FakeServer, records: int) -> Any:
-    from suffice.batch import judge_file
-    from suffice.config import JudgeConfig
-    from tests.batch.test_runner import write_lines
-
     source = out.with_name("in.jsonl")
     write_lines(source, [json.dumps(rec(i)).encode() for i in range(records)])
     return judge_file(JudgeConfig(), source, out, open_judge=lambda config: Judge(make(server), config=config))
@@ -953,7 +959,7 @@ def test_a_server_that_refuses_every_request_stops_the_run_instead_of_an_error_r
 
     judge = Judge(make(FakeServer(fail=refuse)), SufficiencyGate())
     with pytest.raises(EngineFatalError) as caught:
-        judge.judge_batch([rec(i) for i in range(openai_engine.REFUSED_IN_A_ROW + 8)])
+        judge.judge_batch([rec(i) for i in range(REFUSED_IN_A_ROW + 8)])
     assert "out of vocabulary" in str(caught.value)
 
 
@@ -965,9 +971,9 @@ def test_refusals_with_answers_between_them_stay_each_records_error():
         return status(400, "no") if re.search(r"Question \d*[13579]\?", prompt) else None
 
     results = Judge(make(FakeServer(lambda c: text, fail=odd)), SufficiencyGate()).judge_batch(
-        [rec(i) for i in range(2 * openai_engine.REFUSED_IN_A_ROW + 8)]
+        [rec(i) for i in range(2 * REFUSED_IN_A_ROW + 8)]
     )
-    assert [r.ok for r in results].count(False) == openai_engine.REFUSED_IN_A_ROW + 4
+    assert [r.ok for r in results].count(False) == REFUSED_IN_A_ROW + 4
 
 
 def test_an_answer_that_is_not_json_while_fitting_is_not_blamed_on_the_record():
@@ -1004,14 +1010,14 @@ def test_a_server_that_dies_during_a_completion_implicates_the_records_in_flight
     server.fail = dies
     with pytest.raises(EngineDeadError) as caught:
         engine.generate([request()])
-    assert not isinstance(caught.value, openai_engine.EngineUnreachableError)
+    assert not isinstance(caught.value, EngineUnreachableError)
 
 
 def test_a_server_that_is_simply_gone_implicates_no_record():
     server = FakeServer()
     engine = make(server, retries=1)
     server.fail = lambda path, body: httpx.ConnectError("Connection refused")
-    with pytest.raises(openai_engine.EngineUnreachableError):
+    with pytest.raises(EngineUnreachableError):
         engine.generate([request()])
 
 
@@ -1020,7 +1026,7 @@ def test_a_timed_out_request_on_a_server_that_answers_no_health_check_stops_the_
     engine = make(server, retries=3)
     started = len(server.calls)
     server.fail = lambda path, body: httpx.ReadTimeout("timed out")
-    with pytest.raises(openai_engine.EngineUnreachableError):
+    with pytest.raises(EngineUnreachableError):
         engine.generate([request()])
     # The call that timed out is not retried: the health check (asked twice) failed after it.
     assert server.paths()[started:] == ["/tokenize", "/health", "/health"]
@@ -1046,9 +1052,9 @@ def test_the_health_check_asks_with_its_own_short_timeout():
             timeouts.append(request.extensions["timeout"]["read"])
         return original(request)
 
-    engine._client._transport = httpx.MockTransport(recording)  # type: ignore[attr-defined]
+    engine._client._http._transport = httpx.MockTransport(recording)  # type: ignore[attr-defined]
     engine.check_alive()
-    assert timeouts == [openai_engine.HEALTH_TIMEOUT]
+    assert timeouts == [client.HEALTH_TIMEOUT]
 
 
 def test_closing_the_engine_while_it_generates_ends_the_generation():
@@ -1136,7 +1142,7 @@ def test_refusals_of_another_status_restart_the_count():
     refuse.calls = 0  # type: ignore[attr-defined]
     judge = Judge(make(FakeServer(fail=refuse)), SufficiencyGate())
     with pytest.raises(EngineFatalError) as caught:
-        judge.judge_batch([rec(i) for i in range(openai_engine.REFUSED_IN_A_ROW + 8)])
+        judge.judge_batch([rec(i) for i in range(REFUSED_IN_A_ROW + 8)])
     assert "HTTP 400" in str(caught.value)
 
 
@@ -1151,7 +1157,7 @@ def test_a_timeout_then_no_connection_for_the_health_check_stops_at_once():
         return httpx.ReadTimeout("timed out")
 
     server.fail = wedged
-    with pytest.raises(openai_engine.EngineUnreachableError):
+    with pytest.raises(EngineUnreachableError):
         engine.generate([request()])
     assert server.paths()[started:].count("/tokenize") == 1
 
@@ -1186,7 +1192,7 @@ def test_a_server_that_dies_with_requests_in_flight_is_dead_whichever_failure_co
         server.fail = dies
         with pytest.raises(EngineDeadError) as caught:
             engine.generate([request(f"Q{i}?") for i in range(8)])
-        assert not isinstance(caught.value, openai_engine.EngineUnreachableError)
+        assert not isinstance(caught.value, EngineUnreachableError)
 
 
 # -- a real socket: answers that never end ---------------------------------------------
@@ -1271,7 +1277,7 @@ def test_an_answer_larger_than_any_completion_fails_the_request(
 ):
     url, handler = endless
     handler.mode, handler.huge_bytes = "huge", 2**20
-    monkeypatch.setattr(openai_engine, "MAX_ANSWER_BYTES", 2**16, raising=False)
+    monkeypatch.setattr(client, "MAX_ANSWER_BYTES", 2**16, raising=False)
     engine = OpenAIEngine(EngineConfig(kind="openai", base_url=url, retries=0))
     with pytest.raises(EngineError, match="larger than"):
         engine.generate([request()])
@@ -1304,12 +1310,12 @@ def refusing_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_a_proxy_that_refuses_the_server_is_unreachable_not_an_httpx_error(refusing_proxy: str):
-    with pytest.raises(openai_engine.EngineUnreachableError):
+    with pytest.raises(EngineUnreachableError):
         OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
 
 
 def test_a_proxy_that_refuses_the_server_says_to_set_no_proxy(refusing_proxy: str):
-    with pytest.raises(openai_engine.EngineUnreachableError, match=r"NO_PROXY=judge\.internal"):
+    with pytest.raises(EngineUnreachableError, match=r"NO_PROXY=judge\.internal"):
         OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
 
 

@@ -19,7 +19,7 @@ from suffice.exit_codes import EXIT_OK
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.openai_engine import OpenAIEngine
+from suffice.serving.openai import OpenAIEngine
 from tests.conftest import load_records
 from tests.vllm_server import SERVED, through
 
