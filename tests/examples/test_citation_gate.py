@@ -24,7 +24,7 @@ from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.openai_engine import OpenAIEngine
+from suffice.serving.openai import OpenAIEngine
 from tests.conftest import load_records
 from tests.fakes import ScriptedEngine
 from tests.vllm_server import through
