@@ -5,9 +5,9 @@ are internal and may move.  Importing suffice switches off every model-hub downl
 this process: models are local folders.
 """
 
-from suffice.serving.offline import force_offline
+from suffice.serving.offline import force_offline as _force_offline
 
-force_offline()
+_force_offline()
 
 from suffice.config import JudgeConfig  # noqa: E402
 from suffice.exceptions import (  # noqa: E402

@@ -76,6 +76,8 @@ class _Pending:
 
 
 class Judge:
+    """A gate on an engine: one result per record, in order (see the module docstring)."""
+
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
         """``gate`` defaults to the one ``config`` names (built with its options); a gate
         object may be one no registry knows."""

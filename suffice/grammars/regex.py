@@ -47,14 +47,17 @@ class Rx:
 
 
 def lit(text: str) -> Rx:
+    """``text`` exactly."""
     return Rx(escape(text), len(text.encode("utf-8")))
 
 
 def seq(*parts: Rx) -> Rx:
+    """The parts one after another."""
     return Rx("".join(p.pattern for p in parts), sum(p.max_bytes for p in parts))
 
 
 def alt(*parts: Rx) -> Rx:
+    """One of the parts."""
     if not parts:
         raise ValueError("alt() needs at least one alternative")
     if len(parts) == 1:
@@ -63,10 +66,12 @@ def alt(*parts: Rx) -> Rx:
 
 
 def opt(part: Rx) -> Rx:
+    """The part, or nothing."""
     return Rx("(" + part.pattern + ")?", part.max_bytes)
 
 
 def repeat(part: Rx, lo: int, hi: int) -> Rx:
+    """The part ``lo`` to ``hi`` times."""
     if not 0 <= lo <= hi:
         raise ValueError(f"repeat bounds must satisfy 0 <= lo <= hi, got lo={lo}, hi={hi}")
     if hi == 0:

@@ -146,6 +146,9 @@ class _Open:
 
 
 class Pipeline:
+    """The re-retrieval loop around a judge: judge, route, retrieve more, judge again,
+    within the retry budget, writing every round to the audit log."""
+
     def __init__(
         self,
         judge: Judge,
