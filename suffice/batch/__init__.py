@@ -1,9 +1,10 @@
 """Batch scoring as a library: read records, judge them in batches, write one row each,
 resume by id; in this process or on Ray actors.  The CLI only builds the options."""
 
-from suffice.batch.inputs import FieldMap, InputFile, Shard
+from suffice.batch.inputs import InputFile, Shard
 from suffice.batch.options import BatchOptions, RayOptions
 from suffice.batch.runner import BatchReport, journal_path, judge_file, result_row
+from suffice.fields import FieldMap
 
 __all__ = [
     "BatchOptions",

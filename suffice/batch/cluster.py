@@ -662,7 +662,7 @@ class _DatasetWorker:
         fields: dict[str, str],
         open_judge: Callable[[JudgeConfig], Judge] | None = None,
     ) -> None:
-        from suffice.batch.inputs import FieldMap
+        from suffice.fields import FieldMap
 
         self.config = config
         self.open_judge = open_judge
@@ -771,7 +771,7 @@ def judge_dataset(
     finite_number("cpus_per_actor", cpus_per_actor)
     if gpus_per_actor is not None:
         finite_number("gpus_per_actor", gpus_per_actor)
-    from suffice.batch.inputs import FieldMap
+    from suffice.fields import FieldMap
 
     mapping = dict(FieldMap.parse(list(fields)).names)
     if gpus_per_actor is None:

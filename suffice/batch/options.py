@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suffice.batch.inputs import FORMATS, FieldMap, Shard
+from suffice.batch.inputs import FORMATS, Shard
 from suffice.exceptions import ConfigError
+from suffice.fields import FieldMap
 
 #: Verdict shapes an output can hold.
 VERDICT_FORMATS = ("suffice", "seed", "ragflow")

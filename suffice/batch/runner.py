@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suffice.audit import AuditLog, is_audit_file
+from suffice.audit.recording import audit_values
 from suffice.batch.inputs import InputFile, format_of
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
@@ -59,8 +61,6 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
 from suffice.files import output_lock, writing
 from suffice.gates.base import Gate
-from suffice.harness.audit import AuditLog, is_audit_file
-from suffice.harness.recording import audit_values
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
 from suffice.records import record_id

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 
+from suffice.audit.recording import weights_hash as audit_weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.gates.base import Gate
@@ -126,9 +127,7 @@ class LocalScorer(Scorer):
         return self._judge().engine.served()
 
     def weights_hash(self) -> str | None:
-        from suffice.harness.audit import weights_hash
-
-        return weights_hash(getattr(self._judge().engine, "model_path", None))
+        return audit_weights_hash(getattr(self._judge().engine, "model_path", None))
 
     def close(self) -> None:
         if self.judge is not None:

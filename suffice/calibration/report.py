@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suffice.batch.inputs import FieldMap
 from suffice.calibration.metrics import (
     best_f1,
     curve,
@@ -20,6 +19,7 @@ from suffice.calibration.metrics import (
     threshold_for_precision,
 )
 from suffice.exceptions import InputError
+from suffice.fields import FieldMap
 from suffice.files import writing
 
 if TYPE_CHECKING:

@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from suffice.exceptions import AuditBrokenError, SufficeError
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
-from suffice.harness.audit import (
+from suffice.audit import (
+    DEFAULT_AUDIT_DB,
     REVIEW_DECISIONS,
     AuditLog,
     is_audit_file,
@@ -25,7 +24,8 @@ from suffice.harness.audit import (
     save_anchor,
     write_key_file,
 )
-from suffice.harness.pipeline import DEFAULT_AUDIT_DB
+from suffice.exceptions import AuditBrokenError, SufficeError
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
 EXIT_TAMPERED = 4

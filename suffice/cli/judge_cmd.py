@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice import batch
+from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
@@ -26,7 +27,6 @@ from suffice.exceptions import (
 )
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
-from suffice.harness.audit import load_key
 from suffice.serving.machine import machine_settings
 
 

@@ -24,18 +24,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
+from suffice.audit.recording import audit_values, weights_hash
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError
 from suffice.grammars.routes import Routing
-from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.isolation import isolated
-from suffice.harness.recording import audit_result
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.judge import Judge
 from suffice.records import Item, record_id
 from suffice.results import JudgeResult
-
-DEFAULT_AUDIT_DB = Path("suffice-audit.sqlite")
 
 
 @dataclass(frozen=True)
@@ -197,8 +195,7 @@ class Pipeline:
             again: list[_Open] = []
             queries: dict[int, list[str]] = {}
             for state, result in zip(open_, results, strict=True):
-                seq = audit_result(
-                    self.audit,
+                values = audit_values(
                     self.judge.gate,
                     result,
                     state.item,
@@ -207,6 +204,7 @@ class Pipeline:
                     latency_ms=latency,
                     weights_hash=self._weights,
                 )
+                seq = self.audit.record(**values)
                 outcome = self._step(run_id, state, result, round, seq, queries)
                 if outcome is None:
                     again.append(state)

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
-from suffice.serving.base import defuse
+from suffice.text import defuse
 
 #: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"

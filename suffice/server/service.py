@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from suffice.audit import AuditLog
+from suffice.audit.recording import audit_values, weights_hash
 from suffice.batch import result_row
-from suffice.batch.inputs import FieldMap
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
+from suffice.fields import FieldMap
 from suffice.gates import gate_class
-from suffice.harness.audit import AuditLog, weights_hash
-from suffice.harness.recording import audit_values
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.server.config import ServeConfig, options_for

@@ -17,6 +17,7 @@ from typing import Any
 
 from suffice.grammars.constraint import Constraint
 from suffice.serving.engine_config import EngineConfig
+from suffice.text import defuse
 
 Message = dict[str, str]
 #: Called with how many requests' worth of work just finished: 1 per request that
@@ -171,20 +172,6 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
 #: shared by threads (``suffice serve`` prepares each request on its own thread)
 #: raises "Already borrowed" when one call reconfigures it while another encodes.
 TOKENIZER_LOCK = threading.Lock()
-
-
-#: Put inside a special token's spelling in user text, so that it is read as text:
-#: invisible, and a character no tokenizer merges with ``<`` or ``|``.
-WORD_JOINER = "\u2060"
-
-
-def defuse(text: str, specials: Sequence[str]) -> str:
-    """``text`` with every spelling of a special token broken by :data:`WORD_JOINER`
-    (``specials`` longest first, so one that contains another is broken whole)."""
-    for special in specials:
-        if special in text:
-            text = text.replace(special, special[0] + WORD_JOINER + special[1:])
-    return text
 
 
 class TokenizerMixin:

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from suffice.batch.inputs import FieldMap, InputFile, format_of
+from suffice.batch.inputs import InputFile, format_of
 from suffice.exceptions import ConfigError, InputError
+from suffice.fields import FieldMap
 from suffice.records import parse_record
 
 RAGAS = {

@@ -601,8 +601,8 @@ def test_an_audit_database_that_is_the_output_or_the_input_is_refused(tmp_path, 
 
 @pytest.mark.parametrize("given", ["wrong", "none"])
 def test_an_audit_key_that_does_not_fit_stops_the_run_before_the_engine_starts(tmp_path, given):
+    from suffice.audit import AuditLog
     from suffice.exceptions import ConfigError
-    from suffice.harness.audit import AuditLog
 
     db = tmp_path / "audit.db"
     AuditLog(db, key=b"k" * 32).close()

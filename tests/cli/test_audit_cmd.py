@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from suffice.audit import AuditLog, load_key
 from suffice.cli.audit_cmd import EXIT_TAMPERED
 from suffice.cli.main import main
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
-from suffice.harness.audit import AuditLog, load_key
 
 
 def sql(path: Path, *statements: str) -> None:

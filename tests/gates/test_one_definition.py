@@ -4,10 +4,10 @@ boolean kept beside it)."""
 
 from __future__ import annotations
 
+from suffice.audit.recording import audit_values
 from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.harness.recording import audit_values
 from suffice.results import JudgeResult
 from suffice.summary import RunSummary
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineError, InputError
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
-from suffice.harness.audit import AuditLog
 from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig, StepFailure
 from suffice.harness.retrieval import FunctionRetriever, RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest

@@ -5,7 +5,8 @@ from suffice.exceptions import ConfigError
 from suffice.gates.sufficiency.gate import TEMPLATES
 from suffice.gates.sufficiency.grammar import SufficiencyBounds
 from suffice.prompts.templates import load_prompt
-from suffice.serving.base import WORD_JOINER, TokenizerMixin
+from suffice.serving.base import TokenizerMixin
+from suffice.text import WORD_JOINER
 
 
 def test_version_and_strict_undefined():

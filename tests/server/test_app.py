@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, EngineDeadError
-from suffice.harness.audit import AuditLog
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.guards import BodyLimit
@@ -549,9 +549,9 @@ def audit_held_elsewhere(tmp_path: Path, monkeypatch) -> Iterator[tuple[TestClie
     yielded stack is closed; SQLite's wait shortened to 0.2 s."""
     import sqlite3
 
-    from suffice.harness import audit
+    from suffice.audit import database
 
-    monkeypatch.setattr(audit, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.2)
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
     client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
     other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)

@@ -81,8 +81,8 @@ def test_an_audit_log_that_refuses_the_key_fails_before_the_engine_starts(
 ) -> None:
     """A wrong --audit-key was found only once the engine had loaded (a minute on a GPU)."""
     import suffice.server.service as service
+    from suffice.audit import AuditLog
     from suffice.config import JudgeConfig
-    from suffice.harness.audit import AuditLog
     from tests.batch.test_runner import good
     from tests.fakes import ScriptedEngine
 

@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from suffice.harness.audit import AuditLog
+from suffice.audit import AuditLog
 from tests.conftest import load_records
 from tests.vllm_server import free_port
 

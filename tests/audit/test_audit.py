@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from suffice.audit import AuditLog, VerifyReport, key_id, load_key, write_key_file
+from suffice.audit.encoding import GENESIS, canonical_json, head_digest, row_digest
+from suffice.audit.recording import audit_values, weights_hash
+from suffice.audit.schema import EVALUATIONS, REVIEW_EVENTS, Chain
 from suffice.exceptions import AuditError, ConfigError, SufficeError
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.harness import audit
-from suffice.harness.audit import AuditLog, load_key, weights_hash, write_key_file
-from suffice.harness.recording import audit_values
 from suffice.records import Chunk, Item
 from suffice.results import ErrorInfo, JudgeResult
 
@@ -59,7 +60,7 @@ def sql(path: Path, *statements: str) -> None:
     db.close()
 
 
-def verify(path: Path, key: bytes | None = None, anchor: dict | None = None) -> audit.VerifyReport:
+def verify(path: Path, key: bytes | None = None, anchor: dict | None = None) -> VerifyReport:
     log = AuditLog(path, key=key)
     try:
         return log.verify(anchor)
@@ -75,22 +76,22 @@ def take_anchor(path: Path, key: bytes | None = None) -> dict:
         log.close()
 
 
-def rechain(path: Path, start: int = 1, chain: audit._Chain = audit._EVALUATIONS) -> None:
+def rechain(path: Path, start: int = 1, chain: Chain = EVALUATIONS) -> None:
     """What a forger with write access but no key does: recompute the hashes from row
     ``start`` on, and the head, with the module's own code (plain SHA-256: no key)."""
     names = [name for name, _ in chain.columns]
     with sqlite3.connect(path) as db:
         (db_id,) = db.execute("SELECT value FROM meta WHERE key = 'db_id'").fetchone()
         before = db.execute(f"SELECT seq, row_hash FROM {chain.table} WHERE seq < ? ORDER BY seq DESC", (start,))
-        count, prev = before.fetchone() or (0, audit.GENESIS)
+        count, prev = before.fetchone() or (0, GENESIS)
         query = f"SELECT seq, {', '.join(names)} FROM {chain.table} WHERE seq >= ? ORDER BY seq"
         for seq, *values in db.execute(query, (start,)).fetchall():
-            digest = audit._row_digest(None, chain.name, db_id, seq, prev, dict(zip(names, values, strict=True)))
+            digest = row_digest(None, chain.name, db_id, seq, prev, dict(zip(names, values, strict=True)))
             db.execute(f"UPDATE {chain.table} SET prev_hash = ?, row_hash = ? WHERE seq = ?", (prev, digest, seq))
             prev, count = digest, seq
         db.execute(
             "INSERT OR REPLACE INTO chain_heads (chain, count, last_hash, mac) VALUES (?, ?, ?, ?)",
-            (chain.name, count, prev, audit._head_digest(None, chain.name, db_id, count, prev)),
+            (chain.name, count, prev, head_digest(None, chain.name, db_id, count, prev)),
         )
     db.close()
 
@@ -135,7 +136,7 @@ def test_values_that_cannot_be_stored_exactly_are_refused(tmp_path):
 
 
 def test_canonical_json_writes_5_and_5_0_alike():
-    assert audit.canonical_json({"b": 5.0, "a": [1, None]}) == audit.canonical_json({"a": [1, None], "b": 5})
+    assert canonical_json({"b": 5.0, "a": [1, None]}) == canonical_json({"a": [1, None], "b": 5})
 
 
 def mixed_rows(n: int) -> list[dict]:
@@ -368,7 +369,7 @@ def test_anchor_detects_truncated_review_events(tmp_path, key):
         "UPDATE reviews SET status = 'open', decision = NULL, "
         "resolved_by = NULL, resolved_at = NULL, note = NULL WHERE id = 1",
     )
-    rechain(path, start=3, chain=audit._REVIEW_EVENTS)
+    rechain(path, start=3, chain=REVIEW_EVENTS)
     assert verify(path, key, anchor).reason == "truncated: anchor has 3 review events, database has 2"
 
 
@@ -492,7 +493,7 @@ def test_a_forged_resolution_is_detected_with_the_key(tmp_path):
         "UPDATE reviews SET decision = 'answer' WHERE id = 1",
         "UPDATE review_events SET data = replace(data, 'unanswerable', 'answer') WHERE seq = 3",
     )
-    rechain(path, start=3, chain=audit._REVIEW_EVENTS)
+    rechain(path, start=3, chain=REVIEW_EVENTS)
     report = verify(path, KEY)
     assert report.part == "review_events"
     assert not report.ok
@@ -523,7 +524,7 @@ def test_keygen_writes_a_private_key_and_never_overwrites(tmp_path):
     path = tmp_path / "audit.key"
     kid = write_key_file(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert audit.key_id(load_key(path)) == kid
+    assert key_id(load_key(path)) == kid
     assert len(load_key(path)) == 32
     before = path.read_text()
     with pytest.raises(ConfigError, match="refusing to overwrite"):
@@ -665,7 +666,7 @@ def test_a_killed_writer_leaves_a_database_that_verifies(tmp_path):
     path = tmp_path / "killed.db"
     script = (
         "import sys\n"
-        "from suffice.harness.audit import AuditLog\n"
+        "from suffice.audit import AuditLog\n"
         "log = AuditLog(sys.argv[1], key=bytes.fromhex(sys.argv[2]))\n"
         "i = 0\n"
         "while True:\n"

@@ -1,31 +1,29 @@
-"""Writing judge results into the audit log (used by the CLI and the pipeline)."""
+"""Judge results as audit rows (used by the batch runner, the HTTP service and the harness)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from suffice.audit.encoding import sha256_text
 from suffice.gates.base import Gate
-from suffice.harness.audit import AuditLog, chunk_digests, sha256_text
-from suffice.records import Item
+from suffice.records import Chunk, Item
 from suffice.results import JudgeResult
+from suffice.serving.models import ModelRef
 
 
-def audit_result(
-    audit: AuditLog,
-    gate: Gate,
-    result: JudgeResult,
-    item: Item | None,
-    *,
-    run_id: str,
-    round: int,
-    latency_ms: float,
-    weights_hash: str | None,
-) -> int:
-    """One audit row for one evaluation (a verdict or an error), in its own transaction."""
-    values = audit_values(
-        gate, result, item, run_id=run_id, round=round, latency_ms=latency_ms, weights_hash=weights_hash
-    )
-    return audit.record(**values)
+def weights_hash(model_path: Path | None) -> str | None:
+    """The weight folder's fingerprint (see :meth:`ModelRef.fingerprint`): cheap, and it
+    changes whenever the weights are swapped, without reading gigabytes."""
+    if model_path is None or not model_path.is_dir():
+        return None
+    return ModelRef(model_path, str(model_path)).fingerprint()
+
+
+def chunk_digests(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+    """Chunk ids with content hashes, as the audit row stores them."""
+    return [{"id": c.id, "source": c.source, "sha256": sha256_text(c.text)} for c in chunks]
 
 
 def audit_values(
@@ -38,9 +36,10 @@ def audit_values(
     latency_ms: float,
     weights_hash: str | None,
 ) -> dict[str, Any]:
-    """The audit row's values for one evaluation, for :meth:`AuditLog.record_many`
-    (a whole batch in one transaction: one disk sync instead of one per row).  The
-    decision recorded is the gate's route: the calibrated one when configured."""
+    """The audit row's values for one evaluation (a verdict or an error), for
+    :meth:`AuditLog.record_many` (a whole batch in one transaction: one disk sync
+    instead of one per row).  The decision recorded is the gate's route: the
+    calibrated one when configured."""
     values: dict[str, Any] = {
         "run_id": run_id,
         "item_id": result.id,

@@ -1,0 +1,125 @@
+"""Values as the audit database stores them, and the hashes computed over them.
+
+Values are first converted to exactly what SQLite will hand back (text columns get
+``str``, structured values compact sorted JSON text; ``round`` an ``int``;
+``latency_ms`` a finite ``float``), and hashes are computed over
+:func:`canonical_json` of those values, so ``record(latency_ms=5)`` hashes the same as
+the ``5.0`` SQLite returns and no value type causes a false alarm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from suffice.exceptions import AuditError
+
+#: The "previous hash" of each chain's first row.
+GENESIS = "0" * 64
+
+Kind = Literal["text", "int", "real"]
+Stored = str | int | float | None
+
+
+def same(a: object, b: object) -> bool:
+    """Constant-time equality of two digests as text; anything else (a tampered value
+    that is not ASCII, or not text) is simply unequal, never a crash."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """The one encoding every hash and MAC is computed over.
+
+    Sorted keys, no whitespace, ASCII escapes (so any string, even one with lone
+    surrogates, encodes), integral floats as integers (``5.0`` and ``5`` are the
+    same number to SQLite and must hash alike), non-finite floats as strings
+    (a tampered row holding one must be reported, not crash the check).
+    """
+    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return repr(value)
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return str(value)
+
+
+def digest(key: bytes | None, payload: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 of ``payload`` under ``key``; plain SHA-256 without one."""
+    data = canonical_json(payload).encode("ascii")
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def row_digest(key: bytes | None, chain: str, db_id: str, seq: int, prev: str, values: Mapping[str, Stored]) -> str:
+    """A row's hash: it binds the chain, the database, the position and the previous
+    row, so a row cannot be moved to another place, chain or database."""
+    return digest(key, {"kind": "row", "chain": chain, "db": db_id, "seq": seq, "prev": prev, "values": values})
+
+
+def head_digest(key: bytes | None, chain: str, db_id: str, count: int, last: str) -> str:
+    """The head's MAC: with a key, cutting the tail and rewriting the head needs the key."""
+    return digest(key, {"kind": "head", "chain": chain, "db": db_id, "count": count, "last": last})
+
+
+def _storable(text: str) -> str:
+    """Text SQLite can store: a lone surrogate (an input's ``"\\ud800"``) is not UTF-8,
+    so it is written as its backslash escape; what is hashed is what is stored."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def json_text(value: Any) -> str:
+    """Structured values are stored as compact JSON text (the text is what is hashed)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    except TypeError:  # keys of mixed types cannot be sorted; the stored text is still fixed
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _storable(text)
+
+
+def store(column: str, kind: Kind, value: Any) -> Stored:
+    """``value`` converted to exactly what SQLite returns for ``column``, so the hash
+    computed now equals the hash recomputed from the stored row."""
+    if value is None:
+        return None
+    if kind == "text":
+        return _storable(value) if isinstance(value, str) else json_text(value)
+    if kind == "int":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and -(2**63) <= value < 2**63:
+            return int(value)
+        raise AuditError(f"{column}={value!r}: must be an integer")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise AuditError(f"{column}={value!r}: must be a finite number")
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"

@@ -1,0 +1,203 @@
+"""The audit log's operations: evaluations, verification, anchors, export, the review queue."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from suffice.audit.anchors import make_anchor
+from suffice.audit.database import Database, audit_error
+from suffice.audit.encoding import Stored, json_text, now, store
+from suffice.audit.schema import (
+    COLUMNS,
+    EVALUATION_COLUMNS,
+    EVALUATIONS,
+    JSON_COLUMNS,
+    RESOLUTION_FIELDS,
+    REVIEW_EVENTS,
+    REVIEW_FIELDS,
+)
+from suffice.audit.verify import VerifyReport, verify_database
+from suffice.exceptions import AuditBrokenError, AuditError
+from suffice.files import writing
+
+REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
+
+
+class AuditLog(Database):
+    """Open (or create) the audit database at ``path``.
+
+    ``key`` (at least 32 bytes, see :func:`load_key`) makes the chains HMAC-SHA256;
+    a new database takes the mode of its first opener.  Raises
+    :class:`ConfigError` (``audit_key``) when the key does not fit the database
+    (a keyed database opened with another key, or a key given for an unkeyed
+    one) and :class:`AuditError` for a database of an older format.  A keyed
+    database may be opened without its key to read (rows, reviews, export), not
+    to write or verify.
+    """
+
+    # -- evaluations ------------------------------------------------------------------
+    def record(self, **values: Any) -> int:
+        """Append one evaluation row (its own transaction); returns its sequence number."""
+        return self.record_many([values])[0]
+
+    def record_many(self, rows: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append evaluation rows in one transaction (one disk sync for a whole batch);
+        returns their sequence numbers.  A bad value rejects the batch before anything
+        is written."""
+        stored = []
+        for values in rows:
+            unknown = set(values) - set(COLUMNS)
+            if unknown:
+                raise AuditError(f"unknown audit columns: {sorted(unknown)}")
+            row = {name: store(name, kind, values.get(name)) for name, kind in EVALUATION_COLUMNS}
+            row["ts"] = row["ts"] or now()
+            stored.append(row)
+        if not stored:
+            return []
+        with self._transaction() as cur:
+            return self._append(cur, EVALUATIONS, stored)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every evaluation row in sequence order.  A damaged database raises
+        :class:`AuditError` naming the path, as :meth:`verify` does."""
+        try:
+            cur = self._db.execute(
+                f"SELECT seq, {', '.join(COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq"
+            )
+            names = [d[0] for d in cur.description]
+            for values in cur:
+                yield dict(zip(names, values, strict=True))
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+
+    def export(self, out: Path) -> int:
+        """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
+
+        What an altered log holds is no traceback: a JSON column that no longer parses
+        raises :class:`AuditError` naming the row and column, and text that is not
+        UTF-8 (read with ``surrogateescape``) is written as its ``\\udcXX`` escape,
+        which a JSON reader reads back as the same text.  A file that cannot be
+        written raises :class:`~suffice.exceptions.OutputWriteError` naming it.
+        """
+        n = 0
+        with writing(out), out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
+            for row in self.rows():
+                for key in JSON_COLUMNS:
+                    if row.get(key):
+                        try:
+                            row[key] = json.loads(row[key])
+                        except ValueError:
+                            raise AuditError(
+                                f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
+                                "`suffice audit verify` names the damage)"
+                            ) from None
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+        return n
+
+    # -- verification and anchors -----------------------------------------------------
+    def verify(self, anchor: Mapping[str, Any] | None = None) -> VerifyReport:
+        """Check both chains, the heads, the review table against its events and,
+        given an ``anchor`` (see :meth:`anchor`), that the anchored rows are all
+        still there unchanged.  Reports the first problem found.
+
+        Raises :class:`ConfigError` for a keyed database opened without its key:
+        that is a usage error, not evidence of tampering.
+        """
+        key = self._need_key("verifying")
+        if self._key_problem is not None:
+            return VerifyReport(False, 0, None, self._key_problem, "meta", 0, self.keyed)
+        with self._transaction("DEFERRED") as cur:
+            return verify_database(cur, self.db_id, self.keyed, key, anchor)
+
+    def anchor(self) -> dict[str, Any]:
+        """A record of both chains as they are now, to keep outside the database.
+
+        The database is verified first (in the same snapshot): anchoring a broken
+        chain would certify the damage, so that raises :class:`AuditBrokenError`
+        (a damaged file or a lock is a plain :class:`AuditError`).
+        """
+        key = self._need_key("anchoring")
+        with self._transaction("DEFERRED") as cur:
+            report = verify_database(cur, self.db_id, self.keyed, key, None)
+            if not report.ok:
+                raise AuditBrokenError(str(self.path), report.reason or "the chains do not verify")
+            heads = {
+                name: {"count": count, "head": last}
+                for name, count, last in cur.execute("SELECT chain, count, last_hash FROM chain_heads")
+            }
+        return make_anchor(self.db_id, self.path.name, key, heads)
+
+    # -- review queue -----------------------------------------------------------------
+    def enqueue_review(
+        self,
+        *,
+        item_id: str,
+        gate: str,
+        reason: str,
+        payload: Mapping[str, Any],
+        run_id: str | None = None,
+        evaluation_seq: int | None = None,
+    ) -> int:
+        """Queue a review and chain its ``enqueued`` event (one transaction); returns its id."""
+        given = {
+            "created_at": now(),
+            "run_id": run_id,
+            "item_id": item_id,
+            "gate": gate,
+            "reason": reason,
+            "payload": json_text(payload),
+            "evaluation_seq": evaluation_seq,
+        }
+        fields = {name: store(name, kind, given[name]) for name, kind in REVIEW_FIELDS}
+        names = list(fields)
+        self._need_key("writing")
+        with self._transaction() as cur:
+            cur.execute(
+                f"INSERT INTO reviews ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
+                [fields[n] for n in names],
+            )
+            review_id = int(cur.lastrowid or 0)
+            self._append(cur, REVIEW_EVENTS, [_event(review_id, "enqueued", fields)])
+        return review_id
+
+    def reviews(self, status: str | None = "open") -> list[dict[str, Any]]:
+        """The review queue (``status=None``: resolved reviews too).  A damaged database
+        raises :class:`AuditError` naming the path."""
+        query = "SELECT * FROM reviews" + (" WHERE status = ?" if status else "") + " ORDER BY id"
+        try:
+            cur = self._db.execute(query, (status,) if status else ())
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, values, strict=True)) for values in cur]
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+
+    def resolve_review(self, review_id: int, *, decision: str, by: str, note: str | None = None) -> None:
+        """Record a person's decision and chain its ``resolved`` event (one transaction)."""
+        if decision not in REVIEW_DECISIONS:
+            raise AuditError(f"decision={decision!r}: must be one of {', '.join(REVIEW_DECISIONS)}")
+        if not by.strip():
+            raise AuditError("by: the reviewer's name is required")
+        fields: dict[str, Stored] = {"decision": decision, "resolved_by": by, "resolved_at": now(), "note": note}
+        fields = {name: store(name, "text", value) for name, value in fields.items()}
+        self._need_key("writing")
+        with self._transaction() as cur:
+            updated = cur.execute(
+                "UPDATE reviews SET status = 'resolved', decision = ?, resolved_by = ?, resolved_at = ?, note = ? "
+                "WHERE id = ? AND status = 'open'",
+                (*[fields[n] for n in RESOLUTION_FIELDS], review_id),
+            )
+            if updated.rowcount != 1:
+                exists = cur.execute("SELECT status FROM reviews WHERE id = ?", (review_id,)).fetchone()
+                reason = "no such review" if exists is None else f"already {exists[0]}"
+                raise AuditError(f"review {review_id}: {reason}")
+            self._append(cur, REVIEW_EVENTS, [_event(review_id, "resolved", fields)])
+
+
+def _event(review_id: int, event: str, fields: Mapping[str, Stored]) -> dict[str, Stored]:
+    """A review event row; ``data`` holds the stored field values the replay restores."""
+    return {"ts": now(), "review_id": review_id, "event": event, "data": json_text(dict(fields))}

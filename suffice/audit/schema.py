@@ -1,0 +1,100 @@
+"""The audit database's tables and its two hash chains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suffice.audit.encoding import Kind
+
+#: Written into ``meta``; a database with another (or no) format is refused.
+FORMAT = "suffice-audit/2"
+ALG_KEYED = "hmac-sha256"
+ALG_PLAIN = "sha256"
+
+EVALUATION_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("ts", "text"),
+    ("run_id", "text"),
+    ("item_id", "text"),
+    ("query_hash", "text"),
+    ("chunks", "text"),
+    ("gate", "text"),
+    ("rubric", "text"),
+    ("rubric_version", "text"),
+    ("prompt_version", "text"),
+    ("model_id", "text"),
+    ("weights_hash", "text"),
+    ("backend", "text"),
+    ("raw_output", "text"),
+    ("verdict", "text"),
+    ("scores", "text"),
+    ("decision", "text"),
+    ("round", "int"),
+    ("latency_ms", "real"),
+    ("error", "text"),
+)
+COLUMNS = tuple(name for name, _ in EVALUATION_COLUMNS)
+#: Evaluation columns holding structured values as JSON text (parsed by ``export``).
+JSON_COLUMNS = ("chunks", "verdict", "scores", "error")
+
+#: What an ``enqueued`` event carries (and the ``reviews`` row starts with).
+REVIEW_FIELDS: tuple[tuple[str, Kind], ...] = (
+    ("created_at", "text"),
+    ("run_id", "text"),
+    ("item_id", "text"),
+    ("gate", "text"),
+    ("reason", "text"),
+    ("payload", "text"),
+    ("evaluation_seq", "int"),
+)
+#: What a ``resolved`` event sets on the ``reviews`` row.
+RESOLUTION_FIELDS = ("decision", "resolved_by", "resolved_at", "note")
+REVIEW_COLUMNS = ("id", *(name for name, _ in REVIEW_FIELDS), "status", *RESOLUTION_FIELDS)
+
+SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE evaluations (
+    seq INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL, run_id TEXT, item_id TEXT, query_hash TEXT, chunks TEXT,
+    gate TEXT, rubric TEXT, rubric_version TEXT, prompt_version TEXT,
+    model_id TEXT, weights_hash TEXT, backend TEXT,
+    raw_output TEXT, verdict TEXT, scores TEXT, decision TEXT,
+    round INTEGER, latency_ms REAL, error TEXT,
+    prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
+    """CREATE TABLE review_events (
+    seq INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL, review_id INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
+    """CREATE TABLE chain_heads (
+    chain TEXT PRIMARY KEY, count INTEGER NOT NULL, last_hash TEXT NOT NULL, mac TEXT NOT NULL)""",
+    """CREATE TABLE reviews (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL, run_id TEXT, item_id TEXT, gate TEXT, reason TEXT,
+    payload TEXT NOT NULL, evaluation_seq INTEGER,
+    status TEXT NOT NULL DEFAULT 'open', decision TEXT, resolved_by TEXT, resolved_at TEXT, note TEXT)""",
+)
+#: Tables of the format before :data:`FORMAT` (no ``meta``): recognised to say so.
+OLD_TABLES = frozenset({"evaluations", "chain_head", "reviews"})
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One hash chain: the table its rows live in and the columns they hash."""
+
+    name: str
+    table: str
+    columns: tuple[tuple[str, Kind], ...]
+    noun: str
+
+    @property
+    def nouns(self) -> str:
+        return self.noun + "s"
+
+
+EVALUATIONS = Chain("evaluations", "evaluations", EVALUATION_COLUMNS, "row")
+REVIEW_EVENTS = Chain(
+    "reviews",
+    "review_events",
+    (("ts", "text"), ("review_id", "int"), ("event", "text"), ("data", "text")),
+    "review event",
+)
+CHAINS = (EVALUATIONS, REVIEW_EVENTS)
