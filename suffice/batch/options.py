@@ -37,8 +37,7 @@ class RayOptions:
     replace_delay_s: float = 5.0
 
     def __post_init__(self) -> None:
-        # Checked here, not when Ray uses them: actors=1.5 or a NaN delay was accepted
-        # and failed mid-run with a raw TypeError or ValueError, rows already written.
+        # Checked here, not when Ray uses them: a bad value must fail before any row is written.
         if not isinstance(self.address, str) or not self.address.strip():
             raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
         if self.actors is not None:

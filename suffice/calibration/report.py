@@ -49,8 +49,7 @@ def _scores_of(gate: Gate, verdict: Any, line: int) -> dict[str, float | None]:
 
     The verdicts come from a resumed file, kept as they were written: one edited, or
     written by another tool, may hold a score that is ``NaN``, ``null`` or text.
-    That raises :class:`InputError` naming the score and the ``line`` (it was a
-    ValueError or TypeError traceback from the metrics, after all the judging)."""
+    That raises :class:`InputError` naming the score and the ``line``."""
     try:
         raw = gate.calibration_scores(verdict)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -136,12 +135,8 @@ def build_report(
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     """report.json, report.md and a plot per score.  Without matplotlib (it comes with
     the ``cpu`` and ``gpu`` extras, not with a client judging through a server) the
-    plots are left out and the report says so; it used to fail after judging, with no
-    report at all.
-
-    A file that cannot be written (a full disk) raises
-    :class:`~suffice.exceptions.OutputWriteError` naming it; it was an OSError
-    traceback from deep inside matplotlib."""
+    plots are left out and the report says so.  A file that cannot be written (a full
+    disk) raises :class:`~suffice.exceptions.OutputWriteError` naming it."""
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
     try:

@@ -60,7 +60,6 @@ class PipelineConfig:
         for name in ("max_rounds", "base_width", "width_growth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
-                # 2.5 was accepted and failed later, after a review had been queued
                 raise ConfigError(name, value, "must be a whole number")
         if not 1 <= self.max_rounds <= 10:
             raise ConfigError("max_rounds", self.max_rounds, "must be between 1 and 10")

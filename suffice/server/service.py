@@ -116,8 +116,7 @@ class GateService:
     def open(cls, config: ServeConfig) -> GateService:
         check_served(config)  # before the engine starts: a bad option fails in a second
         with contextlib.ExitStack() as undo:  # what is open is closed if the start fails
-            # Before the engine too: a wrong key or a log that cannot be opened was found
-            # only once the engine had loaded (a minute on a GPU).
+            # Before the engine too: a wrong key or a bad log fails before a model loads.
             audit = _AuditWriter(config) if config.audit_db is not None else None
             if audit is not None:
                 undo.callback(audit.close)
