@@ -12,8 +12,8 @@ import pytest
 
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli import judge_cmd
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.config import JudgeConfig
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine

@@ -22,9 +22,9 @@ from suffice.batch import BatchOptions, judge_file
 from suffice.batch.journal import ResultFile
 from suffice.batch.keys import KeyIndex
 from suffice.cli import judge_cmd
-from suffice.exit_codes import EXIT_FATAL
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputWriteError
+from suffice.exit_codes import EXIT_FATAL
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, write_lines
 from tests.fakes import ScriptedEngine
