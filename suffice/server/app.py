@@ -24,7 +24,7 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from suffice.exceptions import AuditError, EngineFatalError
-from suffice.gates import gate_class, gate_names
+from suffice.gates import gate_class
 from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
 from suffice.server.config import ServeConfig
@@ -94,8 +94,8 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
 
 
 def _request_options(gates: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Every option a request may set on some gate, as an OpenAPI query parameter (each
-    says which gate takes it)."""
+    """Every option a request may set on some served gate, as an OpenAPI query parameter
+    (each says which gate takes it)."""
     parameters: dict[str, dict[str, Any]] = {}
     for gate in gates:
         model = gate_class(gate).options_model
@@ -173,7 +173,7 @@ def create_app(
     )
     metrics = Metrics()
     gates_literal = tuple(config.gates)
-    query_options = _request_options(gate_names())
+    query_options = _request_options(gates_literal)
     #: Items admitted and not yet done (touched only on the event loop, so unlocked).
     #: Why a bound: past the engine's pace every request waited its whole timeout for
     #: a 504 while more piled up behind it; past the bound a client hears 429 at once

@@ -408,9 +408,10 @@ def test_a_calibrated_gate_config_applies_to_its_gate_and_not_to_the_others(tmp_
 
 
 def test_the_openapi_description_lists_the_judge_route_and_its_parameters():
+    """The per-request options of the gates served (recovery's threshold), not of the others."""
     spec = client_for(key=KEY).get("/openapi.json").json()
     parameters = {p["name"] for p in spec["paths"]["/v1/judge/{gate}"]["post"]["parameters"]}
-    assert parameters == {"gate", "rubric", "threshold", "format"}
+    assert parameters == {"gate", "threshold", "format"}
 
 
 def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
