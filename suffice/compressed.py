@@ -2,9 +2,7 @@
 
 Why: traces for batch scoring are usually kept compressed (``traces.jsonl.gz``), and
 a user who had to decompress a million records first would also have to find the room
-for them.  Before this, ``.jsonl.gz`` was refused for its extension, and with
-``--input-format jsonl`` its bytes were read as lines: one error row per "line" of
-compressed data.
+for them.
 
 The compression is told by the file's first bytes, not its name (a ``.jsonl`` that
 is gzip inside is still read).  zstd has no reader in Python's standard library, so a

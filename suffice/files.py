@@ -1,11 +1,11 @@
 """Files written so that a failure (a full disk, a crash) leaves the old file or the
 new one, and nothing beside them.
 
-Why one helper: four places replaced a file through a temporary one (the result
-journal's rewrite, the Parquet journal restore, the run settings, the audit anchor)
-and each left its ``.tmp`` behind when the disk filled mid-write, where it took the
-room a rerun needed.  Write errors become :class:`OutputWriteError` naming the file;
-errors from producing the content pass through as they are.
+Why one helper: four places replace a file through a temporary one (the result
+journal's rewrite, the Parquet journal restore, the run settings, the audit anchor),
+and a ``.tmp`` left behind by a full disk takes the room a rerun needs.  Write
+errors become :class:`OutputWriteError` naming the file; errors from producing the
+content pass through as they are.
 
 :func:`output_lock` keeps a second process off an output while a run writes it.
 """

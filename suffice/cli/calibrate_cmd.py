@@ -141,8 +141,7 @@ def _destination(args: argparse.Namespace) -> Path | None:
 
 def _label_problem(records: list[dict[str, Any]]) -> str | None:
     """Why the golden records cannot calibrate, found before anything is judged: a
-    label that is not true or false (``"true"`` and ``0`` were read as no label, and
-    the run ended, after judging, with "no labeled verdicts"), or no label at all."""
+    label that is not true or false (``"true"``, ``0``), or no label at all."""
     for number, record in enumerate(records, start=1):
         label = record.get("sufficient")
         if label is not None and not isinstance(label, bool):
@@ -189,8 +188,8 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
         return None
     if scores["auc"] is None or scores["auc"] <= 0.5:
         # Saved all the same (the user asked), but a threshold on a score that ranks
-        # the labels no better than chance routes by chance: every score equal gave a
-        # threshold that delivered every question, and nothing said so.
+        # the labels no better than chance routes by chance (every score equal
+        # delivers every question), so the user is told.
         auc = "n/a" if scores["auc"] is None else f"{scores['auc']:.3f}"
         print(
             f"warning: {name} ranks the labels no better than chance (AUC {auc} on {scores['n']} items): "

@@ -2,15 +2,14 @@
 
 Why segments: a structured-output backend compiles every distinct pattern it sees,
 and the part of a verdict that depends on the request (which chunk ids exist, which
-sources can be cited) used to make the whole pattern distinct per chunk count.
+sources can be cited) would make a whole pattern distinct per chunk count.
 outlines-core builds a full index per pattern (about 3.7-8 s and 320-820 MB each
-with SmolLM2's vocabulary, measured on this machine) and vLLM keeps up to 128 of
-them, so a run over varied chunk counts held tens of GB.  Now a constraint is
-decoded as a chain of segments that continue one token sequence: the large,
-request-independent segments are the same for every request of a gate (compiled
-once), and only tiny segments name request ids (a choice among at most ``n``
-short chunk labels or source numbers, against 2.3-5.3 s for each large segment of the
-sufficiency gate with outlines-core).
+with SmolLM2's vocabulary) and vLLM keeps up to 128 of them, so a run over varied
+chunk counts would hold tens of GB.  So a constraint is decoded as a chain of
+segments that continue one token sequence: the large, request-independent segments
+are the same for every request of a gate (compiled once), and only tiny segments
+name request ids (a choice among at most ``n`` short chunk labels or source numbers,
+against 2.3-5.3 s for each large segment of the sufficiency gate with outlines-core).
 
 The whole language (``pattern`` and ``check``) is still what every output must match,
 and the segments compose to exactly that language: tests check both.

@@ -123,8 +123,8 @@ def _priority(chunks: Sequence[Chunk]) -> list[int]:
 
 #: No token of a real vocabulary spans more characters than this (SmolLM2's longest
 #: is 16 spaces), so text beyond ``max_model_len`` times it can never be shown and is
-#: cut before tokenizing.  A 5.4 MB chunk took 8.8 s to fit, tokenized whole several
-#: times under the process-wide tokenizer lock (every ``suffice serve`` request waited).
+#: cut before tokenizing: a 5.4 MB chunk tokenized whole takes 8.8 s to fit, under
+#: the process-wide tokenizer lock every ``suffice serve`` request waits on.
 CHARS_PER_TOKEN_MAX = 32
 
 
@@ -195,8 +195,8 @@ def fit_prompt(
         # Leave chunks out only while even the minimum share per chunk cannot fit: the
         # most chunks (best first) whose labels, sources and minimum shares fit.  Each
         # shown chunk costs its label and source too, so the count is searched with
-        # that overhead measured for it (dividing the room left with every chunk's
-        # overhead counted gave up on 128 chunks with URL sources that 16 fitted).
+        # that overhead measured for it, not every chunk's (which would give up on
+        # 128 chunks with URL sources when 16 fit).
         ranked = [i for i in priority if i in keep]
         constraint, budget, overhead = measure(keep)
         if len(ranked) * config.min_chunk_tokens > budget - overhead - slack:

@@ -76,8 +76,8 @@ _BODY_SCHEMA: dict[str, Any] = {
 
 class JSONResponse(_Utf8JSONResponse):
     """JSON whose strings UTF-8 cannot hold (a lone surrogate from an input's
-    ``"\\ud800"``, kept in ids as the batch output keeps it) are written as escapes:
-    Starlette's encoder raised, and the whole request became a plain-text 500."""
+    ``"\\ud800"``, kept in ids as the batch output keeps it) are written as escapes,
+    where Starlette's encoder raises and turns the request into a plain-text 500."""
 
     def render(self, content: Any) -> bytes:
         try:
@@ -229,7 +229,7 @@ def create_app(
             raw = await request.body()
         except ClientDisconnect:
             return Response(status_code=499)
-        # Off the event loop: 16 MiB of items took 2.7 s to parse, and /health stalled.
+        # Off the event loop: 16 MiB of items takes 2.7 s to parse, which would stall /health.
         value = await asyncio.to_thread(parse_line, raw, 1)
         if isinstance(value, InvalidRecord):
             return _unprocessable(["body"], f"the body {value.message}")

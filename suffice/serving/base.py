@@ -27,9 +27,9 @@ Progress = Callable[[float], None]
 
 #: The share of a request's work credited when its prompt has been read (prefilled).
 #: Why credit it at all: with a batch of 50 in flight, vLLM reads every prompt before
-#: the outputs finish, and a bar that moved only on completion sat at 0 % for 7 of the
+#: the outputs finish, so a bar moved only on completion sits at 0 % for 7 of the
 #: demo's 8.4 minutes.  Why one half: on the 48-item throughput benchmark, decision-only
-#: verdicts (prefill and one token) took 208 s against 374 s for full verdicts, so
+#: verdicts (prefill and one token) take 208 s against 374 s for full verdicts, so
 #: prefill is 56 % of a request's time here.
 PREFILL_SHARE = 0.5
 

@@ -3,9 +3,9 @@
 Why a separate configuration: three engines take different settings (a local model
 folder and a structured-output backend for vLLM; a local folder only for
 transformers, whose constraint is always Outlines'; a server address, key and
-tokenizer for an OpenAI-compatible server), and a setting given to an engine that
-cannot use it used to be ignored without a word.  Here it is a usage error that
-names the setting and the engine, before anything starts.  Nothing here imports an
+tokenizer for an OpenAI-compatible server); a setting given to an engine that
+cannot use it is a usage error that names the setting and the engine, before
+anything starts.  Nothing here imports an
 engine: :mod:`suffice.serving.factory` maps ``kind`` to the class.
 """
 

@@ -1,10 +1,10 @@
 """Engine settings read off the machine: cores, KV cache, log level.
 
 Why: vLLM's CPU defaults fit nobody here.  Its default thread binding ("auto")
-pinned every thread to core 0 of this 2-core machine (the same 64 prompts took
-5.0-6.2 s bound to both cores, 7.1-8.7 s on one); a fixed KV-cache size either
-wastes a small machine or starves a big one; and at its default log level a
-50-item demo printed about 335 lines of engine warnings.  So the cores come from
+pins every thread to core 0 of a 2-core machine (64 prompts take 5.0-6.2 s bound
+to both cores, 7.1-8.7 s on one); a fixed KV-cache size either wastes a small
+machine or starves a big one; and its default log level prints about 335 lines of
+engine warnings for a 50-item demo.  So the cores come from
 the process's affinity mask, the KV cache from the memory available now (both
 within a container's cgroup limits, when it has them), and
 vLLM's own logs are hidden unless asked for (``-v``); each can be overridden.

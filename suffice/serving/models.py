@@ -125,8 +125,7 @@ def embedded_model() -> ModelRef:
     try:
         _convert_once(gguf, target)
     except OSError as exc:
-        # A read-only root filesystem (a container's) or a full disk: the OS's own error
-        # came out of the engine's start, a traceback that did not say what to do.
+        # A read-only root filesystem (a container's) or a full disk: say what to do.
         raise ModelNotFoundError(
             str(target),
             f"the embedded model is converted once into suffice's cache, which cannot be written here "

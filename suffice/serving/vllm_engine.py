@@ -109,9 +109,7 @@ class _Driver:
     asynchronous engine does).  Only this thread touches the engine.  And why callers
     wait with a timeout: vLLM's synchronous client blocks on its output queue with no
     timeout, so when the engine-core process is killed (the kernel's out-of-memory
-    killer, a SIGKILL) ``step()`` never returns.  Measured before the watch: a run
-    whose engine core was OOM-killed was still waiting 13 minutes later with nothing
-    written.  Waiting callers check the engine's processes every
+    killer, a SIGKILL) ``step()`` never returns.  Waiting callers check the engine's processes every
     :data:`WATCH_INTERVAL`; a daemon thread left blocked does not keep the process
     from exiting.
     """

@@ -68,7 +68,7 @@ def decide(
     can_retrieve: bool = True,
 ) -> AdequacyDecision:
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
-    be in [0, 1] (-1 passed everything, NaN and 5 silently became 1)."""
+    be in [0, 1]."""
     effective = effective_threshold(rubric, threshold)
     scores = output.dimensions.scores()
     composite = composite_score(scores, rubric)

@@ -22,9 +22,8 @@ class SufficiencyThreshold:
     """When evidence is enough to deliver an answer.
 
     ``min_cumulative_score`` is in the retriever's own units (chunks without a
-    score count 0), any finite number; ``None`` (the default) asks for none.  A
-    default of 0 sent every SUFFICIENT verdict to retrieve more when the scores were
-    a cross-encoder's logits (negative), and a negative minimum was refused.
+    score count 0), any finite number, since a cross-encoder's logits are negative;
+    ``None`` (the default) asks for none.
 
     ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
     support ratio meets ``required_support_ratio``: the checked answer goes out with

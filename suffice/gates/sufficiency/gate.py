@@ -178,7 +178,7 @@ class SufficiencyGate(Gate):
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if isinstance(verdict, SufficiencyVerdict) and not all(verdict.coverage.values()):
-            # An uncovered entity left the constraint only "false": under the
+            # An uncovered entity leaves the constraint only "false": under the
             # constraint, P(true) is 0 whatever the unconstrained logits said.
             probabilities = {"true": 0.0, "false": 1.0}
         if probabilities is not None:
