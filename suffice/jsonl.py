@@ -33,8 +33,8 @@ class SourceLine:
 
 
 def _marking_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` keeps the last of two equal keys: ``{"id": "b", "id": "c"}``
-    was judged as ``c`` and ``b`` vanished.  Such an object is marked
+    """``json.loads`` keeps the last of two equal keys (``{"id": "b", "id": "c"}``
+    would be judged as ``c``), so such an object is marked
     (:class:`~suffice.records.RepeatedKeys`), and reading a record or chunk from it
     is that record's error (42 us a line more on the bundled records, against
     seconds a verdict; an HTTP body of many items still judges the others)."""

@@ -67,7 +67,7 @@ def record_id(record: object) -> str | None:
 
 
 #: An integer id may have this many bits (a 128-bit hash fits).  Larger ones are
-#: refused: ``str(10**5000)`` raises, and so did every message that showed it.
+#: refused: ``str(10**5000)`` raises, and so would every message that showed it.
 ID_BITS = 128
 
 
@@ -99,7 +99,7 @@ def _short(value: object, limit: int = 40) -> str:
 
 def _text_field(value: object, name: str) -> str:
     """A required text: a string with something left once control characters are
-    removed (a question of ``"\x00\x01"`` was judged as an empty one)."""
+    removed (a question of ``"\x00\x01"`` is an empty one)."""
     if not isinstance(value, str) or not clean_text(value).strip():
         raise InputError(name, "must be a non-empty string")
     return value

@@ -25,8 +25,8 @@ class ThresholdPoint:
 
 def _check(scores: Sequence[float], labels: Sequence[bool]) -> None:
     """Raise ValueError for what would make a metric silently wrong: a NaN score (it
-    compared unequal to itself, and the AUC's tie loop never ended), a label that is
-    not a bool (``"false"`` counted as positive)."""
+    compares unequal to itself, so the AUC's tie loop never ends), a label that is
+    not a bool (``"false"`` would count as positive)."""
     if len(scores) != len(labels):
         raise ValueError(f"scores and labels differ in length: {len(scores)} vs {len(labels)}")
     if not scores:

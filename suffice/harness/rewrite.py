@@ -65,8 +65,7 @@ class QueryRewriter:
 
 def _fresh(queries: Sequence[str], request: RewriteRequest) -> list[str]:
     """``queries`` without repeats and without those already tried (compared without
-    case and spacing): ``["a", "a", "a"]`` after ``a`` sent ``a`` three more times and
-    never the gap."""
+    case and spacing), so the retries search the gap, not ``a`` again."""
     seen = {" ".join(q.lower().split()) for q in request.tried}
     out = []
     for query in queries:

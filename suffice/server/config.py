@@ -74,8 +74,8 @@ class ServeConfig:
         if not self.request_timeout > 0:
             raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
         if not math.isfinite(self.request_timeout):
-            # The SIGTERM drain is sized from it (int(inf) raised only once the engine
-            # had loaded); a request that may run for ever holds a drain for ever too.
+            # The SIGTERM drain is sized from it: a request that may run for ever
+            # holds a drain for ever too.
             raise ConfigError("request_timeout", self.request_timeout, "must be a finite number of seconds")
         if self.audit_key is not None and self.audit_db is None:
             raise ConfigError("audit_key", "<key>", "needs audit_db")

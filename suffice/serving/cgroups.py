@@ -11,7 +11,7 @@ own cgroup (a child's limit can be looser than its parent's).
 Where the cgroup lives is read from ``/proc/self/mountinfo`` (each hierarchy's mount
 point and the cgroup at its root) and ``/proc/self/cgroup`` (the process's cgroup in
 each hierarchy), so it works with and without a cgroup namespace.  Anything that
-cannot be read means "no limit known": the host's figures are used, as before.
+cannot be read means "no limit known": the host's figures are used.
 """
 
 from __future__ import annotations

@@ -60,11 +60,9 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 
 def _check_host(base_url: str) -> None:
-    """Refuse an address without a host or with a port that is not one.  Why here: the
-    HTTP client took ``http://`` and ``http://:8000``, and the run said the server
-    "cannot be reached" after every retry, as if it were down; a port that is not a
-    number (``http://gpu-box:80OO``) raised the client's own ``InvalidURL``, naming no
-    setting; and port 99999 was tried as some other port."""
+    """Refuse an address without a host or with a port that is not one, naming the
+    setting: the HTTP client takes ``http://`` and reports the server unreachable
+    after every retry, and raises its own ``InvalidURL`` for ``http://gpu-box:80OO``."""
     try:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number

@@ -64,8 +64,7 @@ class Rubric(BaseModel):
     def _weights_and_floors(self) -> Rubric:
         if any(w < 0 for w in self.weights.values()):
             raise ValueError("weights: every weight must be >= 0")
-        # Infinity (JSON's too) or 1e308 twice made every composite NaN, and the
-        # verdict file invalid JSON.
+        # Infinity (JSON's too) or 1e308 twice would make every composite NaN.
         if not 0 < sum(self.weights.values()) < math.inf:
             raise ValueError("weights: must be finite numbers summing to a positive, finite number")
         if any(not 0 <= f <= 1 for f in self.critical.values()):
@@ -162,10 +161,9 @@ def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -
     """The rubric's next patch version, with the calibrated composite threshold.
 
     Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
-    already (it was overwritten: a hand-edited version lost) or cannot be written.
+    already (a hand-edited version is never overwritten) or cannot be written.
     A file this call created and could not finish (a full disk) is removed: left
-    empty, it was the store's newest version, unreadable, so every later judge with
-    the rubric failed, and a retry took it for a version that exists already."""
+    empty, it would be the store's newest version, and unreadable."""
     path = next_rubric_path(rubric, folder)
     version = path.stem.rsplit("@", 1)[1]
     data = rubric.model_dump(mode="json")

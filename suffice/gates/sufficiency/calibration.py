@@ -45,8 +45,7 @@ class GateConfig(BaseModel):
         """Raises :class:`ConfigError` naming ``save_config`` when it cannot be written.
 
         Written beside and renamed over ``path``: a gate config is what a production
-        gate reads at every start, and rewritten in place it was truncated first, so a
-        re-calibration that filled the disk left it empty and the gate unable to start."""
+        gate reads at every start, and a full disk must not leave it empty."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             replace_atomically(path, [(self.model_dump_json(indent=2) + "\n").encode("utf-8")])
