@@ -188,8 +188,8 @@ class AuditError(SufficeError):
 class AuditBrokenError(AuditError):
     """:meth:`~suffice.audit.AuditLog.anchor` found the chains broken (``reason``
     says where) and refuses to certify them.  A type of its own because the other
-    AuditErrors (a damaged file, a lock held too long) are no evidence of tampering,
-    and ``audit anchor`` reported them as tampered (exit 4) where ``verify`` says 2."""
+    AuditErrors (a damaged file, a lock held too long) are no evidence of tampering
+    (``verify`` exits 2 for them, not 4)."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path

@@ -100,9 +100,8 @@ def output_lock(output: Path) -> Iterator[None]:
     holds it.
 
     Why: two runs on one output each append rows and each rewrite the file at the end
-    (dropping rows the other appended, through the same ``.tmp``); measured on the
-    reviewer's two-writer case, 20 records ended as 20 rows with 2 doubled and 2
-    missing, and both runs reported success.  ``flock`` is released by the kernel when
+    (dropping rows the other appended, through the same ``.tmp``), and both report
+    success.  ``flock`` is released by the kernel when
     the holder dies, SIGKILL included, so a killed run never blocks its resume.  The
     descriptor is close-on-exec and closed in forked children (an engine process the
     run starts does not hold the lock after it), and the file is removed while still held: a process that opened it just

@@ -43,8 +43,8 @@ class Segment:
     typical verdict has a boundary (the model then continues token sequences it
     knows: SmolLM2 writes ``":"`` as one token, so a prefix does not end between
     ``":`` and ``"``).  A prefix before a large pattern ends outside a JSON string:
-    outlines-core did not finish compiling, within vLLM's 120 s, a large pattern
-    that opened inside one.  ``tests/grammars/test_prefixes.py`` checks both.
+    outlines-core does not finish compiling, within vLLM's 120 s, a large pattern
+    that opens inside one.  ``tests/grammars/test_prefixes.py`` checks both.
     """
 
     pattern: str

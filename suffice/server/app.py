@@ -175,8 +175,8 @@ def create_app(
     gates_literal = tuple(config.gates)
     query_options = _request_options(gates_literal)
     #: Items admitted and not yet done (touched only on the event loop, so unlocked).
-    #: Why a bound: past the engine's pace every request waited its whole timeout for
-    #: a 504 while more piled up behind it; past the bound a client hears 429 at once
+    #: Why a bound: past the engine's pace every request would wait its whole timeout
+    #: for a 504 while more pile up behind it; past the bound a client hears 429 at once
     #: and backs off.  Released when the work ends, not when the answer goes out: a
     #: request answered 504 or 499 holds the engine until its generation stops.
     pending = [0]

@@ -50,8 +50,8 @@ def listen(sock: socket.socket, host: str, port: int) -> None:
 
     Why here and not in uvicorn: two servers started on one port both bind it
     (``SO_REUSEADDR``, neither listening yet), and only the second ``listen`` fails.
-    uvloop's ``create_server`` swallowed that failure: the server printed its URL
-    and ran for ever, engine loaded, without listening.
+    uvloop's ``create_server`` swallows that failure, leaving a server that prints
+    its URL and never listens.
     """
     try:
         sock.listen(BACKLOG)

@@ -254,8 +254,8 @@ def engine_log_path() -> Path | None:
     ``None`` (a warning says so, and the output is not hidden).
 
     Why the fallbacks: in a container whose root filesystem is read-only (a common
-    Kubernetes setting) the cache cannot be written, and the engine's start raised
-    ``OSError: Read-only file system`` for the sake of a log."""
+    Kubernetes setting) the cache cannot be written, and a log is no reason for the
+    engine's start to fail."""
     from suffice.serving.models import cache_root
 
     name = f"engine-{os.getpid()}.log"
