@@ -160,7 +160,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
     chunks = tuple(parse_chunk(raw, i) for i, raw in enumerate(raw_chunks))
     # Compared as text: 1 and "1" are one id in a citation's source key, a Parquet
-    # column and a user's eyes (recovery counted them as one source passage twice).
+    # column and a user's eyes.
     seen: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
         key = str(chunk.id)
