@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
@@ -23,17 +23,22 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
     )
     declared: dict[str, list[str]] = {}
     descriptions: dict[str, str] = {}
+    choices: dict[str, tuple[Any, ...] | None] = {}
     for name in gate_names():
         with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
             for key, info in gate_class(name).options_model.model_fields.items():
                 declared.setdefault(key, []).append(name)
                 descriptions.setdefault(key, info.description or "")
+                literal = get_origin(info.annotation) is Literal
+                choices.setdefault(key, get_args(info.annotation) if literal else None)
     for key, gates in declared.items():
         flag = "--" + key.replace("_", "-")
         help_text = f"{', '.join(gates)} gate: {descriptions[key]}".rstrip(": ")
         # A name some other flag has already (an engine setting) stays reachable by --gate-option.
         with contextlib.suppress(argparse.ArgumentError):
-            p.add_argument(flag, dest=_PREFIX + key, default=None, metavar=key.upper(), help=help_text)
+            allowed = choices[key]
+            metavar = "{" + ",".join(map(str, allowed)) + "}" if allowed else key.upper()
+            p.add_argument(flag, dest=_PREFIX + key, default=None, metavar=metavar, help=help_text)
 
 
 def gate_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
