@@ -645,3 +645,19 @@ def test_a_body_being_parsed_does_not_block_the_event_loop(monkeypatch):
         worker.join(10)
     assert status == 200
     assert waited < 5
+
+
+def test_a_server_side_option_cannot_be_set_by_a_request():
+    """``rubric_dir`` names a folder on the server: the server's to set, not a client's."""
+    config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
+    response = client.post("/v1/judge/adequacy?rubric_dir=/etc", json=record(0))
+    assert response.json()["detail"][0]["loc"] == ["query", "rubric_dir"]
+
+
+def test_options_in_the_body_apply_to_that_request():
+    config = ServeConfig(gates=("recovery",))
+    service = GateService(config, ScriptedEngine(good))
+    client = TestClient(create_app(service, config))
+    client.post("/v1/judge/recovery", json={"items": [record(0)], "options": {"threshold": "loose"}})
+    assert ("recovery", (("threshold", "'loose'"),)) in service._judges
