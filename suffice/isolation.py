@@ -1,30 +1,25 @@
 """Finding the request that fails a batch: halves, down to the one that fails alone.
 
-One rule for every batched call suffice does not fully control (an engine, a Ray
-actor, a retriever or a query rewriter): a call that fails is split in halves and
-each half tried again, down to single requests, so only a request that fails on its
-own loses its outcome and every other request keeps its own.  Who calls decides,
-per failure, what is nobody's fault (a dead engine: raised, nothing is split) and
-what a request failing alone gets (its error, or a crash row).  A call that returns
-a different number of outcomes than it was given requests fails too (no outcome can
-be matched to its request); one that raises :class:`PartialBatchError` already says
-each request's outcome, which is kept as it is: nothing is split or sent again.
+One rule for every batched call suffice does not control (an engine, a Ray actor, a
+retriever, a query rewriter): a call that fails is split in halves and each half
+tried again, down to single requests, so only a request that fails on its own loses
+its outcome.  The caller says, per failure, what is nobody's fault (a dead engine:
+raised, nothing split) and what a request failing alone gets.  A call returning
+more or fewer outcomes than requests fails too (none can be matched); one raising
+:class:`PartialBatchError` says each request's outcome, kept as it is: nothing is
+split or sent again.  :func:`isolate` tries the halves in turn; the Ray pool sends
+them to its actors at once, keeping outcomes in a :class:`Bisection`.
 
-:func:`isolate` tries the pieces one after another; the Ray pool sends them to its
-actors at once, with :class:`Bisection` and :func:`halves` keeping the outcomes.
-
-A harness step may also hang (a search server that never answers).  Given a time
-limit, :func:`step_outcomes` runs the call in a thread of its own and, past the
-limit, every request in it fails with the limit in its reason, without splitting
-(halves of a hung call would hang too, each for the whole limit).  Python cannot stop
-the thread: it is left to finish on its own, and whatever it returns is dropped.
+A harness step may hang (a search server that never answers).  Given a time limit,
+:func:`step_outcomes` runs the call in a thread and, past the limit, fails every
+request in it without splitting (halves of a hung call would hang too, each for the
+whole limit).  The thread cannot be stopped: it finishes on its own, its result dropped.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from suffice.exceptions import EngineFatalError, PartialBatchError, StepError
@@ -34,36 +29,27 @@ Outcome = TypeVar("Outcome")
 Failure = TypeVar("Failure")
 
 
-@dataclass(frozen=True)
-class Piece(Generic[Request]):
-    """Consecutive requests of a batch, from position ``start``."""
-
-    start: int
-    requests: Sequence[Request]
+def halves(requests: Sequence[Request]) -> tuple[Sequence[Request], Sequence[Request]]:
+    middle = len(requests) // 2
+    return requests[:middle], requests[middle:]
 
 
-def halves(piece: Piece[Request]) -> list[Piece[Request]]:
-    """The two halves of a piece of at least two requests."""
-    middle = len(piece.requests) // 2
-    return [Piece(piece.start, piece.requests[:middle]), Piece(piece.start + middle, piece.requests[middle:])]
+class Bisection(Generic[Outcome]):
+    """A batch's outcomes by position while its pieces come back, in any order."""
 
-
-class Bisection(Generic[Request, Outcome]):
-    """One batch's outcomes by position while its pieces come back, in any order."""
-
-    def __init__(self, requests: Sequence[Request]) -> None:
-        self.whole = Piece(0, requests)
+    def __init__(self, size: int) -> None:
+        self.size = size
         self._outcomes: dict[int, Outcome] = {}
 
-    def settle(self, piece: Piece[Request], outcomes: Sequence[Outcome]) -> None:
-        self._outcomes.update(zip(range(piece.start, piece.start + len(piece.requests)), outcomes, strict=True))
+    def settle(self, start: int, outcomes: Sequence[Outcome]) -> None:
+        self._outcomes.update(enumerate(outcomes, start))
 
     @property
     def complete(self) -> bool:
-        return len(self._outcomes) == len(self.whole.requests)
+        return len(self._outcomes) == self.size
 
     def outcomes(self) -> list[Outcome]:
-        return [self._outcomes[i] for i in range(len(self.whole.requests))]
+        return [self._outcomes[i] for i in range(self.size)]
 
 
 class WrongCountError(Exception):
@@ -78,32 +64,24 @@ def isolate(
     requests: Sequence[Request],
     failed: Callable[[Exception, Sequence[Request]], Failure],
 ) -> list[Outcome | Failure]:
-    """One outcome per request, in order: ``call``'s, or where a request failed alone
-    what ``failed`` returned for it.
-
-    ``failed(exc, requests)`` is told of every failed call (of several requests too:
-    the halves follow); it raises what no request is to blame for, which stops
-    everything.  Any exception is caught on purpose: who calls says which are fatal.
-    """
-    batch: Bisection[Request, Outcome | Failure] = Bisection(requests)
-    todo = [batch.whole] if requests else []
-    while todo:
-        piece = todo.pop()
-        try:
-            outcomes: Sequence[Outcome | Failure] = list(call(piece.requests))
-            if len(outcomes) != len(piece.requests):
-                raise WrongCountError(len(outcomes), len(piece.requests))
-        except PartialBatchError as exc:
-            outcomes = exc.outcomes
-        except Exception as exc:
-            failure = failed(exc, piece.requests)
-            if len(piece.requests) == 1:
-                outcomes = [failure]
-            else:
-                todo.extend(reversed(halves(piece)))  # the first half first, as it was sent
-                continue
-        batch.settle(piece, outcomes)
-    return batch.outcomes()
+    """One outcome per request, in order: ``call``'s, or what ``failed(exc, requests)``
+    returned for a request that failed alone.  ``failed`` is told of every failed call
+    (of several requests too, before the halves) and raises what no request is to
+    blame for.  Any exception is caught on purpose: ``failed`` says which are fatal."""
+    if not requests:
+        return []
+    try:
+        outcomes: list[Outcome | Failure] = list(call(requests))
+        if len(outcomes) != len(requests):
+            raise WrongCountError(len(outcomes), len(requests))
+    except PartialBatchError as exc:
+        return list(exc.outcomes)
+    except Exception as exc:
+        failure = failed(exc, requests)
+        if len(requests) == 1:
+            return [failure]
+        return [o for half in halves(requests) for o in isolate(call, half, failed)]
+    return outcomes
 
 
 def step_outcomes(
@@ -112,13 +90,10 @@ def step_outcomes(
     error: type[StepError],
     seconds_each: float | None = None,
 ) -> list[Outcome | StepError]:
-    """A harness step's outcome per request, in order; an ``error`` instance where a
-    request failed alone (its message is the question's review reason: never silent).
-
-    ``seconds_each``: the call's time limit is this many seconds per request in it
-    (``None``: no limit).  A fatal engine failure (a dead engine) is nobody's
-    question: it propagates, and the run stops, as the batch runner's does.
-    """
+    """A harness step's outcome per request, in order; an ``error`` (the question's
+    review reason) where one failed alone.  ``seconds_each``: the call's time limit
+    per request in it (``None``: none).  A fatal engine failure is nobody's question:
+    it propagates."""
 
     def failed(exc: Exception, _: Sequence[Request]) -> StepError:
         if isinstance(exc, EngineFatalError):

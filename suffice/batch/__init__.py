@@ -3,7 +3,8 @@ resume by id; in this process or on Ray actors.  The CLI only builds the options
 
 from suffice.batch.inputs import FieldMap, InputFile, Shard
 from suffice.batch.options import BatchOptions, RayOptions
-from suffice.batch.runner import BatchReport, journal_path, judge_file, result_row
+from suffice.batch.runner import BatchReport, journal_path, judge_file
+from suffice.rows import result_row
 
 __all__ = [
     "BatchOptions",

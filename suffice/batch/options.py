@@ -15,7 +15,7 @@ VERDICT_FORMATS = ("suffice", "seed", "ragflow")
 
 @dataclass(frozen=True)
 class RayOptions:
-    """Judge on Ray actors, one engine each (see :mod:`suffice.batch.cluster`)."""
+    """Judge on Ray actors, one engine each (see :mod:`suffice.batch.ray_scorer`)."""
 
     #: ``auto`` (a running cluster), ``local`` (start one in this process) or ``ray://...``/``HOST:PORT``.
     address: str = "auto"
@@ -36,8 +36,8 @@ class RayOptions:
     replace_delay_s: float = 5.0
 
     def __post_init__(self) -> None:
-        # Checked here, not when Ray uses them: actors=1.5 or a NaN delay was accepted
-        # and failed mid-run with a raw TypeError or ValueError, rows already written.
+        # Checked here, not when Ray uses them: there, actors=1.5 or a NaN delay fails
+        # mid-run with a raw TypeError or ValueError, rows already written.
         if not isinstance(self.address, str) or not self.address.strip():
             raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
         if self.actors is not None:

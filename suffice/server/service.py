@@ -21,7 +21,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from suffice.batch import result_row
 from suffice.batch.inputs import FieldMap
 from suffice.calibration.thresholds import GateConfig
 from suffice.config import JudgeConfig
@@ -31,6 +30,7 @@ from suffice.harness.audit import AuditLog, weights_hash
 from suffice.harness.recording import audit_values
 from suffice.judge import Judge
 from suffice.results import JudgeResult
+from suffice.rows import result_row
 from suffice.server.config import ServeConfig
 from suffice.serving.base import Engine
 from suffice.serving.factory import make_engine
