@@ -1,19 +1,15 @@
 """Finding the request that fails a batch: halves, down to the one that fails alone.
 
-One rule for every batched call suffice does not control (an engine, a Ray actor, a
-retriever, a query rewriter): a call that fails is split in halves and each half
-tried again, down to single requests, so only a request that fails on its own loses
-its outcome.  The caller says, per failure, what is nobody's fault (a dead engine:
-raised, nothing split) and what a request failing alone gets.  A call returning
-more or fewer outcomes than requests fails too (none can be matched); one raising
-:class:`PartialBatchError` says each request's outcome, kept as it is: nothing is
-split or sent again.  :func:`isolate` tries the halves in turn; the Ray pool sends
-them to its actors at once, keeping outcomes in a :class:`Bisection`.
+For every batched call suffice does not control (an engine, a Ray actor, a retriever,
+a query rewriter): a failed call is split in halves, each tried again, down to single
+requests, so only a request that fails on its own loses its outcome.  The caller says
+what is nobody's fault (a dead engine: raised) and what a lone failure gets.  A call
+returning more or fewer outcomes than requests fails too; one raising
+:class:`PartialBatchError` gives each request's outcome, kept: nothing is split or sent
+again.  The Ray pool sends the halves at once, keeping outcomes in a :class:`Bisection`.
 
-A harness step may hang (a search server that never answers).  Given a time limit,
-:func:`step_outcomes` runs the call in a thread and, past the limit, fails every
-request in it without splitting (halves of a hung call would hang too, each for the
-whole limit).  The thread cannot be stopped: it finishes on its own, its result dropped.
+A harness step may hang: past its time limit (:func:`step_outcomes`) every request in
+the call fails, unsplit (halves would hang too); the thread is left to finish alone.
 """
 
 from __future__ import annotations
@@ -64,10 +60,9 @@ def isolate(
     requests: Sequence[Request],
     failed: Callable[[Exception, Sequence[Request]], Failure],
 ) -> list[Outcome | Failure]:
-    """One outcome per request, in order: ``call``'s, or what ``failed(exc, requests)``
-    returned for a request that failed alone.  ``failed`` is told of every failed call
-    (of several requests too, before the halves) and raises what no request is to
-    blame for.  Any exception is caught on purpose: ``failed`` says which are fatal."""
+    """One outcome per request, in order: ``call``'s, or ``failed(exc, requests)``'s for a
+    request that failed alone.  ``failed`` hears of every failed call (before halves too)
+    and raises what no request is to blame for: any exception is caught on purpose."""
     if not requests:
         return []
     try:

@@ -306,12 +306,9 @@ class Judge:
         cancel: threading.Event | None = None,
     ) -> list[Generation | EngineError]:
         """One engine call; if it fails, the batch is split so one poisoned request fails
-        alone (:func:`~suffice.isolation.isolate`).
-
-        A fatal engine failure (a dead engine, a server that does not enforce the
-        constraint) is not split: :class:`EngineFatalError` goes to the caller, and no
-        request is blamed for it.
-        """
+        alone (:func:`~suffice.isolation.isolate`).  A fatal engine failure (a dead
+        engine, a server that does not enforce the constraint) is not split: it goes to
+        the caller, and no request is blamed for it."""
 
         def failed(exc: Exception, part: Sequence[GenerationRequest]) -> EngineError:
             if not isinstance(exc, EngineError) or isinstance(exc, EngineFatalError):

@@ -21,23 +21,20 @@ from suffice.records import record_id
 from suffice.results import JudgeResult
 from suffice.rows import crash_result, result_row
 
-#: Times Ray Data may restart a :func:`judge_dataset` actor, and retry its batch, after
-#: the actor process itself died (an engine that dies inside it is handled by the
-#: worker).  Ray Data's default is for ever: a record that kills its actor restarts
-#: it without end (21 times in two minutes, measured).
+#: Times Ray Data may restart a :func:`judge_dataset` actor whose process died, and retry
+#: its batch.  Ray Data's default is for ever: a record that kills its actor restarts it
+#: without end (21 times in two minutes, measured).
 DATASET_RESTARTS = 3
 
 
 class _DatasetWorker:
     """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor).
 
-    A record that kills the engine (its process, inside the actor) costs only its own
-    row: the engine is opened again and the batch judged in halves
-    (:mod:`suffice.isolation`), down to the record that kills it alone, which gets an
-    ``EngineCrashError`` row as ``suffice judge --ray`` gives it.  An engine that dies
-    on everything is failing, not a record: more deaths in a row than a poison
-    record's halving needs (``2 + log2(batch)``), or a record that dies alone before
-    this actor has judged anything, fail the batch (and the dataset) with that error.
+    A record that kills the engine costs only its own row: the engine is opened again
+    and the batch judged in halves (:mod:`suffice.isolation`), down to that record,
+    which gets an ``EngineCrashError`` row.  An engine that dies on everything fails
+    the batch (and the dataset): more deaths in a row than a poison record's halving
+    needs (``2 + log2(batch)``), or a lone death before this actor judged anything.
     """
 
     def __init__(

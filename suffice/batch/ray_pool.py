@@ -78,8 +78,7 @@ class JudgeWorker:
         return self.opened().engine.served()
 
     def stop(self) -> None:
-        """Drop the batches queued behind the running one (called in the actor's
-        :data:`CONTROL` concurrency group, so it is not queued behind them itself)."""
+        """Drop the batches queued behind the running one (called in group :data:`CONTROL`)."""
         self.stopped = True
 
     def close(self) -> None:
@@ -178,12 +177,9 @@ class ActorPool:
 
     def settled(self, slot: int) -> bool:
         """Whether the driver has seen the slot's actor open its engine (or fail to).
-
-        Batches go only to such an actor: the probe's answer travels after the call
-        returns, and an actor sent a batch at once could die of it (a record that
-        kills its process outright) before that answer left; its death would then
-        read as an engine that never opened, and a poison record would stop the run
-        instead of getting its row."""
+        Batches go only to such an actor: one that died of its first batch before its
+        probe's answer left would read as an engine that never opened, and a poison
+        record would stop the run instead of getting its row."""
         if not self._settled[slot]:
             done, _ = ray_module().wait([self._probes[slot]], num_returns=1, timeout=0)
             self._settled[slot] = bool(done)
@@ -221,12 +217,10 @@ class ActorPool:
         self.actors[slot] = self._new_actor(slot)
 
     def served(self) -> dict[str, str]:
-        """What the actors' engine says it serves, asked of the first actor that answers
-        (every actor runs the same engine settings, so one server).  An actor that could
-        not open its engine raises that error, as its first batch would.  An actor that
-        died before answering is replaced and the new one asked, up to
-        ``max_batch_retries`` times a slot: a resume must not go on unchecked against
-        a server that now serves another model."""
+        """What the actors' engine serves, asked of the first actor that answers (one
+        engine setting, so one server); an actor that could not open its engine raises
+        that error.  One that died first is replaced and asked again, up to
+        ``max_batch_retries`` times a slot: a resume is never left unchecked."""
         self.start()
         ray = ray_module()
         last: BaseException | None = None

@@ -1,17 +1,15 @@
 """Judging on Ray (``suffice judge --ray``): batches out to a pool of actors, results back in order.
 
-The runner streams the input, skips finished ids and hands batches over, so resume,
-duplicate ids, output order and the settings check are those of an in-process run.
+The runner streams the input, skips finished ids and hands batches over, as in-process.
 
-Faults: an actor that dies (a lost node, ``ray.kill``, an engine that died inside
-it) is replaced and its batches sent again, each alone on an actor (so a death
-blames one batch), up to ``RayOptions.max_batch_retries`` times; a batch that still
-kills its actors is halved (:mod:`suffice.isolation`), each half alone on an actor,
-down to the record that kills it alone, which gets an ``EngineCrashError`` row on
-the same run.  Deaths before an actor has opened its engine, and a server that went
-away, are never blamed on records.  An error no retry can fix (a missing model
-folder, a GPU setting on the CPU build) stops the run with that error, unwrapped,
-and so do actors that die on every record (nothing judged: the engine is failing).
+An actor that dies (a lost node, ``ray.kill``, its engine died) is replaced and its
+batches sent again, each alone on an actor (so a death blames one batch), up to
+``RayOptions.max_batch_retries`` times; a batch that still kills its actors is halved
+(:mod:`suffice.isolation`) down to the record that kills them alone, which gets an
+``EngineCrashError`` row on the same run.  Deaths before an actor opened its engine,
+and a server gone away, are never blamed on records.  An error no retry can fix (a
+missing model folder) stops the run with that error, unwrapped, and so do actors
+that die on every record (nothing judged: the engine is failing).
 """
 
 from __future__ import annotations
@@ -105,12 +103,10 @@ class _Schedule:
         self, pool: ActorPool, progress: Progress | None, crashed: Callable[[object], JudgeResult] | None
     ) -> None:
         self.pool = pool
-        self.options = pool.options
         self.progress = progress
         self.crashed = crashed
-        self.capacity = 1 + self.options.queue_per_actor
-        # Results come out in order, so finished batches wait behind a slow one: read no
-        # further than this many batches ahead of the oldest unfinished one.
+        self.capacity = 1 + pool.options.queue_per_actor
+        # Results come out in order: read no further ahead of the oldest unfinished batch.
         self.window = 2 * self.capacity * len(pool.actors)
         self.load = [0] * len(pool.actors)
         #: Calls in flight (the pool drops them if the run stops before they are back).
@@ -233,7 +229,7 @@ class _Schedule:
                 raise reason
             sent.failed_starts += 1
             self._replace(sent, reason)
-            if sent.failed_starts > self.options.max_batch_retries:
+            if sent.failed_starts > self.pool.options.max_batch_retries:
                 raise EngineDeadError(
                     f"{sent.failed_starts} Ray actors could not open their engine for one batch "
                     f"(last: {reason}); rerun the same command to resume"
@@ -245,7 +241,7 @@ class _Schedule:
             raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
         sent.tries += 1
         self._replace(sent, reason)
-        if sent.tries <= (1 if sent.halved else self.options.max_batch_retries):
+        if sent.tries <= (1 if sent.halved else self.pool.options.max_batch_retries):
             return [sent]
         # Out of tries, the last ones alone on an actor that had opened its engine:
         # what kills the engine is in these records.

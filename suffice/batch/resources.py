@@ -57,9 +57,8 @@ def fits(ray: Any, *, cpus: float, gpus: float) -> int | None:
 
 
 def plan_actors(ray: Any, options: RayOptions, tensor_parallel_size: int) -> ActorPlan:
-    """The pool ``options`` ask for on this cluster (default: one actor per
-    ``tensor_parallel_size`` GPUs, or one on CPUs); :class:`ConfigError` naming
-    ``actors`` if the cluster cannot place it."""
+    """The pool ``options`` ask for (default: one actor per ``tensor_parallel_size``
+    GPUs, or one on CPUs); :class:`ConfigError` naming ``actors`` if it cannot be placed."""
     resources = ray.cluster_resources()
     gpus = float(resources.get("GPU", 0))
     each_gpus = options.gpus_per_actor
@@ -96,9 +95,8 @@ def check_capacity(ray: Any, plan: ActorPlan) -> None:
 
 
 def split_cores(count: int) -> list[str | None]:
-    """Cores of this machine's affinity mask (within a container's CPU quota) shared
-    out, one slice per local actor (two engines bound to the same cores run slower
-    than one); ``None`` each where there are too few to share."""
+    """This machine's cores (affinity mask within the CPU quota), one slice per local
+    actor (two engines on the same cores run slower than one); ``None``: too few."""
     mask = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     mask = list(quota_cores(tuple(mask))[0])
     if count <= 1 or len(mask) < count:
