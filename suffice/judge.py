@@ -23,12 +23,12 @@ from suffice.exceptions import (
     EngineFatalError,
     GenerationError,
     ItemError,
-    PartialBatchError,
     PreparationError,
     PromptTooLongError,
     VerdictError,
 )
 from suffice.gates import Gate, gate_names
+from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
@@ -301,32 +301,20 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[Generation | EngineError]:
-        """One engine call; if it fails, split the batch so one poisoned request fails alone.
+        """One engine call; if it fails, the batch is split so one poisoned request fails
+        alone (:func:`~suffice.isolation.isolate`).  A fatal engine failure (a dead
+        engine, a server that does not enforce the constraint) is not split: it goes to
+        the caller, and no request is blamed for it."""
 
-        A fatal engine failure (a dead engine, a server that does not enforce the
-        constraint) is not split: :class:`EngineFatalError` goes to the caller, and no
-        request is blamed for it.
-        """
-        if not requests:
-            return []
-        try:
-            return list(self.engine.generate(requests, progress, cancel))
-        except EngineFatalError:
-            raise
-        except PartialBatchError as exc:  # the engine knows which requests failed: nothing to split
+        def failed(exc: Exception, part: Sequence[GenerationRequest]) -> EngineError:
+            if not isinstance(exc, EngineError) or isinstance(exc, EngineFatalError):
+                raise exc
             self.engine.check_alive()
-            if progress is not None:
-                for _ in range(sum(isinstance(o, EngineError) for o in exc.outcomes)):
-                    progress(1)
-            return list(exc.outcomes)
-        except EngineError as exc:
-            self.engine.check_alive()
-            if len(requests) == 1:
-                if progress is not None:
-                    progress(1)
-                return [exc]
-            mid = len(requests) // 2
-            return self._generate(requests[:mid], progress, cancel) + self._generate(requests[mid:], progress, cancel)
+            if len(part) == 1 and progress is not None:
+                progress(1)
+            return exc
+
+        return isolate(lambda part: self.engine.generate(list(part), progress, cancel), requests, failed)
 
     def _verdict(
         self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None

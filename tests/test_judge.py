@@ -5,7 +5,7 @@ import json
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, EngineError, PartialBatchError
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
@@ -111,6 +111,36 @@ def test_an_engine_failure_on_one_request_fails_only_that_item():
     results = judge.judge_batch(records)
     assert [r.ok for r in results] == [True, True, True, False, True]
     assert "scripted engine failure" in results[3].error.message
+
+
+class FailsEachPoisonAlone(ScriptedEngine):
+    """Like an engine that sends one call per request: it knows which failed, and says so."""
+
+    def generate(self, requests, progress=None, cancel=None):
+        self.calls.append(len(requests))
+        outcomes = [
+            EngineError("request refused")
+            if "POISON" in r.messages[-1]["content"]
+            else Generation(good(r), "stop", 9, 9)
+            for r in requests
+        ]
+        if any(isinstance(o, EngineError) for o in outcomes):
+            raise PartialBatchError("1 of the requests failed", outcomes)
+        return outcomes
+
+
+def test_a_partial_batch_keeps_each_requests_outcome_and_sends_nothing_again():
+    engine = FailsEachPoisonAlone(good)
+    records = [rec(i) for i in range(4)]
+    records[2]["question"] = "POISON?"
+    results = Judge(engine, SufficiencyGate()).judge_batch(records)
+    assert [r.error.type if r.error else "verdict" for r in results] == [
+        "verdict",
+        "verdict",
+        "GenerationError",
+        "verdict",
+    ]
+    assert engine.calls == [4]  # nothing split, nothing sent again
 
 
 def test_progress_counts_every_record_once():

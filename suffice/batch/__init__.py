@@ -3,8 +3,10 @@ resume by id; in this process or on Ray actors.  The CLI only builds the options
 
 from suffice.batch.inputs import InputFile, Shard
 from suffice.batch.options import BatchOptions, RayOptions
-from suffice.batch.runner import BatchReport, journal_path, judge_file, result_row
+from suffice.batch.ray_data import judge_dataset
+from suffice.batch.runner import BatchReport, journal_path, judge_file
 from suffice.fields import FieldMap
+from suffice.rows import result_row
 
 __all__ = [
     "BatchOptions",
@@ -14,6 +16,7 @@ __all__ = [
     "RayOptions",
     "Shard",
     "journal_path",
+    "judge_dataset",
     "judge_file",
     "result_row",
 ]

@@ -16,7 +16,7 @@ VERDICT_FORMATS = ("suffice", "seed", "ragflow")
 
 @dataclass(frozen=True)
 class RayOptions:
-    """Judge on Ray actors, one engine each (see :mod:`suffice.batch.cluster`)."""
+    """Judge on Ray actors, one engine each (see :mod:`suffice.batch.ray_scorer`)."""
 
     #: ``auto`` (a running cluster), ``local`` (start one in this process) or ``ray://...``/``HOST:PORT``.
     address: str = "auto"

@@ -4,37 +4,28 @@ What it guarantees, whatever the input holds and whatever fails:
 
 - every input record gets exactly one output row (``id`` and ``line`` say which), a
   verdict or an error naming the field; one bad record never stops the run; a record
-  repeating an earlier record's id gets a ``DuplicateIdError`` row, not a verdict
-  that would overwrite the first;
-- the input is parsed once, in pieces (a JSONL file's lines are only counted first,
-  for the ETA), and rows are flushed to disk after every batch:
-  memory does not grow with the input, and a killed run loses at most the batches
-  in flight;
-- a rerun with the same settings judges only what is missing, by id: rows in any
-  order (shards from parallel workers) resume one run, and a second row for one id
-  is dropped (rows a failing engine caused are judged again; ``retry_errors``
-  re-judges every error); a row kept by position (a record without a usable id, a
-  repeated id) whose position now holds another record is dropped and the record
-  judged;
-- one run at a time per output: a second is refused at once with
-  :class:`OutputBusyError` (:func:`suffice.files.output_lock`), since two runs' rewrites
-  drop each other's rows; a line of the output that is not a result row is set aside
-  in ``OUTPUT.rejected`` and its record judged again, never a reason to refuse the resume;
+  repeating an earlier record's id gets a ``DuplicateIdError`` row, not a verdict;
+- the input is parsed once, in pieces, and rows are flushed to disk after every
+  batch: memory does not grow with the input, and a killed run loses at most the
+  batches in flight;
+- a rerun with the same settings judges only what is missing, by id, rows in any
+  order (shards); a second row for one id is dropped; rows a failing engine caused
+  are judged again (``retry_errors``: every error); a row kept by position whose
+  position now holds another record is dropped and the record judged;
+- one run at a time per output (:class:`OutputBusyError`, see
+  :func:`suffice.files.output_lock`); a line of the output that is not a result row
+  is set aside in ``OUTPUT.rejected`` and its record judged again;
 - a rerun with other settings (gate, model, weights, backend, prompt, rubric,
-  threshold, format) is refused with :class:`OutputMismatchError` naming the setting,
-  and so is an output that is the input itself;
-- a dead engine raises :class:`EngineDeadError` after what is done is on disk; no
-  record gets an error row because of it, but the records in flight are noted
-  (:mod:`suffice.batch.suspects`): the rerun judges each alone, and one that stops
-  the engine alone gets an ``EngineCrashError`` row on the run after, so a record
-  that crashes the engine cannot make the run unfinishable.
+  threshold, format), or into the input itself, is refused with
+  :class:`OutputMismatchError` naming the setting;
+- a dead engine raises :class:`EngineDeadError` after what is done is on disk,
+  with no error row for it; the records in flight are noted
+  (:mod:`suffice.batch.suspects`), so a record that crashes the engine gets an
+  ``EngineCrashError`` row on a later run instead of making the run unfinishable.
 
 A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jsonl``)
-when the run ends, typed (:mod:`suffice.tables`); the journal is what a killed run
-resumes from, and it is removed once the Parquet file is written.
-
-The CLI (``suffice judge``, ``calibrate``, ``demo``) only turns arguments into a
-:class:`BatchOptions` and maps the exceptions to exit statuses.
+when the run ends, typed (:mod:`suffice.tables`); a killed run resumes from the
+journal.  The CLI only turns arguments into a :class:`BatchOptions`.
 """
 
 from __future__ import annotations
@@ -47,7 +38,6 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from suffice.audit import AuditLog, is_audit_file
 from suffice.audit.recording import audit_values
@@ -55,8 +45,9 @@ from suffice.batch.inputs import InputFile, format_of
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
-from suffice.batch.scoring import LocalScorer, Notify, Scorer
-from suffice.batch.suspects import ENGINE_CRASH, Suspects, suspects_path
+from suffice.batch.ray_scorer import RayScorer
+from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
+from suffice.batch.suspects import Suspects, suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
 from suffice.files import output_lock, writing
@@ -65,6 +56,7 @@ from suffice.jsonl import SourceLine
 from suffice.judge import Judge
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
+from suffice.rows import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
 from suffice.summary import RunSummary
 
@@ -75,10 +67,6 @@ from suffice.summary import RunSummary
 ProgressFactory = Callable[[int | None, int], tuple[Callable[[float], None], Callable[[], None]]]
 #: Input records looked up in the key index at a time.
 _LOOKUP = 1024
-
-
-def _quiet(message: str) -> None:
-    return None
 
 
 @dataclass
@@ -92,16 +80,6 @@ class BatchReport:
     redone: int = 0
     #: Rows in the output for records this input does not have (kept as they were).
     foreign: int = 0
-
-
-def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str, Any]:
-    """The output row of one result (``line``: the input position it answers); the
-    gate shapes the verdict for ``fmt``."""
-    row = result.model_dump(mode="json", exclude={"raw_text"})
-    row["line"] = line
-    if result.verdict is not None:
-        row.update(gate.export(result.verdict, fmt))
-    return row
 
 
 def journal_path(output: Path) -> Path:
@@ -222,8 +200,6 @@ def _judge_locked(
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
         if options.ray is not None:
-            from suffice.batch.cluster import RayScorer
-
             scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:
             scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
@@ -302,7 +278,7 @@ class _Run:
                 yield [line.record for line, _ in batch]
 
         try:
-            for judged in self.scorer.map(batches(), self.update, self._crashed_record):
+            for judged in self.scorer.map(batches(), self.update, self._crashed):
                 batch, began = sent.popleft()
                 self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
                 self.suspects.settled(key for _, key in batch)
@@ -325,7 +301,7 @@ class _Run:
             # Only while something is noted (a rerun after a death): the usual run
             # looks nothing up per record; the status holds only for the same record.
             if self.suspects and self.suspects.is_culprit(key, line.record):
-                self._write([line], [self._crashed(record_id(line.record))], 0.0)
+                self._write([line], [self._crashed(line.record)], 0.0)
                 self.suspects.settled([key])
                 if self.update is not None:
                     self.update(1)
@@ -339,30 +315,9 @@ class _Run:
         if batch:
             yield batch
 
-    def _crashed_record(self, record: object) -> JudgeResult:
-        return self._crashed(record_id(record))
-
-    def _crashed(self, rid: str | None) -> JudgeResult:
-        return self._error_row(
-            rid,
-            ErrorInfo(
-                type=ENGINE_CRASH,
-                message="the engine died while it judged this record alone, after it had died with it in a "
-                "batch: it is not judged again (--retry-errors tries it once more)",
-            ),
-        )
-
-    def _error_row(self, rid: str | None, error: ErrorInfo) -> JudgeResult:
-        """A row the runner writes itself, without the engine."""
+    def _crashed(self, record: object) -> JudgeResult:
         v = self.settings.values
-        return JudgeResult(
-            id=rid,
-            gate=self.gate.name,
-            error=error,
-            model=v["model"],
-            backend=v["backend"],
-            prompt_version=self.gate.prompt_version,
-        )
+        return crash_result(record_id(record), self.gate, v["model"], v["backend"])
 
     def _todo(self, lines: Iterator[SourceLine]) -> Iterator[tuple[SourceLine, str]]:
         """The lines still to judge, each with its key; answered ones are skipped and
@@ -413,13 +368,10 @@ class _Run:
                     self.update(len(repeated))
 
     def _repeated(self, rid: str | None, first_line: int) -> JudgeResult:
-        return self._error_row(
-            rid,
-            ErrorInfo(
-                type=DUPLICATE_ID,
-                message=f"id: {rid!r} is also the id of record {first_line}; ids must be unique to resume by id",
-                field="id",
-            ),
+        message = f"id: {rid!r} is also the id of record {first_line}; ids must be unique to resume by id"
+        v = self.settings.values
+        return error_result(
+            rid, self.gate, v["model"], v["backend"], ErrorInfo(type=DUPLICATE_ID, message=message, field="id")
         )
 
     def _write(self, batch: list[SourceLine], judged: list[JudgeResult], latency_ms: float) -> None:
@@ -456,4 +408,4 @@ def _batches(lines: Iterator[SourceLine], size: int) -> Iterator[list[SourceLine
         yield batch
 
 
-__all__ = ["BatchOptions", "BatchReport", "journal_path", "judge_file", "result_row"]
+__all__ = ["BatchOptions", "BatchReport", "journal_path", "judge_file"]

@@ -10,7 +10,7 @@ judge starts none.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from suffice.audit.recording import weights_hash as audit_weights_hash
 from suffice.config import JudgeConfig
@@ -119,9 +119,6 @@ class LocalScorer(Scorer):
 
     def implicated(self) -> int | None:
         return self._died_with
-
-    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
-        return self._judge().judge_batch(records)
 
     def served(self) -> dict[str, str]:
         return self._judge().engine.served()

@@ -1,24 +1,18 @@
 """Records in flight when the engine died, kept beside the output for the rerun.
 
-Why: a record that crashes the engine (a tokenizer or kernel bug, memory it alone
-exhausts) kills it on every rerun at the same batch, so the run could never finish
-and the records after it never got rows.  When a running engine dies judging a
-batch (the scorer says which: :meth:`Scorer.implicated`; an unreachable server or an
-engine that never started implicates none), that batch's keys are written to
-``OUTPUT.suspects.json``.  The rerun judges each
-suspect in a batch of its own; if the engine dies with one record alone in flight,
-that record is the cause, and the next run writes its row as an
-``EngineCrashError`` (final, so it is not judged again unless ``--retry-errors``)
-instead of calling the engine with it.  The file is removed once nothing in it is
-pending, and by ``--overwrite``.
+A record that crashes the engine (a tokenizer or kernel bug, memory it alone
+exhausts) would kill it on every rerun at the same batch.  When a running engine
+dies judging a batch (:meth:`Scorer.implicated` says which), its keys are written to
+``OUTPUT.suspects.json``; the rerun judges each suspect alone, and one that stops the
+engine alone is the cause: the next run writes its ``EngineCrashError`` row
+(:func:`suffice.rows.crash_result`; final unless ``--retry-errors``) without calling
+the engine.  The file is removed once nothing in it is pending, and by ``--overwrite``.
 
-Each noted key carries a digest of its record's content (``digests``), and the status
-applies only while the record at that key still has it.  Why: a record without an id
-is keyed by its position (``l:6``); once the user deleted the poison trace, the next
-trace moved to its line and got the culprit's ``EngineCrashError`` row without being
-judged.  A file written before digests (keys only) is read so: a key by id keeps its
-status (the id names the record), a culprit by position is judged alone once more
-(a suspect: if it stops the engine again it becomes a culprit, now with its digest).
+Each key carries a digest of its record's content, and its status holds only while
+the record at that key has it: a record without an id is keyed by its position, and
+the trace that moves to a deleted culprit's line must not get its row unjudged.  A
+file without digests is read so: a key by id keeps its status, a culprit by position
+is judged alone once more.
 """
 
 from __future__ import annotations
@@ -30,9 +24,6 @@ from pathlib import Path
 
 from suffice.batch.keys import id_key
 from suffice.files import replace_atomically
-
-#: The error type of a record whose judging alone stopped the engine.
-ENGINE_CRASH = "EngineCrashError"
 
 
 def suspects_path(output: Path) -> Path:

@@ -10,7 +10,7 @@ Retrieval and query rewriting run foreign code (the caller's retriever, the engi
 once per round for many questions.  A failure there (an exception, a wrong number
 of results, a malformed chunk) is confined to the question it belongs to: that
 question goes to review with the step and the error as its reason, and every other
-question goes on (see :mod:`suffice.harness.isolation`).
+question goes on (see :mod:`suffice.isolation`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
 from suffice.audit.recording import audit_values, weights_hash
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError
 from suffice.grammars.routes import Routing
-from suffice.harness.isolation import isolated
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
+from suffice.isolation import step_outcomes
 from suffice.judge import Judge
 from suffice.records import Item, record_id
 from suffice.results import JudgeResult
@@ -345,7 +345,7 @@ class Pipeline:
         rewriter = self.rewriter
         assert rewriter is not None
         requests = [RewriteRequest(s.item.question, tuple(queries[id(s)]), tuple(s.tried)) for s in states]
-        for state, rewritten in zip(states, isolated(rewriter.rewrite, requests, RewriteError), strict=True):
+        for state, rewritten in zip(states, step_outcomes(rewriter.rewrite, requests, RewriteError), strict=True):
             if isinstance(rewritten, StepError):
                 self._fail(state, rewritten, round, queries[id(state)])
             else:
@@ -358,7 +358,7 @@ class Pipeline:
             RetrievalRequest(s.item.id, s.item.question, tuple(queries[id(s)]), round, self.config.width(round))
             for s in states
         ]
-        found: list[list[RawChunk] | StepError] = isolated(
+        found: list[list[RawChunk] | StepError] = step_outcomes(
             self.retriever.retrieve, requests, RetrievalError, self.config.retrieval_timeout_s
         )
         for state, request, chunks in zip(states, requests, found, strict=True):

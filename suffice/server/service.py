@@ -23,13 +23,13 @@ from typing import Any
 
 from suffice.audit import AuditLog
 from suffice.audit.recording import audit_values, weights_hash
-from suffice.batch import result_row
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
 from suffice.gates import gate_class
 from suffice.judge import Judge
 from suffice.results import JudgeResult
+from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
 from suffice.serving.factory import make_engine

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from suffice.batch import BatchOptions, RayOptions, judge_file
-from suffice.batch.cluster import judge_dataset, placeable
+from suffice.batch import BatchOptions, RayOptions, judge_file, ray_scorer, resources
+from suffice.batch.ray_data import _DatasetWorker, judge_dataset
+from suffice.batch.resources import placeable
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
@@ -464,11 +465,9 @@ def test_a_ray_run_whose_cluster_can_no_longer_hold_its_actors_stops_instead_of_
 ):
     # A node lost for good: its actor's replacement can never be placed, and the run
     # waited for ever.  Here the cluster's node list says so after the pool started.
-    from suffice.batch import cluster
-
     answers = iter([1])
-    monkeypatch.setattr(cluster, "placeable", lambda nodes, cpus, gpus: next(answers, 0))
-    monkeypatch.setattr(cluster, "CAPACITY_CHECK_S", 0.3)
+    monkeypatch.setattr(resources, "placeable", lambda nodes, cpus, gpus: next(answers, 0))
+    monkeypatch.setattr(ray_scorer, "CAPACITY_CHECK_S", 0.3)
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
     options = BatchOptions(batch_size=1, ray=RayOptions(address="local", actors=1))
@@ -492,8 +491,6 @@ def reopening_fails(config: JudgeConfig, state: dict) -> Judge:
 
 
 def test_a_dataset_worker_whose_engine_cannot_reopen_raises_that_error_typed():
-    from suffice.batch.cluster import _DatasetWorker
-
     worker = _DatasetWorker(CONFIG, "suffice", {}, functools.partial(reopening_fails, state={}))
     with pytest.raises(ModelNotFoundError):
         worker._judged([record(0)], 4)

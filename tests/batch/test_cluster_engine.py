@@ -109,7 +109,7 @@ def runs(tmp_path_factory, engine):
     found["cores_during_ray"] = during
     found["watch_errors"] = errors
 
-    from suffice.batch.cluster import judge_dataset
+    from suffice.batch.ray_data import judge_dataset
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, object_store_memory=256 * 1024**2)
     try:

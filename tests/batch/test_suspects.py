@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import BatchOptions, judge_file
-from suffice.batch.suspects import ENGINE_CRASH, suspects_path
+from suffice.batch.suspects import suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.judge import Judge
+from suffice.rows import ENGINE_CRASH
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
 

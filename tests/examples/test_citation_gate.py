@@ -91,10 +91,8 @@ def test_gate_option_on_the_command_line_reaches_the_gate(tmp_path: Path, script
 
 def test_its_option_has_a_flag_of_its_own(tmp_path: Path, scripted: None):
     out = tmp_path / "out.jsonl"
-    main(
-        ["judge", str(write(tmp_path / "in.jsonl", [RECORD])), "-o", str(out), "--gate", "citation"]
-        + ["--min-cited-share", "0.5"]
-    )
+    source = write(tmp_path / "in.jsonl", [RECORD])
+    main(["judge", str(source), "-o", str(out), "--gate", "citation", "--min-cited-share", "0.5"])
     [row] = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["verdict"]["passes"] is True
 

@@ -508,13 +508,13 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
 
 def test_a_dead_engine_is_not_one_questions_failure():
     from suffice.exceptions import EngineDeadError, RewriteError
-    from suffice.harness.isolation import isolated
+    from suffice.isolation import step_outcomes
 
     def dead(requests):
         raise EngineDeadError("the engine process 1 exited")
 
     with pytest.raises(EngineDeadError):
-        isolated(dead, ["a", "b"], RewriteError)
+        step_outcomes(dead, ["a", "b"], RewriteError)
 
 
 def test_an_empty_first_retrieval_searches_the_question_again_not_the_gates_note(tmp_path):

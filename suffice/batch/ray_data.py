@@ -1,0 +1,150 @@
+"""Judging a Ray ``Dataset``: records in, result rows out, through ``map_batches``.
+
+For users already on Ray Data; ``suffice judge --ray`` is :mod:`suffice.batch.ray_scorer`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from suffice.batch.options import VERDICT_FORMATS, finite_number, whole_number
+from suffice.batch.ray_pool import JudgeWorker, ray_module
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError
+from suffice.fields import FieldMap
+from suffice.isolation import isolate
+from suffice.judge import Judge
+from suffice.records import record_id
+from suffice.results import JudgeResult
+from suffice.rows import crash_result, result_row
+
+#: Times Ray Data may restart a :func:`judge_dataset` actor whose process died, and retry
+#: its batch.  Ray Data's default is for ever: a record that kills its actor restarts it
+#: without end (21 times in two minutes, measured).
+DATASET_RESTARTS = 3
+
+
+class _DatasetWorker:
+    """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor).
+
+    A record that kills the engine costs only its own row: the engine is opened again
+    and the batch judged in halves (:mod:`suffice.isolation`), down to that record,
+    which gets an ``EngineCrashError`` row.  An engine that dies on everything fails
+    the batch (and the dataset): more deaths in a row than a poison record's halving
+    needs (``2 + log2(batch)``), or a lone death before this actor judged anything.
+    """
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        fmt: str,
+        fields: dict[str, str],
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    ) -> None:
+        self.config = config
+        self.open_judge = open_judge
+        self.worker = JudgeWorker(config, open_judge)
+        self.fields = FieldMap(fields)
+        self.fmt = fmt
+        #: Engine deaths since a batch was last judged, and whether any ever was.
+        self.deaths = 0
+        self.judged_any = False
+
+    def __call__(self, batch: Any) -> dict[str, list[Any]]:
+        records = [self.fields.apply(record, None) for record in batch.to_pylist()]
+        judged = self._judged(records, 2 + math.ceil(math.log2(max(len(records), 1))))
+        if any(r is None for r in judged) and not self.judged_any:
+            raise EngineDeadError(
+                "the engine died on every record this actor was given, each alone too, and judged none: "
+                "the engine itself is failing"
+            )
+        judge = self.worker.opened()
+        gate, engine = judge.gate, judge.engine
+        results = [
+            crash_result(record_id(record), gate, engine.model_id, engine.backend) if r is None else r
+            for record, r in zip(records, judged, strict=True)
+        ]
+        rows = [{k: v for k, v in result_row(r, gate, self.fmt, 0).items() if k != "line"} for r in results]
+        return {
+            "id": [r.id for r in results],
+            "positive": [None if r.verdict is None else gate.is_positive(r.verdict) for r in results],
+            "error": [None if r.error is None else r.error.type for r in results],
+            "result": [json.dumps(row, ensure_ascii=False) for row in rows],
+        }
+
+    def _judged(self, records: list[object], most_deaths: int) -> list[JudgeResult | None]:
+        """``records`` judged (``None`` for one that killed the engine alone); on an
+        engine death, again in halves on a new engine."""
+
+        def died(exc: Exception, _: Sequence[object]) -> None:
+            if not isinstance(exc, EngineDeadError) or isinstance(exc, EngineUnreachableError):
+                raise exc  # a server gone, or no death at all: no record is to blame
+            self.deaths += 1
+            if self.deaths > most_deaths:
+                raise EngineDeadError(
+                    f"the engine died {self.deaths} times in a row with nothing judged in between: "
+                    f"the engine itself is failing (last: {exc})"
+                ) from exc
+            self.worker.close()
+            self.worker = JudgeWorker(self.config, self.open_judge)
+            if self.worker.failed is not None:  # the engine cannot come back: that error, typed
+                raise self.worker.failed from exc
+
+        return isolate(self._judge_batch, records, died)
+
+    def _judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+        results = self.worker.judge_batch(records)
+        self.deaths = 0
+        self.judged_any = True
+        return results
+
+
+def judge_dataset(
+    dataset: Any,
+    config: JudgeConfig,
+    *,
+    actors: int = 1,
+    batch_size: int = 64,
+    fmt: str = "suffice",
+    fields: Sequence[str] = (),
+    gpus_per_actor: float | None = None,
+    cpus_per_actor: float = 1.0,
+    open_judge: Callable[[JudgeConfig], Judge] | None = None,
+) -> Any:
+    """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
+    engines: one row per record with ``id``, ``positive`` (the gate's decision that
+    routes; null for an error), ``error`` (its type) and ``result`` (the full row as
+    JSON, as ``suffice judge`` writes it).  ``fields``: a mapping as for ``--field``
+    (``["question=query"]``).  Records need ids (a Dataset's order is not kept, so a
+    position would join nothing back); one without is an error row naming ``id``.
+    ``gpus_per_actor``: default one per tensor-parallel rank when the cluster has GPUs.
+    Lazy, like every Ray Data transform.  A record that kills the engine gets an
+    ``EngineCrashError`` row and the others their verdicts (see :class:`_DatasetWorker`);
+    an actor process that dies is restarted, its batch retried, up to
+    :data:`DATASET_RESTARTS` times.  ``open_judge``: how each actor opens its judge
+    (default :meth:`Judge.open`)."""
+    whole_number("actors", actors, least=1)
+    whole_number("batch_size", batch_size, least=1)
+    if fmt not in VERDICT_FORMATS:
+        raise ConfigError("format", fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+    finite_number("cpus_per_actor", cpus_per_actor)
+    if gpus_per_actor is not None:
+        finite_number("gpus_per_actor", gpus_per_actor)
+    mapping = dict(FieldMap.parse(list(fields)).names)
+    if gpus_per_actor is None:
+        has_gpus = float(ray_module().cluster_resources().get("GPU", 0)) > 0
+        gpus_per_actor = float(config.engine.tensor_parallel_size or 1) if has_gpus else 0.0
+    return dataset.map_batches(
+        _DatasetWorker,
+        fn_constructor_kwargs={"config": config, "fmt": fmt, "fields": mapping, "open_judge": open_judge},
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        concurrency=actors,
+        num_gpus=gpus_per_actor,
+        num_cpus=cpus_per_actor,
+        max_restarts=DATASET_RESTARTS,
+        max_task_retries=DATASET_RESTARTS,
+    )

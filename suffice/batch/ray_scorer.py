@@ -1,0 +1,257 @@
+"""Judging on Ray (``suffice judge --ray``): batches out to a pool of actors, results back in order.
+
+The runner streams the input, skips finished ids and hands batches over, as in-process.
+
+An actor that dies (a lost node, ``ray.kill``, its engine died) is replaced and its
+batches sent again, each alone on an actor (so a death blames one batch), up to
+``RayOptions.max_batch_retries`` times; a batch that still kills its actors is halved
+(:mod:`suffice.isolation`) down to the record that kills them alone, which gets an
+``EngineCrashError`` row on the same run.  Deaths before an actor opened its engine,
+and a server gone away, are never blamed on records.  An error no retry can fix (a
+missing model folder) stops the run with that error, unwrapped, and so do actors
+that die on every record (nothing judged: the engine is failing).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from suffice.batch.options import RayOptions
+from suffice.batch.ray_pool import ActorPool, cause, ray_module
+from suffice.batch.resources import check_capacity
+from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.config import JudgeConfig
+from suffice.exceptions import EngineDeadError, EngineUnreachableError, SufficeError
+from suffice.gates.base import Gate
+from suffice.isolation import Bisection, halves
+from suffice.judge import Judge
+from suffice.results import JudgeResult
+from suffice.serving.base import Progress
+
+#: Seconds without a finished batch after which the run checks that the cluster can
+#: still hold its actors.
+CAPACITY_CHECK_S = 30.0
+
+
+class RayScorer(Scorer):
+    """A pool of actors, each a :class:`JudgeWorker`; batches in, results out in order."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        gate: Gate,
+        options: RayOptions,
+        notify: Notify = _quiet,
+        describe: str = "",
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    ) -> None:
+        self.gate = gate
+        self.pool = ActorPool(config, options, notify, describe, open_judge)
+        self._schedule: _Schedule | None = None
+
+    def map(
+        self,
+        batches: Iterator[list[object]],
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None = None,
+    ) -> Iterator[list[JudgeResult]]:
+        try:  # nothing to judge: no actor, no engine
+            first = next(batches)
+        except StopIteration:
+            return
+        self.pool.start()
+        self._schedule = _Schedule(self.pool, progress, crashed)
+        yield from self._schedule.run(itertools.chain([first], batches))
+
+    def implicated(self) -> int | None:
+        return None  # the record that kills the actors gets its row on this run: none left to blame
+
+    def served(self) -> dict[str, str]:
+        return self.pool.served()
+
+    def weights_hash(self) -> str | None:
+        return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)
+
+    def close(self) -> None:
+        self.pool.close(dropping=len(self._schedule.flight) if self._schedule is not None else 0)
+
+
+@dataclass
+class _Sent:
+    """A batch, or a piece of one, on its way to an actor."""
+
+    seq: int
+    records: Sequence[object]
+    #: Where its records start in batch ``seq``.
+    start: int = 0
+    slot: int = 0
+    actor: Any = None
+    tries: int = 0
+    #: A half of a batch that kept killing its actors: sent once more, then halved.
+    halved: bool = False
+    #: Replacement actors whose engine could not start while it waited.
+    failed_starts: int = 0
+
+
+class _Schedule:
+    """One run's batches out to the pool's actors and their results back, in order."""
+
+    def __init__(
+        self, pool: ActorPool, progress: Progress | None, crashed: Callable[[object], JudgeResult] | None
+    ) -> None:
+        self.pool = pool
+        self.progress = progress
+        self.crashed = crashed
+        self.capacity = 1 + pool.options.queue_per_actor
+        # Results come out in order: read no further ahead of the oldest unfinished batch.
+        self.window = 2 * self.capacity * len(pool.actors)
+        self.load = [0] * len(pool.actors)
+        #: Calls in flight (the pool drops them if the run stops before they are back).
+        self.flight: dict[Any, _Sent] = {}
+        #: Batches sent and not yet handed back, by number, with their results so far.
+        self.batches: dict[int, Bisection[JudgeResult]] = {}
+        self.waiting: list[_Sent] = []  # to send again, alone
+        #: Records that stopped the engine alone before any batch was judged: blamed
+        #: once one is (the engine works), else the engine is what fails.
+        self.undecided: list[_Sent] = []
+        #: Batches (or pieces) judged: proof that the engine can judge.
+        self.judged = 0
+        self.next_out = self.seq = 0
+        self.exhausted = False
+
+    def run(self, batches: Iterator[list[object]]) -> Iterator[list[JudgeResult]]:
+        ray = ray_module()
+        while True:
+            while self.next_out in self.batches and self.batches[self.next_out].complete:
+                yield self.batches.pop(self.next_out).outcomes()
+                self.next_out += 1
+            self._send_waiting()
+            self._send_new(batches)
+            starting = self.pool.unsettled_probes()
+            if not self.flight and not (starting and (self.waiting or not self.exhausted)):
+                if not self.undecided:
+                    return
+                if not self.judged:
+                    raise EngineDeadError(
+                        f"every batch sent killed its actor and none was judged on this run "
+                        f"({self.pool.replaced} actors replaced): the engine itself is failing; "
+                        "see the actors' logs, then rerun the same command to resume"
+                    )
+                self._blame_undecided()
+                continue
+            # An actor that opens its engine wakes the loop too: it may take the work waiting.
+            ready, _ = ray.wait(list(self.flight) + starting, num_returns=1, timeout=CAPACITY_CHECK_S)
+            if not ready:
+                check_capacity(ray, self.pool.plan)
+            for ref in ready:
+                if ref in self.flight:  # else a probe: its actor is settled now
+                    self._receive(ref)
+
+    def _send(self, sent: _Sent, slot: int) -> None:
+        sent.slot, sent.actor = slot, self.pool.actors[slot]
+        # Sent again after its actor died: alone on an actor, so no other batch shares a death.
+        self.load[slot] += self.capacity if sent.tries else 1
+        self.flight[sent.actor.judge_batch.remote(sent.records)] = sent
+
+    def _send_waiting(self) -> None:
+        for sent in list(self.waiting):
+            idle = [slot for slot, load in enumerate(self.load) if load == 0 and self.pool.settled(slot)]
+            # Not where it died, when there is another actor (a bad node or GPU must
+            # not be blamed on the records it was given).
+            elsewhere = [slot for slot in idle if slot != sent.slot] if len(self.load) > 1 else idle
+            if elsewhere:
+                self.waiting.remove(sent)
+                self._send(sent, elsewhere[0])
+
+    def _send_new(self, batches: Iterator[list[object]]) -> None:
+        # While a batch waits to go again alone, nothing new goes out: an actor drains.
+        while not self.waiting and not self.exhausted and self.seq - self.next_out < self.window:
+            open_slots = [s for s, load in enumerate(self.load) if self.pool.settled(s) and load < self.capacity]
+            if not open_slots:
+                return
+            try:
+                records = next(batches)
+            except StopIteration:
+                self.exhausted = True
+                return
+            self.batches[self.seq] = Bisection(len(records))
+            self._send(_Sent(self.seq, records), min(open_slots, key=self.load.__getitem__))
+            self.seq += 1
+
+    def _receive(self, ref: Any) -> None:
+        sent = self.flight.pop(ref)
+        self.load[sent.slot] -= self.capacity if sent.tries else 1
+        try:
+            results: list[JudgeResult] = ray_module().get(ref)
+        except Exception as exc:
+            again = self._failed(sent, exc)
+            self.waiting.extend(again)
+            if not again:  # one record that stopped the engine alone: its error row
+                self.undecided.append(sent)
+                if self.judged:
+                    self._blame_undecided()
+            return
+        self.judged += 1
+        self._finish(sent, results)
+        self._blame_undecided()
+
+    def _finish(self, sent: _Sent, results: list[JudgeResult]) -> None:
+        if len(results) != len(sent.records):
+            raise EngineDeadError(f"a Ray actor returned {len(results)} results for {len(sent.records)} records")
+        self.batches[sent.seq].settle(sent.start, results)
+        if self.progress is not None:
+            self.progress(len(results))
+
+    def _blame_undecided(self) -> None:
+        for sent in self.undecided:
+            if self.crashed is None:
+                raise EngineDeadError("a record stopped the engine alone")
+            self._finish(sent, [self.crashed(sent.records[0])])
+        self.undecided.clear()
+
+    def _failed(self, sent: _Sent, exc: Exception) -> list[_Sent]:
+        """A batch failed: replace its actor and say what to send again (the batch, or
+        its halves; nothing when it is one record that stopped the engine alone), or
+        stop the run."""
+        reason = cause(exc)
+        if isinstance(reason, EngineUnreachableError):
+            raise reason  # a server gone: no record caused it, and no new actor brings it back
+        died = isinstance(exc, ray_module().exceptions.RayActorError) or isinstance(reason, EngineDeadError)
+        if not self.pool.opened(sent.slot, sent.actor):
+            # The engine never opened: not a record's doing.  A first actor's error is
+            # the setting's (a missing model, a GPU option on the CPU build): stop with
+            # it.  A replacement's may pass (on a GPU the dead engine's memory can take
+            # a moment to be freed): try again.
+            if self.pool.generation[sent.slot] == 0 and isinstance(reason, SufficeError) and not died:
+                raise reason
+            sent.failed_starts += 1
+            self._replace(sent, reason)
+            if sent.failed_starts > self.pool.options.max_batch_retries:
+                raise EngineDeadError(
+                    f"{sent.failed_starts} Ray actors could not open their engine for one batch "
+                    f"(last: {reason}); rerun the same command to resume"
+                ) from exc
+            return [sent]
+        if not died:
+            if isinstance(reason, SufficeError):
+                raise reason
+            raise EngineDeadError(f"a Ray actor failed: {exc}") from exc
+        sent.tries += 1
+        self._replace(sent, reason)
+        if sent.tries <= (1 if sent.halved else self.pool.options.max_batch_retries):
+            return [sent]
+        # Out of tries, the last ones alone on an actor that had opened its engine:
+        # what kills the engine is in these records.
+        if len(sent.records) == 1:
+            return []
+        first, second = halves(sent.records)
+        return [
+            _Sent(sent.seq, part, sent.start + offset, sent.slot, tries=1, halved=True)
+            for offset, part in ((0, first), (len(first), second))
+        ]
+
+    def _replace(self, sent: _Sent, reason: BaseException) -> None:
+        self.pool.replace(sent.slot, sent.actor, reason, sent.tries + sent.failed_starts)
