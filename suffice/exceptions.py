@@ -5,47 +5,31 @@ The tree::
     SufficeError
     ├── ConfigError                 a setting is invalid (names the parameter and value)
     ├── ModelNotFoundError          the model is not a local folder (names the path)
-    ├── EngineError                 the engine failed to start or to generate (a batch
-    │   │                           that fails is split so one request fails alone)
-    │   ├── PartialBatchError       some requests of a batch failed on their own; carries
-    │   │                           each request's outcome, so nothing is split or resent
-    │   └── EngineFatalError        no request can succeed on this engine: stop, keep what
-    │       │                       is done (never an error line for an item)
+    ├── EngineError                 the engine failed to start or to generate
+    │   ├── PartialBatchError       some requests of a batch failed alone; carries each outcome
+    │   └── EngineFatalError        no request can succeed on this engine: stop, keep what is done
     │       ├── EngineDeadError     the engine process or server is gone: rerun to resume
-    │       │   └── EngineUnreachableError  a server cannot be reached or says it is
-    │       │                       unhealthy (no request is known to have caused it)
+    │       │   └── EngineUnreachableError  a server cannot be reached or says it is unhealthy
     │       └── ConstraintNotEnforcedError  a server returned text outside the constraint
-    │                               (it ignores the constraint field): fix the server
     ├── AuditError                  an audit database or anchor cannot be used as asked
-    │                               (older format, broken chain when writing, bad value)
-    │   └── AuditBrokenError        the chains do not verify, so the log is not anchored
-    │                               (tampering: ``audit anchor`` exits 4, not 2)
-    ├── OutputMismatchError         an existing output was written with other settings, or
-    │                               is the input itself (names the setting; exit 2)
-    ├── OutputWriteError            an output file cannot be written (a full disk): stop,
-    │                               keep what is written, rerun to resume once there is room
-    ├── OutputBusyError             another suffice run is writing that output (names its
-    │                               pid when known): nothing done; rerun once it has ended
+    │   └── AuditBrokenError        the chains do not verify (``audit anchor`` exits 4, not 2)
+    ├── OutputMismatchError         an existing output has other settings, or is the input (exit 2)
+    ├── OutputWriteError            an output file cannot be written: stop, rerun to resume
+    ├── OutputBusyError             another suffice run is writing that output
     ├── CitationError               a citation marker is not in the escaped form suffice writes
-    ├── CancelledError              the caller withdrew the request (a timeout, a client
-    │                               that hung up): its generation was stopped
+    ├── CancelledError              the caller withdrew the request; its generation was stopped
     └── ItemError                   one item cannot be judged; becomes one error record
         ├── InputError              a record field is missing or invalid (names the field)
         │   └── RubricError         a rubric is unknown or fails its schema (names the field)
         ├── PromptTooLongError      the prompt cannot be fitted into the context window
         ├── PreparationError        an unexpected failure while preparing this record
-        ├── GenerationError         the engine failed on this item alone (not final:
-        │                           a rerun judges it again)
+        ├── GenerationError         the engine failed on this item alone (not final: rerun judges it)
         ├── VerdictError            the model's text failed parsing or validation twice
-        │                           (keeps the raw text)
-        └── StepError               a harness step failed for one question (names the step);
-            ├── RetrievalError      the pipeline sends that question alone to review
+        └── StepError               a harness step failed for one question; it goes to review
+            ├── RetrievalError
             └── RewriteError
 
-``ItemError`` subclasses never stop a batch: the judge turns each into an error
-record for its item and the other items still get verdicts.  ``EngineFatalError``
-always stops it: no item is to blame, so none gets an error record for it.  The
-pipeline turns a ``StepError`` into a review outcome for its question alone.
+An ``ItemError`` never stops a batch (its item gets an error record); ``EngineFatalError`` always does.
 """
 
 from __future__ import annotations
@@ -61,12 +45,7 @@ def _rebuild(cls: type[SufficeError], args: tuple[Any, ...], state: dict[str, An
 
 
 class SufficeError(Exception):
-    """Root of suffice's exceptions.
-
-    Every one pickles with its fields (``parameter``, ``field``, ...), whatever its
-    ``__init__`` takes: an error raised inside a Ray actor reaches the driver as itself,
-    so a ``ConfigError`` still names its parameter there.
-    """
+    """Root of suffice's exceptions; each pickles with its fields, so it crosses a Ray actor intact."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
@@ -90,11 +69,7 @@ class EngineError(SufficeError, RuntimeError):
 
 
 class CitationError(SufficeError, ValueError):
-    """A ``[CITATION:...]`` marker whose source id is not validly escaped.
-
-    Raised when reading an exported answer back, so that a damaged marker is
-    reported instead of being read as some other source.
-    """
+    """A ``[CITATION:...]`` marker whose source id is not validly escaped (read back from an export)."""
 
     def __init__(self, marker: str, reason: str) -> None:
         self.marker = marker
@@ -102,9 +77,8 @@ class CitationError(SufficeError, ValueError):
 
 
 class PartialBatchError(EngineError):
-    """Some requests of one ``generate`` call failed, each on its own (an engine that sends
-    one call per request knows which): ``outcomes[i]`` is request ``i``'s ``Generation``
-    or its :class:`EngineError`, so the caller keeps the answers and splits nothing."""
+    """Some requests of one ``generate`` call failed alone: ``outcomes[i]`` is request ``i``'s
+    ``Generation`` or its :class:`EngineError`."""
 
     def __init__(self, message: str, outcomes: list[Any]) -> None:
         self.outcomes = outcomes
@@ -112,24 +86,20 @@ class PartialBatchError(EngineError):
 
 
 class EngineFatalError(EngineError):
-    """No request can succeed on this engine as it is: callers stop and keep what is
-    done.  No item is to blame, so none gets an error record for it."""
+    """No request can succeed on this engine: callers stop and keep what is done; no item gets an error record."""
 
 
 class EngineDeadError(EngineFatalError):
-    """The engine's process died (killed, out of memory, crashed) or its server cannot
-    be reached: nothing more can be generated by it.  Rerunning once it is back resumes."""
+    """The engine's process died or its server cannot be reached; rerunning once it is back resumes."""
 
 
 class EngineUnreachableError(EngineDeadError):
-    """A server cannot be reached, or reports itself unhealthy: gone for now, but
-    nothing says a request in flight caused it, so no record is suspected of it."""
+    """A server cannot be reached or reports itself unhealthy; no record is suspected of it."""
 
 
 class ConstraintNotEnforcedError(EngineFatalError):
-    """A server answered with text outside the constraint it was sent: it does not
-    enforce it (an engine without structured outputs, or a field it ignores), so no
-    verdict from it could be trusted.  ``segment`` names the pattern's key."""
+    """A server answered with text outside the constraint it was sent, so none of its verdicts can be
+    trusted.  ``segment`` names the pattern's key."""
 
     def __init__(self, segment: str, message: str) -> None:
         self.segment = segment
@@ -137,14 +107,11 @@ class ConstraintNotEnforcedError(EngineFatalError):
 
 
 class CancelledError(SufficeError):
-    """The caller set the request's cancel event (``suffice serve``: a request past its
-    timeout, a client that disconnected); its generation was stopped and nothing is
-    returned for it."""
+    """The caller set the request's cancel event; its generation was stopped and nothing is returned."""
 
 
 class OutputMismatchError(SufficeError):
-    """An output file cannot be resumed with these settings (``setting`` names the first
-    that differs)."""
+    """An output file cannot be resumed with these settings (``setting`` names the first that differs)."""
 
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
@@ -152,10 +119,8 @@ class OutputMismatchError(SufficeError):
 
 
 class OutputWriteError(SufficeError):
-    """A file suffice writes could not be written (no space left, no permission, an I/O
-    error): the run stops.  What was written before stays: a torn last line is cut when
-    the run resumes, and a file being replaced is left as it was, with no temporary
-    file beside it.  ``path`` names the file, ``reason`` the system's message."""
+    """A file suffice writes could not be written: the run stops and what was written stays (a torn last
+    line is cut on resume).  ``path`` names the file, ``reason`` the system's message."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -164,12 +129,8 @@ class OutputWriteError(SufficeError):
 
 
 class OutputBusyError(SufficeError):
-    """Another suffice run holds the lock beside an output (``OUTPUT.lock``): two runs
-    appending to and rewriting one file lose and double rows (each rewrite drops the
-    other's appended rows), so the second is refused before it reads or writes
-    anything.  ``path`` names the output, ``pid`` the run holding it (``None`` when
-    the lock file does not say).  The lock goes with its process, a killed one too:
-    rerun once that run has ended."""
+    """Another suffice run holds the lock beside an output (``OUTPUT.lock``), so this one is refused before
+    it reads or writes.  ``path`` names the output, ``pid`` the holder (``None`` when unknown)."""
 
     def __init__(self, path: str, pid: int | None) -> None:
         self.path = path
@@ -179,17 +140,13 @@ class OutputBusyError(SufficeError):
 
 
 class AuditError(SufficeError):
-    """The audit log refuses an operation: a database of an older format, a chain
-    whose head no longer verifies when appending, a value that cannot be stored
-    exactly, an unreadable anchor.  Tampering found by ``verify`` is a report, not
-    this error."""
+    """The audit log refuses an operation (older format, broken head when appending, unstorable value,
+    unreadable anchor); tampering found by ``verify`` is a report, not this error."""
 
 
 class AuditBrokenError(AuditError):
-    """:meth:`~suffice.audit.AuditLog.anchor` found the chains broken (``reason``
-    says where) and refuses to certify them.  A type of its own because the other
-    AuditErrors (a damaged file, a lock held too long) are no evidence of tampering
-    (``verify`` exits 2 for them, not 4)."""
+    """:meth:`~suffice.audit.AuditLog.anchor` found the chains broken (``reason`` says where); unlike other
+    AuditErrors, evidence of tampering (exit 4, not 2)."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -201,8 +158,7 @@ class ItemError(SufficeError):
     """An error confined to one item of a batch."""
 
     field: str | None = None
-    #: Whether the error line is the record's answer (the record is at fault); a resumed
-    #: run judges records with non-final error lines again.
+    #: Whether the error line is the record's answer; a resumed run judges non-final ones again.
     final: bool = True
 
 
@@ -233,11 +189,7 @@ class PreparationError(ItemError):
 
 
 class GenerationError(ItemError):
-    """The engine failed on this request alone (it was isolated by splitting the batch).
-
-    Not final: the engine, not the record, may be at fault, so a resumed run judges
-    the record again.
-    """
+    """The engine failed on this request alone; not final, so a resumed run judges the record again."""
 
     final = False
 
@@ -249,11 +201,7 @@ class VerdictError(ItemError):
 
 
 class StepError(ItemError):
-    """A harness step failed for one question: its retrieval or its query rewriting.
-
-    Confined to that question (it goes to review with this message as the reason);
-    ``step`` names the step, ``detail`` says what went wrong.
-    """
+    """A harness step failed for one question, which goes to review; ``step`` names it, ``detail`` says why."""
 
     step: str = "step"
 

@@ -1,22 +1,9 @@
 """The sufficiency verdict (RAGFlow's ``sufficiency_select``) and its decode-time constraint.
 
-Two shapes, on purpose:
-
-* :class:`SufficiencyOutput` is what the model generates: a lean, compact form in
-  which every seed requirement that a grammar can express holds by construction.
-  Coverage is a list of ``{"entity", "covered"}`` pairs, so the coverage keys are
-  exactly the required entities; ``useful_chunk_ids`` are prompt labels in
-  ascending order, at most :attr:`SufficiencyBounds.USEFUL_MAX`, so only chunks of
-  the request can be named, each at most once.  The ids are the only part that
-  depends on the request: the list is generated in one tiny segment that allows
-  only the request's labels, in any order; if the model lists them out of order
-  the list is cut after the last id in order and continued one id per segment
-  (the next one above the last, or the end).  The large segments are one
-  compiled form for every request (see :mod:`suffice.grammars.constraint`), and
-  the output's length does not grow with the chunk count.
-* :class:`SufficiencyVerdict` is what callers get: the user's own chunk ids, the
-  prompt version and what the prompt had to cut.  :meth:`SufficiencyVerdict.to_ragflow`
-  exports the seed's exact JSON shape for drop-in use.
+* :class:`SufficiencyOutput` is what the model generates: a compact form in which every seed requirement a
+  grammar can express holds by construction; ``useful_chunk_ids`` are ascending prompt labels.  Only the id
+  list depends on the request (one tiny segment, continued one id at a time if out of order).
+* :class:`SufficiencyVerdict` is what callers get, in their own chunk ids; ``to_ragflow`` exports the seed's shape.
 """
 
 from __future__ import annotations
@@ -47,8 +34,7 @@ ChunkId = int | str
 
 
 def ascending(ids: list[int]) -> bool:
-    """Strictly ascending, so no id repeats: the one rule the generated form and the
-    whole-output check share."""
+    """Strictly ascending, so no id repeats."""
     return all(a < b for a, b in itertools.pairwise(ids))
 
 
@@ -62,10 +48,7 @@ class SufficiencyBounds:
     CONTRADICTIONS_MAX = 2
     CONTRADICTION_CHARS = 64
     REASONING_CHARS = 200
-    #: Useful chunks named at most.  Why a bound: each id is one short segment, so
-    #: the list's cost is its length, and a model that names every chunk of a
-    #: 64-chunk request would pay 64 segments; the seed asks for the useful ones
-    #: and excludes the redundant.
+    #: Useful chunks named at most: the list's cost is its length, and the seed asks only for the useful ones.
     USEFUL_MAX = 8
 
 
@@ -80,8 +63,7 @@ class EntityCoverage(BaseModel):
 
 
 class SufficiencyOutput(BaseModel):
-    """The generated form, in generation order: entities, contradictions and reasoning
-    before the decision (the seed's procedure), then what the decision implies."""
+    """The generated form, in generation order: entities, contradictions and reasoning, then the decision."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -151,8 +133,7 @@ class SufficiencyVerdict(BaseModel):
         return self.to_ragflow()
 
     def to_ragflow(self, sufficient: bool | None = None) -> dict[str, Any]:
-        """The seed's JSON shape, both decision keys included (``sufficient``: the
-        decision to write there, when it is not the model's own)."""
+        """The seed's JSON shape, both decision keys included (``sufficient`` overrides the model's decision)."""
         decided = self.is_sufficient if sufficient is None else sufficient
         return {
             "Sufficient Context": decided,
@@ -177,9 +158,7 @@ IDS_KEY = '"useful_chunk_ids":['
 UNCOVERED = '"covered":false'
 
 
-#: Where every verdict starts: prefilled, not decoded.  Each prefix ends where the
-#: tokenizer's own split of a typical verdict has a boundary (SmolLM2: ``[`` then
-#: ``{"``), so the model continues token sequences it has seen; none ends inside a string.
+#: Where every verdict starts: prefilled, not decoded; each prefix ends at a token boundary of a typical verdict.
 HEAD_PREFIX = '{"required_entities":['
 #: What follows each decision value up to the first thing the model chooses.
 AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missing_information":'}
@@ -190,9 +169,7 @@ def _entity(covered: Rx) -> Rx:
 
 
 def _entities_open(all_covered: bool | None) -> Rx:
-    """The entity list after its ``[``: any (``None``), every entity covered
-    (``True``), or at least one not covered (``False``: the first uncovered one at
-    each possible position)."""
+    """The entity list after its ``[``: any (``None``), all covered (``True``), or one not covered (``False``)."""
     if all_covered is not False:
         covered = JSON_BOOL if all_covered is None else lit("true")
         return seq(_entity(covered), repeat(seq(lit(","), _entity(covered)), 0, B.ENTITIES_MAX - 1), lit("]"))
@@ -205,8 +182,7 @@ def _entities_open(all_covered: bool | None) -> Rx:
 
 
 def _head_body(all_covered: bool | None) -> Rx:
-    """The head after :data:`HEAD_PREFIX`: entities, contradictions and the reasoning,
-    up to the decision (the seed's reasoning steps 1-5 come before its step 6)."""
+    """The head after :data:`HEAD_PREFIX`: entities, contradictions and the reasoning, up to the decision."""
     return seq(
         _entities_open(all_covered),
         lit(',"contradictions":'),
@@ -222,9 +198,7 @@ def _head(all_covered: bool | None) -> Rx:
 
 
 def _after_body(decision: bool) -> Rx:
-    """What follows :data:`AFTER_PREFIX`: ``true`` has forced an empty
-    ``missing_information``, ``false`` needs at least one item (seed requirements 2
-    and 7); then the confidence, up to the id list."""
+    """What follows :data:`AFTER_PREFIX` up to the id list; ``false`` needs at least one missing item."""
     ids = lit("," + IDS_KEY)
     if decision:
         return seq(UNIT_INTERVAL, ids)
@@ -242,10 +216,7 @@ def _label(lo: int, n_chunks: int) -> Rx:
 
 
 def _ids(n_chunks: int, at_least_one: bool) -> Rx:
-    """The id list after its ``[`` and the closing ``]}``, in any order: a regex
-    cannot say "ascending" without growing exponentially, so :func:`ascending_ids`
-    says it in code (for :meth:`Constraint.matches`) and the segments enforce it
-    at decode time."""
+    """The id list after its ``[`` and the closing ``]}``, in any order (:func:`ascending_ids` checks order)."""
     most = min(B.USEFUL_MAX, n_chunks)
     if most == 0:
         return lit("]}")
@@ -255,9 +226,7 @@ def _ids(n_chunks: int, at_least_one: bool) -> Rx:
 
 
 def _whole(n_chunks: int) -> Rx:
-    """Every output the segments can produce but for the ids' order, in one pattern
-    (for ``matches`` and the worst-case token count).  An uncovered entity leaves
-    only ``false``; ``true`` needs at least one useful chunk."""
+    """Every output the segments can produce but for the ids' order, in one pattern."""
     insufficient = seq(lit("false"), _after(False), _ids(n_chunks, at_least_one=False))
     if n_chunks == 0:  # nothing to rest an answer on
         return seq(_head(None), insufficient)
@@ -282,12 +251,8 @@ def _segments() -> dict[str, Segment]:
 
 @lru_cache(maxsize=1024)
 def id_list_segment(n_chunks: int, *, required: bool) -> Segment:
-    """The whole id list in one segment: up to ``min(USEFUL_MAX, n)`` of the
-    request's labels in any order, then ``]}``.  Speculative: a list out of order
-    (or with a repeat) is cut by :func:`settle_ids` and continued by
-    :func:`id_segment`; one segment per request instead of one per id plus the end
-    (each segment costs an end-of-sequence step and a prefill of its last block).
-    ``required``: a sufficient verdict lists at least one id."""
+    """The whole id list in one speculative segment, any order; a list out of order is cut by
+    :func:`settle_ids` and continued by :func:`id_segment`.  ``required``: at least one id."""
     return Segment.from_rx(
         _ids(n_chunks, at_least_one=required and n_chunks > 0),
         key=f"ids/{n_chunks}/list" + ("/some" if required else ""),
@@ -297,10 +262,7 @@ def id_list_segment(n_chunks: int, *, required: bool) -> Segment:
 
 
 def settle_ids(text: str, *, n_chunks: int) -> str:
-    """``text`` up to the last id of its list's ascending start: the ids after it
-    repeat or descend, and the list goes on from there one id at a time.  When that
-    id is the last label (nothing can follow it), the list is closed here instead of
-    in a segment whose only choice would be ``]}``."""
+    """``text`` up to the last id of its list's ascending start (closed there if that id is the last label)."""
     ids = listed_ids(text)
     if ids is None or ascending(ids):
         return text
@@ -308,20 +270,13 @@ def settle_ids(text: str, *, n_chunks: int) -> str:
     while ids[keep - 1] < ids[keep]:
         keep += 1
     kept = text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
-    # A cut keeps fewer than USEFUL_MAX ids (one more followed them in the same list).
     return kept + "]}" if ids[keep - 1] == n_chunks - 1 else kept
 
 
 @lru_cache(maxsize=4096)
 def id_segment(lo: int, n_chunks: int, *, last: bool) -> Segment:
-    """After a list cut by :func:`settle_ids` (it keeps at least one id, and closes a
-    list whose last id is label ``n-1``): the next id, from ``lo..n-1`` (one above
-    the last one kept: ascending, so each chunk at most once), or the end of the list.
-
-    ``last``: the bound is reached, so the id closes the list too.  Tiny: at most
-    ``n`` short alternatives.  An id that ends the chunk labels closes the list
-    with it, so a segment never leaves a choice of one.
-    """
+    """After a list cut by :func:`settle_ids`: the next id from ``lo..n-1``, or the end of the list.
+    ``last``: the bound is reached, so the id closes the list too."""
     options = [lit("," + str(k) + ("]}" if last or k == n_chunks - 1 else "")) for k in range(lo, n_chunks)]
     return Segment.from_rx(
         alt(*options, lit("]}")), key=f"ids/{n_chunks}/{lo}" + ("/last" if last else ""), per_request=True
@@ -329,8 +284,7 @@ def id_segment(lo: int, n_chunks: int, *, last: bool) -> Segment:
 
 
 def listed_ids(text: str) -> list[int] | None:
-    """The ids listed so far in ``text`` (``None`` before the list starts).  The key
-    cannot occur inside a generated string: strings never hold a double quote."""
+    """The ids listed so far in ``text`` (``None`` before the list starts)."""
     if IDS_KEY not in text:
         return None
     body = text.rsplit(IDS_KEY, 1)[1].rstrip("]}")
@@ -351,14 +305,8 @@ def forced_insufficient(text: str) -> bool:
 def sufficiency_constraint(n_chunks: int) -> Constraint:
     """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
 
-    The seed's reasoning order: entities and their coverage, contradictions, the
-    reasoning, then the decision, which picks the branch.  Consistent by
-    construction: an entity marked not covered leaves only ``false`` (with at least
-    one missing item), and ``true`` names at least one useful chunk.  Decoded in
-    segments: the head, the decision alone (the only segment with log-probabilities),
-    the rest of the branch up to the id list, then the id list (one tiny segment,
-    continued one id at a time only if it came out of order); all but the ids are
-    the same for every request.
+    Segments: the head, the decision alone (with log-probabilities), the branch up to the id list, the ids.
+    An uncovered entity leaves only ``false``; ``true`` names at least one useful chunk.
     """
     segments = _segments()
 
@@ -369,7 +317,6 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         if ids is not None:
             if text.endswith(IDS_KEY):
                 return id_list_segment(n_chunks, required=DECISION_KEY + "true" in text)
-            # What settle_ids kept of a list out of order: one id at a time from here.
             return id_segment(ids[-1] + 1, n_chunks, last=len(ids) + 1 >= B.USEFUL_MAX)
         if text.endswith(DECISION_KEY):
             return segments["forced-false" if n_chunks == 0 or forced_insufficient(text) else "decision"]
@@ -392,8 +339,7 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
 
 @lru_cache(maxsize=1)
 def _coarse_head() -> Segment:
-    """For engines without a KV cache across calls: everything up to the id list in
-    one segment (the forcing rule included)."""
+    """For engines without a KV cache across calls: everything up to the id list in one segment."""
     rx = alt(
         seq(_head_body(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
         seq(_head_body(False), lit("false") + _after(False)),
@@ -410,12 +356,7 @@ def to_verdict(
     omitted_chunk_ids: list[ChunkId],
     question_truncated: bool,
 ) -> SufficiencyVerdict:
-    """Map prompt labels back to the caller's chunk ids.
-
-    A repeated entity name is covered only if every mark says so (the forcing rule
-    read any uncovered mark), so ``coverage`` keys and ``required_entities`` stay
-    exactly the same set (a grammar cannot compare generated strings with each other).
-    """
+    """Map prompt labels back to the caller's chunk ids; a repeated entity is covered only if every mark says so."""
     coverage: dict[str, bool] = {}
     for item in output.required_entities:
         coverage[item.entity] = coverage.get(item.entity, True) and item.covered
