@@ -1,23 +1,8 @@
 """Result rows as Parquet with a typed schema.
 
-Why: a JSONL result file (or a Parquet file holding the verdict as a JSON string)
-makes every query parse JSON.  Here the verdict is a struct column whose children
-are the verdict model's own fields, so DuckDB, Spark or pandas can filter on
-``verdict.is_sufficient`` or aggregate ``verdict.confidence`` directly, and the
-schema itself documents what a row holds.
-
-The schema is derived from the pydantic models (:func:`arrow_type`), never guessed
-from the data: a field whose type has no faithful Arrow form (``Any``, an
-arbitrary union) is an error, not a silent JSON string.  One deliberate
-approximation: chunk ids (``ChunkId = int | str``, and any other union of ``int``
-and ``str``) are written as **strings**, so a chunk id ``3`` reads back as
-``"3"``.  Such fields carry the metadata ``suffice.json_type = int|str``.
-
-Rows go in as the batch runner writes them (``JudgeResult.model_dump(mode="json")``
-plus ``line`` plus the gate's ``suffice``-format ``verdict``); :func:`coerce_row`
-checks each against the schema and names the first key that does not fit.
-:class:`ParquetRows` writes bounded row groups to a temporary file and renames it
-into place on close; :func:`iter_parquet` reads any Parquet file back row by row.
+The verdict is a struct column of the verdict model's own fields, so queries filter on it without parsing JSON.
+The schema is derived from the pydantic models (:func:`arrow_type`), never guessed from the data.  Chunk ids
+(``int | str``) are written as strings, marked with ``suffice.json_type = int|str``.
 """
 
 from __future__ import annotations
@@ -70,8 +55,7 @@ class RowError(ValueError):
 
 
 def _unwrap(annotation: Any) -> Any:
-    """Strip ``Annotated`` (which ``SerializeAsAny``, ``Field`` constraints and the like
-    produce) down to the type it annotates."""
+    """Strip ``Annotated`` down to the type it annotates."""
     while typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     return annotation
@@ -99,8 +83,7 @@ def _is_int_or_str(annotation: Any) -> bool:
 
 
 def _field(name: str, annotation: Any, stack: tuple[type, ...]) -> Any:
-    """The Arrow field for a value of ``annotation``: nullable exactly when it admits
-    ``None``; ``int | str`` values are marked (see :data:`JSON_TYPE_KEY`)."""
+    """The Arrow field for a value of ``annotation``: nullable exactly when it admits ``None``."""
     inner, nullable = _split_optional(annotation)
     metadata = _INT_OR_STR if _is_int_or_str(inner) else None
     return pa.field(name, _arrow_type(inner, stack), nullable=nullable, metadata=metadata)
@@ -146,27 +129,16 @@ def _arrow_type(annotation: Any, stack: tuple[type, ...]) -> Any:
 
 
 def arrow_type(annotation: Any) -> Any:
-    """The Arrow type of a pydantic field annotation (the JSON-mode dump of it).
-
-    ``str``/``int``/``float``/``bool`` → ``string``/``int64``/``float64``/``bool_``;
-    ``X | None`` → the type of ``X`` (nullability lives on the field); ``list[X]``,
-    ``set[X]``, ``tuple[X, ...]`` → ``list_``; ``dict[str, X]`` → ``map_(string, X)``;
-    a pydantic model → a struct of its fields in order (computed fields last); a
-    ``Literal`` of strings (or ints, or bools) and a string ``Enum`` → their scalar
-    type; a union of ``int`` and ``str`` (``ChunkId``) → ``string``.  ``Annotated``
-    wrappers (``SerializeAsAny``, constraints) are unwrapped.  Anything else
-    (``Any``, ``object``, other unions) raises :class:`TypeError` naming it.
+    """The Arrow type of a pydantic field annotation (its JSON-mode dump): scalars, lists, ``dict[str, X]``
+    maps, models as structs, ``Literal``/``Enum`` as their scalar, ``int | str`` as ``string``.  Anything
+    else (``Any``, other unions) raises :class:`TypeError` naming it.
     """
     return _arrow_type(annotation, ())
 
 
 def result_schema(verdict_model: type[BaseModel]) -> Any:
-    """The schema of a result row (``suffice`` format) for a gate's verdict model.
-
-    The columns of :class:`~suffice.results.JudgeResult` as dumped (``raw_text``
-    excluded, ``verdict`` a struct of ``verdict_model``), then ``line``: the 1-based
-    input position.  A column is nullable exactly where the row can hold ``None``.
-    """
+    """The schema of a result row: :class:`~suffice.results.JudgeResult`'s columns (no ``raw_text``,
+    ``verdict`` a struct of ``verdict_model``), then ``line``, the 1-based input position."""
     if not (isinstance(verdict_model, type) and issubclass(verdict_model, BaseModel)):
         raise TypeError(f"verdict_model must be a pydantic model class, not {verdict_model!r}")
     fields = []
@@ -248,11 +220,8 @@ def _coerce_struct(value: Mapping[str, Any], kind: Any, key: str) -> dict[str, A
 
 
 def coerce_row(row: Mapping[str, Any], schema: Any) -> dict[str, Any]:
-    """``row`` (JSON values, as the batch runner dumps them) in the form Arrow takes for
-    ``schema``: maps as lists of pairs, ``int | str`` values as strings, ints in float
-    columns as floats.  Raises :class:`RowError` naming the dotted key of an unknown
-    key, a missing or null required value, or a value of the wrong type.
-    """
+    """``row`` (JSON values) in the form Arrow takes for ``schema``.  Raises :class:`RowError` naming the
+    dotted key of an unknown key, a missing or null required value, or a value of the wrong type."""
     names = set(schema.names)
     for name in row:
         if name not in names:
@@ -284,14 +253,12 @@ def _from_arrow(value: Any, kind: Any) -> Any:
 
 
 def row_from_arrow(row: Mapping[str, Any], schema: Any) -> dict[str, Any]:
-    """A row as ``to_pylist`` gives it, with map values (lists of pairs) as dicts,
-    at any depth.  Other values are left as they are."""
+    """A row as ``to_pylist`` gives it, with map values (lists of pairs) as dicts, at any depth."""
     return {name: _from_arrow(value, schema.field(name).type) for name, value in row.items()}
 
 
 def iter_parquet(path: str | os.PathLike[str], batch_rows: int = 4096) -> Iterator[dict[str, Any]]:
-    """Every row of a Parquet file as a plain dict (maps as dicts), reading at most
-    ``batch_rows`` rows into memory at a time."""
+    """Every row of a Parquet file as a plain dict, ``batch_rows`` rows in memory at a time."""
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
     with pq.ParquetFile(path) as file:
@@ -311,14 +278,8 @@ def parquet_rows(path: str | os.PathLike[str]) -> int:
 
 
 class ParquetRows:
-    """Writes rows to ``path`` under ``schema`` in row groups of ``row_group_rows``.
-
-    Rows are checked and buffered (:func:`coerce_row`); each full buffer becomes one
-    row group, so memory holds at most one group.  The file is written as
-    ``path + ".tmp"`` and renamed over ``path`` by :meth:`close`, so ``path`` is
-    either the previous file or the complete new one.  As a context manager, an
-    exception inside the ``with`` discards the temporary file (:meth:`abort`).
-    """
+    """Writes rows to ``path`` under ``schema`` in row groups of ``row_group_rows``, via ``path + ".tmp"``
+    renamed into place by :meth:`close`; an exception inside ``with`` discards it (:meth:`abort`)."""
 
     def __init__(
         self,
