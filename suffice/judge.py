@@ -1,9 +1,7 @@
 """The judge: build once (engine, model, backend), then judge batches.
 
-A batch goes to the engine in one call so vLLM schedules it as one batch.  Every
-item yields exactly one :class:`JudgeResult`, in input order: bad input, a prompt
-that cannot fit, or an output that fails validation twice becomes an error result
-for that item only.
+Every item yields exactly one :class:`JudgeResult`, in input order; a failure confined to one item becomes
+an error result for that item only.
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ class Judge:
     """A gate on an engine: one result per record, in order (see the module docstring)."""
 
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
-        """``gate`` defaults to the one ``config`` names (built with its options); a gate
-        object may be one no registry knows."""
+        """``gate`` defaults to the one ``config`` names (built with its options)."""
         self.engine = engine
         named = gate if isinstance(gate, str) else gate.name if gate is not None else None
         known = named if named in gate_names() else None
@@ -92,17 +89,8 @@ class Judge:
         self.check_window()
 
     def check_window(self) -> None:
-        """Refuse a ``max_model_len`` that no record can fit, before any record is judged.
-
-        The smallest record there is (a one-word question, one one-word chunk, a
-        one-word response for a post-generation gate) is fitted as a real one would be.
-        If even it does not fit, the window is spent on instructions and the output's
-        worst case, and every record of a run would be its own ``PromptTooLongError``
-        row: a 512-token window gave 10,000 error rows for 10,000 records.  Only that
-        is refused; an engine that cannot count tokens yet (a server still starting)
-        or a gate that needs more than this record holds (the adequacy gate with
-        per-record rubrics only) is left to the records.
-        """
+        """Refuse a ``max_model_len`` that not even the smallest record fits, before any record is judged
+        (else every record would be its own ``PromptTooLongError`` row)."""
         probe = Item(
             id="window-check",
             question="Who?",
@@ -123,8 +111,7 @@ class Judge:
 
     @classmethod
     def open(cls, config: JudgeConfig) -> Judge:
-        """A judge on a new engine, made from ``config.engine`` (its gate is built first, so
-        a bad rubric fails before the engine starts)."""
+        """A judge on a new engine, made from ``config.engine`` (its gate is built first)."""
         gate = config.make_gate()
         engine = make_engine(config.engine)
         try:
@@ -157,14 +144,8 @@ class Judge:
             return None
 
     def _prepare(self, record: object) -> tuple[Item, BaseModel | FittedPrompt]:
-        """The record's item and either its verdict without the model or its fitted prompt.
-
-        Anything raised on the way (a value the parser or tokenizer cannot take, a
-        recursion limit, a bug) becomes this record's :class:`ItemError`, never the
-        batch's.  The engine is not the record: fitting may ask it to count tokens (the
-        openai engine asks its server), so a fatal engine failure stops the batch and
-        any other engine failure is a :class:`GenerationError` (judged again on resume).
-        """
+        """The record's item and either its verdict without the model or its fitted prompt.  Anything raised
+        becomes this record's :class:`ItemError`, but a fatal engine failure stops the batch."""
         try:
             item = self.gate.parse_item(record)
         except ItemError:
@@ -199,10 +180,8 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress`` adds up to one per record
-        (records without a model call at once, the others as the engine works on them).
-        Setting ``cancel`` stops the engine's work for this call and raises
-        :class:`~suffice.exceptions.CancelledError` (nothing is returned)."""
+        """One result per record, in order; ``progress`` adds up to one per record.  Setting ``cancel`` stops
+        the engine's work and raises :class:`~suffice.exceptions.CancelledError`."""
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
         for index, record in enumerate(records):
@@ -273,10 +252,8 @@ class Judge:
                         gen.text,
                     )
                 if gen.finish_reason != "stop":
-                    # vLLM ends a request with "error" when the backend refuses a token
-                    # its own mask allowed (xgrammar 0.2.8 did, after a string closed):
-                    # the text stops there; the retry's prompt names the error, so it may
-                    # go another way.
+                    # vLLM ends a request with "error" when the backend refuses a token its mask allowed;
+                    # the retry's prompt names the error.
                     reason = gen.finish_reason
                     raise VerdictError(f"the engine ended the output with finish_reason={reason!r}", gen.text)
                 verdict = self.gate.parse(gen.text, p.fitted, p.item)
@@ -301,10 +278,8 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[Generation | EngineError]:
-        """One engine call; if it fails, the batch is split so one poisoned request fails
-        alone (:func:`~suffice.isolation.isolate`).  A fatal engine failure (a dead
-        engine, a server that does not enforce the constraint) is not split: it goes to
-        the caller, and no request is blamed for it."""
+        """One engine call; if it fails, the batch is split so one poisoned request fails alone
+        (:func:`~suffice.isolation.isolate`); a fatal engine failure goes to the caller unsplit."""
 
         def failed(exc: Exception, part: Sequence[GenerationRequest]) -> EngineError:
             if not isinstance(exc, EngineError) or isinstance(exc, EngineFatalError):

@@ -1,12 +1,6 @@
-"""What a gate is: its options, a prompt, a constraint per chunk count, a parser, and
-everything else that differs from gate to gate.
-
-The judge, the batch runner, the service, the harness, the audit log, the summary and
-calibration never ask which gate they hold: they ask the gate (its route, what counts
-as positive, its calibration scores and where a threshold is saved, its export row,
-its settings).  A gate is one package (``suffice/gates/<name>/`` or a package of your
-own) registered under the entry-point group ``suffice.gates`` (see
-:mod:`suffice.gates.registry`); the completeness test checks every hook.
+"""What a gate is: its options, a prompt, a constraint per chunk count, a parser, and everything else that
+differs from gate to gate; the rest of suffice asks the gate rather than which gate it holds.  A gate is a
+package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.gates.registry`).
 """
 
 from __future__ import annotations
@@ -30,17 +24,12 @@ from suffice.records import Chunk, Item, parse_record
 
 
 class GateOptions(BaseModel):
-    """A gate's own settings, declared as fields of a subclass.
-
-    The same names reach the gate from ``--gate-option KEY=VALUE`` (and a ``--KEY``
-    flag the CLI makes for each field), ``JudgeConfig(options=...)`` and the HTTP
-    request's ``options``; nothing between knows which gate takes which.
-    """
+    """A gate's own settings, as fields of a subclass: set by ``--gate-option KEY=VALUE`` (or ``--KEY``),
+    ``JudgeConfig(options=...)`` and the HTTP request's ``options``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: The options a client of ``suffice serve`` may set per request; the others are the
-    #: server's own (a path on the server is not a client's to name).
+    #: The options a client of ``suffice serve`` may set per request; the others are the server's own.
     per_request: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -75,17 +64,13 @@ class Gate(ABC):
     template: PromptTemplate
     #: Post-generation gates check a generated answer given as ``response``.
     needs_response: bool = False
-    #: The decision as a JSON key and its values as JSON texts, and the value that
-    #: says "enough evidence": decision probabilities (read at the key), decision-only
-    #: mode and summaries all derive from these.
+    #: The decision as a JSON key, its values as JSON texts, and the value that says "enough evidence".
     decision_key: str = ""
     decision_json_values: tuple[str, ...] = ()
     positive_value: str = ""
-    #: Which calibration scores a threshold can be saved for (none: the gate's rule is
-    #: not calibrated); :meth:`save_calibration` says where it goes.
+    #: Which calibration scores a threshold can be saved for (none: the gate is not calibrated).
     saveable_scores: tuple[str, ...] = ()
-    #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return: the
-    #: typed Parquet schema of a result file (:mod:`suffice.tables`) is built from it.
+    #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return (the Parquet schema's source).
     verdict_model: type[BaseModel]
 
     @classmethod
@@ -99,19 +84,16 @@ class Gate(ABC):
         return None
 
     def check_detail(self, detail: str) -> None:
-        """Raise :class:`ConfigError` if this gate, as configured, cannot judge at
-        ``detail`` (``full`` or ``decision``)."""
+        """Raise :class:`ConfigError` if this gate cannot judge at ``detail`` (``full`` or ``decision``)."""
         return None
 
     def save_problem(self, destination: Path | None, report_dir: Path) -> str | None:
-        """Why :meth:`save_calibration` could not save to ``destination``, found before
-        anything is judged (``None``: nothing known against it)."""
+        """Why :meth:`save_calibration` could not save to ``destination`` (``None``: nothing known against it)."""
         return None
 
     def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
-        """Save a calibrated threshold where this gate reads it (``destination``: what the
-        user named with ``--save``; ``report_dir``: the calibration's folder) and say
-        what was written.  Raises :class:`ConfigError` naming ``save``."""
+        """Save a calibrated threshold where this gate reads it and say what was written (``destination``:
+        ``--save``'s value).  Raises :class:`ConfigError` naming ``save``."""
         raise ConfigError("save", str(destination), f"the {self.name} gate has no calibrated threshold to save")
 
     @property
@@ -125,8 +107,7 @@ class Gate(ABC):
         return self.template.name
 
     def settings(self) -> dict[str, str]:
-        """What, besides the model and engine, decides this gate's verdicts: recorded
-        beside a batch output so a resumed run with other settings is refused."""
+        """What, besides the model and engine, decides this gate's verdicts (recorded beside a batch output)."""
         return {"gate": self.name, "prompt_version": self.prompt_version}
 
     @abstractmethod
@@ -135,24 +116,18 @@ class Gate(ABC):
 
     @abstractmethod
     def route(self, verdict: BaseModel) -> Routing:
-        """Where the verdict sends the item, by the decision that counts (the calibrated
-        one when the gate has a calibration): the pipeline, the audit log and the
-        summary all read this one."""
+        """Where the verdict sends the item, by the decision that counts (the calibrated one, if any)."""
 
     @abstractmethod
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
-        """Every score an output row's verdict (JSON) offers for calibration, by name;
-        ``decision`` is the binary decision that routes."""
+        """Every score an output row's verdict offers for calibration, by name (``decision``: the one that routes)."""
 
     def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
-        """The chunk ids an output row's verdict names as useful, to compare with gold
-        evidence; ``None`` when the gate names none."""
+        """The chunk ids an output row's verdict names as useful; ``None`` when the gate names none."""
         return None
 
     def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        """The output row's verdict fields in format ``fmt``: ``suffice`` (the verdict
-        as it is) or ``seed`` / ``ragflow`` (the seed prompt's own shape, with the fitting
-        notes and the computed decision beside it)."""
+        """The output row's verdict fields in format ``fmt``: ``suffice`` (as it is) or ``seed`` / ``ragflow``."""
         if fmt == "suffice":
             return {"verdict": verdict.model_dump(mode="json")}
         row: dict[str, Any] = {
@@ -180,11 +155,7 @@ class Gate(ABC):
 
     @abstractmethod
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint for a prompt showing these chunks (labelled ``0..n-1``).
-
-        It should depend on counts only (chunks, sources), so that requests of the
-        same shape share one compiled form.
-        """
+        """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only."""
 
     def system_context(self, item: Item) -> dict[str, Any]:
         """Instructions shared by many items (kept identical so the prefix cache hits)."""

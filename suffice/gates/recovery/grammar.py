@@ -1,20 +1,8 @@
 """The recovery verdict (evidence insufficiency recovery, post-generation) and its constraint.
 
-By construction: the answer exists only for SUFFICIENT and carries at least one
-``[CITATION:k]`` marker whose ``k`` is a source shown in the request (sources are
-numbered ``0..m-1``, so the pattern depends on ``m`` only; suffice rewrites the
-markers to the caller's source ids, escaped so that any id round-trips, see
-:func:`cite_source`); the abstention notice and the suggested
-queries exist only otherwise; SUFFICIENT has no unsupported claim, the others at
-least one; every string and list is bounded.
-
-Decoded in segments (see :mod:`suffice.grammars.constraint`): the classification
-alone (the only segment with log-probabilities; the key before it prefilled), the
-rest of that branch up to the first ``[CITATION:`` (or the end of an abstention); then a tiny
-segment picks each citation's source label and closes the marker, and a
-request-independent one goes on with the next sentence or closes the answer.  Only
-the label segment depends on the request (its source count); the large segments
-are compiled once per engine.
+By construction: only SUFFICIENT has an answer, with at least one ``[CITATION:k]`` for a source ``k`` shown
+(``0..m-1``); the abstention and suggested queries exist only otherwise.  Segments: the classification (with
+log-probabilities), the branch up to the first ``[CITATION:``, then a tiny per-request label segment per citation.
 """
 
 from __future__ import annotations
@@ -75,8 +63,7 @@ def _sentence() -> Rx:
 
 
 def _first_sentence() -> Rx:
-    """The answer's first sentence starts with a visible character: an answer is never
-    only citations (or blanks before one)."""
+    """The answer's first sentence starts with a visible character: never only citations."""
     return seq(Rx(_VISIBLE_CHAR, 3), repeat(Rx(_ANSWER_CHAR, 3), 0, B.SENTENCE_CHARS - 1))
 
 
@@ -85,14 +72,12 @@ def _claims(lo: int) -> Rx:
 
 
 CLASSIFICATION_KEY = '{"classification":"'
-#: What follows every classification value up to the first thing the model chooses
-#: (prefilled, not decoded; it ends outside a string, see :class:`Segment`).
+#: What follows every classification value up to the first thing the model chooses (prefilled).
 AFTER_PREFIX = '","supported_claims":'
 
 
 def _rest(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
-    """Everything after the classification value; with ``answer_closed=False`` an
-    answering verdict stops right after ``answer`` (no closing ``}``)."""
+    """Everything after the classification value; ``answer_closed=False`` stops right after ``answer``."""
     return lit(AFTER_PREFIX) + _rest_body(classification, answer, answer_closed=answer_closed)
 
 
@@ -130,8 +115,7 @@ def _answer_start() -> Rx:
 
 @lru_cache(maxsize=1)
 def _segments() -> dict[str, Segment]:
-    """The request-independent segments, compiled once per engine: the decision (the
-    key before it prefilled) and what each value leads to."""
+    """The request-independent segments, compiled once per engine."""
     segments = {
         "decision": Segment.from_rx(
             alt(*[lit(c.value) for c in Classification]),
@@ -148,8 +132,7 @@ def _segments() -> dict[str, Segment]:
 
 @lru_cache(maxsize=1)
 def _more() -> Segment:
-    """After a citation, when another sentence is allowed: a sentence up to its marker,
-    or the end of the answer."""
+    """After a citation: a sentence up to its marker, or the end of the answer."""
     rx = alt(seq(_sentence(), lit(CITATION_OPEN)), lit('"}'))
     return Segment.from_rx(rx, key="recovery/more")
 
@@ -207,8 +190,7 @@ def _coarse_head() -> Segment:
         lit('"'),
         alt(*[seq(lit(c.value), _rest(c, _answer_start(), answer_closed=False)) for c in Classification]),
     )
-    # The prefix stops before the value's quote: large patterns open outside strings
-    # (see Segment; outlines-core timed out on one that opened inside a string).
+    # The prefix stops before the value's quote: large patterns open outside strings (see Segment).
     return Segment.from_rx(rx, key="recovery/coarse-head", logprobs=True, prefix=CLASSIFICATION_KEY[:-1])
 
 
@@ -273,10 +255,7 @@ class RecoveryVerdict(BaseModel):
     decision: RecoveryDecision | None = None
     #: Probability of each classification from the engine's log-probabilities.
     class_probabilities: dict[str, float] | None = None
-    #: The checked answer (the record's ``response``), set only when the threshold
-    #: accepts partial support and the decision delivers a PARTIALLY_SUFFICIENT
-    #: verdict; it goes out with ``decision.caveats``.  Kept apart from ``answer``,
-    #: which the seed reserves for SUFFICIENT.
+    #: The checked answer, set only when a PARTIALLY_SUFFICIENT verdict is delivered (with ``decision.caveats``).
     partial_answer: str | None = None
 
     @model_validator(mode="after")
@@ -287,8 +266,7 @@ class RecoveryVerdict(BaseModel):
 
     @property
     def delivered_answer(self) -> str | None:
-        """What a ``deliver`` decision hands to the user: the cited answer, or the
-        partial answer (with ``decision.caveats``); ``None`` for any other route."""
+        """What a ``deliver`` decision hands to the user; ``None`` for any other route."""
         if self.decision is None or self.decision.route != "deliver":
             return None
         return self.answer if self.classification is Classification.SUFFICIENT else self.partial_answer
@@ -308,9 +286,7 @@ class RecoveryVerdict(BaseModel):
         return out
 
 
-#: Characters of a source id written as ``%XX`` (UTF-8 bytes) in a citation: the
-#: escape character itself and the brackets that delimit the marker; characters
-#: that are not printable (controls, line breaks, unusual spaces) are escaped too.
+#: Characters of a source id written as ``%XX`` (UTF-8 bytes) in a citation, besides non-printable ones.
 _ESCAPED = frozenset("%[]")
 #: An empty source id: no escaped id is a lone ``%`` (``%`` itself is always escaped).
 EMPTY_SOURCE = "%"
@@ -324,14 +300,8 @@ def _escape_char(char: str) -> str:
 
 
 def cite_source(source: str) -> str:
-    """A source id as written in ``[CITATION:...]``: never empty, never containing
-    ``]``, and read back exactly by :func:`parse_citations`.
-
-    The escaping: ``%``, ``[``, ``]`` and every non-printable character become their
-    UTF-8 bytes as ``%XX`` (upper-case hex); everything else, non-Latin scripts,
-    quotes and spaces included, is written as is; the empty id is a lone ``%``.  Ids
-    without these characters (the usual case) are written unchanged.
-    """
+    """A source id as written in ``[CITATION:...]``, read back exactly by :func:`parse_citations`: ``%``,
+    ``[``, ``]`` and non-printable characters become ``%XX`` UTF-8 bytes; the empty id is a lone ``%``."""
     if not source:
         return EMPTY_SOURCE
     return "".join(_escape_char(c) for c in source)
@@ -362,18 +332,13 @@ def _literal(marker: str, text: str) -> bytes:
 
 
 def parse_citations(answer: str) -> list[str]:
-    """The source ids of every ``[CITATION:...]`` marker in an exported answer, in
-    order (repeats kept); raises :class:`CitationError` for a damaged marker.
-
-    The inverse of the export: ``parse_citations(relabel_citations(a, sources)[0])``
-    gives back the cited sources exactly, whatever characters they contain.
-    """
+    """The source ids of every ``[CITATION:...]`` marker in an exported answer, in order (repeats kept);
+    raises :class:`CitationError` for a damaged marker."""
     return [_read_source(match.group(0), match.group(1)) for match in CITATION.finditer(answer)]
 
 
 def relabel_citations(answer: str, sources: list[str]) -> tuple[str, list[str]]:
-    """``[CITATION:k]`` → ``[CITATION:<escaped source id>]``, and the cited ids (as
-    given, unescaped) in order of first citation."""
+    """``[CITATION:k]`` → ``[CITATION:<escaped source id>]``, and the cited ids in order of first citation."""
     cited: list[str] = []
 
     def swap(match: re.Match[str]) -> str:
