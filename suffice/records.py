@@ -1,8 +1,4 @@
-"""Input records: the ``../shared/data`` JSONL format, checked field by field.
-
-Why so strict: one malformed record must become one error line naming its field,
-never a crash of the batch and never a silent guess.
-"""
+"""Input records: the ``../shared/data`` JSONL format, checked field by field (a bad one is one error line)."""
 
 from __future__ import annotations
 
@@ -16,11 +12,9 @@ from suffice.exceptions import InputError
 
 ChunkId = int | str
 
-# C0 controls other than tab/newline/CR, DEL and C1 controls: they carry no meaning
-# for the judge and some tokenizers choke on them.
+# C0 controls other than tab/newline/CR, DEL and C1 controls: some tokenizers choke on them.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-# Lone surrogates (a JSON escape such as "\\ud800" with no partner): not text, and
-# tokenizers and UTF-8 writers reject them.
+# Lone surrogates (e.g. "\\ud800" with no partner): tokenizers and UTF-8 writers reject them.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -45,9 +39,7 @@ class Item:
 
     @property
     def has_evidence(self) -> bool:
-        """Whether any chunk holds text: chunks that are all blank are no evidence, and
-        the gates answer them without the model as they answer an empty list (a
-        sufficient verdict could otherwise name an empty chunk useful)."""
+        """Whether any chunk holds text: all-blank chunks are answered without the model, like no chunks."""
         return any(chunk.text.strip() for chunk in self.chunks)
 
 
@@ -66,8 +58,7 @@ def record_id(record: object) -> str | None:
     return None
 
 
-#: An integer id may have this many bits (a 128-bit hash fits).  Larger ones are
-#: refused: ``str(10**5000)`` raises, and so would every message that showed it.
+#: An integer id may have this many bits (a 128-bit hash fits); ``str(10**5000)`` raises.
 ID_BITS = 128
 
 
@@ -98,8 +89,7 @@ def _short(value: object, limit: int = 40) -> str:
 
 
 def _text_field(value: object, name: str) -> str:
-    """A required text: a string with something left once control characters are
-    removed (a question of ``"\x00\x01"`` is an empty one)."""
+    """A required text: a string with something left once control characters are removed."""
     if not isinstance(value, str) or not clean_text(value).strip():
         raise InputError(name, "must be a non-empty string")
     return value
@@ -129,11 +119,8 @@ def parse_chunk(raw: object, index: int) -> Chunk:
 
 
 def parse_record(record: object, *, need_response: bool = False) -> Item:
-    """Validate one raw record; raise :class:`InputError` naming the first bad field.
-
-    An :class:`Item` (built by the harness) passes through, checked only for what
-    this gate needs.
-    """
+    """Validate one raw record; raise :class:`InputError` naming the first bad field (an :class:`Item` passes
+    through, checked only for what this gate needs)."""
     if isinstance(record, Item):
         if need_response and not record.response:
             raise InputError("response", "is missing (this gate checks a generated answer)")
@@ -159,8 +146,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     if not isinstance(raw_chunks, list):
         raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
     chunks = tuple(parse_chunk(raw, i) for i, raw in enumerate(raw_chunks))
-    # Compared as text: 1 and "1" are one id in a citation's source key, a Parquet
-    # column and a user's eyes.
+    # Compared as text: 1 and "1" are one id in a citation, a Parquet column and a user's eyes.
     seen: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
         key = str(chunk.id)
@@ -187,10 +173,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
 
 
 class RepeatedKeys(dict[str, Any]):
-    """A JSON object that held keys twice (``json.loads`` keeps the last value): which
-    value was meant cannot be known, so a repeated key suffice reads (a record's
-    fields, a chunk's) is that record's error naming it; a repeated key it ignores
-    is ignored like the key itself."""
+    """A JSON object that held keys twice: a repeated key suffice reads is that record's error naming it."""
 
     repeated: frozenset[str] = frozenset()
 
@@ -201,8 +184,7 @@ CHUNK_FIELDS = frozenset({"id", "text", "source", "score"})
 
 
 def carry_repeats(source: object, out: dict[str, Any], renamed: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``out``, a copy of ``source`` with renamed fields (``renamed``: the input's name
-    -> suffice's), still marked with ``source``'s repeated keys under their new names."""
+    """``out``, a copy of ``source`` with renamed fields, still marked with its repeated keys' new names."""
     if not isinstance(source, RepeatedKeys) or isinstance(out, RepeatedKeys):
         return out
     marked = RepeatedKeys(out)
@@ -220,8 +202,7 @@ def _check_keys(raw: Mapping[str, Any], where: str, read: frozenset[str]) -> Non
 
 @dataclass(frozen=True)
 class InvalidRecord:
-    """Stands in for an input line that is not JSON (or a Parquet row whose values
-    cannot be read), so it still gets its error line."""
+    """Stands in for an input line that is not JSON (or an unreadable Parquet row), so it gets its error line."""
 
     line: int
     #: Why, worded to follow "line 7 ": ``is not valid JSON: ...``.

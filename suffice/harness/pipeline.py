@@ -1,16 +1,8 @@
 """The re-retrieval loop: gate → decision → widened retrieval → the same gate again.
 
-Batch first: every round is one engine call for all questions still open and one
-retriever call for all that need more evidence.  Every question ends in exactly one
-outcome: ``delivered``, ``abstained`` (with the gap described) or ``review``
-(queued for a person, with the reason).  When the round budget is spent, or a
-retrieval finds nothing new, the outcome is escalation to review, never silence.
-
-Retrieval and query rewriting run foreign code (the caller's retriever, the engine)
-once per round for many questions.  A failure there (an exception, a wrong number
-of results, a malformed chunk) is confined to the question it belongs to: that
-question goes to review with the step and the error as its reason, and every other
-question goes on (see :mod:`suffice.isolation`).
+Every round is one engine call and one retriever call for all open questions.  Every question ends in exactly one
+outcome: ``delivered``, ``abstained`` or ``review`` (also when the budget is spent or retrieval finds nothing new).
+A failing retrieval or rewrite sends only its own question to review (:mod:`suffice.isolation`).
 """
 
 from __future__ import annotations
@@ -38,17 +30,10 @@ from suffice.results import JudgeResult
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """``max_rounds`` gate evaluations per question (the seeds advise 2-3); retrieval
-    width starts at ``base_width`` chunks per query and is multiplied by
-    ``width_growth`` every round ("a wider window").
-
-    ``retrieval_timeout_s``: seconds per question a retriever call may take (a call
-    for 40 questions gets 40 times this); past it, every question of the call goes
-    to review with the limit as its reason.  Without a limit (``None``, the
-    default) a search server that never answers holds the whole pipeline.  With one,
-    the retriever runs in a thread of its own, so it must not rely on the caller's
-    thread (a ``sqlite3`` connection opened there needs ``check_same_thread=False``):
-    that is why the limit is not the default."""
+    """``max_rounds`` gate evaluations per question; retrieval width starts at ``base_width`` chunks per query,
+    times ``width_growth`` every round.  ``retrieval_timeout_s``: seconds per question a retriever call may
+    take, past which its questions go to review; with it the retriever runs in a thread of its own, so it is
+    not the default."""
 
     max_rounds: int = 3
     base_width: int = 5
@@ -93,9 +78,7 @@ _STEPS = frozenset({RetrievalError.step, RewriteError.step})
 
 
 class StepFailure(BaseModel):
-    """The harness step that failed for a question, kept apart from the free-text
-    reason so that a reviewer (or a script) can tell a broken retriever from a gap
-    in the evidence."""
+    """The harness step that failed for a question, apart from the reason: a broken retriever, not a gap."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -108,12 +91,8 @@ class StepFailure(BaseModel):
 
 
 class Outcome(BaseModel):
-    """How one question ended.  ``verdict`` is the last gate verdict (if any).
-
-    A delivered ``answer`` comes with ``caveats`` when the gate accepted partial
-    support (what the evidence does not support); ``failure`` is set when a harness
-    step, not the gate, sent the question to review.
-    """
+    """How one question ended.  ``verdict`` is the last gate verdict (if any); ``caveats`` go with a partially
+    supported answer; ``failure`` is set when a harness step, not the gate, sent the question to review."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -143,8 +122,7 @@ class _Open:
 
 
 class Pipeline:
-    """The re-retrieval loop around a judge: judge, route, retrieve more, judge again,
-    within the retry budget, writing every round to the audit log."""
+    """The re-retrieval loop around a judge, writing every round to the audit log."""
 
     def __init__(
         self,
@@ -248,8 +226,7 @@ class Pipeline:
         if round >= self.config.max_rounds:
             reason = f"retrieval budget of {self.config.max_rounds} rounds spent: {routing.reason}"
             return self._review(run_id, item.id, item, reason, routing.gap, verdict, seq, state.trace)
-        # Nothing was retrieved: the gate answered without the model, and its "queries"
-        # are its canned note ("No content was retrieved..."); search the question again.
+        # Nothing was retrieved: the gate's "queries" are its canned note; search the question again.
         queries[id(state)] = (routing.queries if item.has_evidence else []) or [item.question]
         return None
 
@@ -325,8 +302,7 @@ class Pipeline:
         )
 
     def _failed(self, run_id: str, state: _Open) -> Outcome:
-        """Review for a question whose retrieval or rewriting failed; the reason names
-        the step, the round and the error, and the last verdict (if any) goes along."""
+        """Review for a question whose retrieval or rewriting failed (reason: the step, round and error)."""
         failure = state.failure
         assert failure is not None
         reason = f"{failure.step} failed in round {failure.round}: {failure.message}"
@@ -352,8 +328,7 @@ class Pipeline:
                 queries[id(state)] = rewritten
 
     def _retrieve(self, states: list[_Open], queries: dict[int, list[str]], round: int) -> None:
-        """One retriever call for every question (split only if it fails); a question
-        whose call fails or whose chunks are malformed is marked failed, untouched."""
+        """One retriever call for every question (split only if it fails); failed questions are marked."""
         requests = [
             RetrievalRequest(s.item.id, s.item.question, tuple(queries[id(s)]), round, self.config.width(round))
             for s in states

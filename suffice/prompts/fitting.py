@@ -1,20 +1,9 @@
 """Fit an item's prompt into the model's context window.
 
-Policy (documented in README.md):
-
-1. The question is cut to ``max_question_tokens`` tokens, a response to check
-   (post-generation gates) to ``max_response_tokens``.
-2. At most ``max_chunks`` chunks are shown.
-3. The room left is ``max_model_len`` minus the constraint's worst-case output
-   (so generation can never run out of tokens) minus the prompt without chunk text.
-   If every chunk fits whole, nothing is cut.  Otherwise every chunk keeps an equal
-   share ("water-filling"): short chunks stay whole, long ones are cut to the same
-   token cap and end with ``[truncated]``.  Every chunk stays represented.
-4. Only when even ``min_chunk_tokens`` per chunk does not fit are chunks left out:
-   the lowest retrieval score first (without scores, the last ones first).
-
-Which chunks were cut or left out goes into the verdict.  The chunks shown are
-labelled ``0..n-1`` in their original order, so the constraint depends on ``n`` only.
+Policy (README.md): the question and response are cut to their token limits, at most ``max_chunks`` chunks are
+shown, and the room left after the worst-case output is shared equally ("water-filling"; long chunks end with
+``[truncated]``).  Only when ``min_chunk_tokens`` per chunk does not fit are chunks left out, lowest score first.
+Shown chunks are labelled ``0..n-1`` in their original order.
 """
 
 from __future__ import annotations
@@ -70,11 +59,7 @@ def _source_text(chunk: Chunk) -> str | None:
 
 
 def source_labels(chunks: Sequence[Chunk]) -> dict[str, int]:
-    """Distinct sources numbered ``0..m-1`` in order of first appearance.
-
-    Several chunks of one document share a source; citations name the number, so a
-    constraint over citations depends on ``m`` only.
-    """
+    """Distinct sources numbered ``0..m-1`` in order of first appearance."""
     labels: dict[str, int] = {}
     for chunk in chunks:
         labels.setdefault(source_key(chunk), len(labels))
@@ -121,10 +106,8 @@ def _priority(chunks: Sequence[Chunk]) -> list[int]:
     return list(range(len(chunks)))
 
 
-#: No token of a real vocabulary spans more characters than this (SmolLM2's longest
-#: is 16 spaces), so text beyond ``max_model_len`` times it can never be shown and is
-#: cut before tokenizing: a 5.4 MB chunk tokenized whole takes 8.8 s to fit, under
-#: the process-wide tokenizer lock every ``suffice serve`` request waits on.
+#: No real token spans more characters than this, so text beyond ``max_model_len`` times it is cut before
+#: tokenizing (a 5.4 MB chunk took 8.8 s, under the tokenizer lock every request waits on).
 CHARS_PER_TOKEN_MAX = 32
 
 
@@ -192,11 +175,8 @@ def fit_prompt(
         return constraint, budget, engine.prompt_tokens(render(keep, {i: "" for i in keep}))
 
     for _ in range(_MAX_ATTEMPTS):
-        # Leave chunks out only while even the minimum share per chunk cannot fit: the
-        # most chunks (best first) whose labels, sources and minimum shares fit.  Each
-        # shown chunk costs its label and source too, so the count is searched with
-        # that overhead measured for it, not every chunk's (which would give up on
-        # 128 chunks with URL sources when 16 fit).
+        # Leave chunks out only while even the minimum share cannot fit: the most chunks (best first) whose
+        # labels, sources and minimum shares fit, each count measured with its own overhead.
         ranked = [i for i in priority if i in keep]
         constraint, budget, overhead = measure(keep)
         if len(ranked) * config.min_chunk_tokens > budget - overhead - slack:
@@ -257,8 +237,7 @@ def fit_prompt(
 
 
 def _spent(engine: Engine, measured: tuple[Constraint, int, int]) -> str:
-    """Where the window went, for an error: a small ``max_model_len`` is spent on the
-    output's worst case before any evidence, and the message must say so."""
+    """Where the window went, for an error message."""
     constraint, _, overhead = measured
     return (
         f"the output's worst case takes {constraint.max_tokens} tokens, the retry reserve {RETRY_RESERVE}, "

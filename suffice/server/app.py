@@ -1,10 +1,7 @@
 """The FastAPI app: routes, status codes, and where the work runs.
 
-Why judging runs on a thread pool and not behind a lock: the engine batches whatever
-is in flight (vLLM's continuous batching; the in-process engine's loop takes new
-requests between steps), so every HTTP request judges on its own worker thread and
-a request that arrives while others run joins them.  The event loop only parses,
-checks and answers.
+Every HTTP request judges on its own worker thread, not behind a lock, so the engine batches whatever is in
+flight; the event loop only parses, checks and answers.
 """
 
 from __future__ import annotations
@@ -75,9 +72,7 @@ _BODY_SCHEMA: dict[str, Any] = {
 
 
 class JSONResponse(_Utf8JSONResponse):
-    """JSON whose strings UTF-8 cannot hold (a lone surrogate from an input's
-    ``"\\ud800"``, kept in ids as the batch output keeps it) are written as escapes,
-    where Starlette's encoder raises and turns the request into a plain-text 500."""
+    """JSON whose strings UTF-8 cannot hold (lone surrogates) written as escapes, where Starlette's raises."""
 
     def render(self, content: Any) -> bytes:
         try:
@@ -87,15 +82,13 @@ class JSONResponse(_Utf8JSONResponse):
 
 
 def _retrieve(work: asyncio.Future[Any]) -> None:
-    """Collect the outcome of work whose request was answered already (504, client gone),
-    so its CancelledError is not reported as never retrieved."""
+    """Collect the outcome of work whose request was answered already, so no error goes unretrieved."""
     if not work.cancelled():
         work.exception()
 
 
 def _request_options(gates: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Every option a request may set on some served gate, as an OpenAPI query parameter
-    (each says which gate takes it)."""
+    """Every option a request may set on some served gate, as an OpenAPI query parameter."""
     parameters: dict[str, dict[str, Any]] = {}
     for gate in gates:
         model = gate_class(gate).options_model
@@ -110,8 +103,7 @@ def _request_options(gates: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def _envelope(value: object) -> tuple[object, Any]:
-    """The items and the options of a body ``{"items": [...], "options": {...}}``; any
-    other body is the items alone."""
+    """The items and options of a body ``{"items": [...], "options": {...}}``; any other body is the items."""
     if isinstance(value, dict) and isinstance(value.get("items"), list) and "question" not in value:
         return value["items"], value.get("options", {})
     return value, {}
@@ -128,14 +120,9 @@ def create_app(
     api_key: bytes | None = None,
     on_fatal: Callable[[str], None] | None = None,
 ) -> Any:
-    """The ASGI app over ``service`` (a :class:`~suffice.server.service.GateService`).
-
-    ``on_fatal(reason)`` is called once when the engine can no longer judge (the
-    runner shuts the server down and exits 1, so a supervisor restarts it).
-    """
+    """The ASGI app over ``service``; ``on_fatal(reason)`` is called once when the engine can no longer judge."""
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="suffice-judge")
-    # Probes get a thread of their own: queued behind the judging, readiness would fail
-    # exactly when the server is busy.
+    # Probes get a thread of their own, or readiness would fail exactly when the server is busy.
     probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-probe")
 
     async def probe() -> None:
@@ -144,8 +131,7 @@ def create_app(
         await asyncio.wait_for(check, PROBE_TIMEOUT)
 
     async def watch() -> None:
-        """An engine that dies while idle is noticed within HEALTH_INTERVAL, not at the
-        next request: /health fails and the server stops for its supervisor."""
+        """Notice an engine that dies while idle within HEALTH_INTERVAL; the server stops for its supervisor."""
         while service.dead is None:
             await asyncio.sleep(HEALTH_INTERVAL)
             try:
@@ -174,11 +160,8 @@ def create_app(
     metrics = Metrics()
     gates_literal = tuple(config.gates)
     query_options = _request_options(gates_literal)
-    #: Items admitted and not yet done (touched only on the event loop, so unlocked).
-    #: Why a bound: past the engine's pace every request would wait its whole timeout
-    #: for a 504 while more pile up behind it; past the bound a client hears 429 at once
-    #: and backs off.  Released when the work ends, not when the answer goes out: a
-    #: request answered 504 or 499 holds the engine until its generation stops.
+    #: Items admitted and not yet done (event loop only, so unlocked); past the bound a client hears 429 at
+    #: once instead of a 504 after its timeout.  Released when the work ends, not when the answer goes out.
     pending = [0]
 
     def release(items: int) -> Callable[[Any], None]:
@@ -218,9 +201,8 @@ def create_app(
         request: Request,
         format: Literal["suffice", "seed", "ragflow"] = "suffice",
     ) -> Response:
-        """One result per item, in order: each a verdict or that item's error (an error
-        row does not fail the request).  The gate's options a request may set (query
-        parameters, or `options` beside `items` in the body) apply to this request only."""
+        """One result per item, in order: a verdict or that item's error.  Options (query parameters, or
+        `options` in the body) apply to this request only."""
         if gate not in gates_literal:
             return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
         if service.dead is not None:
@@ -281,8 +263,7 @@ def create_app(
                     return Response(status_code=499)
             outcome = work.result()
         except asyncio.CancelledError:
-            # The server's drain ran out (or the loop is closing): stop the generation
-            # too, or the engine keeps judging for nobody and the shutdown waits for it.
+            # The drain ran out or the loop is closing: stop the generation too.
             cancel.set()
             raise
         except RequestError as exc:

@@ -1,12 +1,7 @@
 """The judging behind the HTTP routes: one engine, a judge per gate variant, the audit log.
 
-Why one engine for every gate: the gates differ in prompt and constraint, not in
-weights, so one engine serves all of them and a request for one gate joins the
-requests for the others in the same running batch.  Judges are cheap (a gate and
-its parser); one is built per gate and per rubric or threshold preset a request asks
-for, and kept.  Everything here is synchronous and thread-safe: the app calls
-:meth:`GateService.judge` from a worker thread per HTTP request, and the engine
-batches whatever is in flight.
+The gates differ in prompt and constraint, not weights, so one engine serves all of them in one running batch.
+A judge is built per gate and per rubric or threshold preset, and kept.  Everything here is thread-safe.
 """
 
 from __future__ import annotations
@@ -40,8 +35,7 @@ _READ_AS_JUDGE = FieldMap()
 
 
 def check_served(config: ServeConfig) -> None:
-    """Every served gate builds with its options (an unknown rubric, a gate config for
-    another gate fail here, before the engine starts)."""
+    """Every served gate builds with its options (checked before the engine starts)."""
     for gate in config.gates:
         judge_config(config, gate, {}).make_gate()
 
@@ -72,8 +66,7 @@ class Outcome:
 
 
 class _AuditWriter:
-    """The audit log on one thread of its own (SQLite connections stay on the thread that
-    opened them); rows are written before the response that reports them is sent."""
+    """The audit log on one thread of its own (SQLite); rows are written before the response is sent."""
 
     def __init__(self, config: ServeConfig) -> None:
         assert config.audit_db is not None
@@ -83,9 +76,7 @@ class _AuditWriter:
         self._pool.submit(self._log.check_writable).result()
 
     def record(self, rows: list[dict[str, Any]]) -> None:
-        """Raises :class:`AuditError` (from the log itself) when the rows cannot be written
-        (another process holds the database past SQLite's 30 s, a full disk): the
-        request is not answered."""
+        """Raises :class:`AuditError` when the rows cannot be written: the request is not answered."""
         self._pool.submit(self._log.record_many, rows).result()
 
     def close(self) -> None:
@@ -97,8 +88,7 @@ class GateService:
     """Build with :meth:`open` (starts the engine), then :meth:`judge` from any thread."""
 
     def __init__(self, config: ServeConfig, engine: Engine, audit: _AuditWriter | None = None) -> None:
-        """``audit``: the audit log :meth:`open` opened already (``None``: opened here if
-        ``config.audit_db`` is set)."""
+        """``audit``: the audit log :meth:`open` opened (``None``: opened here if ``config.audit_db`` is set)."""
         self.config = config
         self.engine = engine
         self._judges: dict[tuple[str, tuple[tuple[str, str], ...]], Judge] = {}
@@ -156,16 +146,11 @@ class GateService:
     def judge(
         self, gate: str, records: Sequence[object], options: Options, cancel: threading.Event | None = None
     ) -> Outcome:
-        """One row per record, in order (a verdict or that record's error row).
+        """One row per record, in order (a verdict or that record's error row), read as ``suffice judge`` does.
 
-        Records are read as ``suffice judge`` reads them: chunks given as strings get
-        their positions as ids, RAGAS names are suffice's (no position ids here: an
-        item without an id is its error row).
-
-        Raises :class:`RequestError` for a parameter the gate does not take,
-        :class:`~suffice.exceptions.AuditError` when the audit log cannot be written,
-        and lets :class:`~suffice.exceptions.EngineFatalError` (the engine cannot go
-        on) and :class:`~suffice.exceptions.CancelledError` (``cancel`` was set) through.
+        Raises :class:`RequestError` for a parameter the gate does not take and
+        :class:`~suffice.exceptions.AuditError` when the audit log cannot be written; lets
+        :class:`~suffice.exceptions.EngineFatalError` and :class:`~suffice.exceptions.CancelledError` through.
         """
         records = [_READ_AS_JUDGE.apply(record, None) for record in records]
         if options.fmt not in FORMATS:
