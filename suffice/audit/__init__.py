@@ -13,7 +13,7 @@ accidents.  The mode is fixed at creation.
 A wipe or rollback verifies on its own: :meth:`AuditLog.anchor` returns a small JSON object (database id, per chain
 row count and head hash, with a key a MAC) to keep out of the writers' reach, and ``verify(anchor=...)`` requires the
 anchored rows unchanged.  A database without a ``meta`` table (an older format) is refused with an
-:class:`~suffice.exceptions.AuditError`.  Each write is one WAL transaction, so a killed process leaves rows that verify.
+:class:`~suffice.exceptions.AuditError`.  Each write is one WAL transaction, so a killed run leaves rows that verify.
 """
 
 from suffice.audit.anchors import load_anchor, save_anchor
