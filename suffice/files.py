@@ -1,14 +1,5 @@
-"""Files written so that a failure (a full disk, a crash) leaves the old file or the
-new one, and nothing beside them.
-
-Why one helper: four places replace a file through a temporary one (the result
-journal's rewrite, the Parquet journal restore, the run settings, the audit anchor),
-and a ``.tmp`` left behind by a full disk takes the room a rerun needs.  Write
-errors become :class:`OutputWriteError` naming the file; errors from producing the
-content pass through as they are.
-
-:func:`output_lock` keeps a second process off an output while a run writes it.
-"""
+"""Files written so that a failure (a full disk, a crash) leaves the old file or the new one and no ``.tmp``; write
+errors become :class:`OutputWriteError` naming the file.  :func:`output_lock` keeps a second run off an output."""
 
 from __future__ import annotations
 
@@ -36,8 +27,8 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = None) -> None:
-    """Write ``chunks`` to ``tmp`` (default ``path + ".tmp"``), flush it to disk and
-    rename it over ``path``; on any failure ``tmp`` is removed and ``path`` is as it was."""
+    """Write ``chunks`` to ``tmp`` (default ``path + ".tmp"``), flush it and rename it over ``path``; on any failure
+    ``tmp`` is removed and ``path`` is as it was."""
     tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
     try:
         with writing(path):
@@ -50,8 +41,7 @@ def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = N
                 handle.flush()
                 os.fsync(handle.fileno())
         finally:
-            # Closing flushes what is buffered: on a full disk that fails too, and the
-            # first error is the one to report.
+            # Closing flushes: on a full disk that fails too, and the first error is the one to report.
             with contextlib.suppress(OSError):
                 handle.close()
         with writing(path):
@@ -67,10 +57,7 @@ _HELD: set[int] = set()
 
 
 def _drop_held_in_child() -> None:
-    """In a child made by ``fork`` (an engine process a multiprocessing library starts),
-    close the inherited lock descriptors: a ``flock`` lasts while any descriptor of it
-    is open, so an engine process outliving its killed run would otherwise keep the
-    output locked.  Close-on-exec covers children that ``exec``; this covers the rest."""
+    """In a forked child, close the inherited lock descriptors (a ``flock`` lasts while any descriptor is open)."""
     for fd in list(_HELD):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -95,19 +82,11 @@ def _holder(fd: int) -> int | None:
 
 @contextlib.contextmanager
 def output_lock(output: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``OUTPUT.lock`` for the ``with`` body, or raise
-    :class:`OutputBusyError` at once (naming the holder's pid) if another process
-    holds it.
+    """Hold an exclusive ``flock`` on ``OUTPUT.lock`` for the ``with`` body, or raise :class:`OutputBusyError`
+    (naming the holder's pid) at once.
 
-    Why: two runs on one output each append rows and each rewrite the file at the end
-    (dropping rows the other appended, through the same ``.tmp``), and both report
-    success.  ``flock`` is released by the kernel when
-    the holder dies, SIGKILL included, so a killed run never blocks its resume.  The
-    descriptor is close-on-exec and closed in forked children (an engine process the
-    run starts does not hold the lock after it), and the file is removed while still held: a process that opened it just
-    before sees it is gone after locking (another inode at the path, or none) and
-    tries again on the new one, so two runs can never both hold a lock.  Opening it
-    where nothing can be written is :class:`OutputWriteError` naming it.
+    The kernel releases it when the holder dies, so a killed run never blocks its resume.  The file is removed while
+    held, and a process that locked a removed inode tries again, so two runs never both hold it.
     """
     path = lock_path(output)
     while True:

@@ -1,15 +1,8 @@
 """Finding the request that fails a batch: halves, down to the one that fails alone.
 
-For every batched call suffice does not control (an engine, a Ray actor, a retriever,
-a query rewriter): a failed call is split in halves, each tried again, down to single
-requests, so only a request that fails on its own loses its outcome.  The caller says
-what is nobody's fault (a dead engine: raised) and what a lone failure gets.  A call
-returning more or fewer outcomes than requests fails too; one raising
-:class:`PartialBatchError` gives each request's outcome, kept: nothing is split or sent
-again.  The Ray pool sends the halves at once, keeping outcomes in a :class:`Bisection`.
-
-A harness step may hang: past its time limit (:func:`step_outcomes`) every request in
-the call fails, unsplit (halves would hang too); the thread is left to finish alone.
+For batched calls suffice does not control (engine, Ray actor, retriever, rewriter), so only a request that fails
+on its own loses its outcome.  A wrong outcome count fails the call; :class:`PartialBatchError` gives outcomes kept
+as they are.  A step past its time limit (:func:`step_outcomes`) fails every request unsplit (halves would hang too).
 """
 
 from __future__ import annotations
@@ -60,9 +53,8 @@ def isolate(
     requests: Sequence[Request],
     failed: Callable[[Exception, Sequence[Request]], Failure],
 ) -> list[Outcome | Failure]:
-    """One outcome per request, in order: ``call``'s, or ``failed(exc, requests)``'s for a
-    request that failed alone.  ``failed`` hears of every failed call (before halves too)
-    and raises what no request is to blame for: any exception is caught on purpose."""
+    """One outcome per request, in order: ``call``'s, or ``failed(exc, requests)``'s for a request that failed alone;
+    ``failed`` hears of every failed call and raises what no request is to blame for."""
     if not requests:
         return []
     try:
@@ -85,10 +77,8 @@ def step_outcomes(
     error: type[StepError],
     seconds_each: float | None = None,
 ) -> list[Outcome | StepError]:
-    """A harness step's outcome per request, in order; an ``error`` (the question's
-    review reason) where one failed alone.  ``seconds_each``: the call's time limit
-    per request in it (``None``: none).  A fatal engine failure is nobody's question:
-    it propagates."""
+    """A harness step's outcome per request, in order; an ``error`` where one failed alone.  ``seconds_each``: the
+    call's time limit per request (``None``: none).  A fatal engine failure propagates."""
 
     def failed(exc: Exception, _: Sequence[Request]) -> StepError:
         if isinstance(exc, EngineFatalError):

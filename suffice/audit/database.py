@@ -16,14 +16,12 @@ from suffice.exceptions import AuditError, ConfigError
 
 #: Where the harness and ``suffice review`` keep the log unless told otherwise.
 DEFAULT_AUDIT_DB = Path("suffice-audit.sqlite")
-#: Seconds a write waits for another process (a batch job appending to the same log)
-#: to release the database before SQLite gives up.
+#: Seconds a write waits for another process to release the database before SQLite gives up.
 BUSY_TIMEOUT_S = 30.0
 
 
 def is_audit_file(db: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is the audit database ``db`` or SQLite's ``-wal``/``-shm`` beside
-    it: an output written there destroys the log (or the log's checkpoint the output)."""
+    """Whether ``path`` is the audit database ``db`` or SQLite's ``-wal``/``-shm`` beside it."""
     target = Path(path)
     for candidate in (Path(db), Path(f"{db}-wal"), Path(f"{db}-shm")):
         try:
@@ -54,10 +52,8 @@ class Database:
     """The open audit database: its id, whether it is keyed, and whether the given key fits."""
 
     def __init__(self, path: str | os.PathLike[str], key: bytes | None = None, *, create: bool = True) -> None:
-        """``create=False``: an existing log only (to read or verify): a missing or empty
-        file is refused, never created or given a schema.  A file that cannot be opened,
-        is not an SQLite database, is damaged, or another process holds past
-        :data:`BUSY_TIMEOUT_S` raises :class:`AuditError` naming the path."""
+        """``create=False``: an existing log only (a missing or empty file is refused).  A file that cannot be
+        opened, is not SQLite, is damaged or stays locked past :data:`BUSY_TIMEOUT_S` raises :class:`AuditError`."""
         if key is not None and (not isinstance(key, bytes) or len(key) < KEY_BYTES):
             raise ConfigError("audit_key", "<key>", f"must be at least {KEY_BYTES} bytes (see load_key)")
         self.path = Path(path)
@@ -136,9 +132,7 @@ class Database:
         return meta
 
     def _check_key(self, key: bytes | None, meta: Mapping[str, str]) -> str | None:
-        """Why ``key`` does not fit this database, or None.  Writes refuse (a usage error);
-        :meth:`verify` reports it as a break: a keyed log rewritten as an unkeyed one, or
-        its key id edited, looks exactly like this."""
+        """Why ``key`` does not fit this database, or None; writes refuse, :meth:`verify` reports a break."""
         if key is None:
             return None
         if not self.keyed:
@@ -167,8 +161,7 @@ class Database:
 
     @contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Cursor]:
-        """One transaction: IMMEDIATE for writes (serialises writers across processes),
-        DEFERRED for reads (a consistent snapshot while others append)."""
+        """One transaction: IMMEDIATE for writes (serialises writers), DEFERRED for reads (a snapshot)."""
         cur = self._db.cursor()
         try:
             cur.execute(f"BEGIN {mode}")
@@ -188,9 +181,7 @@ class Database:
             raise audit_error(self.path, exc) from exc
 
     def check_writable(self) -> None:
-        """Raise now what the first append would: a key that does not fit (or none for a
-        keyed log), a chain head that does not verify.  A batch run calls it before its
-        engine starts, so a wrong key costs no model load."""
+        """Raise now what the first append would (a key that does not fit, a head that does not verify)."""
         with self._transaction("DEFERRED") as cur:
             for chain in CHAINS:
                 self._check_head(cur, chain)
@@ -213,11 +204,7 @@ class Database:
         return key
 
     def _append(self, cur: sqlite3.Cursor, chain: Chain, rows: Sequence[Mapping[str, Stored]]) -> list[int]:
-        """Append rows to ``chain`` inside the caller's transaction.
-
-        The head is checked first: extending a chain whose head was rewritten (say,
-        after its tail was cut) would bless the damage with a fresh head MAC.
-        """
+        """Append rows to ``chain`` inside the caller's transaction, checking its head first (not to bless damage)."""
         key = self._check_head(cur, chain)
         count, prev = cur.execute("SELECT count, last_hash FROM chain_heads WHERE chain = ?", (chain.name,)).fetchone()
         names = [name for name, _ in chain.columns]

@@ -1,11 +1,5 @@
-"""Values as the audit database stores them, and the hashes computed over them.
-
-Values are first converted to exactly what SQLite will hand back (text columns get
-``str``, structured values compact sorted JSON text; ``round`` an ``int``;
-``latency_ms`` a finite ``float``), and hashes are computed over
-:func:`canonical_json` of those values, so ``record(latency_ms=5)`` hashes the same as
-the ``5.0`` SQLite returns and no value type causes a false alarm.
-"""
+"""Values as the audit database stores them (exactly what SQLite hands back), and the hashes computed over them
+with :func:`canonical_json`, so no value type causes a false alarm."""
 
 from __future__ import annotations
 
@@ -27,8 +21,7 @@ Stored = str | int | float | None
 
 
 def same(a: object, b: object) -> bool:
-    """Constant-time equality of two digests as text; anything else (a tampered value
-    that is not ASCII, or not text) is simply unequal, never a crash."""
+    """Constant-time equality of two digests as text; anything else is unequal, never a crash."""
     if not isinstance(a, str) or not isinstance(b, str):
         return False
     return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
@@ -39,13 +32,8 @@ def sha256_text(text: str) -> str:
 
 
 def canonical_json(value: Any) -> str:
-    """The one encoding every hash and MAC is computed over.
-
-    Sorted keys, no whitespace, ASCII escapes (so any string, even one with lone
-    surrogates, encodes), integral floats as integers (``5.0`` and ``5`` are the
-    same number to SQLite and must hash alike), non-finite floats as strings
-    (a tampered row holding one must be reported, not crash the check).
-    """
+    """The one encoding every hash and MAC is computed over: sorted keys, no whitespace, ASCII escapes, integral
+    floats as integers (as SQLite returns them), non-finite floats as strings."""
     return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
@@ -74,8 +62,7 @@ def digest(key: bytes | None, payload: Mapping[str, Any]) -> str:
 
 
 def row_digest(key: bytes | None, chain: str, db_id: str, seq: int, prev: str, values: Mapping[str, Stored]) -> str:
-    """A row's hash: it binds the chain, the database, the position and the previous
-    row, so a row cannot be moved to another place, chain or database."""
+    """A row's hash, binding the chain, the database, the position and the previous row."""
     return digest(key, {"kind": "row", "chain": chain, "db": db_id, "seq": seq, "prev": prev, "values": values})
 
 
@@ -85,8 +72,7 @@ def head_digest(key: bytes | None, chain: str, db_id: str, count: int, last: str
 
 
 def _storable(text: str) -> str:
-    """Text SQLite can store: a lone surrogate (an input's ``"\\ud800"``) is not UTF-8,
-    so it is written as its backslash escape; what is hashed is what is stored."""
+    """Text SQLite can store: a lone surrogate is written as its backslash escape."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -104,8 +90,7 @@ def json_text(value: Any) -> str:
 
 
 def store(column: str, kind: Kind, value: Any) -> Stored:
-    """``value`` converted to exactly what SQLite returns for ``column``, so the hash
-    computed now equals the hash recomputed from the stored row."""
+    """``value`` converted to exactly what SQLite returns for ``column`` (hashes recompute alike)."""
     if value is None:
         return None
     if kind == "text":

@@ -30,13 +30,9 @@ REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 class AuditLog(Database):
     """Open (or create) the audit database at ``path``.
 
-    ``key`` (at least 32 bytes, see :func:`load_key`) makes the chains HMAC-SHA256;
-    a new database takes the mode of its first opener.  Raises
-    :class:`ConfigError` (``audit_key``) when the key does not fit the database
-    (a keyed database opened with another key, or a key given for an unkeyed
-    one) and :class:`AuditError` for a database of an older format.  A keyed
-    database may be opened without its key to read (rows, reviews, export), not
-    to write or verify.
+    ``key`` (at least 32 bytes, see :func:`load_key`) makes the chains HMAC-SHA256; a new database takes the mode of
+    its first opener.  Raises :class:`ConfigError` (``audit_key``) when the key does not fit the database and
+    :class:`AuditError` for an older format.  Without its key a keyed database can be read, not written or verified.
     """
 
     # -- evaluations ------------------------------------------------------------------
@@ -45,9 +41,7 @@ class AuditLog(Database):
         return self.record_many([values])[0]
 
     def record_many(self, rows: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Append evaluation rows in one transaction (one disk sync for a whole batch);
-        returns their sequence numbers.  A bad value rejects the batch before anything
-        is written."""
+        """Append evaluation rows in one transaction; returns their sequence numbers (a bad value writes none)."""
         stored = []
         for values in rows:
             unknown = set(values) - set(COLUMNS)
@@ -62,8 +56,7 @@ class AuditLog(Database):
             return self._append(cur, EVALUATIONS, stored)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """Every evaluation row in sequence order.  A damaged database raises
-        :class:`AuditError` naming the path, as :meth:`verify` does."""
+        """Every evaluation row in sequence order (a damaged database raises :class:`AuditError`)."""
         try:
             cur = self._db.execute(
                 f"SELECT seq, {', '.join(COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq"
@@ -77,11 +70,8 @@ class AuditLog(Database):
     def export(self, out: Path) -> int:
         """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
 
-        What an altered log holds is no traceback: a JSON column that no longer parses
-        raises :class:`AuditError` naming the row and column, and text that is not
-        UTF-8 (read with ``surrogateescape``) is written as its ``\\udcXX`` escape,
-        which a JSON reader reads back as the same text.  A file that cannot be
-        written raises :class:`~suffice.exceptions.OutputWriteError` naming it.
+        A JSON column that does not parse raises :class:`AuditError` naming row and column; non-UTF-8 text is written
+        as ``\\udcXX`` escapes; an unwritable file raises :class:`~suffice.exceptions.OutputWriteError`.
         """
         n = 0
         with writing(out), out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
@@ -101,13 +91,8 @@ class AuditLog(Database):
 
     # -- verification and anchors -----------------------------------------------------
     def verify(self, anchor: Mapping[str, Any] | None = None) -> VerifyReport:
-        """Check both chains, the heads, the review table against its events and,
-        given an ``anchor`` (see :meth:`anchor`), that the anchored rows are all
-        still there unchanged.  Reports the first problem found.
-
-        Raises :class:`ConfigError` for a keyed database opened without its key:
-        that is a usage error, not evidence of tampering.
-        """
+        """Check both chains, the heads, the review table against its events and, given an ``anchor``, that the
+        anchored rows are unchanged; reports the first problem.  Raises :class:`ConfigError` without the key."""
         key = self._need_key("verifying")
         if self._key_problem is not None:
             return VerifyReport(False, 0, None, self._key_problem, "meta", 0, self.keyed)
@@ -117,9 +102,7 @@ class AuditLog(Database):
     def anchor(self) -> dict[str, Any]:
         """A record of both chains as they are now, to keep outside the database.
 
-        The database is verified first (in the same snapshot): anchoring a broken
-        chain would certify the damage, so that raises :class:`AuditBrokenError`
-        (a damaged file or a lock is a plain :class:`AuditError`).
+        The database is verified first, in the same snapshot: a broken chain raises :class:`AuditBrokenError`.
         """
         key = self._need_key("anchoring")
         with self._transaction("DEFERRED") as cur:
@@ -166,8 +149,7 @@ class AuditLog(Database):
         return review_id
 
     def reviews(self, status: str | None = "open") -> list[dict[str, Any]]:
-        """The review queue (``status=None``: resolved reviews too).  A damaged database
-        raises :class:`AuditError` naming the path."""
+        """The review queue (``status=None``: resolved reviews too)."""
         query = "SELECT * FROM reviews" + (" WHERE status = ?" if status else "") + " ORDER BY id"
         try:
             cur = self._db.execute(query, (status,) if status else ())

@@ -1,9 +1,5 @@
-"""Batch input: JSONL or Parquet, read once and in pieces, with other schemas mapped in
-(:class:`suffice.fields.FieldMap`).
-
-Every row still goes through :func:`suffice.records.parse_record`: the mapping only
-renames, so a bad value is still an error line naming the field.
-"""
+"""Batch input: JSONL or Parquet, read once and in pieces, with other schemas mapped in (only renamed) by
+:class:`suffice.fields.FieldMap`."""
 
 from __future__ import annotations
 
@@ -24,9 +20,8 @@ _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet"
 
 
 def format_of(path: Path, given: str | None, option: str = "format") -> str:
-    """``given``, or the format ``path``'s extension names (an input's compression
-    suffix dropped: ``.jsonl.gz`` is JSONL); a ConfigError otherwise, and for a
-    compressed output name (``option`` ``output-format``) whatever is given."""
+    """``given``, or the format ``path``'s extension names (``.jsonl.gz`` is JSONL); a ConfigError otherwise, and for
+    a compressed output name (``option`` ``output-format``)."""
     if option == "output-format" and path.suffix.lower() in compressed.SUFFIXES:
         raise ConfigError(
             "output",
@@ -46,15 +41,8 @@ def format_of(path: Path, given: str | None, option: str = "format") -> str:
 
 @dataclass(frozen=True)
 class Shard:
-    """Shard ``index`` of ``count``: the records whose 0-based place among the input's
-    records is ``index`` modulo ``count``.
-
-    Why: a cluster job (a Slurm array, a Kubernetes indexed Job) starts N copies of
-    one command over one shared input; each copy judges its own records into its own
-    output, and the outputs concatenated are one run's rows (resume is by id).  By
-    place, not by a hash of the id: records without ids shard too, blank lines do not
-    unbalance the shards, and each shard's size is known before reading (its ETA).
-    """
+    """Shard ``index`` of ``count`` (for cluster array jobs): the records whose 0-based place is ``index`` modulo
+    ``count``; by place, not id hash, so records without ids shard too and each shard's size is known up front."""
 
     index: int
     count: int
@@ -95,9 +83,7 @@ class InputFile:
         self.format = format_of(path, fmt)
         self.fields = fields or FieldMap()
         self.shard = shard
-        #: Records in the file, for the progress bar's ETA: Parquet's metadata, or a
-        #: count of a JSONL file's non-blank lines (bytes only, nothing parsed: about
-        #: 0.15 s a million lines here, where judging them takes minutes to days).
+        #: Records in the file, for the progress bar: Parquet's metadata, or JSONL's non-blank lines (0.15 s/million).
         self.count: int | None = None
         if self.format == "jsonl":
             self.count = _count_lines(path)
@@ -121,9 +107,7 @@ class InputFile:
 
 
 def _refuse_plain_json(path: Path, count: int) -> None:
-    """A JSON document (an array of records, or one pretty-printed over many lines) is
-    not JSON Lines: read line by line it gave one error row per line (32 for three
-    pretty-printed records).  Refused before anything is judged, saying how to convert."""
+    """Refuse a JSON document (an array, or pretty-printed over many lines) before anything is judged."""
     with compressed.open_input(path) as handle:
         first = next((raw.strip() for raw in handle if raw.strip()), b"")
     first = first.removeprefix(b"\xef\xbb\xbf").strip()
@@ -144,8 +128,7 @@ def _refuse_plain_json(path: Path, count: int) -> None:
 
 
 def _count_lines(path: Path) -> int:
-    """Non-blank lines; reading a compressed input to its end here finds a damaged or
-    cut-short file before anything is judged."""
+    """Non-blank lines (a damaged compressed input is found here, before anything is judged)."""
     return sum(1 for _, raw in compressed.numbered_lines(path) if raw.strip())
 
 
@@ -153,8 +136,7 @@ def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
     import pyarrow.parquet as pq
 
     position = 0
-    # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks, and a
-    # file written in one row group would then be read whole.
+    # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks.
     for batch in pq.ParquetFile(path, buffer_size=1 << 20).iter_batches(batch_size=batch_rows):
         for record in _rows(batch, position):
             position += 1
@@ -162,10 +144,8 @@ def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
 
 
 def _rows(batch: Any, position: int) -> list[object]:
-    """A record batch's rows as Python values.  A value Python cannot hold (a
-    timestamp after year 9999, in any column) fails the whole batch's conversion: the
-    batch is then converted row by row, and each row that fails is that row's error,
-    so one bad value neither stops the run nor is met again at every resume."""
+    """A record batch's rows as Python values; if a value Python cannot hold fails the batch, rows are converted
+    one by one and each failure is that row's error."""
     try:
         rows: list[object] = batch.to_pylist()
         return rows

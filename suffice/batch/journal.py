@@ -1,22 +1,10 @@
 """The result file of a batch run: one JSON line per input record, written as it goes.
 
-Why keyed by id: a run can die anywhere (a killed process, a dead engine, a full
-disk), rows can come from parallel workers in any order, and some rows are not final
-(an engine failure is not the record's fault).  Every row carries its record's
-``id`` and ``line`` (its 1-based position in the input), so a rerun knows which
-records are answered whatever order the rows are in (see :mod:`suffice.batch.keys`).
-
-Reading streams the file once and keeps only an on-disk index, so resuming a file of
-millions of rows takes little memory.  A partial last line (the process died
-mid-write) is cut off; a line that is not a result row (a torn row glued to the next
-one when a killed worker's shard was concatenated with another, a damaged or
-hand-edited line) is appended to ``OUTPUT.rejected`` (nothing is silently lost), and
-its record is judged again (it has no row); rows that are not final (``error.final`` false, or every
-error row with ``retry_errors``) and second rows for one key (two workers answered
-the same record) are removed.  Removing rewrites the file beside itself and renames
-it over the old one, so a crash at any point leaves either the old file or the new
-one.  Rows are appended and flushed to disk after every batch; if a rerun filled
-holes, :meth:`close` puts the rows back in input order the same way.
+Every row carries its record's ``id`` and 1-based input ``line``, so a rerun knows which records are answered
+whatever order the rows are in (:mod:`suffice.batch.keys`); reading keeps only an on-disk index.  A partial last line
+is cut off; a line that is not a result row goes to ``OUTPUT.rejected`` and its record is judged again; rows not
+final and second rows for one key are removed.  Removals and the reordering at :meth:`close` rewrite the file beside
+itself and rename it over the old one.
 """
 
 from __future__ import annotations
@@ -33,8 +21,7 @@ from suffice.exceptions import OutputMismatchError, OutputWriteError
 from suffice.files import replace_atomically, write_error, writing
 from suffice.jsonl import dump_line
 
-#: Error types a resumed run judges again even without ``retry_errors`` (rows written
-#: before errors carried ``final``).
+#: Error types a resumed run judges again even without ``retry_errors`` (rows without ``final``).
 _NOT_FINAL = frozenset({"GenerationError"})
 #: The error of a record that repeats an earlier record's id: its row is keyed by position.
 DUPLICATE_ID = "DuplicateIdError"
@@ -88,8 +75,7 @@ class ResultFile:
     """Appends result rows; its index knows which records are already answered."""
 
     def __init__(self, path: Path, index: KeyIndex, *, overwrite: bool = False, retry_errors: bool = False) -> None:
-        """Read what ``path`` holds into ``index``; nothing is changed until :meth:`start`,
-        so a run refused after reading (other settings) leaves it as it was."""
+        """Read what ``path`` holds into ``index``; nothing is changed until :meth:`start`."""
         self.path = path
         self.index = index
         #: Rows removed on open to be judged again.
@@ -130,8 +116,7 @@ class ResultFile:
                 batch = []
         self._index(batch)
         if self.rejected and not self.index.done_count and not self.redo:
-            # Not one row: not damage but another file (an older suffice's output, whose
-            # rows had no input line number, or not an output at all).
+            # Not one row: not damage but another file.
             raise OutputMismatchError(
                 "output",
                 f"{self.path} holds no result row of this suffice version ({self.rejected} lines, no input line number "
@@ -148,9 +133,7 @@ class ResultFile:
             old = fresh.get(row.key) or known.get(row.key)
             if old is not None:
                 self.repeated += 1
-                # Two rows for one id from shards that could not see each other's records:
-                # the first record with the id (the lower line) keeps its row, whatever
-                # order the shards were concatenated in; the later one is a duplicate.
+                # Two rows for one id (shards): the lower line keeps its row, whatever the concatenation order.
                 if row.line >= old.line:
                     continue
                 if row.key not in fresh:
@@ -162,8 +145,7 @@ class ResultFile:
         self.index.add_done(fresh.values())
 
     def start(self) -> None:
-        """Cut a partial last line, drop the rows to judge again (atomically), and open
-        the file for appending."""
+        """Cut a partial last line, drop the rows to judge again (atomically), and open the file for appending."""
         if self._handle is not None:
             return
         with writing(self.path):  # a read-only folder: "cannot write PATH", not a traceback
@@ -175,10 +157,8 @@ class ResultFile:
         self._size = self._handle.tell()
 
     def _kept(self) -> Iterator[bytes]:
-        """The rows :meth:`_read` indexed, in file order (none for a new file); their
-        offsets in the index move to where the rewrite puts them.  Lines that are not
-        result rows are appended to :attr:`rejected_path` and flushed to disk as they
-        are met, so they are there before the rewrite is renamed over the output."""
+        """The rows :meth:`_read` indexed, in file order, moving their index offsets; other lines go to
+        :attr:`rejected_path`, flushed before the rewrite is renamed over the output."""
         if not self.path.exists() or (self.index.done_count == 0 and self.rejected == 0):
             return
         offset = 0
@@ -222,11 +202,7 @@ class ResultFile:
         self._last_line = max(self._last_line, line)
 
     def _row(self, raw: bytes, number: int) -> dict[str, Any] | None:
-        """The row of a line, or ``None`` for a damaged line (not JSON, or JSON but not
-        an object: a torn row glued to the next one): set aside like a partial line,
-        never a reason to refuse the resume, since every rerun would refuse it again.
-        An object without its input ``line`` (a hand-edited key) is set aside too;
-        only a file none of whose lines is a row is refused (:meth:`_read`)."""
+        """The row of a line, or ``None`` for a line to set aside (not a JSON object with an int ``line``)."""
         try:
             row = json.loads(raw)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -252,22 +228,18 @@ class ResultFile:
             self._handle.flush()
             os.fsync(self._handle.fileno())
         except OSError as exc:
-            # A full disk: rows written whole stay (a torn last one is cut on resume),
-            # and the file is not touched again in this run.
+            # A full disk: whole rows stay (a torn last one is cut on resume); the file is not touched again.
             self._broken = True
             raise write_error(self.path, exc) from exc
         try:
             self.index.add_done(done, met=True)
         except OutputWriteError:
-            # The index's disk is full: the rows are in the file (flushed), the index
-            # cannot say where, so nothing is appended or reordered from it in this run;
-            # the next run rebuilds it from the file.
+            # The index's disk is full: the rows are flushed; the next run rebuilds the index from the file.
             self._broken = True
             raise
 
     def forget(self, keys: list[str]) -> int:
-        """Drop rows that no longer answer their position's record (removed from the
-        file when it is closed); the number of them that were errors."""
+        """Drop rows that no longer answer their position's record (on close); returns how many were errors."""
         errors = self.index.forget(keys)
         self._in_order = False  # the rewrite at close keeps only indexed rows
         return errors
@@ -291,8 +263,7 @@ class ResultFile:
             self._in_order = True
 
     def _in_input_order(self) -> Iterator[bytes]:
-        """The indexed rows by input position; a row whose record moved (the input was
-        reordered since) gets its new ``line``."""
+        """The indexed rows by input position; a row whose record moved gets its new ``line``."""
         with self.path.open("rb") as handle:
             for offset, length, line, written in self.index.in_input_order():
                 handle.seek(offset)

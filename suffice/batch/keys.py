@@ -1,19 +1,8 @@
-"""Which records a batch output already answers, and which ids the input has shown,
-kept on disk so that memory does not grow with the input.
+"""Which records a batch output already answers and which ids the input has shown, in a scratch SQLite file
+(Python sets cost ~100 MB per million keys), rebuilt from the output each run.
 
-Why on disk: a resumable run must know every finished key (to skip it) and every id
-met so far (to flag a duplicate).  As Python sets those cost about 100 bytes a key,
-100 MB for a million traces, which is more than the rest of the runner.  An SQLite
-file beside the output, with SQLite's page cache (a few MB), keeps the runner's
-memory flat whatever the input's size; it is a scratch file, removed on close and
-rebuilt from the output on the next run (which also removes those of killed runs).
-
-A row's *key* says which input record it answers: ``i:<id>`` for the first record
-with that id, ``l:<position>`` for a record without a usable id, for a later record
-repeating an id (its row is a duplicate-id error), and for an id made from the
-position (``row-<position>-<digest>``, given to mapped records without one: see
-:mod:`suffice.batch.inputs`).  Keys by id let rows from parallel workers, in any
-order, resume one run.
+A row's *key* says which input record it answers: ``i:<id>`` for the first record with that id, ``l:<position>`` for
+a record without a usable id, a later record repeating an id, or an id made from the position (``row-<position>-...``).
 """
 
 from __future__ import annotations
@@ -55,8 +44,7 @@ def _sweep(directory: Path | None) -> None:
 
 
 def _b(text: str) -> bytes:
-    """Keys and ids are stored as bytes: an id may hold a lone surrogate (a JSON escape
-    such as ``"\\ud800"``), which SQLite's text type cannot take."""
+    """Keys and ids are stored as bytes: an id may hold a lone surrogate, which SQLite's text cannot take."""
     return text.encode("utf-8", "surrogatepass")
 
 
@@ -76,10 +64,8 @@ _POSITIONAL = re.compile(r"row-(\d+)(-[0-9a-f]{8})?")
 
 
 def record_key(record_id: str | None, position: int) -> str:
-    """The key of the record at ``position``: by its id, unless it has none or its id
-    was made from this position (``row-7-3fa9c2d1``, or ``row-7`` before the digest
-    was added).  Why such ids go by position: the position's old row must be found
-    to be replaced when another record now sits there (its id differs by the digest)."""
+    """The key of the record at ``position``: by its id, unless it has none or its id was made from this position
+    (``row-7-3fa9c2d1`` or ``row-7``), so the position's old row is found when another record now sits there."""
     if record_id is None:
         return line_key(position)
     made = _POSITIONAL.fullmatch(record_id)
@@ -134,11 +120,8 @@ class KeyIndex:
 
     @contextlib.contextmanager
     def _failures(self) -> Iterator[None]:
-        """A full disk (or an I/O error) under the index becomes :class:`OutputWriteError`
-        naming its file, as for the output itself: the caller stops, the user makes
-        room and reruns.  The index is not usable after it (its journal is off, so a
-        failed transaction cannot be rolled back); the next run rebuilds it from the
-        output, which holds every row written."""
+        """A full disk (or an I/O error) under the index becomes :class:`OutputWriteError` naming its file; the index
+        is unusable after it (no journal)."""
         try:
             yield
         except sqlite3.OperationalError as exc:
@@ -161,8 +144,7 @@ class KeyIndex:
 
     # -- rows of the output ---------------------------------------------------------
     def add_done(self, rows: Iterable[DoneRow], *, met: bool = False) -> None:
-        """Record rows of the output (a key already present is a caller's bug: check
-        first); ``met``: rows this run wrote for records of its input."""
+        """Record rows of the output (keys not yet present); ``met``: rows this run wrote for its input's records."""
         values = [
             (_b(r.key), r.offset, r.length, r.line, None if r.id is None else _b(r.id), int(r.error), int(r.final))
             for r in rows
@@ -189,8 +171,7 @@ class KeyIndex:
         return out
 
     def forget(self, keys: Sequence[str]) -> int:
-        """Drop these final rows (stale: their position now holds another record); the
-        number of them that were errors."""
+        """Drop these final rows (stale); returns how many were errors."""
         rows = self.done_rows(keys)
         with self._transaction():
             self._db.executemany("DELETE FROM done WHERE key = ?", [(_b(k),) for k in rows])
@@ -217,23 +198,18 @@ class KeyIndex:
             self._db.executemany("UPDATE done SET offset = ? WHERE key = ?", [(o, _b(k)) for k, o in offsets])
 
     def in_input_order(self) -> Iterator[tuple[int, int, int, int]]:
-        """(offset, length, position in this input, ``line`` the row holds) of every
-        row, by input position."""
-        # Read in index order: a sort would spill to SQLite's temporary folder (/tmp,
-        # not the output's disk), and a full /tmp would be reported against this file.
+        """(offset, length, position in this input, ``line`` the row holds) of every row, by input position."""
+        # Read in index order: a sort would spill to SQLite's temporary folder (/tmp, not the output's disk).
         with self._failures():
             yield from self._db.execute(IN_INPUT_ORDER)
 
     def relined(self) -> bool:
-        """Whether a row's record now sits at another position than the row says (the
-        input was reordered or edited since the row was written)."""
+        """Whether a row's record now sits at another position than the row says."""
         return self._db.execute("SELECT 1 FROM done WHERE line != written LIMIT 1").fetchone() is not None
 
     # -- ids of the input -----------------------------------------------------------
     def first_lines(self, ids: Sequence[tuple[str, int]]) -> dict[str, int]:
-        """Note each (id, position) met in the input; return the position where each of
-        these ids was first met (this batch or before): a record at another position
-        repeats an id."""
+        """Note each (id, position) met in the input; return where each id was first met (this batch or before)."""
         unique = list(dict.fromkeys(i for i, _ in ids))
         first: dict[str, int] = {}
         for start in range(0, len(unique), _CHUNK):

@@ -1,19 +1,9 @@
 """A Parquet output: typed columns (:mod:`suffice.tables`), written from the run's journal.
 
-Why a journal: a Parquet file is only readable once its footer is written, so rows
-cannot be appended to it as batches finish.  The run writes JSONL rows to
-``OUTPUT.journal.jsonl`` (resumable like any JSONL output) and, when it ends, writes
-the Parquet file from it in input order (atomically: a temporary file renamed over
-the old one) and removes the journal.  A rerun on a finished Parquet output (to judge
-records the input gained, or again with ``--retry-errors``) turns it back into a
-journal first.  Memory stays bounded: rows stream through in row groups.
-
-Strings UTF-8 cannot hold (an id with a lone surrogate, ``"\\ud800"``, which suffice
-keeps so that resume by id finds the record) cannot go into an Arrow string column
-as they are: such a string is written as :data:`ESCAPED` followed by its JSON text
-(``\\x00json:"\\ud800"``), and read back to the same string when the output is
-resumed, so its record is not judged again.  A string that happens to begin with
-:data:`ESCAPED` is escaped the same way, so reading back is never ambiguous.
+A Parquet file cannot be appended to, so the run writes ``OUTPUT.journal.jsonl`` and, when it ends, the Parquet file
+from it in input order (atomically), in row groups; a rerun turns a finished output back into a journal first.
+Strings UTF-8 cannot hold (lone surrogates), and strings starting with :data:`ESCAPED`, are written as
+:data:`ESCAPED` plus their JSON text and read back unchanged.
 """
 
 from __future__ import annotations

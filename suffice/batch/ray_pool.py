@@ -40,9 +40,7 @@ def cause(exc: BaseException) -> BaseException:
 
 
 class JudgeWorker:
-    """A judge on its own engine, opened once.  An error while opening (any: one from
-    torch or vLLM becomes an :class:`EngineError`) is raised by every call, so the
-    driver gets that error, not Ray's "actor died", which a replacement might survive."""
+    """A judge on its own engine, opened once; an error while opening is raised by every call (not "actor died")."""
 
     def __init__(self, config: JudgeConfig, open_judge: Callable[[JudgeConfig], Judge] | None = None) -> None:
         self.failed: SufficeError | None = None
@@ -87,8 +85,7 @@ class JudgeWorker:
             self.judge = None
 
 
-#: Seconds :meth:`ActorPool.close` lets the actors close their engines after a run
-#: that ended, and after one stopped with batches in flight (then the actor is killed).
+#: Seconds :meth:`ActorPool.close` lets actors close their engines (by: stopped with batches in flight), then kills.
 CLOSE_WAIT_S = {False: 60.0, True: 10.0}
 
 
@@ -119,8 +116,7 @@ class ActorPool:
         self.generation: list[int] = []
         #: Actors started to replace dead ones.
         self.replaced = 0
-        #: Per slot: a call that resolves once its live actor's engine is open, and
-        #: whether it has come back (opened or not).
+        #: Per slot: a call that resolves once its live actor's engine is open, and whether it has come back.
         self._probes: list[Any] = []
         self._settled: list[bool] = []
 
@@ -176,10 +172,8 @@ class ActorPool:
         return [f"suffice-{self._run}-{slot}-{generation}" for slot, generation in enumerate(self.generation)]
 
     def settled(self, slot: int) -> bool:
-        """Whether the driver has seen the slot's actor open its engine (or fail to).
-        Batches go only to such an actor: one that died of its first batch before its
-        probe's answer left would read as an engine that never opened, and a poison
-        record would stop the run instead of getting its row."""
+        """Whether the driver has seen the slot's actor open its engine (or fail to); only such actors get batches,
+        so a death is never misread as an engine that never opened."""
         if not self._settled[slot]:
             done, _ = ray_module().wait([self._probes[slot]], num_returns=1, timeout=0)
             self._settled[slot] = bool(done)
@@ -190,8 +184,7 @@ class ActorPool:
         return [probe for slot, probe in enumerate(self._probes) if not self.settled(slot)]
 
     def opened(self, slot: int, actor: Any) -> bool:
-        """Whether ``actor``, the slot's live one, opened its engine (a death before that
-        is the engine's, or the node's, never a record's)."""
+        """Whether ``actor``, the slot's live one, opened its engine (a death before that is never a record's)."""
         if self.actors[slot] is not actor:
             return False
         try:
@@ -201,8 +194,7 @@ class ActorPool:
         return True
 
     def replace(self, slot: int, actor: Any, reason: BaseException, tries: int) -> None:
-        """Start a new actor in ``slot`` if ``actor`` is still its live one (whichever of
-        its batches notices first); the slot's second and later replacements wait
+        """Start a new actor in ``slot`` if ``actor`` is still its live one; later replacements wait
         ``replace_delay_s`` times ``tries`` (at most 6 times) first."""
         if self.actors[slot] is not actor:
             return
@@ -217,10 +209,8 @@ class ActorPool:
         self.actors[slot] = self._new_actor(slot)
 
     def served(self) -> dict[str, str]:
-        """What the actors' engine serves, asked of the first actor that answers (one
-        engine setting, so one server); an actor that could not open its engine raises
-        that error.  One that died first is replaced and asked again, up to
-        ``max_batch_retries`` times a slot: a resume is never left unchecked."""
+        """What the actors' engine serves, asked of the first actor that answers; one that died is replaced and asked
+        again, up to ``max_batch_retries`` times a slot."""
         self.start()
         ray = ray_module()
         last: BaseException | None = None
@@ -239,14 +229,12 @@ class ActorPool:
         )
 
     def close(self, dropping: int = 0) -> None:
-        """Close every engine, then the actors; ``dropping``: batches still on them
-        (Ctrl-C, a fatal error), whose results would be thrown away."""
+        """Close every engine, then the actors; ``dropping``: batches still on them, whose results are thrown away."""
         if not self._started:
             return
         ray = ray_module()
         if dropping:
-            # The actors drop what has not begun, so each one's close is not queued
-            # behind them (ray.cancel does not reach a queued call of a running actor).
+            # The actors drop what has not begun, so close is not queued behind it (ray.cancel does not reach it).
             self._notify(f"stopping: {dropping} batches on the actors are dropped; closing the engines")
             self._on_each(lambda actor: actor.stop.options(concurrency_group=CONTROL).remote(), CLOSE_WAIT_S[True])
         # Stop each engine cleanly (its processes go with it), then the actors.

@@ -1,15 +1,9 @@
 """Judging on Ray (``suffice judge --ray``): batches out to a pool of actors, results back in order.
 
-The runner streams the input, skips finished ids and hands batches over, as in-process.
-
-An actor that dies (a lost node, ``ray.kill``, its engine died) is replaced and its
-batches sent again, each alone on an actor (so a death blames one batch), up to
-``RayOptions.max_batch_retries`` times; a batch that still kills its actors is halved
-(:mod:`suffice.isolation`) down to the record that kills them alone, which gets an
-``EngineCrashError`` row on the same run.  Deaths before an actor opened its engine,
-and a server gone away, are never blamed on records.  An error no retry can fix (a
-missing model folder) stops the run with that error, unwrapped, and so do actors
-that die on every record (nothing judged: the engine is failing).
+A dead actor is replaced and its batches sent again, each alone, up to ``RayOptions.max_batch_retries`` times; a batch
+that still kills actors is halved (:mod:`suffice.isolation`) down to the record that kills them, which gets an
+``EngineCrashError`` row.  Deaths before an engine opened, and a server gone, are never blamed on records; an error no
+retry can fix stops the run, unwrapped, as do actors that die on every record.
 """
 
 from __future__ import annotations
@@ -31,8 +25,7 @@ from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.base import Progress
 
-#: Seconds without a finished batch after which the run checks that the cluster can
-#: still hold its actors.
+#: Seconds without a finished batch after which the run checks that the cluster can still hold its actors.
 CAPACITY_CHECK_S = 30.0
 
 
@@ -114,8 +107,7 @@ class _Schedule:
         #: Batches sent and not yet handed back, by number, with their results so far.
         self.batches: dict[int, Bisection[JudgeResult]] = {}
         self.waiting: list[_Sent] = []  # to send again, alone
-        #: Records that stopped the engine alone before any batch was judged: blamed
-        #: once one is (the engine works), else the engine is what fails.
+        #: Records that stopped the engine alone: blamed once any batch is judged, else the engine fails.
         self.undecided: list[_Sent] = []
         #: Batches (or pieces) judged: proof that the engine can judge.
         self.judged = 0
@@ -159,8 +151,7 @@ class _Schedule:
     def _send_waiting(self) -> None:
         for sent in list(self.waiting):
             idle = [slot for slot, load in enumerate(self.load) if load == 0 and self.pool.settled(slot)]
-            # Not where it died, when there is another actor (a bad node or GPU must
-            # not be blamed on the records it was given).
+            # Not where it died, when there is another actor (a bad node must not be blamed on records).
             elsewhere = [slot for slot in idle if slot != sent.slot] if len(self.load) > 1 else idle
             if elsewhere:
                 self.waiting.remove(sent)
@@ -213,18 +204,15 @@ class _Schedule:
         self.undecided.clear()
 
     def _failed(self, sent: _Sent, exc: Exception) -> list[_Sent]:
-        """A batch failed: replace its actor and say what to send again (the batch, or
-        its halves; nothing when it is one record that stopped the engine alone), or
-        stop the run."""
+        """A batch failed: replace its actor and return what to send again (the batch, its halves, or nothing for one
+        record that stopped the engine alone), or stop the run."""
         reason = cause(exc)
         if isinstance(reason, EngineUnreachableError):
             raise reason  # a server gone: no record caused it, and no new actor brings it back
         died = isinstance(exc, ray_module().exceptions.RayActorError) or isinstance(reason, EngineDeadError)
         if not self.pool.opened(sent.slot, sent.actor):
-            # The engine never opened: not a record's doing.  A first actor's error is
-            # the setting's (a missing model, a GPU option on the CPU build): stop with
-            # it.  A replacement's may pass (on a GPU the dead engine's memory can take
-            # a moment to be freed): try again.
+            # The engine never opened: not a record's doing.  A first actor's error is the setting's: stop with it;
+            # a replacement's may pass (a dead engine's GPU memory takes a moment to free): try again.
             if self.pool.generation[sent.slot] == 0 and isinstance(reason, SufficeError) and not died:
                 raise reason
             sent.failed_starts += 1
@@ -243,8 +231,7 @@ class _Schedule:
         self._replace(sent, reason)
         if sent.tries <= (1 if sent.halved else self.pool.options.max_batch_retries):
             return [sent]
-        # Out of tries, the last ones alone on an actor that had opened its engine:
-        # what kills the engine is in these records.
+        # Out of tries, alone on an actor that had opened its engine: what kills it is in these records.
         if len(sent.records) == 1:
             return []
         first, second = halves(sent.records)

@@ -1,31 +1,17 @@
 """The batch runner: records in (JSONL or Parquet), one result row each out, resumable.
 
-What it guarantees, whatever the input holds and whatever fails:
+Guarantees, whatever the input holds and whatever fails:
 
-- every input record gets exactly one output row (``id`` and ``line`` say which), a
-  verdict or an error naming the field; one bad record never stops the run; a record
-  repeating an earlier record's id gets a ``DuplicateIdError`` row, not a verdict;
-- the input is parsed once, in pieces, and rows are flushed to disk after every
-  batch: memory does not grow with the input, and a killed run loses at most the
-  batches in flight;
-- a rerun with the same settings judges only what is missing, by id, rows in any
-  order (shards); a second row for one id is dropped; rows a failing engine caused
-  are judged again (``retry_errors``: every error); a row kept by position whose
-  position now holds another record is dropped and the record judged;
-- one run at a time per output (:class:`OutputBusyError`, see
-  :func:`suffice.files.output_lock`); a line of the output that is not a result row
-  is set aside in ``OUTPUT.rejected`` and its record judged again;
-- a rerun with other settings (gate, model, weights, backend, prompt, rubric,
-  threshold, format), or into the input itself, is refused with
-  :class:`OutputMismatchError` naming the setting;
-- a dead engine raises :class:`EngineDeadError` after what is done is on disk,
-  with no error row for it; the records in flight are noted
-  (:mod:`suffice.batch.suspects`), so a record that crashes the engine gets an
-  ``EngineCrashError`` row on a later run instead of making the run unfinishable.
+- every record gets exactly one row (``id`` and ``line`` say which): a verdict or an error naming the field; a
+  repeated id gets a ``DuplicateIdError`` row; memory does not grow with the input, and rows are flushed per batch;
+- a rerun with the same settings judges only what is missing, by id, rows in any order; rows a failing engine
+  caused (``retry_errors``: every error) and stale rows by position are judged again;
+- one run at a time per output (:class:`OutputBusyError`); an output line that is not a result row is set aside in
+  ``OUTPUT.rejected``; other settings, or the input as output, raise :class:`OutputMismatchError`;
+- a dead engine raises :class:`EngineDeadError` after what is done is on disk; the records in flight are noted
+  (:mod:`suffice.batch.suspects`) so a record that crashes the engine gets an ``EngineCrashError`` row later.
 
-A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jsonl``)
-when the run ends, typed (:mod:`suffice.tables`); a killed run resumes from the
-journal.  The CLI only turns arguments into a :class:`BatchOptions`.
+A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jsonl``) when the run ends.
 """
 
 from __future__ import annotations
@@ -60,10 +46,7 @@ from suffice.rows import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
 from suffice.summary import RunSummary
 
-#: Called once with (total or ``None`` when unknown, already done: now always 0, the
-#: records skipped as answered advance it as they are met); returns the
-#: progress callback (records' worth of work: see ``suffice.serving.base.Progress``) and
-#: a function that closes the display.
+#: Called once with (total or ``None``, already done: 0); returns the progress callback and a function that closes it.
 ProgressFactory = Callable[[int | None, int], tuple[Callable[[float], None], Callable[[], None]]]
 #: Input records looked up in the key index at a time.
 _LOOKUP = 1024
@@ -110,11 +93,8 @@ def judge_file(
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
-    Raises :class:`OutputBusyError` (another run is writing ``output``: see
-    :func:`suffice.files.output_lock`), :class:`OutputMismatchError` (the output is not this run's to resume),
-    :class:`ConfigError` (an option that cannot work), :class:`EngineDeadError` (the
-    engine died; rerun to resume) and other :class:`SufficeError` for what stops the
-    run; item failures never raise.
+    Raises :class:`OutputBusyError`, :class:`OutputMismatchError`, :class:`ConfigError`, :class:`EngineDeadError`
+    (rerun to resume) and other :class:`SufficeError` for what stops the run; item failures never raise.
     """
     options = options or BatchOptions()
     open_judge = open_judge or Judge.open  # looked up now: a default bound at import ignores a patched Judge.open
@@ -135,8 +115,7 @@ def judge_file(
     journal = output if out_format == "jsonl" else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)
-    # Held from before anything is read until the Parquet file is written: a second
-    # run on this output is refused here (OutputBusyError), before it reads anything.
+    # Held from before anything is read until the Parquet file is written.
     with output_lock(output):
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
@@ -226,8 +205,7 @@ def _judge_locked(
 
 
 class _Run:
-    """One pass over the input: skip what is answered, flag repeated ids, judge the
-    rest batch by batch, write and audit every row."""
+    """One pass over the input: skip what is answered, flag repeated ids, judge, write and audit the rest."""
 
     def __init__(
         self,
@@ -260,9 +238,7 @@ class _Run:
         self._weights: str | None = None
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
-        # From 0, advanced as this input's answered records are met (:meth:`_todo`): the
-        # output's row count would also count rows for ids this input lacks and stale
-        # rows about to be judged again, and the bar would end past its total.
+        # From 0, advanced as answered records are met (:meth:`_todo`): the output's row count would overshoot.
         self.update, close_progress = progress(inputs.count, 0) if progress else (None, None)
         start = time.perf_counter()
         sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
@@ -294,12 +270,10 @@ class _Run:
             self.report.summary.seconds = time.perf_counter() - start
 
     def _grouped(self, todo: Iterator[tuple[SourceLine, str]]) -> Iterator[list[tuple[SourceLine, str]]]:
-        """Batches of ``batch_size``; a record in flight when the engine died goes in a
-        batch of its own, and one that stopped the engine alone gets its error row here."""
+        """Batches of ``batch_size``; a suspect goes alone, and a proven culprit gets its error row here."""
         batch: list[tuple[SourceLine, str]] = []
         for line, key in todo:
-            # Only while something is noted (a rerun after a death): the usual run
-            # looks nothing up per record; the status holds only for the same record.
+            # Only looked up while something is noted (a rerun after a death).
             if self.suspects and self.suspects.is_culprit(key, line.record):
                 self._write([line], [self._crashed(line.record)], 0.0)
                 self.suspects.settled([key])
@@ -320,8 +294,7 @@ class _Run:
         return crash_result(record_id(record), self.gate, v["model"], v["backend"])
 
     def _todo(self, lines: Iterator[SourceLine]) -> Iterator[tuple[SourceLine, str]]:
-        """The lines still to judge, each with its key; answered ones are skipped and
-        repeated ids get their error rows here."""
+        """The lines still to judge, with keys; answered ones are skipped, repeated ids get error rows here."""
         for chunk in _batches(lines, _LOOKUP):
             found = [(line, rid, record_key(rid, line.line)) for line in chunk for rid in [record_id(line.record)]]
             # Ids keyed by position (none, or made from it) cannot repeat: not looked up.
@@ -336,8 +309,7 @@ class _Run:
                     keyed.append((line, line_key(line.line), rid, first[rid]))
                 else:
                     keyed.append((line, key, rid, None))
-            # A row kept for a position whose record is now another one (a repeated id
-            # renamed, a broken line fixed) is stale: dropped, and the record judged.
+            # A row kept for a position now holding another record is stale: dropped, and the record judged.
             positions = self.index.done_rows([line_key(line.line) for line, _, _, _ in keyed])
             stale = [
                 line_key(line.line)

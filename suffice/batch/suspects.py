@@ -1,18 +1,8 @@
-"""Records in flight when the engine died, kept beside the output for the rerun.
+"""Records in flight when the engine died, kept in ``OUTPUT.suspects.json`` for the rerun.
 
-A record that crashes the engine (a tokenizer or kernel bug, memory it alone
-exhausts) would kill it on every rerun at the same batch.  When a running engine
-dies judging a batch (:meth:`Scorer.implicated` says which), its keys are written to
-``OUTPUT.suspects.json``; the rerun judges each suspect alone, and one that stops the
-engine alone is the cause: the next run writes its ``EngineCrashError`` row
-(:func:`suffice.rows.crash_result`; final unless ``--retry-errors``) without calling
-the engine.  The file is removed once nothing in it is pending, and by ``--overwrite``.
-
-Each key carries a digest of its record's content, and its status holds only while
-the record at that key has it: a record without an id is keyed by its position, and
-the trace that moves to a deleted culprit's line must not get its row unjudged.  A
-file without digests is read so: a key by id keeps its status, a culprit by position
-is judged alone once more.
+The rerun judges each suspect alone; one that stops the engine alone is a culprit and the next run writes its
+``EngineCrashError`` row (:func:`suffice.rows.crash_result`) without the engine.  Each key carries its record's
+digest, and its status holds only while the record at that key has it (position keys can change records).
 """
 
 from __future__ import annotations
@@ -31,8 +21,7 @@ def suspects_path(output: Path) -> Path:
 
 
 def record_digest(record: object) -> str:
-    """Sixteen hex digits of a record's whole content as read (its id, every field;
-    an unreadable line's reason): equal for the same record, whatever its position."""
+    """Sixteen hex digits of a record's whole content as read: equal for the same record, whatever its position."""
     try:
         text = json.dumps(record, sort_keys=True, ensure_ascii=True, default=repr, separators=(",", ":"))
     except (TypeError, ValueError):  # keys of mixed types cannot be sorted
@@ -41,9 +30,8 @@ def record_digest(record: object) -> str:
 
 
 class Suspects:
-    """What died with the engine: ``suspects`` (in a batch when it died: judge alone)
-    and ``culprits`` (alone when it died: an error row, not the engine), each key with
-    its record's digest (``None``: noted by a suffice without digests)."""
+    """What died with the engine: ``suspects`` (judge alone) and ``culprits`` (an error row, not the engine), each
+    key with its record's digest (``None``: noted without one)."""
 
     def __init__(self, path: Path, *, overwrite: bool = False, retry_errors: bool = False) -> None:
         self.path = path
@@ -81,8 +69,7 @@ class Suspects:
         return bool(self.suspects or self.culprits)
 
     def _holds(self, noted: dict[str, str | None], key: str, record: object) -> bool:
-        """Whether ``key`` is noted for this very record; a key now holding another
-        record is forgotten (that record is an ordinary one)."""
+        """Whether ``key`` is noted for this very record; a key now holding another record is forgotten."""
         if key not in noted:
             return False
         digest = noted[key]

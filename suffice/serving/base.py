@@ -1,10 +1,4 @@
-"""The engine interface: one batched call, results in input order.
-
-Why an interface at all: the gates, the fitting of prompts into the context window
-and the retry rule are engine-independent, and tests of harness logic can run on a
-scripted engine while the real ones (vLLM; later others) live behind the same
-methods.  Nothing here imports vLLM.
-"""
+"""The engine interface: one batched call, results in input order (tests run the harness on a scripted engine)."""
 
 from __future__ import annotations
 
@@ -20,26 +14,17 @@ from suffice.serving.engine_config import EngineConfig
 from suffice.text import defuse
 
 Message = dict[str, str]
-#: Called with how many requests' worth of work just finished: 1 per request that
-#: completed, or (vLLM) :data:`PREFILL_SHARE` when a request's prompt has been read
-#: and the rest when it completes.  Every request adds up to 1.
+#: Called with how many requests' worth of work just finished; every request adds up to 1.
 Progress = Callable[[float], None]
 
-#: The share of a request's work credited when its prompt has been read (prefilled).
-#: Why credit it at all: with a batch of 50 in flight, vLLM reads every prompt before
-#: the outputs finish, so a bar moved only on completion sits at 0 % for 7 of the
-#: demo's 8.4 minutes.  Why one half: on the 48-item throughput benchmark, decision-only
-#: verdicts (prefill and one token) take 208 s against 374 s for full verdicts, so
-#: prefill is 56 % of a request's time here.
+#: The share of a request's work credited when its prompt has been read: prefill is 56 % of a request's time
+#: (48-item benchmark), and a bar moved only on completion sat at 0 % for 7 of the demo's 8.4 minutes.
 PREFILL_SHARE = 0.5
 
 
 class CappedProgress:
-    """A :data:`Progress` that passes on at most ``owed`` in all, and :meth:`settle`
-    tops it up to exactly that.  Why: when a batch fails and is split to find the
-    request that failed it, the halves run again and credit their requests again
-    (vLLM credits half a request as soon as its prompt is read), so a bar would pass
-    its total."""
+    """A :data:`Progress` that passes on at most ``owed`` in all (a split, retried batch credits twice);
+    :meth:`settle` tops it up to exactly that."""
 
     def __init__(self, progress: Progress, owed: float) -> None:
         self._progress = progress
@@ -68,8 +53,7 @@ class Generation:
     finish_reason: str | None
     prompt_tokens: int
     completion_tokens: int
-    #: The generated tokens as text, and for each the engine's top log-probabilities
-    #: (token text → log-probability), when the engine reports them.
+    #: The generated tokens as text and each one's top log-probabilities by text, when the engine reports them.
     tokens: tuple[str, ...] | None = None
     top_logprobs: tuple[dict[str, float], ...] | None = None
 
@@ -85,15 +69,13 @@ class Engine(ABC):
     max_model_len: int
 
     def __init__(self, config: EngineConfig) -> None:  # noqa: B027 - the factory's signature
-        """Start the engine (for vLLM: seconds to minutes); every engine class the
-        factory names takes its :class:`EngineConfig` and nothing else required."""
+        """Start the engine; every engine class takes its :class:`EngineConfig` and nothing else required."""
 
     @classmethod
     @abstractmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
-        """What this engine, built from ``config``, records beside a batch output, known
-        before it starts: ``model``, ``weights``, ``engine``, ``backend``, ``max_model_len``
-        (a resumed run must match them)."""
+        """What an engine built from ``config`` records beside a batch output (a resumed run must match), known
+        before it starts."""
 
     @abstractmethod
     def generate(
@@ -102,12 +84,9 @@ class Engine(ABC):
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[Generation]:
-        """Generate for all requests in one batch; ``result[i]`` answers ``requests[i]``.
+        """Generate for all requests in one batch, segment by segment; ``result[i]`` answers ``requests[i]``.
 
-        Each request's constraint is generated segment by segment, every segment
-        continuing the text so far (see :class:`suffice.grammars.constraint.Constraint`);
-        ``progress`` is called as requests' work finishes (see :data:`Progress`).  Once ``cancel`` is set the
-        engine stops this call's requests (within about a second) and raises
+        Once ``cancel`` is set the engine stops this call's requests (within about a second) and raises
         :class:`~suffice.exceptions.CancelledError`.
         """
 
@@ -124,15 +103,11 @@ class Engine(ABC):
         """Tokens of the chat-templated prompt, generation prompt included."""
 
     def served(self) -> dict[str, str]:
-        """What the running engine says it serves, known only once it has started (a
-        server's model), recorded beside a batch output and checked when it is resumed.
-        In-process engines load what their settings name: nothing to add."""
+        """What the running engine says it serves (a server's model), recorded and checked on resume."""
         return {}
 
     def check_alive(self) -> None:  # noqa: B027 - in-process engines cannot die apart from us
-        """Raise :class:`~suffice.exceptions.EngineDeadError` if the engine can no longer
-        generate (its process is gone); called after a failed generation to tell a dead
-        engine from a failing request."""
+        """Raise :class:`~suffice.exceptions.EngineDeadError` if the engine can no longer generate."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release the engine's resources; the default holds none."""
@@ -162,15 +137,12 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
         "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
     }
     if config.dtype is not None:
-        # Recorded only when asked for, so outputs written before the setting existed
-        # still resume; a bfloat16 run resumed without --dtype (float32) is refused.
+        # Only when asked for; a bfloat16 run resumed without --dtype (float32) is refused.
         settings["dtype"] = config.dtype
     return settings
 
 
-#: Serialises this process's calls into Hugging Face tokenizers: a Rust tokenizer
-#: shared by threads (``suffice serve`` prepares each request on its own thread)
-#: raises "Already borrowed" when one call reconfigures it while another encodes.
+#: Serialises calls into Hugging Face tokenizers: a shared Rust tokenizer raises "Already borrowed" otherwise.
 TOKENIZER_LOCK = threading.Lock()
 
 
@@ -209,14 +181,8 @@ class TokenizerMixin:
         return prefix.rstrip("\ufffd")
 
     def chat_text(self, messages: Sequence[Message]) -> str:
-        """The chat-templated prompt, generation prompt included.
-
-        The templated text is tokenized with special tokens recognised (the chat
-        template's own markers must be), so a ``<|im_end|>`` spelled in a chunk, a
-        question or a checked answer would become the real marker and let a
-        document close the user's turn and write a system or assistant turn of its
-        own.  Every message but the system prompt (suffice's own) is defused first.
-        """
+        """The chat-templated prompt, generation prompt included; every message but the system prompt is defused
+        first, since special tokens are recognised and a spelled ``<|im_end|>`` would end the turn."""
         specials = self.special_spellings()
         safe = [m if m["role"] == "system" else {**m, "content": defuse(m["content"], specials)} for m in messages]
         with TOKENIZER_LOCK:

@@ -1,17 +1,8 @@
-"""The memory and CPU a container (a cgroup) allows this process, v1 and v2.
+"""The memory and CPU a container (a cgroup, v1 or v2) allows this process: in a container ``/proc/meminfo`` and
+the affinity mask describe the host.
 
-Why: in a container, ``/proc/meminfo`` and the affinity mask describe the host.  A
-gate in a pod limited to 8 GiB on a 128 GiB node sized its KV cache from the
-node's free memory (20 %, capped at 8 GiB: the whole limit), and the kernel killed
-the engine; with a CPU quota of 2 on a 64-core node, vLLM bound 64 OpenMP threads
-that the quota then throttled.  So both are read from the cgroup the process is in,
-as the kernel enforces them: the tightest limit on the way up from the process's
-own cgroup (a child's limit can be looser than its parent's).
-
-Where the cgroup lives is read from ``/proc/self/mountinfo`` (each hierarchy's mount
-point and the cgroup at its root) and ``/proc/self/cgroup`` (the process's cgroup in
-each hierarchy), so it works with and without a cgroup namespace.  Anything that
-cannot be read means "no limit known": the host's figures are used.
+The tightest limit on the way up from the process's cgroup counts, found via ``/proc/self/mountinfo`` and
+``/proc/self/cgroup`` (with or without a cgroup namespace); anything unreadable means "no limit known".
 """
 
 from __future__ import annotations
@@ -20,15 +11,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Above this a v1 ``memory.limit_in_bytes`` means "no limit" (the kernel writes
-#: 9223372036854771712, a page below 2**63).
+#: Above this a v1 ``memory.limit_in_bytes`` means "no limit" (the kernel writes a page below 2**63).
 _NO_LIMIT = 1 << 62
 
 
 @dataclass(frozen=True)
 class CgroupLimits:
-    #: Bytes the tightest memory limit leaves: limit minus usage, with the
-    #: reclaimable file cache counted as free (as ``MemAvailable`` does).
+    #: Bytes the tightest memory limit leaves: limit minus usage, inactive file cache counted as free.
     memory_free: int | None = None
     #: That limit, in bytes.
     memory_limit: int | None = None
@@ -151,8 +140,7 @@ def _cpus(folder: Path, version: int) -> float | None:
 
 
 def cgroup_limits(proc: Path = Path("/proc/self")) -> CgroupLimits:
-    """The tightest memory limit and CPU quota over the process's cgroups (``proc``:
-    where ``cgroup`` and ``mountinfo`` are read, for tests)."""
+    """The tightest memory limit and CPU quota over the process's cgroups (``proc``: for tests)."""
     try:
         mountinfo = (proc / "mountinfo").read_text()
         cgroup = (proc / "cgroup").read_text()

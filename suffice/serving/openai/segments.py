@@ -1,19 +1,9 @@
-"""One request generated segment by segment through ``/v1/completions``, every segment
-continuing the same token sequence (the prompt ids plus the ids generated so far, sent
-as a list of token ids).
+"""One request generated segment by segment through ``/v1/completions``, every segment continuing the same token
+sequence (sent as token ids).
 
-Two facts about vLLM's server shape this module:
-
-* The constraint goes in the request body as ``"structured_outputs": {"regex": ...}``.
-  The older ``guided_regex`` field is accepted with HTTP 200 and silently ignored, and a
-  server may run without a structured-output backend at all: output is then
-  unconstrained and no verdict could be trusted.  So every segment's text is checked
-  against its pattern (Python's ``re``) and the first one outside it stops the run with
-  :class:`~suffice.exceptions.ConstraintNotEnforcedError`, naming how to start the
-  server so that it enforces the constraint.
-* Top log-probabilities come back keyed by token text, so tokens that decode alike
-  (the halves of a multi-byte character) are already collapsed by the server; the
-  decision values are ASCII, so decision probabilities are unaffected.
+The constraint goes in ``"structured_outputs": {"regex": ...}``; a server may ignore it (``guided_regex`` is silently
+dropped, or no backend runs), so every segment is checked with ``re`` and the first outside its pattern raises
+:class:`~suffice.exceptions.ConstraintNotEnforcedError`.
 """
 
 from __future__ import annotations
@@ -156,20 +146,15 @@ class SegmentGenerator:
         return dict(choices[0])
 
     def _outside(self, segment: Segment, piece: str, *, cut_off: bool) -> bool:
-        """Whether ``piece`` cannot be the segment's constrained text.  A cut-off text may
-        stop inside a match, but no part of a match is longer than the pattern's longest
-        match: a server that ignores the constraint usually runs on to max_tokens, and
-        that text must stop the run too (read as a cut-off, every record would get a
-        final error row, never judged again on resume).  A character cut in two decodes
-        to U+FFFD, longer than its bytes: not counted."""
+        """Whether ``piece`` cannot be the segment's constrained text; a cut-off one only if longer than the
+        pattern's longest match (a trailing U+FFFD from a split character not counted)."""
         if cut_off:
             return len(piece.rstrip("\ufffd").encode("utf-8")) > segment.max_bytes
         return re.fullmatch(segment.pattern, piece) is None  # re keeps the compiled patterns
 
 
 def _token_logprobs(logprobs: object, count: int) -> tuple[list[str], list[dict[str, float]]] | None:
-    """Token texts and top log-probabilities by text from a completion's ``logprobs``;
-    ``None`` unless there is one entry per generated id."""
+    """Token texts and top log-probabilities by text, or ``None`` unless there is one entry per generated id."""
     if not isinstance(logprobs, dict):
         return None
     tokens, tops = logprobs.get("tokens"), logprobs.get("top_logprobs")
@@ -179,7 +164,6 @@ def _token_logprobs(logprobs: object, count: int) -> tuple[list[str], list[dict[
     for token, top in zip(tokens, tops, strict=True):
         if not isinstance(token, str) or not isinstance(top, dict):
             return None
-        # Keyed by text already (JSON keys are unique): tokens that decode alike were merged
-        # by the server, keeping one of them.
+        # Keyed by text already: the server merged tokens that decode alike (decision values are ASCII).
         out.append({str(text): float(logprob) for text, logprob in top.items()})
     return list(tokens), out
