@@ -1,11 +1,16 @@
-"""Files written so that a failure (a full disk, a crash) leaves the old file or the new one and no ``.tmp``; write
-errors become :class:`OutputWriteError` naming the file.  :func:`output_lock` keeps a second run off an output."""
+"""Files written so that a failure (a full disk, a crash, a power cut) leaves the old file or the new one and no
+temporary; write errors become :class:`OutputWriteError` naming the file.  :func:`output_lock` keeps a second run off
+an output.  Nothing here opens a name someone else could have planted in the folder (see :func:`temporary_beside`
+and :func:`_open_lock`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -26,13 +31,66 @@ def writing(path: Path) -> Iterator[None]:
         raise write_error(path, exc) from exc
 
 
-def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = None) -> None:
-    """Write ``chunks`` to ``tmp`` (default ``path + ".tmp"``), flush it and rename it over ``path``; on any failure
-    ``tmp`` is removed and ``path`` is as it was."""
-    tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
+def file_mode(path: Path) -> int:
+    """The permissions a replacement of ``path`` gets: the old file's, or for a new file what ``open()`` would give
+    (0o666 less the umask): ``mkstemp``'s 0600 is for the temporary only."""
     try:
-        with writing(path):
-            handle = tmp.open("wb")
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read from /proc where it can be: ``os.umask`` can only read it by changing it, and a
+    thread creating a file meanwhile would get the wrong mode."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder`` itself: a rename is only on disk once its directory is, else a power cut can bring back
+    the old file after the run said it finished.  File systems that cannot sync a directory (EINVAL) are let be."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def temporary_beside(path: Path) -> tuple[int, Path]:
+    """A new file in ``path``'s folder (fd, path) for :func:`replace_atomically`-style writes.
+
+    ``mkstemp`` picks an unguessable name and creates it with ``O_EXCL`` (mode 0600): a fixed name such as
+    ``OUT.tmp`` let anyone who can write to the folder plant a symlink there and have the run write through it.
+    """
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    return fd, Path(name)
+
+
+def replace_atomically(path: Path, chunks: Iterable[bytes], *, mode: int | None = None) -> None:
+    """Write ``chunks`` to a new temporary file beside ``path`` (:func:`temporary_beside`), flush it, rename it
+    over ``path`` and sync the folder; on any failure the temporary is removed and ``path`` is as it was.
+
+    ``mode``: the new file's permissions (default: the old file's, or what the umask gives a new file).
+    """
+    with writing(path):
+        fd, tmp = temporary_beside(path)
+    try:
+        try:
+            with writing(path):
+                os.fchmod(fd, file_mode(path) if mode is None else mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        handle = os.fdopen(fd, "wb")
         try:
             for chunk in chunks:  # an error producing a chunk passes through as it is
                 with writing(path):
@@ -46,6 +104,7 @@ def replace_atomically(path: Path, chunks: Iterable[bytes], tmp: Path | None = N
                 handle.close()
         with writing(path):
             os.replace(tmp, path)
+            sync_folder(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
@@ -80,6 +139,28 @@ def _holder(fd: int) -> int | None:
     return None
 
 
+def _open_lock(path: Path) -> int:
+    """Open (or create, mode 0600) the lock file itself, never what a name planted there points at.
+
+    The lock is truncated and written once held, so a symlink ``OUT.lock -> victim`` (``O_NOFOLLOW``), a hard link
+    to another file (a second link) or a FIFO (``O_NONBLOCK``: the open does not hang) is refused rather than
+    followed: each would have let a neighbour have the run overwrite a file of the user's choosing.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputWriteError(str(path), "is a symbolic link; a lock file never is: remove it") from None
+        raise write_error(path, exc) from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a second link to another file"
+        raise OutputWriteError(str(path), f"is {what}; a lock file never is: remove it")
+    return fd
+
+
 @contextlib.contextmanager
 def output_lock(output: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``OUTPUT.lock`` for the ``with`` body, or raise :class:`OutputBusyError`
@@ -90,8 +171,7 @@ def output_lock(output: Path) -> Iterator[None]:
     """
     path = lock_path(output)
     while True:
-        with writing(path):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

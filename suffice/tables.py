@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from suffice.files import file_mode, sync_folder, temporary_beside
 from suffice.results import JudgeResult
 
 __all__ = [
@@ -278,8 +279,9 @@ def parquet_rows(path: str | os.PathLike[str]) -> int:
 
 
 class ParquetRows:
-    """Writes rows to ``path`` under ``schema`` in row groups of ``row_group_rows``, via ``path + ".tmp"``
-    renamed into place by :meth:`close`; an exception inside ``with`` discards it (:meth:`abort`)."""
+    """Writes rows to ``path`` under ``schema`` in row groups of ``row_group_rows``, via a temporary beside it
+    (:func:`~suffice.files.temporary_beside`) renamed into place by :meth:`close`; an exception inside ``with``
+    discards it (:meth:`abort`)."""
 
     def __init__(
         self,
@@ -292,13 +294,26 @@ class ParquetRows:
         if row_group_rows < 1:
             raise ValueError(f"row_group_rows must be at least 1, not {row_group_rows}")
         self.path = Path(path)
-        self.tmp_path = Path(f"{os.fspath(path)}.tmp")
+        fd, self.tmp_path = temporary_beside(self.path)
+        try:
+            os.fchmod(fd, file_mode(self.path))
+        except BaseException:
+            os.close(fd)
+            self.tmp_path.unlink(missing_ok=True)
+            raise
+        # pyarrow writes into this handle and leaves it open for close() to sync.
+        self._sink = os.fdopen(fd, "wb")
         self.schema = schema
         self.row_group_rows = row_group_rows
         #: Rows in the row groups written so far (rows still buffered not included).
         self.rows_written = 0
         self._buffer: list[dict[str, Any]] = []
-        self._writer: Any = pq.ParquetWriter(self.tmp_path, schema, compression=compression)
+        try:
+            self._writer: Any = pq.ParquetWriter(self._sink, schema, compression=compression)
+        except BaseException:
+            self._sink.close()
+            self.tmp_path.unlink(missing_ok=True)
+            raise
         self._closed = False
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -328,9 +343,11 @@ class ParquetRows:
         try:
             self._flush()
             self._writer.close()
-            with open(self.tmp_path, "rb") as handle:  # on disk before it replaces anything
-                os.fsync(handle.fileno())
+            self._sink.flush()
+            os.fsync(self._sink.fileno())  # on disk before it replaces anything
+            self._sink.close()
             os.replace(self.tmp_path, self.path)
+            sync_folder(self.path.parent)
         except BaseException:
             self.abort()
             raise
@@ -345,6 +362,8 @@ class ParquetRows:
         # The writer may be broken by what caused the abort; the file goes either way.
         with contextlib.suppress(Exception):
             self._writer.close()
+        with contextlib.suppress(OSError):
+            self._sink.close()
         self.tmp_path.unlink(missing_ok=True)
 
     def __enter__(self) -> ParquetRows:

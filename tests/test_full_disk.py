@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -32,9 +33,20 @@ FULL = Path("/dev/full")
 pytestmark = pytest.mark.skipif(not FULL.exists(), reason="/dev/full is Linux's; this fault needs it")
 
 
-def _full_at(path: Path) -> None:
-    """Make ``path`` a link to /dev/full: whatever is written there fails with ENOSPC."""
-    path.symlink_to(FULL)
+@pytest.fixture
+def full_temporaries(monkeypatch):
+    """Every temporary file suffice makes (``mkstemp``, an unguessable name) is made, then swapped for a link to
+    /dev/full: whatever is written to it fails with ENOSPC, as on a full disk."""
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        fd, name = real(*args, **kwargs)
+        os.close(fd)
+        os.unlink(name)
+        os.symlink(FULL, name)
+        return os.open(name, os.O_WRONLY), name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 def _left_beside(directory: Path) -> list[str]:
@@ -53,20 +65,18 @@ def index(tmp_path):
     keys.close()
 
 
-def test_a_replacement_that_hits_a_full_disk_names_the_file(tmp_path):
+def test_a_replacement_that_hits_a_full_disk_names_the_file(tmp_path, full_temporaries):
     target = tmp_path / "out.jsonl"
     target.write_bytes(b"old\n")
-    _full_at(tmp_path / "out.jsonl.tmp")
     with pytest.raises(OutputWriteError) as caught:
         replace_atomically(target, [b"new\n" * 10_000])
     assert caught.value.path == str(target)
     assert caught.value.reason == os.strerror(errno.ENOSPC)
 
 
-def test_a_replacement_that_hits_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path):
+def test_a_replacement_that_hits_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, full_temporaries):
     target = tmp_path / "out.jsonl"
     target.write_bytes(b"old\n")
-    _full_at(tmp_path / "out.jsonl.tmp")
     with pytest.raises(OutputWriteError):
         replace_atomically(target, [b"new\n" * 10_000])
     assert target.read_bytes() == b"old\n"
@@ -87,7 +97,7 @@ def test_a_failure_producing_the_content_passes_through_and_cleans_up(tmp_path):
     assert _left_beside(tmp_path) == []
 
 
-def test_a_result_file_rewrite_on_a_full_disk_keeps_the_rows(tmp_path, index):
+def test_a_result_file_rewrite_on_a_full_disk_keeps_the_rows(tmp_path, index, full_temporaries):
     out = tmp_path / "out.jsonl"
     rows = [
         {"id": "a", "line": 1, "error": {"type": "GenerationError", "message": "x", "final": False}},
@@ -95,7 +105,6 @@ def test_a_result_file_rewrite_on_a_full_disk_keeps_the_rows(tmp_path, index):
     ]
     before = "".join(json.dumps(r) + "\n" for r in rows).encode()
     out.write_bytes(before)
-    _full_at(tmp_path / "out.jsonl.tmp")
     results = ResultFile(out, index)
     with pytest.raises(OutputWriteError):
         results.start()  # the non-final row is dropped by a rewrite
@@ -103,9 +112,8 @@ def test_a_result_file_rewrite_on_a_full_disk_keeps_the_rows(tmp_path, index):
     assert _left_beside(tmp_path) == []
 
 
-def test_run_settings_on_a_full_disk(tmp_path):
+def test_run_settings_on_a_full_disk(tmp_path, full_temporaries):
     output = tmp_path / "out.jsonl"
-    _full_at(settings_path(output).with_name(settings_path(output).name + ".tmp"))
     with pytest.raises(OutputWriteError) as caught:
         RunSettings({"model": "m"}).write(output)
     assert caught.value.path == str(settings_path(output))
@@ -113,10 +121,9 @@ def test_run_settings_on_a_full_disk(tmp_path):
     assert _left_beside(tmp_path) == []
 
 
-def test_an_audit_anchor_on_a_full_disk_keeps_the_old_anchor(tmp_path):
+def test_an_audit_anchor_on_a_full_disk_keeps_the_old_anchor(tmp_path, full_temporaries):
     anchor = tmp_path / "anchor.json"
     anchor.write_text('{"head": "old"}\n')
-    _full_at(tmp_path / f".anchor.json.{os.getpid()}.tmp")
     with pytest.raises(OutputWriteError):
         save_anchor({"head": "new"}, anchor)
     assert json.loads(anchor.read_text()) == {"head": "old"}

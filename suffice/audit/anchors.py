@@ -83,7 +83,6 @@ def load_anchor(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def save_anchor(anchor: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
-    """Write an anchor atomically (a crash never leaves half an anchor)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    replace_atomically(target, [(json.dumps(anchor, indent=2, sort_keys=True) + "\n").encode("utf-8")], tmp)
+    """Write an anchor atomically (a crash never leaves half an anchor), readable by the owner only."""
+    body = (json.dumps(anchor, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    replace_atomically(Path(path), [body], mode=0o600)

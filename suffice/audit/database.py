@@ -48,6 +48,17 @@ def audit_error(path: Path, exc: sqlite3.Error) -> AuditError:
     return AuditError(f"the audit log {path} cannot be used: {why} ({text})")
 
 
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it is not there, before SQLite does (with 0644 under the usual
+    umask): the log holds raw model outputs and review payloads.  SQLite gives its -wal and -shm files the
+    database's mode.  An existing file keeps the mode its owner gave it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
 class Database:
     """The open audit database: its id, whether it is keyed, and whether the given key fits."""
 
@@ -62,6 +73,7 @@ class Database:
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(self.path)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         except (OSError, sqlite3.Error) as exc:
             raise AuditError(f"the audit log {self.path} cannot be opened: {exc}") from exc

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import os
 import secrets
-from pathlib import Path
+import stat
 
 from suffice.exceptions import ConfigError
 
@@ -24,11 +24,22 @@ def load_key(path: str | os.PathLike[str]) -> bytes:
     """Read a key file written by :func:`write_key_file` (hex, at least 32 bytes).
 
     Raises :class:`ConfigError` naming ``audit_key`` for a missing, unreadable,
-    malformed or short key: a bad key must stop a run before anything is recorded.
+    malformed or short key, and for a key file that group or others may read or change
+    (a key others can read lets them forge the log): a bad key must stop a run before
+    anything is recorded.
     """
     where = str(path)
     try:
-        text = Path(path).read_text(encoding="ascii").strip()
+        with open(path, encoding="ascii") as handle:
+            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            if mode & 0o077:
+                raise ConfigError(
+                    "audit_key",
+                    where,
+                    f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
+                    f"read it can forge the log; run `chmod 600 {where}`",
+                )
+            text = handle.read().strip()
     except FileNotFoundError:
         raise ConfigError(
             "audit_key", where, "no such key file (create one with `suffice audit keygen -o FILE`)"

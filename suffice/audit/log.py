@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from suffice.audit.anchors import make_anchor
-from suffice.audit.database import Database, audit_error
+from suffice.audit.anchors import save_anchor as write_anchor_file
+from suffice.audit.database import Database, audit_error, is_audit_file
 from suffice.audit.encoding import Stored, json_text, now, store
 from suffice.audit.schema import (
     COLUMNS,
@@ -22,7 +24,7 @@ from suffice.audit.schema import (
 )
 from suffice.audit.verify import VerifyReport, verify_database
 from suffice.exceptions import AuditBrokenError, AuditError
-from suffice.files import writing
+from suffice.files import replace_atomically
 
 REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 
@@ -71,10 +73,14 @@ class AuditLog(Database):
         """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
 
         A JSON column that does not parse raises :class:`AuditError` naming row and column; non-UTF-8 text is written
-        as ``\\udcXX`` escapes; an unwritable file raises :class:`~suffice.exceptions.OutputWriteError`.
+        as ``\\udcXX`` escapes; an unwritable file raises :class:`~suffice.exceptions.OutputWriteError`.  The file
+        is replaced whole (an error leaves the old one) and readable by the owner only, as the database is: it holds
+        the same rows.
         """
         n = 0
-        with writing(out), out.open("w", encoding="utf-8", errors="backslashreplace") as handle:
+
+        def lines() -> Iterator[bytes]:
+            nonlocal n
             for row in self.rows():
                 for key in JSON_COLUMNS:
                     if row.get(key):
@@ -85,8 +91,10 @@ class AuditLog(Database):
                                 f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
                                 "`suffice audit verify` names the damage)"
                             ) from None
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
                 n += 1
+
+        replace_atomically(out, lines(), mode=0o600)
         return n
 
     # -- verification and anchors -----------------------------------------------------
@@ -114,6 +122,16 @@ class AuditLog(Database):
                 for name, count, last in cur.execute("SELECT chain, count, last_hash FROM chain_heads")
             }
         return make_anchor(self.db_id, self.path.name, key, heads)
+
+    def save_anchor(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Write :meth:`anchor` to ``path`` (atomically, mode 0600) and return it: what ``--anchor-file`` does
+        at the end of each run, so that deleting rows later, or restoring an older copy, fails
+        ``suffice audit verify --anchor-file PATH``."""
+        if is_audit_file(self.path, path):
+            raise AuditError(f"the anchor file {path} is the audit database {self.path} or its -wal/-shm file")
+        anchor = self.anchor()
+        write_anchor_file(anchor, path)
+        return anchor
 
     # -- review queue -----------------------------------------------------------------
     def enqueue_review(

@@ -79,6 +79,8 @@ class BatchOptions:
     retry_errors: bool = False
     audit_db: Path | None = None
     audit_key: bytes | None = None
+    #: Where to write an anchor of the audit log when the run ends (see :meth:`AuditLog.save_anchor`).
+    anchor_file: Path | None = None
     #: ``jsonl`` or ``parquet``; ``None``: by the file's extension.
     input_format: str | None = None
     output_format: str | None = None
@@ -98,5 +100,7 @@ class BatchOptions:
             value = getattr(self, name)
             if value is not None and value not in FORMATS:
                 raise ConfigError(name, value, f"must be one of {', '.join(FORMATS)}")
+        if self.anchor_file is not None and self.audit_db is None:
+            raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.ray is not None and self.audit_db is not None:
             raise ConfigError("audit_db", str(self.audit_db), "is not written by --ray runs; audit without --ray")

@@ -35,7 +35,7 @@ from suffice.batch.ray_scorer import RayScorer
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
 from suffice.batch.suspects import Suspects, suspects_path
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError
+from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
 from suffice.gates.base import Gate
 from suffice.jsonl import SourceLine
@@ -101,7 +101,10 @@ def judge_file(
     if _same_file(source, output):
         raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
     if options.audit_db is not None:
-        for role, path in (("output", output), ("output", journal_path(output)), ("input", source)):
+        named = [("output", output), ("output", journal_path(output)), ("input", source)]
+        if options.anchor_file is not None:
+            named.append(("anchor file", options.anchor_file))
+        for role, path in named:
             if is_audit_file(options.audit_db, path):
                 raise OutputMismatchError(
                     "audit_db", f"the audit database {options.audit_db} is the {role} {path}; choose another"
@@ -186,7 +189,15 @@ def _judge_locked(
         report = BatchReport(total=0, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
         errors_before = index.done_errors
         run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output)
-        run.go(inputs, progress)
+        anchor = options.anchor_file if audit is not None else None
+        try:
+            run.go(inputs, progress)
+        except BaseException:
+            if anchor is not None and audit is not None:
+                _anchor(audit, anchor, notify, failing=True)
+            raise
+        if anchor is not None and audit is not None:
+            _anchor(audit, anchor, notify, failing=False)
         suspects.forget_rest()
         report.foreign = index.unmet()
         report.errors = errors_before - run.forgotten_errors + report.summary.errors
@@ -202,6 +213,17 @@ def _judge_locked(
         parquet_from_journal(journal, output, gate)
         journal.unlink()
     return report
+
+
+def _anchor(audit: AuditLog, path: Path, notify: Notify, *, failing: bool) -> None:
+    """Write the audit log's anchor, also after a run that failed (``failing``): the rows it recorded are anchored
+    too.  A failure to anchor is raised only when the run ended well; otherwise the run's own error is reported."""
+    try:
+        audit.save_anchor(path)
+    except (SufficeError, OSError) as exc:
+        if not failing:
+            raise
+        notify(f"could not write the audit anchor {path}: {exc}")
 
 
 class _Run:

@@ -26,6 +26,7 @@ from suffice.audit import (
 )
 from suffice.exceptions import AuditBrokenError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.text import terminal_text
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
 EXIT_TAMPERED = 4
@@ -39,7 +40,14 @@ def add_parsers(sub: Any) -> None:
     verify = actions.add_parser("verify", help="check the chains (exit 0 intact, 4 tampered, 2 usage)")
     verify.add_argument("db", type=Path)
     verify.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
-    verify.add_argument("--anchor", type=Path, default=None, help="an anchor file from `suffice audit anchor`")
+    verify.add_argument(
+        "--anchor",
+        "--anchor-file",
+        dest="anchor",
+        type=Path,
+        default=None,
+        help="an anchor file (`suffice audit anchor`, or --anchor-file of judge/calibrate/serve)",
+    )
     verify.set_defaults(run=run_verify)
     anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
     anchor.add_argument("db", type=Path)
@@ -75,12 +83,12 @@ def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
     """The database opened with its key, or None after printing why not: a missing
     file is not created here, since a typo must not look like an empty, intact log."""
     if not db.is_file():
-        print(f"error: no audit database at {db}", file=sys.stderr)
+        print(f"error: no audit database at {terminal_text(db)}", file=sys.stderr)
         return None
     try:
         return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return None
 
 
@@ -88,7 +96,11 @@ def _onto_the_log(db: Path, output: Path) -> bool:
     """Whether ``output`` is the database or one of SQLite's files beside it (an anchor
     or export written there destroyed the log); says so."""
     if is_audit_file(db, output):
-        print(f"error: -o {output} is the audit database {db} (or its -wal/-shm file); choose another", file=sys.stderr)
+        print(
+            f"error: -o {terminal_text(output)} is the audit database {terminal_text(db)} (or its -wal/-shm "
+            "file); choose another",
+            file=sys.stderr,
+        )
         return True
     return False
 
@@ -97,20 +109,29 @@ def run_verify(args: argparse.Namespace) -> int:
     try:
         anchor = load_anchor(args.anchor) if args.anchor else None
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
+    if log.keyed and args.audit_key is None:
+        # Without the key nothing about a keyed log can be checked: not a pass, not "tampered" either.
+        log.close()
+        print(
+            f"error: audit_key: cannot verify {terminal_text(args.db)}: it is chained with HMAC-SHA256 and only "
+            "its key can check it; pass --audit-key FILE",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         report = log.verify(anchor)
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         log.close()
     if not report.ok:
-        print(f"BROKEN: {report.reason}", file=sys.stderr)
+        print(f"BROKEN: {terminal_text(report.reason)}", file=sys.stderr)
         return EXIT_TAMPERED
     how = "HMAC-SHA256 with the key" if report.keyed else "SHA-256 without a key: accidental edits only"
     covered = f"; all {report.anchored_rows} anchored rows present and unchanged" if anchor else "; no anchor given"
@@ -127,7 +148,7 @@ def run_anchor(args: argparse.Namespace) -> int:
     try:
         anchor = log.anchor()
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         # A broken chain is not anchored (tampered); a damaged file, a lock, a key is usage, as verify says.
         return EXIT_TAMPERED if isinstance(exc, AuditBrokenError) else EXIT_USAGE
     finally:
@@ -135,12 +156,15 @@ def run_anchor(args: argparse.Namespace) -> int:
     try:
         save_anchor(anchor, args.output)
     except OSError as exc:
-        print(f"error: cannot write the anchor to {args.output}: {exc}", file=sys.stderr)
+        print(
+            f"error: cannot write the anchor to {terminal_text(args.output)}: {terminal_text(exc)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     chains = anchor["chains"]
     print(
         f"anchored {chains['evaluations']['count']} rows and {chains['reviews']['count']} review events "
-        f"to {args.output}" + ("" if anchor["mac"] else " (no key: the anchor has no MAC)"),
+        f"to {terminal_text(args.output)}" + ("" if anchor["mac"] else " (no key: the anchor has no MAC)"),
         file=sys.stderr,
     )
     return EXIT_OK
@@ -150,9 +174,12 @@ def run_keygen(args: argparse.Namespace) -> int:
     try:
         kid = write_key_file(args.output)
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"key {kid} written to {args.output} (mode 0600): keep it apart from the database", file=sys.stderr)
+    print(
+        f"key {kid} written to {terminal_text(args.output)} (mode 0600): keep it apart from the database",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -165,11 +192,11 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         n = log.export(args.output)
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         log.close()
-    print(f"{n} rows written to {args.output}", file=sys.stderr)
+    print(f"{n} rows written to {terminal_text(args.output)}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -180,7 +207,7 @@ def run_review_list(args: argparse.Namespace) -> int:
     try:
         rows = log.reviews(None if args.all else "open")
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         log.close()
@@ -192,7 +219,7 @@ def run_review_list(args: argparse.Namespace) -> int:
                 row["payload"] = json.loads(row["payload"])
             except ValueError:
                 print(
-                    f"error: {args.db}: review {row['id']}: payload is not JSON (was the log altered? "
+                    f"error: {terminal_text(args.db)}: review {row['id']}: payload is not JSON (was the log altered? "
                     "`suffice audit verify` names the damage)",
                     file=sys.stderr,
                 )
@@ -202,7 +229,12 @@ def run_review_list(args: argparse.Namespace) -> int:
             print(json.dumps(row, ensure_ascii=False))
         else:
             who = f" by {row['resolved_by']} at {row['resolved_at']}: {row['decision']}" if row["resolved_by"] else ""
-            print(f"#{row['id']} [{row['status']}] {row['gate']} item {row['item_id']}: {row['reason']}{who}")
+            # Every field as stored, which anyone who could write the log (or send an item id) chose.
+            print(
+                terminal_text(
+                    f"#{row['id']} [{row['status']}] {row['gate']} item {row['item_id']}: {row['reason']}{who}"
+                )
+            )
     if not args.json:
         print(f"{len(rows)} review(s)", file=sys.stderr)
     return EXIT_OK
@@ -229,9 +261,9 @@ def run_review_resolve(args: argparse.Namespace) -> int:
     try:
         log.resolve_review(args.id, decision=args.decision, by=by, note=args.note)
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_FATAL
     finally:
         log.close()
-    print(f"review {args.id} resolved: {args.decision} by {by}")
+    print(f"review {args.id} resolved: {args.decision} by {terminal_text(by)}")
     return EXIT_OK

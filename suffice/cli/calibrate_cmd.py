@@ -15,6 +15,7 @@ from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import CalibrationChoice, Gate
 from suffice.jsonl import dump_line, read_records
+from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see Gate.save_calibration).
 SAVE_WHERE_THE_GATE_KEEPS_IT = Path()
@@ -74,30 +75,31 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             audit_db=args.audit_db,
             audit_key=judge_cmd.audit_key_of(args),
+            anchor_file=args.anchor_file,
         )
     except (ConfigError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         read = list(read_records(args.golden))
     except ConfigError as exc:  # a damaged or zstd-compressed golden file
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     gate = config.make_gate()
     if args.save is not None:
         problem = gate.save_problem(_destination(args), args.output)
         if problem is not None:
-            print(f"error: --save: {problem}", file=sys.stderr)
+            print(f"error: --save: {terminal_text(problem)}", file=sys.stderr)
             return EXIT_USAGE
     records = [r for r in read if isinstance(r, dict)]
     if len(records) < len(read):
         left = len(read) - len(records)
-        print(f"note: {left} lines of {args.golden} are not JSON objects: left out", file=sys.stderr)
+        print(f"note: {left} lines of {terminal_text(args.golden)} are not JSON objects: left out", file=sys.stderr)
     if args.limit is not None:
         records = records[: args.limit]
     problem = _label_problem(records)
     if problem is not None:
-        print(f"error: {args.golden}: {problem}", file=sys.stderr)
+        print(f"error: {terminal_text(args.golden)}: {terminal_text(problem)}", file=sys.stderr)
         return EXIT_USAGE
     args.output.mkdir(parents=True, exist_ok=True)
     source = args.output / "golden.jsonl"
@@ -115,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(gate, records, rows, args.precision_target)
     except InputError as exc:
-        print(f"error: {verdicts}: {exc}; judge again with --overwrite", file=sys.stderr)
+        print(
+            f"error: {terminal_text(verdicts)}: {terminal_text(exc)}; judge again with --overwrite",
+            file=sys.stderr,
+        )
         return EXIT_FATAL
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
@@ -124,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
         files = write_report(report, args.output)
     except OutputWriteError as exc:  # as judge says: room made, the same command resumes
         print(
-            f"error: {exc}\nthe verdicts are in {verdicts}; fix the cause, then rerun the same command: "
-            "it resumes them and writes the report",
+            f"error: {terminal_text(exc)}\nthe verdicts are in {terminal_text(verdicts)}; fix the cause, then "
+            "rerun the same command: it resumes them and writes the report",
             file=sys.stderr,
         )
         return EXIT_FATAL
     print(_summary(report), file=sys.stderr)
     for path in files:
-        print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {terminal_text(path)}", file=sys.stderr)
     return _save(args, gate, report)
 
 
@@ -210,7 +215,7 @@ def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> int:
     try:
         message = gate.save_calibration(choice, _destination(args), args.output)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     print(message, file=sys.stderr)
     return EXIT_OK

@@ -28,6 +28,7 @@ from suffice.exceptions import (
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.serving.machine import machine_settings
+from suffice.text import terminal_text
 
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
@@ -52,6 +53,14 @@ def add_audit_args(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="key file (suffice audit keygen) for the audit log's keyed MAC chain",
+    )
+    p.add_argument(
+        "--anchor-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="when the run ends (serve: at shutdown), write an anchor of the audit log to PATH; keep it where the "
+        "log's writers cannot reach, and check with `suffice audit verify --anchor-file PATH`",
     )
 
 
@@ -142,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             retry_errors=args.retry_errors,
             audit_db=args.audit_db,
             audit_key=audit_key_of(args),
+            anchor_file=args.anchor_file,
             input_format=args.input_format,
             output_format=args.output_format,
             fields=FieldMap.parse(args.field),
@@ -149,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             shard=None if args.shard is None else Shard.parse(args.shard),
         )
     except (ConfigError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
 
@@ -178,26 +188,27 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
             config, source, output, options, notify=notify, progress=progress_bar if progress else None
         )
     except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except OutputBusyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_BUSY
     except EngineFatalError as exc:
-        print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
+        print(f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}", file=sys.stderr)
         return EXIT_FATAL
     except OutputWriteError as exc:  # room made, the same command resumes
         print(
-            f"\nerror: {exc}\nresults so far are in {output}; fix the cause, then rerun the same command to resume",
+            f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}; fix the cause, then rerun "
+            "the same command to resume",
             file=sys.stderr,
         )
         return EXIT_FATAL
     except SufficeError as exc:
         # Not "rerun to resume": a rerun of the same command meets the same error; the
         # message says what to change.
-        print(f"\nerror: {exc}\nresults so far are in {output}", file=sys.stderr)
+        print(f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}", file=sys.stderr)
         return EXIT_FATAL
     if report.summary.items:
         print(report.summary.table(), file=sys.stderr)
-        print(f"verdicts written to {output}", file=sys.stderr)
+        print(f"verdicts written to {terminal_text(output)}", file=sys.stderr)
     return EXIT_OK if report.errors == 0 else EXIT_ITEM_ERRORS

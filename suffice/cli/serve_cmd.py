@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from suffice.audit import AuditLog
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, audit_key_of
@@ -15,6 +17,7 @@ from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
 from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
+from suffice.text import terminal_text
 
 
 def add_parser(sub: Any) -> None:
@@ -62,6 +65,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         api_key_file=args.client_key_file,
         audit_db=args.audit_db,
         audit_key=audit_key_of(args),
+        anchor_file=args.anchor_file,
         max_body_bytes=args.max_body_bytes,
         max_items=args.max_items,
         max_pending_items=args.max_pending_items,
@@ -79,13 +83,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except (ConfigError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return serve(config, notify)
+        status = serve(config, notify)
     except (ConfigError, InputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        status = EXIT_USAGE
     except SufficeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FATAL
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        status = EXIT_FATAL
+    if config.anchor_file is not None and config.audit_db is not None and config.audit_db.is_file():
+        # At shutdown, once the service has closed the log: the anchor covers every row it recorded.
+        try:
+            with closing(AuditLog(config.audit_db, key=config.audit_key, create=False)) as log:
+                log.save_anchor(config.anchor_file)
+        except SufficeError as exc:
+            print(f"error: no audit anchor written: {terminal_text(exc)}", file=sys.stderr)
+            status = status or EXIT_FATAL
+    return status

@@ -32,6 +32,8 @@ class ServeConfig:
     api_key_file: Path | None = None
     audit_db: Path | None = None
     audit_key: bytes | None = None
+    #: Where ``suffice serve`` writes an anchor of the audit log when it shuts down.
+    anchor_file: Path | None = None
     #: Largest request body accepted (bytes); larger gets 413.
     max_body_bytes: int = 16 * 2**20
     #: Most items in one request; more gets 422.
@@ -79,6 +81,8 @@ class ServeConfig:
             raise ConfigError("request_timeout", self.request_timeout, "must be a finite number of seconds")
         if self.audit_key is not None and self.audit_db is None:
             raise ConfigError("audit_key", "<key>", "needs audit_db")
+        if self.anchor_file is not None and self.audit_db is None:
+            raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
             object.__setattr__(self, "api_key_file", Path(self.api_key_file))
 

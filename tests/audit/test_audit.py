@@ -541,6 +541,7 @@ def test_a_bad_key_file_names_audit_key(tmp_path, content, words):
     path = tmp_path / "audit.key"
     if content is not None:
         path.write_text(content)
+        path.chmod(0o600)
     with pytest.raises(ConfigError, match=words) as info:
         load_key(path)
     assert info.value.parameter == "audit_key"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,7 @@ def test_a_bad_key_file_is_a_usage_error(db, tmp_path, capsys, content, words):
     bad = tmp_path / "bad.key"
     if content is not None:
         bad.write_text(content)
+        bad.chmod(0o600)
     assert main(["audit", "verify", str(db), "--audit-key", str(bad)]) == EXIT_USAGE
     assert words in capsys.readouterr().err
 
@@ -301,12 +304,22 @@ def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db,
     assert "review 1: payload is not JSON" in capsys.readouterr().err
 
 
-def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_path, capsys):
-    """/dev/full answers every write with ENOSPC: a full disk, for real."""
+def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_path, capsys, monkeypatch):
+    """/dev/full answers every write with ENOSPC: a full disk, for real (the export's temporary is made a link
+    to it once created)."""
     if not Path("/dev/full").exists():
         pytest.skip("/dev/full is Linux's")
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        fd, name = real(*args, **kwargs)
+        os.close(fd)
+        os.unlink(name)
+        os.symlink("/dev/full", name)
+        return os.open(name, os.O_WRONLY), name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     out = tmp_path / "rows.jsonl"
-    out.symlink_to("/dev/full")
     assert main(["audit", "export", str(db), "-o", str(out)]) == EXIT_USAGE
     assert f"cannot write {out}: No space left on device" in capsys.readouterr().err
 
@@ -348,3 +361,86 @@ def test_resolving_without_by_when_there_is_no_login_name_asks_for_by(db, keyfil
 def test_resolving_without_by_when_there_is_no_login_name_leaves_the_review_open(db, keyfile, nameless):
     main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
     assert [r["id"] for r in AuditLog(db).reviews("open")] == [1]
+
+
+def _rewrite_without_the_key(db: Path) -> None:
+    """What a writer without the key can do to a keyed log: declare it unkeyed and rechain every row, review event
+    and head with plain SHA-256, which anyone can compute."""
+    from suffice.audit.encoding import GENESIS, head_digest, row_digest
+    from suffice.audit.schema import CHAINS
+
+    with sqlite3.connect(db) as con:
+        db_id = dict(con.execute("SELECT key, value FROM meta"))["db_id"]
+        con.execute("UPDATE meta SET value = 'sha256' WHERE key = 'mac'")
+        con.execute("UPDATE meta SET value = '' WHERE key = 'key_id'")
+        for chain in CHAINS:
+            names = [name for name, _ in chain.columns]
+            prev = GENESIS
+            rows = con.execute(f"SELECT seq, {', '.join(names)} FROM {chain.table} ORDER BY seq").fetchall()
+            for seq, *values in rows:
+                digest = row_digest(None, chain.name, db_id, seq, prev, dict(zip(names, values, strict=True)))
+                con.execute(f"UPDATE {chain.table} SET prev_hash = ?, row_hash = ? WHERE seq = ?", (prev, digest, seq))
+                prev = digest
+            mac = head_digest(None, chain.name, db_id, len(rows), prev)
+            con.execute("UPDATE chain_heads SET last_hash = ?, mac = ? WHERE chain = ?", (prev, mac, chain.name))
+    con.close()
+
+
+def test_verify_without_the_key_says_it_cannot_verify(db, capsys):
+    assert main(["audit", "verify", str(db)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "cannot verify" in err
+    assert "intact" not in err
+
+
+def test_a_keyed_log_rewritten_as_unkeyed_fails_verification_with_the_key(db, keyfile, capsys):
+    _rewrite_without_the_key(db)
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_TAMPERED
+    assert "BROKEN" in capsys.readouterr().err
+
+
+def test_a_keyed_log_rewritten_as_unkeyed_fails_against_its_anchor_even_without_the_key(db, keyfile, tmp_path):
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
+    _rewrite_without_the_key(db)
+    assert main(["audit", "verify", str(db), "--anchor-file", str(anchor)]) == EXIT_TAMPERED
+
+
+HOSTILE = "\x1b]0;owned\x07\u202egnp.exe\x9b31m\x7f"
+
+
+def test_review_list_prints_hostile_ids_and_reasons_as_text(tmp_path, capsys):
+    db = tmp_path / "audit.db"
+    log = AuditLog(db)
+    log.enqueue_review(item_id=HOSTILE, gate="sufficiency", reason=f"why {HOSTILE}", payload={})
+    log.close()
+    assert main(["review", "list", "--db", str(db)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "\\x1b]0;owned\\x07\\u202egnp.exe\\x9b31m\\x7f" in out
+    for raw in ("\x1b", "\x07", "\u202e", "\x9b", "\x7f"):
+        assert raw not in out
+
+
+def test_an_error_naming_a_hostile_path_prints_it_as_text(tmp_path, capsys):
+    assert main(["audit", "verify", str(tmp_path / HOSTILE)]) != EXIT_OK
+    err = capsys.readouterr().err
+    assert "\\x1b]0;owned\\x07" in err
+    assert "\x1b" not in err and "\u202e" not in err
+
+
+def test_serve_writes_an_anchor_when_it_shuts_down(tmp_path, keyfile, monkeypatch):
+    import suffice.server.run
+
+    db, anchor = tmp_path / "serve.db", tmp_path / "anchor.json"
+
+    def serve(config, notify):  # the service: records while it runs, then shuts down
+        log = AuditLog(config.audit_db, key=config.audit_key)
+        log.record(item_id="q", gate="sufficiency", decision="deliver")
+        log.close()
+        return EXIT_OK
+
+    monkeypatch.setattr(suffice.server.run, "serve", serve)
+    argv = ["serve", "--audit-db", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)]
+    assert main(argv) == EXIT_OK
+    assert json.loads(anchor.read_text())["chains"]["evaluations"]["count"] == 1
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)]) == EXIT_OK
