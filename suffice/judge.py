@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
+    CancelledError,
     ConfigError,
     EngineError,
     EngineFatalError,
@@ -143,9 +144,9 @@ class Judge:
         except Exception:
             return None
 
-    def _prepare(self, record: object) -> tuple[Item, BaseModel | FittedPrompt]:
+    def _prepare(self, record: object, cancel: threading.Event | None = None) -> tuple[Item, BaseModel | FittedPrompt]:
         """The record's item and either its verdict without the model or its fitted prompt.  Anything raised
-        becomes this record's :class:`ItemError`, but a fatal engine failure stops the batch."""
+        becomes this record's :class:`ItemError`, but a fatal engine failure or ``cancel`` stops the batch."""
         try:
             item = self.gate.parse_item(record)
         except ItemError:
@@ -154,8 +155,8 @@ class Judge:
             raise PreparationError("record", f"cannot be read: {type(exc).__name__}: {exc}") from exc
         try:
             verdict = self.gate.shortcut(item)
-            return item, (verdict if verdict is not None else self._fit(item))
-        except (ItemError, EngineFatalError):
+            return item, (verdict if verdict is not None else self._fit(item, cancel))
+        except (ItemError, EngineFatalError, CancelledError):
             raise
         except EngineError as exc:
             self.engine.check_alive()
@@ -163,7 +164,7 @@ class Judge:
         except Exception as exc:
             raise PreparationError("chunks", f"cannot be fitted into a prompt: {type(exc).__name__}: {exc}") from exc
 
-    def _fit(self, item: Item) -> FittedPrompt:
+    def _fit(self, item: Item, cancel: threading.Event | None = None) -> FittedPrompt:
         return fit_prompt(
             self.engine,
             self.gate.template,
@@ -172,6 +173,7 @@ class Judge:
             self.gate.constraint_for,
             self.gate.system_context(item),
             self.gate.user_context(item),
+            cancel,
         )
 
     def judge_batch(
@@ -186,7 +188,7 @@ class Judge:
         pending: list[_Pending] = []
         for index, record in enumerate(records):
             try:
-                item, prepared = self._prepare(record)
+                item, prepared = self._prepare(record, cancel)
             except ItemError as exc:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
                 continue

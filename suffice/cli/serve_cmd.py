@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="serve the gates over HTTP",
-        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /docs).",
+        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
@@ -43,12 +43,30 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="largest request body (default 16 MiB)")
     p.add_argument("--max-items", type=int, default=1024, help="most items per request (default 1024)")
+    p.add_argument(
+        "--max-chunks-per-item", type=int, default=512, help="most chunks (entries of a list) in one item (default 512)"
+    )
+    p.add_argument(
+        "--max-field-chars", type=int, default=200_000, help="most characters in one string of a body (default 200000)"
+    )
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
     p.add_argument(
-        "--max-pending-items",
+        "--max-pending-chunks",
         type=int,
-        default=4096,
-        help="items judged or waiting at once; a request past it gets 429 with Retry-After (default 4096)",
+        default=131_072,
+        help="chunks judged or waiting at once (an item counts 1 plus its chunks); a request past it gets 429 "
+        "with Retry-After (default 131072)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="a name the Host header may carry besides the bound address and localhost (repeat; '*': any)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without --api-key-file on an address other machines reach",
     )
     add_audit_args(p)
     p.set_defaults(run=run)
@@ -68,7 +86,11 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         anchor_file=args.anchor_file,
         max_body_bytes=args.max_body_bytes,
         max_items=args.max_items,
-        max_pending_items=args.max_pending_items,
+        max_chunks_per_item=args.max_chunks_per_item,
+        max_field_chars=args.max_field_chars,
+        max_pending_chunks=args.max_pending_chunks,
+        allowed_hosts=tuple(args.allowed_host),
+        insecure_no_auth=args.insecure_no_auth,
         request_timeout=args.request_timeout,
         verbose=args.verbose,
     )

@@ -8,11 +8,12 @@ Shown chunks are labelled ``0..n-1`` in their original order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from suffice.exceptions import PromptTooLongError
+from suffice.exceptions import CancelledError, PromptTooLongError
 from suffice.grammars.constraint import Constraint
 from suffice.prompts.templates import Message, PromptTemplate, indent_structure
 from suffice.records import Chunk, ChunkId, Item
@@ -132,8 +133,16 @@ def fit_prompt(
     constraint_for: Callable[[Sequence[Chunk]], Constraint],
     system_context: dict[str, Any],
     user_context: dict[str, Any],
+    cancel: threading.Event | None = None,
 ) -> FittedPrompt:
-    """Render the item's prompt so that prompt plus worst-case output fits the model."""
+    """Render the item's prompt so that prompt plus worst-case output fits the model; setting ``cancel``
+    raises :class:`~suffice.exceptions.CancelledError` between steps."""
+
+    def check() -> None:
+        if cancel is not None and cancel.is_set():
+            raise CancelledError("the caller withdrew the request")
+
+    check()
     question, question_truncated = cut_text(engine, item.question, config.max_question_tokens)
     response, response_truncated = (
         cut_text(engine, item.response, config.max_response_tokens) if item.response is not None else (None, False)
@@ -141,6 +150,7 @@ def fit_prompt(
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
     precut = [_precut(engine, c.text) for c in item.chunks]
+    check()
     lengths = engine.count_tokens([text for text, _ in precut])
     # A chunk cut before counting is longer than any window: always cut to its share.
     lengths = [engine.max_model_len + 1 if cut else n for n, (_, cut) in zip(lengths, precut, strict=True)]
@@ -175,6 +185,7 @@ def fit_prompt(
         return constraint, budget, engine.prompt_tokens(render(keep, {i: "" for i in keep}))
 
     for _ in range(_MAX_ATTEMPTS):
+        check()
         # Leave chunks out only while even the minimum share cannot fit: the most chunks (best first) whose
         # labels, sources and minimum shares fit, each count measured with its own overhead.
         ranked = [i for i in priority if i in keep]
@@ -183,6 +194,7 @@ def fit_prompt(
             lo, hi = 0, len(ranked) - 1  # lo fits (none shown), hi is the most that might
             found: dict[int, tuple[Constraint, int, int]] = {}
             while lo < hi:
+                check()
                 mid = (lo + hi + 1) // 2
                 found[mid] = measure(set(ranked[:mid]))
                 _, b, o = found[mid]

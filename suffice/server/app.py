@@ -10,7 +10,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import re
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -24,8 +27,8 @@ from suffice.exceptions import AuditError, EngineFatalError
 from suffice.gates import gate_class
 from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
-from suffice.server.config import ServeConfig
-from suffice.server.guards import BearerAuth, BodyLimit
+from suffice.server.config import ServeConfig, host_names
+from suffice.server.guards import BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import CountedRequests, Metrics
 from suffice.server.service import Options, RequestError
 
@@ -35,6 +38,8 @@ POLL_SECONDS = 0.5
 HEALTH_INTERVAL = 5.0
 #: Seconds a readiness check may take.
 PROBE_TIMEOUT = 10.0
+#: Seconds a readiness answer is reused: any client may ask, and each probe queues on one thread.
+READY_CACHE_S = 1.0
 #: What a 429 asks the client to wait before it tries again (``Retry-After``).
 RETRY_AFTER_S = 5
 #: Worker threads judging at once; requests beyond wait for a thread (and count as waiting).
@@ -109,7 +114,88 @@ def _envelope(value: object) -> tuple[object, Any]:
     return value, {}
 
 
-def _unprocessable(location: list[str], message: str) -> JSONResponse:
+Location = list[str | int]
+
+
+class _Over(Exception):
+    """A value in the body past one of the caps (answered 422 at ``location``)."""
+
+    def __init__(self, location: Location, message: str) -> None:
+        super().__init__(message)
+        self.location = location
+        self.message = message
+
+
+def _path(trail: tuple[Any, ...]) -> Location:
+    """The location a ``(parent, key)`` trail stands for."""
+    keys: Location = []
+    while trail:
+        trail, key = trail
+        keys.append(key)
+    return keys[::-1]
+
+
+def _work(value: object, base: Location, config: ServeConfig, *, item: bool) -> int:
+    """Raise :class:`_Over` at the first string or list in ``value`` past its cap; else the work
+    ``value`` asks for in chunks (an item: 1 plus the entries of its lists).
+
+    Iterative, and the location is only built for the answer: a body holds millions of values.
+    """
+    strings, entries = config.max_field_chars, config.max_chunks_per_item
+    work = 1
+    stack: list[tuple[object, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        node, trail = stack.pop()
+        if isinstance(node, str):
+            if len(node) > strings:
+                where = base + _path(trail)
+                raise _Over(where, f"{len(node)} characters: at most {strings} a string (--max-field-chars)")
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                if len(key) > strings:
+                    raise _Over(base + _path(trail), f"a key of {len(key)} characters: at most {strings}")
+                if item and not trail and isinstance(child, list):
+                    work += len(child)
+                stack.append((child, (trail, key)))
+        elif isinstance(node, list):
+            if len(node) > entries:
+                where = base + _path(trail)
+                raise _Over(where, f"{len(node)} entries: at most {entries} (--max-chunks-per-item)")
+            stack.extend((child, (trail, index)) for index, child in enumerate(node))
+    return work
+
+
+def _request_work(value: object, records: list[object], options: object, config: ServeConfig) -> int:
+    """The request's work in chunks; :class:`_Over` names the first value past a cap."""
+    base: Location = ["body"]
+    if isinstance(value, dict) and value.get("items") is records:  # the envelope
+        _work(options, ["body", "options"], config, item=False)
+        base = ["body", "items"]
+    if isinstance(value, dict) and value is records[0]:  # one item
+        return _work(value, ["body"], config, item=True)
+    return sum(_work(record, [*base, index], config, item=True) for index, record in enumerate(records))
+
+
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def public_model_name(model_id: str) -> str:
+    """``model_id`` if it is a model's name (``Qwen/Qwen3-8B``), else its folder's last part:
+    where the server keeps its files is no client's business."""
+    pathlike = (
+        model_id.startswith(("/", ".", "~"))
+        or "\\" in model_id
+        or model_id.count("/") > 1
+        or bool(_WINDOWS_DRIVE.match(model_id))
+        or os.path.exists(model_id)
+    )
+    if not pathlike:
+        return model_id
+    parts = [part for part in re.split(r"[\\/]", model_id) if part]
+    return parts[-1] if parts else "model"
+
+
+def _unprocessable(location: Location, message: str) -> JSONResponse:
     """422 in FastAPI's own shape, so clients parse one error format."""
     return JSONResponse({"detail": [{"loc": location, "msg": message, "type": "value_error"}]}, status_code=422)
 
@@ -124,22 +210,43 @@ def create_app(
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="suffice-judge")
     # Probes get a thread of their own, or readiness would fail exactly when the server is busy.
     probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-probe")
+    #: The last probe's (time, answered) and the probe in flight: callers share one, so a crowd of
+    #: /ready calls costs one check, not a queue of them each timing out on the one thread.
+    last_probe: list[tuple[float, bool]] = []
+    in_flight: list[asyncio.Future[bool]] = []
 
     async def probe() -> None:
         """Raise EngineFatalError if the engine is gone (TimeoutError: not answering)."""
         check = asyncio.get_running_loop().run_in_executor(probes, service.check_alive)
         await asyncio.wait_for(check, PROBE_TIMEOUT)
 
+    async def probe_once() -> bool:
+        """Probe; whether the engine answered (a dead one is recorded in ``service.dead``)."""
+        try:
+            await probe()
+            answered = True
+        except EngineFatalError as exc:
+            fatal(str(exc))
+            answered = True
+        except Exception:  # a slow check is /ready's business, not a death
+            answered = False
+        last_probe[:] = [(asyncio.get_running_loop().time(), answered)]
+        return answered
+
+    async def answered() -> bool:
+        """Whether the engine answered a probe within the last READY_CACHE_S (probing if none did)."""
+        loop = asyncio.get_running_loop()
+        if last_probe and loop.time() - last_probe[0][0] < READY_CACHE_S:
+            return last_probe[0][1]
+        if not in_flight or in_flight[0].done() or in_flight[0].get_loop() is not loop:
+            in_flight[:] = [asyncio.ensure_future(probe_once())]
+        return await asyncio.shield(in_flight[0])
+
     async def watch() -> None:
         """Notice an engine that dies while idle within HEALTH_INTERVAL; the server stops for its supervisor."""
         while service.dead is None:
             await asyncio.sleep(HEALTH_INTERVAL)
-            try:
-                await probe()
-            except EngineFatalError as exc:
-                fatal(str(exc))
-            except Exception:  # a slow check is /ready's business, not a death
-                continue
+            await answered()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -151,6 +258,10 @@ def create_app(
 
     app = FastAPI(
         lifespan=lifespan,
+        # Swagger UI and ReDoc load their scripts from a CDN: a page that works only online, and
+        # a third party's code run against the service.  /openapi.json stays.
+        docs_url=None,
+        redoc_url=None,
         default_response_class=JSONResponse,
         title="suffice",
         description="Evidence gates for RAG: is the retrieved context sufficient, which chunks "
@@ -160,13 +271,16 @@ def create_app(
     metrics = Metrics()
     gates_literal = tuple(config.gates)
     query_options = _request_options(gates_literal)
-    #: Items admitted and not yet done (event loop only, so unlocked); past the bound a client hears 429 at
-    #: once instead of a 504 after its timeout.  Released when the work ends, not when the answer goes out.
+    #: Items and chunks admitted and not yet done (event loop only, so unlocked); past the chunk bound a client
+    #: hears 429 at once instead of a 504 after its timeout.  Released when the work ends, not when the answer
+    #: goes out.
     pending = [0]
+    pending_chunks = [0]
 
-    def release(items: int) -> Callable[[Any], None]:
+    def release(items: int, chunks: int) -> Callable[[Any], None]:
         def done(_: Any) -> None:
             pending[0] -= items
+            pending_chunks[0] -= chunks
             metrics.pending_items.set(pending[0])
 
         return done
@@ -186,12 +300,14 @@ def create_app(
         openapi_extra={"requestBody": _BODY_SCHEMA, "parameters": list(query_options.values())},
         summary="Judge one item or a list of items",
         responses={
+            400: {"description": "the Host header does not name this service"},
             401: {"description": "missing or wrong bearer token"},
             404: {"description": "gate not served"},
             413: {"description": "body over the limit"},
-            422: {"description": "malformed body or parameter (names the field)"},
-            429: {"description": "the service holds --max-pending-items items already: retry after Retry-After s"},
-            500: {"description": "an unexpected failure (JSON naming its type; logged)"},
+            415: {"description": "the body is not application/json"},
+            422: {"description": "malformed body or parameter, or a value past a cap (names the field and the cap)"},
+            429: {"description": "the service holds --max-pending-chunks chunks already: retry after Retry-After s"},
+            500: {"description": "an unexpected failure (an id to find it in the server's log)"},
             503: {"description": "the engine can no longer judge, or the audit log cannot be written"},
             504: {"description": "over the request timeout"},
         },
@@ -207,6 +323,9 @@ def create_app(
             return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
         if service.dead is not None:
             return JSONResponse({"detail": f"the engine cannot judge: {service.dead}"}, status_code=503)
+        # A web form can post text/plain across origins without asking; only JSON is read.
+        if request.headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
+            return JSONResponse({"detail": "the body must be sent as Content-Type: application/json"}, 415)
         try:
             raw = await request.body()
         except ClientDisconnect:
@@ -215,6 +334,7 @@ def create_app(
         value = await asyncio.to_thread(parse_line, raw, 1)
         if isinstance(value, InvalidRecord):
             return _unprocessable(["body"], f"the body {value.message}")
+        value_read = value
         value, body_options = _envelope(value)
         if not isinstance(body_options, dict):
             return _unprocessable(["body", "options"], "must be an object of option names to values")
@@ -230,12 +350,20 @@ def create_app(
             return _unprocessable(["body"], "the list of items is empty")
         if len(records) > config.max_items:
             return _unprocessable(["body"], f"{len(records)} items: at most {config.max_items} per request")
-        if pending[0] + len(records) > config.max_pending_items:
+        try:
+            chunks = await asyncio.to_thread(_request_work, value_read, records, body_options, config)
+        except _Over as over:
+            return _unprocessable(over.location, over.message)
+        if chunks > config.max_pending_chunks:
+            return _unprocessable(
+                ["body"], f"{chunks} chunks (an item counts 1 more): at most {config.max_pending_chunks} per request"
+            )
+        if pending_chunks[0] + chunks > config.max_pending_chunks:
             metrics.refused_items.inc(len(records))
             return JSONResponse(
                 {
-                    "detail": f"the service is full: {pending[0]} items are being judged or wait for the engine, "
-                    f"at most {config.max_pending_items}; try again after {RETRY_AFTER_S} s"
+                    "detail": f"the service is full: {pending_chunks[0]} chunks are being judged or wait for the "
+                    f"engine, at most {config.max_pending_chunks}; try again after {RETRY_AFTER_S} s"
                 },
                 status_code=429,
                 headers={"Retry-After": str(RETRY_AFTER_S)},
@@ -245,9 +373,10 @@ def create_app(
         metrics.waiting.inc()
         try:
             pending[0] += len(records)
+            pending_chunks[0] += chunks
             metrics.pending_items.set(pending[0])
             work = asyncio.ensure_future(in_thread(service.judge, gate, records, options, cancel))
-            work.add_done_callback(release(len(records)))
+            work.add_done_callback(release(len(records), chunks))
             work.add_done_callback(_retrieve)
             deadline = asyncio.get_running_loop().time() + config.request_timeout
             while True:
@@ -274,9 +403,13 @@ def create_app(
         except AuditError as exc:
             # Judged, but not answered: a verdict the audit log does not hold is not given.
             return JSONResponse({"detail": f"not answered: {exc}"}, status_code=503)
-        except Exception as exc:
-            _log.exception("suffice serve: request failed")
-            return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+        except Exception:
+            # The cause goes to the log only: exception text names files and settings of the server.
+            error_id = uuid.uuid4().hex[:16]
+            _log.exception("suffice serve: request failed (error id %s)", error_id)
+            return JSONResponse(
+                {"detail": f"internal error (id {error_id} in the server's log)", "error_id": error_id}, 500
+            )
         finally:
             metrics.waiting.dec()
         metrics.observe(gate, outcome.results, outcome.seconds)
@@ -291,13 +424,8 @@ def create_app(
 
     @app.get("/ready", summary="Readiness: the engine is loaded and answering")
     async def ready() -> Response:
-        if service.dead is None:
-            try:
-                await probe()
-            except EngineFatalError as exc:
-                fatal(str(exc))
-            except TimeoutError:
-                return JSONResponse({"status": "busy", "detail": "the engine check did not answer"}, 503)
+        if service.dead is None and not await answered():
+            return JSONResponse({"status": "busy", "detail": "the engine check did not answer"}, 503)
         if service.dead is not None:
             return JSONResponse({"status": "dead", "detail": service.dead}, status_code=503)
         engine = service.engine
@@ -305,7 +433,7 @@ def create_app(
             {
                 "status": "ready",
                 "gates": list(gates_literal),
-                "model": engine.model_id,
+                "model": public_model_name(engine.model_id),
                 "backend": engine.backend,
                 "max_model_len": engine.max_model_len,
                 "options": {gate: sorted(gate_class(gate).options_model.per_request) for gate in gates_literal},
@@ -319,4 +447,5 @@ def create_app(
     guarded: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key)
+    guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates_literal)

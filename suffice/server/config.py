@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,11 +39,24 @@ class ServeConfig:
     max_body_bytes: int = 16 * 2**20
     #: Most items in one request; more gets 422.
     max_items: int = 1024
+    #: Most entries of a list in one item (its chunks); more gets 422.  Fitting tokenizes
+    #: every chunk under the tokenizer lock all requests share, so this bounds how long
+    #: one item holds it.
+    max_chunks_per_item: int = 512
+    #: Most characters of one string (a question, a chunk, an id, a key); longer gets 422.
+    max_field_chars: int = 200_000
     #: Seconds a request may take before it is answered 504.
     request_timeout: float = 600.0
-    #: Items admitted at once (being judged or waiting for the engine); a request that
-    #: would go past it gets 429 with ``Retry-After`` at once (see :mod:`suffice.server.app`).
-    max_pending_items: int = 4096
+    #: Work admitted at once (being judged or waiting for the engine), counted in chunks:
+    #: an item is 1 plus the entries of its lists, since fitting costs per text, not per item.
+    #: A request that would go past it gets 429 with ``Retry-After`` at once, one larger than
+    #: it gets 422 (see :mod:`suffice.server.app`).
+    max_pending_chunks: int = 131_072
+    #: Host names the ``Host`` header may carry besides the bound address and loopback's
+    #: (``*``: any), so a web page cannot reach the service by DNS rebinding.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Serve without ``api_key_file`` on an address other machines reach.
+    insecure_no_auth: bool = False
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False
 
@@ -65,13 +79,27 @@ class ServeConfig:
             raise ConfigError("max_body_bytes", self.max_body_bytes, "must be at least 1024")
         if self.max_items < 1:
             raise ConfigError("max_items", self.max_items, "must be at least 1")
-        if isinstance(self.max_pending_items, bool) or not isinstance(self.max_pending_items, int):
-            raise ConfigError("max_pending_items", self.max_pending_items, "must be a whole number")
-        if self.max_pending_items < self.max_items:
+        for name in ("max_chunks_per_item", "max_field_chars", "max_pending_chunks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "must be a whole number of at least 1")
+        if self.max_pending_chunks <= self.max_chunks_per_item:
             raise ConfigError(
-                "max_pending_items",
-                self.max_pending_items,
-                f"must be at least max_items ({self.max_items}): a request of max_items could never be admitted",
+                "max_pending_chunks",
+                self.max_pending_chunks,
+                f"must be more than max_chunks_per_item ({self.max_chunks_per_item}): "
+                "an item of that many chunks could never be admitted",
+            )
+        object.__setattr__(self, "allowed_hosts", tuple(host.strip().lower() for host in self.allowed_hosts))
+        for host in self.allowed_hosts:
+            if not host or any(c in host for c in "/ @"):
+                raise ConfigError("allowed_hosts", host, "must be a host name or address, without scheme or path")
+        if self.api_key_file is None and not self.insecure_no_auth and not is_loopback(self.host):
+            raise ConfigError(
+                "api_key_file",
+                None,
+                f"is needed to serve on {self.host}, which other machines reach: give a token file, "
+                "or insecure_no_auth (--insecure-no-auth) to serve without authentication",
             )
         if not self.request_timeout > 0:
             raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
@@ -85,6 +113,23 @@ class ServeConfig:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
             object.__setattr__(self, "api_key_file", Path(self.api_key_file))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (only this machine reaches it)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_names(config: ServeConfig) -> frozenset[str]:
+    """The ``Host`` header names served (lower case, no port): the bound address, loopback's, and the allowed."""
+    bound = config.host.lower()
+    bracketed = f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound
+    return frozenset({"localhost", "127.0.0.1", "[::1]", bound, bracketed, *config.allowed_hosts})
 
 
 def read_api_key(path: Path) -> bytes:

@@ -1,6 +1,6 @@
-"""ASGI guards in front of the routes: bearer-token authentication and a body-size limit.
+"""ASGI guards in front of the routes: the ``Host`` allow-list, bearer-token authentication and a body-size limit.
 
-Why plain ASGI and not route dependencies: both must answer before the body is read
+Why plain ASGI and not route dependencies: all must answer before the body is read
 (a client without the key, or with a 2 GB body, costs nothing), and the size limit
 must hold for chunked bodies that carry no ``Content-Length``.
 """
@@ -20,7 +20,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Paths any client may call: probes and the API description.
-OPEN_PATHS = frozenset({"/health", "/ready", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json"})
 
 
 async def _answer(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -37,6 +37,36 @@ async def _answer(send: Send, status: int, detail: str, headers: list[tuple[byte
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def host_name(value: bytes) -> str:
+    """The name in a ``Host`` header, lower case and without its port (``[::1]`` keeps its brackets)."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text.partition("]")[0] + "]"
+    return text.partition(":")[0]
+
+
+class HostAllowList:
+    """400 unless the ``Host`` header names this service (``*`` among ``names``: any).
+
+    A web page can make a browser post to the service by DNS rebinding (its own name
+    resolving to 127.0.0.1); the browser then still sends the page's host name.
+    """
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "*" in self.names:
+            await self.app(scope, receive, send)
+            return
+        given = next((value for name, value in scope.get("headers", []) if name == b"host"), None)
+        if given is None or host_name(given) not in self.names:
+            await _answer(send, 400, "the Host header does not name this service (--allowed-host adds a name)")
+            return
+        await self.app(scope, receive, send)
 
 
 class BearerAuth:

@@ -36,7 +36,9 @@ class Metrics:
         self.completion_tokens = Counter("suffice_completion_tokens", "Tokens generated", ["gate"], registry=r)
         self.waiting = Gauge("suffice_requests_waiting", "Judge requests waiting for their verdicts", registry=r)
         self.pending_items = Gauge(
-            "suffice_items_pending", "Items admitted and not yet answered (at most --max-pending-items)", registry=r
+            "suffice_items_pending",
+            "Items admitted and not yet answered (their chunks at most --max-pending-chunks)",
+            registry=r,
         )
         self.refused_items = Counter(
             "suffice_items_refused", "Items of requests answered 429: the service was full", registry=r

@@ -112,7 +112,7 @@ def serve(config: ServeConfig, notify: Notify) -> int:
         listen(sock, host, port)
         engine = service.engine
         notify(
-            f"suffice serve: http://{host}:{port} (docs at /docs); gates {', '.join(config.gates)}; "
+            f"suffice serve: http://{host}:{port} (OpenAPI at /openapi.json); gates {', '.join(config.gates)}; "
             f"model {engine.model_id}, backend {engine.backend}"
             + ("; bearer token required" if api_key is not None else "")
         )

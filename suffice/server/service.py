@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 import uuid
@@ -47,6 +48,20 @@ def judge_config(config: ServeConfig, gate: str, request: Mapping[str, Any]) -> 
 
 class RequestError(InputError):
     """A request parameter the service refuses (names the parameter; answered 422)."""
+
+
+#: An absolute path (POSIX, or Windows with a drive), up to a space, quote, comma or semicolon.
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:[\\/]|/)[^\s'\",;]*")
+
+
+def without_paths(message: str) -> str:
+    """``message`` with every absolute path cut to its last part: clients are not told the server's folders."""
+
+    def last_part(match: re.Match[str]) -> str:
+        parts = [part for part in re.split(r"[\\/]", match.group(0)) if part]
+        return parts[-1] if parts else ""
+
+    return _PATH.sub(last_part, message)
 
 
 @dataclass(frozen=True)
@@ -131,15 +146,15 @@ class GateService:
                     config = judge_config(self.config, gate, options.values)
                     gate_obj = config.make_gate()
                 except ConfigError as exc:
-                    raise RequestError(exc.parameter, str(exc)) from exc
+                    raise RequestError(exc.parameter, without_paths(str(exc))) from exc
                 except InputError as exc:  # an unknown rubric (RubricError names the field)
-                    raise RequestError(exc.field or "options", exc.reason) from exc
+                    raise RequestError(exc.field or "options", without_paths(exc.reason)) from exc
                 try:
                     judge = Judge(self.engine, gate_obj, config)
                 except ConfigError as exc:  # these options' prompt cannot fit the window
                     if not options.values:
                         raise  # the gate's own judge (built at start-up): the service cannot serve it
-                    raise RequestError(exc.parameter, str(exc)) from exc
+                    raise RequestError(exc.parameter, without_paths(str(exc))) from exc
                 self._judges[key] = judge
         return judge
 

@@ -124,7 +124,7 @@ def test_parquet_output_and_the_audit_log_hold_its_verdicts(tmp_path: Path, scri
 
 def test_the_service_takes_its_options_per_request_from_the_body():
     config = ServeConfig(gates=("citation",))
-    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config), base_url="http://127.0.0.1")
     body = {"items": [RECORD], "options": {"min_cited_share": 0.5}}
     [row] = client.post("/v1/judge/citation", json=body).json()["results"]
     assert row["verdict"]["passes"] is True
@@ -132,7 +132,7 @@ def test_the_service_takes_its_options_per_request_from_the_body():
 
 def test_the_service_refuses_an_option_it_does_not_declare_naming_it():
     config = ServeConfig(gates=("citation",))
-    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config), base_url="http://127.0.0.1")
     response = client.post("/v1/judge/citation", json={"items": [RECORD], "options": {"rubric": "x"}})
     assert response.json()["detail"][0]["loc"] == ["body", "options", "rubric"]
 
@@ -170,7 +170,7 @@ def test_the_service_judges_it_on_the_real_engine(vllm_server: str):
     config = ServeConfig(gates=("citation",))
     engine = OpenAIEngine(EngineConfig(kind="openai", base_url=vllm_server))
     try:
-        client = TestClient(create_app(GateService(config, engine), config))
+        client = TestClient(create_app(GateService(config, engine), config), base_url="http://127.0.0.1")
         response = client.post("/v1/judge/citation?min_cited_share=0.5", json=CITED[:2])
     finally:
         engine.close()

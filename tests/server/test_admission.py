@@ -1,4 +1,4 @@
-"""Admission: past ``max_pending_items`` items being judged or waiting, a request gets
+"""Admission: past ``max_pending_chunks`` chunks being judged or waiting, a request gets
 429 with ``Retry-After`` at once, and room comes back when the work ends (a real
 uvicorn server on loopback, a scripted engine held until released)."""
 
@@ -44,7 +44,7 @@ class Held(ScriptedEngine):
 def full_service() -> Iterator[tuple[str, Held]]:
     """A service admitting 2 items, holding a request of 2 in its engine."""
     engine = Held()
-    with live_server(engine, max_items=2, max_pending_items=2) as port:
+    with live_server(engine, max_items=2, max_chunks_per_item=1, max_pending_chunks=4) as port:
         url = f"http://127.0.0.1:{port}/v1/judge/sufficiency"
         first = threading.Thread(target=lambda: httpx.post(url, json=[record(0), record(1)], timeout=30), daemon=True)
         first.start()
@@ -96,7 +96,7 @@ def test_a_request_answered_504_holds_its_room_until_its_generation_stops():
     """The 504 goes out at the timeout, but the engine still works on the request: its
     items stay admitted until the work ends, then the room is back."""
     engine = Held()
-    with live_server(engine, max_items=1, max_pending_items=1, request_timeout=0.5) as port:
+    with live_server(engine, max_items=1, max_chunks_per_item=1, max_pending_chunks=2, request_timeout=0.5) as port:
         url = f"http://127.0.0.1:{port}/v1/judge/sufficiency"
         assert httpx.post(url, json=record(0), timeout=10).status_code == 504
         held = httpx.post(url, json=record(1), timeout=10).status_code
@@ -104,7 +104,7 @@ def test_a_request_answered_504_holds_its_room_until_its_generation_stops():
         assert held == 429
 
 
-def test_fewer_pending_items_than_one_requests_items_is_a_config_error_naming_it():
+def test_fewer_pending_chunks_than_one_items_chunks_is_a_config_error_naming_it():
     with pytest.raises(ConfigError) as caught:
-        ServeConfig(judge=JudgeConfig(), max_items=100, max_pending_items=10)
-    assert caught.value.parameter == "max_pending_items"
+        ServeConfig(judge=JudgeConfig(), max_chunks_per_item=100, max_pending_chunks=10)
+    assert caught.value.parameter == "max_pending_chunks"

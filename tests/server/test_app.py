@@ -39,7 +39,7 @@ def client_for(
 ) -> TestClient:
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency", "recovery"), **settings)  # type: ignore[arg-type]
     service = GateService(config, engine or ScriptedEngine(good))
-    return TestClient(create_app(service, config, key, on_fatal))
+    return TestClient(create_app(service, config, key, on_fatal), base_url="http://127.0.0.1")
 
 
 def test_a_list_of_items_gets_one_result_each_in_order():
@@ -350,7 +350,7 @@ def test_concurrent_requests_are_judged_together_not_one_after_another():
 def test_every_verdict_served_is_in_the_audit_log_under_its_request_id(tmp_path: Path):
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
     service = GateService(config, ScriptedEngine(good))
-    client = TestClient(create_app(service, config))
+    client = TestClient(create_app(service, config), base_url="http://127.0.0.1")
     body = client.post("/v1/judge/sufficiency", json=[record(0), record(1)]).json()
     service.close()
     log = AuditLog(tmp_path / "audit.db")
@@ -459,7 +459,7 @@ def test_a_body_that_stalls_mid_upload_is_408():
     """A real server on loopback; the client sends half its declared body and stops."""
     import socket
 
-    head = b"POST /v1/judge/sufficiency HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = b"POST /v1/judge/sufficiency HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     with (
         live_server(ScriptedEngine(good), request_timeout=1.0) as port,
         socket.create_connection(("127.0.0.1", port), timeout=10) as client,
@@ -554,7 +554,7 @@ def audit_held_elsewhere(tmp_path: Path, monkeypatch) -> Iterator[tuple[TestClie
 
     monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.2)
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
-    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config), base_url="http://127.0.0.1")
     other = sqlite3.connect(tmp_path / "audit.db", isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     with contextlib.ExitStack() as held:
@@ -577,21 +577,22 @@ def test_the_audit_log_is_written_again_once_the_other_process_lets_go(tmp_path:
         assert client.post("/v1/judge/sufficiency", json=record(1)).status_code == 200
 
 
-def test_an_unexpected_failure_is_a_json_500_naming_its_type():
+def test_an_unexpected_failure_is_a_json_500_with_an_id_for_the_log():
     class Failing(GateService):
         def judge(self, *args: object, **kwargs: object):  # type: ignore[override]
             raise RuntimeError("a bug")
 
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
-    client = TestClient(create_app(Failing(config, ScriptedEngine(good)), config))
+    client = TestClient(create_app(Failing(config, ScriptedEngine(good)), config), base_url="http://127.0.0.1")
     response = client.post("/v1/judge/sufficiency", json=record(0))
     assert response.status_code == 500
-    assert response.json()["detail"] == "internal error: RuntimeError: a bug"
+    body = response.json()
+    assert body["detail"] == f"internal error (id {body['error_id']} in the server's log)"
 
 
 def test_an_unknown_rubric_is_422_naming_it_once():
     config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
-    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config), base_url="http://127.0.0.1")
     response = client.post("/v1/judge/adequacy?rubric=no-such-rubric", json=record(0))
     detail = response.json()["detail"][0]
     assert response.status_code == 422
@@ -650,7 +651,7 @@ def test_a_body_being_parsed_does_not_block_the_event_loop(monkeypatch):
 def test_a_server_side_option_cannot_be_set_by_a_request():
     """``rubric_dir`` names a folder on the server: the server's to set, not a client's."""
     config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
-    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(good)), config), base_url="http://127.0.0.1")
     response = client.post("/v1/judge/adequacy?rubric_dir=/etc", json=record(0))
     assert response.json()["detail"][0]["loc"] == ["query", "rubric_dir"]
 
@@ -658,6 +659,6 @@ def test_a_server_side_option_cannot_be_set_by_a_request():
 def test_options_in_the_body_apply_to_that_request():
     config = ServeConfig(gates=("recovery",))
     service = GateService(config, ScriptedEngine(good))
-    client = TestClient(create_app(service, config))
+    client = TestClient(create_app(service, config), base_url="http://127.0.0.1")
     client.post("/v1/judge/recovery", json={"items": [record(0)], "options": {"threshold": "loose"}})
     assert ("recovery", (("threshold", "'loose'"),)) in service._judges

@@ -19,7 +19,9 @@ ITEM = {"id": "q0", "question": "Who?", "response": "Ada.", "chunks": [{"id": "c
 def post_legal_review():
     config = ServeConfig(gates=("adequacy",), options={"rubric": "customer-support"})
     service = GateService(config, ScriptedEngine(good, max_model_len=WINDOW))
-    return TestClient(create_app(service, config)).post("/v1/judge/adequacy?rubric=legal-review", json=ITEM)
+    return TestClient(create_app(service, config), base_url="http://127.0.0.1").post(
+        "/v1/judge/adequacy?rubric=legal-review", json=ITEM
+    )
 
 
 def test_a_rubric_too_long_for_the_window_is_422():
