@@ -20,7 +20,19 @@ import suffice
 #: them all.
 LAYERS: list[list[str]] = [
     ["exceptions", "exit_codes", "serving.offline"],
-    ["compressed", "fields", "files", "isolation", "jsonl", "records", "results", "scores", "summary", "tables", "text"],
+    [
+        "compressed",
+        "fields",
+        "files",
+        "isolation",
+        "jsonl",
+        "records",
+        "results",
+        "scores",
+        "summary",
+        "tables",
+        "text",
+    ],
     ["grammars"],
     ["serving"],
     ["prompts"],
