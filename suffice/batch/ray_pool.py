@@ -10,7 +10,7 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from suffice.batch.options import RayOptions
@@ -23,6 +23,46 @@ from suffice.results import JudgeResult
 
 #: The actors' concurrency group for :meth:`JudgeWorker.stop`, beside the one judging.
 CONTROL = "control"
+
+#: The environment a local Ray instance's processes start with (they inherit the driver's at ``ray.init``; the
+#: driver's own is put back after).  Measured with ``strace -e trace=connect`` on Ray 2.60, each stops an address
+#: off this machine being tried.
+LOCAL_RAY_ENV = {
+    # Ray finds a node's address by connecting a UDP socket to 8.8.8.8:53 (even given _node_ip_address=127.0.0.1,
+    # which it "resolves"), unless told this is no cluster: then it is loopback.
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # include_dashboard=False still starts the dashboard for its usage-stats module, which asks the cloud metadata
+    # endpoints (169.254.169.254, metadata.google.internal) before it reads that usage stats are off, and no
+    # setting stops it; it asks through http_proxy, so a proxy on a closed loopback port (9, discard) ends it here.
+    "http_proxy": "http://127.0.0.1:9",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    # gRPC (Ray's own channels) would take http_proxy too: an empty grpc_proxy means none; loopback never goes
+    # through a proxy.
+    "grpc_proxy": "",
+    "no_proxy": "127.0.0.1,localhost,::1",
+    "NO_PROXY": "127.0.0.1,localhost,::1",
+}
+
+
+@contextlib.contextmanager
+def local_ray_env() -> Iterator[None]:
+    """:data:`LOCAL_RAY_ENV` while a local Ray instance starts, then the driver's environment back.  This driver
+    read RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it imported Ray: its copy is set too."""
+    import ray._private.ray_constants as constants
+
+    before = {name: os.environ.get(name) for name in LOCAL_RAY_ENV}
+    cluster = constants.ENABLE_RAY_CLUSTER
+    os.environ.update(LOCAL_RAY_ENV)
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = cluster
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def ray_module() -> Any:
@@ -129,14 +169,16 @@ class ActorPool:
         if not ray.is_initialized():
             verbose = self.config.engine.verbose
             try:
-                ray.init(
-                    address=self.options.address,
-                    include_dashboard=False,
-                    log_to_driver=verbose,
-                    logging_level="info" if verbose else "warning",
-                    namespace="suffice",
-                    **({"object_store_memory": 512 * 1024**2} if local else {}),
-                )
+                with local_ray_env() if local else contextlib.nullcontext():
+                    ray.init(
+                        address=self.options.address,
+                        include_dashboard=False,
+                        log_to_driver=verbose,
+                        logging_level="info" if verbose else "warning",
+                        namespace="suffice",
+                        # A local instance is this machine alone: its processes talk over loopback only.
+                        **({"object_store_memory": 512 * 1024**2, "_node_ip_address": "127.0.0.1"} if local else {}),
+                    )
             except Exception as exc:  # ConnectionError, ValueError for a malformed address, ...
                 raise ConfigError("ray", self.options.address, f"cannot join a Ray cluster there: {exc}") from exc
             self._owns_ray = True

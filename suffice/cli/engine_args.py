@@ -62,6 +62,17 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
     )
     p.add_argument("--served-model", default=None, help="openai engine: model name on the server (default: its only)")
     p.add_argument("--max-concurrency", type=int, default=None, help="openai engine: requests in flight (default 32)")
+    p.add_argument(
+        "--proxy",
+        default=None,
+        metavar="URL",
+        help="openai engine: reach the server through this proxy (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are ignored)",
+    )
+    p.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="openai engine: allow a plain http:// --base-url on another machine (the key and prompts go unencrypted)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
 
 
@@ -84,4 +95,6 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         tokenizer=args.tokenizer,
         served_model=args.served_model,
         max_concurrency=args.max_concurrency,
+        proxy=args.proxy,
+        allow_insecure_http=args.allow_insecure_http,
     )

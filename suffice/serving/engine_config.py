@@ -3,6 +3,8 @@ and a setting the chosen engine cannot use is refused."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,20 +47,54 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("tokenizer", ("openai",), "the in-process engines use the model folder's tokenizer"),
     ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
     ("max_concurrency", ("openai",), "the in-process engines batch every request they are given"),
+    ("proxy", ("openai",), "only the openai engine talks to a server"),
 )
+#: Schemes a proxy may have (httpx's; ``socks5`` needs ``socksio``).
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:)?//[^/?#]*@")
 
 
-def _check_host(base_url: str) -> None:
-    """Refuse an address without a host or with a port that is not one, naming the setting."""
+def redact_url(url: str) -> str:
+    """``url`` with whatever stands before an ``@`` in its authority (``user:password``) shown as ``***``: what an
+    error may echo of an address that holds a secret."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}//***@", url, count=1)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a URL's hostname) is this machine: ``localhost`` or an address in 127.0.0.0/8 or ::1."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
     try:
-        parts = urlsplit(base_url)
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
+    """Refuse an address with another scheme, credentials in it, no host, or a port that is not one, naming the
+    setting; its host.  Credentials are refused, not used: an address is echoed in errors and recorded in the
+    settings file beside an output, and a secret must reach neither (an error shows ``***`` in their place)."""
+    shown = redact_url(url)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in schemes:
+        raise ConfigError(name, shown, f"must start with {' or '.join(s + '://' for s in schemes)}")
+    try:
+        parts = urlsplit(url)
         parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number
     except ValueError as exc:
-        raise ConfigError("base_url", base_url, f"is not a valid address: {exc}") from exc
-    if not parts.hostname or any(c.isspace() for c in parts.hostname):
+        raise ConfigError(name, shown, f"is not a valid address: {str(exc).replace(url, shown)}") from exc
+    if "@" in parts.netloc:
         raise ConfigError(
-            "base_url", base_url, "names no host, or one with a space in it (give one like http://127.0.0.1:8001)"
+            name,
+            shown,
+            "holds credentials (user:password@): they would be echoed in errors and recorded in the settings; "
+            "give the server's key with --api-key-file instead"
+            if name == "base_url"
+            else "holds credentials (user:password@): they would be echoed in errors; use a proxy that needs none",
         )
+    if not parts.hostname or any(c.isspace() for c in parts.hostname):
+        raise ConfigError(name, shown, "names no host, or one with a space in it (give one like http://127.0.0.1:8001)")
+    return parts.hostname
 
 
 @dataclass(frozen=True)
@@ -103,6 +139,11 @@ class EngineConfig:
     request_timeout: float = 300.0
     #: openai: retries of a call that failed in a way a retry can fix (connection, 5xx, 429).
     retries: int = 3
+    #: openai: the proxy to reach the server through, like ``http://proxy:3128``; ``None``: none.  Never taken from
+    #: HTTP_PROXY, HTTPS_PROXY or ALL_PROXY: a proxy set for other tools would get the key and every prompt.
+    proxy: str | None = None
+    #: openai: allow plain ``http://`` to a host other than this machine (the key and the prompts travel unencrypted).
+    allow_insecure_http: bool = False
 
     def __post_init__(self) -> None:
         for name in ("model", "api_key_file", "tokenizer"):
@@ -124,9 +165,19 @@ class EngineConfig:
         if self.kind == "openai":
             if self.base_url is None:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
-            if not self.base_url.startswith(("http://", "https://")):
-                raise ConfigError("base_url", self.base_url, "must start with http:// or https://")
-            _check_host(self.base_url)
+            host = _check_url("base_url", self.base_url, ("http", "https"))
+            if self.base_url.lower().startswith("http://") and not is_loopback(host) and not self.allow_insecure_http:
+                raise ConfigError(
+                    "base_url",
+                    self.base_url,
+                    f"is plain http to {host}, another machine: the key and every prompt would cross the network "
+                    "unencrypted; use https://, or allow it with --allow-insecure-http (allow_insecure_http=True) "
+                    "on a network you trust",
+                )
+            if self.proxy is not None:
+                _check_url("proxy", self.proxy, PROXY_SCHEMES)
+        elif self.allow_insecure_http:
+            raise ConfigError("allow_insecure_http", True, f"not used by the {self.kind} engine (openai only)")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
         if self.max_model_len is not None and self.max_model_len < 1024:

@@ -206,11 +206,24 @@ def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(settings.kv_cache_gib), 1))
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_ranges(list(settings.cores))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO" if verbose else "ERROR"
+    # vLLM learns its own address by connecting a UDP socket to 8.8.8.8 (get_ip) unless told it: a run tries no
+    # address off this machine.  One the user set is kept (a machine whose loopback vLLM must not use).
+    os.environ.setdefault("VLLM_HOST_IP", host_ip())
     # A head segment compiles in 3-8 s (vLLM's limit: 5 s).  Its outlines disk cache stays off: a copy per request.
     os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "120")
     if not verbose:
         os.environ["TRANSFORMERS_VERBOSITY"] = "error"
         os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+
+
+def host_ip() -> str:
+    """The address vLLM gives itself: the node's in a Ray worker (Ray knows it already), else loopback (one engine
+    on one machine talks only to its own processes)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        address: str = ray.util.get_node_ip_address()
+        return address
+    return "127.0.0.1"
 
 
 def engine_log_path() -> Path | None:

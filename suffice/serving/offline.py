@@ -1,8 +1,10 @@
-"""Switch off every hub download before transformers or vLLM is imported.
+"""Switch off every hub download and usage report before transformers, vLLM or Ray is imported.
 
 Why on import: ``huggingface_hub`` reads these variables once, when it is first
 imported, so they must be set before anything else touches it.  suffice only
 loads local folders; a run that tried the network would hang in an air-gapped room.
+Ray reports usage statistics to a public host by default (its first report a minute
+after start): off here, before any ``ray.init``, with the prompt that asks about it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ OFFLINE_ENV = {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
 }
 
 

@@ -74,7 +74,7 @@ def test_an_address_without_a_host_or_a_port_is_a_config_error_naming_base_url(b
 
 
 @pytest.mark.parametrize(
-    "base_url", ["http://127.0.0.1:8001", "http://[::1]:8000/v1", "https://gpu-box", "http://h:8000/"]
+    "base_url", ["http://127.0.0.1:8001", "http://[::1]:8000/v1", "https://gpu-box", "https://h:8000/"]
 )
 def test_an_address_with_a_host_is_taken(base_url: str):
     assert EngineConfig(kind="openai", base_url=base_url).base_url == base_url
@@ -83,7 +83,7 @@ def test_an_address_with_a_host_is_taken(base_url: str):
 @pytest.mark.parametrize("seconds", [float("inf"), 1e10, 86_401.0])
 def test_a_request_timeout_past_a_day_is_a_config_error_naming_it(seconds: float):
     with pytest.raises(ConfigError) as caught:
-        EngineConfig(kind="openai", base_url="http://h", request_timeout=seconds)
+        EngineConfig(kind="openai", base_url="https://h", request_timeout=seconds)
     assert caught.value.parameter == "request_timeout"
 
 

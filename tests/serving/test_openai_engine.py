@@ -50,7 +50,7 @@ from tests.grammars.segments import cut_back_constraint
 from tests.test_judge import GOOD, rec
 from tests.vllm_server import free_port
 
-URL = "http://fake-vllm:8000"
+URL = "https://fake-vllm:8000"
 EOS = 0
 #: Ends the chat part of a prompt: what follows it was generated.
 MARK = "\ue000"  # beyond any real vocabulary
@@ -1284,9 +1284,8 @@ def test_an_answer_larger_than_any_completion_fails_the_request(
 
 
 @pytest.fixture
-def refusing_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A real proxy on a socket that refuses every CONNECT (403), named in HTTPS_PROXY
-    as a machine's environment would name it for other tools."""
+def refusing_proxy() -> Iterator[str]:
+    """A real proxy on a socket that refuses every CONNECT (403): its address, for ``proxy``."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -1302,21 +1301,22 @@ def refusing_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
                 conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
 
     threading.Thread(target=refuse, daemon=True).start()
-    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{listener.getsockname()[1]}")
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    yield "https://judge.internal:8443/v1"
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     listener.close()
 
 
 def test_a_proxy_that_refuses_the_server_is_unreachable_not_an_httpx_error(refusing_proxy: str):
     with pytest.raises(EngineUnreachableError):
-        OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
+        OpenAIEngine(
+            EngineConfig(kind="openai", base_url="https://judge.internal:8443/v1", proxy=refusing_proxy, retries=0)
+        )
 
 
-def test_a_proxy_that_refuses_the_server_says_to_set_no_proxy(refusing_proxy: str):
-    with pytest.raises(EngineUnreachableError, match=r"NO_PROXY=judge\.internal"):
-        OpenAIEngine(EngineConfig(kind="openai", base_url=refusing_proxy, retries=0))
+def test_a_proxy_that_refuses_the_server_is_named_with_its_option(refusing_proxy: str):
+    with pytest.raises(EngineUnreachableError, match=rf"through the proxy {re.escape(refusing_proxy)} \(--proxy\)"):
+        OpenAIEngine(
+            EngineConfig(kind="openai", base_url="https://judge.internal:8443/v1", proxy=refusing_proxy, retries=0)
+        )
 
 
 def redirected(path: str, body: object) -> httpx.Response:

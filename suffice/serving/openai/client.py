@@ -1,7 +1,11 @@
 """HTTP to the server with plain ``httpx``: retries with backoff on connection errors, timeouts, 429 and 5xx, then
 the server is declared gone (:class:`~suffice.exceptions.EngineDeadError`) or the one request fails
 (:class:`~suffice.exceptions.EngineError`); also ``Retry-After``, health checks, proxies, redirects, size and time
-bounds."""
+bounds.
+
+Only the proxy given (``proxy``) is used: ``trust_env`` is off, so HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and ``.netrc``,
+set for other tools, never get the key or the prompts (SSL_CERT_FILE and SSL_CERT_DIR are still honoured).  The key
+is shown as ``***`` in whatever a server's answer quotes back into an error."""
 
 from __future__ import annotations
 
@@ -53,7 +57,8 @@ class Client:
         # The server's root: ``/v1`` is added per route, ``/tokenize`` lives at the root.
         self.base_url = (config.base_url or "").rstrip("/").removesuffix("/v1").rstrip("/")
         self._config = config
-        headers = {"Authorization": f"Bearer {_read_key(config.api_key_file)}"} if config.api_key_file else {}
+        self._key = _read_key(config.api_key_file) if config.api_key_file else None
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -61,6 +66,9 @@ class Client:
             timeout=httpx.Timeout(config.request_timeout, connect=min(CONNECT_TIMEOUT, config.request_timeout)),
             limits=httpx.Limits(max_connections=config.concurrency + 4),
             transport=transport,
+            trust_env=False,
+            proxy=config.proxy,
+            verify=httpx.create_ssl_context(trust_env=True),
         )
         self.closed = False
         #: Completions whose connection was cut while the server worked on them.
@@ -107,12 +115,9 @@ class Client:
                             f"{self._config.request_timeout:g} s, nor a health check ({silent}): {_GONE}"
                         ) from exc
             except httpx.ProxyError as exc:
-                # httpx takes a proxy from HTTPS_PROXY/ALL_PROXY: one that refuses the server is named.
-                host = httpx.URL(self.base_url).host
                 raise EngineUnreachableError(
-                    f"the server at {self.base_url} was asked for through a proxy that refused it ({exc}; the "
-                    f"proxy comes from HTTPS_PROXY, HTTP_PROXY or ALL_PROXY): for a server on this network set "
-                    f"NO_PROXY={host}, then rerun"
+                    f"the server at {self.base_url} was asked for through the proxy {self._config.proxy} (--proxy), "
+                    f"which refused it ({self._redact(str(exc))}): for a server on this network leave --proxy out"
                 ) from exc
             except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
                 failure = f"the answer did not decode: {exc}"
@@ -131,7 +136,7 @@ class Client:
                     )
                 if status < 400:
                     return response
-                message = _server_message(response)
+                message = _server_message(response, self._key)
                 if status in (401, 403):
                     where = f" ({self._config.api_key_file})" if self._config.api_key_file else " (none was given)"
                     raise EngineFatalError(
@@ -183,6 +188,10 @@ class Client:
             request=request,
             extensions=response.extensions,
         )
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the key shown as ``***`` (a server or proxy may quote the request's headers back)."""
+        return text.replace(self._key, "***") if self._key else text
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """A POST's answer as JSON; a body that is not (a proxy's HTML page) fails this call as an EngineError."""
@@ -246,8 +255,9 @@ def _read_key(path: Path) -> str:
     return key
 
 
-def _server_message(response: httpx.Response) -> str:
-    """The server's ``{"error": {"message"}}`` (vLLM's form), or what it sent instead."""
+def _server_message(response: httpx.Response, key: str | None) -> str:
+    """The server's ``{"error": {"message"}}`` (vLLM's form), or what it sent instead; ``key`` shown as ``***``
+    (before the cut, so no part of it is left at the end)."""
     try:
         data = response.json()
     except ValueError:
@@ -261,7 +271,7 @@ def _server_message(response: httpx.Response) -> str:
     if message is None:
         message = response.text.strip() or response.reason_phrase
     text = message if isinstance(message, str) else json.dumps(message)
-    return text[:QUOTE_CHARS]
+    return (text.replace(key, "***") if key else text)[:QUOTE_CHARS]
 
 
 def _retry_after(response: httpx.Response) -> float | None:
