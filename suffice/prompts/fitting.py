@@ -8,14 +8,13 @@ Shown chunks are labelled ``0..n-1`` in their original order.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from suffice.exceptions import PromptTooLongError
 from suffice.grammars.constraint import Constraint
-from suffice.prompts.templates import Message, PromptTemplate, normalise
+from suffice.prompts.templates import Message, PromptTemplate, fence_seed, normalise
 from suffice.records import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
 
@@ -145,7 +144,7 @@ def fit_prompt(
     lengths = [engine.max_model_len + 1 if cut else n for n, (_, cut) in zip(lengths, precut, strict=True)]
     slack = 0
     # Every rendering of this item (measured with texts left out, cut, whole) gets one fence token.
-    seed = json.dumps([item.question, item.response, [[c.text, c.source] for c in item.chunks]], ensure_ascii=False)
+    seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in (c.text, c.source))])
 
     def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
         kept = [item.chunks[i] for i in sorted(keep)]
@@ -166,7 +165,7 @@ def fit_prompt(
             "chunks": shown,
             "response": response,
         }
-        return template.render(system_context, context, fence_seed=seed)
+        return template.render(system_context, context, seed=seed)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:
         """(constraint, budget, overhead) with these chunks shown, their text left out."""

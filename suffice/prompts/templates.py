@@ -72,6 +72,12 @@ def normalise(text: str) -> str:
     return text if unicodedata.is_normalized("NFKC", text) else _strip_invisible(unicodedata.normalize("NFKC", text))
 
 
+def fence_seed(texts: Sequence[str | None]) -> str:
+    """A digest of ``texts``, all of an item's, to derive its :class:`Fence` from."""
+    material = json.dumps(list(texts), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(material).hexdigest()
+
+
 #: Attribute values a fence's opening line can carry (``None``: left out).
 Attribute = str | int | float | None
 
@@ -92,11 +98,12 @@ class Fence:
 
     @classmethod
     def around(cls, fields: Sequence[str], seed: str | None = None) -> Fence:
-        """A fence none of ``fields`` contains, derived from ``seed`` (default: the fields)."""
-        material = json.dumps(list(fields), ensure_ascii=False) if seed is None else seed
+        """A fence none of ``fields`` contains, derived from ``seed`` (default:
+        :func:`fence_seed` of the fields)."""
+        seed = fence_seed(fields) if seed is None else seed
         counter = 0
         while True:
-            digest = hashlib.sha256(f"{counter}:{material}".encode("utf-8", "surrogatepass")).hexdigest()
+            digest = hashlib.sha256(f"{counter}:{seed}".encode()).hexdigest()
             if not any(digest[:16] in field for field in fields):
                 return cls(digest[:16])
             counter += 1
@@ -169,14 +176,14 @@ class PromptTemplate:
         return f"{self.gate}/{self.version}"
 
     def render(
-        self, system_context: dict[str, Any], user_context: dict[str, Any], fence_seed: str | None = None
+        self, system_context: dict[str, Any], user_context: dict[str, Any], seed: str | None = None
     ) -> tuple[Message, ...]:
         """The messages; the user template gets the context normalised (:func:`normalise`)
-        and a ``fence`` (:class:`Fence`, derived from ``fence_seed`` when given, so that
+        and a ``fence`` (:class:`Fence`, derived from ``seed`` when given, so that
         renderings of one item with different cuts share one token) to put each field in."""
         strings: list[str] = []
         context = _normalised(user_context, strings)
-        user = self.user.render(**context, fence=Fence.around(strings, fence_seed)).strip()
+        user = self.user.render(**context, fence=Fence.around(strings, seed)).strip()
         return (
             {"role": "system", "content": self.system.render(**system_context).strip()},
             {"role": "user", "content": defuse_markers(user)},
