@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from suffice.exceptions import CancelledError, PromptTooLongError
 from suffice.grammars.constraint import Constraint
-from suffice.prompts.templates import Message, PromptTemplate, indent_structure
+from suffice.prompts.templates import Message, PromptTemplate, fence_seed, normalise
 from suffice.records import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
 
@@ -52,11 +52,6 @@ class FitLimits(Protocol):
 def source_key(chunk: Chunk | ShownChunk) -> str:
     """A chunk's source id for citations: its ``source``, else its own id."""
     return chunk.source if chunk.source is not None else str(chunk.id)
-
-
-def _source_text(chunk: Chunk) -> str | None:
-    """A chunk's source as the prompt shows it (a line in it never reads as a label)."""
-    return None if chunk.source is None else indent_structure(chunk.source)
 
 
 def source_labels(chunks: Sequence[Chunk]) -> dict[str, int]:
@@ -143,28 +138,32 @@ def fit_prompt(
             raise CancelledError("the caller withdrew the request")
 
     check()
-    question, question_truncated = cut_text(engine, item.question, config.max_question_tokens)
+    # Text is counted and cut as the prompt shows it (NFKC can lengthen it).
+    question, question_truncated = cut_text(engine, normalise(item.question), config.max_question_tokens)
     response, response_truncated = (
-        cut_text(engine, item.response, config.max_response_tokens) if item.response is not None else (None, False)
+        cut_text(engine, normalise(item.response), config.max_response_tokens)
+        if item.response is not None
+        else (None, False)
     )
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
-    precut = [_precut(engine, c.text) for c in item.chunks]
+    precut = [_precut(engine, normalise(c.text)) for c in item.chunks]
     check()
     lengths = engine.count_tokens([text for text, _ in precut])
     # A chunk cut before counting is longer than any window: always cut to its share.
     lengths = [engine.max_model_len + 1 if cut else n for n, (_, cut) in zip(lengths, precut, strict=True)]
     slack = 0
+    # Every rendering of this item (measured with texts left out, cut, whole) gets one fence token.
+    seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in (c.text, c.source))])
 
     def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
         kept = [item.chunks[i] for i in sorted(keep)]
         sources = source_labels(kept)
-        # User text never reads like the prompt's labels or headings (see indent_structure).
         shown = [
             {
                 "label": label,
-                "text": indent_structure(texts[i]),
-                "source": _source_text(item.chunks[i]),
+                "text": texts[i],
+                "source": item.chunks[i].source,
                 "source_label": sources[source_key(item.chunks[i])],
                 "score": item.chunks[i].score,
             }
@@ -172,11 +171,11 @@ def fit_prompt(
         ]
         context = {
             **user_context,
-            "question": indent_structure(question),
+            "question": question,
             "chunks": shown,
-            "response": None if response is None else indent_structure(response),
+            "response": response,
         }
-        return template.render(system_context, context)
+        return template.render(system_context, context, seed=seed)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:
         """(constraint, budget, overhead) with these chunks shown, their text left out."""
@@ -224,7 +223,7 @@ def fit_prompt(
                 texts[i] = engine.truncate(precut[i][0], max(cap - _MARK_TOKENS, 1)) + TRUNCATION_MARK
                 truncated.add(i)
             else:
-                texts[i] = item.chunks[i].text
+                texts[i] = precut[i][0]
         messages = render(keep, texts)
         actual = engine.prompt_tokens(messages)
         if actual <= budget:

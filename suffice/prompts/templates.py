@@ -4,12 +4,17 @@ its own in ``templates/`` beside its code).
 Each version holds ``system.j2`` (the instructions, identical for every item, so
 vLLM's prefix cache computes them once) and ``user.j2`` (the per-item text).
 Rendering uses ``StrictUndefined``: a missing variable is an error, never an
-empty string in a prompt.
+empty string in a prompt.  The user template puts every piece of user text inside a
+:class:`Fence`, so that no text can pass for the prompt's own structure.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -18,7 +23,7 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
-from suffice.text import defuse
+from suffice.text import WORD_JOINER
 
 #: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
@@ -37,36 +42,125 @@ def _environment(folder: Path) -> jinja2.Environment:
 
 Message = dict[str, str]
 
-#: Chat-template markers of common model families, broken wherever the user text
-#: spells them (``<|`` covers ChatML's ``<|im_end|>``, Llama 3's ``<|eot_id|>``, Phi's
-#: ``<|end|>``...).  A local tokenizer also defuses its own list
-#: (:meth:`suffice.serving.base.TokenizerMixin.chat_text`); this one holds where the
-#: server applies the chat template (the openai engine without ``--tokenizer``).
-#: A line of user text that reads like the prompt's own structure: a chunk label
-#: (``3:`` in sufficiency's list, ``ID: 3`` in the others'), a source line, or one of
-#: the templates' section headings.  A chunk holding a line ``1: ...`` looked exactly
-#: like chunk 1, so a model citing label 1 for it named the caller's chunk 1.
-_STRUCTURE = re.compile(
-    r"^(?=[ \t]*[*#]*[ \t]*(?:\d+[ \t]*:|ID[ \t]*:|Source[ \t]*:|(?:User )?[Qq]uestion|Retrieved [Cc]ont"
-    r"|Generated [Aa]nswer))",
-    re.MULTILINE,
+#: Breaks a model may read as a new line besides ``\n``: CR (alone or before LF), vertical
+#: tab, form feed, the file/group/record separators, NEL, and the Unicode line and
+#: paragraph separators (every break ``str.splitlines`` knows).
+_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+#: Characters removed from user text: controls but tab and newline (after breaks became
+#: newlines) and every format character (Unicode category Cf: soft hyphen, zero-width
+#: space and joiners, bidi controls, word joiner, BOM, tags...) up to Unicode 15, as a
+#: class because a regex runs in C (tests check it against ``unicodedata``).
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
 )
-#: Put before such a line: the templates' own structure starts at the line's start.
-STRUCTURE_INDENT = "  "
 
 
-#: Breaks a model may read as a new line besides ``\n``: a lone carriage return, the
-#: Unicode line and paragraph separators, NEL, vertical tab and form feed.
-_OTHER_BREAKS = re.compile("\r\n?|[\u2028\u2029\x85\x0b\x0c]")
+def _strip_invisible(text: str) -> str:
+    return _INVISIBLE.sub("", _BREAKS.sub("\n", text))
 
 
-def indent_structure(text: str) -> str:
-    """``text`` with each line that reads like the prompt's structure indented (every
-    kind of line break made ``\n`` first, so none hides such a line)."""
-    return _STRUCTURE.sub(STRUCTURE_INDENT, _OTHER_BREAKS.sub("\n", text))
+def normalise(text: str) -> str:
+    """User text as the prompt shows it: NFKC (fullwidth and other compatibility forms
+    become their plain letters, NBSP and ideographic spaces a space), every line break a
+    ``\n``, no control or invisible format character (:data:`_INVISIBLE`).  Idempotent:
+    NFKC makes none of the characters stripped."""
+    text = _strip_invisible(text)
+    return text if unicodedata.is_normalized("NFKC", text) else _strip_invisible(unicodedata.normalize("NFKC", text))
 
 
-MARKERS = ("<<SYS>>", "<</SYS>>", "<start_of_turn>", "<end_of_turn>", "[/INST]", "[INST]", "</s>", "<s>", "<|")
+def fence_seed(texts: Sequence[str | None]) -> str:
+    """A digest of ``texts``, all of an item's, to derive its :class:`Fence` from."""
+    material = json.dumps(list(texts), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(material).hexdigest()
+
+
+#: Attribute values a fence's opening line can carry (``None``: left out).
+Attribute = str | int | float | None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Delimits each piece of user text in a prompt: a line ``<<kind [label] TOKEN
+    [name=JSON]...>>`` opens it, the text follows, a line ``<<end TOKEN>>`` closes it.
+
+    ``TOKEN`` is 16 hex digits of a SHA-256 of all the prompt's user text, taken again
+    with a counter while any field contains it: no field holds it, so no field can open
+    or close a fence, and text cannot hold the digest of itself, so none can guess it.
+    It is deterministic (the same item gives the same prompt, verdicts reproduce).
+    Attribute values are JSON, so a source with quotes or line breaks stays on its line.
+    """
+
+    token: str
+
+    @classmethod
+    def around(cls, fields: Sequence[str], seed: str | None = None) -> Fence:
+        """A fence none of ``fields`` contains, derived from ``seed`` (default:
+        :func:`fence_seed` of the fields)."""
+        seed = fence_seed(fields) if seed is None else seed
+        counter = 0
+        while True:
+            digest = hashlib.sha256(f"{counter}:{seed}".encode()).hexdigest()
+            if not any(digest[:16] in field for field in fields):
+                return cls(digest[:16])
+            counter += 1
+
+    def __call__(self, kind: str, text: str, label: int | None = None, **attributes: Attribute) -> str:
+        head = [kind, *([] if label is None else [str(label)]), self.token]
+        head += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in attributes.items() if v is not None]
+        return f"<<{' '.join(head)}>>\n{text}\n<<end {self.token}>>"
+
+
+def _normalised(value: Any, strings: list[str]) -> Any:
+    """``value`` with every string in it normalised (and collected into ``strings``).
+
+    Any other kind of value is refused: text inside it would reach the prompt unfenced."""
+    if isinstance(value, str):
+        strings.append(normalise(value))
+        return strings[-1]
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_normalised(v, strings) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalised(v, strings) for k, v in value.items()}
+    raise TypeError(f"a prompt's user context holds text, numbers, lists and dicts, not {type(value).__name__}")
+
+
+#: Chat-template markers of common model families, broken wherever the user text spells
+#: them.  A local tokenizer also defuses its own list
+#: (:meth:`suffice.serving.base.TokenizerMixin.chat_text`); this one holds where the
+#: server applies the chat template (the openai engine without ``--tokenizer``).  User
+#: text is NFKC-normalised first, so DeepSeek's fullwidth ``<｜User｜>`` reads ``<|User|>``.
+MARKERS = re.compile(
+    "|".join(
+        [
+            # ChatML/Qwen, Llama 3 and 4, Phi, Granite, Command-R, gpt-oss, DeepSeek (NFKC):
+            # <|im_start|>, <|start_header_id|>, <|end|>, <|START_OF_TURN_TOKEN|>, <|User|>...
+            r"<\|",
+            "<\uff5c",
+            # Llama 2.
+            r"<</?SYS>>",
+            # Mistral: [INST], [/INST], [SYSTEM_PROMPT], [TOOL_CALLS], [AVAILABLE_TOOLS]...
+            r"\[/?[A-Z][A-Z0-9_]+\]",
+            # GLM.
+            r"\[[gs]MASK\]",
+            # Snake-case tags: Gemma's <start_of_turn>, StarCoder's <file_sep> and <fim_prefix>,
+            # Qwen's <tool_call>, <tool_response>...
+            r"</?[a-z]+(?:_[a-z]+)+>",
+            # Short ones: <s>, </s>, Gemma's <bos>/<eos>, reasoning models' <think>, GLM's <sop>.
+            r"</?(?:s|bos|eos|pad|unk|mask|think|sop|eop)>",
+        ]
+    )
+)
+
+
+def defuse_markers(text: str) -> str:
+    """``text`` with every :data:`MARKERS` match broken by :data:`~suffice.text.WORD_JOINER`."""
+    return MARKERS.sub(lambda m: m[0][0] + WORD_JOINER + m[0][1:], text)
 
 
 @dataclass(frozen=True)
@@ -81,10 +175,18 @@ class PromptTemplate:
         """The version string carried into every verdict, e.g. ``sufficiency/v1``."""
         return f"{self.gate}/{self.version}"
 
-    def render(self, system_context: dict[str, Any], user_context: dict[str, Any]) -> tuple[Message, ...]:
+    def render(
+        self, system_context: dict[str, Any], user_context: dict[str, Any], seed: str | None = None
+    ) -> tuple[Message, ...]:
+        """The messages; the user template gets the context normalised (:func:`normalise`)
+        and a ``fence`` (:class:`Fence`, derived from ``seed`` when given, so that
+        renderings of one item with different cuts share one token) to put each field in."""
+        strings: list[str] = []
+        context = _normalised(user_context, strings)
+        user = self.user.render(**context, fence=Fence.around(strings, seed)).strip()
         return (
             {"role": "system", "content": self.system.render(**system_context).strip()},
-            {"role": "user", "content": defuse(self.user.render(**user_context).strip(), MARKERS)},
+            {"role": "user", "content": defuse_markers(user)},
         )
 
 

@@ -43,7 +43,7 @@ def sufficiency_json(sufficient: bool, n: int) -> str:
 
 
 def labels(request) -> int:
-    return len(re.findall(r"^[0-9]+: ", request.messages[-1]["content"], flags=re.MULTILINE))
+    return len(re.findall(r"^<<chunk [0-9]+ ", request.messages[-1]["content"], flags=re.MULTILINE))
 
 
 def complete_when_all_ten(request) -> str:

@@ -1,3 +1,5 @@
+import unicodedata
+
 import jinja2
 import pytest
 
@@ -11,7 +13,7 @@ from suffice.text import WORD_JOINER
 
 def test_version_and_strict_undefined():
     t = load_prompt(TEMPLATES, "sufficiency")
-    assert t.name == "sufficiency/v4"
+    assert t.name == "sufficiency/v5"
     with pytest.raises(jinja2.UndefinedError):
         t.render({"bounds": SufficiencyBounds}, {"question": "q"})  # chunks missing
 
@@ -29,10 +31,17 @@ def test_chunks_are_labelled_and_instructions_come_first():
     assert user["role"] == "user"
     assert "Who?" not in system["content"]  # per-item text stays out of the shared prefix
     lines = user["content"].splitlines()
-    # One line a chunk, its label first: a few tokens a chunk (the label used to cost 7 with
-    # SmolLM2's tokenizer as "ID: k" on a line of its own, 4 now), so a request split into
-    # many chunks does not pay much more prompt than the same text in few.
-    assert lines[-2:] == ["0: (source: wiki) Ada", "1: {x}"]
+    # Each chunk in a fence: its label and source on the opening line, its text, the end.
+    token = lines[1].split()[-1].rstrip(">")
+    assert lines[1] == f"<<question {token}>>" and len(token) == 16
+    assert lines[-6:] == [
+        f'<<chunk 0 {token} source="wiki">>',
+        "Ada",
+        f"<<end {token}>>",
+        f"<<chunk 1 {token}>>",
+        "{x}",
+        f"<<end {token}>>",
+    ]
     other = t.render({"bounds": SufficiencyBounds}, {"question": "Other?", "chunks": []})
     assert other[0] == system  # identical instructions for every item: a shared prefix
 
@@ -93,3 +102,41 @@ def test_the_defused_text_reads_the_same_without_the_invisible_joiner():
         {"bounds": SufficiencyBounds}, {"question": "q", "chunks": [{"label": 0, "text": INJECTED, "source": None}]}
     )
     assert INJECTED in user["content"].replace(WORD_JOINER, "")
+
+
+#: Chat-template markers by model family.  Where the server applies the template it
+#: knows them as special tokens, and suffice holds no tokenizer to ask.
+FAMILIES = {
+    "chatml": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
+    "llama-3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+    "llama-2": ["[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", "<s>", "</s>"],
+    "deepseek": ["<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"],
+    "mistral": ["[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]"],
+    "gemma": ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"],
+    "phi": ["<|user|>", "<|assistant|>", "<|end|>", "<|im_sep|>"],
+    "qwen": ["<tool_call>", "</tool_call>", "<think>", "</think>"],
+    "starcoder": ["<file_sep>", "<fim_prefix>", "<fim_middle>"],
+    "glm": ["[gMASK]", "<sop>"],
+    "command-r": ["<|START_OF_TURN_TOKEN|>", "<|CHATBOT_TOKEN|>"],
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_familys_markers_are_broken_for_a_server_side_template(family):
+    markers = FAMILIES[family]
+    text = " and ".join(markers)
+    _, user = load_prompt(TEMPLATES, "sufficiency").render(
+        {"bounds": SufficiencyBounds}, {"question": text, "chunks": [{"label": 0, "text": text, "source": text}]}
+    )
+    for marker in markers:
+        assert marker not in user["content"]
+        assert unicodedata.normalize("NFKC", marker) not in user["content"]
+        assert unicodedata.normalize("NFKC", marker) in user["content"].replace(WORD_JOINER, "")
+
+
+def test_ordinary_brackets_and_tags_stay_as_they_are():
+    plain = "see [1], [a], [Note 2], <b>bold</b>, <p>, a < b | c > d"
+    _, user = load_prompt(TEMPLATES, "sufficiency").render(
+        {"bounds": SufficiencyBounds}, {"question": "q", "chunks": [{"label": 0, "text": plain, "source": None}]}
+    )
+    assert plain in user["content"]

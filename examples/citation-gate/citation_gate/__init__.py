@@ -77,7 +77,7 @@ class CitationGate(suffice.Gate):
     verdict_model = CitationVerdict
 
     def __init__(self, min_cited_share: float = 1.0) -> None:
-        self.template = suffice.load_prompt(TEMPLATES, self.name, "v1")
+        self.template = suffice.load_prompt(TEMPLATES, self.name, "v2")
         self.min_cited_share = min_cited_share
 
     @classmethod

@@ -61,7 +61,7 @@ class AdequacyGate(Gate):
         rubric: str | None = None,
         *,
         threshold: float | None = None,
-        prompt_version: str = "v2",
+        prompt_version: str = "v3",
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.store = store or RubricStore()

@@ -48,7 +48,7 @@ class RecoveryGate(Gate):
     positive_value = '"SUFFICIENT"'
     verdict_model = RecoveryVerdict
 
-    def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v1") -> None:
+    def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v2") -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.threshold = threshold or SufficiencyThreshold()
 

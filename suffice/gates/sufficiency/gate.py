@@ -44,7 +44,7 @@ class SufficiencyGate(Gate):
     saveable_scores = ("p_sufficient", "self_confidence")
     verdict_model = SufficiencyVerdict
 
-    def __init__(self, prompt_version: str = "v4", calibration: GateConfig | None = None) -> None:
+    def __init__(self, prompt_version: str = "v5", calibration: GateConfig | None = None) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.calibration = calibration
 
