@@ -84,3 +84,14 @@ def test_decision_only_mode_has_no_model_decision_to_override(tmp_path):
     summary = run(tmp_path, [sufficiency_record(0)], JudgeConfig(detail="decision"), ScriptedEngine(decision))
     assert summary.routes == {"deliver": 1}
     assert (summary.model_decided, summary.override_rate) == (0, None)
+
+
+def test_a_calibrated_sufficiency_decision_over_the_models_boolean_is_an_override():
+    from tests.gates.test_one_definition import GATE, RESULT
+
+    summary = RunSummary(
+        positive=GATE.is_positive, route=lambda v: GATE.route(v).route, model_positive=GATE.model_positive
+    )
+    summary.add([{"id": "a"}], [RESULT])
+    assert summary.routes == {"retrieve_more": 1}
+    assert (summary.overrides, summary.override_rate) == (1, 1.0)
