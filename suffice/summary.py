@@ -1,24 +1,43 @@
-"""The summary a batch run prints: counts, share sufficient, agreement, speed."""
+"""The summary a batch run prints: counts, share sufficient, agreement, the routes taken
+(with the abstention, review and override rates the seeds say to watch), speed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
 from suffice.results import JudgeResult
+
+#: Every route a verdict can take, in the order they are shown (``suffice.grammars.routes.Route``).
+ROUTES = ("deliver", "retrieve_more", "abstain", "human_review")
 
 
 def _never(verdict: BaseModel) -> bool:
     return False
 
 
+def _no_route(verdict: BaseModel) -> str | None:
+    return None
+
+
+def _no_model_decision(verdict: BaseModel) -> bool | None:
+    return None
+
+
 @dataclass
 class RunSummary:
-    """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted."""
+    """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted.
+    ``route`` names where a verdict goes (``Gate.route(verdict).route``) and ``model_positive`` the
+    model's own decision beside the routed one (``Gate.model_positive``; ``None``: no separate one).
+    A verdict whose routed decision differs from the model's own is an override."""
 
+    gate: str = ""
     positive: Callable[[BaseModel], bool] = _never
+    route: Callable[[BaseModel], str | None] = _no_route
+    model_positive: Callable[[BaseModel], bool | None] = _no_model_decision
     items: int = 0
     verdicts: int = 0
     errors: int = 0
@@ -28,6 +47,11 @@ class RunSummary:
     seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Verdicts by the route they took.
+    routes: dict[str, int] = field(default_factory=dict)
+    #: Verdicts with a model decision of their own, and those whose routed decision differs from it.
+    model_decided: int = 0
+    overrides: int = 0
 
     def add(self, records: Sequence[object], results: Sequence[JudgeResult]) -> None:
         for record, result in zip(records, results, strict=True):
@@ -40,6 +64,13 @@ class RunSummary:
             self.verdicts += 1
             decision = self.positive(result.verdict)
             self.sufficient += decision
+            route = self.route(result.verdict)
+            if route is not None:
+                self.routes[route] = self.routes.get(route, 0) + 1
+            model = self.model_positive(result.verdict)
+            if model is not None:
+                self.model_decided += 1
+                self.overrides += model != decision
             label = record.get("sufficient") if isinstance(record, Mapping) else None
             if isinstance(label, bool):
                 self.labeled += 1
@@ -54,6 +85,54 @@ class RunSummary:
         return self.agree / self.labeled if self.labeled else None
 
     @property
+    def routed(self) -> int:
+        return sum(self.routes.values())
+
+    def route_share(self, route: str) -> float | None:
+        """The share of the routed verdicts that took ``route``."""
+        return self.routes.get(route, 0) / self.routed if self.routed else None
+
+    @property
+    def abstention_rate(self) -> float | None:
+        return self.route_share("abstain")
+
+    @property
+    def review_rate(self) -> float | None:
+        return self.route_share("human_review")
+
+    @property
+    def override_rate(self) -> float | None:
+        """The share of the verdicts with a model decision of their own that the code's decision overrode."""
+        return self.overrides / self.model_decided if self.model_decided else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON values (shares ``None`` where nothing was counted)."""
+        return {
+            "gate": self.gate,
+            "items": self.items,
+            "verdicts": self.verdicts,
+            "errors": self.errors,
+            "share_sufficient": self.share_sufficient,
+            "labeled": self.labeled,
+            "agreement": self.agreement,
+            "routes": {route: self.routes.get(route, 0) for route in self._route_names()},
+            "route_shares": {route: self.route_share(route) for route in self._route_names()},
+            "abstention_rate": self.abstention_rate,
+            "review_rate": self.review_rate,
+            "model_decided": self.model_decided,
+            "overrides": self.overrides,
+            "override_rate": self.override_rate,
+            "seconds": self.seconds,
+            "verdicts_per_second": self.verdicts_per_second,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "tokens_per_verdict": self.tokens_per_verdict,
+        }
+
+    def _route_names(self) -> list[str]:
+        return [*ROUTES, *sorted(set(self.routes) - set(ROUTES))]
+
+    @property
     def tokens_per_verdict(self) -> float | None:
         return self.completion_tokens / self.verdicts if self.verdicts else None
 
@@ -66,11 +145,22 @@ class RunSummary:
             return "n/a" if value is None else pattern.format(value)
 
         rows = [
+            *((("gate", self.gate),) if self.gate else ()),
             ("items", str(self.items)),
             ("verdicts", str(self.verdicts)),
             ("errors", str(self.errors)),
             ("share judged sufficient (or PASS)", fmt(self.share_sufficient, "{:.1%}")),
             ("agreement with labels", fmt(self.agreement, "{:.1%}") + f" (of {self.labeled} labeled)"),
+            *(
+                (f"route {route}", f"{self.routes.get(route, 0)} ({fmt(self.route_share(route), '{:.1%}')})")
+                for route in self._route_names()
+            ),
+            ("abstention rate", fmt(self.abstention_rate, "{:.1%}")),
+            ("review rate", fmt(self.review_rate, "{:.1%}")),
+            (
+                "override rate (code over model)",
+                fmt(self.override_rate, "{:.1%}") + f" (of {self.model_decided} with a model decision)",
+            ),
             ("verdicts per second", fmt(self.verdicts_per_second, "{:.2f}")),
             ("output tokens per verdict", fmt(self.tokens_per_verdict, "{:.0f}")),
         ]

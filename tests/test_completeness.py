@@ -103,13 +103,24 @@ def test_no_code_outside_a_gates_package_names_a_gate():
     assert named == [("gates/registry.py", DEFAULT_GATE)]
 
 
-HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "parse", "constraint_for")
+HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "model_positive", "parse", "constraint_for")
 
 
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_gate_defines_its_own_hooks(gate, hook):
     assert getattr(type(gate), hook) is not getattr(Gate, hook)
+
+
+@pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)
+def test_every_gate_says_the_models_own_decision_beside_the_routed_one(gate):
+    """``model_positive`` (for the override rate of the summary and ``/metrics``) is a
+    boolean or ``None`` for any verdict the gate gives; decision-only mode has none."""
+    verdict = gate.shortcut(gate.parse_item(RECORD))
+    assert "model_positive" in type(gate).__dict__
+    assert gate.model_positive(verdict) in (True, False, None)
+    if isinstance(gate, DecisionGate):
+        assert gate.model_positive(verdict) is None
 
 
 def _exception_classes():

@@ -186,7 +186,7 @@ def _judge_locked(
         else:
             scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
         stack.callback(scorer.close)
-        report = BatchReport(total=0, skipped=0, summary=RunSummary(positive=gate.is_positive), redone=results.redo)
+        report = BatchReport(total=0, skipped=0, summary=_summary_for(gate), redone=results.redo)
         errors_before = index.done_errors
         run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output)
         anchor = options.anchor_file if audit is not None else None
@@ -213,6 +213,16 @@ def _judge_locked(
         parquet_from_journal(journal, output, gate)
         journal.unlink()
     return report
+
+
+def _summary_for(gate: Gate) -> RunSummary:
+    """The run's summary, counting by the gate's own rules: what routes, where to, and the model's own decision."""
+    return RunSummary(
+        gate=gate.name,
+        positive=gate.is_positive,
+        route=lambda verdict: gate.route(verdict).route,
+        model_positive=gate.model_positive,
+    )
 
 
 def _anchor(audit: AuditLog, path: Path, notify: Notify, *, failing: bool) -> None:

@@ -114,6 +114,12 @@ class Gate(ABC):
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether this gate's verdict says "enough evidence" (the decision that routes)."""
 
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's own decision beside the one that routes (:meth:`is_positive`): ``None`` when the gate
+        has no separate one or the model did not decide.  Where the two differ, the code's decision overrode
+        the model's (the override rate of the batch summary and of ``/metrics``)."""
+        return None
+
     @abstractmethod
     def route(self, verdict: BaseModel) -> Routing:
         """Where the verdict sends the item, by the decision that counts (the calibrated one, if any)."""

@@ -117,3 +117,7 @@ class DecisionGate(Gate):
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
         )
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's decision is the one that routes: none separate from it."""
+        return None

@@ -268,8 +268,8 @@ def create_app(
         "matter, which claims are supported. Verdicts are valid by construction.",
         version="1",
     )
-    metrics = Metrics()
     gates_literal = tuple(config.gates)
+    metrics = Metrics(gates_literal)
     query_options = _request_options(gates_literal)
     #: Items and chunks admitted and not yet done (event loop only, so unlocked); past the chunk bound a client
     #: hears 429 at once instead of a 504 after its timeout.  Released when the work ends, not when the answer
@@ -412,7 +412,7 @@ def create_app(
             )
         finally:
             metrics.waiting.dec()
-        metrics.observe(gate, outcome.results, outcome.seconds)
+        metrics.observe(gate, outcome.results, outcome.seconds, outcome.gate)
         body = {"request_id": outcome.request_id, "gate": gate, "results": outcome.rows}
         return JSONResponse(body, headers={"x-request-id": outcome.request_id})
 

@@ -4,10 +4,13 @@ and several apps in one process do not collide)."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel
 
+from suffice.gates.base import Gate
+from suffice.grammars.routes import Route
 from suffice.results import JudgeResult
 
 #: Where judge requests go: ``/v1/judge/<gate>``.
@@ -19,7 +22,8 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, gates: Collection[str] = ()) -> None:
+        """``gates``: the served gates, whose route and override counters start at 0 (a series from the start)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -43,18 +47,44 @@ class Metrics:
         self.refused_items = Counter(
             "suffice_items_refused", "Items of requests answered 429: the service was full", registry=r
         )
+        self.routes = Counter(
+            "suffice_routes",
+            "Verdicts by where they route (deliver, retrieve_more, abstain, human_review)",
+            ["gate", "route"],
+            registry=r,
+        )
+        self.decision_overrides = Counter(
+            "suffice_decision_overrides",
+            "Verdicts whose routed decision differs from the model's own (the code's decision overrode it)",
+            ["gate"],
+            registry=r,
+        )
+        for gate in gates:
+            for route in get_args(Route):
+                self.routes.labels(gate, route)
+            self.decision_overrides.labels(gate)
         self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
         self.engine_alive.set(1)
 
-    def observe(self, gate: str, results: list[JudgeResult], seconds: float) -> None:
+    def observe(self, gate: str, results: list[JudgeResult], seconds: float, judged_by: Gate | None = None) -> None:
+        """Count a request's results; ``judged_by`` (the gate that judged them) routes each verdict and
+        says whether its decision overrode the model's own."""
         self.latency.labels(gate).observe(seconds)
         for result in results:
             if result.error is None:
                 self.verdicts.labels(gate).inc()
+                if judged_by is not None and result.verdict is not None:
+                    self._route(gate, judged_by, result.verdict)
             else:
                 self.item_errors.labels(gate, result.error.type).inc()
             self.prompt_tokens.labels(gate).inc(result.tokens.prompt)
             self.completion_tokens.labels(gate).inc(result.tokens.completion)
+
+    def _route(self, gate: str, judged_by: Gate, verdict: BaseModel) -> None:
+        self.routes.labels(gate, judged_by.route(verdict).route).inc()
+        model = judged_by.model_positive(verdict)
+        if model is not None and model != judged_by.is_positive(verdict):
+            self.decision_overrides.labels(gate).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,7 +22,7 @@ from suffice.audit.recording import audit_values, weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
-from suffice.gates import gate_class
+from suffice.gates import Gate, gate_class
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.rows import result_row
@@ -78,6 +78,8 @@ class Outcome:
     rows: list[dict[str, Any]]
     results: list[JudgeResult]
     seconds: float
+    #: The gate that judged them (it routes each verdict for the metrics).
+    gate: Gate | None = None
 
 
 class _AuditWriter:
@@ -197,7 +199,7 @@ class GateService:
             row = result_row(result, judge.gate, options.fmt, index)
             row["index"] = row.pop("line")
             rows.append(row)
-        return Outcome(request_id, rows, results, seconds)
+        return Outcome(request_id, rows, results, seconds, judge.gate)
 
     def check_alive(self) -> None:
         self.engine.check_alive()

@@ -189,3 +189,9 @@ class CitationGate(suffice.Gate):
                 "question_truncated": fitted.question_truncated,
             }
         )
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's own ``model_decision`` PASS, beside ``passes`` computed from the cited share."""
+        if not isinstance(verdict, CitationVerdict) or not verdict.model_called:
+            return None
+        return verdict.model_decision == "PASS"

@@ -210,3 +210,9 @@ class AdequacyGate(Gate):
             question_truncated=fitted.question_truncated if fitted else False,
             decision=decide(output, rubric, threshold=self.threshold),
         )
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's own ``adequacy_decision`` PASS, beside the PASS computed from the rubric."""
+        if not isinstance(verdict, AdequacyVerdict):
+            return None
+        return verdict.adequacy_decision == "PASS"

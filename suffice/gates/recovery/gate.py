@@ -162,3 +162,9 @@ class RecoveryGate(Gate):
             # with the decision's caveats (the seed's schema has no answer here).
             update["partial_answer"] = item.response
         return verdict.model_copy(update=update)
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's class SUFFICIENT, beside the computed route's ``deliver``."""
+        if not isinstance(verdict, RecoveryVerdict):
+            return None
+        return verdict.classification is Classification.SUFFICIENT

@@ -208,3 +208,9 @@ class SufficiencyGate(Gate):
             question_truncated=fitted.question_truncated,
         )
         return self.decide(verdict)
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's own ``is_sufficient``, which a calibrated decision may override (``None``: not asked)."""
+        if not isinstance(verdict, SufficiencyVerdict) or not verdict.model_called:
+            return None
+        return verdict.is_sufficient
