@@ -203,10 +203,8 @@ class AdequacyGate(Gate):
             raise VerdictError(f"output is not a valid adequacy verdict: {exc}", text) from exc
         rubric = self.rubric_for(item)
         if set(output.dimensions) != set(rubric.dimension_names):
-            raise VerdictError(
-                f"dimensions must be exactly the rubric's {list(rubric.dimension_names)}, got {list(output.dimensions)}",
-                text,
-            )
+            wanted = list(rubric.dimension_names)
+            raise VerdictError(f"dimensions must be exactly the rubric's {wanted}, got {list(output.dimensions)}", text)
         return self._verdict(output, rubric, fitted)
 
     def _verdict(self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None) -> AdequacyVerdict:
