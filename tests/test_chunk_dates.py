@@ -67,7 +67,7 @@ def test_every_gate_shows_the_date_and_metadata_fenced(name: str) -> None:
         gate.template,
         item,
         JudgeConfig(),
-        lambda shown: gate.item_constraint(item, shown),
+        gate.constraint_for,
         gate.system_context(item),
         gate.user_context(item),
     )
