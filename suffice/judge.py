@@ -7,6 +7,7 @@ an error result for that item only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -170,7 +171,7 @@ class Judge:
             self.gate.template,
             item,
             self.config,
-            self.gate.constraint_for,
+            functools.partial(self.gate.item_constraint, item),
             self.gate.system_context(item),
             self.gate.user_context(item),
             cancel,

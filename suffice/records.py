@@ -6,6 +6,8 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date as Date
+from datetime import datetime
 from typing import Any
 
 from suffice.exceptions import InputError
@@ -18,12 +20,31 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: A chunk's metadata value: a JSON scalar.
+MetadataValue = str | int | float | bool | None
+#: Bounds on a chunk's ``metadata``: entries, characters of a key, of a string value.
+METADATA_MAX_KEYS = 16
+METADATA_KEY_CHARS = 64
+METADATA_VALUE_CHARS = 256
+#: The most characters a chunk's ``date`` may have.
+DATE_CHARS = 40
+
+
 @dataclass(frozen=True)
 class Chunk:
     id: ChunkId
     text: str
     source: str | None = None
     score: float | None = None
+    #: When the chunk's content dates from: ISO 8601 (a date or a date and time), as given.
+    date: str | None = None
+    #: Free attributes of the chunk (a JSON object of scalars), as ``(key, value)`` pairs in
+    #: the given order (a tuple keeps the chunk hashable).
+    metadata: tuple[tuple[str, MetadataValue], ...] | None = None
+
+    @property
+    def metadata_dict(self) -> dict[str, MetadataValue] | None:
+        return None if self.metadata is None else dict(self.metadata)
 
 
 @dataclass(frozen=True)
@@ -115,7 +136,61 @@ def parse_chunk(raw: object, index: int) -> Chunk:
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not _finite(score):
             raise InputError(f"{where}.score", f"must be a finite number, got {_short(score)}")
         score = float(score)
-    return Chunk(id=cid, text=clean_text(text), source=None if source is None else clean_text(source), score=score)
+    return Chunk(
+        id=cid,
+        text=clean_text(text),
+        source=None if source is None else clean_text(source),
+        score=score,
+        date=_date(raw.get("date"), f"{where}.date"),
+        metadata=_metadata(raw.get("metadata"), f"{where}.metadata"),
+    )
+
+
+def _date(value: object, field: str) -> str | None:
+    """An ISO 8601 date (``2024-03-01``) or date and time (``2024-03-01T12:00:00Z``), as given."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > DATE_CHARS:
+        raise InputError(field, f"must be an ISO 8601 date such as '2024-03-01', got {_short(value)}")
+    try:
+        if len(value) == 10:
+            Date.fromisoformat(value)
+        else:
+            datetime.fromisoformat(value)
+    except ValueError:
+        raise InputError(
+            field, f"must be an ISO 8601 date such as '2024-03-01' or '2024-03-01T12:00:00Z', got {_short(value)}"
+        ) from None
+    return value
+
+
+def _metadata(value: object, field: str) -> tuple[tuple[str, MetadataValue], ...] | None:
+    """A JSON object of at most :data:`METADATA_MAX_KEYS` scalars (strings bounded), as pairs."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InputError(field, f"must be a JSON object of scalars, got {type(value).__name__}")
+    if isinstance(value, RepeatedKeys) and value.repeated:
+        raise InputError(f"{field}.{sorted(value.repeated)[0]}", "is given twice in one object")
+    if len(value) > METADATA_MAX_KEYS:
+        raise InputError(field, f"has {len(value)} entries; at most {METADATA_MAX_KEYS}")
+    pairs: list[tuple[str, MetadataValue]] = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.strip() or len(key) > METADATA_KEY_CHARS:
+            raise InputError(field, f"keys are non-empty strings of at most {METADATA_KEY_CHARS} characters")
+        where = f"{field}.{key}"
+        if isinstance(item, str):
+            if len(item) > METADATA_VALUE_CHARS:
+                raise InputError(where, f"has {len(item)} characters; at most {METADATA_VALUE_CHARS}")
+            item = clean_text(item)
+        elif isinstance(item, float) and not _finite(item):
+            raise InputError(where, f"must be a finite number, got {_short(item)}")
+        elif isinstance(item, int) and not isinstance(item, bool) and not _int_id(item):
+            raise InputError(where, "is an integer too large; give it as a string")
+        elif item is not None and not isinstance(item, (bool, int, float)):
+            raise InputError(where, f"must be a string, number, boolean or null, got {type(item).__name__}")
+        pairs.append((clean_text(key), item))
+    return tuple(pairs)
 
 
 def parse_record(record: object, *, need_response: bool = False) -> Item:
@@ -180,7 +255,7 @@ class RepeatedKeys(dict[str, Any]):
 
 #: The fields suffice reads of a record and of a chunk.
 RECORD_FIELDS = frozenset({"id", "question", "chunks", "response", "rubric"})
-CHUNK_FIELDS = frozenset({"id", "text", "source", "score"})
+CHUNK_FIELDS = frozenset({"id", "text", "source", "score", "date", "metadata"})
 
 
 def carry_repeats(source: object, out: dict[str, Any], renamed: Mapping[str, str] | None = None) -> dict[str, Any]:

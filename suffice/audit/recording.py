@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.audit.encoding import sha256_text
+from suffice.audit.log import AuditLog
 from suffice.gates.base import Gate
 from suffice.records import Chunk, Item
 from suffice.results import JudgeResult
@@ -74,3 +75,49 @@ def audit_values(
 def round_ms(value: float) -> float:
     """Milliseconds to three decimals, always a float (the audit stores latency as REAL)."""
     return float(f"{value:.3f}")
+
+
+#: The error type of an output that failed validation (see :class:`~suffice.exceptions.VerdictError`).
+VERDICT_ERROR = "VerdictError"
+
+
+def failed_twice(result: JudgeResult) -> bool:
+    """Whether both generations for the record failed validation (the first and its one retry)."""
+    return result.error is not None and result.error.type == VERDICT_ERROR and result.retries >= 1
+
+
+def review_entry(result: JudgeResult, item: Item | None) -> dict[str, Any]:
+    """The review queue entry for a record whose two generations failed validation: the
+    seeds' "after two failures, log the raw output and route to a human review queue"."""
+    assert result.error is not None
+    payload = {
+        "question": item.question if item else None,
+        "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
+        if item
+        else [],
+        "raw_output": result.error.raw_text,
+        "error": result.error.model_dump(mode="json"),
+    }
+    return {
+        "item_id": result.id or "",
+        "gate": result.gate,
+        "reason": f"two generations failed validation: {result.error.message}",
+        "payload": payload,
+    }
+
+
+def record_results(
+    log: AuditLog,
+    rows: Sequence[dict[str, Any]],
+    results: Sequence[JudgeResult],
+    items: Sequence[Item | None],
+    run_id: str,
+) -> list[int]:
+    """Record the audit rows of ``results`` (one per result, as :func:`audit_values` gives
+    them) and queue a review, pointing at its row, for each record whose two generations
+    failed validation.  Returns the rows' sequence numbers."""
+    seqs = log.record_many(rows)
+    for seq, result, item in zip(seqs, results, items, strict=True):
+        if failed_twice(result):
+            log.enqueue_review(**review_entry(result, item), run_id=run_id, evaluation_seq=seq)
+    return seqs

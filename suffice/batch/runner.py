@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suffice.audit import AuditLog, is_audit_file
-from suffice.audit.recording import audit_values
+from suffice.audit.recording import audit_values, record_results
 from suffice.batch.inputs import InputFile, format_of
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
@@ -383,18 +383,21 @@ class _Run:
         if self.audit is not None:  # audited before written: a row on disk is always in the log
             if self._weights is None:
                 self._weights = self.scorer.weights_hash()
-            self.audit.record_many(
+            items = [self.scorer.item_or_none(record) for record in records]
+            rows = [
                 audit_values(
                     self.gate,
                     result,
-                    self.scorer.item_or_none(record),
+                    item,
                     run_id=self.run_id,
                     round=1,
                     latency_ms=latency_ms,
                     weights_hash=self._weights,
                 )
-                for record, result in zip(records, judged, strict=True)
-            )
+                for item, result in zip(items, judged, strict=True)
+            ]
+            # Two failed generations for a record also queue it for review, with the raw output.
+            record_results(self.audit, rows, judged, items, self.run_id)
         self.results.write(
             result_row(r, self.gate, self.options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
         )

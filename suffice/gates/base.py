@@ -163,6 +163,11 @@ class Gate(ABC):
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only."""
 
+    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
+        """The constraint for ``item``'s prompt showing these chunks: :meth:`constraint_for`,
+        unless a gate's constraint depends on the item too (adequacy: its rubric's dimensions)."""
+        return self.constraint_for(shown)
+
     def system_context(self, item: Item) -> dict[str, Any]:
         """Instructions shared by many items (kept identical so the prefix cache hits)."""
         return {}

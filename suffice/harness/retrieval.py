@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from suffice.exceptions import InputError
@@ -85,6 +85,7 @@ def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: in
     for n, raw in enumerate(found):
         if isinstance(raw, Chunk):
             data: dict[str, object] = {"id": raw.id, "text": raw.text, "source": raw.source, "score": raw.score}
+            data.update(date=raw.date, metadata=raw.metadata_dict)
         elif isinstance(raw, Mapping):
             data = {"id": f"r{round}-{n}", **raw}
         else:
@@ -100,7 +101,7 @@ def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: in
         if key in seen or not chunk.text.strip():
             continue
         if str(chunk.id) in ids:
-            chunk = Chunk(_free_id(ids, f"r{round}-{n}"), chunk.text, chunk.source, chunk.score)
+            chunk = replace(chunk, id=_free_id(ids, f"r{round}-{n}"))
         seen.add(key)
         ids.add(str(chunk.id))
         merged.append(chunk)

@@ -166,6 +166,8 @@ def fit_prompt(
                 "source": item.chunks[i].source,
                 "source_label": sources[source_key(item.chunks[i])],
                 "score": item.chunks[i].score,
+                "date": item.chunks[i].date,
+                "metadata": item.chunks[i].metadata_dict,
             }
             for label, i in enumerate(sorted(keep))
         ]

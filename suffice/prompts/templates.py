@@ -78,8 +78,9 @@ def fence_seed(texts: Sequence[str | None]) -> str:
     return hashlib.sha256(material).hexdigest()
 
 
-#: Attribute values a fence's opening line can carry (``None``: left out).
-Attribute = str | int | float | None
+#: Attribute values a fence's opening line can carry (``None``: left out); a chunk's
+#: ``metadata`` is an object of scalars, written as one JSON object.
+Attribute = str | int | float | dict[str, str | int | float | bool | None] | None
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,9 @@ class Fence:
 
     def __call__(self, kind: str, text: str, label: int | None = None, **attributes: Attribute) -> str:
         head = [kind, *([] if label is None else [str(label)]), self.token]
-        head += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in attributes.items() if v is not None]
+        # An attribute a context does not give (a chunk without ``date``) is left out like ``None``.
+        given = {k: v for k, v in attributes.items() if v is not None and not isinstance(v, jinja2.Undefined)}
+        head += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in given.items()]
         return f"<<{' '.join(head)}>>\n{text}\n<<end {self.token}>>"
 
 

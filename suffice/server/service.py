@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.audit import AuditLog
-from suffice.audit.recording import audit_values, weights_hash
+from suffice.audit.recording import audit_values, record_results, weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
 from suffice.gates import Gate, gate_class
 from suffice.judge import Judge
+from suffice.records import Item
 from suffice.results import JudgeResult
 from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
@@ -92,9 +93,12 @@ class _AuditWriter:
         # A wrong key or a damaged head fails at start-up, not as a 503 on every request.
         self._pool.submit(self._log.check_writable).result()
 
-    def record(self, rows: list[dict[str, Any]]) -> None:
-        """Raises :class:`AuditError` when the rows cannot be written: the request is not answered."""
-        self._pool.submit(self._log.record_many, rows).result()
+    def record(
+        self, rows: list[dict[str, Any]], results: Sequence[JudgeResult], items: Sequence[Item | None], run_id: str
+    ) -> None:
+        """Record the rows, and queue a review for each record whose two generations failed
+        validation; raises :class:`AuditError` when they cannot be written: the request is not answered."""
+        self._pool.submit(record_results, self._log, rows, results, items, run_id).result()
 
     def close(self) -> None:
         self._pool.submit(self._log.close).result()
@@ -180,20 +184,20 @@ class GateService:
         results = judge.judge_batch(list(records), cancel=cancel)
         seconds = time.perf_counter() - began
         if self._audit is not None:
-            self._audit.record(
-                [
-                    audit_values(
-                        judge.gate,
-                        result,
-                        judge.item_or_none(record),
-                        run_id=request_id,
-                        round=1,
-                        latency_ms=seconds * 1000,
-                        weights_hash=self._weights,
-                    )
-                    for record, result in zip(records, results, strict=True)
-                ]
-            )
+            items = [judge.item_or_none(record) for record in records]
+            rows = [
+                audit_values(
+                    judge.gate,
+                    result,
+                    item,
+                    run_id=request_id,
+                    round=1,
+                    latency_ms=seconds * 1000,
+                    weights_hash=self._weights,
+                )
+                for item, result in zip(items, results, strict=True)
+            ]
+            self._audit.record(rows, results, items, request_id)
         rows = []
         for index, result in enumerate(results):
             row = result_row(result, judge.gate, options.fmt, index)

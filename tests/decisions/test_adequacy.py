@@ -41,7 +41,7 @@ SCORES = {"factual_coverage": 0.9, "temporal_relevance": 0.5, "source_authority"
 
 def test_composite_uses_weights_not_a_plain_mean():
     # (2*0.9 + 1*0.5 + 1*0.3 + 0*1.0 + 0*0.0) / 4 = 0.65
-    assert composite_score(output(SCORES).dimensions.scores(), rubric()) == pytest.approx(0.65)
+    assert composite_score(output(SCORES).scores(), rubric()) == pytest.approx(0.65)
 
 
 def test_pass_when_composite_reaches_threshold():

@@ -76,7 +76,7 @@ def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
         jsonschema.validate(v.model_dump(mode="json"), AdequacyVerdict.model_json_schema())
         rubric = store.get(record.get("rubric") or "legal-review")
         assert v.rubric == rubric.ref and v.risk_level == rubric.risk_level
-        scores = v.dimensions.scores()
+        scores = v.scores()
         by_hand = sum(rubric.weight(d) * s for d, s in scores.items()) / sum(rubric.weights.values())
         assert v.decision.composite_score == pytest.approx(by_hand, abs=1e-6)
         threshold = min(1.0, rubric.pass_threshold + RISK_MARGIN[rubric.risk_level])
@@ -90,3 +90,27 @@ def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
             assert re.fullmatch(adequacy_constraint().pattern, result.raw_text)
             AdequacyOutput.model_validate(json.loads(result.raw_text))
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
+
+
+def test_a_rubric_with_its_own_dimensions_yields_exactly_them(engine, tmp_path):
+    """The model writes the rubric's own dimension names (the constraint generates them),
+    and the composite is computed over them."""
+    own = {"symptom_coverage": "whether every symptom in the question is addressed", "steps_present": "fix steps"}
+    rubric = json.loads((builtin_dir() / "customer-support@1.0.0.json").read_text())
+    rubric.update(
+        name="own-dims",
+        version="1",
+        dimensions=own,
+        weights={"symptom_coverage": 2.0, "steps_present": 1.0},
+        critical={"steps_present": 0.3},
+    )
+    (tmp_path / "own-dims@1.json").write_text(json.dumps(rubric))
+    store = RubricStore(tmp_path)
+    [result] = Judge(engine, AdequacyGate(store, "own-dims")).judge_batch(load_records("squad2.jsonl", 1))
+    assert result.verdict is not None, result.error
+    v = result.verdict
+    assert isinstance(v, AdequacyVerdict)
+    assert list(v.dimensions) == list(own)
+    scores = v.scores()
+    by_hand = (2 * scores["symptom_coverage"] + scores["steps_present"]) / 3
+    assert v.decision.composite_score == pytest.approx(by_hand, abs=1e-6)

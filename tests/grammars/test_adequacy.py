@@ -64,4 +64,4 @@ def test_every_allowed_string_is_a_valid_output(data):
     text = data.draw(allowed_strings(adequacy_constraint().pattern))
     assert adequacy_constraint().matches(text)
     out = AdequacyOutput.model_validate(json.loads(text))
-    assert set(out.dimensions.scores()) == set(DIMENSIONS)
+    assert set(out.scores()) == set(DIMENSIONS)

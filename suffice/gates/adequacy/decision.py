@@ -70,9 +70,9 @@ def decide(
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
     be in [0, 1]."""
     effective = effective_threshold(rubric, threshold)
-    scores = output.dimensions.scores()
+    scores = output.scores()
     composite = composite_score(scores, rubric)
-    failed = {d: scores[d] for d, floor in rubric.critical.items() if scores[d] < floor}
+    failed = {d: scores.get(d, 0.0) for d, floor in rubric.critical.items() if scores.get(d, 0.0) < floor}
     vetoes = []
     if rubric.risk_level == "HIGH":
         if output.adequacy_decision == "FAIL":

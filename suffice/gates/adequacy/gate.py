@@ -15,12 +15,10 @@ from suffice.exceptions import ConfigError, InputError, VerdictError
 from suffice.gates.adequacy import cli
 from suffice.gates.adequacy.decision import check_threshold, decide, effective_threshold
 from suffice.gates.adequacy.grammar import (
-    DIMENSIONS,
     AdequacyBounds,
     AdequacyOutput,
     AdequacyVerdict,
     Dimension,
-    Dimensions,
     adequacy_constraint,
 )
 from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir, next_rubric_path, save_rubric_version
@@ -121,7 +119,7 @@ class AdequacyGate(Gate):
         if not isinstance(verdict, AdequacyVerdict):
             raise TypeError(f"the adequacy gate cannot route a {type(verdict).__name__}")
         d = verdict.decision
-        scores = {"composite": d.composite_score, "threshold": d.threshold, **verdict.dimensions.scores()}
+        scores = {"composite": d.composite_score, "threshold": d.threshold, **verdict.scores()}
         return Routing(
             d.route,
             d.reason,
@@ -168,7 +166,7 @@ class AdequacyGate(Gate):
         output = AdequacyOutput(
             adequacy_decision="FAIL",
             adequacy_score=0.0,
-            dimensions=Dimensions(**{d: empty for d in DIMENSIONS}),
+            dimensions={d: empty for d in rubric.dimension_names},
             missing_information=["Any retrieved context for the question."],
             recommendation="RETRIEVE_MORE",
             rationale="No chunk holds any text; the model was not called.",
@@ -181,14 +179,20 @@ class AdequacyGate(Gate):
         return verdict.model_copy(update={"p_model_pass": probabilities['"PASS"']})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        """The constraint of a rubric scoring the seed's five dimensions."""
         return adequacy_constraint()
+
+    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
+        """The constraint generating exactly the item's rubric's dimensions (one compiled
+        form per distinct tuple of dimension names)."""
+        return adequacy_constraint(self.rubric_for(item).dimension_names)
 
     def system_context(self, item: Item) -> dict[str, Any]:
         rubric = self.rubric_for(item)
         return {
             "bounds": AdequacyBounds,
             "rubric": rubric,
-            "dimensions": DIMENSIONS,
+            "dimensions": rubric.dimension_names,
             "pass_threshold": effective_threshold(rubric, self.threshold),
         }
 
@@ -197,7 +201,11 @@ class AdequacyGate(Gate):
             output = AdequacyOutput.model_validate(json.loads(text))
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid adequacy verdict: {exc}", text) from exc
-        return self._verdict(output, self.rubric_for(item), fitted)
+        rubric = self.rubric_for(item)
+        if set(output.dimensions) != set(rubric.dimension_names):
+            wanted = list(rubric.dimension_names)
+            raise VerdictError(f"dimensions must be exactly the rubric's {wanted}, got {list(output.dimensions)}", text)
+        return self._verdict(output, rubric, fitted)
 
     def _verdict(self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None) -> AdequacyVerdict:
         return AdequacyVerdict(

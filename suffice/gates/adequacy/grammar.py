@@ -1,19 +1,22 @@
 """The adequacy verdict (context adequacy evaluation against a rubric) and its constraint.
 
-The model writes the seed's exact schema: a decision and score of its own, five
-scored dimensions with assessments, missing information, a recommendation and a
-rationale.  Every score is a number in [0, 1] with at most two decimals, every
-string and list is bounded.  Nothing depends on the request, so one compiled
-form serves every item.  The decision that routes is computed in code
+The model writes the seed's exact schema: a decision and score of its own, the
+rubric's scored dimensions with assessments (the seed's five unless the rubric
+names its own), missing information, a recommendation and a rationale.  Every
+score is a number in [0, 1] with at most two decimals, every string and list is
+bounded.  Only the dimension names depend on the request (on its rubric), so one
+compiled form serves every item whose rubric scores the same dimensions.  The decision that routes is computed in code
 (:mod:`suffice.gates.adequacy.decision`) and stored beside the model's own.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import UNIT_INTERVAL, Rx, alt, json_list, json_members, json_object, json_string, lit, seq
@@ -26,6 +29,23 @@ DIMENSIONS = (
     "entity_completeness",
     "rubric_alignment",
 )
+#: A rubric's own dimension names: lower-case letters and ``_``, 2 to 8 of them.
+DIMENSION_NAME = re.compile(r"^[a-z_]{1,40}$")
+MIN_DIMENSIONS = 2
+MAX_DIMENSIONS = 8
+
+
+def check_dimension_names(names: Sequence[str]) -> None:
+    """Raise :class:`ValueError` unless ``names`` are 2 to 8 distinct names of lower-case letters and ``_``."""
+    if not MIN_DIMENSIONS <= len(names) <= MAX_DIMENSIONS:
+        raise ValueError(f"must name {MIN_DIMENSIONS} to {MAX_DIMENSIONS} dimensions, got {len(names)}")
+    bad = [n for n in names if not DIMENSION_NAME.match(n) or n.strip("_") == ""]
+    if bad:
+        raise ValueError(f"dimension names are lower-case letters and '_' (at most 40), not {bad}")
+    if len(set(names)) != len(names):
+        raise ValueError("dimension names must be distinct")
+
+
 RECOMMENDATIONS = ("PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE")
 
 
@@ -47,20 +67,20 @@ DECISION_PREFIX = DECISION_KEY[:-2]
 REST_PREFIX = '","adequacy_score":'
 
 
-def _rest() -> Rx:
+def _rest(dimensions: tuple[str, ...]) -> Rx:
     """Everything after ``"PASS"`` / ``"FAIL"``."""
-    return lit(REST_PREFIX[1:]) + _rest_body()
+    return lit(REST_PREFIX[1:]) + _rest_body(dimensions)
 
 
-def _rest_body() -> Rx:
-    """The verdict after :data:`REST_PREFIX`: the score on."""
+def _rest_body(dimensions: tuple[str, ...]) -> Rx:
+    """The verdict after :data:`REST_PREFIX`: the score on, with exactly ``dimensions``."""
     dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
     return seq(
         UNIT_INTERVAL,
         lit(","),
         json_members(
             [
-                ("dimensions", json_object([(d, dimension) for d in DIMENSIONS])),
+                ("dimensions", json_object([(d, dimension) for d in dimensions])),
                 ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
                 ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
                 ("rationale", json_string(1, B.RATIONALE_CHARS)),
@@ -73,25 +93,35 @@ def _rest_body() -> Rx:
 _DECISION = alt(lit('"PASS"'), lit('"FAIL"'))
 
 
-@lru_cache(maxsize=1)
-def adequacy_constraint() -> Constraint:
-    """Two segments, neither depending on the request: the decision alone (the only
-    one with log-probabilities; the key before it prefilled), then the rest (its
-    opening key prefilled)."""
+def adequacy_constraint(dimensions: Sequence[str] = DIMENSIONS) -> Constraint:
+    """Two segments: the decision alone (the only one with log-probabilities; the key
+    before it prefilled), then the rest (its opening key prefilled), which scores
+    exactly ``dimensions`` in their order.  Keyed by the dimension names: rubrics
+    scoring the same dimensions share one compiled form (the seed's five keep the
+    keys they always had)."""
+    return _constraint(tuple(dimensions))
+
+
+@lru_cache(maxsize=32)
+def _constraint(dimensions: tuple[str, ...]) -> Constraint:
+    check_dimension_names(dimensions)
+    suffix = "" if dimensions == DIMENSIONS else "/" + ",".join(dimensions)
     values = alt(lit("PASS"), lit("FAIL"))
     decision = Segment.from_rx(
         lit(DECISION_KEY[-2:] + '"') + values, key="adequacy/decision", logprobs=True, prefix=DECISION_PREFIX
     )
-    rest = Segment.from_rx(_rest_body(), key="adequacy/rest", prefix=REST_PREFIX)
+    rest = Segment.from_rx(_rest_body(dimensions), key="adequacy/rest" + suffix, prefix=REST_PREFIX)
 
     def continuation(text: str) -> Segment | None:
         if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL'):
             return rest
         return None
 
-    coarse = Segment.from_rx(seq(_DECISION, _rest()), key="adequacy/whole", logprobs=True, prefix=DECISION_KEY)
-    rx = seq(lit(DECISION_KEY), _DECISION, _rest())
-    return Constraint.from_rx(rx, key="adequacy", head=decision, continuation=continuation, coarse_head=coarse)
+    coarse = Segment.from_rx(
+        seq(_DECISION, _rest(dimensions)), key="adequacy/whole" + suffix, logprobs=True, prefix=DECISION_KEY
+    )
+    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions))
+    return Constraint.from_rx(rx, key="adequacy" + suffix, head=decision, continuation=continuation, coarse_head=coarse)
 
 
 class Dimension(BaseModel):
@@ -99,19 +129,6 @@ class Dimension(BaseModel):
 
     score: float = Field(ge=0.0, le=1.0)
     assessment: str = Field(min_length=1, max_length=B.ASSESSMENT_CHARS)
-
-
-class Dimensions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    factual_coverage: Dimension
-    temporal_relevance: Dimension
-    source_authority: Dimension
-    entity_completeness: Dimension
-    rubric_alignment: Dimension
-
-    def scores(self) -> dict[str, float]:
-        return {d: getattr(self, d).score for d in DIMENSIONS}
 
 
 Recommendation = Literal["PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE"]
@@ -124,10 +141,22 @@ class AdequacyOutput(BaseModel):
 
     adequacy_decision: Literal["PASS", "FAIL"]
     adequacy_score: float = Field(ge=0.0, le=1.0)
-    dimensions: Dimensions
+    #: The rubric's dimensions by name (the seed's five unless the rubric names its own);
+    #: that they are exactly the rubric's is checked against it when parsed.
+    dimensions: dict[str, Dimension]
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
     recommendation: Recommendation
     rationale: str = Field(min_length=1, max_length=B.RATIONALE_CHARS)
+
+    @field_validator("dimensions")
+    @classmethod
+    def _dimension_names(cls, value: dict[str, Dimension]) -> dict[str, Dimension]:
+        check_dimension_names(list(value))
+        return value
+
+    def scores(self) -> dict[str, float]:
+        """Each dimension's score, in the order written."""
+        return {d: dim.score for d, dim in self.dimensions.items()}
 
 
 class AdequacyDecision(BaseModel):

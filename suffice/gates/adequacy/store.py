@@ -16,10 +16,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from suffice.exceptions import ConfigError, RubricError
-from suffice.gates.adequacy.grammar import DIMENSIONS
+from suffice.gates.adequacy.grammar import DIMENSIONS, check_dimension_names
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
+#: The most characters a rubric's description of one of its own dimensions may have.
+DESCRIPTION_CHARS = 200
 
 
 class Rubric(BaseModel):
@@ -30,6 +32,9 @@ class Rubric(BaseModel):
     use_case: str = Field(min_length=1)
     risk_level: Literal["HIGH", "MEDIUM", "LOW"]
     criteria: list[str] = Field(min_length=1)
+    #: The rubric's own scored dimensions, name -> what it measures (2 to 8 names of
+    #: lower-case letters and ``_``); without it the seed's five (:data:`DIMENSIONS`).
+    dimensions: dict[str, str] | None = None
     weights: dict[str, float]
     critical: dict[str, float] = Field(default_factory=dict)
     pass_threshold: float = Field(ge=0.0, le=1.0)
@@ -52,16 +57,22 @@ class Rubric(BaseModel):
             raise ValueError("must be dotted numbers such as 1 or 1.2.0")
         return value
 
-    @field_validator("weights", "critical")
+    @field_validator("dimensions")
     @classmethod
-    def _known_dimensions(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(DIMENSIONS))
-        if unknown:
-            raise ValueError(f"unknown dimension(s) {unknown}; known: {list(DIMENSIONS)}")
+    def _dimensions(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            check_dimension_names(list(value))
+            if any(not 0 < len(text.strip()) <= DESCRIPTION_CHARS for text in value.values()):
+                raise ValueError(f"each dimension says what it measures in 1 to {DESCRIPTION_CHARS} characters")
         return value
 
     @model_validator(mode="after")
     def _weights_and_floors(self) -> Rubric:
+        known = self.dimension_names
+        for field, value in (("weights", self.weights), ("critical", self.critical)):
+            unknown = sorted(set(value) - set(known))
+            if unknown:
+                raise ValueError(f"{field}: unknown dimension(s) {unknown}; this rubric's: {list(known)}")
         if any(w < 0 for w in self.weights.values()):
             raise ValueError("weights: every weight must be >= 0")
         # Infinity (JSON's too) or 1e308 twice would make every composite NaN.
@@ -70,6 +81,11 @@ class Rubric(BaseModel):
         if any(not 0 <= f <= 1 for f in self.critical.values()):
             raise ValueError("critical: every floor must be in [0, 1]")
         return self
+
+    @property
+    def dimension_names(self) -> tuple[str, ...]:
+        """The dimensions scored, in order: the rubric's own, else the seed's five."""
+        return DIMENSIONS if self.dimensions is None else tuple(self.dimensions)
 
     @property
     def ref(self) -> str:
