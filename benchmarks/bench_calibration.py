@@ -28,26 +28,33 @@ from suffice.calibration.report import score_metrics
 
 
 class _OutOfTime(Exception):
-    def __init__(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
+    pass
 
 
-def _old_curve(scores: Sequence[float], labels: Sequence[bool], deadline: float) -> list[ThresholdPoint]:
+class _Budget:
+    """The old algorithm's deadline, and how many curve points it computed before it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+        self.points = 0
+
+
+def _old_curve(scores: Sequence[float], labels: Sequence[bool], budget: _Budget) -> list[ThresholdPoint]:
     """The curve as it was: :func:`point` (three passes over every item) per distinct score."""
-    thresholds = sorted(set(scores), reverse=True)
     points = []
-    for done, t in enumerate(thresholds):
-        if time.perf_counter() > deadline:
-            raise _OutOfTime(done, len(thresholds))
+    for t in sorted(set(scores), reverse=True):
+        if time.perf_counter() > budget.deadline:
+            raise _OutOfTime
         points.append(point(scores, labels, t))
+        budget.points += 1
     return points
 
 
-def _old_metrics(values: Sequence[float], labels: Sequence[bool], target: float, deadline: float) -> dict[str, Any]:
+def _old_metrics(values: Sequence[float], labels: Sequence[bool], target: float, budget: _Budget) -> dict[str, Any]:
     """build_report's metric part before issue 32: best_f1, threshold_for_precision and
     curve each built the whole curve."""
-    best = max(reversed(_old_curve(values, labels, deadline)), key=lambda p: p.f1)
-    reaching = [p for p in _old_curve(values, labels, deadline) if p.precision >= target and p.recall > 0]
+    best = max(reversed(_old_curve(values, labels, budget)), key=lambda p: p.f1)
+    reaching = [p for p in _old_curve(values, labels, budget) if p.precision >= target and p.recall > 0]
     chosen = min(reaching, key=lambda p: p.threshold) if reaching else None
     return {
         "auc": roc_auc(values, labels),
@@ -56,7 +63,7 @@ def _old_metrics(values: Sequence[float], labels: Sequence[bool], target: float,
         "accuracy_at_0_5": point(values, labels, 0.5).accuracy,
         "ece": expected_calibration_error(values, labels),
         "reliability": reliability(values, labels),
-        "curve": [p.as_dict() for p in _old_curve(values, labels, deadline)],
+        "curve": [p.as_dict() for p in _old_curve(values, labels, budget)],
     }
 
 
@@ -72,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--old-sizes", type=int, nargs="+", default=[10_000, 100_000], help="where to run the old one")
-    parser.add_argument("--old-cap", type=float, default=120.0, help="seconds the old algorithm gets per size")
+    parser.add_argument("--old-cap", type=float, default=150.0, help="seconds the old algorithm gets per size")
     args = parser.parse_args()
     rows = []
     for kind, n in [(kind, n) for kind in ("3 decimals", "continuous") for n in args.sizes]:
@@ -87,12 +94,14 @@ def main() -> None:
         row.update(old_s=None, ratio=None)
         if n in args.old_sizes:
             start = time.perf_counter()
+            budget = _Budget(args.old_cap)
             try:
-                old = _old_metrics(scores, labels, 0.9, start + args.old_cap)
-            except _OutOfTime as stop:
+                old = _old_metrics(scores, labels, 0.9, budget)
+            except _OutOfTime:
                 spent = time.perf_counter() - start
-                # three curves of ``total`` points; ``done`` of the first in ``spent``
-                row.update(old_s=spent / max(stop.done, 1) * stop.total * 3, old="estimated", same=None)
+                # three curves of one point per distinct score; ``budget.points`` of them in ``spent``
+                estimate = spent / max(budget.points, 1) * 3 * row["distinct"]
+                row.update(old_s=estimate, old="estimated", same=None)
             else:
                 row.update(old_s=time.perf_counter() - start, old="measured")
                 row["same"] = all(old[k] == new[k] for k in old)
