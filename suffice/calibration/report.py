@@ -9,14 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suffice.calibration.metrics import (
-    best_f1,
-    curve,
+    Sweep,
     expected_calibration_error,
     point,
     reliability,
-    roc_auc,
     set_agreement,
-    threshold_for_precision,
 )
 from suffice.exceptions import InputError
 from suffice.fields import FieldMap
@@ -62,6 +59,25 @@ def _scores_of(gate: Gate, verdict: Any, line: int) -> dict[str, float | None]:
             raise InputError(f"verdict.{name}", f"line {line}: is {value!r}, not a finite number")
         scores[name] = None if value is None else float(value)
     return scores
+
+
+def score_metrics(values: Sequence[float], labels: Sequence[bool], precision_target: float) -> dict[str, Any]:
+    """One score's part of the report: AUC, the best-F1 and precision-target
+    thresholds, the curve, calibration.  One sort serves every threshold (see
+    :class:`~suffice.calibration.metrics.Sweep`)."""
+    sweep = Sweep(values, labels)
+    target = sweep.for_precision(precision_target)
+    return {
+        "n": len(values),
+        "positives": sweep.positives,
+        "auc": sweep.auc(),
+        "best_f1": sweep.best_f1().as_dict(),
+        "precision_target": None if target is None else target.as_dict(),
+        "accuracy_at_0_5": point(values, labels, 0.5).accuracy,
+        "ece": expected_calibration_error(values, labels),
+        "reliability": reliability(values, labels),
+        "curve": [p.as_dict() for p in sweep.points],
+    }
 
 
 def build_report(
@@ -112,20 +128,7 @@ def build_report(
     for name, pairs in columns.items():
         values = [s for s, _ in pairs]
         labels = [y for _, y in pairs]
-        target = threshold_for_precision(values, labels, precision_target)
-        scores[name] = {
-            "n": len(pairs),
-            "positives": sum(labels),
-            "auc": roc_auc(values, labels),
-            "best_f1": best_f1(values, labels).as_dict(),
-            "precision_target": None if target is None else target.as_dict(),
-            "accuracy_at_0_5": point(values, labels, 0.5).accuracy,
-            "ece": expected_calibration_error(values, labels),
-            "reliability": reliability(values, labels),
-            "curve": [p.as_dict() for p in curve(values, labels)],
-            "_values": values,
-            "_labels": labels,
-        }
+        scores[name] = {**score_metrics(values, labels, precision_target), "_values": values, "_labels": labels}
     report["scores"] = scores
     if gold_ids:
         report["useful_chunk_ids"] = set_agreement(predicted_ids, gold_ids)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from suffice.batch import BatchOptions
+from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
@@ -19,6 +21,12 @@ from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see Gate.save_calibration).
 SAVE_WHERE_THE_GATE_KEEPS_IT = Path()
+
+#: The seed's golden set: "run a golden dataset of 100+ query-context pairs with known
+#: adequacy labels" before a threshold is tuned; fewer get a warning.
+SEED_MINIMUM_GOLDEN = 100
+
+CHOICES = ("best-f1", "precision-target", "f-beta", "cost")
 
 
 def add_parser(sub: Any) -> None:
@@ -36,8 +44,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--precision-target", type=float, default=0.9, help="precision for the high-stakes threshold")
     p.add_argument("--score", default=None, help="which score's threshold to save (default: best AUC)")
     p.add_argument(
-        "--choose", choices=("best-f1", "precision-target"), default="best-f1", help="which threshold to save"
+        "--choose",
+        choices=CHOICES,
+        default=None,
+        help="which threshold to save: best F1, the precision target's, best F-beta (--beta), or the least "
+        "expected cost (--fp-cost, --fn-cost); default: the gate's (best-f1; f-beta for a HIGH-risk rubric)",
     )
+    p.add_argument("--beta", type=float, default=0.5, help="F-beta's beta (< 1 favours precision; default 0.5)")
+    p.add_argument("--fp-cost", type=float, default=None, help="--choose cost: a false positive's cost (default 1)")
+    p.add_argument("--fn-cost", type=float, default=None, help="--choose cost: a false negative's cost (default 1)")
     p.add_argument(
         "--save",
         nargs="?",
@@ -58,6 +73,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.precision_target <= 1:
         print(f"error: --precision-target must be in (0, 1], got {args.precision_target}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _choice_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if not args.golden.is_file():
         print(f"error: golden file {str(args.golden)!r} is not a file", file=sys.stderr)
@@ -101,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"error: {terminal_text(args.golden)}: {terminal_text(problem)}", file=sys.stderr)
         return EXIT_USAGE
+    labeled = sum(isinstance(r.get("sufficient"), bool) for r in records)
+    if labeled < SEED_MINIMUM_GOLDEN:
+        print(
+            f"warning: {labeled} labeled records; the seed asks for a golden set of {SEED_MINIMUM_GOLDEN}+ "
+            "labeled query-context pairs before a threshold is tuned: treat this one as provisional",
+            file=sys.stderr,
+        )
     args.output.mkdir(parents=True, exist_ok=True)
     source = args.output / "golden.jsonl"
     if args.golden.resolve() == source.resolve():
@@ -142,6 +168,23 @@ def run(args: argparse.Namespace) -> int:
 
 def _destination(args: argparse.Namespace) -> Path | None:
     return None if args.save is SAVE_WHERE_THE_GATE_KEEPS_IT else args.save
+
+
+def _choice_problem(args: argparse.Namespace) -> str | None:
+    """A --beta or cost that no threshold can be chosen by; costs given without
+    --choose choose by cost."""
+    if args.choose is None and (args.fp_cost is not None or args.fn_cost is not None):
+        args.choose = "cost"
+    if not (math.isfinite(args.beta) and args.beta > 0):
+        return f"--beta must be a positive number, got {args.beta}"
+    for flag, cost in (("--fp-cost", args.fp_cost), ("--fn-cost", args.fn_cost)):
+        if cost is not None and not (math.isfinite(cost) and cost >= 0):
+            return f"{flag} must be a number of 0 or more, got {cost}"
+    fp_cost = 1.0 if args.fp_cost is None else args.fp_cost
+    fn_cost = 1.0 if args.fn_cost is None else args.fn_cost
+    if args.choose == "cost" and fp_cost == fn_cost == 0:
+        return "--fp-cost and --fn-cost are both 0: every threshold costs nothing"
+    return None
 
 
 def _label_problem(records: list[dict[str, Any]]) -> str | None:
@@ -187,7 +230,23 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
             file=sys.stderr,
         )
         return None
-    chosen = scores["best_f1"] if args.choose == "best-f1" else scores["precision_target"]
+    rule, why = (args.choose, None) if args.choose is not None else gate.default_choice()
+    sweep = Sweep(scores["_values"], scores["_labels"])
+    extra: dict[str, Any] = {}
+    if rule == "best-f1":
+        chosen = scores["best_f1"]
+    elif rule == "precision-target":
+        chosen = scores["precision_target"]
+    elif rule == "f-beta":
+        chosen, extra = sweep.best_fbeta(args.beta).as_dict(), {"beta": args.beta}
+    else:
+        fp_cost = 1.0 if args.fp_cost is None else args.fp_cost
+        fn_cost = 1.0 if args.fn_cost is None else args.fn_cost
+        cheapest, cost = sweep.min_cost(fp_cost, fn_cost)
+        chosen, extra = cheapest.as_dict(), {"fp_cost": fp_cost, "fn_cost": fn_cost, "expected_cost": cost}
+    if why is not None:
+        how = f"the threshold saved is the best F{args.beta:g}" if rule == "f-beta" else f"--choose {rule}"
+        print(f"note: {terminal_text(why)}; {how} (--choose best-f1 for F1)", file=sys.stderr)
     if chosen is None:
         print(f"error: no threshold of {name} reaches precision {args.precision_target}", file=sys.stderr)
         return None
@@ -201,7 +260,7 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
             "the saved threshold routes by chance; judge with a stronger model or calibrate on more items",
             file=sys.stderr,
         )
-    return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": args.choose}
+    return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": rule, **extra}
 
 
 def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> int:

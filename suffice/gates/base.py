@@ -91,6 +91,12 @@ class Gate(ABC):
         """Why :meth:`save_calibration` could not save to ``destination`` (``None``: nothing known against it)."""
         return None
 
+    def default_choice(self) -> tuple[str, str | None]:
+        """The rule ``suffice calibrate --save`` picks a threshold by when ``--choose``
+        is not given (``best-f1``, or ``f-beta`` for a gate whose false positives cost
+        more, such as a high-stakes rubric), and why (``None``: the usual rule)."""
+        return "best-f1", None
+
     def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
         """Save a calibrated threshold where this gate reads it and say what was written (``destination``:
         ``--save``'s value).  Raises :class:`ConfigError` naming ``save``."""

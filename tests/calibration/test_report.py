@@ -75,14 +75,17 @@ def test_gate_config_decides_instead_of_the_model(tmp_path):
 
 
 def test_calibrated_rubric_version_is_used_by_the_decision(tmp_path):
-    base = rubric("HIGH", threshold=0.9)
+    base = rubric("MEDIUM", threshold=0.9)
     path = save_rubric_version(base, {"threshold": 0.62, "f1": 0.8}, tmp_path)
     assert path.name == "t@2.json"
     calibrated = RubricStore(tmp_path).get("t")
     assert calibrated.version == "2" and calibrated.calibrated_threshold == 0.62
-    assert decide(output(SCORES), base).decision == "FAIL"  # 0.65 < 0.9 + 0.1
+    assert decide(output(SCORES), base).decision == "FAIL"  # 0.65 < 0.9 + 0.05
     d = decide(output(SCORES), calibrated)
     assert d.decision == "PASS" and d.threshold == 0.62  # the calibrated threshold, no margin
+    # HIGH risk: never under the uncalibrated threshold (issue 30; tests/calibration/test_choice.py)
+    high = save_rubric_version(rubric("HIGH", threshold=0.9), {"threshold": 0.62}, tmp_path / "high")
+    assert decide(output(SCORES), RubricStore(high.parent).get("t")).threshold == 1.0
 
 
 def test_decision_only_rows_offer_their_probability():

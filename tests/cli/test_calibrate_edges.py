@@ -225,3 +225,50 @@ def test_a_damaged_compressed_golden_file_is_exit_2_naming_it(tmp_path, opened, 
     status = main(["calibrate", str(golden), "-o", str(tmp_path / "rep"), "--no-progress"])
     assert status == EXIT_USAGE
     assert "cannot be read after line" in capsys.readouterr().err
+
+
+#: self_confidence 0.9 .. 0.4 against labels T T F T T F: best F1 at 0.5 (one false
+#: positive), least cost at 5:1 at 0.8 (none).
+LABELED = [(0.9, True), (0.8, True), (0.7, False), (0.6, True), (0.5, True), (0.4, False)]
+COSTLY = [record(i, c, True, y) for i, (c, y) in enumerate(LABELED)]
+
+
+def _saved(tmp_path: Path, *extra: str) -> dict[str, object]:
+    tmp_path.mkdir(exist_ok=True)
+    config = tmp_path / "gate.json"
+    code, _ = calibrate(tmp_path, COSTLY, "--score", "self_confidence", "--save-config", str(config), *extra)
+    assert code == EXIT_OK
+    return json.loads(config.read_text())
+
+
+def test_choose_cost_minimises_the_expected_cost_the_user_gives(tmp_path, opened):
+    assert _saved(tmp_path / "f1")["threshold"] == 0.5
+    saved = _saved(tmp_path / "cost", "--choose", "cost", "--fp-cost", "5", "--fn-cost", "1")
+    assert saved["threshold"] == 0.8
+    metrics = saved["metrics"]
+    assert metrics["rule"] == "cost" and metrics["fp_cost"] == 5 and metrics["expected_cost"] == pytest.approx(2 / 6)
+
+
+def test_costs_alone_choose_by_cost(tmp_path, opened):
+    assert _saved(tmp_path, "--fp-cost", "5")["threshold"] == 0.8
+
+
+@pytest.mark.parametrize("flags", [["--beta", "0"], ["--fp-cost", "-1"], ["--fp-cost", "0", "--fn-cost", "0"]])
+def test_a_choice_no_threshold_can_be_chosen_by_is_refused_before_judging(tmp_path, opened, flags):
+    code, _ = calibrate(tmp_path, COSTLY, "--save-config", str(tmp_path / "gate.json"), *flags)
+    assert code == EXIT_USAGE and opened == []
+
+
+def test_a_golden_set_under_the_seeds_minimum_is_warned_about(tmp_path, opened, capsys):
+    calibrate(tmp_path, SEPARABLE)
+    err = capsys.readouterr().err
+    assert "warning: 3 labeled records" in err and "100+" in err
+
+
+def test_a_golden_set_of_the_seeds_minimum_is_not_warned_about(tmp_path, opened, capsys):
+    records = [record(i, 0.5 + (i % 5) / 10, True, i % 5 > 1) for i in range(100)]
+    calibrate(tmp_path, [*records, record(100, 0.5, True, None)])  # the unlabeled one does not count
+    assert "labeled records" not in capsys.readouterr().err
+    (tmp_path / "less").mkdir()
+    calibrate(tmp_path / "less", records[:99])
+    assert "warning: 99 labeled records" in capsys.readouterr().err

@@ -52,12 +52,16 @@ def check_threshold(threshold: float | None) -> None:
 def effective_threshold(rubric: Rubric, threshold: float | None = None) -> float:
     """The composite threshold PASS needs: ``threshold`` (an override) or the rubric's
     pass threshold plus its risk margin (capped at 1), or the rubric's calibrated
-    threshold as it is.  The prompt states this one, the decision applies it."""
+    threshold as it is, but for a HIGH-risk rubric never under the uncalibrated one:
+    calibration keeps the margin's direction there ("for high-stakes domains ... bias
+    toward false negatives").  The prompt states this one, the decision applies it."""
     check_threshold(threshold)
-    if threshold is None and rubric.calibrated_threshold is not None:
-        return round(rubric.calibrated_threshold, 6)
     base = rubric.pass_threshold if threshold is None else threshold
-    return round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
+    uncalibrated = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
+    if threshold is None and rubric.calibrated_threshold is not None:
+        calibrated = round(rubric.calibrated_threshold, 6)
+        return max(calibrated, uncalibrated) if rubric.risk_level == "HIGH" else calibrated
+    return uncalibrated
 
 
 def decide(

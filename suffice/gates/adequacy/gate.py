@@ -93,6 +93,13 @@ class AdequacyGate(Gate):
             return f"{path.stem} exists already in {path.parent}: calibrate from it, or move it away"
         return None
 
+    def default_choice(self) -> tuple[str, str | None]:
+        """A HIGH-risk rubric biases toward false negatives (the seed: "re-retrieval is
+        cheaper than an incorrect answer"): F-beta with beta < 1 by default."""
+        if self.default_rubric is not None and self.store.get(self.default_rubric).risk_level == "HIGH":
+            return "f-beta", f"{self.default_rubric} is a HIGH-risk rubric: biased toward false negatives"
+        return super().default_choice()
+
     def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
         if self.default_rubric is None:
             raise ConfigError("save", str(destination), "the adequacy gate needs --rubric to save a new version")
@@ -102,7 +109,9 @@ class AdequacyGate(Gate):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
         path = save_rubric_version(base, {**choice.metrics, "threshold": choice.threshold}, folder)
-        return f"saved rubric version {path.stem} (calibrated threshold {choice.threshold:.3f})"
+        applied = effective_threshold(base.model_copy(update={"calibrated_threshold": choice.threshold}))
+        floor = "" if applied == round(choice.threshold, 6) else f"; applied as {applied:.3f}, the HIGH-risk floor"
+        return f"saved rubric version {path.stem} (calibrated threshold {choice.threshold:.3f}{floor})"
 
     def settings(self) -> dict[str, str]:
         """The default rubric as resolved now (``name@version``) and a hash of every
