@@ -199,6 +199,13 @@ class SufficiencyGate(Gate):
         row = super().export(verdict, fmt)
         if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict) and verdict.decision is not None:
             row["model_is_sufficient"] = verdict.is_sufficient  # the model's own, beside the calibrated one
+        if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict):
+            # Outside the seed's shape, beside it: lists filled to their limit, a decision the constraint forced.
+            if verdict.at_limit:
+                row["at_limit"] = list(verdict.at_limit)
+            if verdict.forced_by is not None:
+                row["forced_by"] = verdict.forced_by
+                row["p_sufficient"] = verdict.p_sufficient
         return row
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:

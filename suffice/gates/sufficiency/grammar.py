@@ -113,6 +113,43 @@ WORD_WITHIN = 4
 _WORD = re.compile(WORD_CHAR_CLASS)
 
 
+def _ranges(char_class: str) -> list[tuple[int, int]]:
+    """The code point ranges of a bracket class as this module writes them (no negation)."""
+    body, out, i = char_class[1:-1], [], 0
+    while i < len(body):
+        char = body[i + 1] if body[i] == "\\" else body[i]
+        i += 2 if body[i] == "\\" else 1
+        if i + 1 < len(body) and body[i] == "-":
+            high = body[i + 2] if body[i + 1] == "\\" else body[i + 1]
+            i += 3 if body[i + 1] == "\\" else 2
+            out.append((ord(char), ord(high)))
+        else:
+            out.append((ord(char), ord(char)))
+    return out
+
+
+def _without(char_class: str, removed: str) -> str:
+    """``char_class`` less the characters of ``removed``, as a bracket class."""
+    drop = _ranges(removed)
+    kept = [c for lo, hi in _ranges(char_class) for c in range(lo, hi + 1) if not any(a <= c <= b for a, b in drop)]
+    parts, start = [], 0
+    while start < len(kept):
+        end = start
+        while end + 1 < len(kept) and kept[end + 1] == kept[end] + 1:
+            end += 1
+        lo, hi = (chr(kept[start]) if chr(kept[start]) not in "\\]-^[" else "\\" + chr(kept[start])), chr(kept[end])
+        hi = hi if hi not in "\\]-^[" else "\\" + hi
+        parts.append(lo if start == end else lo + "-" + hi)
+        start = end + 1
+    return "[" + "".join(parts) + "]"
+
+
+#: Characters of a string that are not a letter or digit (the first without the space): the alternatives
+#: of :func:`word_string` are disjoint, so a backtracking matcher (Python's ``re``) stays linear.
+_NON_WORD = _without(STRING_CHAR_CLASS, WORD_CHAR_CLASS)
+_NON_WORD_FIRST = _without(STRING_FIRST_CHAR_CLASS, WORD_CHAR_CLASS)
+
+
 def has_word(text: str) -> bool:
     """Whether ``text`` holds a letter or digit where the constraint asks for one (its first characters)."""
     return any(_WORD.fullmatch(char) for char in text[:WORD_WITHIN])
@@ -120,13 +157,16 @@ def has_word(text: str) -> bool:
 
 def word_string(max_len: int) -> Rx:
     """A JSON string of 1..``max_len`` characters, not starting with a space, with a letter or digit among
-    its first :data:`WORD_WITHIN` characters: ``","`` or ``"--"`` names nothing."""
-    first = Rx(STRING_FIRST_CHAR_CLASS, STRING_CHAR_MAX_BYTES)
+    its first :data:`WORD_WITHIN` characters: ``","`` or ``"--"`` names nothing.  The alternatives are
+    split at the first letter or digit, so at most one matches a string."""
     char = Rx(STRING_CHAR_CLASS, STRING_CHAR_MAX_BYTES)
     word = Rx(WORD_CHAR_CLASS, STRING_CHAR_MAX_BYTES)
     options = [seq(word, repeat(char, 0, max_len - 1))]
     for at in range(1, min(WORD_WITHIN, max_len)):
-        options.append(seq(first, repeat(char, at - 1, at - 1), word, repeat(char, 0, max_len - 1 - at)))
+        before = seq(
+            Rx(_NON_WORD_FIRST, STRING_CHAR_MAX_BYTES), repeat(Rx(_NON_WORD, STRING_CHAR_MAX_BYTES), at - 1, at - 1)
+        )
+        options.append(seq(before, word, repeat(char, 0, max_len - 1 - at)))
     return seq(lit('"'), alt(*options), lit('"'))
 
 
@@ -411,7 +451,6 @@ def forced_insufficient(text: str) -> bool:
     return UNCOVERED in text.split(DECISION_KEY, 1)[0]
 
 
-@lru_cache(maxsize=1024)
 def sufficiency_constraint(n_chunks: int, bounds: SufficiencyBounds = DEFAULT_BOUNDS) -> Constraint:
     """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``) under ``bounds``.
 
@@ -420,6 +459,12 @@ def sufficiency_constraint(n_chunks: int, bounds: SufficiencyBounds = DEFAULT_BO
     useful chunk.  Different bounds are different compiled forms: their keys say which (the defaults add
     nothing), and ``max_bytes`` grows with them.
     """
+    return _constraint(n_chunks, bounds)
+
+
+@lru_cache(maxsize=1024)
+def _constraint(n_chunks: int, bounds: SufficiencyBounds) -> Constraint:
+    """One compiled form per chunk count and bounds (the defaults passed or not)."""
     segments = _segments(bounds)
     useful = bounds.useful_max
 
