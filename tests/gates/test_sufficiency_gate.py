@@ -54,6 +54,7 @@ def test_an_option_out_of_range_is_named_in_the_error(key, value):
     with pytest.raises(ConfigError) as info:
         SufficiencyOptions.parse("sufficiency", {key: value})
     assert key in str(info.value)
+    assert "no such option" not in str(info.value)  # an option of the gate, out of its range
 
 
 def test_the_options_reach_the_constraint_and_the_prompt():
