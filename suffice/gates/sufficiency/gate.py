@@ -13,6 +13,7 @@ from suffice.exceptions import ConfigError, VerdictError
 from suffice.gates.base import CalibrationChoice, Gate, GateOptions
 from suffice.gates.sufficiency.calibration import GateConfig, sufficiency_score
 from suffice.gates.sufficiency.grammar import (
+    DEFAULT_BOUNDS,
     CalibratedDecision,
     SufficiencyBounds,
     SufficiencyOutput,
@@ -29,10 +30,36 @@ from suffice.records import Chunk, Item
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+B = SufficiencyBounds
+
+
 class SufficiencyOptions(GateOptions):
     gate_config: Path | None = Field(
         default=None, description="a calibrated threshold file written by `suffice calibrate --save PATH`"
     )
+    max_entities: int = Field(
+        default=B.ENTITIES_MAX,
+        ge=B.ENTITIES_RANGE[0],
+        le=B.ENTITIES_RANGE[1],
+        description=(
+            f"required entities the model may list ({B.ENTITIES_RANGE[0]}-{B.ENTITIES_RANGE[1]}); the default "
+            f"{B.ENTITIES_MAX} covers 99.7% of the labeled questions in shared/data (98.2% of HotpotQA's, the "
+            "p98; the old 4 covered 85%); each one adds ~150 bytes to max_tokens"
+        ),
+    )
+    max_useful_chunks: int = Field(
+        default=B.USEFUL_MAX,
+        ge=B.USEFUL_RANGE[0],
+        le=B.USEFUL_RANGE[1],
+        description=(
+            f"useful chunk ids the model may list ({B.USEFUL_RANGE[0]}-{B.USEFUL_RANGE[1]}); the default "
+            f"{B.USEFUL_MAX} covers 100% of the labeled useful_chunk_ids in shared/data (p100: at most 4)"
+        ),
+    )
+
+    @property
+    def bounds(self) -> SufficiencyBounds:
+        return SufficiencyBounds(entities_max=self.max_entities, useful_max=self.max_useful_chunks)
 
 
 class SufficiencyGate(Gate):
@@ -44,9 +71,15 @@ class SufficiencyGate(Gate):
     saveable_scores = ("p_sufficient", "self_confidence")
     verdict_model = SufficiencyVerdict
 
-    def __init__(self, prompt_version: str = "v5", calibration: GateConfig | None = None) -> None:
+    def __init__(
+        self,
+        prompt_version: str = "v5",
+        calibration: GateConfig | None = None,
+        bounds: SufficiencyBounds = DEFAULT_BOUNDS,
+    ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.calibration = calibration
+        self.bounds = bounds
 
     @classmethod
     def from_options(cls, options: GateOptions) -> SufficiencyGate:
@@ -55,7 +88,7 @@ class SufficiencyGate(Gate):
         calibration = None if path is None else GateConfig.load(path)
         if calibration is not None and calibration.gate != cls.name:
             raise ConfigError("gate_config", str(path), f"is for the {calibration.gate} gate")
-        return cls(calibration=calibration)
+        return cls(calibration=calibration, bounds=options.bounds)
 
     def check_detail(self, detail: str) -> None:
         if detail == "decision" and self.calibration is not None:
@@ -86,12 +119,16 @@ class SufficiencyGate(Gate):
         return f"saved {choice.score} >= {choice.threshold:.3f} to {destination}"
 
     def decide(self, verdict: SufficiencyVerdict) -> SufficiencyVerdict:
-        """Apply the calibrated threshold, if any; without a score the model's boolean stands."""
+        """Apply the calibrated threshold, if any; without a score the model's boolean stands.
+        A decision the constraint forced (``forced_by``) stands whatever the score."""
         config = self.calibration
         if config is None or not verdict.model_called:
             return verdict
         score = sufficiency_score(verdict, config.score)
-        if score is None:
+        if verdict.forced_by is not None:
+            sufficient = False
+            reason = f"the constraint forced insufficient ({verdict.forced_by.replace('_', ' ')})"
+        elif score is None:
             sufficient, reason = verdict.is_sufficient, f"no {config.score} available: the model's decision stands"
         else:
             sufficient = score >= config.threshold
@@ -105,11 +142,16 @@ class SufficiencyGate(Gate):
     def settings(self) -> dict[str, str]:
         config = self.calibration
         calibrated = "none" if config is None else f"{config.score}>={config.threshold!r}"
-        return {**super().settings(), "gate_config": calibrated}
+        settings = {**super().settings(), "gate_config": calibrated}
+        if self.bounds != DEFAULT_BOUNDS:
+            settings["max_entities"] = str(self.bounds.entities_max)
+            settings["max_useful_chunks"] = str(self.bounds.useful_max)
+        return settings
 
     def is_positive(self, verdict: BaseModel) -> bool:
-        """The calibrated decision when a gate config set one, else the model's boolean."""
-        if not isinstance(verdict, SufficiencyVerdict):
+        """The calibrated decision when a gate config set one, else the model's boolean; a decision the
+        constraint forced is never positive, whatever ``p_sufficient`` (the model's own) says."""
+        if not isinstance(verdict, SufficiencyVerdict) or verdict.forced_by is not None:
             return False
         return verdict.decision.sufficient if verdict.decision is not None else verdict.is_sufficient
 
@@ -131,8 +173,10 @@ class SufficiencyGate(Gate):
         return Routing("retrieve_more", why, queries=list(verdict.missing_information), gap=gap, scores=scores)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        """``p_sufficient`` is the model's own probability, also when the constraint forced ``false``
+        (``forced_by``): calibration fits the model, while ``decision`` is the one that routes."""
         confidence = float(verdict["confidence"])
-        sufficient = bool(verdict["is_sufficient"])
+        sufficient = bool(verdict["is_sufficient"]) and verdict.get("forced_by") is None
         decision = verdict.get("decision")
         return {
             "p_sufficient": verdict.get("p_sufficient"),
@@ -155,6 +199,13 @@ class SufficiencyGate(Gate):
         row = super().export(verdict, fmt)
         if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict) and verdict.decision is not None:
             row["model_is_sufficient"] = verdict.is_sufficient  # the model's own, beside the calibrated one
+        if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict):
+            # Outside the seed's shape, beside it: lists filled to their limit, a decision the constraint forced.
+            if verdict.at_limit:
+                row["at_limit"] = list(verdict.at_limit)
+            if verdict.forced_by is not None:
+                row["forced_by"] = verdict.forced_by
+                row["p_sufficient"] = verdict.p_sufficient
         return row
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:
@@ -174,23 +225,21 @@ class SufficiencyGate(Gate):
         )
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        return sufficiency_constraint(len(shown))
+        return sufficiency_constraint(len(shown), self.bounds)
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        if isinstance(verdict, SufficiencyVerdict) and not all(verdict.coverage.values()):
-            # An uncovered entity leaves the constraint only "false": under the
-            # constraint, P(true) is 0 whatever the unconstrained logits said.
-            probabilities = {"true": 0.0, "false": 1.0}
+        """``p_sufficient`` is the model's P(true) as read from the log-probabilities, also when an uncovered
+        entity left the constraint only ``false``: the forced decision is ``is_sufficient``/``forced_by``."""
         if probabilities is not None:
             verdict = verdict.model_copy(update={"p_sufficient": probabilities["true"]})
         return self.decide(verdict) if isinstance(verdict, SufficiencyVerdict) else verdict
 
     def system_context(self, item: Item) -> dict[str, Any]:
-        return {"bounds": SufficiencyBounds}
+        return {"bounds": self.bounds.for_prompt()}
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> SufficiencyVerdict:
         try:
-            output = SufficiencyOutput.model_validate(json.loads(text))
+            output = SufficiencyOutput.model_validate(json.loads(text), context={"bounds": self.bounds})
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid sufficiency verdict: {exc}", text) from exc
         n = len(fitted.shown)
@@ -206,6 +255,7 @@ class SufficiencyGate(Gate):
             truncated_chunk_ids=fitted.truncated_chunk_ids,
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
+            bounds=self.bounds,
         )
         return self.decide(verdict)
 

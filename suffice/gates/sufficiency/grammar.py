@@ -9,21 +9,25 @@
 from __future__ import annotations
 
 import itertools
+import re
+from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import (
     JSON_BOOL,
+    STRING_CHAR_CLASS,
+    STRING_CHAR_MAX_BYTES,
+    STRING_FIRST_CHAR_CLASS,
     UNIT_INTERVAL,
     Rx,
     alt,
     json_list,
     json_members,
     json_object,
-    json_string,
     lit,
     opt,
     repeat,
@@ -38,21 +42,138 @@ def ascending(ids: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(ids))
 
 
+@dataclass(frozen=True)
 class SufficiencyBounds:
-    """Every string and list the model writes is bounded; these are the bounds."""
+    """Every string and list the model writes is bounded; these are the bounds.
 
-    ENTITIES_MAX = 4
-    ENTITY_CHARS = 40
-    MISSING_MAX = 3
-    MISSING_CHARS = 64
-    CONTRADICTIONS_MAX = 2
-    CONTRADICTION_CHARS = 64
-    REASONING_CHARS = 200
-    #: Useful chunks named at most: the list's cost is its length, and the seed asks only for the useful ones.
-    USEFUL_MAX = 8
+    Two are gate options (``max_entities``, ``max_useful_chunks``): an instance holds them, and the
+    upper-case names are their defaults.  Defaults measured on the labeled data in ``shared/data``
+    (``scripts/measure_sufficiency_bounds.py``; see docs/gates.md): 6 entities cover 99.7% of all
+    questions (98.2% of HotpotQA's), 8 useful chunks cover 100% (the most labeled is 4).
+    """
+
+    #: Default of ``max_entities``.
+    ENTITIES_MAX: ClassVar[int] = 6
+    ENTITIES_RANGE: ClassVar[tuple[int, int]] = (1, 16)
+    ENTITY_CHARS: ClassVar[int] = 40
+    MISSING_MAX: ClassVar[int] = 3
+    MISSING_CHARS: ClassVar[int] = 64
+    CONTRADICTIONS_MAX: ClassVar[int] = 2
+    CONTRADICTION_CHARS: ClassVar[int] = 64
+    REASONING_CHARS: ClassVar[int] = 200
+    #: Default of ``max_useful_chunks``: the list's cost is its length, and the seed asks only for the useful ones.
+    USEFUL_MAX: ClassVar[int] = 8
+    USEFUL_RANGE: ClassVar[tuple[int, int]] = (1, 64)
+
+    entities_max: int = 6
+    useful_max: int = 8
+
+    def __post_init__(self) -> None:
+        for name, value, (lo, hi) in (
+            ("max_entities", self.entities_max, self.ENTITIES_RANGE),
+            ("max_useful_chunks", self.useful_max, self.USEFUL_RANGE),
+        ):
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
+
+    @property
+    def suffix(self) -> str:
+        """What the bounds add to a compiled form's key: nothing at the defaults."""
+        entities = "" if self.entities_max == self.ENTITIES_MAX else f"/e{self.entities_max}"
+        useful = "" if self.useful_max == self.USEFUL_MAX else f"/u{self.useful_max}"
+        return entities + useful
+
+    def for_prompt(self) -> dict[str, int]:
+        """The bounds by the names the templates use."""
+        return {
+            "ENTITIES_MAX": self.entities_max,
+            "ENTITY_CHARS": self.ENTITY_CHARS,
+            "MISSING_MAX": self.MISSING_MAX,
+            "MISSING_CHARS": self.MISSING_CHARS,
+            "CONTRADICTIONS_MAX": self.CONTRADICTIONS_MAX,
+            "CONTRADICTION_CHARS": self.CONTRADICTION_CHARS,
+            "REASONING_CHARS": self.REASONING_CHARS,
+            "USEFUL_MAX": self.useful_max,
+        }
 
 
 B = SufficiencyBounds
+DEFAULT_BOUNDS = SufficiencyBounds()
+
+#: A letter or digit: ASCII ones, Latin-1 and Latin Extended letters, the other scripts of the Basic
+#: Multilingual Plane (Greek to CJK and Hangul), fullwidth digits and letters.  Not punctuation or symbols.
+WORD_CHAR_CLASS = (
+    "[0-9A-Za-z\u00aa\u00b5\u00ba\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u02ff\u0370-\u1fff"
+    "\u2c00-\u2dff\u3040-\ud7ff\uf900-\ufdff\ufe70-\ufefc\uff10-\uff19\uff21-\uff3a"
+    "\uff41-\uff5a\uff66-\uffdc]"
+)
+#: Free text holds a letter or digit among its first this many characters.  Why not anywhere: a bounded
+#: string with a word anywhere is O(length²) automaton states to compile; within the first few, O(length).
+WORD_WITHIN = 4
+_WORD = re.compile(WORD_CHAR_CLASS)
+
+
+def _ranges(char_class: str) -> list[tuple[int, int]]:
+    """The code point ranges of a bracket class as this module writes them (no negation)."""
+    body, out, i = char_class[1:-1], [], 0
+    while i < len(body):
+        char = body[i + 1] if body[i] == "\\" else body[i]
+        i += 2 if body[i] == "\\" else 1
+        if i + 1 < len(body) and body[i] == "-":
+            high = body[i + 2] if body[i + 1] == "\\" else body[i + 1]
+            i += 3 if body[i + 1] == "\\" else 2
+            out.append((ord(char), ord(high)))
+        else:
+            out.append((ord(char), ord(char)))
+    return out
+
+
+def _without(char_class: str, removed: str) -> str:
+    """``char_class`` less the characters of ``removed``, as a bracket class."""
+    drop = _ranges(removed)
+    kept = [c for lo, hi in _ranges(char_class) for c in range(lo, hi + 1) if not any(a <= c <= b for a, b in drop)]
+    parts, start = [], 0
+    while start < len(kept):
+        end = start
+        while end + 1 < len(kept) and kept[end + 1] == kept[end] + 1:
+            end += 1
+        lo, hi = (chr(kept[start]) if chr(kept[start]) not in "\\]-^[" else "\\" + chr(kept[start])), chr(kept[end])
+        hi = hi if hi not in "\\]-^[" else "\\" + hi
+        parts.append(lo if start == end else lo + "-" + hi)
+        start = end + 1
+    return "[" + "".join(parts) + "]"
+
+
+#: Characters of a string that are not a letter or digit (the first without the space): the alternatives
+#: of :func:`word_string` are disjoint, so a backtracking matcher (Python's ``re``) stays linear.
+_NON_WORD = _without(STRING_CHAR_CLASS, WORD_CHAR_CLASS)
+_NON_WORD_FIRST = _without(STRING_FIRST_CHAR_CLASS, WORD_CHAR_CLASS)
+
+
+def has_word(text: str) -> bool:
+    """Whether ``text`` holds a letter or digit where the constraint asks for one (its first characters)."""
+    return any(_WORD.fullmatch(char) for char in text[:WORD_WITHIN])
+
+
+def word_string(max_len: int) -> Rx:
+    """A JSON string of 1..``max_len`` characters, not starting with a space, with a letter or digit among
+    its first :data:`WORD_WITHIN` characters: ``","`` or ``"--"`` names nothing.  The alternatives are
+    split at the first letter or digit, so at most one matches a string."""
+    char = Rx(STRING_CHAR_CLASS, STRING_CHAR_MAX_BYTES)
+    word = Rx(WORD_CHAR_CLASS, STRING_CHAR_MAX_BYTES)
+    options = [seq(word, repeat(char, 0, max_len - 1))]
+    for at in range(1, min(WORD_WITHIN, max_len)):
+        before = seq(
+            Rx(_NON_WORD_FIRST, STRING_CHAR_MAX_BYTES), repeat(Rx(_NON_WORD, STRING_CHAR_MAX_BYTES), at - 1, at - 1)
+        )
+        options.append(seq(before, word, repeat(char, 0, max_len - 1 - at)))
+    return seq(lit('"'), alt(*options), lit('"'))
+
+
+def _worded(value: str, field: str) -> str:
+    if not has_word(value):
+        raise ValueError(f"{field} {value!r} names nothing: no letter or digit in its first {WORD_WITHIN} characters")
+    return value
 
 
 class EntityCoverage(BaseModel):
@@ -67,18 +188,34 @@ class SufficiencyOutput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    required_entities: list[EntityCoverage] = Field(min_length=1, max_length=B.ENTITIES_MAX)
+    #: At most ``max_entities`` (checked against the bounds in the validation context, else the defaults).
+    required_entities: list[EntityCoverage] = Field(min_length=1, max_length=B.ENTITIES_RANGE[1])
     contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
     reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
     is_sufficient: bool
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
     #: Prompt labels (``0..n-1``) of the useful chunks, ascending.
-    useful_chunk_ids: list[int] = Field(max_length=B.USEFUL_MAX)
+    useful_chunk_ids: list[int] = Field(max_length=B.USEFUL_RANGE[1])
 
     @model_validator(mode="after")
-    def _consistent(self) -> SufficiencyOutput:
-        """The rules the constraint enforces, checked again for outputs made without it."""
+    def _consistent(self, info: ValidationInfo) -> SufficiencyOutput:
+        """The rules the constraint enforces, checked again for outputs made without it.
+
+        ``bounds`` in the validation context (a :class:`SufficiencyBounds`) sets the list limits."""
+        context = info.context if isinstance(info.context, dict) else {}
+        bounds = context.get("bounds", DEFAULT_BOUNDS)
+        if len(self.required_entities) > bounds.entities_max:
+            raise ValueError(f"more than max_entities={bounds.entities_max} required entities")
+        if len(self.useful_chunk_ids) > bounds.useful_max:
+            raise ValueError(f"more than max_useful_chunks={bounds.useful_max} useful chunk ids")
+        for item in self.required_entities:
+            _worded(item.entity, "entity")
+        for text in self.missing_information:
+            _worded(text, "missing_information item")
+        for text in self.contradictions:
+            _worded(text, "contradiction")
+        _worded(self.reasoning, "reasoning")
         if self.is_sufficient and not all(e.covered for e in self.required_entities):
             raise ValueError("a required entity is not covered, so the context cannot be sufficient")
         if self.is_sufficient and self.missing_information:
@@ -127,6 +264,12 @@ class SufficiencyVerdict(BaseModel):
     p_sufficient: float | None = Field(default=None, ge=0.0, le=1.0)
     #: Set when a calibrated gate config decides instead of the model's boolean.
     decision: CalibratedDecision | None = None
+    #: Why the constraint left the model only ``false`` (then ``p_sufficient`` is still the model's own
+    #: probability of ``true``, and the forced ``false`` is what routes).
+    forced_by: Literal["uncovered_entity", "no_chunks_shown"] | None = None
+    #: The lists the model filled to their limit (``max_entities``, ``max_useful_chunks``, ...): it may have
+    #: had more to name.
+    at_limit: list[str] = Field(default_factory=list)
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
@@ -149,7 +292,7 @@ class SufficiencyVerdict(BaseModel):
 
 
 def _string_list(max_items: int, max_chars: int, min_items: int = 0) -> Rx:
-    return json_list(json_string(1, max_chars), min_items, max_items)
+    return json_list(word_string(max_chars), min_items, max_items)
 
 
 #: Where the decision starts, and where the request-independent segments end.
@@ -165,40 +308,42 @@ AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missi
 
 
 def _entity(covered: Rx) -> Rx:
-    return json_object([("entity", json_string(1, B.ENTITY_CHARS)), ("covered", covered)])
+    return json_object([("entity", word_string(B.ENTITY_CHARS)), ("covered", covered)])
 
 
-def _entities_open(all_covered: bool | None) -> Rx:
+def _entities_open(all_covered: bool | None, bounds: SufficiencyBounds) -> Rx:
     """The entity list after its ``[``: any (``None``), all covered (``True``), or one not covered (``False``)."""
+    most = bounds.entities_max
     if all_covered is not False:
         covered = JSON_BOOL if all_covered is None else lit("true")
-        return seq(_entity(covered), repeat(seq(lit(","), _entity(covered)), 0, B.ENTITIES_MAX - 1), lit("]"))
+        return seq(_entity(covered), repeat(seq(lit(","), _entity(covered)), 0, most - 1), lit("]"))
     options = []
-    for before in range(B.ENTITIES_MAX):
+    for before in range(most):
         earlier = [seq(_entity(lit("true")), lit(","))] * before
-        after = repeat(seq(lit(","), _entity(JSON_BOOL)), 0, B.ENTITIES_MAX - 1 - before)
+        after = repeat(seq(lit(","), _entity(JSON_BOOL)), 0, most - 1 - before)
         options.append(seq(*earlier, _entity(lit("false")), after, lit("]")))
     return alt(*options)
 
 
-def _head_body(all_covered: bool | None) -> Rx:
+def _head_body(all_covered: bool | None, bounds: SufficiencyBounds) -> Rx:
     """The head after :data:`HEAD_PREFIX`: entities, contradictions and the reasoning, up to the decision."""
     return seq(
-        _entities_open(all_covered),
+        _entities_open(all_covered, bounds),
         lit(',"contradictions":'),
         _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS),
         lit(',"reasoning":'),
-        json_string(1, B.REASONING_CHARS),
+        word_string(B.REASONING_CHARS),
         lit("," + DECISION_KEY),
     )
 
 
-def _head(all_covered: bool | None) -> Rx:
-    return lit(HEAD_PREFIX) + _head_body(all_covered)
+def _head(all_covered: bool | None, bounds: SufficiencyBounds) -> Rx:
+    return lit(HEAD_PREFIX) + _head_body(all_covered, bounds)
 
 
 def _after_body(decision: bool) -> Rx:
-    """What follows :data:`AFTER_PREFIX` up to the id list; ``false`` needs at least one missing item."""
+    """What follows :data:`AFTER_PREFIX` up to the id list.  ``false`` names what is missing: at least one
+    item, each with a word (:func:`word_string`), whether or not an entity is uncovered."""
     ids = lit("," + IDS_KEY)
     if decision:
         return seq(UNIT_INTERVAL, ids)
@@ -215,9 +360,9 @@ def _label(lo: int, n_chunks: int) -> Rx:
     return alt(*[lit(str(k)) for k in range(lo, n_chunks)])
 
 
-def _ids(n_chunks: int, at_least_one: bool) -> Rx:
+def _ids(n_chunks: int, at_least_one: bool, useful_max: int) -> Rx:
     """The id list after its ``[`` and the closing ``]}``, in any order (:func:`ascending_ids` checks order)."""
-    most = min(B.USEFUL_MAX, n_chunks)
+    most = min(useful_max, n_chunks)
     if most == 0:
         return lit("]}")
     label = _label(0, n_chunks)
@@ -225,23 +370,26 @@ def _ids(n_chunks: int, at_least_one: bool) -> Rx:
     return seq(listed if at_least_one else opt(listed), lit("]}"))
 
 
-def _whole(n_chunks: int) -> Rx:
+def _whole(n_chunks: int, bounds: SufficiencyBounds) -> Rx:
     """Every output the segments can produce but for the ids' order, in one pattern."""
-    insufficient = seq(lit("false"), _after(False), _ids(n_chunks, at_least_one=False))
+    useful = bounds.useful_max
+    insufficient = seq(lit("false"), _after(False), _ids(n_chunks, at_least_one=False, useful_max=useful))
     if n_chunks == 0:  # nothing to rest an answer on
-        return seq(_head(None), insufficient)
-    sufficient = seq(lit("true"), _after(True), _ids(n_chunks, at_least_one=True))
+        return seq(_head(None, bounds), insufficient)
+    sufficient = seq(lit("true"), _after(True), _ids(n_chunks, at_least_one=True, useful_max=useful))
     return alt(
-        seq(_head(True), alt(sufficient, insufficient)),
-        seq(_head(False), insufficient),
+        seq(_head(True, bounds), alt(sufficient, insufficient)),
+        seq(_head(False, bounds), insufficient),
     )
 
 
-@lru_cache(maxsize=1)
-def _segments() -> dict[str, Segment]:
-    """The request-independent segments: compiled once per engine, whatever the input."""
+@lru_cache(maxsize=16)
+def _segments(bounds: SufficiencyBounds) -> dict[str, Segment]:
+    """The request-independent segments: compiled once per engine and bounds, whatever the input.
+    Only the head depends on the bounds (``max_entities``): its key names them unless they are the defaults."""
+    entities = "" if bounds.entities_max == B.ENTITIES_MAX else f"/e{bounds.entities_max}"
     return {
-        "head": Segment.from_rx(_head_body(None), key="sufficiency/head", prefix=HEAD_PREFIX),
+        "head": Segment.from_rx(_head_body(None, bounds), key="sufficiency/head" + entities, prefix=HEAD_PREFIX),
         "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
         "forced-false": Segment.from_rx(lit("false"), key="sufficiency/forced-false", logprobs=True),
         "true": Segment.from_rx(_after_body(True), key="sufficiency/after-true", prefix=AFTER_PREFIX[True]),
@@ -250,12 +398,14 @@ def _segments() -> dict[str, Segment]:
 
 
 @lru_cache(maxsize=1024)
-def id_list_segment(n_chunks: int, *, required: bool) -> Segment:
+def id_list_segment(n_chunks: int, *, required: bool, useful_max: int = B.USEFUL_MAX) -> Segment:
     """The whole id list in one speculative segment, any order; a list out of order is cut by
     :func:`settle_ids` and continued by :func:`id_segment`.  ``required``: at least one id."""
+    most = min(useful_max, n_chunks)
+    bound = "" if most == min(B.USEFUL_MAX, n_chunks) else f"/u{most}"  # the same pattern, the same key
     return Segment.from_rx(
-        _ids(n_chunks, at_least_one=required and n_chunks > 0),
-        key=f"ids/{n_chunks}/list" + ("/some" if required else ""),
+        _ids(n_chunks, at_least_one=required and n_chunks > 0, useful_max=useful_max),
+        key=f"ids/{n_chunks}/list" + ("/some" if required else "") + bound,
         per_request=True,
         speculative=True,
     )
@@ -301,14 +451,22 @@ def forced_insufficient(text: str) -> bool:
     return UNCOVERED in text.split(DECISION_KEY, 1)[0]
 
 
-@lru_cache(maxsize=1024)
-def sufficiency_constraint(n_chunks: int) -> Constraint:
-    """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``).
+def sufficiency_constraint(n_chunks: int, bounds: SufficiencyBounds = DEFAULT_BOUNDS) -> Constraint:
+    """The constraint for a request showing ``n_chunks`` chunks (labelled ``0..n-1``) under ``bounds``.
 
     Segments: the head, the decision alone (with log-probabilities), the branch up to the id list, the ids.
-    An uncovered entity leaves only ``false``; ``true`` names at least one useful chunk.
+    An uncovered entity leaves only ``false``; ``false`` names what is missing; ``true`` names at least one
+    useful chunk.  Different bounds are different compiled forms: their keys say which (the defaults add
+    nothing), and ``max_bytes`` grows with them.
     """
-    segments = _segments()
+    return _constraint(n_chunks, bounds)
+
+
+@lru_cache(maxsize=1024)
+def _constraint(n_chunks: int, bounds: SufficiencyBounds) -> Constraint:
+    """One compiled form per chunk count and bounds (the defaults passed or not)."""
+    segments = _segments(bounds)
+    useful = bounds.useful_max
 
     def continuation(text: str) -> Segment | None:
         if text.endswith("]}"):
@@ -316,8 +474,8 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         ids = listed_ids(text)
         if ids is not None:
             if text.endswith(IDS_KEY):
-                return id_list_segment(n_chunks, required=DECISION_KEY + "true" in text)
-            return id_segment(ids[-1] + 1, n_chunks, last=len(ids) + 1 >= B.USEFUL_MAX)
+                return id_list_segment(n_chunks, required=DECISION_KEY + "true" in text, useful_max=useful)
+            return id_segment(ids[-1] + 1, n_chunks, last=len(ids) + 1 >= useful)
         if text.endswith(DECISION_KEY):
             return segments["forced-false" if n_chunks == 0 or forced_insufficient(text) else "decision"]
         if text.endswith(DECISION_KEY + "true"):
@@ -327,24 +485,36 @@ def sufficiency_constraint(n_chunks: int) -> Constraint:
         return None
 
     return Constraint.from_rx(
-        _whole(n_chunks),
-        key=f"sufficiency/{n_chunks}",
+        _whole(n_chunks, bounds),
+        key=f"sufficiency/{n_chunks}{bounds.suffix}",
         head=segments["head"],
         continuation=continuation,
-        coarse_head=_coarse_head(),
+        coarse_head=_coarse_head(bounds),
         check=ascending_ids,
         settle=partial(settle_ids, n_chunks=n_chunks),
     )
 
 
-@lru_cache(maxsize=1)
-def _coarse_head() -> Segment:
+@lru_cache(maxsize=16)
+def _coarse_head(bounds: SufficiencyBounds) -> Segment:
     """For engines without a KV cache across calls: everything up to the id list in one segment."""
     rx = alt(
-        seq(_head_body(True), alt(lit("true") + _after(True), lit("false") + _after(False))),
-        seq(_head_body(False), lit("false") + _after(False)),
+        seq(_head_body(True, bounds), alt(lit("true") + _after(True), lit("false") + _after(False))),
+        seq(_head_body(False, bounds), lit("false") + _after(False)),
     )
-    return Segment.from_rx(rx, key="sufficiency/coarse-head", logprobs=True, prefix=HEAD_PREFIX)
+    entities = "" if bounds.entities_max == B.ENTITIES_MAX else f"/e{bounds.entities_max}"
+    return Segment.from_rx(rx, key="sufficiency/coarse-head" + entities, logprobs=True, prefix=HEAD_PREFIX)
+
+
+def at_limit(output: SufficiencyOutput, bounds: SufficiencyBounds = DEFAULT_BOUNDS) -> list[str]:
+    """The lists ``output`` filled to their bound: the model may have had more to name."""
+    sizes = (
+        ("required_entities", len(output.required_entities), bounds.entities_max),
+        ("contradictions", len(output.contradictions), B.CONTRADICTIONS_MAX),
+        ("missing_information", len(output.missing_information), B.MISSING_MAX),
+        ("useful_chunk_ids", len(output.useful_chunk_ids), bounds.useful_max),
+    )
+    return [name for name, size, most in sizes if size >= most]
 
 
 def to_verdict(
@@ -355,11 +525,19 @@ def to_verdict(
     truncated_chunk_ids: list[ChunkId],
     omitted_chunk_ids: list[ChunkId],
     question_truncated: bool,
+    bounds: SufficiencyBounds = DEFAULT_BOUNDS,
 ) -> SufficiencyVerdict:
-    """Map prompt labels back to the caller's chunk ids; a repeated entity is covered only if every mark says so."""
+    """Map prompt labels back to the caller's chunk ids; a repeated entity is covered only if every mark says so.
+
+    ``forced_by`` records why the constraint allowed only ``false`` (an uncovered entity, or no chunk shown)."""
     coverage: dict[str, bool] = {}
     for item in output.required_entities:
         coverage[item.entity] = coverage.get(item.entity, True) and item.covered
+    forced_by: Literal["uncovered_entity", "no_chunks_shown"] | None = None
+    if not all(coverage.values()):
+        forced_by = "uncovered_entity"
+    elif not chunk_ids:
+        forced_by = "no_chunks_shown"
     return SufficiencyVerdict(
         is_sufficient=output.is_sufficient,
         required_entities=list(coverage),
@@ -373,6 +551,8 @@ def to_verdict(
         truncated_chunk_ids=truncated_chunk_ids,
         omitted_chunk_ids=omitted_chunk_ids,
         question_truncated=question_truncated,
+        forced_by=forced_by,
+        at_limit=at_limit(output, bounds),
     )
 
 
