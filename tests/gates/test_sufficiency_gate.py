@@ -43,9 +43,9 @@ def entities(n: int, covered: bool = True) -> list[dict[str, object]]:
 def test_the_options_default_to_bounds_that_cover_the_labeled_data():
     options = SufficiencyOptions()
     assert options.bounds == SufficiencyBounds()
-    assert (options.max_entities, options.max_useful_chunks) == (6, 8)
+    assert (options.max_entities, options.max_useful_chunks) == (5, 8)
     fields = SufficiencyOptions.model_fields
-    assert "99.7%" in (fields["max_entities"].description or "")
+    assert "99.25%" in (fields["max_entities"].description or "")
     assert "100%" in (fields["max_useful_chunks"].description or "")
 
 

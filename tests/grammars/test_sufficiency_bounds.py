@@ -100,9 +100,9 @@ def test_max_tokens_grows_with_each_option():
     assert sufficiency_constraint(80, SufficiencyBounds(useful_max=B.USEFUL_MAX + 1)).max_tokens > base
 
 
-@pytest.mark.parametrize(("entities_max", "useful_max"), [(0, 8), (17, 8), (6, 0), (6, 65)])
+@pytest.mark.parametrize(("entities_max", "useful_max"), [(0, 8), (17, 8), (5, 0), (5, 65)])
 def test_bounds_outside_their_range_are_refused_by_name(entities_max, useful_max):
-    name = "max_entities" if entities_max != 6 else "max_useful_chunks"
+    name = "max_entities" if entities_max != 5 else "max_useful_chunks"
     with pytest.raises(ValueError, match=name):
         SufficiencyBounds(entities_max=entities_max, useful_max=useful_max)
 
@@ -158,12 +158,12 @@ def test_false_always_names_what_is_missing_even_with_an_uncovered_entity():
 def test_the_output_model_refuses_what_the_constraint_refuses():
     with pytest.raises(ValueError, match="names nothing"):
         SufficiencyOutput.model_validate(json.loads(COMMAS))
-    six = json.loads(output(required_entities=entities(6), useful_chunk_ids=list(range(9))))
+    five = json.loads(output(required_entities=entities(5), useful_chunk_ids=list(range(9))))
     with pytest.raises(ValueError, match="max_useful_chunks=8"):
-        SufficiencyOutput.model_validate(six)
-    assert SufficiencyOutput.model_validate(six, context={"bounds": SufficiencyBounds(useful_max=9)})
-    with pytest.raises(ValueError, match="max_entities=5"):
-        SufficiencyOutput.model_validate(six, context={"bounds": SufficiencyBounds(entities_max=5, useful_max=9)})
+        SufficiencyOutput.model_validate(five)
+    assert SufficiencyOutput.model_validate(five, context={"bounds": SufficiencyBounds(useful_max=9)})
+    with pytest.raises(ValueError, match="max_entities=4"):
+        SufficiencyOutput.model_validate(five, context={"bounds": SufficiencyBounds(entities_max=4, useful_max=9)})
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -48,12 +48,12 @@ class SufficiencyBounds:
 
     Two are gate options (``max_entities``, ``max_useful_chunks``): an instance holds them, and the
     upper-case names are their defaults.  Defaults measured on the labeled data in ``shared/data``
-    (``scripts/measure_sufficiency_bounds.py``; see docs/gates.md): 6 entities cover 99.7% of all
-    questions (98.2% of HotpotQA's), 8 useful chunks cover 100% (the most labeled is 4).
+    (``scripts/measure_sufficiency_bounds.py``; see docs/gates.md): 5 entities cover 99.25% of all
+    questions (HotpotQA's p90), 8 useful chunks cover 100% (the most labeled is 4).
     """
 
     #: Default of ``max_entities``.
-    ENTITIES_MAX: ClassVar[int] = 6
+    ENTITIES_MAX: ClassVar[int] = 5
     ENTITIES_RANGE: ClassVar[tuple[int, int]] = (1, 16)
     ENTITY_CHARS: ClassVar[int] = 40
     MISSING_MAX: ClassVar[int] = 3
@@ -65,7 +65,7 @@ class SufficiencyBounds:
     USEFUL_MAX: ClassVar[int] = 8
     USEFUL_RANGE: ClassVar[tuple[int, int]] = (1, 64)
 
-    entities_max: int = 6
+    entities_max: int = 5
     useful_max: int = 8
 
     def __post_init__(self) -> None:
