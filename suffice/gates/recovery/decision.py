@@ -32,8 +32,9 @@ class SufficiencyThreshold:
     support ratio meets ``required_support_ratio``: the checked answer goes out with
     caveats naming what the evidence does not support (the seed: "a looser threshold
     allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
-    verdicts and exhausted retrieval budgets to human review instead of deciding
-    automatically.
+    verdicts to human review instead of deciding automatically.  When no retrieval can
+    help (``can_retrieve=False``), any other shortfall abstains with the gap and the
+    queries, whatever the stakes: what the seed says to show the user.
     """
 
     min_passages: int = 1
