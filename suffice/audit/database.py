@@ -11,7 +11,7 @@ from pathlib import Path
 
 from suffice.audit.encoding import GENESIS, Stored, head_digest, now, row_digest, same
 from suffice.audit.keys import KEY_BYTES, key_id
-from suffice.audit.schema import ALG_KEYED, ALG_PLAIN, CHAINS, FORMAT, OLD_TABLES, SCHEMA, Chain
+from suffice.audit.schema import ALG_KEYED, ALG_PLAIN, CHAINS, EARLIER_FORMATS, FORMAT, OLD_TABLES, SCHEMA, Chain
 from suffice.exceptions import AuditError, ConfigError
 
 #: Where the harness and ``suffice review`` keep the log unless told otherwise.
@@ -137,6 +137,12 @@ class Database:
                 raise AuditError(f"{self.path} is not a suffice audit database (tables: {', '.join(sorted(tables))})")
             return None
         meta = {str(k): str(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+        earlier = EARLIER_FORMATS.get(str(meta.get("format")))
+        if earlier is not None:
+            raise AuditError(
+                f"{self.path} was written by an earlier suffice (audit {meta.get('format')}: {earlier}) and cannot "
+                f"be extended or verified by this one ({FORMAT}); keep it as it is and record into a new database"
+            )
         if meta.get("format") != FORMAT:
             raise AuditError(f"{self.path}: audit format {meta.get('format')!r}, this suffice reads {FORMAT!r}")
         if meta.get("mac") not in (ALG_KEYED, ALG_PLAIN) or not meta.get("db_id"):

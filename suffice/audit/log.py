@@ -19,6 +19,10 @@ from suffice.audit.schema import (
     EVALUATIONS,
     JSON_COLUMNS,
     RESOLUTION_FIELDS,
+    RETRIEVAL_COLUMN_NAMES,
+    RETRIEVAL_COLUMNS,
+    RETRIEVAL_JSON_COLUMNS,
+    RETRIEVALS,
     REVIEW_EVENTS,
     REVIEW_FIELDS,
 )
@@ -68,6 +72,40 @@ class AuditLog(Database):
                 yield dict(zip(names, values, strict=True))
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
+
+    # -- retrieval attempts ------------------------------------------------------------
+    def record_retrievals(self, attempts: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append the harness's retrieval attempts (columns: :data:`RETRIEVAL_COLUMNS`) in one transaction;
+        returns their sequence numbers in the ``retrievals`` chain."""
+        stored = []
+        for values in attempts:
+            unknown = set(values) - set(RETRIEVAL_COLUMN_NAMES)
+            if unknown:
+                raise AuditError(f"unknown retrieval columns: {sorted(unknown)}")
+            row = {name: store(name, kind, values.get(name)) for name, kind in RETRIEVAL_COLUMNS}
+            row["ts"] = row["ts"] or now()
+            stored.append(row)
+        if not stored:
+            return []
+        with self._transaction() as cur:
+            return self._append(cur, RETRIEVALS, stored)
+
+    def retrievals(self) -> list[dict[str, Any]]:
+        """Every retrieval attempt in sequence order, JSON columns parsed."""
+        try:
+            cur = self._db.execute(f"SELECT seq, {', '.join(RETRIEVAL_COLUMN_NAMES)} FROM retrievals ORDER BY seq")
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, values, strict=True)) for values in cur]
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+        for row in rows:
+            for key in RETRIEVAL_JSON_COLUMNS:
+                if row.get(key):
+                    try:
+                        row[key] = json.loads(row[key])
+                    except ValueError:
+                        raise AuditError(f"{self.path}: retrieval attempt {row['seq']}: {key} is not JSON") from None
+        return rows
 
     def export(self, out: Path) -> int:
         """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from suffice.audit.encoding import Kind
 
 #: Written into ``meta``; a database with another (or no) format is refused.
-FORMAT = "suffice-audit/2"
+FORMAT = "suffice-audit/3"
+#: Formats this suffice recognises to refuse with a reason (format 2: no retrieval attempts).
+EARLIER_FORMATS = {"suffice-audit/2": "retrieval attempts were not logged"}
 ALG_KEYED = "hmac-sha256"
 ALG_PLAIN = "sha256"
 
@@ -36,6 +38,24 @@ COLUMNS = tuple(name for name, _ in EVALUATION_COLUMNS)
 #: Evaluation columns holding structured values as JSON text (parsed by ``export``).
 JSON_COLUMNS = ("chunks", "verdict", "scores", "error")
 
+#: One retrieval attempt of the harness: its round, the queries sent, the width asked for, the ids of the chunks
+#: it brought back (``chunk_ids``, as the retriever gave them) and how many were new; ``error`` when it failed.
+RETRIEVAL_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("ts", "text"),
+    ("run_id", "text"),
+    ("item_id", "text"),
+    ("gate", "text"),
+    ("round", "int"),
+    ("queries", "text"),
+    ("width", "int"),
+    ("chunk_ids", "text"),
+    ("new_chunks", "int"),
+    ("error", "text"),
+)
+RETRIEVAL_COLUMN_NAMES = tuple(name for name, _ in RETRIEVAL_COLUMNS)
+#: Retrieval columns holding structured values as JSON text.
+RETRIEVAL_JSON_COLUMNS = ("queries", "chunk_ids", "error")
+
 #: What an ``enqueued`` event carries (and the ``reviews`` row starts with).
 REVIEW_FIELDS: tuple[tuple[str, Kind], ...] = (
     ("created_at", "text"),
@@ -63,6 +83,11 @@ SCHEMA = (
     """CREATE TABLE review_events (
     seq INTEGER PRIMARY KEY,
     ts TEXT NOT NULL, review_id INTEGER NOT NULL, event TEXT NOT NULL, data TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
+    """CREATE TABLE retrievals (
+    seq INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL, run_id TEXT, item_id TEXT, gate TEXT, round INTEGER,
+    queries TEXT, width INTEGER, chunk_ids TEXT, new_chunks INTEGER, error TEXT,
     prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
     """CREATE TABLE chain_heads (
     chain TEXT PRIMARY KEY, count INTEGER NOT NULL, last_hash TEXT NOT NULL, mac TEXT NOT NULL)""",
@@ -97,4 +122,5 @@ REVIEW_EVENTS = Chain(
     (("ts", "text"), ("review_id", "int"), ("event", "text"), ("data", "text")),
     "review event",
 )
-CHAINS = (EVALUATIONS, REVIEW_EVENTS)
+RETRIEVALS = Chain("retrievals", "retrievals", RETRIEVAL_COLUMNS, "retrieval attempt")
+CHAINS = (EVALUATIONS, REVIEW_EVENTS, RETRIEVALS)

@@ -28,3 +28,7 @@ class Routing:
     rubric: str | None = None
     answer: str | None = None
     caveats: list[str] = field(default_factory=list)
+    #: The source ids backing a delivered ``answer``, beside it (the answer is delivered as it was given).
+    citations: list[str] = field(default_factory=list)
+    #: A checking gate's own wording of the answer, only where the record had no answer to deliver.
+    judge_answer: str | None = None

@@ -1,15 +1,17 @@
-"""The re-retrieval loop: gate → decision → widened retrieval → the same gate again.
+"""The re-retrieval loop: gate → decision → widened retrieval → (regenerated answer) → the same gate again.
 
 Every round is one engine call and one retriever call for all open questions.  Every question ends in exactly one
-outcome: ``delivered``, ``abstained`` or ``review`` (also when the budget is spent or retrieval finds nothing new).
-A failing retrieval or rewrite sends only its own question to review (:mod:`suffice.isolation`).
+outcome: ``delivered``, ``abstained`` (the gate abstains, the retrieval budget is spent, or retrieval finds nothing
+new: the user sees the gap and the queries) or ``review`` (what the gate sends to a person, and failures).  A failing
+retrieval, rewrite or generation sends only its own question to review (:mod:`suffice.isolation`).  Every retrieval
+attempt is written to the audit log's ``retrievals`` chain, every evaluation to its ``evaluations`` chain.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -24,8 +26,17 @@ from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, mer
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.isolation import step_outcomes
 from suffice.judge import Judge
-from suffice.records import Item, record_id
+from suffice.records import Chunk, Item, record_id
 from suffice.results import JudgeResult
+
+#: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.
+Generator = Callable[[str, Sequence[Chunk]], str]
+
+
+class GenerationError(StepError):
+    """The answer generator raised or returned something other than text."""
+
+    step = "generation"
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,14 @@ class RoundTrace(BaseModel):
     queries: list[str] = Field(default_factory=list)
     new_chunks: int = 0
     audit_seq: int | None = None
+    #: For a retrieval step: the width asked for and the ids of the chunks it brought back (as the retriever gave
+    #: them); ``audit_seq`` is then its row in the audit log's ``retrievals`` chain.
+    width: int | None = None
+    chunk_ids: list[Any] = Field(default_factory=list)
 
 
 #: Trace routes of harness steps (not gate evaluations).
-_STEPS = frozenset({RetrievalError.step, RewriteError.step})
+_STEPS = frozenset({RetrievalError.step, RewriteError.step, GenerationError.step})
 
 
 class StepFailure(BaseModel):
@@ -91,8 +106,11 @@ class StepFailure(BaseModel):
 
 
 class Outcome(BaseModel):
-    """How one question ended.  ``verdict`` is the last gate verdict (if any); ``caveats`` go with a partially
-    supported answer; ``failure`` is set when a harness step, not the gate, sent the question to review."""
+    """How one question ended.  ``verdict`` is the last gate verdict (if any).  A delivered ``answer`` is the checked
+    answer as it was given (or generated), with ``citations`` (the source ids backing it) and ``caveats`` for a
+    partially supported one; ``judge_answer`` is a checking gate's own wording, only where there was no answer to
+    deliver.  An abstention carries the ``gap`` (what is missing) and ``queries`` (what could fill it).  ``failure``
+    is set when a harness step, not the gate, sent the question to review."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -103,6 +121,9 @@ class Outcome(BaseModel):
     gap: list[str] = Field(default_factory=list)
     answer: str | None = None
     caveats: list[str] = Field(default_factory=list)
+    citations: list[str] = Field(default_factory=list)
+    judge_answer: str | None = None
+    queries: list[str] = Field(default_factory=list)
     failure: StepFailure | None = None
     chunk_ids: list[Any] = Field(default_factory=list)
     review_id: int | None = None
@@ -118,11 +139,23 @@ class _Open:
     trace: list[RoundTrace] = field(default_factory=list)
     verdict: dict[str, Any] | None = None
     gap: list[str] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
     failure: StepFailure | None = None
+    #: The record came without an answer: the generator writes the first one.
+    generate_first: bool = False
+
+
+#: What a record without an answer is parsed with until the generator writes one (never judged).
+_PENDING = "(the answer is being generated)"
 
 
 class Pipeline:
-    """The re-retrieval loop around a judge, writing every round to the audit log."""
+    """The re-retrieval loop around a judge, writing every round to the audit log.
+
+    ``generator`` (optional): ``generator(question, chunks) -> answer``.  With it, a gate that checks an answer gets
+    a new one after every re-retrieval (the seed: "regenerate the answer and re-evaluate"), and a record without an
+    answer gets its first one before round 1.  Without it, the answer given is checked again on the wider evidence.
+    """
 
     def __init__(
         self,
@@ -131,9 +164,12 @@ class Pipeline:
         config: PipelineConfig | None = None,
         *,
         audit: AuditLog | str | Path | None = None,
+        generator: Generator | None = None,
     ) -> None:
         self.judge = judge
         self.retriever = retriever
+        self.generator = generator
+        self._run_id = ""
         self.config = config or PipelineConfig()
         self.audit = audit if isinstance(audit, AuditLog) else AuditLog(audit or DEFAULT_AUDIT_DB)
         self.rewriter = QueryRewriter(judge.engine) if self.config.rewrite_queries else None
@@ -141,18 +177,28 @@ class Pipeline:
 
     def run(self, records: Sequence[object]) -> list[Outcome]:
         run_id = uuid.uuid4().hex
+        self._run_id = run_id
         outcomes: list[Outcome | None] = [None] * len(records)
         open_: list[_Open] = []
         first_retrieval: list[_Open] = []
         for index, record in enumerate(records):
             if isinstance(record, Mapping) and "chunks" not in record:
                 record = {**record, "chunks": []}  # a question alone: the retriever finds its chunks
+            generate_first = (
+                self.generator is not None
+                and self.judge.gate.needs_response
+                and isinstance(record, Mapping)
+                and record.get("response") is None
+            )
+            if generate_first:
+                assert isinstance(record, Mapping)
+                record = {**record, "response": _PENDING}
             try:
                 item = self.judge.gate.parse_item(record)
             except InputError as exc:
                 outcomes[index] = self._review(run_id, record_id(record), None, f"input error: {exc}", [], None, None)
                 continue
-            state = _Open(index, item)
+            state = _Open(index, item, generate_first=generate_first)
             (open_ if item.chunks else first_retrieval).append(state)
         if first_retrieval:  # no chunks given: the first retrieval is the question itself
             self._retrieve(first_retrieval, {id(s): [s.item.question] for s in first_retrieval}, round=1)
@@ -162,6 +208,13 @@ class Pipeline:
                 else:
                     open_.append(state)
             open_.sort(key=lambda s: s.index)
+        first_answers = [s for s in open_ if s.generate_first]
+        if first_answers:
+            self._generate(first_answers, round=1)
+            for state in first_answers:
+                if state.failure is not None:
+                    outcomes[state.index] = self._failed(run_id, state)
+            open_ = [s for s in open_ if s.failure is None]
 
         for round in range(1, self.config.max_rounds + 1):
             if not open_:
@@ -190,12 +243,15 @@ class Pipeline:
             if again and self.rewriter is not None:
                 self._rewrite(again, queries, round=round + 1)
             self._retrieve([s for s in again if s.failure is None], queries, round=round + 1)
+            widened = [s for s in again if s.failure is None and s.trace[-1].new_chunks > 0]
+            if widened and self.generator is not None and self.judge.gate.needs_response:
+                self._generate(widened, round=round + 1)
             still_open = []
             for state in again:
                 if state.failure is not None:
                     outcomes[state.index] = self._failed(run_id, state)
-                elif state.trace[-1].new_chunks == 0:
-                    outcomes[state.index] = self._escalate(run_id, state, "retrieval found nothing new")
+                elif state.trace[-1].route == RetrievalError.step and state.trace[-1].new_chunks == 0:
+                    outcomes[state.index] = self._abstain(state, "retrieval found nothing new")
                 else:
                     still_open.append(state)
             open_ = still_open
@@ -215,7 +271,7 @@ class Pipeline:
             return self._review(run_id, item.id, item, reason, [], None, seq, state.trace)
         routing = self.judge.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
-        state.verdict, state.gap = verdict, routing.gap
+        state.verdict, state.gap, state.queries = verdict, routing.gap, routing.queries
         state.trace.append(RoundTrace(round=round, route=routing.route, reason=routing.reason, audit_seq=seq))
         if routing.route == "deliver":
             return self._outcome("delivered", item, routing.reason, routing, verdict, state.trace)
@@ -224,8 +280,7 @@ class Pipeline:
         if routing.route == "human_review":
             return self._review(run_id, item.id, item, routing.reason, routing.gap, verdict, seq, state.trace)
         if round >= self.config.max_rounds:
-            reason = f"retrieval budget of {self.config.max_rounds} rounds spent: {routing.reason}"
-            return self._review(run_id, item.id, item, reason, routing.gap, verdict, seq, state.trace)
+            return self._abstain(state, f"retrieval budget of {self.config.max_rounds} rounds spent: {routing.reason}")
         # Nothing was retrieved: the gate's "queries" are its canned note; search the question again.
         queries[id(state)] = (routing.queries if item.has_evidence else []) or [item.question]
         return None
@@ -247,6 +302,9 @@ class Pipeline:
             gap=routing.gap,
             answer=routing.answer,
             caveats=routing.caveats,
+            citations=routing.citations,
+            judge_answer=routing.judge_answer,
+            queries=routing.queries if kind == "abstained" else [],
             chunk_ids=[c.id for c in item.chunks],
             verdict=verdict,
             trace=list(trace),
@@ -294,11 +352,18 @@ class Pipeline:
             failure=failure,
         )
 
-    def _escalate(self, run_id: str, state: _Open, why: str) -> Outcome:
-        last = state.trace[-1] if state.trace else None
-        reason = f"{why} after round {last.round if last else 0}; escalated"
-        return self._review(
-            run_id, state.item.id, state.item, reason, state.gap, state.verdict, _last_seq(state), state.trace
+    def _abstain(self, state: _Open, why: str) -> Outcome:
+        """No retrieval can help any more: the user sees the gap and the queries that were to fill it."""
+        return Outcome(
+            id=state.item.id,
+            kind="abstained",
+            reason=f"{why}; abstained",
+            rounds=_rounds(state.trace),
+            gap=list(state.gap),
+            queries=list(state.queries),
+            chunk_ids=[c.id for c in state.item.chunks],
+            verdict=state.verdict,
+            trace=list(state.trace),
         )
 
     def _failed(self, run_id: str, state: _Open) -> Outcome:
@@ -336,15 +401,30 @@ class Pipeline:
         found: list[list[RawChunk] | StepError] = step_outcomes(
             self.retriever.retrieve, requests, RetrievalError, self.config.retrieval_timeout_s
         )
+        attempts: list[dict[str, Any]] = []
         for state, request, chunks in zip(states, requests, found, strict=True):
+            attempt: dict[str, Any] = {
+                "run_id": self._run_id,
+                "item_id": state.item.id,
+                "gate": self.judge.gate.name,
+                "round": round,
+                "queries": list(request.queries),
+                "width": request.width,
+            }
+            attempts.append(attempt)
             if isinstance(chunks, StepError):
+                attempt["error"] = {"step": chunks.step, "message": chunks.detail}
                 self._fail(state, chunks, round, request.queries)
                 continue
+            attempt["chunk_ids"] = _returned_ids(chunks)
             try:
                 merged, added = merge_chunks(state.item.chunks, chunks, round)
             except InputError as exc:
-                self._fail(state, RetrievalError(f"malformed chunk: {exc}"), round, request.queries)
+                error = RetrievalError(f"malformed chunk: {exc}")
+                attempt["error"] = {"step": error.step, "message": error.detail}
+                self._fail(state, error, round, request.queries)
                 continue
+            attempt["new_chunks"] = added
             state.item = replace(state.item, chunks=tuple(merged))
             state.tried.extend(request.queries)
             state.trace.append(
@@ -354,8 +434,46 @@ class Pipeline:
                     reason=f"width {request.width}",
                     queries=list(request.queries),
                     new_chunks=added,
+                    width=request.width,
+                    chunk_ids=attempt["chunk_ids"],
                 )
             )
+        seqs = self.audit.record_retrievals(attempts)
+        for state, seq in zip(states, seqs, strict=True):
+            last = state.trace[-1]
+            if last.route == RetrievalError.step and last.round == round:
+                state.trace[-1] = last.model_copy(update={"audit_seq": seq})
+
+    # -- generation ---------------------------------------------------------------------
+    def _generate(self, states: list[_Open], round: int) -> None:
+        """A new answer for each question from its evidence now; a failing generation fails only its question."""
+        generator = self.generator
+        assert generator is not None
+        for state in states:
+            try:
+                answer = generator(state.item.question, state.item.chunks)
+                if not isinstance(answer, str) or not answer.strip():
+                    raise GenerationError(f"the generator returned {type(answer).__name__} {answer!r:.80}, not text")
+            except Exception as exc:
+                error = exc if isinstance(exc, GenerationError) else GenerationError(f"{type(exc).__name__}: {exc}")
+                self._fail(state, error, round, [])
+                continue
+            state.item = replace(state.item, response=answer)
+            state.generate_first = False
+            state.trace.append(
+                RoundTrace(
+                    round=round,
+                    route=GenerationError.step,
+                    reason=f"answer generated from {len(state.item.chunks)} chunk(s)",
+                )
+            )
+
+
+def _returned_ids(chunks: Sequence[RawChunk]) -> list[Any]:
+    """The ids of the chunks a retriever returned, as it gave them (``None`` for a chunk without one)."""
+    if isinstance(chunks, (str, bytes, Mapping)) or not isinstance(chunks, Sequence):
+        return []
+    return [c.id if isinstance(c, Chunk) else c.get("id") if isinstance(c, Mapping) else None for c in chunks]
 
 
 def _rounds(trace: Sequence[RoundTrace]) -> int:

@@ -46,7 +46,8 @@ def test_sufficient_below_threshold_retrieves_then_abstains_or_escalates():
     assert d.gap == ["1 supporting passage(s), threshold 3"]
     assert decide(v, SHOWN, t, can_retrieve=False).route == "abstain"
     strict = SufficiencyThreshold(min_passages=3, high_stakes=True)
-    assert decide(v, SHOWN, strict, can_retrieve=False).route == "human_review"
+    # No retrieval left: the user sees the gap (issue 30), under high stakes too.
+    assert decide(v, SHOWN, strict, can_retrieve=False).route == "abstain"
 
 
 def test_a_source_without_name_is_cited_by_chunk_id():
@@ -69,7 +70,7 @@ def test_insufficient():
     d = decide(v, SHOWN, SufficiencyThreshold.loose())
     assert d.route == "retrieve_more" and d.queries == ["q1", "q2"] and d.support_ratio == 0.0
     final = decide(v, SHOWN, SufficiencyThreshold.loose(), can_retrieve=False)
-    assert final.route == "abstain" and final.gap == ["x", "y"] and final.queries == []
+    assert final.route == "abstain" and final.gap == ["x", "y"] and final.queries == ["q1", "q2"]
 
 
 def test_same_inputs_same_decision():

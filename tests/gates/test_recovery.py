@@ -90,9 +90,11 @@ def test_strict_partial_verdict_delivers_nothing():
     assert judged(PARTIAL, SufficiencyThreshold.strict()).delivered_answer is None
 
 
-def test_a_sufficient_verdict_delivers_its_cited_answer():
+def test_a_sufficient_verdict_delivers_the_checked_answer_as_given():
     verdict = judged(SUFFICIENT, SufficiencyThreshold.loose())
-    assert verdict.delivered_answer == "Ada Lovelace wrote the notes [CITATION:ada.txt]"
+    assert verdict.delivered_answer == RESPONSE
+    # The judge's own cited wording is kept as the verdict's ``answer``, not delivered.
+    assert verdict.answer == "Ada Lovelace wrote the notes [CITATION:ada.txt]"
 
 
 def test_the_gate_exports_an_odd_source_id_escaped():
@@ -144,3 +146,136 @@ def test_the_calibration_decision_is_the_decision_that_routes():
         gate = RecoveryGate(threshold)
         scores = gate.calibration_scores(verdict.model_dump(mode="json"))
         assert scores["decision"] == float(gate.is_positive(verdict))
+
+
+# -- issue 30: what a decision delivers, abstention, thresholds, the seed export ----------------------------------
+INSUFFICIENT = {
+    "classification": "INSUFFICIENT",
+    "supported_claims": [],
+    "unsupported_claims": ["who wrote the notes"],
+    "abstention_notice": "No passage names the author.",
+    "suggested_retrieval_queries": ["Analytical Engine notes author"],
+}
+
+
+def judged_record(output: Mapping[str, object], rec: Mapping[str, object], threshold: object) -> RecoveryVerdict:
+    text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
+    gate = RecoveryGate.from_options(RecoveryGate.options_model.parse("recovery", {"threshold": threshold}))
+    verdict = Judge(ScriptedEngine(lambda request: text), gate).judge_batch([rec])[0].verdict
+    assert isinstance(verdict, RecoveryVerdict)
+    return verdict
+
+
+def test_a_delivered_response_goes_out_byte_for_byte_with_the_citations_beside_it():
+    response = "Ada  Lovelace wrote them.\n\n  See *the notes* — 1843 [ref 1]. "
+    verdict = judged_record(SUFFICIENT, {**record(), "response": response}, "loose")
+    routing = RecoveryGate(SufficiencyThreshold.loose()).route(verdict)
+    assert routing.route == "deliver"
+    assert routing.answer == response
+    assert routing.citations == ["ada.txt"]
+    assert routing.judge_answer is None
+
+
+def test_the_judge_answer_is_offered_under_its_own_name_only_without_a_response():
+    # A verdict judged for a record without a response (the gate's parse sets no checked answer then).
+    verdict = judged(SUFFICIENT, SufficiencyThreshold.loose()).model_copy(update={"checked_answer": None})
+    routing = RecoveryGate(SufficiencyThreshold.loose()).route(verdict)
+    assert routing.answer is None
+    assert routing.judge_answer == "Ada Lovelace wrote the notes [CITATION:ada.txt]"
+
+
+def test_a_checked_answer_belongs_only_to_a_sufficient_verdict():
+    with pytest.raises(ValidationError, match="checked_answer"):
+        RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2", "checked_answer": RESPONSE})
+
+
+def test_insufficient_with_no_retrieval_left_abstains_with_the_gap_and_queries_even_when_strict():
+    from suffice.gates.recovery.decision import decide
+
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)
+    assert decision.route == "abstain"
+    assert decision.gap == ["who wrote the notes"]
+    assert decision.queries == ["Analytical Engine notes author"]
+
+
+def test_a_strict_partial_verdict_still_goes_to_human_review_with_no_retrieval_left():
+    from suffice.gates.recovery.decision import decide
+
+    verdict = RecoveryVerdict(**{**PARTIAL, "prompt_version": "recovery/v2"})
+    assert decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False).route == "human_review"
+
+
+def test_explicit_threshold_values_fill_the_rest_from_strict():
+    threshold = SufficiencyThreshold.from_spec("min_passages=1,min_cumulative_score=1.5,required_support_ratio=0.8")
+    strict = SufficiencyThreshold.strict()
+    assert (threshold.min_passages, threshold.min_cumulative_score, threshold.required_support_ratio) == (1, 1.5, 0.8)
+    assert threshold.high_stakes is strict.high_stakes and threshold.accept_partial is strict.accept_partial
+    assert SufficiencyThreshold.from_spec({"min_passages": 1, "min_passage_score": 0.3}) == SufficiencyThreshold(
+        min_passages=1, required_support_ratio=1.0, high_stakes=True, min_passage_score=0.3
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "key"),
+    [
+        ("min_passages=two", "min_passages"),
+        ("min_passages=-1", "min_passages"),
+        ("required_support_ratio=1.5", "required_support_ratio"),
+        ("min_passage_score=high", "min_passage_score"),
+        ("min_pasages=2", "min_pasages"),
+        ("high_stakes=maybe", "high_stakes"),
+        ({"min_cumulative_score": "x"}, "min_cumulative_score"),
+    ],
+)
+def test_a_bad_threshold_value_is_refused_naming_the_key(spec, key):
+    from suffice.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=key):
+        RecoveryGate.options_model.parse("recovery", {"threshold": spec})
+
+
+def test_the_threshold_option_takes_explicit_values_as_the_command_line_gives_them():
+    options = RecoveryGate.options_model.parse("recovery", {"threshold": "min_passages=1,required_support_ratio=0.5"})
+    gate = RecoveryGate.from_options(options)
+    assert gate.threshold.min_passages == 1 and gate.threshold.required_support_ratio == 0.5
+
+
+def scored_record(score: float) -> dict[str, object]:
+    chunk = {"id": 0, "text": "Ada Lovelace wrote the notes on the Analytical Engine.", "source": "ada.txt"}
+    return {**record(), "chunks": [{**chunk, "score": score}]}
+
+
+def test_a_cited_passage_under_the_per_passage_floor_does_not_count():
+    spec = {"min_passages": 1, "min_passage_score": 0.5}
+    weak = judged_record(SUFFICIENT, scored_record(0.2), spec).decision
+    strong = judged_record(SUFFICIENT, scored_record(0.9), spec).decision
+    assert weak is not None and strong is not None
+    assert weak.route == "retrieve_more" and weak.supporting_passages == 0
+    assert "0.5" in weak.reason
+    assert strong.route == "deliver" and strong.supporting_passages == 1
+
+
+def test_the_seed_export_writes_the_seed_harness_names():
+    from suffice.gates.recovery.decision import decide
+
+    delivered = judged(SUFFICIENT, SufficiencyThreshold.loose()).to_seed()
+    assert delivered["sufficiency_verdict"] == "SUFFICIENT" and delivered["retrieval_queries"] == []
+    more = judged(INSUFFICIENT, SufficiencyThreshold.loose()).to_seed()
+    assert more["sufficiency_verdict"] == "INSUFFICIENT"
+    assert more["retrieval_queries"] == ["Analytical Engine notes author"]
+    assert "who wrote the notes" in more["gap_description"]
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    verdict = verdict.model_copy(
+        update={"decision": decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)}
+    )
+    seed = verdict.to_seed()
+    assert seed["sufficiency_verdict"] == "ABSTAIN"
+    assert seed["gap_description"] == "who wrote the notes; No passage names the author."
+    assert seed["retrieval_queries"] == ["Analytical Engine notes author"]
+
+
+def test_the_seed_format_row_carries_the_seed_names():
+    gate = RecoveryGate(SufficiencyThreshold.loose())
+    row = gate.export(judged(INSUFFICIENT, SufficiencyThreshold.loose()), "seed")
+    assert {"sufficiency_verdict", "gap_description", "retrieval_queries"} <= set(row["verdict"])

@@ -81,21 +81,21 @@ def test_drop_then_widened_retrieval_delivers_in_round_two(tmp_path):
     assert all(r["query_hash"] and json.loads(r["chunks"])[0]["sha256"] for r in rows)
 
 
-def test_budget_spent_is_escalated_never_silent(tmp_path):
+def test_budget_spent_abstains_with_the_gap_never_silent(tmp_path):
     _, _, engine, pipeline, outcomes = run(
         tmp_path, lambda r: sufficiency_json(False, labels(r)), PipelineConfig(max_rounds=3, base_width=1)
     )
-    # width 1 → drop set, judged; width 2 → the drop set again: nothing new, escalated at once.
-    assert all(o.kind == "review" and "nothing new" in o.reason and o.rounds == 1 for o in outcomes)
+    # width 1 → drop set, judged; width 2 → the drop set again: nothing new, abstained at once.
+    assert all(o.kind == "abstained" and "nothing new" in o.reason and o.rounds == 1 for o in outcomes)
+    assert all(o.gap and o.queries for o in outcomes)  # what is missing, and what was searched for it
     assert engine.calls == [6]
     _, _, engine, pipeline, outcomes = run(
         tmp_path / "second", lambda r: sufficiency_json(False, labels(r)), PipelineConfig(max_rounds=2)
     )
-    assert all(o.kind == "review" and "budget of 2 rounds" in o.reason and o.rounds == 2 for o in outcomes)
-    reviews = pipeline.audit.reviews()
-    assert {r["item_id"] for r in reviews} == {o.id for o in outcomes}
-    payload = json.loads(reviews[0]["payload"])
-    assert payload["question"] and payload["chunks"] and payload["verdict"]["is_sufficient"] is False
+    assert all(o.kind == "abstained" and "budget of 2 rounds" in o.reason and o.rounds == 2 for o in outcomes)
+    assert all(o.gap == ["the second paragraph"] and o.queries for o in outcomes)
+    assert all(o.verdict is not None and o.verdict["is_sufficient"] is False for o in outcomes)
+    assert pipeline.audit.reviews() == []  # abstention is the user's exit, not the review queue
 
 
 def test_bad_records_and_engine_failures_end_in_review(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -662,3 +663,34 @@ def test_options_in_the_body_apply_to_that_request():
     client = TestClient(create_app(service, config), base_url="http://127.0.0.1")
     client.post("/v1/judge/recovery", json={"items": [record(0)], "options": {"threshold": "loose"}})
     assert ("recovery", (("threshold", "'loose'"),)) in service._judges
+
+
+def _recovery_service() -> tuple[GateService, TestClient]:
+    config = ServeConfig(gates=("recovery",))
+    service = GateService(config, ScriptedEngine(good))
+    return service, TestClient(create_app(service, config), base_url="http://127.0.0.1")
+
+
+def test_explicit_threshold_values_apply_to_that_request_as_text_or_an_object():
+    """Issue 30: the recovery threshold a request sets, beyond the presets (as the query and the body give it)."""
+    from suffice.gates.recovery.gate import RecoveryGate
+    from suffice.server.service import Options
+
+    service, _ = _recovery_service()
+    text = service.judge_for("recovery", Options({"threshold": "min_passages=1,min_passage_score=0.5"})).gate
+    mapping = service.judge_for("recovery", Options({"threshold": {"min_passages": 3}})).gate
+    assert isinstance(text, RecoveryGate) and isinstance(mapping, RecoveryGate)
+    assert (text.threshold.min_passages, text.threshold.min_passage_score) == (1, 0.5)
+    assert (mapping.threshold.min_passages, mapping.threshold.high_stakes) == (3, True)  # the rest from strict
+
+
+def test_a_bad_threshold_key_in_a_request_is_422_naming_it():
+    _, client = _recovery_service()
+    item = {**record(0), "response": "Ada wrote it."}
+    response = client.post("/v1/judge/recovery?threshold=min_pasages=1", json=item)
+    assert response.status_code == 422
+    assert "min_pasages" in json.dumps(response.json())
+    body = {"items": [item], "options": {"threshold": {"required_support_ratio": 2}}}
+    response = client.post("/v1/judge/recovery", json=body)
+    assert response.status_code == 422
+    assert "required_support_ratio" in json.dumps(response.json())

@@ -7,9 +7,11 @@ threshold always give the same decision.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict
@@ -23,14 +25,16 @@ class SufficiencyThreshold:
 
     ``min_cumulative_score`` is in the retriever's own units (chunks without a
     score count 0), any finite number, since a cross-encoder's logits are negative;
-    ``None`` (the default) asks for none.
+    ``None`` (the default) asks for none.  ``min_passage_score`` is a floor for each passage in the same units:
+    a cited passage below it does not count toward ``min_passages`` (``None``: every cited passage counts).
 
     ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
     support ratio meets ``required_support_ratio``: the checked answer goes out with
     caveats naming what the evidence does not support (the seed: "a looser threshold
     allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
-    verdicts and exhausted retrieval budgets to human review instead of deciding
-    automatically.
+    verdicts to human review instead of deciding automatically.  When no retrieval can
+    help (``can_retrieve=False``), any other shortfall abstains with the gap and the
+    queries, whatever the stakes: what the seed says to show the user.
     """
 
     min_passages: int = 1
@@ -38,17 +42,23 @@ class SufficiencyThreshold:
     required_support_ratio: float = 1.0
     accept_partial: bool = False
     high_stakes: bool = False
+    min_passage_score: float | None = None
 
     def __post_init__(self) -> None:
-        if self.min_passages < 0:
-            raise ConfigError("min_passages", self.min_passages, "must be >= 0")
-        score = self.min_cumulative_score
-        if score is not None and (
-            isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
-        ):
-            raise ConfigError("min_cumulative_score", score, "must be a finite number (or None: no minimum)")
-        if not 0.0 <= self.required_support_ratio <= 1.0:
-            raise ConfigError("required_support_ratio", self.required_support_ratio, "must be in [0, 1]")
+        if isinstance(self.min_passages, bool) or not isinstance(self.min_passages, int) or self.min_passages < 0:
+            raise ConfigError("min_passages", self.min_passages, "must be a whole number >= 0")
+        for name in ("min_cumulative_score", "min_passage_score"):
+            score = getattr(self, name)
+            if score is not None and (
+                isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
+            ):
+                raise ConfigError(name, score, "must be a finite number (or None: no minimum)")
+        ratio = self.required_support_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
+            raise ConfigError("required_support_ratio", ratio, "must be a number in [0, 1]")
+        for name in ("accept_partial", "high_stakes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), "must be true or false")
 
     @classmethod
     def strict(cls) -> SufficiencyThreshold:
@@ -68,6 +78,40 @@ class SufficiencyThreshold:
             return cls.loose()
         raise ConfigError("threshold", name, "must be 'strict' or 'loose'")
 
+    @classmethod
+    def from_spec(cls, spec: str | Mapping[str, Any] | SufficiencyThreshold) -> SufficiencyThreshold:
+        """A threshold from a preset name (``strict``, ``loose``), explicit values as ``key=value,...`` text
+        (what ``--threshold`` takes) or a mapping (the HTTP request, Python); keys left out come from
+        ``strict``.  A :class:`ConfigError` names the key at fault."""
+        if isinstance(spec, SufficiencyThreshold):
+            return spec
+        if isinstance(spec, str):
+            if "=" not in spec:
+                return cls.preset(spec.strip())
+            values: dict[str, Any] = {}
+            for pair in spec.split(","):
+                key, sep, value = pair.partition("=")
+                key = key.strip()
+                if not sep or not key:
+                    raise ConfigError("threshold", spec, f"{pair.strip()!r} is not KEY=VALUE")
+                if key in values:
+                    raise ConfigError(key, value.strip(), "is given twice")
+                values[key] = value.strip()
+            return cls.from_values(values, text=True)
+        if isinstance(spec, Mapping):
+            return cls.from_values(spec)
+        raise ConfigError("threshold", spec, "must be 'strict', 'loose', KEY=VALUE,... or a mapping of keys")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], *, text: bool = False) -> SufficiencyThreshold:
+        """``strict`` with ``values`` in place of its own (from text when ``text``)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in fields:
+                raise ConfigError(str(key), values[key], f"is not a threshold key (keys: {', '.join(fields)})")
+        converted = {key: _convert(key, value) if text else value for key, value in values.items()}
+        return dataclasses.replace(cls.strict(), **converted)
+
     def describe(self) -> str:
         """The threshold as the prompt states it."""
         partial = "accepted with caveats" if self.accept_partial else "not accepted"
@@ -76,8 +120,9 @@ class SufficiencyThreshold:
             if self.min_cumulative_score is None
             else f"cumulative relevance score at least {self.min_cumulative_score:g}, "
         )
+        floor = "" if self.min_passage_score is None else f" each scoring at least {self.min_passage_score:g}"
         return (
-            f"at least {self.min_passages} supporting passage(s), {score}at least "
+            f"at least {self.min_passages} supporting passage(s){floor}, {score}at least "
             f"{self.required_support_ratio:.0%} of the answer's claims supported; partial support is {partial}."
         )
 
@@ -99,7 +144,9 @@ def decide(
     ratio = len(supported) / claims if claims else 0.0
     cited = set(verdict.cited_sources)
     backing = [c for c in shown if source_key(c) in cited]
-    passages = len(backing)
+    floor = threshold.min_passage_score
+    counted = [c for c in backing if floor is None or (c.score or 0.0) >= floor]
+    passages = len(counted)
     score = sum(c.score or 0.0 for c in backing)
     gap = list(unsupported)
     queries = list(verdict.suggested_retrieval_queries or [])
@@ -113,21 +160,21 @@ def decide(
             supporting_passages=passages,
             cumulative_score=score,
             support_ratio=ratio,
-            queries=queries if route == "retrieve_more" else [],
+            queries=queries if route in ("retrieve_more", "abstain") else [],
             gap=gap,
             caveats=caveats or [],
             threshold=threshold.describe(),
         )
 
-    def no_more_retrieval(reason: str, gap: list[str] = gap) -> RecoveryDecision:
-        if threshold.high_stakes:
-            return out("human_review", reason + "; no retrieval left, high stakes: a person decides", gap=gap)
-        return out("abstain", reason + "; no retrieval left", gap=gap)
+    def no_more_retrieval(reason: str, gap: list[str] = gap, queries: list[str] = queries) -> RecoveryDecision:
+        # The seed's ABSTAIN: the user sees the gap and the queries that could fill it.
+        return out("abstain", reason + "; no retrieval left", gap=gap, queries=queries)
 
     if verdict.classification is Classification.SUFFICIENT:
         shortfalls = []
         if passages < threshold.min_passages:
-            shortfalls.append(f"{passages} supporting passage(s), threshold {threshold.min_passages}")
+            floored = "" if floor is None else f" scoring at least {floor:g}"
+            shortfalls.append(f"{passages} supporting passage(s){floored}, threshold {threshold.min_passages}")
         minimum = threshold.min_cumulative_score
         if minimum is not None and score < minimum:
             shortfalls.append(f"cumulative score {score:g}, threshold {minimum:g}")
@@ -138,7 +185,7 @@ def decide(
         reason = "SUFFICIENT but below the threshold: " + "; ".join(shortfalls)
         if can_retrieve:
             return out("retrieve_more", reason, queries=list(supported[:3]), gap=shortfalls)
-        return no_more_retrieval(reason, gap=shortfalls)
+        return no_more_retrieval(reason, gap=shortfalls, queries=list(supported[:3]))
 
     if verdict.classification is Classification.PARTIALLY_SUFFICIENT:
         if threshold.high_stakes:
@@ -169,3 +216,26 @@ def partial_caveats(verdict: RecoveryVerdict) -> list[str]:
     if verdict.response_truncated:
         caveats.append(TRUNCATED_CAVEAT)
     return caveats
+
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _convert(key: str, text: Any) -> Any:
+    """A threshold value given as text (``--threshold key=value``), converted for ``key``."""
+    value = str(text).strip()
+    if key == "min_passages":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(key, value, "must be a whole number") from None
+    if key in ("accept_partial", "high_stakes"):
+        if value.lower() not in _BOOLS:
+            raise ConfigError(key, value, "must be true or false")
+        return _BOOLS[value.lower()]
+    if key in ("min_cumulative_score", "min_passage_score") and value.lower() in ("none", ""):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(key, value, "must be a number") from None

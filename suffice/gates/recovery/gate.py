@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from suffice.exceptions import VerdictError
 from suffice.gates.base import Gate, GateOptions
@@ -34,9 +34,22 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 class RecoveryOptions(GateOptions):
-    threshold: Literal["strict", "loose"] = Field(default="strict", description="the threshold preset routing applies")
+    threshold: str | dict[str, Any] = Field(
+        default="strict",
+        description=(
+            "the threshold routing applies: a preset (strict, loose) or explicit values, "
+            "e.g. min_passages=2,min_cumulative_score=1.5,required_support_ratio=0.8,min_passage_score=0.3 "
+            "(keys left out come from strict)"
+        ),
+    )
 
     per_request = frozenset({"threshold"})
+
+    @field_validator("threshold")
+    @classmethod
+    def _known_threshold(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        SufficiencyThreshold.from_spec(value)  # a ConfigError names the key at fault
+        return value
 
 
 class RecoveryGate(Gate):
@@ -55,7 +68,7 @@ class RecoveryGate(Gate):
     @classmethod
     def from_options(cls, options: GateOptions) -> RecoveryGate:
         assert isinstance(options, RecoveryOptions)
-        return cls(SufficiencyThreshold.preset(options.threshold))
+        return cls(SufficiencyThreshold.from_spec(options.threshold))
 
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether the computed decision delivers (a SUFFICIENT class under the threshold
@@ -86,6 +99,8 @@ class RecoveryGate(Gate):
             },
             answer=verdict.delivered_answer,
             caveats=list(rd.caveats),
+            citations=list(verdict.cited_sources) if rd.route == "deliver" else [],
+            judge_answer=verdict.judge_answer,
         )
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
@@ -161,6 +176,9 @@ class RecoveryGate(Gate):
             # Partial support accepted: the checked answer itself is what goes out,
             # with the decision's caveats (the seed's schema has no answer here).
             update["partial_answer"] = item.response
+        elif decision.route == "deliver" and item.response:
+            # The seed: accept the generated answer as-is; the judge's wording stays ``answer``.
+            update["checked_answer"] = item.response
         return verdict.model_copy(update=update)
 
     def model_positive(self, verdict: BaseModel) -> bool | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -218,6 +218,10 @@ class RecoveryOutput(BaseModel):
         return self
 
 
+#: The seed harness's verdict (``sufficiency_verdict``).
+SeedVerdict = Literal["SUFFICIENT", "INSUFFICIENT", "ABSTAIN"]
+
+
 class RecoveryDecision(BaseModel):
     """The routing decision computed in code from a verdict and a threshold."""
 
@@ -257,22 +261,69 @@ class RecoveryVerdict(BaseModel):
     class_probabilities: dict[str, float] | None = None
     #: The checked answer, set only when a PARTIALLY_SUFFICIENT verdict is delivered (with ``decision.caveats``).
     partial_answer: str | None = None
+    #: The checked answer (the record's ``response``, as given), set only when a SUFFICIENT verdict is delivered:
+    #: what goes out, with ``cited_sources`` beside it.  ``answer`` is the judge's own cited wording.
+    checked_answer: str | None = None
 
     @model_validator(mode="after")
     def _partial_only_when_partial(self) -> RecoveryVerdict:
         if self.partial_answer is not None and self.classification is not Classification.PARTIALLY_SUFFICIENT:
             raise ValueError("partial_answer is only for PARTIALLY_SUFFICIENT verdicts")
+        if self.checked_answer is not None and self.classification is not Classification.SUFFICIENT:
+            raise ValueError("checked_answer is only for SUFFICIENT verdicts")
         return self
 
     @property
+    def delivered(self) -> bool:
+        return self.decision is not None and self.decision.route == "deliver"
+
+    @property
     def delivered_answer(self) -> str | None:
-        """What a ``deliver`` decision hands to the user; ``None`` for any other route."""
-        if self.decision is None or self.decision.route != "deliver":
+        """What a ``deliver`` decision hands to the user: the checked answer as it was given (the seed: "accept
+        the answer as-is"), never the judge's own wording; ``None`` for any other route, and for a record
+        without a response (see :attr:`judge_answer`)."""
+        if not self.delivered:
             return None
-        return self.answer if self.classification is Classification.SUFFICIENT else self.partial_answer
+        return self.checked_answer if self.classification is Classification.SUFFICIENT else self.partial_answer
+
+    @property
+    def judge_answer(self) -> str | None:
+        """The judge's own cited answer, offered only when a SUFFICIENT verdict is delivered for a record that
+        had no response to deliver."""
+        if not self.delivered or self.classification is not Classification.SUFFICIENT:
+            return None
+        return self.answer if self.checked_answer is None else None
+
+    @property
+    def sufficiency_verdict(self) -> SeedVerdict:
+        """The seed harness's verdict: SUFFICIENT when the decision delivers, ABSTAIN when it abstains (no
+        retrieval can help), INSUFFICIENT otherwise (retrieve more, or a person decides)."""
+        if self.decision is None:
+            return "SUFFICIENT" if self.classification is Classification.SUFFICIENT else "INSUFFICIENT"
+        if self.decision.route == "deliver":
+            return "SUFFICIENT"
+        if self.decision.route == "abstain":
+            return "ABSTAIN"
+        return "INSUFFICIENT"
+
+    @property
+    def gap_description(self) -> str:
+        """What is missing, in words: the gap the decision names, then the abstention notice."""
+        gap = list(self.decision.gap) if self.decision is not None else list(self.unsupported_claims)
+        if self.abstention_notice and self.abstention_notice not in gap:
+            gap.append(self.abstention_notice)
+        return "; ".join(gap)
+
+    @property
+    def retrieval_queries(self) -> list[str]:
+        """The queries for an expanded search: the decision's, else the model's suggestions."""
+        if self.decision is not None and self.decision.queries:
+            return list(self.decision.queries)
+        return list(self.suggested_retrieval_queries or [])
 
     def to_seed(self) -> dict[str, Any]:
-        """The seed's output schema: conditional fields present only where allowed."""
+        """The seed's schemas with the seed's names: the prompt's output (conditional fields present only where
+        allowed) and the harness's ``sufficiency_verdict``, ``gap_description`` and ``retrieval_queries``."""
         out: dict[str, Any] = {
             "classification": self.classification.value,
             "supported_claims": list(self.supported_claims),
@@ -283,6 +334,9 @@ class RecoveryVerdict(BaseModel):
         else:
             out["abstention_notice"] = self.abstention_notice
             out["suggested_retrieval_queries"] = list(self.suggested_retrieval_queries or [])
+        out["sufficiency_verdict"] = self.sufficiency_verdict
+        out["gap_description"] = self.gap_description
+        out["retrieval_queries"] = self.retrieval_queries
         return out
 
 
@@ -352,7 +406,14 @@ def relabel_citations(answer: str, sources: list[str]) -> tuple[str, list[str]]:
 
 SEED_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["classification", "supported_claims", "unsupported_claims"],
+    "required": [
+        "classification",
+        "supported_claims",
+        "unsupported_claims",
+        "sufficiency_verdict",
+        "gap_description",
+        "retrieval_queries",
+    ],
     "properties": {
         "classification": {"enum": [c.value for c in Classification]},
         "supported_claims": {"type": "array", "items": {"type": "string"}},
@@ -360,6 +421,9 @@ SEED_SCHEMA: dict[str, Any] = {
         "answer": {"type": "string", "pattern": r"\[CITATION:[^\]]+\]"},
         "abstention_notice": {"type": "string"},
         "suggested_retrieval_queries": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "sufficiency_verdict": {"enum": ["SUFFICIENT", "INSUFFICIENT", "ABSTAIN"]},
+        "gap_description": {"type": "string"},
+        "retrieval_queries": {"type": "array", "items": {"type": "string"}},
     },
     "additionalProperties": False,
     "if": {"properties": {"classification": {"const": "SUFFICIENT"}}},
