@@ -9,9 +9,11 @@ from suffice.serving.offline import force_offline as _force_offline
 
 _force_offline()
 
+from suffice.client import AsyncClient, Client  # noqa: E402
 from suffice.config import JudgeConfig  # noqa: E402
 from suffice.exceptions import (  # noqa: E402
     AuditError,
+    AuthenticationError,
     CancelledError,
     ConfigError,
     EngineDeadError,
@@ -19,12 +21,17 @@ from suffice.exceptions import (  # noqa: E402
     EngineFatalError,
     GenerationError,
     InputError,
+    InvalidRequestError,
     ItemError,
     ModelNotFoundError,
     OutputBusyError,
     OutputMismatchError,
     OutputWriteError,
     PromptTooLongError,
+    RequestTooLargeError,
+    ServiceError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
     SufficeError,
     VerdictError,
 )
@@ -49,10 +56,13 @@ from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
+    "AsyncClient",
     "AuditError",
+    "AuthenticationError",
     "CalibrationChoice",
     "CancelledError",
     "Chunk",
+    "Client",
     "ConfigError",
     "Constraint",
     "EngineConfig",
@@ -65,6 +75,7 @@ __all__ = [
     "GateOptions",
     "GenerationError",
     "InputError",
+    "InvalidRequestError",
     "Item",
     "ItemError",
     "Judge",
@@ -78,8 +89,12 @@ __all__ = [
     "PipelineConfig",
     "PromptTemplate",
     "PromptTooLongError",
+    "RequestTooLargeError",
     "Routing",
     "Segment",
+    "ServiceError",
+    "ServiceTimeoutError",
+    "ServiceUnavailableError",
     "SufficeError",
     "VerdictError",
     "__version__",
