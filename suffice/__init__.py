@@ -5,9 +5,13 @@ are internal and may move.  Importing suffice switches off every model-hub downl
 this process: models are local folders.
 """
 
+import logging as _logging
+
 from suffice.serving.offline import force_offline as _force_offline
 
 _force_offline()
+# A library logs and never prints: without a handler of the application's, nothing is shown.
+_logging.getLogger("suffice").addHandler(_logging.NullHandler())
 
 from suffice.client import AsyncClient, Client  # noqa: E402
 from suffice.config import JudgeConfig  # noqa: E402
