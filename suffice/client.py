@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, is_dataclass
 from types import TracebackType
 from typing import Any
 
@@ -71,7 +70,7 @@ class _Base:
     ) -> tuple[str, str, object]:
         """The gate, the URL and the JSON body of one call."""
         name = gate or self.gate
-        items = [_jsonable(record) for record in records]
+        items = list(records)
         body: object = {"items": items, "options": dict(options)} if options else items
         return name, f"{self.base_url}/v1/judge/{name}", body
 
@@ -187,15 +186,6 @@ class AsyncClient(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def _jsonable(record: object) -> object:
-    """A record as JSON: a pydantic model or dataclass (``Item``) as its fields, anything else as is."""
-    if isinstance(record, BaseModel):
-        return record.model_dump(mode="json")
-    if is_dataclass(record) and not isinstance(record, type):
-        return asdict(record)
-    return record
 
 
 def _detail(response: httpx.Response) -> tuple[str, str | None]:

@@ -29,6 +29,7 @@ from suffice import (
 )
 from suffice.config import JudgeConfig
 from suffice.gates import gate_class
+from suffice.grammars.decision import DecisionVerdict
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
@@ -47,9 +48,11 @@ RECORDS: list[object] = [record(i) for i in range(5)] + [{"id": "bad", "chunks":
 
 
 @contextlib.contextmanager
-def serve(engine: ScriptedEngine, key: str | None = None, **settings: Any) -> Iterator[str]:
+def serve(
+    engine: ScriptedEngine, key: str | None = None, judge: JudgeConfig | None = None, **settings: Any
+) -> Iterator[str]:
     """``suffice serve``'s app on a real uvicorn server on a loopback port; yields its base URL."""
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), **settings)
+    config = ServeConfig(judge=judge or JudgeConfig(), gates=("sufficiency",), **settings)
     app = create_app(GateService(config, engine), config, key.encode() if key else None)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -141,6 +144,16 @@ def test_a_function_taking_a_judge_or_a_client_gives_equal_verdicts():
     assert isinstance(remote[0], gate_class("sufficiency").verdict_model)
 
 
+def test_a_decision_only_service_gives_decision_verdicts_as_the_judge_does():
+    engine = ScriptedEngine(lambda request: '{"is_sufficient":true}')
+    config = JudgeConfig(detail="decision")
+    local = verdicts(Judge(engine, config=config), RECORDS)
+    with serve(engine, judge=config) as url, Client(url) as client:
+        remote = verdicts(client, RECORDS)
+    assert remote == local
+    assert isinstance(remote[0], DecisionVerdict)
+
+
 def test_client_results_are_the_judges_results_but_the_raw_text():
     local = Judge(ScriptedEngine(good)).judge_batch(RECORDS)
     with serve(ScriptedEngine(good)) as url, Client(url) as client:
@@ -163,6 +176,26 @@ def test_the_async_client_gives_the_same_results():
     with serve(ScriptedEngine(good)) as url:
         remote = asyncio.run(main(url))
     assert [comparable(r) for r in remote] == [comparable(r) for r in local]
+
+
+def test_cancelling_an_async_client_call_stops_the_services_generation():
+    engine = Blocking()
+
+    async def main(url: str) -> None:
+        async with AsyncClient(url) as client:
+            task = asyncio.ensure_future(client.judge(record(0)))
+            while not engine.entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    with serve(engine) as url:
+        asyncio.run(main(url))
+        deadline = time.monotonic() + 10
+        while not engine.cancels[0].is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.cancels[0].is_set()
 
 
 def test_a_key_is_sent_and_a_wrong_one_is_an_authentication_error():
