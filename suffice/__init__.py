@@ -5,13 +5,19 @@ are internal and may move.  Importing suffice switches off every model-hub downl
 this process: models are local folders.
 """
 
+import logging as _logging
+
 from suffice.serving.offline import force_offline as _force_offline
 
 _force_offline()
+# A library logs and never prints: without a handler of the application's, nothing is shown.
+_logging.getLogger("suffice").addHandler(_logging.NullHandler())
 
+from suffice.client import AsyncClient, Client  # noqa: E402
 from suffice.config import JudgeConfig  # noqa: E402
 from suffice.exceptions import (  # noqa: E402
     AuditError,
+    AuthenticationError,
     CancelledError,
     ConfigError,
     EngineDeadError,
@@ -19,12 +25,17 @@ from suffice.exceptions import (  # noqa: E402
     EngineFatalError,
     GenerationError,
     InputError,
+    InvalidRequestError,
     ItemError,
     ModelNotFoundError,
     OutputBusyError,
     OutputMismatchError,
     OutputWriteError,
     PromptTooLongError,
+    RequestTooLargeError,
+    ServiceError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
     SufficeError,
     VerdictError,
 )
@@ -49,10 +60,13 @@ from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
+    "AsyncClient",
     "AuditError",
+    "AuthenticationError",
     "CalibrationChoice",
     "CancelledError",
     "Chunk",
+    "Client",
     "ConfigError",
     "Constraint",
     "EngineConfig",
@@ -65,6 +79,7 @@ __all__ = [
     "GateOptions",
     "GenerationError",
     "InputError",
+    "InvalidRequestError",
     "Item",
     "ItemError",
     "Judge",
@@ -78,8 +93,12 @@ __all__ = [
     "PipelineConfig",
     "PromptTemplate",
     "PromptTooLongError",
+    "RequestTooLargeError",
     "Routing",
     "Segment",
+    "ServiceError",
+    "ServiceTimeoutError",
+    "ServiceUnavailableError",
     "SufficeError",
     "VerdictError",
     "__version__",

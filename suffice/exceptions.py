@@ -18,6 +18,12 @@ The tree::
     ├── OutputBusyError             another suffice run is writing that output
     ├── CitationError               a citation marker is not in the escaped form suffice writes
     ├── CancelledError              the caller withdrew the request; its generation was stopped
+    ├── ServiceError                a ``suffice serve`` service refused or failed a client's request
+    │   ├── AuthenticationError     401: no bearer token, or a wrong one
+    │   ├── RequestTooLargeError    413: the body is over the service's limit
+    │   ├── InvalidRequestError     422 (and 404, 415): the request is malformed (names the field)
+    │   ├── ServiceTimeoutError     504, or no answer within the client's timeout
+    │   └── ServiceUnavailableError 429 or 503 still, after the bounded retries, or no connection
     └── ItemError                   one item cannot be judged; becomes one error record
         ├── InputError              a record field is missing or invalid (names the field)
         │   └── RubricError         a rubric is unknown or fails its schema (names the field)
@@ -108,6 +114,41 @@ class ConstraintNotEnforcedError(EngineFatalError):
 
 class CancelledError(SufficeError):
     """The caller set the request's cancel event; its generation was stopped and nothing is returned."""
+
+
+class ServiceError(SufficeError):
+    """A ``suffice serve`` service refused or failed a request of :class:`~suffice.Client`; ``status`` is
+    the HTTP status (``None``: no answer), ``detail`` the service's own words."""
+
+    def __init__(self, detail: str, status: int | None = None) -> None:
+        self.detail = detail
+        self.status = status
+        super().__init__(detail if status is None else f"HTTP {status}: {detail}")
+
+
+class AuthenticationError(ServiceError):
+    """401: the service wants a bearer token (``api_key``) and got none, or a wrong one."""
+
+
+class RequestTooLargeError(ServiceError):
+    """413: the request's body is over the service's limit: send fewer items per call."""
+
+
+class InvalidRequestError(ServiceError, ValueError):
+    """422 (or 404, 415): the service refused the request as malformed; ``field`` names where (the last
+    part of the 422's ``loc``: an option, ``body``, an item's field), ``None`` when it does not say."""
+
+    def __init__(self, detail: str, status: int | None = None, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(detail, status)
+
+
+class ServiceTimeoutError(ServiceError, TimeoutError):
+    """504, or no answer within the client's ``timeout``: the service stops that request's generation."""
+
+
+class ServiceUnavailableError(ServiceError):
+    """429 or 503 after the client's bounded retries, or a service that cannot be reached."""
 
 
 class OutputMismatchError(SufficeError):

@@ -6,6 +6,7 @@ an error result for that item only.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import threading
@@ -221,6 +222,24 @@ class Judge:
         self.stats.add("items", len(final))
         return final
 
+    async def ajudge_batch(self, records: Sequence[object], progress: Progress | None = None) -> list[JudgeResult]:
+        """:meth:`judge_batch` awaited: it runs on a worker thread, so concurrent awaits share the engine's
+        running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
+        engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`."""
+        cancel = threading.Event()
+        work = asyncio.ensure_future(asyncio.to_thread(self.judge_batch, list(records), progress, cancel))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancel.set()
+            # The thread cannot be interrupted: its result (CancelledError, or what it finished) is dropped.
+            work.add_done_callback(_drop_outcome)
+            raise
+
+    async def ajudge(self, record: object) -> JudgeResult:
+        """One record's result, awaited (see :meth:`ajudge_batch`)."""
+        return (await self.ajudge_batch([record]))[0]
+
     def _run(
         self,
         pending: list[_Pending],
@@ -336,6 +355,12 @@ class Judge:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _drop_outcome(work: asyncio.Future[list[JudgeResult]]) -> None:
+    """Retrieve a withdrawn call's outcome so that asyncio does not log it as never retrieved."""
+    if not work.cancelled():
+        work.exception()
 
 
 def _ascii(text: str) -> str:

@@ -37,7 +37,7 @@ LAYERS: list[list[str]] = [
     ["serving"],
     ["prompts"],
     ["gates"],
-    ["config", "rows"],
+    ["client", "config", "rows"],
     ["judge", "run_settings"],
     ["audit"],
     ["calibration"],

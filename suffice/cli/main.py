@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -34,11 +35,32 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (a test may have replaced it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.setStream(sys.stderr)
+        super().emit(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    code: int = args.run(args)
+    # The library logs and never prints; the command shows its warnings (and with -v its settings) on stderr.
+    handler = _Stderr()
+    handler.setLevel(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("suffice")
+    level = logger.level
+    logger.addHandler(handler)
+    if getattr(args, "verbose", False):
+        logger.setLevel(logging.INFO)
+    try:
+        code: int = args.run(args)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     return code
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import logging
 import queue
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +31,8 @@ from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_settings, check_build, engine_output, log_tail, machine_settings
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
+
+_log = logging.getLogger(__name__)
 
 
 def _token_logprobs(
@@ -282,7 +284,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.settings = machine_settings(config, gpu=gpu)
         apply_settings(self.settings, verbose=config.verbose)
         if config.verbose:
-            print(f"suffice: {self.settings.describe()}", file=sys.stderr)
+            _log.info("suffice: %s", self.settings.describe())
         ref = model or resolve_model(config.model)
         kwargs: dict[str, Any] = {
             "model": str(ref.path),

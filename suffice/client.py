@@ -1,0 +1,265 @@
+"""Clients of ``suffice serve`` with the in-process judge's call shape.
+
+``Client(url).judge_batch(records)`` returns what ``Judge.judge_batch(records)`` returns: one
+:class:`~suffice.results.JudgeResult` per record, in order, its verdict parsed into the gate's
+verdict model (or :class:`~suffice.grammars.decision.DecisionVerdict` for a decision-only row), a
+record's failure as its ``error``.  Code written against a :class:`~suffice.judge.Judge` runs
+against a service by swapping one object.
+
+A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
+each wait at most ``max_wait`` s); other refusals are typed errors under
+:class:`~suffice.exceptions.ServiceError`.  The proxy settings of the environment are not read
+(``trust_env=False``): the key goes to the service named and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from suffice.exceptions import (
+    AuthenticationError,
+    InvalidRequestError,
+    RequestTooLargeError,
+    ServiceError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
+)
+from suffice.gates import gate_class, gate_names
+from suffice.grammars.decision import DecisionVerdict
+from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+
+#: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class _Retry(Exception):
+    """A 429/503 that asks to wait ``seconds`` and try again."""
+
+    def __init__(self, seconds: float, error: ServiceUnavailableError) -> None:
+        self.seconds = seconds
+        self.error = error
+        super().__init__(str(error))
+
+
+class _Base:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        gate: str | None = None,
+        retries: int = 3,
+        max_wait: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.gate = gate or gate_names()[0]
+        self.timeout = timeout
+        self.retries = retries
+        self.max_wait = max_wait
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
+
+    def _request(
+        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+    ) -> tuple[str, str, object]:
+        """The gate, the URL and the JSON body of one call."""
+        name = gate or self.gate
+        items = list(records)
+        body: object = {"items": items, "options": dict(options)} if options else items
+        return name, f"{self.base_url}/v1/judge/{name}", body
+
+    def _wait(self, retry: _Retry, attempt: int) -> float:
+        """The seconds to wait before attempt ``attempt + 1``; raises the refusal once the retries are spent."""
+        if attempt >= self.retries or retry.seconds > self.max_wait:
+            raise retry.error
+        return retry.seconds
+
+
+class Client(_Base):
+    """A blocking client of ``suffice serve`` with the call shape of :class:`~suffice.judge.Judge`:
+    ``judge_batch(records)`` and ``judge(record)``.  ``gate``: the default gate (the default of
+    ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
+    and how long a 429 or 503 with ``Retry-After`` is waited on."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        gate: str | None = None,
+        retries: int = 3,
+        max_wait: float = 30.0,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, gate, retries, max_wait)
+        self._http = httpx.Client(timeout=timeout, trust_env=False, headers=self._headers)
+
+    def judge_batch(
+        self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """One result per record, in order, as ``Judge.judge_batch`` returns them; ``options``: the gate's
+        per-request options.  Raises a :class:`~suffice.exceptions.ServiceError` for a refused request."""
+        name, url, body = self._request(records, gate, options)
+        attempt = 0
+        while True:
+            try:
+                response = self._http.post(url, json=body)
+            except httpx.TimeoutException as exc:
+                raise ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}") from exc
+            except httpx.TransportError as exc:
+                raise ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}") from exc
+            try:
+                return _results(response, name, len(records))
+            except _Retry as retry:
+                time.sleep(self._wait(retry, attempt))
+                attempt += 1
+
+    def judge(self, record: object, gate: str | None = None, options: Mapping[str, Any] | None = None) -> JudgeResult:
+        """One record's result (see :meth:`judge_batch`)."""
+        return self.judge_batch([record], gate, options)[0]
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """:class:`Client` for asyncio: ``await client.judge_batch(records)``, ``await client.judge(record)``;
+    cancelling the awaiting task closes its connection, and the service stops that request's generation."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        gate: str | None = None,
+        retries: int = 3,
+        max_wait: float = 30.0,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, gate, retries, max_wait)
+        self._http = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=self._headers)
+
+    async def judge_batch(
+        self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """One result per record, in order (see :meth:`Client.judge_batch`)."""
+        name, url, body = self._request(records, gate, options)
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.post(url, json=body)
+            except httpx.TimeoutException as exc:
+                raise ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}") from exc
+            except httpx.TransportError as exc:
+                raise ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}") from exc
+            try:
+                return _results(response, name, len(records))
+            except _Retry as retry:
+                await asyncio.sleep(self._wait(retry, attempt))
+                attempt += 1
+
+    async def judge(
+        self, record: object, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result (see :meth:`judge_batch`)."""
+        return (await self.judge_batch([record], gate, options))[0]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+def _detail(response: httpx.Response) -> tuple[str, str | None]:
+    """The service's message and, for a 422, the field its ``loc`` names last."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase, None
+    detail = body.get("detail") if isinstance(body, dict) else body
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        loc = [str(part) for part in detail[0].get("loc", ()) if isinstance(part, str)]
+        field = loc[-1] if loc else None
+        where = ".".join(loc)
+        return f"{where}: {detail[0].get('msg', '')}" if where else str(detail[0].get("msg", "")), field
+    return str(detail), None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _results(response: httpx.Response, gate: str, count: int) -> list[JudgeResult]:
+    """The results of a 200; a typed error for any other status (:class:`_Retry` for a 429/503 that may wait)."""
+    status = response.status_code
+    if status == 200:
+        rows = response.json()["results"]
+        if len(rows) != count:
+            raise ServiceError(f"{len(rows)} results for {count} records", status)
+        return [_result(row, gate) for row in rows]
+    detail, field = _detail(response)
+    if status in (429, 503):
+        error = ServiceUnavailableError(detail, status)
+        wait = _retry_after(response)
+        if wait is None:
+            raise error
+        raise _Retry(wait, error)
+    if status == 401:
+        raise AuthenticationError(detail, status)
+    if status == 413:
+        raise RequestTooLargeError(detail, status)
+    if status in (404, 415, 422):
+        raise InvalidRequestError(detail, status, field)
+    if status == 504:
+        raise ServiceTimeoutError(detail, status)
+    raise ServiceError(detail, status)
+
+
+def _result(row: Mapping[str, Any], gate: str) -> JudgeResult:
+    """One response row as the :class:`JudgeResult` the in-process judge returns (without ``raw_text``)."""
+    verdict = row.get("verdict")
+    error = row.get("error")
+    return JudgeResult(
+        id=row.get("id"),
+        gate=row.get("gate", gate),
+        verdict=_verdict(verdict, row.get("gate", gate)) if verdict is not None else None,
+        error=ErrorInfo.model_validate(error) if error is not None else None,
+        model=row["model"],
+        backend=row["backend"],
+        prompt_version=row["prompt_version"],
+        tokens=TokenCounts.model_validate(row.get("tokens", {})),
+        retries=row.get("retries", 0),
+    )
+
+
+def _verdict(value: Mapping[str, Any], gate: str) -> BaseModel:
+    """The verdict in the gate's verdict model, or a decision-only verdict."""
+    model = gate_class(gate).verdict_model
+    if value.get("detail") == "decision":
+        return DecisionVerdict.model_validate(value)
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return DecisionVerdict.model_validate(value)

@@ -1,0 +1,296 @@
+"""The gate inside a RAG application: ``Judge.ajudge``/``ajudge_batch`` on the event loop, and
+``Client``/``AsyncClient`` of ``suffice serve`` with the judge's call shape (a real uvicorn
+server on loopback over a scripted engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import uvicorn
+from pydantic import BaseModel
+
+from suffice import (
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    InvalidRequestError,
+    Judge,
+    JudgeResult,
+    RequestTooLargeError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
+)
+from suffice.config import JudgeConfig
+from suffice.gates import gate_class
+from suffice.grammars.decision import DecisionVerdict
+from suffice.server.app import create_app
+from suffice.server.config import ServeConfig
+from suffice.server.service import GateService
+from tests.batch.test_runner import good
+from tests.fakes import ScriptedEngine
+from tests.server.test_admission import Held
+
+KEY = "k" * 32
+
+
+def record(i: int) -> dict[str, object]:
+    return {"id": f"q{i}", "question": f"Who wrote {i}?", "chunks": [{"id": f"c{i}", "text": f"Ada wrote {i}."}]}
+
+
+RECORDS: list[object] = [record(i) for i in range(5)] + [{"id": "bad", "chunks": []}]
+
+
+@contextlib.contextmanager
+def serve(
+    engine: ScriptedEngine, key: str | None = None, judge: JudgeConfig | None = None, **settings: Any
+) -> Iterator[str]:
+    """``suffice serve``'s app on a real uvicorn server on a loopback port; yields its base URL."""
+    config = ServeConfig(judge=judge or JudgeConfig(), gates=("sufficiency",), **settings)
+    app = create_app(GateService(config, engine), config, key.encode() if key else None)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
+
+
+def verdicts(judge: Judge | Client, records: Sequence[object]) -> list[BaseModel | None]:
+    """Application code: it takes a judge or a client alike."""
+    return [result.verdict for result in judge.judge_batch(records)]
+
+
+def comparable(result: JudgeResult) -> dict[str, Any]:
+    return result.model_dump(mode="json", exclude={"raw_text"})
+
+
+# --- the async Python API ------------------------------------------------------------------------------
+
+
+def test_sixteen_concurrent_ajudge_calls_give_what_judge_batch_gives():
+    judge = Judge(ScriptedEngine(good))
+    records = [record(i) for i in range(16)]
+
+    async def main() -> list[JudgeResult]:
+        return list(await asyncio.gather(*(judge.ajudge(r) for r in records)))
+
+    assert [comparable(r) for r in asyncio.run(main())] == [comparable(r) for r in judge.judge_batch(records)]
+
+
+def test_ajudge_batch_gives_what_judge_batch_gives_with_error_rows():
+    judge = Judge(ScriptedEngine(good))
+    got = asyncio.run(judge.ajudge_batch(RECORDS))
+    assert [comparable(r) for r in got] == [comparable(r) for r in judge.judge_batch(RECORDS)]
+    assert got[-1].error is not None and got[-1].error.field == "question"
+
+
+class Blocking(ScriptedEngine):
+    """Blocks each call until its cancel is set (or 10 s), recording the cancel events it got."""
+
+    def __init__(self) -> None:
+        super().__init__(good)
+        self.cancels: list[threading.Event] = []
+        self.entered = threading.Event()
+
+    def generate(self, requests, progress=None, cancel=None):
+        assert cancel is not None
+        self.cancels.append(cancel)
+        self.entered.set()
+        cancel.wait(10)
+        return super().generate(requests, progress, cancel)
+
+
+def test_cancelling_an_ajudge_stops_its_engine_work_and_reraises():
+    engine = Blocking()
+    judge = Judge(engine)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(judge.ajudge(record(0)))
+        while not engine.entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    began = time.monotonic()
+    asyncio.run(main())
+    assert engine.cancels[0].is_set()
+    assert time.monotonic() - began < 5
+
+
+# --- the client: one object swapped ----------------------------------------------------------------------
+
+
+def test_a_function_taking_a_judge_or_a_client_gives_equal_verdicts():
+    local = verdicts(Judge(ScriptedEngine(good)), RECORDS)
+    with serve(ScriptedEngine(good)) as url, Client(url) as client:
+        remote = verdicts(client, RECORDS)
+    assert remote == local
+    assert isinstance(remote[0], gate_class("sufficiency").verdict_model)
+
+
+def test_a_decision_only_service_gives_decision_verdicts_as_the_judge_does():
+    engine = ScriptedEngine(lambda request: '{"is_sufficient":true}')
+    config = JudgeConfig(detail="decision")
+    local = verdicts(Judge(engine, config=config), RECORDS)
+    with serve(engine, judge=config) as url, Client(url) as client:
+        remote = verdicts(client, RECORDS)
+    assert remote == local
+    assert isinstance(remote[0], DecisionVerdict)
+
+
+def test_client_results_are_the_judges_results_but_the_raw_text():
+    local = Judge(ScriptedEngine(good)).judge_batch(RECORDS)
+    with serve(ScriptedEngine(good)) as url, Client(url) as client:
+        remote = client.judge_batch(RECORDS)
+        one = client.judge(RECORDS[1])
+    assert [comparable(r) for r in remote] == [comparable(r) for r in local]
+    assert comparable(one) == comparable(local[1])
+    assert remote[-1].error is not None and remote[-1].error.field == "question"
+
+
+def test_the_async_client_gives_the_same_results():
+    local = Judge(ScriptedEngine(good)).judge_batch(RECORDS)
+
+    async def main(url: str) -> list[JudgeResult]:
+        async with AsyncClient(url) as client:
+            batch = await client.judge_batch(RECORDS)
+            assert comparable(await client.judge(RECORDS[0])) == comparable(batch[0])
+            return batch
+
+    with serve(ScriptedEngine(good)) as url:
+        remote = asyncio.run(main(url))
+    assert [comparable(r) for r in remote] == [comparable(r) for r in local]
+
+
+def test_cancelling_an_async_client_call_stops_the_services_generation():
+    engine = Blocking()
+
+    async def main(url: str) -> None:
+        async with AsyncClient(url) as client:
+            task = asyncio.ensure_future(client.judge(record(0)))
+            while not engine.entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    with serve(engine) as url:
+        asyncio.run(main(url))
+        deadline = time.monotonic() + 10
+        while not engine.cancels[0].is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.cancels[0].is_set()
+
+
+def test_a_key_is_sent_and_a_wrong_one_is_an_authentication_error():
+    with serve(ScriptedEngine(good), key=KEY) as url:
+        assert Client(url, api_key=KEY).judge(record(0)).ok
+        with pytest.raises(AuthenticationError) as caught:
+            Client(url, api_key="x" * 32).judge(record(0))
+        with pytest.raises(AuthenticationError):
+            Client(url).judge(record(0))
+    assert caught.value.status == 401
+
+
+def test_the_environments_proxy_never_sees_the_request(monkeypatch):
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with serve(ScriptedEngine(good), key=KEY) as url:
+        assert Client(url, api_key=KEY).judge(record(0)).ok
+
+
+def test_an_option_the_gate_does_not_take_is_an_invalid_request_naming_it():
+    with serve(ScriptedEngine(good)) as url, Client(url) as client, pytest.raises(InvalidRequestError) as caught:
+        client.judge(record(0), options={"no_such_option": 1})
+    assert caught.value.field == "no_such_option"
+    assert caught.value.status == 422
+
+
+def test_a_body_over_the_limit_is_request_too_large():
+    big = {"id": "q", "question": "Who?", "chunks": [{"id": 0, "text": "x" * 4096}]}
+    with (
+        serve(ScriptedEngine(good), max_body_bytes=1024) as url,
+        Client(url) as client,
+        pytest.raises(RequestTooLargeError),
+    ):
+        client.judge(big)
+
+
+def test_a_504_is_a_service_timeout():
+    engine = Blocking()
+    with (
+        serve(engine, request_timeout=0.5) as url,
+        Client(url) as client,
+        pytest.raises(ServiceTimeoutError) as caught,
+    ):
+        client.judge(record(0))
+    assert caught.value.status == 504
+
+
+def test_no_answer_within_the_clients_timeout_is_a_service_timeout():
+    engine = Blocking()
+    with serve(engine) as url, Client(url, timeout=0.5) as client, pytest.raises(ServiceTimeoutError):
+        client.judge(record(0))
+
+
+def test_no_service_is_unavailable():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    with pytest.raises(ServiceUnavailableError):
+        Client(f"http://127.0.0.1:{port}").judge(record(0))
+
+
+@contextlib.contextmanager
+def full(engine: Held) -> Iterator[str]:
+    """A service admitting 2 items, holding a request of 2 in its engine."""
+    with serve(engine, max_items=2, max_chunks_per_item=1, max_pending_chunks=4) as url:
+        first = threading.Thread(target=lambda: Client(url).judge_batch([record(0), record(1)]), daemon=True)
+        first.start()
+        assert engine.entered.wait(10)
+        try:
+            yield url
+        finally:
+            engine.release.set()
+            first.join(30)
+
+
+def test_a_429_is_retried_after_its_retry_after():
+    engine = Held()
+    with full(engine) as url:
+        threading.Timer(0.5, engine.release.set).start()
+        began = time.monotonic()
+        result = Client(url, max_wait=10).judge(record(2))
+        waited = time.monotonic() - began
+    assert result.ok
+    assert waited >= 4.5  # the service asked for 5 s
+
+
+@pytest.mark.parametrize("settings", [{"retries": 0}, {"max_wait": 1.0}])
+def test_a_429_past_the_retries_or_the_longest_wait_is_service_unavailable(settings):
+    engine = Held()
+    with full(engine) as url:
+        began = time.monotonic()
+        with pytest.raises(ServiceUnavailableError) as caught:
+            Client(url, **settings).judge(record(2))
+        assert time.monotonic() - began < 2
+    assert caught.value.status == 429
