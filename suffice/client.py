@@ -64,6 +64,11 @@ class _Base:
         self.retries = retries
         self.max_wait = max_wait
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
+        self._http = self._connect()
+
+    def _connect(self) -> Any:
+        """The HTTP client (blocking or asyncio) the subclass sends with."""
+        raise NotImplementedError
 
     def _request(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
@@ -73,6 +78,12 @@ class _Base:
         items = list(records)
         body: object = {"items": items, "options": dict(options)} if options else items
         return name, f"{self.base_url}/v1/judge/{name}", body
+
+    def _unanswered(self, exc: httpx.TransportError) -> ServiceError:
+        """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
+        if isinstance(exc, httpx.TimeoutException):
+            return ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}")
+        return ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}")
 
     def _wait(self, retry: _Retry, attempt: int) -> float:
         """The seconds to wait before attempt ``attempt + 1``; raises the refusal once the retries are spent."""
@@ -87,17 +98,8 @@ class Client(_Base):
     ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
     and how long a 429 or 503 with ``Retry-After`` is waited on."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        gate: str | None = None,
-        retries: int = 3,
-        max_wait: float = 30.0,
-    ) -> None:
-        super().__init__(base_url, api_key, timeout, gate, retries, max_wait)
-        self._http = httpx.Client(timeout=timeout, trust_env=False, headers=self._headers)
+    def _connect(self) -> httpx.Client:
+        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers)
 
     def judge_batch(
         self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
@@ -109,10 +111,8 @@ class Client(_Base):
         while True:
             try:
                 response = self._http.post(url, json=body)
-            except httpx.TimeoutException as exc:
-                raise ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}") from exc
             except httpx.TransportError as exc:
-                raise ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}") from exc
+                raise self._unanswered(exc) from exc
             try:
                 return _results(response, name, len(records))
             except _Retry as retry:
@@ -139,17 +139,8 @@ class AsyncClient(_Base):
     """:class:`Client` for asyncio: ``await client.judge_batch(records)``, ``await client.judge(record)``;
     cancelling the awaiting task closes its connection, and the service stops that request's generation."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        gate: str | None = None,
-        retries: int = 3,
-        max_wait: float = 30.0,
-    ) -> None:
-        super().__init__(base_url, api_key, timeout, gate, retries, max_wait)
-        self._http = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=self._headers)
+    def _connect(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers)
 
     async def judge_batch(
         self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
@@ -160,10 +151,8 @@ class AsyncClient(_Base):
         while True:
             try:
                 response = await self._http.post(url, json=body)
-            except httpx.TimeoutException as exc:
-                raise ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}") from exc
             except httpx.TransportError as exc:
-                raise ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}") from exc
+                raise self._unanswered(exc) from exc
             try:
                 return _results(response, name, len(records))
             except _Retry as retry:
