@@ -15,16 +15,15 @@ from suffice.audit.database import Database, audit_error, is_audit_file
 from suffice.audit.encoding import Stored, json_text, now, store
 from suffice.audit.schema import (
     COLUMNS,
-    EVALUATION_COLUMNS,
     EVALUATIONS,
     JSON_COLUMNS,
     RESOLUTION_FIELDS,
     RETRIEVAL_COLUMN_NAMES,
-    RETRIEVAL_COLUMNS,
     RETRIEVAL_JSON_COLUMNS,
     RETRIEVALS,
     REVIEW_EVENTS,
     REVIEW_FIELDS,
+    Chain,
 )
 from suffice.audit.verify import VerifyReport, verify_database
 from suffice.exceptions import AuditBrokenError, AuditError
@@ -48,18 +47,7 @@ class AuditLog(Database):
 
     def record_many(self, rows: Iterable[Mapping[str, Any]]) -> list[int]:
         """Append evaluation rows in one transaction; returns their sequence numbers (a bad value writes none)."""
-        stored = []
-        for values in rows:
-            unknown = set(values) - set(COLUMNS)
-            if unknown:
-                raise AuditError(f"unknown audit columns: {sorted(unknown)}")
-            row = {name: store(name, kind, values.get(name)) for name, kind in EVALUATION_COLUMNS}
-            row["ts"] = row["ts"] or now()
-            stored.append(row)
-        if not stored:
-            return []
-        with self._transaction() as cur:
-            return self._append(cur, EVALUATIONS, stored)
+        return self._append_rows(EVALUATIONS, rows, "audit")
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every evaluation row in sequence order (a damaged database raises :class:`AuditError`)."""
@@ -73,22 +61,28 @@ class AuditLog(Database):
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
 
-    # -- retrieval attempts ------------------------------------------------------------
-    def record_retrievals(self, attempts: Iterable[Mapping[str, Any]]) -> list[int]:
-        """Append the harness's retrieval attempts (columns: :data:`RETRIEVAL_COLUMNS`) in one transaction;
-        returns their sequence numbers in the ``retrievals`` chain."""
+    def _append_rows(self, chain: Chain, rows: Iterable[Mapping[str, Any]], what: str) -> list[int]:
+        """Check and encode ``rows`` for ``chain``, then append them in one transaction (a bad value writes none)."""
+        columns = chain.columns
+        names = {name for name, _ in columns}
         stored = []
-        for values in attempts:
-            unknown = set(values) - set(RETRIEVAL_COLUMN_NAMES)
+        for values in rows:
+            unknown = set(values) - names
             if unknown:
-                raise AuditError(f"unknown retrieval columns: {sorted(unknown)}")
-            row = {name: store(name, kind, values.get(name)) for name, kind in RETRIEVAL_COLUMNS}
+                raise AuditError(f"unknown {what} columns: {sorted(unknown)}")
+            row = {name: store(name, kind, values.get(name)) for name, kind in columns}
             row["ts"] = row["ts"] or now()
             stored.append(row)
         if not stored:
             return []
         with self._transaction() as cur:
-            return self._append(cur, RETRIEVALS, stored)
+            return self._append(cur, chain, stored)
+
+    # -- retrieval attempts ------------------------------------------------------------
+    def record_retrievals(self, attempts: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append the harness's retrieval attempts (columns: :data:`RETRIEVAL_COLUMNS`) in one transaction;
+        returns their sequence numbers in the ``retrievals`` chain."""
+        return self._append_rows(RETRIEVALS, attempts, "retrieval")
 
     def retrievals(self) -> list[dict[str, Any]]:
         """Every retrieval attempt in sequence order, JSON columns parsed."""
