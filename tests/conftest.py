@@ -87,3 +87,13 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with running_server(tmp_path_factory.mktemp("vllm-server")) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def suffice_server(vllm_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of one real ``suffice serve`` for the session, judging through ``vllm_server``
+    (its key: ``tests.vllm_server.SERVE_KEY``).  The integrations and ``judge --server`` share it."""
+    from tests.vllm_server import running_suffice_serve
+
+    with running_suffice_serve(tmp_path_factory.mktemp("suffice-serve"), vllm_server) as url:
+        yield url

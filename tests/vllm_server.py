@@ -137,3 +137,52 @@ def running_server(folder: Path) -> Iterator[str]:
         yield url
     finally:
         _stop(process)
+
+
+#: The bearer key of :func:`running_suffice_serve`'s service.
+SERVE_KEY = "suffice-serve-test-key-0123456789"
+
+
+@contextlib.contextmanager
+def running_suffice_serve(folder: Path, vllm_url: str, *extra: str) -> Iterator[str]:
+    """The base URL of a real ``suffice serve`` process on loopback that judges through the vLLM
+    server at ``vllm_url`` (``--engine openai``), keyed with :data:`SERVE_KEY`; stopped on exit.
+
+    Through the session's vLLM server, not an engine of its own: a second engine on two cores is
+    about a minute of start-up and halves the first one's speed while both run."""
+    key_file = folder / "key"
+    key_file.write_text(SERVE_KEY + "\n")
+    key_file.chmod(0o600)
+    port = free_port()
+    log = folder / "suffice-serve.log"
+    command = [
+        sys.executable,
+        "-m",
+        "suffice.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--api-key-file",
+        str(key_file),
+        *through(vllm_url),
+        *extra,
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + READY_WITHIN
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"suffice serve exited with {process.returncode}:\n{_tail(log)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"suffice serve was not ready within {READY_WITHIN:.0f} s:\n{_tail(log)}")
+            try:
+                if httpx.get(f"{url}/ready", timeout=5.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        yield url
+    finally:
+        _stop(process)
