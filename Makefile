@@ -47,6 +47,7 @@ bench: dev
 	$(BIN)/python benchmarks/bench_overhead.py --items 12 --rounds 2
 	$(BIN)/python benchmarks/bench_throughput.py --items 24
 	$(BIN)/python benchmarks/bench_batch_memory.py --sizes 10000 1000000
+	$(BIN)/python benchmarks/bench_startup.py --rounds 1
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -29,6 +29,7 @@ LAYERS: list[list[str]] = [
         "records",
         "results",
         "scores",
+        "startup",
         "summary",
         "tables",
         "text",

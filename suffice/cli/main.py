@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from suffice import startup
 from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, serve_cmd
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
@@ -45,6 +46,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    startup.mark("command line read")  # suffice and every gate imported
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     # The library logs and never prints; the command shows its warnings (and with -v its settings) on stderr.

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from suffice import startup
 from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.serving import machine
@@ -28,7 +29,14 @@ from suffice.serving.base import (
     local_settings,
 )
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import apply_settings, check_build, engine_output, log_tail, machine_settings
+from suffice.serving.machine import (
+    MachineSettings,
+    apply_settings,
+    check_build,
+    engine_output,
+    log_tail,
+    machine_settings,
+)
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 
@@ -107,6 +115,8 @@ class _Driver:
         #: Jobs to start, and ``(job, error)`` for jobs to stop (their caller gave up).
         self._inbox: queue.Queue[_Job | tuple[_Job, BaseException]] = queue.Queue()
         self._running: dict[str, tuple[_Sequence, _Job]] = {}
+        #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.startup`).
+        self._first_token: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
         self._thread.start()
 
@@ -152,6 +162,9 @@ class _Driver:
                 entry = self._running.pop(out.request_id, None)
                 if entry is None:
                     continue
+                if startup.enabled():
+                    self._first_token.discard(out.request_id)
+                    startup.mark(f"segment done {out.request_id}")
                 seq, job = entry
                 if job.done.is_set():
                     continue
@@ -191,12 +204,19 @@ class _Driver:
         # Keyed by vLLM's internal ids (ours with a suffix), mapped from ours here.
         internal = getattr(processor, "external_req_ids", None)
         failed: list[tuple[_Job, BaseException]] = []
+        # Every segment's first token is looked for only while start-up marks are recorded.
+        marking = startup.enabled()
         for request_id, (seq, job) in self._running.items():
-            if seq.read or job.done.is_set():
+            if job.done.is_set() or (seq.read and not (marking and request_id not in self._first_token)):
                 continue
             ids = (internal.get(request_id) or [request_id]) if isinstance(internal, dict) else [request_id]
             state = next((states[i] for i in ids if i in states), None)
             if state is not None and getattr(state, "is_prefilling", True) is False:
+                if marking and request_id not in self._first_token:
+                    self._first_token.add(request_id)
+                    startup.mark(f"segment first token {request_id}")
+                if seq.read:
+                    continue
                 seq.read = True
                 if job.progress is not None:
                     try:
@@ -226,6 +246,7 @@ class _Driver:
             # One at a time: if the k-th add_request raises, the k-1 before it are aborted with the job.
             for request_id, seq in self._submit(sequences):
                 self._running[request_id] = (seq, job)
+                startup.mark(f"segment queued {request_id}")
         except BaseException as exc:
             self._drop(job, exc)
 
@@ -234,6 +255,7 @@ class _Driver:
         mine = [request_id for request_id, (_, owner) in self._running.items() if owner is job]
         for request_id in mine:
             del self._running[request_id]
+        self._first_token.difference_update(mine)
         if mine:
             with contextlib.suppress(Exception):
                 self._engine.abort_request(mine)
@@ -274,6 +296,29 @@ class _Sequence:
     read: bool = False
 
 
+def llm_kwargs(config: EngineConfig, settings: MachineSettings, ref: ModelRef) -> dict[str, Any]:
+    """The arguments of vLLM's ``LLM`` for ``config`` on this machine (``benchmarks/bench_startup.py`` builds a bare
+    vLLM engine with the same ones)."""
+    kwargs: dict[str, Any] = {
+        "model": str(ref.path),
+        "tokenizer": str(ref.path),
+        "structured_outputs_config": {"backend": config.backend_name},
+        "enable_prefix_caching": config.prefix_caching,
+        "enforce_eager": config.enforce_eager,
+        "seed": config.seed,
+        "dtype": settings.dtype,
+    }
+    if settings.block_size is not None:
+        kwargs["block_size"] = settings.block_size
+    if config.max_model_len is not None:
+        kwargs["max_model_len"] = config.max_model_len
+    if config.tensor_parallel_size is not None:
+        kwargs["tensor_parallel_size"] = config.tensor_parallel_size
+    if config.gpu_memory_utilization is not None:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    return kwargs
+
+
 class VLLMEngine(TokenizerMixin, Engine):
     """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
 
@@ -286,23 +331,8 @@ class VLLMEngine(TokenizerMixin, Engine):
         if config.verbose:
             _log.info("suffice: %s", self.settings.describe())
         ref = model or resolve_model(config.model)
-        kwargs: dict[str, Any] = {
-            "model": str(ref.path),
-            "tokenizer": str(ref.path),
-            "structured_outputs_config": {"backend": config.backend_name},
-            "enable_prefix_caching": config.prefix_caching,
-            "enforce_eager": config.enforce_eager,
-            "seed": config.seed,
-            "dtype": self.settings.dtype,
-        }
-        if self.settings.block_size is not None:
-            kwargs["block_size"] = self.settings.block_size
-        if config.max_model_len is not None:
-            kwargs["max_model_len"] = config.max_model_len
-        if config.tensor_parallel_size is not None:
-            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-        if config.gpu_memory_utilization is not None:
-            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        kwargs = llm_kwargs(config, self.settings, ref)
+        startup.mark("engine settings read")
         with engine_output(config.verbose) as log:
             try:
                 from vllm import LLM
@@ -310,12 +340,14 @@ class VLLMEngine(TokenizerMixin, Engine):
                 raise EngineError(
                     'vLLM is not installed: `pip install "suffice[gpu]"` (GPU) or `"suffice[cpu]"` (CPU)'
                 ) from exc
+            startup.mark("vllm imported")
             try:
                 self._llm = LLM(**kwargs)
             except Exception as exc:
                 tail = log_tail(log)
                 detail = f"\nlast lines of the engine log {log}:\n{tail}" if tail else ""
                 raise EngineError(f"vLLM could not start on {ref.path}: {exc}{detail}") from exc
+            startup.mark("engine built")
         self.log_path = log
         self.model_id = ref.model_id
         self.model_path = ref.path
@@ -330,6 +362,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         self._processes = _engine_processes()
         self._dead: str | None = None
         self._driver = _Driver(self._llm.llm_engine, self._submit, self._absorb, self.check_alive)
+        startup.mark("engine ready")
 
     @classmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
@@ -466,6 +499,7 @@ class VLLMEngine(TokenizerMixin, Engine):
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
+            startup.mark("engine closing")
             with contextlib.suppress(EngineDeadError):
                 self.check_alive()  # a death nobody observed yet: shutdown would wait on it
             if getattr(self, "_dead", None) is None:
@@ -477,6 +511,7 @@ class VLLMEngine(TokenizerMixin, Engine):
             else:
                 _kill(self._processes)  # a dead engine's shutdown can wait on it forever
             del self._llm
+            startup.mark("engine closed")
 
 
 def _name(process: Any) -> str:
