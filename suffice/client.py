@@ -15,6 +15,7 @@ each wait at most ``max_wait`` s); other refusals are typed errors under
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -123,6 +124,22 @@ class Client(_Base):
         """One record's result (see :meth:`judge_batch`)."""
         return self.judge_batch([record], gate, options)[0]
 
+    def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
+        the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
+        extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does."""
+        name = gate or self.gate
+        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in (options or {}).items()}
+        try:
+            response = self._http.get(f"{self.base_url}/v1/settings/{name}", params=query)
+        except httpx.TransportError as exc:
+            raise self._unanswered(exc) from exc
+        if response.status_code != 200:
+            refusal = _refusal(response)
+            raise refusal.error if isinstance(refusal, _Retry) else refusal
+        values = response.json()["settings"]
+        return {str(key): str(value) for key, value in values.items()}
+
     def close(self) -> None:
         self._http.close()
 
@@ -208,22 +225,26 @@ def _results(response: httpx.Response, gate: str, count: int) -> list[JudgeResul
         if len(rows) != count:
             raise ServiceError(f"{len(rows)} results for {count} records", status)
         return [_result(row, gate) for row in rows]
+    raise _refusal(response)
+
+
+def _refusal(response: httpx.Response) -> ServiceError | _Retry:
+    """The typed error of a request the service did not answer with 200 (:class:`_Retry`: a 429/503 that may wait)."""
+    status = response.status_code
     detail, field = _detail(response)
     if status in (429, 503):
         error = ServiceUnavailableError(detail, status)
         wait = _retry_after(response)
-        if wait is None:
-            raise error
-        raise _Retry(wait, error)
+        return error if wait is None else _Retry(wait, error)
     if status == 401:
-        raise AuthenticationError(detail, status)
+        return AuthenticationError(detail, status)
     if status == 413:
-        raise RequestTooLargeError(detail, status)
+        return RequestTooLargeError(detail, status)
     if status in (404, 415, 422):
-        raise InvalidRequestError(detail, status, field)
+        return InvalidRequestError(detail, status, field)
     if status == 504:
-        raise ServiceTimeoutError(detail, status)
-    raise ServiceError(detail, status)
+        return ServiceTimeoutError(detail, status)
+    return ServiceError(detail, status)
 
 
 def _result(row: Mapping[str, Any], gate: str) -> JudgeResult:

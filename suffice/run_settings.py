@@ -38,7 +38,13 @@ class RunSettings:
     def of(cls, config: JudgeConfig, gate: Gate, fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
         """``fields``: the input's field mapping (recorded only when there is one: which
         input field is the question decides the verdict)."""
-        values = {**gate.settings(), **engine_settings(config.engine), "format": fmt}
+        return cls.judged_by({**gate.settings(), **engine_settings(config.engine)}, fmt, fields)
+
+    @classmethod
+    def judged_by(cls, judge: Mapping[str, str], fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
+        """The settings of rows from a judge whose own settings (gate and engine) are ``judge``: this process's,
+        or those a service reports (``suffice judge --server``), with the output's format and field mapping."""
+        values = {**judge, "format": fmt}
         if fields:
             values["fields"] = ",".join(f"{ours}={theirs}" for ours, theirs in sorted(fields.items()))
         return cls(values)

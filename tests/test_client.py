@@ -52,7 +52,8 @@ def serve(
     engine: ScriptedEngine, key: str | None = None, judge: JudgeConfig | None = None, **settings: Any
 ) -> Iterator[str]:
     """``suffice serve``'s app on a real uvicorn server on a loopback port; yields its base URL."""
-    config = ServeConfig(judge=judge or JudgeConfig(), gates=("sufficiency",), **settings)
+    settings.setdefault("gates", ("sufficiency",))
+    config = ServeConfig(judge=judge or JudgeConfig(), **settings)
     app = create_app(GateService(config, engine), config, key.encode() if key else None)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -25,6 +25,7 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
 from suffice.audit.recording import audit_values, record_results
 from suffice.batch.inputs import InputFile, format_of
@@ -33,7 +34,9 @@ from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
 from suffice.batch.ray_scorer import RayScorer
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
+from suffice.batch.service_scorer import ServiceScorer, service_gate, service_settings
 from suffice.batch.suspects import Suspects, suspects_path
+from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
@@ -90,13 +93,25 @@ def judge_file(
     notify: Notify = _quiet,
     progress: ProgressFactory | None = None,
     open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    client: Client | None = None,
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
+    ``client``: judge through that running ``suffice serve`` instead of an engine of this process (``config``'s
+    gate, options and detail count, its engine settings do not); the output, resume and settings check are the
+    same, the settings being those the service reports.  Not with Ray or an audit log (the service keeps its own).
+
     Raises :class:`OutputBusyError`, :class:`OutputMismatchError`, :class:`ConfigError`, :class:`EngineDeadError`
-    (rerun to resume) and other :class:`SufficeError` for what stops the run; item failures never raise.
+    (rerun to resume), a :class:`ServiceError` of the client, and other :class:`SufficeError` for what stops the
+    run; item failures never raise.
     """
     options = options or BatchOptions()
+    if client is not None and options.ray is not None:
+        raise ConfigError("ray", options.ray.address, "judges on Ray actors' engines: not through a service's client")
+    if client is not None and options.audit_db is not None:
+        raise ConfigError(
+            "audit_db", str(options.audit_db), "is kept by the service judged through (`suffice serve --audit-db`)"
+        )
     open_judge = open_judge or Judge.open  # looked up now: a default bound at import ignores a patched Judge.open
     if _same_file(source, output):
         raise OutputMismatchError("output", f"the output {output} is the input itself; choose another -o")
@@ -111,10 +126,14 @@ def judge_file(
                 )
     inputs = InputFile(source, options.input_format, options.fields, options.shard)
     out_format = format_of(output, options.output_format, "output-format")
-    gate = config.make_gate()
     if out_format == "parquet" and options.fmt != "suffice":
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
-    settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
+    if client is None:
+        gate = config.make_gate()
+        settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
+    else:
+        gate = service_gate(config)
+        settings = RunSettings.judged_by(service_settings(client, config), options.fmt, options.fields.names)
     journal = output if out_format == "jsonl" else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +142,7 @@ def judge_file(
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
         report = _judge_locked(
-            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge
+            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, client
         )
     return report
 
@@ -140,6 +159,7 @@ def _judge_locked(
     notify: Notify,
     progress: ProgressFactory | None,
     open_judge: Callable[[JudgeConfig], Judge],
+    client: Client | None,
 ) -> BatchReport:
     """The run itself, with the output's lock held (:func:`judge_file`)."""
     with ExitStack() as stack:
@@ -181,7 +201,9 @@ def _judge_locked(
         v = settings.values
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
-        if options.ray is not None:
+        if client is not None:
+            scorer = ServiceScorer(client, gate, config.options, v, notify=notify)
+        elif options.ray is not None:
             scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:
             scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
@@ -291,6 +313,7 @@ class _Run:
                 self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
                 self.suspects.settled(key for _, key in batch)
                 written += 1
+                startup.mark("batch written")
         except EngineDeadError:
             culprit = self.scorer.implicated()
             if culprit is not None and 0 <= culprit - written < len(sent):

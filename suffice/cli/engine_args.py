@@ -55,7 +55,12 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
     )
     p.add_argument("--base-url", default=None, help="openai engine: the server, e.g. http://127.0.0.1:8001")
     p.add_argument(
-        key_option, dest="engine_key_file", type=Path, default=None, help="openai engine: file holding the server's key"
+        key_option,
+        dest="engine_key_file",
+        type=Path,
+        default=None,
+        help="file holding the key of the server judged through: the openai engine's (with judge --server: the "
+        "service's bearer token)",
     )
     p.add_argument(
         "--tokenizer", type=Path, default=None, help="openai engine: local tokenizer folder (default: the server's)"

@@ -15,18 +15,22 @@ from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
+from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import (
+    AuthenticationError,
     ConfigError,
     EngineFatalError,
     InputError,
     OutputBusyError,
     OutputMismatchError,
     OutputWriteError,
+    ServiceError,
     SufficeError,
 )
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
+from suffice.server.config import read_api_key
 from suffice.serving.machine import machine_settings
 from suffice.text import terminal_text
 
@@ -118,8 +122,59 @@ def add_parser(sub: Any) -> None:
         metavar="K/N",
         help="judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
     )
+    p.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="judge through a running `suffice serve` at URL (its engine already started; --api-key-file: its "
+        "bearer token) into the same output, with the same resume and settings check",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"--server: seconds one request may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
     add_audit_args(p)
     p.set_defaults(run=run)
+
+
+#: (argument, flag) of what sets an engine in this process, or what only such a run does: refused with ``--server``.
+IN_PROCESS = (
+    ("engine", "--engine"),
+    ("model", "--model"),
+    ("backend", "--backend"),
+    ("max_model_len", "--max-model-len"),
+    ("compile", "--compile"),
+    ("cores", "--cores"),
+    ("kv_cache_gib", "--kv-cache-gib"),
+    ("dtype", "--dtype"),
+    ("tensor_parallel_size", "--tensor-parallel-size"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("base_url", "--base-url"),
+    ("tokenizer", "--tokenizer"),
+    ("served_model", "--served-model"),
+    ("max_concurrency", "--max-concurrency"),
+    ("proxy", "--proxy"),
+    ("allow_insecure_http", "--allow-insecure-http"),
+    ("ray", "--ray"),
+    ("actors", "--actors"),
+    ("audit_db", "--audit-db"),
+    ("audit_key", "--audit-key"),
+    ("anchor_file", "--anchor-file"),
+)
+#: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
+_DEFAULTS = {"engine": "vllm"}
+
+
+def in_process_setting(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The first (argument, flag) of :data:`IN_PROCESS` set to anything but its default, or ``None``."""
+    for name, flag in IN_PROCESS:
+        value = getattr(args, name)
+        if value is not None and value is not False and value != _DEFAULTS.get(name):
+            return name, flag
+    return None
 
 
 def config_from_args(args: argparse.Namespace) -> JudgeConfig:
@@ -136,12 +191,37 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
     return config
 
 
+def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
+    """``--server``: the gate, its options and the detail (the engine is the service's); a flag for an engine of
+    this process is a :class:`ConfigError` naming it."""
+    setting = in_process_setting(args)
+    if setting is not None:
+        name, flag = setting
+        raise ConfigError(
+            name,
+            getattr(args, name),
+            f"{flag} sets what runs in this process; with --server the service judges on its own engine "
+            "(set it where `suffice serve` starts)",
+        )
+    if not args.server.startswith(("http://", "https://")):
+        raise ConfigError("server", args.server, "must be an http:// or https:// address")
+    if args.timeout is not None and not (0 < args.timeout < float("inf")):
+        raise ConfigError("timeout", args.timeout, "must be a number of seconds above 0")
+    return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), detail=args.detail)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = config_from_args(args)
+        if args.server is not None:
+            config = server_config_from_args(args)
+            key = read_api_key(args.engine_key_file).decode("ascii") if args.engine_key_file is not None else None
+        else:
+            if args.timeout is not None:
+                raise ConfigError("timeout", args.timeout, "needs --server")
+            config = config_from_args(args)
         if args.actors is not None and args.ray is None:
             raise ConfigError("actors", args.actors, "needs --ray")
         options = BatchOptions(
@@ -161,7 +241,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, InputError) as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
+    if args.server is None:
+        return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
+    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
+    with Client(args.server, api_key=key, timeout=timeout, gate=args.gate) as client:
+        return judge_file(config, args.input, args.output, options, progress=not args.no_progress, client=client)
 
 
 def progress_bar(total: int | None, done: int) -> tuple[Callable[[float], None], Callable[[], None]]:
@@ -174,7 +258,15 @@ def progress_bar(total: int | None, done: int) -> tuple[Callable[[float], None],
     return bar.update, bar.close
 
 
-def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOptions, *, progress: bool = True) -> int:
+def judge_file(
+    config: JudgeConfig,
+    source: Path,
+    output: Path,
+    options: BatchOptions,
+    *,
+    progress: bool = True,
+    client: Client | None = None,
+) -> int:
     """Run :func:`suffice.batch.judge_file` and turn its outcome into an exit status."""
 
     def notify(message: str) -> None:
@@ -185,11 +277,21 @@ def judge_file(config: JudgeConfig, source: Path, output: Path, options: BatchOp
 
     try:
         report = batch.judge_file(
-            config, source, output, options, notify=notify, progress=progress_bar if progress else None
+            config, source, output, options, notify=notify, progress=progress_bar if progress else None, client=client
         )
     except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except AuthenticationError as exc:
+        print(f"error: the service refused the key: {terminal_text(exc)} (check --api-key-file)", file=sys.stderr)
+        return EXIT_USAGE
+    except ServiceError as exc:  # gone, busy past the retries, or slower than --timeout
+        print(
+            f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}; rerun the same command "
+            "to resume once the service answers",
+            file=sys.stderr,
+        )
+        return EXIT_FATAL
     except OutputBusyError as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_BUSY

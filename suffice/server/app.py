@@ -21,6 +21,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse as _Utf8JSONResponse
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.requests import ClientDisconnect
 
 from suffice.exceptions import AuditError, EngineFatalError
@@ -74,6 +75,14 @@ _BODY_SCHEMA: dict[str, Any] = {
         }
     },
 }
+
+
+class GateSettings(BaseModel):
+    """What decides a served gate's rows: the values ``suffice judge`` records beside an output (gate, prompt
+    version, the gate's options, model, weights, engine, backend, context window), each a string."""
+
+    gate: str
+    settings: dict[str, str]
 
 
 class JSONResponse(_Utf8JSONResponse):
@@ -439,6 +448,30 @@ def create_app(
                 "options": {gate: sorted(gate_class(gate).options_model.per_request) for gate in gates_literal},
             }
         )
+
+    @app.get(
+        "/v1/settings/{gate}",
+        response_model=GateSettings,
+        summary="What decides the gate's rows here, with the options given as query parameters",
+        responses={
+            401: {"description": "missing or wrong bearer token"},
+            404: {"description": "gate not served"},
+            422: {"description": "an option the gate does not take per request, or a value it refuses"},
+        },
+    )
+    async def gate_settings(gate: str, request: Request) -> Response:
+        """The settings `suffice judge` records beside an output, as this service judges `gate` with these
+        options: `suffice judge --server` checks them before it extends an output."""
+        if gate not in gates_literal:
+            return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates_literal)})"}, 404)
+        options = Options(values=dict(request.query_params))
+        try:
+            values = await in_thread(service.settings, gate, options)
+        except RequestError as exc:
+            return _unprocessable(["query", exc.field or "query"], str(exc))
+        if "model" in values:
+            values["model"] = public_model_name(values["model"])
+        return JSONResponse(GateSettings(gate=gate, settings=values).model_dump())
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus() -> Response:

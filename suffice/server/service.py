@@ -29,7 +29,7 @@ from suffice.results import JudgeResult
 from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
-from suffice.serving.factory import make_engine
+from suffice.serving.factory import engine_settings, make_engine
 
 FORMATS = ("suffice", "seed", "ragflow")
 #: No renamed fields: strings as chunks and RAGAS names, as in ``suffice judge``.
@@ -116,6 +116,8 @@ class GateService:
         self._lock = threading.Lock()
         self._audit: _AuditWriter | None = audit
         self._weights = weights_hash(getattr(engine, "model_path", None))
+        #: What the engine records beside a batch output (read once, on the first :meth:`settings`).
+        self._engine_settings: dict[str, str] | None = None
         #: Why the engine can no longer judge (``None`` while it can).
         self.dead: str | None = None
         for gate in config.gates:  # a bad default option fails at start-up
@@ -163,6 +165,18 @@ class GateService:
                     raise RequestError(exc.parameter, without_paths(str(exc))) from exc
                 self._judges[key] = judge
         return judge
+
+    def settings(self, gate: str, options: Options) -> dict[str, str]:
+        """What decides the rows ``gate`` gives with these options: the values ``suffice judge`` records beside
+        an output (:class:`~suffice.run_settings.RunSettings`, less the caller's format and field mapping), so
+        that a client resuming an output checks them as an in-process run does.  Raises :class:`RequestError`
+        for an option the gate does not take per request."""
+        judge = self.judge_for(gate, options)
+        with self._lock:
+            if self._engine_settings is None:
+                self._engine_settings = engine_settings(self.config.judge.engine)
+            engine = self._engine_settings
+        return {**judge.gate.settings(), **engine}
 
     def judge(
         self, gate: str, records: Sequence[object], options: Options, cancel: threading.Event | None = None

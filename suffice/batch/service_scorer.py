@@ -1,0 +1,139 @@
+"""Judging a run's batches through a running ``suffice serve`` (``suffice judge --server``).
+
+The service's engine is warm, so a small job costs its records' time, not an engine's
+start.  The output, its resume and its settings check are the runner's, as for an engine in
+this process: the service reports the settings that decide its rows (``GET
+/v1/settings/{gate}``), and they are recorded and compared like an in-process run's, so an
+output is never extended by a service with another model, backend, prompt or option.
+
+The gate is built here without its options: they are sent with each request and resolved by
+the service (its rubric store, its calibration files), while the rows are shaped and counted
+from the verdicts, which carry every decision the options made.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.client import Client
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError, InvalidRequestError, ItemError, RequestTooLargeError
+from suffice.gates import Gate, make_gate
+from suffice.isolation import isolate
+from suffice.records import record_id
+from suffice.results import ErrorInfo, JudgeResult
+from suffice.rows import error_result
+from suffice.serving.base import Progress
+
+
+def service_gate(config: JudgeConfig) -> Gate:
+    """The gate that shapes and counts a service's rows: ``config``'s gate at its detail (options: the service's)."""
+    return make_gate(config.gate, {}, config.detail)
+
+
+def service_settings(client: Client, config: JudgeConfig) -> dict[str, str]:
+    """The settings of the rows ``client``'s service gives for ``config``'s gate and options (its engine settings
+    are the service's).  A gate the service does not serve, an option it refuses, or a detail other than the
+    service's is a :class:`ConfigError` naming it."""
+    try:
+        values = client.settings(config.gate, config.options)
+    except InvalidRequestError as exc:
+        parameter = "gate" if exc.status == 404 else exc.field or "options"
+        value = config.options.get(parameter, config.gate if parameter == "gate" else None)
+        raise ConfigError(parameter, value, f"refused by the service at {client.base_url}: {exc.detail}") from exc
+    served = values.get("detail", "full")
+    if served != config.detail:
+        raise ConfigError(
+            "detail",
+            config.detail,
+            f"the service at {client.base_url} gives {served} verdicts (`suffice serve --detail` sets it): "
+            f"judge with --detail {served}, or through a service that gives {config.detail} verdicts",
+        )
+    return values
+
+
+class ServiceScorer(Scorer):
+    """Each batch is one request to the service (``client``'s; closing it is its owner's business).
+
+    A request the service refuses as a whole for what one record holds (a string or a list past its caps, a body
+    over its limit: 422 or 413) is split in halves down to that record, which gets an error row naming the field;
+    any other refusal (a wrong key, a service gone) stops the run with what is done on disk.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        gate: Gate,
+        options: Mapping[str, Any],
+        settings: Mapping[str, str],
+        notify: Notify = _quiet,
+    ) -> None:
+        self.client = client
+        self.gate = gate
+        self.options = dict(options)
+        self._model = settings.get("model", "")
+        self._backend = settings.get("backend", "")
+        self._notify = notify
+        self._started = False
+
+    def map(
+        self,
+        batches: Iterator[list[object]],
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None = None,
+    ) -> Iterator[list[JudgeResult]]:
+        for batch in batches:
+            if not self._started:
+                self._notify(f"judging through {self.client.base_url} (model {self._model}, backend {self._backend})")
+                self._started = True
+            results: list[JudgeResult | None] = [self._unsendable(record) for record in batch]
+            sent = [index for index, result in enumerate(results) if result is None]
+            judged = isolate(self._request, [batch[index] for index in sent], self._refused)
+            for index, result in zip(sent, judged, strict=True):
+                results[index] = result
+            if progress is not None:
+                progress(len(batch))
+            yield [result for result in results if result is not None]
+
+    def _request(self, records: Sequence[object]) -> list[JudgeResult]:
+        return self.client.judge_batch(records, gate=self.gate.name, options=self.options or None)
+
+    def _unsendable(self, record: object) -> JudgeResult | None:
+        """The error row of a record that cannot be sent as JSON (a line that is not JSON, a Parquet value JSON
+        cannot hold), with the error the in-process judge gives it where it gives one; else ``None``."""
+        try:
+            json.dumps(record)
+        except (TypeError, ValueError) as exc:
+            try:
+                self.gate.parse_item(record)
+            except ItemError as invalid:
+                return self._error_row(record, ErrorInfo.from_exception(invalid))
+            message = f"cannot be sent to the service as JSON: {exc}"
+            return self._error_row(record, ErrorInfo(type="InputError", message=message, field="record"))
+        return None
+
+    def _refused(self, exc: Exception, records: Sequence[object]) -> JudgeResult:
+        """The error row of a record the service refuses alone (422, 413); any other failure is raised."""
+        refused = isinstance(exc, RequestTooLargeError) or (isinstance(exc, InvalidRequestError) and exc.status == 422)
+        if not refused:
+            raise exc
+        field = exc.field if isinstance(exc, InvalidRequestError) and exc.field != "body" else None
+        return self._error_row(
+            records[0], ErrorInfo(type=type(exc).__name__, message=f"refused by the service: {exc}", field=field)
+        )
+
+    def _error_row(self, record: object, error: ErrorInfo) -> JudgeResult:
+        """A row made here, not by the service: the model and backend are those its settings name."""
+        return error_result(record_id(record), self.gate, self._model, self._backend, error)
+
+    def implicated(self) -> int | None:
+        return None
+
+    def weights_hash(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        return None
