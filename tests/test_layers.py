@@ -43,6 +43,7 @@ LAYERS: list[list[str]] = [
     ["calibration"],
     ["batch"],
     ["harness"],
+    ["integrations"],
     ["server"],
     ["cli"],
 ]
