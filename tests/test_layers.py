@@ -37,7 +37,7 @@ LAYERS: list[list[str]] = [
     ["serving"],
     ["prompts"],
     ["gates"],
-    ["client", "config", "rows"],
+    ["client", "config", "rows", "telemetry"],
     ["judge", "run_settings"],
     ["audit"],
     ["calibration"],

@@ -31,6 +31,7 @@ from suffice.server.config import ServeConfig, host_names
 from suffice.server.guards import BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import CountedRequests, Metrics
 from suffice.server.service import Options, RequestError
+from suffice.telemetry import attached, request_context
 
 #: How often a waiting request checks its deadline and whether its client is still there.
 POLL_SECONDS = 0.5
@@ -375,7 +376,9 @@ def create_app(
             pending[0] += len(records)
             pending_chunks[0] += chunks
             metrics.pending_items.set(pending[0])
-            work = asyncio.ensure_future(in_thread(service.judge, gate, records, options, cancel))
+            # The worker thread judges in the caller's trace (a `traceparent` header), where spans are recorded.
+            traced = attached(request_context(request.headers), service.judge)
+            work = asyncio.ensure_future(in_thread(traced, gate, records, options, cancel))
             work.add_done_callback(release(len(records), chunks))
             work.add_done_callback(_retrieve)
             deadline = asyncio.get_running_loop().time() + config.request_timeout
