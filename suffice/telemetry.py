@@ -35,6 +35,7 @@ and ends when its result was settled (before generation, after the first pass, o
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -82,7 +83,9 @@ SCOPE = "suffice"
 T = TypeVar("T")
 
 
+@functools.cache
 def _version() -> str | None:
+    """suffice's version as the instrumentation scope's (read once: the lookup scans the installed packages)."""
     try:
         return importlib.metadata.version("suffice")
     except importlib.metadata.PackageNotFoundError:
@@ -127,6 +130,7 @@ class BatchTrace:
 
     @property
     def recording(self) -> bool:
+        """Whether the batch's span is recorded (an SDK is installed and did not sample it out)."""
         return self._span is not None and self._span.is_recording()
 
     def settle(self, results: Sequence[JudgeResult | None]) -> None:
@@ -141,7 +145,7 @@ class BatchTrace:
     def finish(self, results: Sequence[JudgeResult], p_positive: Mapping[int, float]) -> None:
         """A span per record under the batch's, and the batch's totals; ``p_positive``: the model's
         probability of the gate's positive decision by record position, where it gave one."""
-        if _trace is None or self._span is None or not self._span.is_recording():
+        if _trace is None or self._span is None or not self.recording:
             return
         tracer = _trace.get_tracer(SCOPE, _version())
         parent = _trace.set_span_in_context(self._span)
