@@ -157,6 +157,7 @@ class SufficiencyRouter:
 
     @property
     def on_error(self) -> gating.OnError:
+        """What the router does when the gate gives no verdict (see :data:`~suffice.integrations.gating.OnError`)."""
         return self._gate.on_error
 
     @haystack.component.output_types(documents=list[haystack.Document], insufficient=dict[str, typing.Any])
