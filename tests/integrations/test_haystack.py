@@ -406,7 +406,10 @@ def test_a_pipeline_of_a_client_runs_only_the_insufficient_branch(scripted_clien
     assert (len(answer.received), len(retrieve.received)) == (0, 1)
 
 
-def test_a_pipeline_wraps_a_raised_insufficient_verdict(scripted_judge: Judge):
+def test_a_pipeline_wraps_a_raised_insufficient_verdict(
+    scripted_judge: Judge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))  # a failed run makes ~/.haystack/pipeline_snapshot
     with pytest.raises(PipelineRuntimeError) as caught:
         run_pipeline(SufficiencyRouter(scripted_judge, on_insufficient="raise"), INSUFFICIENT)
     assert isinstance(caught.value.__cause__, InsufficientContextError)
