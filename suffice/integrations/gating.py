@@ -63,7 +63,7 @@ class GateOutcome:
 
     ``positive``: the decision that routes (:meth:`~suffice.Gate.is_positive`); ``kept``: the
     indices of the documents to keep, in the order given (the useful ones on a positive verdict;
-    every one when the gate names none); ``routing``: where the verdict sends the question.
+    every one when it names none); ``routing``: where the verdict sends the question.
     """
 
     result: JudgeResult
@@ -228,12 +228,14 @@ class DocumentGate:
         verdict = result.verdict
         useful = self.gate.useful_chunk_ids(verdict.model_dump(mode="json"))
         ids = chunk_ids(evidence)
-        if useful is None:
+        positive = self.gate.is_positive(verdict)
+        wanted = {str(u) for u in useful or ()}
+        kept = [i for i, cid in enumerate(ids) if str(cid) in wanted]
+        if useful is None or (positive and not kept):
+            # No useful ids to go by (a decision-only verdict, or a calibrated threshold that made
+            # "sufficient" of a verdict naming none): a positive decision keeps the evidence it judged.
             kept = list(range(len(evidence)))
-        else:
-            wanted = {str(u) for u in useful}
-            kept = [i for i, cid in enumerate(ids) if str(cid) in wanted]
-        return GateOutcome(result, self.gate.is_positive(verdict), kept, self.gate.route(verdict))
+        return GateOutcome(result, positive, kept, self.gate.route(verdict))
 
     def keep(self, question: str, outcome: GateOutcome | None, count: int) -> list[int]:
         """The indices of the documents to return, by ``on_insufficient``; raises

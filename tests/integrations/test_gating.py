@@ -106,3 +106,12 @@ def test_a_client_gives_what_the_judge_gives(scripted_judge: Judge, scripted_cli
 def test_the_async_path_gives_what_the_blocking_one_gives(scripted_judge: Judge):
     gate = DocumentGate(scripted_judge)
     assert asyncio.run(gate.aselect("When did Apollo 11 launch?", DOCS))[0] == [1]
+
+
+def test_a_positive_verdict_naming_no_useful_document_keeps_them_all(scripted_judge: Judge):
+    """A calibrated threshold can make "sufficient" of a verdict that named no chunk useful."""
+    judged = scripted_judge.judge_batch([record_for("Q?", DOCS)])[0]
+    assert judged.verdict is not None
+    none_useful = judged.verdict.model_copy(update={"useful_chunk_ids": []})
+    outcome = DocumentGate(scripted_judge).outcome("Q?", DOCS, judged.model_copy(update={"verdict": none_useful}))
+    assert outcome is not None and outcome.kept == [0, 1, 2]
