@@ -28,7 +28,9 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="serve the gates over HTTP",
-        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json).",
+        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json). "
+        "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
+        "a flag wins over a variable, a variable over the file.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")

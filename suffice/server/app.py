@@ -54,7 +54,6 @@ _log = logging.getLogger("suffice.server")
 _REFUSALS: dict[int | str, dict[str, Any]] = {
     400: {"description": "the Host header does not name this service"},
     401: {"description": "missing or wrong bearer token"},
-    404: {"description": "gate not served"},
     413: {"description": "body over the limit"},
     415: {"description": "the body is not application/json"},
     422: {"description": "malformed body or parameter, or a value past a cap (names the field and the cap)"},
