@@ -196,8 +196,8 @@ class ServeSettings:
             return self._checked(setting, value, bad)
         if setting.convert is float and isinstance(value, int | float):
             return self._checked(setting, float(value), bad)
-        if setting.dest.startswith("gate_option_") and isinstance(value, int | float | bool):
-            return value  # a gate's own option: its typed model reads it
+        if setting.dest.startswith("gate_option_") and isinstance(value, int | float | bool | dict):
+            return value  # a gate's own option (recovery's threshold as a table): its typed model reads it
         if not isinstance(value, str):
             raise bad(f"must be {setting.kind()}")
         if setting.convert is Path:

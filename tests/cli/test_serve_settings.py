@@ -84,6 +84,11 @@ def test_a_list_in_the_file_is_an_array(tmp_path: Path) -> None:
     assert config("--config", str(file)).options == {"threshold": "loose"}
 
 
+def test_a_gates_option_in_the_file_may_be_a_table(tmp_path: Path) -> None:
+    file = toml(tmp_path / "s.toml", 'gate = ["recovery"]\nthreshold = { min_passages = 1 }\n')
+    assert config("--config", str(file)).options == {"threshold": {"min_passages": 1}}
+
+
 def test_flags_replace_a_variables_list_whole() -> None:
     assert config("--gate", "recovery", env={"SUFFICE_GATE": "sufficiency"}).gates == ("recovery",)
 
