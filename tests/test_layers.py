@@ -37,7 +37,7 @@ LAYERS: list[list[str]] = [
     ["serving"],
     ["prompts"],
     ["gates"],
-    ["client", "config", "rows", "telemetry"],
+    ["client", "config", "rows", "row_models", "telemetry"],
     ["judge", "run_settings"],
     ["audit"],
     ["calibration"],

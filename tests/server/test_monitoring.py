@@ -39,7 +39,7 @@ def test_metrics_count_every_route_by_gate():
     cases = ["deliver", "deliver", "overridden", "review", "more"]
     response = client.post("/v1/judge/adequacy", json=[record(case, i) for i, case in enumerate(cases)])
     assert response.status_code == 200
-    routes = samples(client.get("/metrics").text, "suffice_routes_total")
+    routes = samples(client.get("/metrics").text, "suffice_routed_verdicts_total")
     assert routes == {
         'gate="adequacy",route="deliver"': 2.0,
         'gate="adequacy",route="retrieve_more"': 1.0,
@@ -58,7 +58,7 @@ def test_metrics_count_the_code_overriding_the_model():
 
 def test_every_served_gate_has_its_route_and_override_series_from_the_start():
     text = client_for(ScriptedEngine(good), ("sufficiency", "recovery")).get("/metrics").text
-    routes = samples(text, "suffice_routes_total")
+    routes = samples(text, "suffice_routed_verdicts_total")
     assert routes == {f'gate="{g}",route="{r}"': 0.0 for g in ("sufficiency", "recovery") for r in ROUTES}
     assert samples(text, "suffice_decision_overrides_total") == {'gate="sufficiency"': 0.0, 'gate="recovery"': 0.0}
 
@@ -66,7 +66,7 @@ def test_every_served_gate_has_its_route_and_override_series_from_the_start():
 def test_an_item_error_takes_no_route():
     client = client_for(ScriptedEngine(good), ("sufficiency",))
     client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), {"id": "bad"}])
-    routes = samples(client.get("/metrics").text, "suffice_routes_total")
+    routes = samples(client.get("/metrics").text, "suffice_routed_verdicts_total")
     assert routes['gate="sufficiency",route="deliver"'] == 1.0
     assert sum(routes.values()) == 1.0
     assert samples(client.get("/metrics").text, "suffice_decision_overrides_total") == {'gate="sufficiency"': 0.0}
