@@ -16,6 +16,7 @@ PUBLIC = (
     "suffice.batch",
     "suffice.grammars",
     "suffice.integrations.haystack",
+    "suffice.integrations.langchain",
     "suffice.integrations.llama_index",
 )
 ROOT = Path(__file__).resolve().parent.parent
