@@ -187,10 +187,11 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress`` adds up to one per record.  Setting ``cancel`` stops
-        the engine's work and raises :class:`~suffice.exceptions.CancelledError`.  Traced through the
-        OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch and one per
-        record, under the caller's current span)."""
+        """One result per record, in order; ``progress`` is called with records as they finish, one in all per
+        record (and, if it is a :class:`~suffice.serving.base.ReadProgress`, with prompts as the engine reads
+        them).  Setting ``cancel`` stops the engine's work and raises :class:`~suffice.exceptions.CancelledError`.
+        Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
+        and one per record, under the caller's current span)."""
         with BatchTrace(self.gate, self.engine.model_id, len(records)) as trace:
             return self._judge_batch(records, progress, cancel, trace)
 
