@@ -8,6 +8,7 @@ Names follow Prometheus's conventions: ``suffice_`` first, the unit last and plu
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping
 from typing import Any, get_args
 
@@ -24,6 +25,9 @@ JUDGE_PATH = "/v1/judge/"
 #: Seconds; judging takes from a fraction of a second (decision only, GPU) to minutes
 #: (a large batch on CPU).
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
+#: Output tokens of one verdict: a handful decision-only, about 175 for a full verdict on the embedded model, and
+#: a constraint's worst case in the thousands.
+OUTPUT_TOKEN_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 class Metrics:
@@ -50,6 +54,18 @@ class Metrics:
             "suffice_prompt_tokens_total", "Prompt tokens sent to the engine", ["gate"], registry=r
         )
         self.completion_tokens = Counter("suffice_completion_tokens_total", "Tokens generated", ["gate"], registry=r)
+        self.verdict_tokens = Histogram(
+            "suffice_verdict_output_tokens",
+            "Output tokens per verdict the model generated (its _sum over its _count: the mean)",
+            ["gate"],
+            buckets=OUTPUT_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.verdict_tokens_max = Gauge(
+            "suffice_max_verdict_output_tokens", "The most output tokens of one verdict so far", ["gate"], registry=r
+        )
+        self._most: dict[str, int] = {}
+        self._most_lock = threading.Lock()  # requests are answered on several threads
         self.waiting = Gauge("suffice_waiting_requests", "Judge requests waiting for their verdicts", registry=r)
         self.pending_items = Gauge(
             "suffice_pending_items",
@@ -88,12 +104,23 @@ class Metrics:
         for result in results:
             if result.error is None:
                 self.verdicts.labels(gate).inc()
+                self._output_tokens(gate, result.tokens.completion)
                 if judged_by is not None and result.verdict is not None:
                     self._route(gate, judged_by, result.verdict)
             else:
                 self.item_errors.labels(gate, result.error.type).inc()
             self.prompt_tokens.labels(gate).inc(result.tokens.prompt)
             self.completion_tokens.labels(gate).inc(result.tokens.completion)
+
+    def _output_tokens(self, gate: str, completion: int) -> None:
+        """A verdict made without the model (0 tokens) decodes nothing: not counted."""
+        if completion <= 0:
+            return
+        self.verdict_tokens.labels(gate).observe(completion)
+        with self._most_lock:
+            if completion > self._most.get(gate, 0):
+                self._most[gate] = completion
+                self.verdict_tokens_max.labels(gate).set(completion)
 
     def _route(self, gate: str, judged_by: Gate, verdict: BaseModel) -> None:
         self.routes.labels(gate, judged_by.route(verdict).route).inc()

@@ -151,6 +151,8 @@ def test_metrics_are_named_by_prometheus_conventions() -> None:
         "suffice_request_duration_seconds": "histogram",
         "suffice_prompt_tokens_total": "counter",
         "suffice_completion_tokens_total": "counter",
+        "suffice_verdict_output_tokens": "histogram",
+        "suffice_max_verdict_output_tokens": "gauge",
         "suffice_waiting_requests": "gauge",
         "suffice_pending_items": "gauge",
         "suffice_refused_items_total": "counter",

@@ -11,6 +11,7 @@ from suffice.config import JudgeConfig
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
+from suffice.serving.base import Generation
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 from tests.monitoring import record, scripted
@@ -70,3 +71,24 @@ def test_an_item_error_takes_no_route():
     assert routes['gate="sufficiency",route="deliver"'] == 1.0
     assert sum(routes.values()) == 1.0
     assert samples(client.get("/metrics").text, "suffice_decision_overrides_total") == {'gate="sufficiency"': 0.0}
+
+
+def counted_client() -> TestClient:
+    """Verdicts the model writes in 10 and 30 tokens."""
+    lengths = iter([10, 30])
+    return client_for(ScriptedEngine(lambda r: Generation(good(r), "stop", 5, next(lengths))), ("sufficiency",))
+
+
+def test_metrics_give_the_output_tokens_per_verdict_as_a_sum_and_a_count():
+    client = counted_client()
+    client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), sufficiency_record(1)])
+    text = client.get("/metrics").text
+    sums = samples(text, "suffice_verdict_output_tokens_sum")
+    counts = samples(text, "suffice_verdict_output_tokens_count")
+    assert (sums, counts) == ({'gate="sufficiency"': 40.0}, {'gate="sufficiency"': 2.0})
+
+
+def test_metrics_give_the_most_output_tokens_of_a_verdict():
+    client = counted_client()
+    client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), sufficiency_record(1)])
+    assert samples(client.get("/metrics").text, "suffice_max_verdict_output_tokens") == {'gate="sufficiency"': 30.0}
