@@ -23,8 +23,10 @@ from suffice.exceptions import (  # noqa: E402
     EngineDeadError,
     EngineError,
     EngineFatalError,
+    GateFailedError,
     GenerationError,
     InputError,
+    InsufficientContextError,
     InvalidRequestError,
     ItemError,
     ModelNotFoundError,
@@ -56,6 +58,7 @@ from suffice.prompts.fitting import FittedPrompt  # noqa: E402
 from suffice.prompts.templates import PromptTemplate, load_prompt  # noqa: E402
 from suffice.records import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
+from suffice.row_models import result_row_model, result_row_schema  # noqa: E402
 from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"
@@ -76,9 +79,11 @@ __all__ = [
     "FittedPrompt",
     "FunctionRetriever",
     "Gate",
+    "GateFailedError",
     "GateOptions",
     "GenerationError",
     "InputError",
+    "InsufficientContextError",
     "InvalidRequestError",
     "Item",
     "ItemError",
@@ -106,4 +111,6 @@ __all__ = [
     "gate_names",
     "load_prompt",
     "make_gate",
+    "result_row_model",
+    "result_row_schema",
 ]

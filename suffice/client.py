@@ -9,7 +9,9 @@ against a service by swapping one object.
 A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
 each wait at most ``max_wait`` s); other refusals are typed errors under
 :class:`~suffice.exceptions.ServiceError`.  The proxy settings of the environment are not read
-(``trust_env=False``): the key goes to the service named and nowhere else.
+(``trust_env=False``): the key goes to the service named and nowhere else.  Each request carries
+the caller's current trace as a W3C ``traceparent`` header where OpenTelemetry is installed, so the
+service's spans join it (:mod:`suffice.telemetry`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from suffice.exceptions import (
 from suffice.gates import gate_class, gate_names
 from suffice.grammars.decision import DecisionVerdict
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+from suffice.telemetry import outgoing_headers
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
 DEFAULT_TIMEOUT_S = 600.0
@@ -111,7 +114,7 @@ class Client(_Base):
         attempt = 0
         while True:
             try:
-                response = self._http.post(url, json=body)
+                response = self._http.post(url, json=body, headers=outgoing_headers())
             except httpx.TransportError as exc:
                 raise self._unanswered(exc) from exc
             try:
@@ -167,7 +170,7 @@ class AsyncClient(_Base):
         attempt = 0
         while True:
             try:
-                response = await self._http.post(url, json=body)
+                response = await self._http.post(url, json=body, headers=outgoing_headers())
             except httpx.TransportError as exc:
                 raise self._unanswered(exc) from exc
             try:

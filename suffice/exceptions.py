@@ -18,6 +18,9 @@ The tree::
     ├── OutputBusyError             another suffice run is writing that output
     ├── CitationError               a citation marker is not in the escaped form suffice writes
     ├── CancelledError              the caller withdrew the request; its generation was stopped
+    ├── InsufficientContextError    an integration's gate judged the documents insufficient (carries the verdict,
+    │                               what is missing and the queries to retrieve it)
+    ├── GateFailedError             an integration's gate gave no verdict for the documents (carries the error row)
     ├── ServiceError                a ``suffice serve`` service refused or failed a client's request
     │   ├── AuthenticationError     401: no bearer token, or a wrong one
     │   ├── RequestTooLargeError    413: the body is over the service's limit
@@ -114,6 +117,35 @@ class ConstraintNotEnforcedError(EngineFatalError):
 
 class CancelledError(SufficeError):
     """The caller set the request's cancel event; its generation was stopped and nothing is returned."""
+
+
+class InsufficientContextError(SufficeError):
+    """A framework integration's gate judged the retrieved documents insufficient (``on_insufficient="raise"``).
+
+    ``missing``: what the verdict says is missing; ``queries``: what to retrieve next (the gate's suggested
+    queries, where it gives them); ``result``: the :class:`~suffice.JudgeResult` with the whole verdict;
+    ``routing``: its :class:`~suffice.Routing`.  The application can show the gap or retrieve again."""
+
+    def __init__(self, question: str, missing: list[str], queries: list[str], result: Any, routing: Any) -> None:
+        self.question = question
+        self.missing = missing
+        self.queries = queries
+        self.result = result
+        self.routing = routing
+        gap = "; ".join(missing) if missing else "the verdict names no gap"
+        super().__init__(f"the documents are not sufficient to answer {question[:80]!r}: {gap}")
+
+
+class GateFailedError(SufficeError):
+    """A framework integration's gate gave no verdict for the documents (``on_error="raise"``): the record's
+    error row is ``result`` (its ``error.type`` says why: a bad field, a prompt too long, a generation
+    that failed).  Retry, or pass ``on_error="keep"`` to let the documents through unjudged."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+        error = getattr(result, "error", None)
+        why = f"{error.type}: {error.message}" if error is not None else "no error row"
+        super().__init__(f"the gate gave no verdict: {why}")
 
 
 class ServiceError(SufficeError):

@@ -36,6 +36,7 @@ from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
 from suffice.serving.factory import make_engine
+from suffice.telemetry import BatchTrace
 
 #: Appended once when an output fails validation (the seeds' retry rule).
 RETRY_NOTE = (
@@ -74,6 +75,8 @@ class _Pending:
     item: Item
     fitted: FittedPrompt
     tokens: TokenCounts = field(default_factory=TokenCounts)
+    #: The model's probability of the gate's positive decision value, once a generation gave one.
+    p_positive: float | None = None
 
 
 class Judge:
@@ -184,8 +187,21 @@ class Judge:
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress`` adds up to one per record.  Setting ``cancel`` stops
-        the engine's work and raises :class:`~suffice.exceptions.CancelledError`."""
+        """One result per record, in order; ``progress`` is called with records as they finish, one in all per
+        record (and, if it is a :class:`~suffice.serving.base.ReadProgress`, with prompts as the engine reads
+        them).  Setting ``cancel`` stops the engine's work and raises :class:`~suffice.exceptions.CancelledError`.
+        Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
+        and one per record, under the caller's current span)."""
+        with BatchTrace(self.gate, self.engine.model_id, len(records)) as trace:
+            return self._judge_batch(records, progress, cancel, trace)
+
+    def _judge_batch(
+        self,
+        records: Sequence[object],
+        progress: Progress | None,
+        cancel: threading.Event | None,
+        trace: BatchTrace,
+    ) -> list[JudgeResult]:
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
         for index, record in enumerate(records):
@@ -201,7 +217,10 @@ class Judge:
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
+        trace.settle(results)
         failed = self._run(pending, results, retries=0, progress=progress, cancel=cancel)
+        trace.settle(results)
+        retry: list[_Pending] = []
         if failed:
             self.stats.add("retries", len(failed))
             retry = [
@@ -220,12 +239,14 @@ class Judge:
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"
         self.stats.add("items", len(final))
+        trace.finish(final, {p.index: p.p_positive for p in (*pending, *retry) if p.p_positive is not None})
         return final
 
     async def ajudge_batch(self, records: Sequence[object], progress: Progress | None = None) -> list[JudgeResult]:
         """:meth:`judge_batch` awaited: it runs on a worker thread, so concurrent awaits share the engine's
         running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
-        engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`."""
+        engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
+        runs it in a copy of the awaiting task's context, so its spans join the task's trace."""
         cancel = threading.Event()
         work = asyncio.ensure_future(asyncio.to_thread(self.judge_batch, list(records), progress, cancel))
         try:
@@ -288,6 +309,8 @@ class Judge:
                         self.gate.decision_json_values,
                     )
                     verdict = self.gate.with_probabilities(verdict, probabilities)
+                    if probabilities is not None:
+                        p.p_positive = probabilities.get(self.gate.positive_value)
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue

@@ -1,5 +1,6 @@
 """The summary a batch run prints: counts, share sufficient, agreement, the routes taken
-(with the abstention, review and override rates the seeds say to watch), speed."""
+(with the abstention, review and override rates the seeds say to watch), speed, and the
+output tokens per verdict (decode is most of a full verdict's cost on a GPU)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,34 @@ from suffice.results import JudgeResult
 
 #: Every route a verdict can take, in the order they are shown (``suffice.grammars.routes.Route``).
 ROUTES = ("deliver", "retrieve_more", "abstain", "human_review")
+
+
+@dataclass
+class OutputTokens:
+    """Completion tokens per verdict the model generated (a verdict made without the model decodes nothing and is
+    not counted): how many, their mean and their largest."""
+
+    verdicts: int = 0
+    total: int = 0
+    most: int = 0
+
+    def add(self, completion: int) -> None:
+        if completion <= 0:
+            return
+        self.verdicts += 1
+        self.total += completion
+        self.most = max(self.most, completion)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.verdicts if self.verdicts else None
+
+    @property
+    def max(self) -> int | None:
+        return self.most if self.verdicts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdicts": self.verdicts, "mean": self.mean, "max": self.max}
 
 
 def _never(verdict: BaseModel) -> bool:
@@ -52,6 +81,8 @@ class RunSummary:
     #: Verdicts with a model decision of their own, and those whose routed decision differs from it.
     model_decided: int = 0
     overrides: int = 0
+    #: Completion tokens of each verdict the model generated.
+    output_tokens: OutputTokens = field(default_factory=OutputTokens)
 
     def add(self, records: Sequence[object], results: Sequence[JudgeResult]) -> None:
         for record, result in zip(records, results, strict=True):
@@ -62,6 +93,7 @@ class RunSummary:
                 self.errors += 1
                 continue
             self.verdicts += 1
+            self.output_tokens.add(result.tokens.completion)
             decision = self.positive(result.verdict)
             self.sufficient += decision
             route = self.route(result.verdict)
@@ -127,6 +159,7 @@ class RunSummary:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "tokens_per_verdict": self.tokens_per_verdict,
+            "max_tokens_per_verdict": self.output_tokens.max,
         }
 
     def _route_names(self) -> list[str]:
@@ -134,7 +167,8 @@ class RunSummary:
 
     @property
     def tokens_per_verdict(self) -> float | None:
-        return self.completion_tokens / self.verdicts if self.verdicts else None
+        """The mean output tokens of a verdict the model generated (all its attempts)."""
+        return self.output_tokens.mean
 
     @property
     def verdicts_per_second(self) -> float | None:
@@ -162,7 +196,12 @@ class RunSummary:
                 fmt(self.override_rate, "{:.1%}") + f" (of {self.model_decided} with a model decision)",
             ),
             ("verdicts per second", fmt(self.verdicts_per_second, "{:.2f}")),
-            ("output tokens per verdict", fmt(self.tokens_per_verdict, "{:.0f}")),
+            ("output tokens per verdict", self._output_tokens_row()),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+    def _output_tokens_row(self) -> str:
+        tokens = self.output_tokens
+        of = f"(of {tokens.verdicts} the model generated)"
+        return "n/a " + of if tokens.mean is None else f"mean {tokens.mean:.0f}, max {tokens.max} {of}"

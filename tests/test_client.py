@@ -49,11 +49,14 @@ RECORDS: list[object] = [record(i) for i in range(5)] + [{"id": "bad", "chunks":
 
 @contextlib.contextmanager
 def serve(
-    engine: ScriptedEngine, key: str | None = None, judge: JudgeConfig | None = None, **settings: Any
+    engine: ScriptedEngine,
+    key: str | None = None,
+    judge: JudgeConfig | None = None,
+    gates: tuple[str, ...] = ("sufficiency",),
+    **settings: Any,
 ) -> Iterator[str]:
     """``suffice serve``'s app on a real uvicorn server on a loopback port; yields its base URL."""
-    settings.setdefault("gates", ("sufficiency",))
-    config = ServeConfig(judge=judge or JudgeConfig(), **settings)
+    config = ServeConfig(judge=judge or JudgeConfig(), gates=gates, **settings)
     app = create_app(GateService(config, engine), config, key.encode() if key else None)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

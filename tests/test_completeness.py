@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 import suffice
 from suffice.gates import DecisionGate, Gate, GateOptions, gate_class, gate_names, make_gate
-from suffice.gates.registry import DEFAULT_GATE
+from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES as KINDS
 from suffice.serving.factory import ENGINE_CLASSES, engine_class
@@ -98,9 +98,10 @@ def _literals_outside_gate_packages() -> list[tuple[str, int, str]]:
 
 
 def test_no_code_outside_a_gates_package_names_a_gate():
-    """Only the registry's default names one: the gate a judge uses when none is named."""
+    """Only the registry's defaults name one: the gate a judge uses when none is named, and the
+    one a check of a generated answer uses."""
     named = [(path, name) for path, _, name in _literals_outside_gate_packages()]
-    assert named == [("gates/registry.py", DEFAULT_GATE)]
+    assert named == [("gates/registry.py", DEFAULT_GATE), ("gates/registry.py", DEFAULT_CHECK_GATE)]
 
 
 HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "model_positive", "parse", "constraint_for")

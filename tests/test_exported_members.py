@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-PUBLIC = ("suffice", "suffice.batch", "suffice.grammars")
+PUBLIC = (
+    "suffice",
+    "suffice.batch",
+    "suffice.grammars",
+    "suffice.integrations.haystack",
+    "suffice.integrations.langchain",
+    "suffice.integrations.llama_index",
+)
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 

@@ -10,7 +10,7 @@ from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.judge import Judge
-from suffice.serving.base import PREFILL_SHARE, CappedProgress, Generation, GenerationRequest
+from suffice.serving.base import CappedProgress, Generation, GenerationRequest, report_read
 from tests.fakes import ScriptedEngine
 
 GOOD = {
@@ -153,56 +153,98 @@ def test_progress_counts_every_record_once():
     assert len(seen) == 4  # the two without a model call at once, then each request as it completes
 
 
-class CreditsPromptsThenFails(ScriptedEngine):
-    """Like vLLM: half of each request is credited when its prompt is read, then the
-    call fails when a poisoned request is among them."""
+class ReadsPromptsThenFails(ScriptedEngine):
+    """Like vLLM: each request's prompt is reported read first, then the call fails when a poisoned request is
+    among them."""
 
     def generate(self, requests, progress=None, cancel=None):
-        if progress is not None:
-            for _ in requests:
-                progress(PREFILL_SHARE)
+        report_read(progress, len(requests))
         out = super().generate(requests, None, cancel)
         if progress is not None:
             for _ in requests:
-                progress(1 - PREFILL_SHARE)
+                progress(1)
         return out
 
 
+class Recorder:
+    """A progress that keeps what it heard: records finished, and prompts read."""
+
+    def __init__(self):
+        self.done: list[int] = []
+        self.prompts: list[int] = []
+
+    def __call__(self, records):
+        self.done.append(records)
+
+    def read(self, prompts):
+        self.prompts.append(prompts)
+
+
 def test_progress_never_passes_the_records_when_a_failed_batch_is_split():
-    engine = CreditsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
+    engine = ReadsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
     judge = Judge(engine, SufficiencyGate())
     records = [rec(i) for i in range(4)]
     records[1]["question"] = "POISON?"
-    seen: list[float] = []
-    judge.judge_batch(records, progress=seen.append)
-    running = [sum(seen[: k + 1]) for k in range(len(seen))]
+    seen = Recorder()
+    judge.judge_batch(records, progress=seen)
+    running = [sum(seen.done[: k + 1]) for k in range(len(seen.done))]
     assert max(running) <= len(records)
 
 
 def test_progress_adds_up_to_the_records_when_a_failed_batch_is_split():
-    engine = CreditsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
+    engine = ReadsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
     judge = Judge(engine, SufficiencyGate())
     records = [rec(i) for i in range(4)]
     records[1]["question"] = "POISON?"
-    seen: list[float] = []
-    judge.judge_batch(records, progress=seen.append)
-    assert sum(seen) == len(records)
+    seen = Recorder()
+    judge.judge_batch(records, progress=seen)
+    assert sum(seen.done) == len(records)
+
+
+def test_progress_hears_no_more_prompts_read_than_requests_when_a_failed_batch_is_split():
+    engine = ReadsPromptsThenFails(good, fail_when=lambda content: "POISON" in content)
+    records = [rec(i) for i in range(4)]
+    records[1]["question"] = "POISON?"
+    seen = Recorder()
+    Judge(engine, SufficiencyGate()).judge_batch(records, progress=seen)
+    assert sum(seen.prompts) == len(records)
+
+
+def test_progress_is_called_with_whole_records_only():
+    engine = ReadsPromptsThenFails(good)
+    seen = Recorder()
+    Judge(engine, SufficiencyGate()).judge_batch([rec(i) for i in range(3)], progress=seen)
+    assert all(isinstance(n, int) for n in seen.done)
 
 
 def test_capped_progress_passes_on_no_more_than_it_owes():
-    seen: list[float] = []
+    seen: list[int] = []
     credit = CappedProgress(seen.append, 2)
-    for _ in range(5):
-        credit(0.5)
-    assert seen == [0.5, 0.5, 0.5, 0.5]
+    for _ in range(3):
+        credit(1)
+    assert seen == [1, 1]
 
 
 def test_capped_progress_settles_what_is_still_owed():
-    seen: list[float] = []
-    credit = CappedProgress(seen.append, 2)
-    credit(0.5)
+    seen: list[int] = []
+    credit = CappedProgress(seen.append, 3)
+    credit(1)
     credit.settle()
-    assert seen == [0.5, 1.5]
+    assert seen == [1, 2]
+
+
+def test_capped_progress_passes_on_no_more_prompts_read_than_it_owes():
+    seen = Recorder()
+    credit = CappedProgress(seen, 2)
+    for _ in range(3):
+        credit.read(1)
+    assert seen.prompts == [1, 1]
+
+
+def test_capped_progress_reports_no_prompts_to_a_plain_callable():
+    seen: list[int] = []
+    CappedProgress(seen.append, 2).read(1)
+    assert seen == []
 
 
 class CountingFails(ScriptedEngine):

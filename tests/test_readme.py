@@ -28,7 +28,7 @@ MARKERS = ("compile-only",)
 #: Calls that need an engine, a server or a cluster: a block using one that does not
 #: open its engine with ``Judge.open`` must say ``compile-only``.
 NEEDS_MORE = ("judge_file(", "judge_dataset(", "httpx.", "Pipeline(", "ray.")
-#: The engine blocks together: three engine starts on two cores, and their judging.
+#: The engine blocks together: one engine start per engine config on two cores, and their judging.
 ENGINE_TIMEOUT_S = 1800
 
 
@@ -113,10 +113,27 @@ RUNNER = textwrap.dedent(
     import sys
 
     if __name__ == "__main__":   # vLLM's engine processes are spawned: they import this file again
+        import suffice.judge
+
+        engines = {}
+        make_engine = suffice.judge.make_engine
+
+        def shared(config):
+            # one engine per engine config for all the blocks (a start is about a minute on two cores)
+            key = repr(config)
+            if key not in engines:
+                engine = make_engine(config)
+                engines[key] = (engine, engine.close)
+                engine.close = lambda: None   # a block's `with` leaves it open for the next block
+            return engines[key][0]
+
+        suffice.judge.make_engine = shared
         for block in json.load(open(sys.argv[1], encoding="utf-8")):
             print(f"=== {block['name']}", flush=True)
             exec(compile(block["code"], block["name"], "exec"), {"__name__": "__main__"})
-        print("=== all blocks ran", flush=True)
+        for engine, close in engines.values():
+            close()
+        print(f"=== all blocks ran on {len(engines)} engine(s)", flush=True)
     """
 )
 
@@ -124,7 +141,8 @@ RUNNER = textwrap.dedent(
 @pytest.mark.engine
 def test_engine_blocks_run(tmp_path: Path) -> None:
     """The blocks that open an engine, in one subprocess: the real engine, as a reader
-    who pastes them into a script would run them."""
+    who pastes them into a script would run them, except that blocks asking for the same
+    engine settings share one engine (each block's ``Judge.open`` is otherwise a start)."""
     blocks = tmp_path / "blocks.json"
     blocks.write_text(json.dumps([{"name": block.name, "code": block.code} for block in ENGINE]), encoding="utf-8")
     runner = tmp_path / "run_blocks.py"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
@@ -47,10 +48,26 @@ from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
+from suffice.serving.base import Progress
 from suffice.summary import RunSummary
 
-#: Called once with (total or ``None``, already done: 0); returns the progress callback and a function that closes it.
-ProgressFactory = Callable[[int | None, int], tuple[Callable[[float], None], Callable[[], None]]]
+#: Called once with (total or ``None``, already done: 0); returns the progress callback (records done, whole) and a
+#: function that closes it.
+ProgressFactory = Callable[[int | None, int], tuple[Progress, Callable[[], None]]]
+
+
+@runtime_checkable
+class SkipProgress(Protocol):
+    """A :data:`~suffice.serving.base.Progress` told apart about the records answered without the engine (a row kept
+    from an earlier run, a repeated id, a record known to stop the engine), so a rate of the records judged leaves
+    them out."""
+
+    def __call__(self, records: int) -> None: ...
+
+    def skipped(self, records: int) -> None:
+        """``records`` more records were answered without the engine."""
+
+
 #: Input records looked up in the key index at a time.
 _LOOKUP = 1024
 
@@ -285,7 +302,7 @@ class _Run:
         #: The output the user named (for Parquet, ``results`` is its journal).
         self.output = output
         self.report = report
-        self.update: Callable[[float], None] | None = None
+        self.update: Progress | None = None
         self.run_id = uuid.uuid4().hex
         #: Error rows dropped as stale (they no longer count in the output's errors).
         self.forgotten_errors = 0
@@ -332,8 +349,7 @@ class _Run:
             if self.suspects and self.suspects.is_culprit(key, line.record):
                 self._write([line], [self._crashed(line.record)], 0.0)
                 self.suspects.settled([key])
-                if self.update is not None:
-                    self.update(1)
+                self._skipped(1)
             elif self.suspects and self.suspects.is_suspect(key, line.record):
                 yield [(line, key)]
             else:
@@ -343,6 +359,15 @@ class _Run:
                     batch = []
         if batch:
             yield batch
+
+    def _skipped(self, records: int) -> None:
+        """Count ``records`` answered without the engine (a row kept, a repeated id, a known culprit)."""
+        if not records or self.update is None:
+            return
+        if isinstance(self.update, SkipProgress):
+            self.update.skipped(records)
+        else:
+            self.update(records)
 
     def _crashed(self, record: object) -> JudgeResult:
         v = self.settings.values
@@ -387,12 +412,10 @@ class _Run:
                 else:
                     yield line, key
             self.index.mark_met(met)
-            if met and self.update is not None:
-                self.update(len(met))
+            self._skipped(len(met))
             if repeated:
                 self._write([line for line, _ in repeated], [r for _, r in repeated], 0.0)
-                if self.update is not None:
-                    self.update(len(repeated))
+                self._skipped(len(repeated))
 
     def _repeated(self, rid: str | None, first_line: int) -> JudgeResult:
         message = f"id: {rid!r} is also the id of record {first_line}; ids must be unique to resume by id"

@@ -18,6 +18,7 @@ from suffice.calibration.metrics import (
 from suffice.exceptions import InputError
 from suffice.fields import FieldMap
 from suffice.files import writing
+from suffice.summary import OutputTokens
 
 if TYPE_CHECKING:
     from suffice.gates.base import Gate
@@ -96,6 +97,7 @@ def build_report(
     gold_ids: list[list[Any]] = []
     skipped = {"error": 0, "unlabeled": 0, "not_in_golden": 0}
     judged = 0
+    tokens = OutputTokens()
     for line, row in enumerate(rows, start=1):
         verdict = row.get("verdict")
         record = _record_of(records, row)
@@ -106,6 +108,7 @@ def build_report(
         if verdict is None:
             skipped["error"] += 1
             continue
+        tokens.add(_completion_tokens(row))
         label = record.get("sufficient")
         if not isinstance(label, bool):
             skipped["unlabeled"] += 1
@@ -123,6 +126,7 @@ def build_report(
         "items": judged,
         "skipped": skipped,
         "precision_target": precision_target,
+        "output_tokens": tokens.to_dict(),
     }
     scores: dict[str, Any] = {}
     for name, pairs in columns.items():
@@ -133,6 +137,14 @@ def build_report(
     if gold_ids:
         report["useful_chunk_ids"] = set_agreement(predicted_ids, gold_ids)
     return report
+
+
+def _completion_tokens(row: Mapping[str, Any]) -> int:
+    """The row's output tokens (0 where it holds none: a row of another tool, or of a verdict made without the
+    model)."""
+    tokens = row.get("tokens")
+    completion = tokens.get("completion") if isinstance(tokens, Mapping) else None
+    return completion if isinstance(completion, int) and not isinstance(completion, bool) else 0
 
 
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
@@ -189,6 +201,13 @@ def _markdown(report: dict[str, Any]) -> str:
             f"{_fmt(b['recall'])} | {_fmt(b['f1'])} | {_fmt(t.get('threshold'))} | {_fmt(t.get('precision'))} | "
             f"{_fmt(t.get('recall'))} | {_fmt(s['accuracy_at_0_5'])} | {_fmt(s['ece'])} |"
         )
+    tokens = report.get("output_tokens")
+    if tokens is not None and tokens["verdicts"]:
+        lines += [
+            "",
+            f"Output tokens per verdict: mean {tokens['mean']:.0f}, max {tokens['max']} "
+            f"(of {tokens['verdicts']} verdicts the model generated).",
+        ]
     if "useful_chunk_ids" in report:
         u = report["useful_chunk_ids"]
         lines += [

@@ -33,7 +33,8 @@ def add_gate_args(p: argparse.ArgumentParser) -> None:
                 choices.setdefault(key, get_args(info.annotation) if literal else None)
     for key, gates in declared.items():
         flag = "--" + key.replace("_", "-")
-        help_text = f"{', '.join(gates)} gate: {descriptions[key]}".rstrip(": ")
+        # argparse formats help with %: a description's own "99%" would break --help.
+        help_text = f"{', '.join(gates)} gate: {descriptions[key]}".rstrip(": ").replace("%", "%%")
         # A name some other flag has already (an engine setting) stays reachable by --gate-option.
         with contextlib.suppress(argparse.ArgumentError):
             allowed = choices[key]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
+from suffice.cli.progress import progress_bar
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import (
@@ -246,16 +246,6 @@ def run(args: argparse.Namespace) -> int:
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
     with Client(args.server, api_key=key, timeout=timeout, gate=args.gate) as client:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress, client=client)
-
-
-def progress_bar(total: int | None, done: int) -> tuple[Callable[[float], None], Callable[[], None]]:
-    """A progress bar on stderr, with rate and ETA: advances as records' work finishes
-    (on vLLM half a record when its prompt has been read, so it moves while a large
-    batch is still reading prompts; see :data:`suffice.serving.base.PREFILL_SHARE`)."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, initial=done, unit="rec", file=sys.stderr, smoothing=0.1, dynamic_ncols=True)
-    return bar.update, bar.close
 
 
 def judge_file(

@@ -1,9 +1,11 @@
-"""``suffice serve``: the gates over HTTP (see :mod:`suffice.server`)."""
+"""``suffice serve``: the gates over HTTP (see :mod:`suffice.server`); settings from flags,
+``SUFFICE_*`` variables and a TOML file (see :mod:`suffice.cli.serve_settings`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,13 @@ from suffice.audit import AuditLog
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, audit_key_of
+from suffice.cli.serve_settings import ENV_PREFIX, ServeSettings
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
 from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
+from suffice.serving.engine_config import EngineConfig
 from suffice.text import terminal_text
 
 
@@ -24,7 +28,9 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="serve the gates over HTTP",
-        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json).",
+        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json). "
+        "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
+        "a flag wins over a variable, a variable over the file.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
@@ -68,14 +74,52 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="serve without --api-key-file on an address other machines reach",
     )
+    p.add_argument(
+        "--metrics-without-auth",
+        action="store_true",
+        help="answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)",
+    )
     add_audit_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, serve_settings=ServeSettings(p))
 
 
-def config_from_args(args: argparse.Namespace) -> ServeConfig:
+#: The settings' names in the errors of the configs they make, where they differ from their keys.
+_ENGINE_NAMES = {"api_key_file": "engine_key_file"}
+_SERVE_NAMES = {"gates": "gate", "allowed_hosts": "allowed_host"}
+
+
+def _from(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str, str]) -> ConfigError:
+    """``exc`` naming where its setting came from: the variable, or the key and the file."""
+    origin = origins.get(names.get(exc.parameter, exc.parameter))
+    if origin is None or origin == "its flag":
+        return exc
+    prefix = f"{exc.parameter}={exc.value!r}: "
+    reason = str(exc).removeprefix(prefix)
+    if origin.startswith(ENV_PREFIX):
+        return ConfigError(origin, exc.value, reason)
+    return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServeConfig:
+    """The service's config: the flags given, then ``environ``'s ``SUFFICE_*`` variables (default:
+    this process's), then the ``--config`` file, then the defaults.  Raises :class:`ConfigError`
+    naming the flag's setting, the variable, or the key and the file."""
+    args = argparse.Namespace(**vars(args))
+    origins = args.serve_settings.resolve(args, environ)
+    try:
+        engine = engine_config_from_args(args)
+    except ConfigError as exc:
+        raise _from(exc, origins, _ENGINE_NAMES) from None
+    try:
+        return _config(args, engine)
+    except ConfigError as exc:
+        raise _from(exc, origins, _SERVE_NAMES) from None
+
+
+def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     gates = tuple(args.gate) if args.gate else gate_names()
     return ServeConfig(
-        judge=JudgeConfig(gate=gates[0], engine=engine_config_from_args(args), detail=args.detail),
+        judge=JudgeConfig(gate=gates[0], engine=engine, detail=args.detail),
         gates=gates,
         options=gate_options_from_args(args),
         host=args.host,
@@ -91,6 +135,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
         max_pending_chunks=args.max_pending_chunks,
         allowed_hosts=tuple(args.allowed_host),
         insecure_no_auth=args.insecure_no_auth,
+        metrics_without_auth=args.metrics_without_auth,
         request_timeout=args.request_timeout,
         verbose=args.verbose,
     )

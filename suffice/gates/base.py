@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suffice.exceptions import ConfigError
 from suffice.grammars.constraint import Constraint
@@ -45,6 +45,30 @@ class GateOptions(BaseModel):
                 reason = f"the {gate} gate takes no such option (its options: {known})"
                 raise ConfigError(key, values.get(key), reason) from None
             raise ConfigError(key, values.get(key), f"{error['msg']} (an option of the {gate} gate)") from exc
+
+
+#: The default bound on a verdict's free-text reasoning, in characters, and the bounds of ``reasoning_chars``.
+REASONING_CHARS = 200
+REASONING_CHARS_RANGE = (1, 1000)
+
+
+class ReasoningOptions(GateOptions):
+    """The options of a gate whose verdict holds a free-text reasoning field: ``reasoning_chars``, its bound.
+
+    On a GPU decode is most of a full verdict's cost and the reasoning the longest thing decoded (up to 3 bytes a
+    character in the worst case the constraint allows), so a shorter bound makes every verdict cheaper; the
+    constraint, the prompt and the verdict's validation use it.  ``--detail decision`` decodes no reasoning at all.
+    """
+
+    reasoning_chars: int = Field(
+        default=REASONING_CHARS,
+        ge=REASONING_CHARS_RANGE[0],
+        le=REASONING_CHARS_RANGE[1],
+        description=(
+            f"characters the model's reasoning may take ({REASONING_CHARS_RANGE[0]}-{REASONING_CHARS_RANGE[1]}, "
+            f"default {REASONING_CHARS}): fewer decode fewer tokens per verdict"
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from suffice.gates.decision import DecisionGate
 ENTRY_POINT_GROUP = "suffice.gates"
 #: The gate a judge uses when none is named.
 DEFAULT_GATE = "sufficiency"
+#: The gate a check of a generated answer uses when none is named (a gate that reads the response).
+DEFAULT_CHECK_GATE = "recovery"
 #: ``full``: the whole verdict; ``decision``: only the decision and its probability.
 DETAILS = ("full", "decision")
 

@@ -95,6 +95,9 @@ class Constraint:
     check: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
     #: Where a speculative segment's output is cut back (see :attr:`Segment.speculative`).
     settle: Settle | None = field(default=None, repr=False, compare=False)
+    #: The most tokens decoding any output takes, all segments together (:attr:`max_completion_tokens`), as the
+    #: gate that chains the segments counts it; ``None`` for one segment.
+    completion_bound: int | None = None
     _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -107,6 +110,7 @@ class Constraint:
         coarse_head: Segment | None = None,
         check: Callable[[str], bool] | None = None,
         settle: Settle | None = None,
+        completion_bound: int | None = None,
     ) -> Constraint:
         return cls(
             pattern=rx.pattern,
@@ -117,11 +121,25 @@ class Constraint:
             coarse_head=coarse_head,
             check=check,
             settle=settle,
+            completion_bound=completion_bound,
         )
 
     @property
     def max_tokens(self) -> int:
+        """Tokens the whole output and one end-of-sequence token can take: what the context window must leave."""
         return self.max_bytes + EOS_TOKENS
+
+    @property
+    def max_completion_tokens(self) -> int | None:
+        """The most completion tokens one attempt at an output can cost: each decoded segment's ``max_tokens`` (every
+        token carries at least one byte, and one end-of-sequence token ends it; prefixes are prefilled, not decoded),
+        summed along the longest chain of segments the continuation can take, a speculative segment's text counted
+        whole even where it is cut back.  ``None`` when a segmented constraint does not declare its bound."""
+        if self.completion_bound is not None:
+            return self.completion_bound
+        if self.head is None or self.continuation is None:
+            return self.first_segment().max_tokens
+        return None
 
     def first_segment(self, coarse: bool = False) -> Segment:
         if coarse and self.coarse_head is not None:

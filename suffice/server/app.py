@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import logging
 import os
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -29,9 +30,11 @@ from suffice.gates import gate_class
 from suffice.jsonl import parse_line
 from suffice.records import InvalidRecord
 from suffice.server.config import ServeConfig, host_names
-from suffice.server.guards import BearerAuth, BodyLimit, HostAllowList
-from suffice.server.metrics import CountedRequests, Metrics
+from suffice.server.contract import query_parameters, request_body, response_model
+from suffice.server.guards import OPEN_PATHS, BearerAuth, BodyLimit, HostAllowList
+from suffice.server.metrics import JUDGE_PATH, CountedRequests, Metrics
 from suffice.server.service import Options, RequestError
+from suffice.telemetry import attached, request_context
 
 #: How often a waiting request checks its deadline and whether its client is still there.
 POLL_SECONDS = 0.5
@@ -48,32 +51,17 @@ WORKERS = 256
 
 _log = logging.getLogger("suffice.server")
 
-_ITEM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "One record in the JSONL format of `suffice judge`: id, question, chunks "
-    "(strings, whose positions are their ids, or {id, text, source, score}), and response for "
-    "the recovery gate. RAGAS names (user_input, retrieved_contexts) are read as they are.",
-    "additionalProperties": True,
-}
-_ENVELOPE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "The items with options of the gate's own for this request (those /ready lists)",
-    "required": ["items"],
-    "properties": {"items": {"type": "array", "items": _ITEM_SCHEMA}, "options": {"type": "object"}},
-}
-_BODY_SCHEMA: dict[str, Any] = {
-    "required": True,
-    "content": {
-        "application/json": {
-            "schema": {
-                "oneOf": [
-                    {"type": "object", "anyOf": [_ITEM_SCHEMA, _ENVELOPE_SCHEMA]},
-                    {"type": "array", "items": _ITEM_SCHEMA},
-                ]
-            },
-            "example": {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]},
-        }
-    },
+#: The refusals of a judge route, for its OpenAPI description.
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the Host header does not name this service"},
+    401: {"description": "missing or wrong bearer token"},
+    413: {"description": "body over the limit"},
+    415: {"description": "the body is not application/json"},
+    422: {"description": "malformed body or parameter, or a value past a cap (names the field and the cap)"},
+    429: {"description": "the service holds --max-pending-chunks chunks already: retry after Retry-After s"},
+    500: {"description": "an unexpected failure (an id to find it in the server's log)"},
+    503: {"description": "the engine can no longer judge, or the audit log cannot be written"},
+    504: {"description": "over the request timeout"},
 }
 
 
@@ -99,21 +87,6 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
     """Collect the outcome of work whose request was answered already, so no error goes unretrieved."""
     if not work.cancelled():
         work.exception()
-
-
-def _request_options(gates: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Every option a request may set on some served gate, as an OpenAPI query parameter."""
-    parameters: dict[str, dict[str, Any]] = {}
-    for gate in gates:
-        model = gate_class(gate).options_model
-        schema = model.model_json_schema()["properties"]
-        for key in sorted(model.per_request):
-            entry = parameters.setdefault(
-                key, {"name": key, "in": "query", "required": False, "schema": schema[key], "description": ""}
-            )
-            described = f"{gate} gate: {schema[key].get('description', '')}"
-            entry["description"] = f"{entry['description']} {described}".strip()
-    return parameters
 
 
 def _envelope(value: object) -> tuple[object, Any]:
@@ -204,6 +177,14 @@ def public_model_name(model_id: str) -> str:
     return parts[-1] if parts else "model"
 
 
+def _version() -> str:
+    """suffice's version as installed (``unknown`` when run from a source tree that is not)."""
+    try:
+        return importlib.metadata.version("suffice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _unprocessable(location: Location, message: str) -> JSONResponse:
     """422 in FastAPI's own shape, so clients parse one error format."""
     return JSONResponse({"detail": [{"loc": location, "msg": message, "type": "value_error"}]}, status_code=422)
@@ -278,8 +259,14 @@ def create_app(
         version="1",
     )
     gates_literal = tuple(config.gates)
-    metrics = Metrics(gates_literal)
-    query_options = _request_options(gates_literal)
+    engine = service.engine
+    build = {
+        "version": _version(),
+        "model": public_model_name(engine.model_id),
+        "backend": engine.backend,
+        "gates": ",".join(gates_literal),
+    }
+    metrics = Metrics(gates_literal, build)
     #: Items and chunks admitted and not yet done (event loop only, so unlocked); past the chunk bound a client
     #: hears 429 at once instead of a 504 after its timeout.  Released when the work ends, not when the answer
     #: goes out.
@@ -304,23 +291,6 @@ def create_app(
     async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
-    @app.post(
-        "/v1/judge/{gate}",
-        openapi_extra={"requestBody": _BODY_SCHEMA, "parameters": list(query_options.values())},
-        summary="Judge one item or a list of items",
-        responses={
-            400: {"description": "the Host header does not name this service"},
-            401: {"description": "missing or wrong bearer token"},
-            404: {"description": "gate not served"},
-            413: {"description": "body over the limit"},
-            415: {"description": "the body is not application/json"},
-            422: {"description": "malformed body or parameter, or a value past a cap (names the field and the cap)"},
-            429: {"description": "the service holds --max-pending-chunks chunks already: retry after Retry-After s"},
-            500: {"description": "an unexpected failure (an id to find it in the server's log)"},
-            503: {"description": "the engine can no longer judge, or the audit log cannot be written"},
-            504: {"description": "over the request timeout"},
-        },
-    )
     async def judge(
         gate: str,
         request: Request,
@@ -384,7 +354,9 @@ def create_app(
             pending[0] += len(records)
             pending_chunks[0] += chunks
             metrics.pending_items.set(pending[0])
-            work = asyncio.ensure_future(in_thread(service.judge, gate, records, options, cancel))
+            # The worker thread judges in the caller's trace (a `traceparent` header), where spans are recorded.
+            traced = attached(request_context(request.headers), service.judge)
+            work = asyncio.ensure_future(in_thread(traced, gate, records, options, cancel))
             work.add_done_callback(release(len(records), chunks))
             work.add_done_callback(_retrieve)
             deadline = asyncio.get_running_loop().time() + config.request_timeout
@@ -424,6 +396,28 @@ def create_app(
         metrics.observe(gate, outcome.results, outcome.seconds, outcome.gate)
         body = {"request_id": outcome.request_id, "gate": gate, "results": outcome.rows}
         return JSONResponse(body, headers={"x-request-id": outcome.request_id})
+
+    def route_of(gate: str) -> Callable[..., Awaitable[Response]]:
+        async def judge_gate(request: Request, format: Literal["suffice", "seed", "ragflow"] = "suffice") -> Response:
+            return await judge(gate, request, format)
+
+        return judge_gate
+
+    # A route per served gate, each described with its own options and typed rows; the path
+    # with a parameter behind them answers 404 for any other name.
+    for gate in gates_literal:
+        app.add_api_route(
+            f"{JUDGE_PATH}{gate}",
+            route_of(gate),
+            methods=["POST"],
+            response_model=response_model(gate, config.judge.detail),
+            openapi_extra={"requestBody": request_body(gate), "parameters": query_parameters(gate)},
+            summary=f"Judge one item or a list of items with the {gate} gate",
+            description=judge.__doc__ or "",
+            operation_id=f"judge_{gate}",
+            responses=_REFUSALS,
+        )
+    app.add_api_route(f"{JUDGE_PATH}{{gate}}", judge, methods=["POST"], include_in_schema=False)
 
     @app.get("/health", summary="Liveness: the process serves and its engine is not dead")
     async def health() -> Response:
@@ -479,6 +473,6 @@ def create_app(
 
     guarded: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
     if api_key is not None:
-        guarded = BearerAuth(guarded, api_key)
+        guarded = BearerAuth(guarded, api_key, OPEN_PATHS | ({"/metrics"} if config.metrics_without_auth else set()))
     guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates_literal)

@@ -57,6 +57,8 @@ class ServeConfig:
     allowed_hosts: tuple[str, ...] = ()
     #: Serve without ``api_key_file`` on an address other machines reach.
     insecure_no_auth: bool = False
+    #: Answer ``/metrics`` without the bearer token (to a Prometheus scraper that holds none).
+    metrics_without_auth: bool = False
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False
 

@@ -70,14 +70,16 @@ class HostAllowList:
 
 
 class BearerAuth:
-    """401 unless ``Authorization: Bearer KEY`` carries the key (compared in constant time)."""
+    """401 unless ``Authorization: Bearer KEY`` carries the key (compared in constant time);
+    ``open_paths`` are answered without it."""
 
-    def __init__(self, app: ASGIApp, key: bytes) -> None:
+    def __init__(self, app: ASGIApp, key: bytes, open_paths: frozenset[str] = OPEN_PATHS) -> None:
         self.app = app
         self.key = key
+        self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         given = b""

@@ -1,9 +1,15 @@
 """Prometheus metrics of the service, in a registry of its own (one per app, so tests
-and several apps in one process do not collide)."""
+and several apps in one process do not collide).
+
+Names follow Prometheus's conventions: ``suffice_`` first, the unit last and plural
+(``_seconds``, ``_tokens``, ``_items``), ``_total`` on counters, and ``suffice_build_info``
+(always 1) carrying what runs as labels.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import threading
+from collections.abc import Collection, Mapping
 from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -19,42 +25,64 @@ JUDGE_PATH = "/v1/judge/"
 #: Seconds; judging takes from a fraction of a second (decision only, GPU) to minutes
 #: (a large batch on CPU).
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
+#: Output tokens of one verdict: a handful decision-only, about 175 for a full verdict on the embedded model, and
+#: a constraint's worst case in the thousands.
+OUTPUT_TOKEN_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 class Metrics:
-    def __init__(self, gates: Collection[str] = ()) -> None:
-        """``gates``: the served gates, whose route and override counters start at 0 (a series from the start)."""
+    def __init__(self, gates: Collection[str] = (), build: Mapping[str, str] | None = None) -> None:
+        """``gates``: the served gates, whose route and override counters start at 0 (a series from the start);
+        ``build``: the labels of ``suffice_build_info`` (``version``, ``model``, ``backend``, ``gates``)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "suffice_requests", "HTTP judge requests by gate and status code", ["gate", "status"], registry=r
+            "suffice_requests_total", "HTTP judge requests by gate and status code", ["gate", "status"], registry=r
         )
-        self.verdicts = Counter("suffice_verdicts", "Verdicts served", ["gate"], registry=r)
+        self.verdicts = Counter("suffice_verdicts_total", "Verdicts served", ["gate"], registry=r)
         self.item_errors = Counter(
-            "suffice_item_errors", "Items answered with an error row", ["gate", "type"], registry=r
+            "suffice_item_errors_total", "Items answered with an error row", ["gate", "type"], registry=r
         )
         self.latency = Histogram(
-            "suffice_request_seconds", "Judge request latency", ["gate"], buckets=LATENCY_BUCKETS, registry=r
+            "suffice_request_duration_seconds",
+            "Seconds a judge request took to judge its items",
+            ["gate"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
-        self.prompt_tokens = Counter("suffice_prompt_tokens", "Prompt tokens sent to the engine", ["gate"], registry=r)
-        self.completion_tokens = Counter("suffice_completion_tokens", "Tokens generated", ["gate"], registry=r)
-        self.waiting = Gauge("suffice_requests_waiting", "Judge requests waiting for their verdicts", registry=r)
+        self.prompt_tokens = Counter(
+            "suffice_prompt_tokens_total", "Prompt tokens sent to the engine", ["gate"], registry=r
+        )
+        self.completion_tokens = Counter("suffice_completion_tokens_total", "Tokens generated", ["gate"], registry=r)
+        self.verdict_tokens = Histogram(
+            "suffice_verdict_output_tokens",
+            "Output tokens per verdict the model generated (its _sum over its _count: the mean)",
+            ["gate"],
+            buckets=OUTPUT_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.verdict_tokens_max = Gauge(
+            "suffice_max_verdict_output_tokens", "The most output tokens of one verdict so far", ["gate"], registry=r
+        )
+        self._most: dict[str, int] = {}
+        self._most_lock = threading.Lock()  # requests are answered on several threads
+        self.waiting = Gauge("suffice_waiting_requests", "Judge requests waiting for their verdicts", registry=r)
         self.pending_items = Gauge(
-            "suffice_items_pending",
+            "suffice_pending_items",
             "Items admitted and not yet answered (their chunks at most --max-pending-chunks)",
             registry=r,
         )
         self.refused_items = Counter(
-            "suffice_items_refused", "Items of requests answered 429: the service was full", registry=r
+            "suffice_refused_items_total", "Items of requests answered 429: the service was full", registry=r
         )
         self.routes = Counter(
-            "suffice_routes",
+            "suffice_routed_verdicts_total",
             "Verdicts by where they route (deliver, retrieve_more, abstain, human_review)",
             ["gate", "route"],
             registry=r,
         )
         self.decision_overrides = Counter(
-            "suffice_decision_overrides",
+            "suffice_decision_overrides_total",
             "Verdicts whose routed decision differs from the model's own (the code's decision overrode it)",
             ["gate"],
             registry=r,
@@ -65,6 +93,9 @@ class Metrics:
             self.decision_overrides.labels(gate)
         self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
         self.engine_alive.set(1)
+        build = dict(build or {})
+        info = Gauge("suffice_build_info", "What this service runs: 1, with it as labels", list(build), registry=r)
+        (info.labels(**build) if build else info).set(1)
 
     def observe(self, gate: str, results: list[JudgeResult], seconds: float, judged_by: Gate | None = None) -> None:
         """Count a request's results; ``judged_by`` (the gate that judged them) routes each verdict and
@@ -73,12 +104,23 @@ class Metrics:
         for result in results:
             if result.error is None:
                 self.verdicts.labels(gate).inc()
+                self._output_tokens(gate, result.tokens.completion)
                 if judged_by is not None and result.verdict is not None:
                     self._route(gate, judged_by, result.verdict)
             else:
                 self.item_errors.labels(gate, result.error.type).inc()
             self.prompt_tokens.labels(gate).inc(result.tokens.prompt)
             self.completion_tokens.labels(gate).inc(result.tokens.completion)
+
+    def _output_tokens(self, gate: str, completion: int) -> None:
+        """A verdict made without the model (0 tokens) decodes nothing: not counted."""
+        if completion <= 0:
+            return
+        self.verdict_tokens.labels(gate).observe(completion)
+        with self._most_lock:
+            if completion > self._most.get(gate, 0):
+                self._most[gate] = completion
+                self.verdict_tokens_max.labels(gate).set(completion)
 
     def _route(self, gate: str, judged_by: Gate, verdict: BaseModel) -> None:
         self.routes.labels(gate, judged_by.route(verdict).route).inc()

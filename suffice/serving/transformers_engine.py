@@ -31,7 +31,7 @@ _BATCH = 8
 class TransformersEngine(TokenizerMixin, Engine):
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         force_offline()
-        ref = model or resolve_model(config.model)
+        ref = model or resolve_model(config.model, config.verbose)
         try:
             import outlines
             import torch

@@ -20,13 +20,13 @@ from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.serving import machine
 from suffice.serving.base import (
-    PREFILL_SHARE,
     Engine,
     Generation,
     GenerationRequest,
     Progress,
     TokenizerMixin,
     local_settings,
+    report_read,
 )
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import (
@@ -171,8 +171,7 @@ class _Driver:
                 try:
                     if not seq.read:  # read and done within one step
                         seq.read = True
-                        if job.progress is not None:
-                            job.progress(PREFILL_SHARE)
+                        report_read(job.progress, 1)
                     self._absorb(seq, out.outputs[0])
                     # Only a segment ended by end-of-sequence goes on: "length", "abort", "error" end the request.
                     segment = seq.constraint.next_segment(seq.text) if seq.finish_reason == "stop" else None
@@ -182,7 +181,7 @@ class _Driver:
                         continue
                     job.remaining -= 1
                     if job.progress is not None:
-                        job.progress(1 - PREFILL_SHARE)
+                        job.progress(1)
                     if job.remaining == 0:
                         job.done.set()
                 except BaseException as exc:  # a failing callback or output fails its job, not the loop
@@ -192,7 +191,7 @@ class _Driver:
                     self._add(job, [seq])
 
     def _credit_read(self) -> None:
-        """Credit progress for every sequence whose prompt the engine has now read.
+        """Report every sequence whose prompt the engine has now read (:class:`~suffice.serving.base.ReadProgress`).
 
         Reads vLLM's per-request ``RequestState.is_prefilling`` (streaming the first segment instead cost 4-7 % of
         generation time); without that flag a request is credited when it completes.
@@ -218,11 +217,10 @@ class _Driver:
                 if seq.read:
                     continue
                 seq.read = True
-                if job.progress is not None:
-                    try:
-                        job.progress(PREFILL_SHARE)
-                    except BaseException as exc:  # the caller's callback: fails its job only
-                        failed.append((job, exc))
+                try:
+                    report_read(job.progress, 1)
+                except BaseException as exc:  # the caller's callback: fails its job only
+                    failed.append((job, exc))
         for job, error in failed:
             if not job.done.is_set():
                 self._drop(job, error)
@@ -292,7 +290,7 @@ class _Sequence:
     prefilled: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
-    #: The engine has read the prompt (credited to progress).
+    #: The engine has read the prompt (reported to progress).
     read: bool = False
 
 
@@ -330,7 +328,7 @@ class VLLMEngine(TokenizerMixin, Engine):
         apply_settings(self.settings, verbose=config.verbose)
         if config.verbose:
             _log.info("suffice: %s", self.settings.describe())
-        ref = model or resolve_model(config.model)
+        ref = model or resolve_model(config.model, config.verbose)
         kwargs = llm_kwargs(config, self.settings, ref)
         startup.mark("engine settings read")
         with engine_output(config.verbose) as log:

@@ -10,6 +10,7 @@ import pytest
 
 from suffice.batch import BatchOptions, judge_file
 from suffice.config import JudgeConfig
+from suffice.serving.base import Generation
 from suffice.summary import RunSummary
 from tests.batch.test_runner import good, opener
 from tests.batch.test_runner import record as sufficiency_record
@@ -95,3 +96,38 @@ def test_a_calibrated_sufficiency_decision_over_the_models_boolean_is_an_overrid
     summary.add([{"id": "a"}], [RESULT])
     assert summary.routes == {"retrieve_more": 1}
     assert (summary.overrides, summary.override_rate) == (1, 1.0)
+
+
+@pytest.fixture
+def token_summary(tmp_path: Path) -> RunSummary:
+    """Two verdicts the model wrote in 10 and 30 tokens, one made without it (no chunk), one error row."""
+    lengths = iter([10, 30])
+
+    def counted(request):  # type: ignore[no-untyped-def]
+        return Generation(good(request), "stop", 5, next(lengths))
+
+    records = [sufficiency_record(0), sufficiency_record(1), {**sufficiency_record(2), "chunks": []}, {"id": "bad"}]
+    return run(tmp_path, records, JudgeConfig(), ScriptedEngine(counted))
+
+
+def test_the_summary_gives_the_mean_output_tokens_of_the_verdicts_the_model_wrote(token_summary):
+    assert token_summary.tokens_per_verdict == 20
+
+
+def test_the_summary_gives_the_most_output_tokens_of_a_verdict(token_summary):
+    assert token_summary.output_tokens.max == 30
+
+
+def test_the_summary_table_shows_the_output_tokens_per_verdict(token_summary):
+    lines = {line.split("  ")[0].strip(): line.split("  ", 1)[1].strip() for line in token_summary.table().splitlines()}
+    assert lines["output tokens per verdict"] == "mean 20, max 30 (of 2 the model generated)"
+
+
+def test_the_summary_as_json_holds_the_output_tokens_per_verdict(token_summary):
+    values = json.loads(json.dumps(token_summary.to_dict()))
+    assert (values["tokens_per_verdict"], values["max_tokens_per_verdict"]) == (20, 30)
+
+
+def test_a_run_without_verdicts_has_no_output_tokens_per_verdict(tmp_path):
+    summary = run(tmp_path, [{"id": "bad"}], JudgeConfig(), ScriptedEngine(good))
+    assert (summary.tokens_per_verdict, summary.output_tokens.max) == (None, None)

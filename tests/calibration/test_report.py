@@ -49,6 +49,25 @@ def test_report_metrics_and_files(tmp_path):
     assert saved["scores"]["p_sufficient"]["best_f1"]["f1"] == pytest.approx(s["best_f1"]["f1"])
 
 
+def with_tokens(rows, completions):
+    return [{**row, "tokens": {"prompt": 50, "completion": n}} for row, n in zip(rows, completions, strict=True)]
+
+
+def test_the_report_gives_the_output_tokens_per_verdict_the_model_wrote():
+    """Six verdicts (one made without the model: 0 tokens) and an error row whose tokens are not a verdict's."""
+    records, rows = rows_and_records()
+    rows = with_tokens(rows, [100, 120, 140, 160, 180, 0, 999])
+    report = build_report(SufficiencyGate(), records, rows, precision_target=1.0)
+    assert report["output_tokens"] == {"verdicts": 5, "mean": 140, "max": 180}
+
+
+def test_the_written_report_states_the_output_tokens_per_verdict(tmp_path):
+    records, rows = rows_and_records()
+    report = build_report(SufficiencyGate(), records, with_tokens(rows, [100, 120, 140, 160, 180, 0, 999]), 1.0)
+    write_report(report, tmp_path)
+    assert "Output tokens per verdict: mean 140, max 180" in (tmp_path / "report.md").read_text()
+
+
 def test_gate_config_decides_instead_of_the_model(tmp_path):
     path = tmp_path / "gate.json"
     GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7).save(path)

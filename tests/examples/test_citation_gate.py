@@ -11,8 +11,10 @@ import json
 import sqlite3
 from pathlib import Path
 
+import jsonschema
 import pyarrow.parquet as pq
 import pytest
+from citation_gate import CitationVerdict
 from fastapi.testclient import TestClient
 
 import suffice
@@ -135,6 +137,33 @@ def test_the_service_refuses_an_option_it_does_not_declare_naming_it():
     client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config), base_url="http://127.0.0.1")
     response = client.post("/v1/judge/citation", json={"items": [RECORD], "options": {"rubric": "x"}})
     assert response.json()["detail"][0]["loc"] == ["body", "options", "rubric"]
+
+
+def test_the_services_description_types_its_answer_by_its_verdict_model():
+    config = ServeConfig(gates=("citation",))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config), base_url="http://127.0.0.1")
+    spec = client.get("/openapi.json").json()
+    assert set(spec["components"]["schemas"]["CitationVerdict"]["properties"]) == set(CitationVerdict.model_fields)
+
+
+def test_the_services_answer_is_valid_by_its_description():
+    config = ServeConfig(gates=("citation",))
+    client = TestClient(create_app(GateService(config, ScriptedEngine(one_cited)), config), base_url="http://127.0.0.1")
+    spec = client.get("/openapi.json").json()
+    body = client.post("/v1/judge/citation", json=[RECORD, {"id": "bad"}]).json()
+    answer = spec["paths"]["/v1/judge/citation"]["post"]["responses"]["200"]["content"]["application/json"]
+    jsonschema.Draft202012Validator({**answer["schema"], "components": spec["components"]}).validate(body)
+
+
+def test_suffice_schema_validates_the_rows_judge_writes_for_it(
+    tmp_path: Path, scripted: None, capsys: pytest.CaptureFixture[str]
+):
+    out = tmp_path / "out.jsonl"
+    main(["judge", str(write(tmp_path / "in.jsonl", [RECORD, {"id": "bad"}])), "-o", str(out), "--gate", "citation"])
+    capsys.readouterr()
+    assert main(["schema", "--gate", "citation"]) == EXIT_OK
+    validator = jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out))
+    assert [validator.is_valid(json.loads(line)) for line in out.read_text().splitlines()] == [True, True]
 
 
 CITED = [

@@ -2,7 +2,7 @@
 
 import re
 
-from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.constraint import EOS_TOKENS, Constraint, Segment
 
 
 def assert_splits_into_segments(constraint: Constraint, text: str) -> None:
@@ -31,3 +31,28 @@ def cut_back_constraint(listed_pattern: str = r"2,1\]") -> Constraint:
         continuation=lambda text: after_cut if text == "[2" else None,
         settle=lambda text: "[2" if text == "[2,1]" else text,
     )
+
+
+def decode(constraint: Constraint, outputs: list[str]) -> tuple[str, int]:
+    """Decode ``outputs``, one per segment, as the engines do (a prefix prefilled, a speculative segment's text
+    settled, the next segment from the continuation) with one byte a token: the text, and the completion tokens
+    (each output's bytes and one end-of-sequence token)."""
+    text, tokens = "", 0
+    segment: Segment | None = constraint.first_segment()
+    for out in outputs:
+        assert segment is not None, f"more outputs than segments: {out!r}"
+        assert re.fullmatch(segment.pattern, out), (segment.key, out)
+        text += segment.prefix
+        start = len(text)
+        text += out
+        tokens += len(out.encode("utf-8")) + EOS_TOKENS
+        if segment.speculative:
+            text = constraint.settled(text, start)
+        segment = constraint.next_segment(text)
+    assert segment is None, f"the output is not complete: {segment.key} is next"
+    return text, tokens
+
+
+def decoded_pieces(constraint: Constraint, text: str) -> list[str]:
+    """What each segment decodes of a complete ``text`` (its prefix left out), on the path without a cut."""
+    return [piece[len(segment.prefix) :] for segment, piece in constraint.segments_of(text)]

@@ -89,7 +89,7 @@ def test_refused_items_are_counted_in_the_metrics(full_service):
     url, _ = full_service
     httpx.post(url, json=record(2), timeout=10)
     metrics = httpx.get(url.replace("/v1/judge/sufficiency", "/metrics"), timeout=10).text
-    assert "suffice_items_refused_total 1.0" in metrics
+    assert "suffice_refused_items_total 1.0" in metrics
 
 
 def test_a_request_answered_504_holds_its_room_until_its_generation_stops():

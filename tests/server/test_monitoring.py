@@ -11,6 +11,7 @@ from suffice.config import JudgeConfig
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
+from suffice.serving.base import Generation
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 from tests.monitoring import record, scripted
@@ -39,7 +40,7 @@ def test_metrics_count_every_route_by_gate():
     cases = ["deliver", "deliver", "overridden", "review", "more"]
     response = client.post("/v1/judge/adequacy", json=[record(case, i) for i, case in enumerate(cases)])
     assert response.status_code == 200
-    routes = samples(client.get("/metrics").text, "suffice_routes_total")
+    routes = samples(client.get("/metrics").text, "suffice_routed_verdicts_total")
     assert routes == {
         'gate="adequacy",route="deliver"': 2.0,
         'gate="adequacy",route="retrieve_more"': 1.0,
@@ -58,7 +59,7 @@ def test_metrics_count_the_code_overriding_the_model():
 
 def test_every_served_gate_has_its_route_and_override_series_from_the_start():
     text = client_for(ScriptedEngine(good), ("sufficiency", "recovery")).get("/metrics").text
-    routes = samples(text, "suffice_routes_total")
+    routes = samples(text, "suffice_routed_verdicts_total")
     assert routes == {f'gate="{g}",route="{r}"': 0.0 for g in ("sufficiency", "recovery") for r in ROUTES}
     assert samples(text, "suffice_decision_overrides_total") == {'gate="sufficiency"': 0.0, 'gate="recovery"': 0.0}
 
@@ -66,7 +67,28 @@ def test_every_served_gate_has_its_route_and_override_series_from_the_start():
 def test_an_item_error_takes_no_route():
     client = client_for(ScriptedEngine(good), ("sufficiency",))
     client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), {"id": "bad"}])
-    routes = samples(client.get("/metrics").text, "suffice_routes_total")
+    routes = samples(client.get("/metrics").text, "suffice_routed_verdicts_total")
     assert routes['gate="sufficiency",route="deliver"'] == 1.0
     assert sum(routes.values()) == 1.0
     assert samples(client.get("/metrics").text, "suffice_decision_overrides_total") == {'gate="sufficiency"': 0.0}
+
+
+def counted_client() -> TestClient:
+    """Verdicts the model writes in 10 and 30 tokens."""
+    lengths = iter([10, 30])
+    return client_for(ScriptedEngine(lambda r: Generation(good(r), "stop", 5, next(lengths))), ("sufficiency",))
+
+
+def test_metrics_give_the_output_tokens_per_verdict_as_a_sum_and_a_count():
+    client = counted_client()
+    client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), sufficiency_record(1)])
+    text = client.get("/metrics").text
+    sums = samples(text, "suffice_verdict_output_tokens_sum")
+    counts = samples(text, "suffice_verdict_output_tokens_count")
+    assert (sums, counts) == ({'gate="sufficiency"': 40.0}, {'gate="sufficiency"': 2.0})
+
+
+def test_metrics_give_the_most_output_tokens_of_a_verdict():
+    client = counted_client()
+    client.post("/v1/judge/sufficiency", json=[sufficiency_record(0), sufficiency_record(1)])
+    assert samples(client.get("/metrics").text, "suffice_max_verdict_output_tokens") == {'gate="sufficiency"': 30.0}

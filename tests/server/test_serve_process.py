@@ -219,7 +219,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(server: Server) -> 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # all four requests are inside the server
         metrics = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
-        waiting = next(x for x in metrics.splitlines() if x.startswith("suffice_requests_waiting "))
+        waiting = next(x for x in metrics.splitlines() if x.startswith("suffice_waiting_requests "))
         if float(waiting.split()[-1]) >= 4:
             break
         time.sleep(0.1)

@@ -26,7 +26,6 @@ from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.decision import DecisionVerdict
 from suffice.grammars.regex import alt, escape, lit, seq
 from suffice.judge import Judge
-from suffice.serving import vllm_engine
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import DEFAULT_BACKEND
 from suffice.serving.vllm_engine import _Sequence
@@ -334,17 +333,28 @@ def test_a_list_cut_at_the_last_label_is_closed_in_the_sequence(engine):
     assert constraint.next_segment(seq.text) is None
 
 
+class _Events:
+    """A progress that notes each report in order: ``read`` per prompt read, ``done`` per record finished."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def __call__(self, records: int) -> None:
+        self.events.append(("done", records))
+
+    def read(self, prompts: int) -> None:
+        self.events.append(("read", prompts))
+
+
 @pytest.mark.any_backend
-def test_progress_credits_a_request_when_its_prompt_is_read_and_when_it_completes(engine, monkeypatch):
-    """A bar must move while a large batch is still reading prompts (the demo's sat at
-    0 % for 7 of 8.4 minutes): each request is credited twice, once at its first token.
-    (A share other than one half, so the two credits differ.)"""
-    monkeypatch.setattr(vllm_engine, "PREFILL_SHARE", 0.25)
+def test_progress_hears_a_prompt_read_then_a_whole_record_done(engine):
+    """A bar must move while a large batch is still reading prompts (the demo's sat at 0 % for 7 of 8.4 minutes),
+    yet count only whole records: each request is reported read once, then finished once."""
     head = Segment.from_rx(seq(alt(lit('"yes"'), lit('"no"')), lit("}")), key="test/prefixed", prefix=LONG_PREFIX)
     constraint = Constraint(
         pattern=escape(LONG_PREFIX) + head.pattern, max_bytes=len(LONG_PREFIX) + head.max_bytes, key="test/p", head=head
     )
     messages = ({"role": "user", "content": "Is the sky blue? Answer yes or no."},)
-    credits: list[float] = []
-    engine.generate([GenerationRequest(messages, constraint)] * 2, progress=credits.append)
-    assert credits == [0.25, 0.25, 0.75, 0.75]
+    seen = _Events()
+    engine.generate([GenerationRequest(messages, constraint)] * 2, progress=seen)
+    assert seen.events == [("read", 1), ("read", 1), ("done", 1), ("done", 1)]

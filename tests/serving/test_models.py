@@ -65,3 +65,47 @@ def test_a_read_only_cache_is_a_model_error_saying_what_to_do(tmp_path, monkeypa
             embedded_model()
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+GGUF_BAR = "Converting and de-quantizing GGUF tensors"
+
+
+def _draw_gguf_bar() -> None:
+    """What transformers' GGUF loader does with each tensor: iterate under its module's ``tqdm``."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    for _ in gguf_utils.tqdm(range(3), desc=GGUF_BAR + "..."):
+        pass
+
+
+def test_the_gguf_loader_draws_its_bar_through_the_name_suffice_switches_off():
+    """The switch replaces the module's ``tqdm``: it works only while the loader looks that name up."""
+    import inspect
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    assert "tqdm(reader.tensors" in inspect.getsource(gguf_utils.load_gguf_checkpoint)
+
+
+def test_the_gguf_conversion_bar_is_hidden_unless_verbose(capsys):
+    from suffice.serving.models import _gguf_bar
+
+    with _gguf_bar(False):
+        _draw_gguf_bar()
+    assert GGUF_BAR not in capsys.readouterr().err
+
+
+def test_the_gguf_conversion_bar_is_shown_when_verbose(capsys):
+    from suffice.serving.models import _gguf_bar
+
+    with _gguf_bar(True):
+        _draw_gguf_bar()
+    assert GGUF_BAR in capsys.readouterr().err
+
+
+@pytest.mark.engine
+def test_a_real_conversion_shows_no_bar_without_verbose(tmp_path, monkeypatch, capfd):
+    """The embedded model converted for real into an empty cache (about 20 s), as a first run does."""
+    monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path))
+    embedded_model()
+    assert GGUF_BAR not in capfd.readouterr().err

@@ -26,27 +26,47 @@ from tests.vllm_server import SERVED, through
 pytestmark = pytest.mark.engine
 
 
-def judged(url: str, gate: str, records: list[dict[str, object]], rubric: str | None = None) -> list[JudgeResult]:
+def judged(url: str, gate: str, records: list[dict[str, object]], **options: object) -> list[JudgeResult]:
     engine_config = EngineConfig(kind="openai", base_url=url)
-    config = JudgeConfig(gate=gate, engine=engine_config, options={"rubric": rubric} if rubric else {})
+    config = JudgeConfig(gate=gate, engine=engine_config, options=options)
     with Judge(OpenAIEngine(engine_config), config=config) as judge:
         return judge.judge_batch(records)
 
 
+def worst_cases(url: str, gate: str, records: list[dict[str, object]], **options: object) -> list[int | None]:
+    """Each record's worst case of completion tokens: its request's constraint's (prompts fitted, nothing generated)."""
+    engine_config = EngineConfig(kind="openai", base_url=url)
+    config = JudgeConfig(gate=gate, engine=engine_config, options=options)
+    with Judge(OpenAIEngine(engine_config), config=config) as judge:
+        return [request.constraint.max_completion_tokens for request in judge.requests(records)]
+
+
+def records_for(gate: str) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The records each gate judges here, and its options."""
+    if gate == "recovery":
+        with_answers = [r for r in load_records("squad2.jsonl", 12) if r.get("answer")][:3]
+        return [{**r, "response": r["answer"]} for r in with_answers], {}
+    if gate == "adequacy":
+        return load_records("squad2.jsonl", 3), {"rubric": "customer-support"}
+    return load_records("squad2.jsonl", 3), {}
+
+
 @pytest.fixture(scope="module")
 def sufficiency_results(vllm_server: str) -> list[JudgeResult]:
-    return judged(vllm_server, "sufficiency", load_records("squad2.jsonl", 3))
+    records, options = records_for("sufficiency")
+    return judged(vllm_server, "sufficiency", records, **options)
 
 
 @pytest.fixture(scope="module")
 def recovery_results(vllm_server: str) -> list[JudgeResult]:
-    with_answers = [r for r in load_records("squad2.jsonl", 12) if r.get("answer")][:3]
-    return judged(vllm_server, "recovery", [{**r, "response": r["answer"]} for r in with_answers])
+    records, options = records_for("recovery")
+    return judged(vllm_server, "recovery", records, **options)
 
 
 @pytest.fixture(scope="module")
 def adequacy_results(vllm_server: str) -> list[JudgeResult]:
-    return judged(vllm_server, "adequacy", load_records("squad2.jsonl", 3), rubric="customer-support")
+    records, options = records_for("adequacy")
+    return judged(vllm_server, "adequacy", records, **options)
 
 
 def test_the_engine_names_the_served_model(vllm_server: str):
@@ -109,3 +129,55 @@ def test_the_command_line_judges_a_file_through_the_server(command_line: tuple[i
 
 def test_the_command_line_writes_one_row_per_input_line(command_line: tuple[int, Path]):
     assert len(command_line[1].read_text().splitlines()) == 2
+
+
+def over_their_worst_case(results: list[JudgeResult], bounds: list[int | None]) -> list[tuple[str | None, int, int]]:
+    """(id, completion tokens, bound) of each verdict over its constraint's worst case, every attempt counted."""
+    assert len(bounds) == len(results) and None not in bounds
+    return [
+        (r.id, r.tokens.completion, bound * (r.retries + 1))
+        for r, bound in zip(results, bounds, strict=True)
+        if bound is not None and r.tokens.completion > bound * (r.retries + 1)
+    ]
+
+
+@pytest.mark.parametrize("gate", ["sufficiency", "recovery", "adequacy"])
+def test_every_verdicts_output_tokens_are_within_its_constraints_worst_case(
+    gate: str, vllm_server: str, request: pytest.FixtureRequest
+):
+    results = request.getfixturevalue(f"{gate}_results")
+    records, options = records_for(gate)
+    assert over_their_worst_case(results, worst_cases(vllm_server, gate, records, **options)) == []
+
+
+@pytest.mark.parametrize("gate", ["sufficiency", "recovery", "adequacy"])
+def test_every_verdict_was_decoded_by_the_model(gate: str, request: pytest.FixtureRequest):
+    """The positive control of the bound above: the verdicts cost tokens."""
+    assert all(r.tokens.completion > 0 for r in request.getfixturevalue(f"{gate}_results"))
+
+
+#: A reasoning bound well under the default (200), in characters.
+SHORT_REASONING = 24
+
+
+@pytest.fixture(scope="module")
+def short_reasoning_results(vllm_server: str) -> list[JudgeResult]:
+    return judged(vllm_server, "sufficiency", load_records("squad2.jsonl", 2), reasoning_chars=SHORT_REASONING)
+
+
+def test_verdicts_under_a_short_reasoning_bound_are_verdicts(short_reasoning_results: list[JudgeResult]):
+    assert [r.error for r in short_reasoning_results] == [None, None]
+
+
+def test_verdicts_under_a_short_reasoning_bound_keep_their_reasoning_within_it(
+    short_reasoning_results: list[JudgeResult],
+):
+    assert all(len(getattr(r.verdict, "reasoning", "")) <= SHORT_REASONING for r in short_reasoning_results)
+
+
+def test_verdicts_under_a_short_reasoning_bound_are_within_its_smaller_worst_case(
+    short_reasoning_results: list[JudgeResult], vllm_server: str
+):
+    records = load_records("squad2.jsonl", 2)
+    bounds = worst_cases(vllm_server, "sufficiency", records, reasoning_chars=SHORT_REASONING)
+    assert over_their_worst_case(short_reasoning_results, bounds) == []

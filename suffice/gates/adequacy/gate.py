@@ -22,7 +22,7 @@ from suffice.gates.adequacy.grammar import (
     adequacy_constraint,
 )
 from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir, next_rubric_path, save_rubric_version
-from suffice.gates.base import CalibrationChoice, Gate, GateOptions
+from suffice.gates.base import CalibrationChoice, Gate, GateOptions, ReasoningOptions
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
@@ -32,7 +32,7 @@ from suffice.records import Chunk, Item
 TEMPLATES = Path(__file__).parent / "templates"
 
 
-class AdequacyOptions(GateOptions):
+class AdequacyOptions(ReasoningOptions):
     rubric: str | None = Field(
         default=None,
         description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it",
@@ -60,8 +60,14 @@ class AdequacyGate(Gate):
         *,
         threshold: float | None = None,
         prompt_version: str = "v3",
+        reasoning_chars: int = AdequacyBounds.RATIONALE_CHARS,
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
+        lo, hi = AdequacyBounds.RATIONALE_RANGE
+        if not lo <= reasoning_chars <= hi:
+            raise ConfigError("reasoning_chars", reasoning_chars, f"must be between {lo} and {hi}")
+        #: The rationale's bound in characters (the seed's own field for the model's reasoning).
+        self.reasoning_chars = reasoning_chars
         self.store = store or RubricStore()
         self.default_rubric = rubric
         check_threshold(threshold)
@@ -72,7 +78,7 @@ class AdequacyGate(Gate):
     @classmethod
     def from_options(cls, options: GateOptions) -> AdequacyGate:
         assert isinstance(options, AdequacyOptions)
-        return cls(RubricStore(options.rubric_dir), options.rubric)
+        return cls(RubricStore(options.rubric_dir), options.rubric, reasoning_chars=options.reasoning_chars)
 
     @classmethod
     def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,7 +127,10 @@ class AdequacyGate(Gate):
         digest = hashlib.sha256()
         for path in sorted(self.store.folder.glob("*.json")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        return {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
+        settings = {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
+        if self.reasoning_chars != AdequacyBounds.RATIONALE_CHARS:
+            settings["reasoning_chars"] = str(self.reasoning_chars)
+        return settings
 
     def route(self, verdict: BaseModel) -> Routing:
         """The rubric's weighted composite against its threshold, computed in code."""
@@ -189,17 +198,17 @@ class AdequacyGate(Gate):
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         """The constraint of a rubric scoring the seed's five dimensions."""
-        return adequacy_constraint()
+        return adequacy_constraint(rationale_chars=self.reasoning_chars)
 
     def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
         """The constraint generating exactly the item's rubric's dimensions (one compiled
         form per distinct tuple of dimension names)."""
-        return adequacy_constraint(self.rubric_for(item).dimension_names)
+        return adequacy_constraint(self.rubric_for(item).dimension_names, self.reasoning_chars)
 
     def system_context(self, item: Item) -> dict[str, Any]:
         rubric = self.rubric_for(item)
         return {
-            "bounds": AdequacyBounds,
+            "bounds": AdequacyBounds.for_prompt(self.reasoning_chars),
             "rubric": rubric,
             "dimensions": rubric.dimension_names,
             "pass_threshold": effective_threshold(rubric, self.threshold),
@@ -210,6 +219,8 @@ class AdequacyGate(Gate):
             output = AdequacyOutput.model_validate(json.loads(text))
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid adequacy verdict: {exc}", text) from exc
+        if len(output.rationale) > self.reasoning_chars:
+            raise VerdictError(f"rationale longer than reasoning_chars={self.reasoning_chars}", text)
         rubric = self.rubric_for(item)
         if set(output.dimensions) != set(rubric.dimension_names):
             wanted = list(rubric.dimension_names)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from suffice.gates.base import REASONING_CHARS, REASONING_CHARS_RANGE
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import UNIT_INTERVAL, Rx, alt, json_list, json_members, json_object, json_string, lit, seq
 from suffice.grammars.routes import Route
@@ -53,7 +54,19 @@ class AdequacyBounds:
     ASSESSMENT_CHARS = 100
     MISSING_MAX = 3
     MISSING_CHARS = 64
-    RATIONALE_CHARS = 200
+    #: The rationale's default bound: the gate's ``reasoning_chars`` option sets it.
+    RATIONALE_CHARS = REASONING_CHARS
+    RATIONALE_RANGE = REASONING_CHARS_RANGE
+
+    @classmethod
+    def for_prompt(cls, rationale_chars: int = RATIONALE_CHARS) -> dict[str, int]:
+        """The bounds by the names the templates use, the rationale's as set."""
+        return {
+            "ASSESSMENT_CHARS": cls.ASSESSMENT_CHARS,
+            "MISSING_MAX": cls.MISSING_MAX,
+            "MISSING_CHARS": cls.MISSING_CHARS,
+            "RATIONALE_CHARS": rationale_chars,
+        }
 
 
 B = AdequacyBounds
@@ -67,12 +80,12 @@ DECISION_PREFIX = DECISION_KEY[:-2]
 REST_PREFIX = '","adequacy_score":'
 
 
-def _rest(dimensions: tuple[str, ...]) -> Rx:
+def _rest(dimensions: tuple[str, ...], rationale_chars: int) -> Rx:
     """Everything after ``"PASS"`` / ``"FAIL"``."""
-    return lit(REST_PREFIX[1:]) + _rest_body(dimensions)
+    return lit(REST_PREFIX[1:]) + _rest_body(dimensions, rationale_chars)
 
 
-def _rest_body(dimensions: tuple[str, ...]) -> Rx:
+def _rest_body(dimensions: tuple[str, ...], rationale_chars: int) -> Rx:
     """The verdict after :data:`REST_PREFIX`: the score on, with exactly ``dimensions``."""
     dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
     return seq(
@@ -83,7 +96,7 @@ def _rest_body(dimensions: tuple[str, ...]) -> Rx:
                 ("dimensions", json_object([(d, dimension) for d in dimensions])),
                 ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
                 ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
-                ("rationale", json_string(1, B.RATIONALE_CHARS)),
+                ("rationale", json_string(1, rationale_chars)),
             ]
         ),
         lit("}"),
@@ -93,24 +106,30 @@ def _rest_body(dimensions: tuple[str, ...]) -> Rx:
 _DECISION = alt(lit('"PASS"'), lit('"FAIL"'))
 
 
-def adequacy_constraint(dimensions: Sequence[str] = DIMENSIONS) -> Constraint:
+def adequacy_constraint(dimensions: Sequence[str] = DIMENSIONS, rationale_chars: int = B.RATIONALE_CHARS) -> Constraint:
     """Two segments: the decision alone (the only one with log-probabilities; the key
     before it prefilled), then the rest (its opening key prefilled), which scores
-    exactly ``dimensions`` in their order.  Keyed by the dimension names: rubrics
+    exactly ``dimensions`` in their order and bounds the rationale at ``rationale_chars``.
+    Keyed by the dimension names and a rationale bound other than the default: rubrics
     scoring the same dimensions share one compiled form (the seed's five keep the
     keys they always had)."""
-    return _constraint(tuple(dimensions))
+    return _constraint(tuple(dimensions), rationale_chars)
 
 
 @lru_cache(maxsize=32)
-def _constraint(dimensions: tuple[str, ...]) -> Constraint:
+def _constraint(dimensions: tuple[str, ...], rationale_chars: int) -> Constraint:
     check_dimension_names(dimensions)
+    lo, hi = B.RATIONALE_RANGE
+    if not lo <= rationale_chars <= hi:
+        raise ValueError(f"reasoning_chars must be between {lo} and {hi}, got {rationale_chars}")
     suffix = "" if dimensions == DIMENSIONS else "/" + ",".join(dimensions)
+    if rationale_chars != B.RATIONALE_CHARS:
+        suffix += f"/r{rationale_chars}"
     values = alt(lit("PASS"), lit("FAIL"))
     decision = Segment.from_rx(
         lit(DECISION_KEY[-2:] + '"') + values, key="adequacy/decision", logprobs=True, prefix=DECISION_PREFIX
     )
-    rest = Segment.from_rx(_rest_body(dimensions), key="adequacy/rest" + suffix, prefix=REST_PREFIX)
+    rest = Segment.from_rx(_rest_body(dimensions, rationale_chars), key="adequacy/rest" + suffix, prefix=REST_PREFIX)
 
     def continuation(text: str) -> Segment | None:
         if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL'):
@@ -118,10 +137,21 @@ def _constraint(dimensions: tuple[str, ...]) -> Constraint:
         return None
 
     coarse = Segment.from_rx(
-        seq(_DECISION, _rest(dimensions)), key="adequacy/whole" + suffix, logprobs=True, prefix=DECISION_KEY
+        seq(_DECISION, _rest(dimensions, rationale_chars)),
+        key="adequacy/whole" + suffix,
+        logprobs=True,
+        prefix=DECISION_KEY,
     )
-    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions))
-    return Constraint.from_rx(rx, key="adequacy" + suffix, head=decision, continuation=continuation, coarse_head=coarse)
+    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions, rationale_chars))
+    return Constraint.from_rx(
+        rx,
+        key="adequacy" + suffix,
+        head=decision,
+        continuation=continuation,
+        coarse_head=coarse,
+        # The decision, then the rest: nothing else follows.
+        completion_bound=decision.max_tokens + rest.max_tokens,
+    )
 
 
 class Dimension(BaseModel):
@@ -146,7 +176,8 @@ class AdequacyOutput(BaseModel):
     dimensions: dict[str, Dimension]
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
     recommendation: Recommendation
-    rationale: str = Field(min_length=1, max_length=B.RATIONALE_CHARS)
+    #: At most the gate's ``reasoning_chars`` (checked by the gate; this is the option's largest value).
+    rationale: str = Field(min_length=1, max_length=B.RATIONALE_RANGE[1])
 
     @field_validator("dimensions")
     @classmethod

@@ -180,7 +180,24 @@ def recovery_constraint(n_sources: int) -> Constraint:
         head=segments["decision"],
         continuation=continuation,
         coarse_head=_coarse_head(),
+        completion_bound=_completion_bound(cite),
     )
+
+
+def _completion_bound(cite: Segment) -> int:
+    """The most tokens a verdict decodes (:attr:`Constraint.max_completion_tokens`): the classification, then an
+    abstention in one segment, or an answer up to its first citation followed by, for each of its sentences, the
+    citation's label and either the next sentence up to its marker or (after the last) the answer's close."""
+    segments = _segments()
+    abstentions = [segments[c.value].max_tokens for c in Classification if c is not Classification.SUFFICIENT]
+    sentences = B.ANSWER_SENTENCES
+    answer = (
+        segments[Classification.SUFFICIENT.value].max_tokens
+        + sentences * cite.max_tokens
+        + (sentences - 1) * _more().max_tokens
+        + _close().max_tokens
+    )
+    return segments["decision"].max_tokens + max(*abstentions, answer)
 
 
 @lru_cache(maxsize=1)

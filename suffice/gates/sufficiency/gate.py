@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from suffice.exceptions import ConfigError, VerdictError
-from suffice.gates.base import CalibrationChoice, Gate, GateOptions
+from suffice.gates.base import CalibrationChoice, Gate, GateOptions, ReasoningOptions
 from suffice.gates.sufficiency.calibration import GateConfig, sufficiency_score
 from suffice.gates.sufficiency.grammar import (
     DEFAULT_BOUNDS,
@@ -33,7 +33,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 B = SufficiencyBounds
 
 
-class SufficiencyOptions(GateOptions):
+class SufficiencyOptions(ReasoningOptions):
     gate_config: Path | None = Field(
         default=None, description="a calibrated threshold file written by `suffice calibrate --save PATH`"
     )
@@ -59,7 +59,9 @@ class SufficiencyOptions(GateOptions):
 
     @property
     def bounds(self) -> SufficiencyBounds:
-        return SufficiencyBounds(entities_max=self.max_entities, useful_max=self.max_useful_chunks)
+        return SufficiencyBounds(
+            entities_max=self.max_entities, useful_max=self.max_useful_chunks, reasoning_chars=self.reasoning_chars
+        )
 
 
 class SufficiencyGate(Gate):
@@ -143,9 +145,11 @@ class SufficiencyGate(Gate):
         config = self.calibration
         calibrated = "none" if config is None else f"{config.score}>={config.threshold!r}"
         settings = {**super().settings(), "gate_config": calibrated}
-        if self.bounds != DEFAULT_BOUNDS:
+        if (self.bounds.entities_max, self.bounds.useful_max) != (B.ENTITIES_MAX, B.USEFUL_MAX):
             settings["max_entities"] = str(self.bounds.entities_max)
             settings["max_useful_chunks"] = str(self.bounds.useful_max)
+        if self.bounds.reasoning_chars != B.REASONING_CHARS:
+            settings["reasoning_chars"] = str(self.bounds.reasoning_chars)
         return settings
 
     def is_positive(self, verdict: BaseModel) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from suffice.gates.base import REASONING_CHARS, REASONING_CHARS_RANGE
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import (
     JSON_BOOL,
@@ -46,8 +47,8 @@ def ascending(ids: list[int]) -> bool:
 class SufficiencyBounds:
     """Every string and list the model writes is bounded; these are the bounds.
 
-    Two are gate options (``max_entities``, ``max_useful_chunks``): an instance holds them, and the
-    upper-case names are their defaults.  Defaults measured on the labeled data in ``shared/data``
+    Three are gate options (``max_entities``, ``max_useful_chunks``, ``reasoning_chars``): an instance holds
+    them, and the upper-case names are their defaults.  Defaults measured on the labeled data in ``shared/data``
     (``scripts/measure_sufficiency_bounds.py``; see docs/gates.md): 5 entities cover 99.25% of all
     questions (HotpotQA's p90), 8 useful chunks cover 100% (the most labeled is 4).
     """
@@ -60,28 +61,38 @@ class SufficiencyBounds:
     MISSING_CHARS: ClassVar[int] = 64
     CONTRADICTIONS_MAX: ClassVar[int] = 2
     CONTRADICTION_CHARS: ClassVar[int] = 64
-    REASONING_CHARS: ClassVar[int] = 200
+    #: Default of ``reasoning_chars`` (the option of every gate with a reasoning field).
+    REASONING_CHARS: ClassVar[int] = REASONING_CHARS
+    REASONING_RANGE: ClassVar[tuple[int, int]] = REASONING_CHARS_RANGE
     #: Default of ``max_useful_chunks``: the list's cost is its length, and the seed asks only for the useful ones.
     USEFUL_MAX: ClassVar[int] = 8
     USEFUL_RANGE: ClassVar[tuple[int, int]] = (1, 64)
 
     entities_max: int = 5
     useful_max: int = 8
+    reasoning_chars: int = REASONING_CHARS
 
     def __post_init__(self) -> None:
         for name, value, (lo, hi) in (
             ("max_entities", self.entities_max, self.ENTITIES_RANGE),
             ("max_useful_chunks", self.useful_max, self.USEFUL_RANGE),
+            ("reasoning_chars", self.reasoning_chars, self.REASONING_RANGE),
         ):
             if not lo <= value <= hi:
                 raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
 
     @property
+    def head_suffix(self) -> str:
+        """What the bounds add to the head's key (entities and reasoning): nothing at the defaults."""
+        entities = "" if self.entities_max == self.ENTITIES_MAX else f"/e{self.entities_max}"
+        reasoning = "" if self.reasoning_chars == self.REASONING_CHARS else f"/r{self.reasoning_chars}"
+        return entities + reasoning
+
+    @property
     def suffix(self) -> str:
         """What the bounds add to a compiled form's key: nothing at the defaults."""
-        entities = "" if self.entities_max == self.ENTITIES_MAX else f"/e{self.entities_max}"
         useful = "" if self.useful_max == self.USEFUL_MAX else f"/u{self.useful_max}"
-        return entities + useful
+        return self.head_suffix + useful
 
     def for_prompt(self) -> dict[str, int]:
         """The bounds by the names the templates use."""
@@ -92,7 +103,7 @@ class SufficiencyBounds:
             "MISSING_CHARS": self.MISSING_CHARS,
             "CONTRADICTIONS_MAX": self.CONTRADICTIONS_MAX,
             "CONTRADICTION_CHARS": self.CONTRADICTION_CHARS,
-            "REASONING_CHARS": self.REASONING_CHARS,
+            "REASONING_CHARS": self.reasoning_chars,
             "USEFUL_MAX": self.useful_max,
         }
 
@@ -191,7 +202,8 @@ class SufficiencyOutput(BaseModel):
     #: At most ``max_entities`` (checked against the bounds in the validation context, else the defaults).
     required_entities: list[EntityCoverage] = Field(min_length=1, max_length=B.ENTITIES_RANGE[1])
     contradictions: list[str] = Field(max_length=B.CONTRADICTIONS_MAX)
-    reasoning: str = Field(min_length=1, max_length=B.REASONING_CHARS)
+    #: At most ``reasoning_chars`` (checked against the bounds in the validation context, else the default).
+    reasoning: str = Field(min_length=1, max_length=B.REASONING_RANGE[1])
     is_sufficient: bool
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
     confidence: float = Field(ge=0.0, le=1.0)
@@ -202,13 +214,15 @@ class SufficiencyOutput(BaseModel):
     def _consistent(self, info: ValidationInfo) -> SufficiencyOutput:
         """The rules the constraint enforces, checked again for outputs made without it.
 
-        ``bounds`` in the validation context (a :class:`SufficiencyBounds`) sets the list limits."""
+        ``bounds`` in the validation context (a :class:`SufficiencyBounds`) sets the list and reasoning limits."""
         context = info.context if isinstance(info.context, dict) else {}
         bounds = context.get("bounds", DEFAULT_BOUNDS)
         if len(self.required_entities) > bounds.entities_max:
             raise ValueError(f"more than max_entities={bounds.entities_max} required entities")
         if len(self.useful_chunk_ids) > bounds.useful_max:
             raise ValueError(f"more than max_useful_chunks={bounds.useful_max} useful chunk ids")
+        if len(self.reasoning) > bounds.reasoning_chars:
+            raise ValueError(f"reasoning longer than reasoning_chars={bounds.reasoning_chars}")
         for item in self.required_entities:
             _worded(item.entity, "entity")
         for text in self.missing_information:
@@ -332,7 +346,7 @@ def _head_body(all_covered: bool | None, bounds: SufficiencyBounds) -> Rx:
         lit(',"contradictions":'),
         _string_list(B.CONTRADICTIONS_MAX, B.CONTRADICTION_CHARS),
         lit(',"reasoning":'),
-        word_string(B.REASONING_CHARS),
+        word_string(bounds.reasoning_chars),
         lit("," + DECISION_KEY),
     )
 
@@ -386,10 +400,12 @@ def _whole(n_chunks: int, bounds: SufficiencyBounds) -> Rx:
 @lru_cache(maxsize=16)
 def _segments(bounds: SufficiencyBounds) -> dict[str, Segment]:
     """The request-independent segments: compiled once per engine and bounds, whatever the input.
-    Only the head depends on the bounds (``max_entities``): its key names them unless they are the defaults."""
-    entities = "" if bounds.entities_max == B.ENTITIES_MAX else f"/e{bounds.entities_max}"
+    Only the head depends on the bounds (``max_entities``, ``reasoning_chars``): its key names them unless they are
+    the defaults."""
     return {
-        "head": Segment.from_rx(_head_body(None, bounds), key="sufficiency/head" + entities, prefix=HEAD_PREFIX),
+        "head": Segment.from_rx(
+            _head_body(None, bounds), key="sufficiency/head" + bounds.head_suffix, prefix=HEAD_PREFIX
+        ),
         "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
         "forced-false": Segment.from_rx(lit("false"), key="sufficiency/forced-false", logprobs=True),
         "true": Segment.from_rx(_after_body(True), key="sufficiency/after-true", prefix=AFTER_PREFIX[True]),
@@ -492,7 +508,27 @@ def _constraint(n_chunks: int, bounds: SufficiencyBounds) -> Constraint:
         coarse_head=_coarse_head(bounds),
         check=ascending_ids,
         settle=partial(settle_ids, n_chunks=n_chunks),
+        completion_bound=_completion_bound(n_chunks, bounds),
     )
+
+
+def _completion_bound(n_chunks: int, bounds: SufficiencyBounds) -> int:
+    """The most tokens a verdict decodes (:attr:`Constraint.max_completion_tokens`): the head, the decision, the
+    branch after it, the id list (speculative: decoded whole, even where it is cut back) and, after a cut (at least
+    one id kept), one segment per further id up to the list's bound, the last closing it.  The coarse path (one head
+    segment up to the ids) decodes the same text with fewer end-of-sequence tokens."""
+    segments = _segments(bounds)
+    tokens = segments["head"].max_tokens
+    tokens += max(segments["decision"].max_tokens, segments["forced-false"].max_tokens)
+    tokens += max(segments["true"].max_tokens, segments["false"].max_tokens)
+    tokens += max(
+        id_list_segment(n_chunks, required=required, useful_max=bounds.useful_max).max_tokens
+        for required in (False, True)
+    )
+    most = min(bounds.useful_max, n_chunks)
+    if most > 1:
+        tokens += (most - 1) * id_segment(0, n_chunks, last=True).max_tokens
+    return tokens
 
 
 @lru_cache(maxsize=16)
@@ -502,8 +538,7 @@ def _coarse_head(bounds: SufficiencyBounds) -> Segment:
         seq(_head_body(True, bounds), alt(lit("true") + _after(True), lit("false") + _after(False))),
         seq(_head_body(False, bounds), lit("false") + _after(False)),
     )
-    entities = "" if bounds.entities_max == B.ENTITIES_MAX else f"/e{bounds.entities_max}"
-    return Segment.from_rx(rx, key="sufficiency/coarse-head" + entities, logprobs=True, prefix=HEAD_PREFIX)
+    return Segment.from_rx(rx, key="sufficiency/coarse-head" + bounds.head_suffix, logprobs=True, prefix=HEAD_PREFIX)
 
 
 def at_limit(output: SufficiencyOutput, bounds: SufficiencyBounds = DEFAULT_BOUNDS) -> list[str]:

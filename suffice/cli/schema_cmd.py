@@ -1,0 +1,46 @@
+"""``suffice schema``: the JSON Schema of a gate's result row (see :mod:`suffice.row_models`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from suffice.config import DETAILS
+from suffice.exceptions import ConfigError
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.gates import DEFAULT_GATE
+from suffice.row_models import FORMATS, result_row_schema
+from suffice.text import terminal_text
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a gate's result row",
+        description="Print the JSON Schema of one result row of a gate: a verdict typed by the gate's "
+        "verdict model, or that record's error.",
+    )
+    # Not argparse's choices: an unknown gate is the registry's error, which names the gates there are.
+    p.add_argument("--gate", default=DEFAULT_GATE, help=f"any registered gate (default {DEFAULT_GATE})")
+    p.add_argument(
+        "--detail", choices=DETAILS, default=None, help="full verdicts or decision-only ones (default: a row of either)"
+    )
+    p.add_argument("--format", choices=FORMATS, default="suffice", help="the verdict's format, as in `suffice judge`")
+    p.add_argument(
+        "--served",
+        action="store_true",
+        help="the rows `suffice serve` answers with: `index` (the item's position in the request) for `line`",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        schema = result_row_schema(args.gate, args.detail, args.format, "index" if args.served else "line")
+    except ConfigError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(schema, indent=2, ensure_ascii=False))
+    return EXIT_OK

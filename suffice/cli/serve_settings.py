@@ -1,0 +1,216 @@
+"""Where ``suffice serve`` takes its settings from: its flags, ``SUFFICE_*`` environment
+variables and a TOML file, a flag winning over the environment and the environment over the file.
+
+Every flag is a setting under one key: its long name with underscores for dashes (``--max-items``
+is ``max_items`` in the file and ``SUFFICE_MAX_ITEMS`` in the environment), so whatever a flag
+sets, a container sets without one.  A file names its settings at the top level; its relative paths
+are read from the file's folder.  In the environment a list is comma-separated and a switch is
+``true`` or ``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``).
+
+The flags are parsed with no defaults of their own (``argparse.SUPPRESS``), so a flag given is
+told from one left out even when it repeats the default; the defaults are applied last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suffice.exceptions import ConfigError
+
+#: What every environment variable of a setting starts with.
+ENV_PREFIX = "SUFFICE_"
+#: The flag and the variable naming the TOML file.
+CONFIG_FLAG = "--config"
+CONFIG_VARIABLE = "SUFFICE_CONFIG"
+#: Variables of suffice's own that are not serve settings (read where they are used).
+OTHER_VARIABLES = frozenset({CONFIG_VARIABLE, "SUFFICE_CACHE"})
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_KINDS = {int: "a whole number", float: "a number", Path: "a path"}
+
+_log = logging.getLogger("suffice.cli")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One flag as a setting: its key, the namespace attribute it sets and how its value is read."""
+
+    key: str
+    dest: str
+    default: Any
+    #: ``switch`` (a ``store_true`` flag), ``list`` (a repeatable one) or ``value``.
+    shape: str
+    convert: Callable[[str], Any] | None
+    choices: tuple[Any, ...] | None
+
+    @property
+    def variable(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+    def kind(self) -> str:
+        """What a value must be, in words."""
+        if self.shape == "switch":
+            return "true or false"
+        one = _KINDS.get(self.convert, "a string") if self.convert else "a string"  # type: ignore[call-overload]
+        return f"a list of {one.removeprefix('a ')}s" if self.shape == "list" else one
+
+
+class ServeSettings:
+    """The settings of a parser's flags, each readable from the environment and a TOML file.
+
+    Built once every flag is added: it takes the flags' defaults over (they are applied in
+    :meth:`resolve`, after the file and the environment) and adds ``--config``.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.settings: dict[str, Setting] = {}
+        for action in parser._actions:
+            longs = [option for option in action.option_strings if option.startswith("--")]
+            if not longs or isinstance(action, argparse._HelpAction):
+                continue
+            key = longs[0].removeprefix("--").replace("-", "_")
+            if isinstance(action, argparse._StoreTrueAction):
+                shape = "switch"
+            elif isinstance(action, argparse._AppendAction):
+                shape = "list"
+            else:
+                shape = "value"
+            convert = action.type if callable(action.type) else None
+            choices = tuple(action.choices) if action.choices is not None else None
+            self.settings[key] = Setting(key, action.dest, action.default, shape, convert, choices)
+            action.default = argparse.SUPPRESS
+        parser.add_argument(
+            CONFIG_FLAG,
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help=f"a TOML file of settings, keyed by the flags' names (max_items = 64); also {CONFIG_VARIABLE}. "
+            f"A flag wins over a {ENV_PREFIX}* variable (SUFFICE_MAX_ITEMS), a variable over the file",
+        )
+
+    def resolve(self, given: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Fill ``given`` (parsed with the flags' defaults taken over) from the environment, the file
+        and the defaults, in that order; where each setting came from, by key (for error messages).
+
+        Raises :class:`ConfigError` naming the variable, or the key and the file.
+        """
+        environ = os.environ if environ is None else environ
+        origins: dict[str, str] = {}
+        from_file: dict[str, Any] = {}
+        path = getattr(given, "config", None)
+        if path is None and environ.get(CONFIG_VARIABLE):
+            path = Path(environ[CONFIG_VARIABLE])
+        if path is not None:
+            from_file = self._read_file(path)
+        from_env = self._read_environment(environ)
+        for key, setting in self.settings.items():
+            if hasattr(given, setting.dest):
+                origins[key] = "its flag"
+            elif key in from_env:
+                setattr(given, setting.dest, from_env[key])
+                origins[key] = setting.variable
+            elif key in from_file:
+                setattr(given, setting.dest, from_file[key])
+                origins[key] = f"{key} in {path}"
+            else:
+                setattr(given, setting.dest, setting.default)
+        return origins
+
+    def _read_file(self, path: Path) -> dict[str, Any]:
+        try:
+            with path.open("rb") as stream:
+                table = tomllib.load(stream)
+        except OSError as exc:
+            raise ConfigError("config", str(path), f"cannot be read: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("config", str(path), f"is not valid TOML: {exc}") from exc
+        values: dict[str, Any] = {}
+        for key, value in table.items():
+            setting = self.settings.get(key)
+            if setting is None:
+                raise ConfigError(
+                    key,
+                    value,
+                    f"in {path}: not a setting of suffice serve (each flag is one: max_items for --max-items)",
+                )
+            values[key] = self._from_toml(setting, value, f"in {path}", path.parent)
+        return values
+
+    def _read_environment(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for variable, text in environ.items():
+            if not variable.startswith(ENV_PREFIX) or variable in OTHER_VARIABLES:
+                continue
+            key = variable.removeprefix(ENV_PREFIX).lower()
+            setting = self.settings.get(key)
+            if setting is None:
+                # Not refused: other tools of a deployment may use the prefix too.
+                _log.warning("%s is not a setting of suffice serve: ignored", variable)
+                continue
+            values[key] = self._from_text(setting, text)
+        return values
+
+    def _from_text(self, setting: Setting, text: str) -> Any:
+        """A variable's value as its flag's would be."""
+
+        def bad(reason: str) -> ConfigError:
+            return ConfigError(setting.variable, text, reason)
+
+        if setting.shape == "switch":
+            word = text.strip().lower()
+            if word not in _TRUE | _FALSE:
+                raise bad("must be true or false (1/0, yes/no, on/off)")
+            return word in _TRUE
+        parts = [part.strip() for part in text.split(",") if part.strip()] if setting.shape == "list" else [text]
+        values = [self._checked(setting, part, bad) for part in parts]
+        return values if setting.shape == "list" else values[0]
+
+    def _from_toml(self, setting: Setting, value: Any, where: str, folder: Path) -> Any:
+        """A file's value as its flag's would be (relative paths from ``folder``)."""
+
+        def bad(reason: str) -> ConfigError:
+            return ConfigError(setting.key, value, f"{where}: {reason}")
+
+        if setting.shape == "switch":
+            if not isinstance(value, bool):
+                raise bad("must be true or false")
+            return value
+        if setting.shape == "list":
+            if not isinstance(value, list):
+                raise bad(f"must be {setting.kind()}")
+            return [self._toml_one(setting, item, bad, folder) for item in value]
+        return self._toml_one(setting, value, bad, folder)
+
+    def _toml_one(self, setting: Setting, value: Any, bad: Callable[[str], ConfigError], folder: Path) -> Any:
+        if setting.convert in (int, float) and isinstance(value, bool):
+            raise bad(f"must be {setting.kind()}")
+        if setting.convert is int and isinstance(value, int):
+            return self._checked(setting, value, bad)
+        if setting.convert is float and isinstance(value, int | float):
+            return self._checked(setting, float(value), bad)
+        if setting.dest.startswith("gate_option_") and isinstance(value, int | float | bool | dict):
+            return value  # a gate's own option (recovery's threshold as a table): its typed model reads it
+        if not isinstance(value, str):
+            raise bad(f"must be {setting.kind()}")
+        if setting.convert is Path:
+            return folder / Path(value).expanduser()
+        return self._checked(setting, value, bad)
+
+    @staticmethod
+    def _checked(setting: Setting, value: Any, bad: Callable[[str], ConfigError]) -> Any:
+        if isinstance(value, str) and setting.convert is not None:
+            try:
+                value = setting.convert(value)
+            except (TypeError, ValueError):
+                raise bad(f"must be {setting.kind()}") from None
+        if setting.choices is not None and value not in setting.choices:
+            raise bad(f"must be one of {', '.join(map(str, setting.choices))}")
+        return value

@@ -1,0 +1,252 @@
+"""What every framework integration does around the judge, once: documents in, a decision out.
+
+A framework adapter (:mod:`suffice.integrations.langchain`, ``.llama_index``, ``.haystack``) turns
+its documents into :class:`Evidence` and calls :class:`DocumentGate`; the gate's own methods
+(:meth:`~suffice.Gate.is_positive`, :meth:`~suffice.Gate.route`,
+:meth:`~suffice.Gate.useful_chunk_ids`) read the verdict, so no adapter asks which gate it runs.
+
+Ids: a document's own id becomes its chunk id; a document without one gets its position (an
+``int``), and one whose id repeats an earlier document's gets ``"<id>@<position>"`` (chunk ids of
+a record must differ).  The verdict's useful ids map back to the documents by these ids, and the
+kept documents stay in the order given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from suffice.client import AsyncClient, Client
+from suffice.exceptions import ConfigError, GateFailedError, InsufficientContextError
+from suffice.gates import Gate, make_gate
+from suffice.grammars.routes import Routing
+from suffice.judge import Judge
+from suffice.results import JudgeResult
+
+#: What a compressor / postprocessor / router does with documents the gate judged insufficient:
+#: raise :class:`~suffice.InsufficientContextError`, return no documents, or return them all.
+OnInsufficient = Literal["raise", "empty", "keep"]
+#: What it does when the gate gave no verdict: raise :class:`~suffice.GateFailedError` (fail closed),
+#: or let every document through unjudged (fail open).
+OnError = Literal["raise", "keep"]
+
+#: The metadata key under which a kept document carries the gate's verdict.
+METADATA_KEY = "suffice"
+
+_Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One framework document as the judge sees it: ``id`` is the framework's id (``None``: its
+    position stands in), ``score`` the retriever's, ``metadata`` only the keys chosen to show."""
+
+    text: str
+    id: str | int | None = None
+    score: float | None = None
+    source: str | None = None
+    date: str | None = None
+    metadata: Mapping[str, _Scalar] | None = None
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The gate's decision on a list of documents.
+
+    ``positive``: the decision that routes (:meth:`~suffice.Gate.is_positive`); ``kept``: the
+    indices of the documents to keep, in the order given (the useful ones on a positive verdict;
+    every one when it names none); ``routing``: where the verdict sends the question.
+    """
+
+    result: JudgeResult
+    positive: bool
+    kept: list[int]
+    routing: Routing
+
+    @property
+    def verdict(self) -> BaseModel:
+        assert self.result.verdict is not None, "an outcome is built from a verdict"
+        return self.result.verdict
+
+    def metadata(self) -> dict[str, Any]:
+        """What a kept document's ``metadata[METADATA_KEY]`` holds: the verdict and its route."""
+        return {
+            "gate": self.result.gate,
+            "route": self.routing.route,
+            "positive": self.positive,
+            "verdict": self.verdict.model_dump(mode="json"),
+        }
+
+
+def chunk_ids(evidence: Sequence[Evidence]) -> list[str | int]:
+    """The chunk id of each document (see the module docstring)."""
+    ids: list[str | int] = []
+    seen: set[str] = set()
+    for position, doc in enumerate(evidence):
+        cid: str | int = position if doc.id is None or doc.id == "" else doc.id
+        if str(cid) in seen:
+            cid = f"{cid}@{position}"
+        seen.add(str(cid))
+        ids.append(cid)
+    return ids
+
+
+def record_for(question: str, evidence: Sequence[Evidence], answer: str | None = None) -> dict[str, Any]:
+    """The judge's input record for one question and its documents (and the answer, for a checking gate).
+
+    The record id is a digest of the question and the chunk ids, so one question over the same
+    documents is one id in an audit log."""
+    ids = chunk_ids(evidence)
+    chunks: list[dict[str, Any]] = []
+    for cid, doc in zip(ids, evidence, strict=True):
+        chunk: dict[str, Any] = {"id": cid, "text": doc.text}
+        for key in ("score", "source", "date"):
+            value = getattr(doc, key)
+            if value is not None:
+                chunk[key] = value
+        if doc.metadata:
+            chunk["metadata"] = dict(doc.metadata)
+        chunks.append(chunk)
+    digest = hashlib.sha256(json.dumps([question, [str(i) for i in ids]]).encode()).hexdigest()[:16]
+    record: dict[str, Any] = {"id": f"q-{digest}", "question": question, "chunks": chunks}
+    if answer is not None:
+        record["response"] = answer
+    return record
+
+
+def scalar_metadata(metadata: Mapping[str, Any] | None, keys: Sequence[str]) -> dict[str, _Scalar] | None:
+    """The ``keys`` of a framework document's metadata that hold a JSON scalar, to show the judge.
+
+    Only the keys asked for: a framework's metadata (file paths, embeddings' ids) would otherwise
+    fill the prompt's window and every chunk's fence line."""
+    if not metadata or not keys:
+        return None
+    shown = {k: metadata[k] for k in keys if isinstance(metadata.get(k), str | int | float | bool)}
+    return shown or None
+
+
+class DocumentGate:
+    """A gate over framework documents, on an in-process :class:`~suffice.Judge`, a
+    :class:`~suffice.Client` or a :class:`~suffice.AsyncClient` of ``suffice serve``.
+
+    ``gate``: which gate (default: the judge's own, or the client's default); ``options``: the
+    gate's options (on a ``Judge``, a judge for them is built once on the same engine; on a
+    client they travel with each request, so only the gate's per-request options are accepted
+    by the service).  ``on_insufficient`` / ``on_error``: see :data:`OnInsufficient`, :data:`OnError`.
+    """
+
+    def __init__(
+        self,
+        judge: Judge | Client | AsyncClient,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        on_insufficient: OnInsufficient = "raise",
+        on_error: OnError = "raise",
+    ) -> None:
+        if not isinstance(judge, Judge | Client | AsyncClient):
+            raise ConfigError("judge", type(judge).__name__, "must be a suffice.Judge, Client or AsyncClient")
+        if on_insufficient not in ("raise", "empty", "keep"):
+            raise ConfigError("on_insufficient", on_insufficient, "must be 'raise', 'empty' or 'keep'")
+        if on_error not in ("raise", "keep"):
+            raise ConfigError("on_error", on_error, "must be 'raise' or 'keep'")
+        self.on_insufficient: OnInsufficient = on_insufficient
+        self.on_error: OnError = on_error
+        self.options = dict(options or {})
+        self._client: Client | AsyncClient | None = None
+        self._judge: Judge | None = None
+        if isinstance(judge, Judge):
+            name = gate or judge.gate.name
+            if name == judge.gate.name and not self.options:
+                self._judge = judge
+            else:  # the same engine, another gate or other options: built (and checked) once, here
+                config = dataclasses.replace(judge.config, gate=name, options=self.options)
+                self._judge = Judge(judge.engine, config.make_gate(), config)
+            self.gate: Gate = self._judge.gate
+        else:
+            self._client = judge
+            # Reads the service's verdicts here (route, useful ids); options are checked as the service would.
+            self.gate = make_gate(gate or judge.gate, self.options)
+        self._lock = threading.Lock()
+
+    @property
+    def gate_name(self) -> str:
+        return self.gate.name
+
+    def judge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:
+        """The judge's result for one question and its documents (blocking)."""
+        record = record_for(question, evidence, answer)
+        if self._judge is not None:
+            return self._judge.judge_batch([record])[0]
+        if isinstance(self._client, Client):
+            return self._client.judge(record, self.gate_name, self.options or None)
+        raise ConfigError("judge", "AsyncClient", "an AsyncClient serves the async calls only; give a Client")
+
+    async def ajudge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:
+        """The judge's result, awaited: the in-process judge on a worker thread (cancelling the task
+        stops its generation), a :class:`~suffice.AsyncClient` natively, a :class:`~suffice.Client` on a thread."""
+        record = record_for(question, evidence, answer)
+        if self._judge is not None:
+            return await self._judge.ajudge(record)
+        if isinstance(self._client, AsyncClient):
+            return await self._client.judge(record, self.gate_name, self.options or None)
+        assert isinstance(self._client, Client)
+        return await asyncio.to_thread(self._client.judge, record, self.gate_name, self.options or None)
+
+    def select(
+        self, question: str, evidence: Sequence[Evidence], answer: str | None = None
+    ) -> tuple[list[int], GateOutcome | None]:
+        """Judge the documents and return the indices to keep (by ``on_insufficient``) with the outcome
+        (``None`` when the gate failed and ``on_error="keep"`` let every document through).
+
+        Raises :class:`~suffice.InsufficientContextError` (an insufficient verdict under ``"raise"``) and
+        :class:`~suffice.GateFailedError` (no verdict under ``on_error="raise"``)."""
+        outcome = self.outcome(question, evidence, self.judge(question, evidence, answer))
+        return self.keep(question, outcome, len(evidence)), outcome
+
+    async def aselect(
+        self, question: str, evidence: Sequence[Evidence], answer: str | None = None
+    ) -> tuple[list[int], GateOutcome | None]:
+        """:meth:`select`, awaited (see :meth:`ajudge`)."""
+        outcome = self.outcome(question, evidence, await self.ajudge(question, evidence, answer))
+        return self.keep(question, outcome, len(evidence)), outcome
+
+    def outcome(self, question: str, evidence: Sequence[Evidence], result: JudgeResult) -> GateOutcome | None:
+        """What ``result`` decides for these documents, or ``None`` when the gate failed and
+        ``on_error="keep"`` lets them through.  Raises :class:`~suffice.GateFailedError` otherwise."""
+        if result.verdict is None:
+            if self.on_error == "keep":
+                return None
+            raise GateFailedError(result)
+        verdict = result.verdict
+        useful = self.gate.useful_chunk_ids(verdict.model_dump(mode="json"))
+        ids = chunk_ids(evidence)
+        positive = self.gate.is_positive(verdict)
+        wanted = {str(u) for u in useful or ()}
+        kept = [i for i, cid in enumerate(ids) if str(cid) in wanted]
+        if useful is None or (positive and not kept):
+            # No useful ids to go by (a decision-only verdict, or a calibrated threshold that made
+            # "sufficient" of a verdict naming none): a positive decision keeps the evidence it judged.
+            kept = list(range(len(evidence)))
+        return GateOutcome(result, positive, kept, self.gate.route(verdict))
+
+    def keep(self, question: str, outcome: GateOutcome | None, count: int) -> list[int]:
+        """The indices of the documents to return, by ``on_insufficient``; raises
+        :class:`~suffice.InsufficientContextError` for an insufficient verdict under ``"raise"``."""
+        if outcome is None:
+            return list(range(count))
+        if outcome.positive:
+            return outcome.kept
+        if self.on_insufficient == "keep":
+            return list(range(count))
+        if self.on_insufficient == "empty":
+            return []
+        routing = outcome.routing
+        raise InsufficientContextError(question, list(routing.gap), list(routing.queries), outcome.result, routing)

@@ -1,0 +1,277 @@
+"""LangChain: a document compressor that keeps what the gate's verdict names useful, and a runnable
+that checks a generated answer (``pip install "suffice[langchain]"``).
+
+:class:`SufficiencyCompressor` is a ``BaseDocumentCompressor``: inside a
+``ContextualCompressionRetriever`` (``langchain-classic``) or called on a retriever's documents in
+an LCEL chain, it returns the documents the verdict names useful, in their order, each a copy with
+the verdict at ``metadata["suffice"]``.  :class:`RecoveryCheck` is a ``Runnable`` that runs the
+post-generation gate on ``{"question", "documents", "answer"}`` and returns a :class:`CheckedAnswer`
+whose ``route`` a chain branches on.  Both build on :mod:`suffice.integrations.gating`.
+
+Only ``langchain-core`` is imported.  It sends nothing anywhere unless the application's environment
+turns LangSmith tracing on (``LANGSMITH_TRACING``); suffice neither turns it on nor off, since that
+choice covers the application's whole chain, not suffice's part of it.
+
+Names are imported as modules here: this module's namespace holds its public names only.
+"""
+
+import dataclasses
+import typing
+from collections import abc
+
+try:
+    from langchain_core import callbacks as lc_callbacks
+    from langchain_core import documents as lc_documents
+    from langchain_core import messages as lc_messages
+    from langchain_core import runnables as lc_runnables
+except ImportError as missing:  # the extra is not installed
+    raise ImportError(
+        'suffice.integrations.langchain needs langchain-core: pip install "suffice[langchain]"'
+    ) from missing
+import pydantic
+
+import suffice.client
+import suffice.judge
+import suffice.results
+from suffice import exceptions
+from suffice.gates import registry
+from suffice.grammars import routes
+from suffice.integrations import gating
+
+__all__ = ["DEFAULT_SCORE_KEYS", "CheckedAnswer", "RecoveryCheck", "SufficiencyCompressor"]
+
+#: The metadata keys read as a document's retriever score, the first holding a number wins:
+#: LangChain's rerankers write ``relevance_score``; a vector store's score is often put at ``score``.
+DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
+
+_JudgeLike = suffice.judge.Judge | suffice.client.Client | suffice.client.AsyncClient
+
+
+def _evidence(
+    documents: abc.Sequence[lc_documents.Document], metadata_keys: abc.Sequence[str], score_keys: abc.Sequence[str]
+) -> list[gating.Evidence]:
+    """The documents as the judge sees them: text, id (``None``: its position stands in), the
+    retriever's score and the chosen metadata keys."""
+    evidence = []
+    for doc in documents:
+        score = next(
+            (
+                float(value)
+                for key in score_keys
+                if isinstance(value := doc.metadata.get(key), int | float) and not isinstance(value, bool)
+            ),
+            None,
+        )
+        evidence.append(
+            gating.Evidence(
+                doc.page_content, doc.id, score=score, metadata=gating.scalar_metadata(doc.metadata, metadata_keys)
+            )
+        )
+    return evidence
+
+
+class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
+    """A ``BaseDocumentCompressor`` that keeps the documents the gate's verdict names useful.
+
+    ``judge``: a :class:`suffice.Judge`, :class:`suffice.Client` or :class:`suffice.AsyncClient`;
+    ``gate`` / ``options``: which gate and its options (default: the judge's own gate);
+    ``on_insufficient``: ``"raise"`` (:class:`suffice.InsufficientContextError`), ``"empty"`` or
+    ``"keep"``; ``on_error``: ``"raise"`` (:class:`suffice.GateFailedError`) or ``"keep"`` (every
+    document, unjudged); ``metadata_keys``: the metadata keys shown to the judge; ``score_keys``: the
+    metadata keys read as the document's retriever score (see :data:`DEFAULT_SCORE_KEYS`).
+
+    A document's ``id`` is its chunk id (``None``: its position).  Returned documents are copies,
+    in the order given, with the verdict at ``metadata["suffice"]``; the caller's are not changed.
+    ``acompress_documents`` awaits the judge (an :class:`~suffice.AsyncClient` natively, an
+    in-process judge on a worker thread whose generation stops when the task is cancelled).
+    """
+
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+
+    judge: _JudgeLike
+    gate: str | None = None
+    options: dict[str, typing.Any] | None = None
+    on_insufficient: gating.OnInsufficient = "raise"
+    on_error: gating.OnError = "raise"
+    metadata_keys: tuple[str, ...] = ()
+    score_keys: tuple[str, ...] = DEFAULT_SCORE_KEYS
+    _gate: gating.DocumentGate = pydantic.PrivateAttr()
+
+    def __init__(
+        self,
+        judge: _JudgeLike,
+        gate: str | None = None,
+        options: abc.Mapping[str, typing.Any] | None = None,
+        on_insufficient: gating.OnInsufficient = "raise",
+        on_error: gating.OnError = "raise",
+        metadata_keys: abc.Sequence[str] = (),
+        score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
+    ) -> None:
+        # Built first: a bad setting is a ConfigError naming it, before pydantic sees the fields.
+        document_gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error)
+        fields: dict[str, typing.Any] = {  # a dict: the base's typed __init__ names none of these
+            "judge": judge,
+            "gate": document_gate.gate_name,
+            "options": dict(options) if options else None,
+            "on_insufficient": on_insufficient,
+            "on_error": on_error,
+            "metadata_keys": tuple(metadata_keys),
+            "score_keys": tuple(score_keys),
+        }
+        super().__init__(**fields)
+        self._gate = document_gate
+
+    def compress_documents(
+        self,
+        documents: abc.Sequence[lc_documents.Document],
+        query: str,
+        callbacks: lc_callbacks.Callbacks | None = None,
+    ) -> abc.Sequence[lc_documents.Document]:
+        """The documents to keep for ``query`` (see the class docstring); raises
+        :class:`~suffice.InsufficientContextError` or :class:`~suffice.GateFailedError` as set."""
+        kept, outcome = self._gate.select(query, _evidence(documents, self.metadata_keys, self.score_keys))
+        return _kept(documents, kept, outcome)
+
+    async def acompress_documents(
+        self,
+        documents: abc.Sequence[lc_documents.Document],
+        query: str,
+        callbacks: lc_callbacks.Callbacks | None = None,
+    ) -> abc.Sequence[lc_documents.Document]:
+        """:meth:`compress_documents`, awaited on the judge itself (not the blocking call on a thread)."""
+        kept, outcome = await self._gate.aselect(query, _evidence(documents, self.metadata_keys, self.score_keys))
+        return _kept(documents, kept, outcome)
+
+
+def _kept(
+    documents: abc.Sequence[lc_documents.Document], kept: list[int], outcome: gating.GateOutcome | None
+) -> list[lc_documents.Document]:
+    """Copies of the kept documents, the verdict (when there is one) in each one's metadata."""
+    verdict: dict[str, typing.Any] = {} if outcome is None else {gating.METADATA_KEY: outcome.metadata()}
+    return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, **verdict}}) for i in kept]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedAnswer:
+    """What :class:`RecoveryCheck` returns: the answer as given and where the verdict routes it.
+
+    ``route``: ``"deliver"``, ``"retrieve_more"``, ``"abstain"`` or ``"human_review"``;
+    ``delivered``: what to show the user on ``"deliver"`` (the answer as given, or the part the
+    documents support under a threshold that accepts partial support; ``None`` otherwise), with
+    ``caveats``; ``gap``: what the documents do not support; ``queries``: what to retrieve to close it;
+    ``outcome``: the gate's whole decision (:attr:`~suffice.integrations.gating.GateOutcome.result`
+    holds the verdict), ``None`` when the gate gave no verdict and ``on_error="keep"`` delivered the
+    answer unchecked.
+    """
+
+    question: str
+    answer: str
+    route: routes.Route
+    delivered: str | None
+    caveats: list[str]
+    gap: list[str]
+    queries: list[str]
+    outcome: gating.GateOutcome | None
+
+    @property
+    def checked(self) -> bool:
+        """Whether a verdict decided the route (``False``: delivered unchecked under ``on_error="keep"``)."""
+        return self.outcome is not None
+
+
+class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedAnswer]):
+    """A ``Runnable`` that checks a generated answer against its documents with a post-generation
+    gate (default: the recovery gate) and returns a :class:`CheckedAnswer`.
+
+    Input: a mapping with ``"question"`` (str), ``"documents"`` (LangChain ``Document`` objects) and
+    ``"answer"`` (str, or a message whose text is the answer).  A negative verdict is routed, never
+    raised: the chain branches on ``route``.  The parameters are :class:`SufficiencyCompressor`'s,
+    less ``on_insufficient``; ``on_error="raise"`` (the default) raises :class:`~suffice.GateFailedError`
+    when the gate gives no verdict, ``"keep"`` delivers the answer unchecked.
+    """
+
+    def __init__(
+        self,
+        judge: _JudgeLike,
+        gate: str | None = None,
+        options: abc.Mapping[str, typing.Any] | None = None,
+        on_error: gating.OnError = "raise",
+        metadata_keys: abc.Sequence[str] = (),
+        score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
+    ) -> None:
+        self._gate = gating.DocumentGate(judge, gate or registry.DEFAULT_CHECK_GATE, options, on_error=on_error)
+        if not self._gate.gate.needs_response:
+            raise exceptions.ConfigError(
+                "gate",
+                self._gate.gate_name,
+                f"checks no answer: RecoveryCheck runs a gate that reads one, such as {registry.DEFAULT_CHECK_GATE!r}",
+            )
+        self.gate = self._gate.gate_name
+        self.metadata_keys = tuple(metadata_keys)
+        self.score_keys = tuple(score_keys)
+
+    def invoke(
+        self,
+        input: abc.Mapping[str, typing.Any],
+        config: lc_runnables.RunnableConfig | None = None,
+        **kwargs: typing.Any,
+    ) -> CheckedAnswer:
+        """Check ``input["answer"]`` (blocking)."""
+        return self._call_with_config(self._check, input, config, run_type="chain")
+
+    async def ainvoke(
+        self,
+        input: abc.Mapping[str, typing.Any],
+        config: lc_runnables.RunnableConfig | None = None,
+        **kwargs: typing.Any,
+    ) -> CheckedAnswer:
+        """Check ``input["answer"]``, awaited on the judge itself (see
+        :meth:`suffice.integrations.gating.DocumentGate.ajudge`), not the blocking call on a thread."""
+        return await self._acall_with_config(self._acheck, input, config, run_type="chain")
+
+    def _check(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
+        question, evidence, answer = self._read(input)
+        return self._checked(question, evidence, answer, self._gate.judge(question, evidence, answer))
+
+    async def _acheck(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
+        question, evidence, answer = self._read(input)
+        return self._checked(question, evidence, answer, await self._gate.ajudge(question, evidence, answer))
+
+    def _read(self, input: abc.Mapping[str, typing.Any]) -> tuple[str, list[gating.Evidence], str]:
+        """The question, documents and answer of one input; a missing or mistyped one is an
+        :class:`~suffice.exceptions.InputError` naming it."""
+        if not isinstance(input, abc.Mapping):
+            raise exceptions.InputError("input", "must be a mapping with 'question', 'documents' and 'answer'")
+        question = input.get("question")
+        if not isinstance(question, str):
+            raise exceptions.InputError("question", f"must be a string, not {type(question).__name__}")
+        documents = input.get("documents")
+        if not isinstance(documents, abc.Sequence) or not all(
+            isinstance(doc, lc_documents.Document) for doc in documents
+        ):
+            raise exceptions.InputError("documents", "must be a list of LangChain Document objects")
+        answer = input.get("answer")
+        if isinstance(answer, lc_messages.BaseMessage):
+            answer = answer.text
+        if not isinstance(answer, str):
+            raise exceptions.InputError("answer", f"must be a string or a message, not {type(answer).__name__}")
+        return question, _evidence(documents, self.metadata_keys, self.score_keys), answer
+
+    def _checked(
+        self, question: str, evidence: list[gating.Evidence], answer: str, result: suffice.results.JudgeResult
+    ) -> CheckedAnswer:
+        outcome = self._gate.outcome(question, evidence, result)
+        if outcome is None:  # no verdict, and on_error="keep": the answer goes out unchecked
+            return CheckedAnswer(question, answer, "deliver", answer, [], [], [], None)
+        routing = outcome.routing
+        delivered = (routing.answer or answer) if routing.route == "deliver" else None
+        return CheckedAnswer(
+            question,
+            answer,
+            routing.route,
+            delivered,
+            list(routing.caveats),
+            list(routing.gap),
+            list(routing.queries),
+            outcome,
+        )

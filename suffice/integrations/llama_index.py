@@ -1,0 +1,132 @@
+"""LlamaIndex: :class:`SufficiencyPostprocessor`, a node postprocessor that lets through the nodes a
+suffice gate's verdict names useful, for ``index.as_query_engine(node_postprocessors=[...])``.
+
+It imports llama-index-core only (``pip install "suffice[llama-index]"``).  What it does around the
+judge (ids, an insufficient or a failed verdict, a judge or a client, the async path) is
+:mod:`suffice.integrations.gating`'s; this module turns nodes into evidence and kept indices back
+into nodes.
+
+Offline: nothing here tokenizes, embeds or downloads.  The query engine around it loads LlamaIndex's
+default tokenizer (tiktoken's ``cl100k_base``) and, for long texts, NLTK's sentence splitter: both
+ship inside llama-index-core (``llama_index/core/_static``) and load from there, unless the
+environment points ``TIKTOKEN_CACHE_DIR`` or ``NLTK_DATA`` at a folder without them.
+"""
+
+from collections.abc import Mapping as _Mapping
+from collections.abc import Sequence as _Sequence
+from typing import Any as _Any
+
+from suffice.client import AsyncClient as _AsyncClient
+from suffice.client import Client as _Client
+from suffice.exceptions import ConfigError as _ConfigError
+from suffice.integrations import gating
+from suffice.judge import Judge as _Judge
+
+try:
+    from llama_index.core import schema
+    from llama_index.core.postprocessor import types as _types
+except ImportError as _missing:  # the extra names the one package this module needs
+    raise ImportError(
+        'suffice.integrations.llama_index needs llama-index-core: pip install "suffice[llama-index]"'
+    ) from _missing
+
+__all__ = ["SufficiencyPostprocessor"]
+
+
+class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
+    """A LlamaIndex node postprocessor that keeps the nodes a suffice gate's verdict names useful.
+
+    ``judge``: an in-process :class:`~suffice.Judge`, a :class:`~suffice.Client` or an
+    :class:`~suffice.AsyncClient` (async calls only) of ``suffice serve``; ``gate`` and ``options``:
+    which gate and its options; ``on_insufficient`` (``"raise"``, ``"empty"``, ``"keep"``) and
+    ``on_error`` (``"raise"``, ``"keep"``): see :mod:`suffice.integrations.gating`;
+    ``metadata_keys``: the node metadata keys shown to the judge (none by default).
+
+    The question is the query bundle's ``query_str``; each node's text (without its metadata), its
+    ``node_id`` as the chunk id and its score as the chunk's score reach the judge.  Kept nodes
+    are copies, in the order given, with the verdict at ``metadata["suffice"]``, a key left out of
+    the text LlamaIndex gives the LLM and the embedding model; the caller's nodes are not changed.
+    Under ``on_error="keep"`` a node the gate could not judge comes back as given, without the key.
+    """
+
+    metadata_keys: tuple[str, ...] = ()
+    _gate: gating.DocumentGate
+
+    def __init__(
+        self,
+        judge: _Judge | _Client | _AsyncClient,
+        gate: str | None = None,
+        options: _Mapping[str, _Any] | None = None,
+        on_insufficient: gating.OnInsufficient = "raise",
+        on_error: gating.OnError = "raise",
+        metadata_keys: _Sequence[str] = (),
+        **kwargs: _Any,
+    ) -> None:
+        if isinstance(metadata_keys, str):
+            raise _ConfigError("metadata_keys", metadata_keys, "must be a sequence of keys, not one string")
+        super().__init__(**kwargs)
+        self.metadata_keys = tuple(metadata_keys)
+        self._gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SufficiencyPostprocessor"
+
+    def _postprocess_nodes(
+        self, nodes: list[schema.NodeWithScore], query_bundle: schema.QueryBundle | None = None
+    ) -> list[schema.NodeWithScore]:
+        question = _question(query_bundle)
+        kept, outcome = self._gate.select(question, self._evidence(nodes))
+        return _kept(nodes, kept, outcome)
+
+    async def _apostprocess_nodes(
+        self, nodes: list[schema.NodeWithScore], query_bundle: schema.QueryBundle | None = None
+    ) -> list[schema.NodeWithScore]:
+        question = _question(query_bundle)
+        kept, outcome = await self._gate.aselect(question, self._evidence(nodes))
+        return _kept(nodes, kept, outcome)
+
+    def _evidence(self, nodes: _Sequence[schema.NodeWithScore]) -> list[gating.Evidence]:
+        return [
+            gating.Evidence(
+                text=scored.node.get_content(metadata_mode=schema.MetadataMode.NONE),
+                id=scored.node.node_id,
+                score=scored.score,
+                metadata=gating.scalar_metadata(scored.node.metadata, self.metadata_keys),
+            )
+            for scored in nodes
+        ]
+
+
+def _question(query_bundle: schema.QueryBundle | None) -> str:
+    if query_bundle is None:
+        raise _ConfigError(
+            "query_bundle", None, "the gate judges the nodes against the question: give query_bundle or query_str"
+        )
+    return query_bundle.query_str
+
+
+def _kept(
+    nodes: _Sequence[schema.NodeWithScore], kept: list[int], outcome: gating.GateOutcome | None
+) -> list[schema.NodeWithScore]:
+    if outcome is None:  # on_error="keep": through unjudged, as given
+        return [nodes[i] for i in kept]
+    return [_with_verdict(nodes[i], outcome) for i in kept]
+
+
+def _with_verdict(scored: schema.NodeWithScore, outcome: gating.GateOutcome) -> schema.NodeWithScore:
+    """A copy of ``scored`` carrying the verdict; LlamaIndex renders a node's metadata into the LLM's
+    prompt and the embedded text unless a key is excluded, so the verdict's key is excluded from both."""
+    node = scored.node
+    copy = node.model_copy(
+        update={
+            "metadata": {**node.metadata, gating.METADATA_KEY: outcome.metadata()},
+            "excluded_llm_metadata_keys": _with_key(node.excluded_llm_metadata_keys),
+            "excluded_embed_metadata_keys": _with_key(node.excluded_embed_metadata_keys),
+        }
+    )
+    return scored.model_copy(update={"node": copy})
+
+
+def _with_key(keys: list[str]) -> list[str]:
+    return keys if gating.METADATA_KEY in keys else [*keys, gating.METADATA_KEY]

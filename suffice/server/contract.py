@@ -1,0 +1,85 @@
+"""What the OpenAPI description says each served gate takes and answers.
+
+Each gate's route has a request body and query parameters of its own (the options it takes per
+request) and a typed response: :func:`response_model`, whose rows are the gate's
+:func:`~suffice.row_models.result_row_model` with ``index``.  All of it is built from the registry,
+so a gate from another package is described with no code naming it.  The route answers with the
+rows as they are (they are not validated again on the way out): ``tests/server`` checks real
+answers against these models.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from suffice.gates import gate_class
+from suffice.row_models import name_part, result_row_model
+
+_ITEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One record in the JSONL format of `suffice judge`: id, question, chunks "
+    "(strings, whose positions are their ids, or {id, text, source, score}), and response for "
+    "a post-generation gate. RAGAS names (user_input, retrieved_contexts) are read as they are.",
+    "additionalProperties": True,
+}
+_EXAMPLE = {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]}
+
+
+def per_request_options(gate: str) -> dict[str, Any]:
+    """The JSON Schema of each option a request may set on ``gate``, by name."""
+    model = gate_class(gate).options_model
+    schema = model.model_json_schema()["properties"]
+    return {key: schema[key] for key in sorted(model.per_request)}
+
+
+def request_body(gate: str) -> dict[str, Any]:
+    """The OpenAPI request body of ``gate``'s route: one item, a list of items, or items with options."""
+    item = dict(_ITEM_SCHEMA)
+    if gate_class(gate).needs_response:
+        item["description"] += " This gate checks the response: an item without one is an error row."
+    envelope = {
+        "type": "object",
+        "description": f"The items, with options of the {gate} gate's own for this request",
+        "required": ["items"],
+        "properties": {
+            "items": {"type": "array", "items": item},
+            "options": {"type": "object", "properties": per_request_options(gate), "additionalProperties": False},
+        },
+    }
+    return {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"oneOf": [{"type": "object", "anyOf": [item, envelope]}, {"type": "array", "items": item}]},
+                "example": _EXAMPLE,
+            }
+        },
+    }
+
+
+def query_parameters(gate: str) -> list[dict[str, Any]]:
+    """The options a request may set on ``gate``, as OpenAPI query parameters."""
+    return [
+        {"name": key, "in": "query", "required": False, "schema": schema, "description": schema.get("description", "")}
+        for key, schema in per_request_options(gate).items()
+    ]
+
+
+@cache
+def response_model(gate: str, detail: str) -> type[BaseModel]:
+    """The body of a 200 from ``gate``'s route on a server judging at ``detail``: one row per item, in
+    order, each a verdict (in the format the request asked for) or that item's error."""
+    # ``?format=`` picks the verdict's shape (ragflow's rows are seed's).
+    row: Any = result_row_model(gate, detail, "suffice", "index") | result_row_model(gate, detail, "seed", "index")
+    model: type[BaseModel] = create_model(
+        f"{name_part(gate)}Response",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__=f"The {gate} gate's answer: one result per item, in order.",
+        request_id=(str, Field(description="the request's id: also its X-Request-ID header and audit run_id")),
+        gate=(cast(Any, Literal)[gate], Field(description="the gate that judged the items")),
+        results=(list[row], Field(description="one row per item, in order (`index`: its position)")),
+    )
+    return model
