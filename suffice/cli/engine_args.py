@@ -37,7 +37,8 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
         "--dtype",
         choices=("float32", "bfloat16"),
         default=None,
-        help="vllm engine: compute dtype (default: float32 on a CPU, for reproducible verdicts; the weights' on a GPU)",
+        help="vllm engine: compute dtype (default: bfloat16 where the CPU or GPU has it natively, else float32; "
+        "float32 repeats decision probabilities to the last digits)",
     )
     p.add_argument(
         "--tensor-parallel-size",

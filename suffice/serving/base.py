@@ -158,7 +158,7 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
         "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
     }
     if config.dtype is not None:
-        # Only when asked for; a bfloat16 run resumed without --dtype (float32) is refused.
+        # Only when asked for (the vLLM engine records the dtype its machine chose too).
         settings["dtype"] = config.dtype
     return settings
 

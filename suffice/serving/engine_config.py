@@ -114,7 +114,8 @@ class EngineConfig:
     kv_cache_gib: float | None = None
     #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
     cores: str | None = None
-    #: vLLM: ``float32`` or ``bfloat16``; ``None``: float32 on a CPU, the weights' own on a GPU.
+    #: vLLM: ``float32`` or ``bfloat16``; ``None``: bfloat16 where the CPU (``avx512_bf16``, ``amx_bf16``) or GPU
+    #: has it, else float32 on a CPU and the weights' own on a GPU.
     dtype: str | None = None
     #: vLLM on a GPU: GPUs one model is split across; ``None``: vLLM's default (1).
     tensor_parallel_size: int | None = None

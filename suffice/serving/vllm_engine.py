@@ -365,6 +365,13 @@ class VLLMEngine(TokenizerMixin, Engine):
     @classmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
         settings = local_settings(config)
+        # The dtype this machine computes in, asked for or not: bfloat16 sums differ from float32's, so a resume
+        # must compute in the same.  float32 is left unrecorded, so outputs written when it was every CPU's default
+        # (they record none) still resume.
+        dtype = machine.compute_dtype(machine.gpu_build(), config.dtype)[0]
+        settings.pop("dtype", None)
+        if dtype != "float32":
+            settings["dtype"] = dtype
         # Only when set.  Tensor parallelism can change bf16 sums, so a verdict; memory utilisation cannot.
         if config.tensor_parallel_size is not None:
             settings["tensor_parallel_size"] = str(config.tensor_parallel_size)

@@ -129,11 +129,44 @@ def _model_folder(tmp_path: Path) -> Path:
     return folder
 
 
-def test_settings_leave_the_gpu_settings_out_when_they_are_not_set(tmp_path):
+@pytest.fixture
+def float32_cpu(monkeypatch):
+    """A CPU without native bfloat16 (float32 by default), whatever this machine is."""
+    monkeypatch.setattr(machine, "gpu_build", lambda: False)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "fma"})
+
+
+@pytest.fixture
+def bfloat16_cpu(monkeypatch):
+    """A CPU with native bfloat16 (bfloat16 by default)."""
+    monkeypatch.setattr(machine, "gpu_build", lambda: False)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512f", "avx512_bf16", "amx_bf16"})
+
+
+def test_settings_leave_the_gpu_settings_out_when_they_are_not_set(tmp_path, float32_cpu):
     """The settings file of an existing CPU run still matches: no new keys."""
     model = _model_folder(tmp_path)
     settings = engine_settings(EngineConfig(model=model))
     assert set(settings) == {"model", "weights", "engine", "backend", "max_model_len"}
+
+
+def test_settings_record_bfloat16_chosen_by_default(tmp_path, bfloat16_cpu):
+    """A resume on a machine that would compute in float32 is refused: bfloat16 sums give other probabilities."""
+    model = _model_folder(tmp_path)
+    assert engine_settings(EngineConfig(model=model))["dtype"] == "bfloat16"
+
+
+def test_settings_record_bfloat16_asked_for_on_a_float32_cpu(tmp_path, float32_cpu):
+    model = _model_folder(tmp_path)
+    assert engine_settings(EngineConfig(model=model, dtype="bfloat16"))["dtype"] == "bfloat16"
+
+
+def test_float32_asked_for_on_a_bfloat16_cpu_records_as_the_float32_default_does(tmp_path, bfloat16_cpu, monkeypatch):
+    """Outputs written when float32 was every CPU's default record no dtype: asking for float32 resumes them."""
+    model = _model_folder(tmp_path)
+    asked = engine_settings(EngineConfig(model=model, dtype="float32"))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2", "fma"})
+    assert asked == engine_settings(EngineConfig(model=model))
 
 
 def test_settings_record_tensor_parallelism_which_can_change_a_verdict(tmp_path):

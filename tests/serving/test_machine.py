@@ -54,11 +54,64 @@ def test_cores_outside_the_affinity_mask_are_refused():
     assert info.value.parameter == "cores"
 
 
-@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx512f", "avx512_bf16"}], ids=["avx2", "avx512-bf16"])
-def test_a_cpu_computes_in_float32_by_default_native_bf16_or_not(monkeypatch, flags):
-    # bfloat16 logits gave decision probabilities in steps of 0.06 that moved between runs.
+@pytest.mark.parametrize(
+    "flags", [{"avx512f", "avx512_bf16"}, {"amx_bf16", "amx_tile"}, {"avx512_bf16", "amx_bf16"}], ids=str
+)
+def test_a_cpu_with_native_bfloat16_computes_in_it_by_default(monkeypatch, flags):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
+    assert machine.compute_dtype(gpu=False)[0] == "bfloat16"
+
+
+@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx512f", "avx512bw"}, set()], ids=str)
+def test_a_cpu_without_native_bfloat16_computes_in_float32_by_default(monkeypatch, flags):
+    # Emulated bfloat16 took twice float32's time.
     monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
     assert machine.compute_dtype(gpu=False)[0] == "float32"
+
+
+def test_a_gpu_with_bfloat16_computes_in_it_by_default(monkeypatch):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(machine, "gpu_bf16", lambda: True)
+    assert machine.compute_dtype(gpu=True)[0] == "bfloat16"
+
+
+def test_a_gpu_without_bfloat16_keeps_the_weights_dtype(monkeypatch):
+    monkeypatch.setattr(machine, "gpu_bf16", lambda: False)
+    assert machine.compute_dtype(gpu=True)[0] == "auto"
+
+
+def test_the_gpu_bfloat16_check_asks_torch(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert machine.gpu_bf16() is True
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert machine.gpu_bf16() is False
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+@pytest.mark.parametrize("native", [False, True], ids=["no-bf16", "bf16"])
+def test_an_explicit_float32_always_wins(monkeypatch, gpu, native):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16"} if native else {"avx2"})
+    monkeypatch.setattr(machine, "gpu_bf16", lambda: native)
+    assert machine.compute_dtype(gpu=gpu, requested="float32")[0] == "float32"
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+def test_an_explicit_bfloat16_always_wins(monkeypatch, gpu):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(machine, "gpu_bf16", lambda: False)
+    assert machine.compute_dtype(gpu=gpu, requested="bfloat16")[0] == "bfloat16"
+
+
+def test_the_default_dtype_reaches_the_machine_settings(monkeypatch):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16"})
+    assert machine_settings(EngineConfig()).dtype == "bfloat16"
+
+
+def test_float32_asked_for_reaches_the_machine_settings_on_a_bfloat16_cpu(monkeypatch):
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
+    assert machine_settings(EngineConfig(dtype="float32")).dtype == "float32"
 
 
 def test_bfloat16_is_used_when_asked_for(monkeypatch):
@@ -120,6 +173,7 @@ def test_on_a_gpu_the_cpu_settings_are_neither_described_nor_applied(monkeypatch
         monkeypatch.delenv(name, raising=False)
     for name in ("VLLM_REGEX_COMPILATION_TIMEOUT_S", "TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(machine, "gpu_bf16", lambda: False)
     settings = machine_settings(EngineConfig(), gpu=True)
     assert settings.block_size is None and settings.dtype == "auto"
     assert "GPU" in settings.describe() and "cores" not in settings.describe()
