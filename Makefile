@@ -46,6 +46,7 @@ bench: dev
 	$(BIN)/python benchmarks/bench_chunk_counts.py --items 32
 	$(BIN)/python benchmarks/bench_overhead.py --items 12 --rounds 2
 	$(BIN)/python benchmarks/bench_throughput.py --items 24
+	$(BIN)/python benchmarks/bench_throughput.py --items 12 --dtype both
 	$(BIN)/python benchmarks/bench_batch_memory.py --sizes 10000 1000000
 	$(BIN)/python benchmarks/bench_startup.py --rounds 1
 

@@ -42,7 +42,22 @@ FLOPs a layer, which the roofline leaves out):
 the share prefill alone could reach if every projection ran at torch's speed and
 attention cost no more than its FLOPs at that speed.
 
-    .venv/bin/python benchmarks/bench_throughput.py --items 240
+Where the time goes: each leg also records, in vLLM's own processes, what ran when
+(``breakdown.py``: prefill, decode, round trips between constrained segments, the
+grammar bitmask, sampling, vLLM's and suffice's Python, idle time and what is left,
+summing to the wall time), prints it as a table and writes it to the JSON with the
+token counts behind it, each process's CPU seconds and what other processes on the
+machine took meanwhile (a shared machine).  "% of attainable, forward passes alone"
+is the share the run would reach if nothing but its forward passes took time: the
+engine's own ceiling, whatever suffice does around it.
+
+``--dtype both`` judges the same items on a float32 engine, then a bfloat16 one, and
+prints their ratios and the largest gap between their decision probabilities.  The
+bfloat16 roofline doubles float32's lanes; on a CPU with AMX torch's ``linear`` goes
+past it (its GEMM ceiling reads over 100 %), so bfloat16 shares of it are upper bounds.
+
+    .venv/bin/python benchmarks/bench_throughput.py --items 240 --modes full
+    .venv/bin/python benchmarks/bench_throughput.py --items 48 --dtype both
 """
 
 from __future__ import annotations
@@ -52,11 +67,13 @@ import contextlib
 import json
 import os
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import load_items, report
+from breakdown import ROWS, Breakdown
+from common import load_items, report, table
 
 from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
 from suffice.gates import DecisionGate
@@ -199,15 +216,21 @@ def attainable_share(row: dict[str, Any], rate: float, kv_per_token: int, bandwi
     return prefill_s / (prefill_s + decode_bytes / (bandwidth_gbs * 1e9))
 
 
-def run(judge: Judge, items: list[dict[str, Any]], label: str, roof: float) -> dict[str, Any]:
+def run(
+    judge: Judge, items: list[dict[str, Any]], label: str, roof: float, breakdown: Breakdown | None, engine: VLLMEngine
+) -> dict[str, Any]:
     prompt_before = judge.stats.prompt_tokens
     completion_before = judge.stats.completion_tokens
     began = time.perf_counter()
-    results = judge.judge_batch(items)
+    if breakdown is not None:
+        results = breakdown.measure(lambda: judge.judge_batch(items), engine._processes)
+    else:
+        results = judge.judge_batch(items)
     seconds = time.perf_counter() - began
     prompt = judge.stats.prompt_tokens - prompt_before
-    return {
+    row: dict[str, Any] = {
         "mode": label,
+        "dtype": engine.settings.dtype,
         "items": len(items),
         "verdicts": sum(r.verdict is not None for r in results),
         "seconds": seconds,
@@ -217,52 +240,155 @@ def run(judge: Judge, items: list[dict[str, Any]], label: str, roof: float) -> d
         "prompt_tokens_per_s": prompt / seconds,
         "share_of_roofline": prompt / seconds / roof,
     }
+    if breakdown is not None:
+        row["breakdown"] = {
+            "wall_s": breakdown.wall,
+            "seconds": breakdown.rows(),
+            "details": breakdown.details,
+            "forward_tokens": breakdown.tokens,
+            "decode_steps": {str(n): {"passes": c, "mean_s": s} for n, (c, s) in breakdown.decode_steps.items()},
+            "cpu_s": breakdown.cpu,
+            "other_processes_cpu_s": breakdown.others_cpu,
+        }
+        probabilities = [getattr(r.verdict, "p_sufficient", getattr(r.verdict, "probability", None)) for r in results]
+        row["decision_probabilities"] = {r.id: p for r, p in zip(results, probabilities, strict=True)}
+    return row
+
+
+def judge_legs(
+    dtype: str | None, args: argparse.Namespace, items: list[dict[str, Any]], breakdown: Breakdown | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One engine computing in ``dtype``; the modes asked for on ``items``, decision-only first."""
+    config = JudgeConfig(engine=EngineConfig(backend=args.backend, enforce_eager=not args.compile, dtype=dtype))
+    began = time.perf_counter()
+    engine = VLLMEngine(config.engine)
+    startup = time.perf_counter() - began
+    rows = []
+    try:
+        if breakdown is not None:
+            breakdown.install_suffice(engine)
+        roof = roofline(engine.model_path, engine.settings.dtype)
+        rate = roof["roofline_prompt_tokens_per_s"]
+        gates = {"decision": DecisionGate(SufficiencyGate()), "full": SufficiencyGate()}
+        labels = {"decision": "decision only", "full": "full verdict"}
+        for mode in ("decision", "full"):
+            if mode in args.modes:
+                rows.append(run(Judge(engine, gates[mode], config), items, labels[mode], rate, breakdown, engine))
+    finally:
+        engine.close()
+    roof["startup_s"] = startup
+    roof["kv_bytes_per_token"] = kv_bytes_per_token(engine.model_path, engine.settings.dtype)
+    # After the engine has gone: its threads would share the cores with the timing.
+    roof["gemm_gflops"] = gemm_gflops(engine.model_path, engine.settings.dtype, args.gemm_tokens)
+    roof["model_path"] = str(engine.model_path)
+    return rows, roof
+
+
+def attainable_columns(rows: list[dict[str, Any]], roof: dict[str, Any], bandwidth: float) -> None:
+    """Add the roofline shares to each row of one engine (module docstring)."""
+    rate = roof["roofline_prompt_tokens_per_s"]
+    full = next((r for r in rows if r["mode"] == "full verdict"), None)
+    folder = Path(roof["model_path"])
+    for row in rows:
+        row["vs_full"] = row["verdicts_per_s"] / full["verdicts_per_s"] if full is not None else None
+        row["attainable_share"] = attainable_share(row, rate, roof["kv_bytes_per_token"], bandwidth)
+        row["share_of_attainable"] = row["share_of_roofline"] / row["attainable_share"]
+        row["gemm_ceiling"] = gemm_ceiling(folder, roof, roof["gemm_gflops"], row["prompt_tokens"] / row["items"])
+        parts = row.get("breakdown")
+        if parts is not None:
+            forward = parts["seconds"]["prefill"] + parts["seconds"]["decode"]
+            ideal = row["share_of_attainable"] * row["seconds"]
+            # What the share could be if nothing but the forward passes took time: the engine's own ceiling.
+            row["share_of_attainable_forward_only"] = ideal / forward if forward else None
+
+
+def breakdown_table(rows: list[dict[str, Any]]) -> str:
+    """The breakdown, one column per run: seconds and share of the wall time."""
+    measured = [r for r in rows if "breakdown" in r]
+    head = "| where the time goes | " + " | ".join(f"{r['mode']}, {r['dtype']} (s, %)" for r in measured) + " |"
+    rule = "|---|" + "---|" * len(measured)
+    lines = [head, rule]
+    for name, meaning in ROWS:
+        cells = []
+        for r in measured:
+            seconds = r["breakdown"]["seconds"][name]
+            cells.append(f"{seconds:.1f} ({seconds / r['breakdown']['wall_s']:.0%})")
+        lines.append(f"| {name}: {meaning} | " + " | ".join(cells) + " |")
+    total = [f"{r['breakdown']['wall_s']:.1f}" for r in measured]
+    lines.append("| wall | " + " | ".join(total) + " |")
+    return "\n".join(lines)
+
+
+def dtype_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """bfloat16 against float32, per mode, on the same items."""
+    out = []
+    for mode in ("full verdict", "decision only"):
+        pair = {r["dtype"]: r for r in rows if r["mode"] == mode}
+        if "float32" not in pair or "bfloat16" not in pair:
+            continue
+        f32, bf16 = pair["float32"], pair["bfloat16"]
+        gaps = [
+            abs(bf16["decision_probabilities"][k] - v)
+            for k, v in f32.get("decision_probabilities", {}).items()
+            if v is not None and bf16.get("decision_probabilities", {}).get(k) is not None
+        ]
+        out.append(
+            {
+                "mode": mode,
+                "items": f32["items"],
+                "float32_s": f32["seconds"],
+                "bfloat16_s": bf16["seconds"],
+                "speed_ratio": f32["seconds"] / bf16["seconds"],
+                "float32_share_of_attainable": f32["share_of_attainable"],
+                "bfloat16_share_of_attainable": bf16["share_of_attainable"],
+                "probability_gap_max": max(gaps) if gaps else None,
+                "probability_gap_mean": sum(gaps) / len(gaps) if gaps else None,
+            }
+        )
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--compile", action="store_true", help="let vLLM compile the model (slower start)")
     parser.add_argument("--gemm-tokens", type=int, default=2048, help="prompt tokens a timed projection multiplies")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="the engine's compute dtype")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "both"),
+        default=None,
+        help="the engine's compute dtype (default: the engine's own choice); both: float32, then bfloat16, "
+        "on the same items",
+    )
+    parser.add_argument("--modes", nargs="+", choices=("full", "decision"), default=["full", "decision"])
+    parser.add_argument("--no-breakdown", action="store_true", help="do not record where the time goes")
+    parser.add_argument("--out", default=None, help="results file name (default: from the arguments)")
     args = parser.parse_args()
     items = load_items(args.items)
     bandwidth = copy_bandwidth_gbs()
-    engine_config = EngineConfig(backend=args.backend, enforce_eager=not args.compile, dtype=args.dtype)
-    config = JudgeConfig(engine=engine_config)
-    began = time.perf_counter()
-    engine = VLLMEngine(config.engine)
-    startup = time.perf_counter() - began
-    try:
-        roof = roofline(engine.model_path, engine.settings.dtype)
-        rate = roof["roofline_prompt_tokens_per_s"]
-        decision = run(Judge(engine, DecisionGate(SufficiencyGate()), config), items, "decision only", rate)
-        full = run(Judge(engine, SufficiencyGate(), config), items, "full verdict", rate)
-    finally:
-        engine.close()
-    rows = [full, decision]
-    kv = kv_bytes_per_token(engine.model_path, engine.settings.dtype)
-    # After the engine has gone: its threads would share the cores with the timing.
-    gemm = gemm_gflops(engine.model_path, engine.settings.dtype, args.gemm_tokens)
-    for row in rows:
-        row["vs_full"] = row["verdicts_per_s"] / full["verdicts_per_s"]
-        row["attainable_share"] = attainable_share(row, rate, kv, bandwidth)
-        row["share_of_attainable"] = row["share_of_roofline"] / row["attainable_share"]
-        row["gemm_ceiling"] = gemm_ceiling(engine.model_path, roof, gemm, row["prompt_tokens"] / row["items"])
-    print(
-        f"roofline: {roof['cores']} cores x {roof['clock_ghz']:.2f} GHz x 2 FMA x 2 x {roof['simd_lanes_fp32']} lanes"
-        f"{' x 2 (bf16)' if roof['native_bf16'] else ''} = {roof['peak_gflops']:.0f} GFLOP/s; "
-        f"{roof['non_embedding_parameters'] / 1e6:.0f} M non-embedding parameters -> "
-        f"{rate:,.0f} prompt tokens/s; engine start-up {startup:.0f} s"
-    )
-    print(f"copy bandwidth {bandwidth:.1f} GB/s; KV cache {kv / 1024:.1f} KiB a token of context")
-    print(
-        f"torch linear on one layer's projections, {args.gemm_tokens} tokens: {gemm:.0f} GFLOP/s "
-        f"({gemm / roof['peak_gflops']:.0%} of peak)"
-    )
+    breakdown = None if args.no_breakdown else Breakdown.start(Path(tempfile.mkdtemp(prefix="suffice-breakdown-")))
+    dtypes: list[str | None] = ["float32", "bfloat16"] if args.dtype == "both" else [args.dtype]
+    rows: list[dict[str, Any]] = []
+    engines: list[dict[str, Any]] = []
+    for dtype in dtypes:
+        legs, roof = judge_legs(dtype, args, items, breakdown)
+        attainable_columns(legs, roof, bandwidth)
+        rows.extend(legs)
+        engines.append(roof)
+        print(
+            f"{roof['compute_dtype']}: roofline {roof['cores']} cores x {roof['clock_ghz']:.2f} GHz x 2 FMA x 2 x "
+            f"{roof['simd_lanes_fp32']} lanes{' x 2 (bf16)' if roof['native_bf16'] else ''} = "
+            f"{roof['peak_gflops']:.0f} GFLOP/s; {roof['non_embedding_parameters'] / 1e6:.0f} M non-embedding "
+            f"parameters -> {roof['roofline_prompt_tokens_per_s']:,.0f} prompt tokens/s; engine start-up "
+            f"{roof['startup_s']:.0f} s; KV cache {roof['kv_bytes_per_token'] / 1024:.1f} KiB a token; torch linear "
+            f"on one layer's projections, {args.gemm_tokens} tokens: {roof['gemm_gflops']:.0f} GFLOP/s "
+            f"({roof['gemm_gflops'] / roof['peak_gflops']:.0%} of peak)"
+        )
+    print(f"copy bandwidth {bandwidth:.1f} GB/s")
     columns = [
         ("mode", "mode", ""),
+        ("dtype", "dtype", ""),
         ("items", "items", "d"),
         ("seconds", "seconds", ".0f"),
         ("verdicts_per_s", "verdicts/s", ".2f"),
@@ -273,19 +399,46 @@ def main() -> None:
         ("share_of_roofline", "% of roofline", ".0%"),
         ("attainable_share", "attainable % (bandwidth-bound decode)", ".0%"),
         ("share_of_attainable", "% of attainable", ".0%"),
+        ("share_of_attainable_forward_only", "% of attainable, forward passes alone", ".0%"),
         ("gemm_ceiling", "GEMM ceiling % (prefill at torch's speed)", ".0%"),
     ]
+    extra: dict[str, Any] = {}
+    if breakdown is not None:
+        print(breakdown_table(rows) + "\n")
+        extra["breakdown_rows"] = dict(ROWS)
+    ratios = dtype_ratios(rows)
+    if ratios:
+        print(
+            table(
+                ratios,
+                [
+                    ("mode", "mode", ""),
+                    ("items", "items", "d"),
+                    ("float32_s", "float32 s", ".0f"),
+                    ("bfloat16_s", "bfloat16 s", ".0f"),
+                    ("speed_ratio", "bfloat16 speed-up", ".2f"),
+                    ("float32_share_of_attainable", "float32 % of attainable", ".0%"),
+                    ("bfloat16_share_of_attainable", "bfloat16 % of attainable", ".0%"),
+                    ("probability_gap_max", "largest probability gap", ".3f"),
+                    ("probability_gap_mean", "mean probability gap", ".3f"),
+                ],
+            )
+            + "\n"
+        )
+        extra["dtype_ratios"] = ratios
+    name = args.out or "throughput{}{}.json".format(
+        "" if len(args.modes) == 2 else "_" + args.modes[0],
+        "_dtypes" if args.dtype == "both" else f"_{args.dtype}" if args.dtype else "",
+    )
     report(
-        "throughput.json" if args.dtype is None else f"throughput_{args.dtype}.json",
+        name,
         rows,
         columns,
         backend=args.backend,
-        startup_s=startup,
-        roofline=roof,
+        engines=engines,
         copy_bandwidth_gbs=bandwidth,
-        gemm_gflops=gemm,
         gemm_tokens=args.gemm_tokens,
-        kv_bytes_per_token=kv,
+        **extra,
     )
 
 
