@@ -72,7 +72,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from breakdown import ROWS, Breakdown
+from breakdown import BLOCKING_WAIT, ROWS, Breakdown, use_site
 from common import load_items, report, table
 
 from suffice.config import BACKENDS, DEFAULT_BACKEND, JudgeConfig
@@ -246,6 +246,7 @@ def run(
             "seconds": breakdown.rows(),
             "details": breakdown.details,
             "forward_tokens": breakdown.tokens,
+            "step_model": breakdown.step_model,
             "decode_steps": {str(n): {"passes": c, "mean_s": s} for n, (c, s) in breakdown.decode_steps.items()},
             "cpu_s": breakdown.cpu,
             "other_processes_cpu_s": breakdown.others_cpu,
@@ -364,7 +365,16 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=("full", "decision"), default=["full", "decision"])
     parser.add_argument("--no-breakdown", action="store_true", help="do not record where the time goes")
     parser.add_argument("--out", default=None, help="results file name (default: from the arguments)")
+    parser.add_argument(
+        "--blocking-wait",
+        action="store_true",
+        help="an experiment: vLLM's processes block instead of spinning while they wait for each other "
+        "(breakdown.py, BLOCKING_WAIT)",
+    )
     args = parser.parse_args()
+    if args.blocking_wait:
+        os.environ[BLOCKING_WAIT] = "1"
+        use_site()
     items = load_items(args.items)
     bandwidth = copy_bandwidth_gbs()
     breakdown = None if args.no_breakdown else Breakdown.start(Path(tempfile.mkdtemp(prefix="suffice-breakdown-")))
@@ -435,6 +445,7 @@ def main() -> None:
         rows,
         columns,
         backend=args.backend,
+        blocking_wait=args.blocking_wait,
         engines=engines,
         copy_bandwidth_gbs=bandwidth,
         gemm_tokens=args.gemm_tokens,

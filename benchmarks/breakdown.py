@@ -27,8 +27,11 @@ takes it, in this order (what overlaps a forward pass is hidden behind it, as it
 ``ipc``               none of the above: messages between the processes, serialisation, waits
 ====================  ==================================================================================
 
-A forward pass's time is split among its tokens in proportion to their number (a prompt token and a
-decoded token cost the same matrix work; attention's share differs and is not separated).
+A forward pass often holds both prompt and decoded tokens (vLLM adds prompt chunks to a decode step), and
+its time is split by what each kind costs at the margin: every pass of the run is fitted, by least squares,
+as ``fixed + a x prompt tokens + b x decoded tokens`` (written to the JSON as ``step_model``), each kind of
+token gets its ``a`` or ``b`` share and the fixed cost goes to decode (to prefill in a pass that decodes
+nothing).  Without a fit (a coefficient below zero, too few passes) the split is by token counts.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ from types import ModuleType
 from typing import Any
 
 ENV = "SUFFICE_BREAKDOWN_DIR"
+#: An experiment, not vLLM's behaviour: a reader of vLLM's shared-memory queues (the engine core waiting for the
+#: worker's forward pass, the worker waiting for the next step) blocks on the writer's notification instead of
+#: spinning on ``sched_yield`` for a second after each message.
+BLOCKING_WAIT = "SUFFICE_BREAKDOWN_BLOCKING_WAIT"
 SITE = Path(__file__).resolve().parent / "breakdown_site"
 
 #: The rows of the published table, in the sweep's order (first wins), with what each holds.
@@ -208,9 +215,20 @@ def _patch_module(module: ModuleType) -> None:
         module.EngineCoreProc._process_input_queue = process_input_queue
     elif name == "vllm.v1.engine.output_processor":
         _wrap(module.OutputProcessor, "process_outputs", "vllm_python")
+    elif name == "vllm.distributed.device_communicators.shm_broadcast" and os.environ.get(BLOCKING_WAIT):
+        condition = module.SpinCondition
+        init = condition.__init__
+
+        @functools.wraps(init)
+        def blocking(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            self.busy_loop_s = 0  # wait on the writer's notification instead of spinning
+
+        condition.__init__ = blocking
 
 
 _TARGETS = {
+    "vllm.distributed.device_communicators.shm_broadcast",
     "vllm.v1.worker.gpu_model_runner",
     "vllm.v1.core.sched.scheduler",
     "vllm.v1.structured_output.backend_xgrammar",
@@ -239,9 +257,16 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def use_site() -> None:
+    """Put ``breakdown_site/`` on the ``PYTHONPATH`` of the processes started from now on."""
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(SITE) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), *paths) if p)
+
+
 def install() -> None:
     """Wrap vLLM in this process: the targets imported already at once, the others as they are imported."""
-    if not os.environ.get(ENV):
+    if not (os.environ.get(ENV) or os.environ.get(BLOCKING_WAIT)):
         return
     for name in _TARGETS:
         if name in sys.modules:
@@ -269,6 +294,8 @@ class Breakdown:
     details: dict[str, float] = field(default_factory=dict)
     #: CPU seconds other processes on this machine took during the measured call (a shared machine).
     others_cpu: float = 0.0
+    #: A forward pass's cost, fitted to this run's passes (:func:`_fit`), or ``None``.
+    step_model: dict[str, float] | None = None
 
     @classmethod
     def start(cls, folder: Path) -> Breakdown:
@@ -277,7 +304,7 @@ class Breakdown:
         for old in folder.glob("*.tsv"):
             old.unlink()
         os.environ[ENV] = str(folder)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), os.environ.get("PYTHONPATH")) if p)
+        use_site()
         install()
         return cls(folder)
 
@@ -406,12 +433,11 @@ class Breakdown:
         closing = {(n, rid) for rid, n in last_decode.items() if rid not in final}
         tokens: dict[str, int] = defaultdict(int)
         steps: dict[int, list[float]] = defaultdict(list)
+        passes: list[tuple[float, float, dict[str, int]]] = []
         for number, (start, end, _, meta) in enumerate(forwards):
             counts: dict[str, int] = defaultdict(int)
-            any_prefill = False
             for internal, n, prefilling in meta or []:
                 rid = _external(internal)
-                any_prefill |= prefilling
                 if prefilling:
                     token_kind = "continuation_prefill" if rid in continued else "prefill"
                 elif (number, rid) in closing:
@@ -420,15 +446,17 @@ class Breakdown:
                     token_kind = "decode"
                 counts[token_kind] += n
                 tokens[token_kind] += n
-            if meta and not any_prefill:
+            if meta and not counts["prefill"] + counts["continuation_prefill"]:
                 steps[len(meta)].append(end - start)
-            total = sum(counts.values())
+            if counts:
+                passes.append((start, end, counts))
+        self.step_model = _fit(passes)
+        for start, end, counts in passes:
             cut = start
-            for kind, row in _TOKEN_ROWS.items():
-                if counts.get(kind):
-                    width = (end - start) * counts[kind] / total
-                    pieces.append((cut, cut + width, row, 1.0, kind))
-                    cut += width
+            for kind, share in _shares(counts, self.step_model).items():
+                width = (end - start) * share
+                pieces.append((cut, cut + width, _TOKEN_ROWS[kind], 1.0, kind))
+                cut += width
         self.tokens = dict(tokens)
         self.decode_steps = {n: (len(v), sum(v) / len(v)) for n, v in sorted(steps.items())}
         for start, end, label, _ in intervals:
@@ -440,6 +468,48 @@ class Breakdown:
     def rows(self) -> dict[str, float]:
         """Seconds per row of :data:`ROWS`; they sum to :attr:`wall`."""
         return {name: self.seconds.get(name, 0.0) for name, _ in ROWS}
+
+
+def _prompt_and_decoded(counts: dict[str, int]) -> tuple[int, int]:
+    return counts.get("prefill", 0) + counts.get("continuation_prefill", 0), counts.get("decode", 0) + counts.get(
+        "segment_end_decode", 0
+    )
+
+
+def _fit(passes: list[tuple[float, float, dict[str, int]]]) -> dict[str, float] | None:
+    """A forward pass's cost as ``fixed + per_prompt_token x prompt tokens + per_decoded_token x decoded tokens``,
+    fitted to every pass by least squares; ``None`` when a coefficient comes out negative (too few kinds of pass)."""
+    import numpy as np
+
+    if len(passes) < 8:
+        return None
+    rows = np.array([[1.0, *_prompt_and_decoded(counts)] for _, _, counts in passes])
+    times = np.array([end - start for start, end, _ in passes])
+    coefficients = np.linalg.lstsq(rows, times, rcond=None)[0]
+    if (coefficients < 0).any():
+        return None
+    fixed, prompt, decoded = (float(c) for c in coefficients)
+    return {"fixed_s": fixed, "per_prompt_token_s": prompt, "per_decoded_token_s": decoded}
+
+
+def _shares(counts: dict[str, int], model: dict[str, float] | None) -> dict[str, float]:
+    """How one pass's time divides among its kinds of token: each kind's marginal cost under ``model`` (the fixed
+    cost to decode when the pass decodes anything, else to prefill), or in proportion to tokens without a model."""
+    if model is None:
+        total = sum(counts.values())
+        return {kind: n / total for kind, n in counts.items() if n}
+    cost: dict[str, float] = {
+        kind: n * (model["per_prompt_token_s"] if "prefill" in kind else model["per_decoded_token_s"])
+        for kind, n in counts.items()
+        if n
+    }
+    _, decoded = _prompt_and_decoded(counts)
+    owner = "decode" if counts.get("decode") else "segment_end_decode" if decoded else "prefill"
+    if owner not in cost:
+        owner = next(iter(cost))
+    cost[owner] += model["fixed_s"]
+    seconds = sum(cost.values()) or 1.0
+    return {kind: c / seconds for kind, c in cost.items()}
 
 
 def _external(internal: str) -> str:

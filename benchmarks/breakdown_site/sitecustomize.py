@@ -4,7 +4,7 @@
 import os
 import sys
 
-if os.environ.get("SUFFICE_BREAKDOWN_DIR"):
+if os.environ.get("SUFFICE_BREAKDOWN_DIR") or os.environ.get("SUFFICE_BREAKDOWN_BLOCKING_WAIT"):
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import breakdown
 
