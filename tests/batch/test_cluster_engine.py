@@ -1,6 +1,11 @@
 """Ray on this machine with the embedded model: the same verdicts as the in-process
 run, an actor killed mid-run replaced without loss, no engine process left behind,
-and the Ray Data entry.  One module fixture does all the runs (engines start once each)."""
+and the Ray Data entry.  One module fixture does all the runs (engines start once each).
+
+Every engine here computes in float32: that Ray changes no verdict is the subject, and
+bfloat16 moves decision probabilities, and with them tokens, with the batch a request
+shares and with what the prefix cache holds (tests/serving/test_dtype_engine.py); under
+bfloat16 the Ray Data entry's verdicts differed from the in-process run's."""
 
 from __future__ import annotations
 
@@ -13,16 +18,16 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.judge import Judge
+from suffice.serving.engine_config import EngineConfig
 from tests.conftest import load_records
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.engine, pytest.mark.any_backend]
+pytestmark = pytest.mark.engine
 ITEMS = 4  # two batches of two: the first done, the second in flight when its actor is killed
 #: The Ray Data entry judges the first two records (one batch): an actor's start is
 #: about 90 s of its run here and each further batch of two about 20 s (2026-12-02).
 DATASET_ITEMS = 2
-CONFIG = JudgeConfig()
+CONFIG = JudgeConfig(engine=EngineConfig(dtype="float32"))
 
 
 def _engine_cores() -> set[int]:
@@ -45,26 +50,16 @@ def _rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-class _Borrowed(Judge):
-    """A judge on the session's engine that leaves it open when the run closes it."""
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, engine):
+def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray")
     source = tmp / "in.jsonl"
     records = load_records("squad2.jsonl", ITEMS)
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
     found: dict[str, object] = {"records": records, "cores_before": _engine_cores()}
 
-    # In process on the session's engine (the tests are any_backend: the default one,
-    # which CONFIG names too), an engine start saved.
-    assert engine.backend == CONFIG.engine.backend_name
-    open_local = lambda config: _Borrowed(engine, config=config)  # noqa: E731
-    judge_file(CONFIG, source, tmp / "local.jsonl", BatchOptions(batch_size=2), open_judge=open_local)
+    # In process, on an engine of its own: the session's computes in the machine's default dtype.
+    judge_file(CONFIG, source, tmp / "local.jsonl", BatchOptions(batch_size=2))
     found["local"] = _rows(tmp / "local.jsonl")
 
     killed: list[str] = []
