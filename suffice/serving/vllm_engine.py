@@ -9,6 +9,7 @@ import itertools
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,16 +106,30 @@ class _Driver:
     """The engine loop, on one daemon thread shared by every caller, so a request from any thread joins the running
     batch at the next step.  Only this thread touches the engine; since ``step()`` never returns once the engine core
     is killed, callers wait with a timeout and check the engine's processes every :data:`WATCH_INTERVAL`.
+
+    A sequence starts only while every started sequence's tokens, to the longest its constraint allows, fit in
+    ``capacity`` (the KV cache, in tokens; the first always starts).  A segment's continuation is a new request that
+    reads its prompt back from the prefix cache; with more sequences started than the cache holds, vLLM gives the
+    blocks a finished segment leaves to queued prompts before the continuation arrives, and the continuation computes
+    its whole prompt again (``benchmarks/README.md``, "Where the time goes").
     """
 
-    def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any) -> None:
+    def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any, capacity: int | None = None) -> None:
         self._engine = engine
         self._submit = submit
         self._absorb = absorb
         self._alive = alive
+        self._capacity = capacity
         #: Jobs to start, and ``(job, error)`` for jobs to stop (their caller gave up).
         self._inbox: queue.Queue[_Job | tuple[_Job, BaseException]] = queue.Queue()
         self._running: dict[str, tuple[_Sequence, _Job]] = {}
+        #: Sequences not started yet, in the order they came.
+        self._waiting: deque[tuple[_Sequence, _Job]] = deque()
+        #: Started sequences not finished: their job and the tokens they may hold.
+        self._started: dict[int, tuple[_Job, int]] = {}
+        self._held = 0
+        #: The prompt last started: a prompt's prefix shared with it is in the cache once.
+        self._last_prompt: list[int] = []
         #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.startup`).
         self._first_token: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
@@ -135,13 +150,14 @@ class _Driver:
 
     def _loop(self) -> None:
         while True:
-            if not self._running:
+            if not self._running and not self._waiting:
                 self._take(self._inbox.get())
             while True:
                 try:
                     self._take(self._inbox.get_nowait())
                 except queue.Empty:
                     break
+            self._admit()
             if not self._running:
                 continue
             try:
@@ -151,6 +167,8 @@ class _Driver:
                 with contextlib.suppress(Exception):
                     self._engine.abort_request(list(self._running))
                 self._running.clear()
+                self._started.clear()
+                self._held = 0
                 for job in jobs.values():
                     job.fail(exc)
                 continue
@@ -179,6 +197,7 @@ class _Driver:
                         seq.segment = segment
                         follow_ups.append((seq, job))
                         continue
+                    self._release(seq)
                     job.remaining -= 1
                     if job.progress is not None:
                         job.progress(1)
@@ -237,7 +256,29 @@ class _Driver:
         if not job.sequences:
             job.done.set()
             return
-        self._add(job, job.sequences)
+        self._waiting.extend((seq, job) for seq in job.sequences)
+
+    def _admit(self) -> None:
+        """Start waiting sequences while they fit (:class:`_Driver`)."""
+        while self._waiting:
+            seq, job = self._waiting[0]
+            if job.done.is_set():
+                self._waiting.popleft()
+                continue
+            shared = _shared_prefix(seq.prompt_ids, self._last_prompt)
+            output = seq.constraint.max_completion_tokens
+            cost = len(seq.prompt_ids) - shared + (seq.constraint.max_tokens if output is None else output)
+            if self._started and self._capacity is not None and self._held + cost > self._capacity:
+                return
+            self._waiting.popleft()
+            self._started[id(seq)] = (job, cost)
+            self._held += cost
+            self._last_prompt = seq.prompt_ids
+            self._add(job, [seq])
+
+    def _release(self, seq: _Sequence) -> None:
+        _, cost = self._started.pop(id(seq), (None, 0))
+        self._held -= cost
 
     def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
         try:
@@ -257,7 +298,28 @@ class _Driver:
         if mine:
             with contextlib.suppress(Exception):
                 self._engine.abort_request(mine)
+        for key in [key for key, (owner, _) in self._started.items() if owner is job]:
+            self._held -= self._started.pop(key)[1]
         job.fail(error)
+
+
+def _shared_prefix(first: list[int], second: list[int]) -> int:
+    """How many leading token ids two prompts share."""
+    shared = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def _kv_capacity(llm: Any) -> int | None:
+    """The tokens vLLM's KV cache holds (None where vLLM does not say)."""
+    cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
+    blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    if not isinstance(blocks, int) or not isinstance(size, int) or blocks <= 0 or size <= 0:
+        return None
+    return blocks * size
 
 
 def _engine_processes() -> list[Any]:
@@ -368,7 +430,9 @@ class VLLMEngine(TokenizerMixin, Engine):
         #: The engine-core and worker processes started for this engine (none when vLLM runs it in this process).
         self._processes = _engine_processes()
         self._dead: str | None = None
-        self._driver = _Driver(self._llm.llm_engine, self._submit, self._absorb, self.check_alive)
+        self._driver = _Driver(
+            self._llm.llm_engine, self._submit, self._absorb, self.check_alive, _kv_capacity(self._llm)
+        )
         startup.mark("engine ready")
 
     @classmethod

@@ -89,3 +89,80 @@ def test_the_engine_is_built_to_serve_requests_by_priority(tmp_path: Path):
     settings = MachineSettings(cores=(0,), kv_cache_gib=1, available_gib=None, cores_from="", kv_from="")
     kwargs = llm_kwargs(EngineConfig(), settings, ModelRef(tmp_path, "model"))
     assert kwargs["scheduling_policy"] == "priority"
+
+
+class _Engine:
+    """A stand-in for vLLM's ``LLMEngine``: each step finishes every request queued before it."""
+
+    def __init__(self) -> None:
+        self.queued: list[str] = []
+        #: The sequences (by index) in the engine at each step.
+        self.steps: list[list[int]] = []
+        self.sequence_of: dict[str, int] = {}
+
+    def step(self) -> list[Any]:
+        finished, self.queued = self.queued, []
+        self.steps.append(sorted(self.sequence_of[r] for r in finished))
+        completion = types.SimpleNamespace(text="x", token_ids=[7], logprobs=None, finish_reason="stop")
+        return [types.SimpleNamespace(request_id=r, finished=True, outputs=[completion]) for r in finished]
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        self.queued = [r for r in self.queued if r not in request_ids]
+
+
+def _driven(capacity: int | None, prompts: list[list[int]], constraint: Constraint | None = None) -> _Engine:
+    """Every prompt judged through one :class:`_Driver` over :class:`_Engine`."""
+    from suffice.serving.vllm_engine import _Driver, _Job
+
+    fake = _Engine()
+    ids = itertools.count()
+
+    def submit(sequences: list[_Sequence]) -> Any:
+        for seq in sequences:
+            request_id = f"r{next(ids)}"
+            fake.queued.append(request_id)
+            fake.sequence_of[request_id] = seq.index
+            yield request_id, seq
+
+    def absorb(seq: _Sequence, completion: Any) -> None:
+        seq.text += completion.text
+        seq.finish_reason = completion.finish_reason
+
+    chosen = constraint or Constraint.from_rx(lit("x"), key="x")
+    sequences = [_Sequence(i, prompt, chosen, chosen.first_segment()) for i, prompt in enumerate(prompts)]
+    driver = _Driver(fake, submit, absorb, lambda: None, capacity)
+    driver.run(_Job(sequences, None))
+    return fake
+
+
+def _cost_alone(prompt_tokens: int) -> int:
+    constraint = Constraint.from_rx(lit("x"), key="x")
+    output = constraint.max_completion_tokens
+    assert output is not None
+    return prompt_tokens + output
+
+
+def test_sequences_start_only_while_their_tokens_fit_in_the_kv_cache():
+    prompts = [[i] * 10 for i in range(1, 6)]  # nothing shared
+    fake = _driven(2 * _cost_alone(10), prompts)
+    assert max(len(step) for step in fake.steps) == 2
+
+
+def test_every_sequence_is_judged_when_the_cache_holds_one_at_a_time():
+    prompts = [[i] * 10 for i in range(1, 6)]
+    fake = _driven(1, prompts)
+    assert sorted(i for step in fake.steps for i in step) == [0, 1, 2, 3, 4]
+
+
+def test_without_a_known_capacity_every_sequence_starts_at_once():
+    prompts = [[i] * 10 for i in range(1, 6)]
+    fake = _driven(None, prompts)
+    assert fake.steps[0] == [0, 1, 2, 3, 4]
+
+
+def test_a_prefix_shared_with_the_prompt_started_before_is_counted_once():
+    shared = list(range(100, 190))
+    prompts = [shared + [i] * 10 for i in range(1, 6)]
+    # Room for two whole prompts: with the 90 shared tokens counted once, more than two fit.
+    fake = _driven(2 * _cost_alone(100), prompts)
+    assert max(len(step) for step in fake.steps) > 2
