@@ -155,8 +155,13 @@ def test_special_items(judged):
         assert by_id[rid].verdict is not None
 
 
+#: How close to 0.5 a full verdict's ``p_sufficient`` may fall on the other side of the value greedy decoding took,
+#: under bfloat16: it moves by up to 0.124 with the batch a request shares (tests/serving/test_dtype_engine.py).
+BFLOAT16_MARGIN = 0.125
+
+
 def test_decision_probability_from_logprobs(judged):
-    _, _, _, results = judged
+    _, judge, _, results = judged
     called = [r.verdict for r in results if r.verdict is not None and r.verdict.model_called]
     with_p = [v for v in called if v.p_sufficient is not None]
     assert len(with_p) >= 0.9 * len(called)
@@ -167,8 +172,10 @@ def test_decision_probability_from_logprobs(judged):
     for v in free:
         chosen = v.p_sufficient if v.is_sufficient else 1.0 - v.p_sufficient
         assert chosen > 0.0  # the generated value had probability mass
-    agree = sum((v.p_sufficient >= 0.5) == v.is_sufficient for v in free)
-    assert agree >= 0.9 * len(free)  # greedy decoding picks the more likely value
+    margin = BFLOAT16_MARGIN if judge.engine.settings.dtype == "bfloat16" else 0.0
+    clear = [v for v in free if abs(v.p_sufficient - 0.5) > margin]
+    agree = sum((v.p_sufficient >= 0.5) == v.is_sufficient for v in clear)
+    assert agree >= 0.9 * len(clear)  # greedy decoding picks the more likely value
 
 
 def many_counts_batch(top: int = 14) -> list[dict]:

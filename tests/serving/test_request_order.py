@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.regex import lit
+from suffice.grammars.regex import lit, repeat
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import MachineSettings
 from suffice.serving.models import ModelRef
@@ -126,6 +126,7 @@ def _driven(capacity: int | None, prompts: list[list[int]], constraint: Constrai
 
     def absorb(seq: _Sequence, completion: Any) -> None:
         seq.text += completion.text
+        seq.completion_tokens += len(completion.token_ids)
         seq.finish_reason = completion.finish_reason
 
     chosen = constraint or Constraint.from_rx(lit("x"), key="x")
@@ -166,3 +167,13 @@ def test_a_prefix_shared_with_the_prompt_started_before_is_counted_once():
     # Room for two whole prompts: with the 90 shared tokens counted once, more than two fit.
     fake = _driven(2 * _cost_alone(100), prompts)
     assert max(len(step) for step in fake.steps) > 2
+
+
+def test_once_a_sequence_has_finished_its_output_is_counted_at_the_longest_seen_not_the_bound():
+    long = Constraint.from_rx(repeat(lit("x"), 1, 200), key="x")  # bound: about 200 tokens; every output: one
+    bound = long.max_completion_tokens
+    assert bound is not None
+    prompts = [[i] * 10 for i in range(1, 9)]
+    fake = _driven(2 * (10 + bound), prompts, long)
+    assert len(fake.steps[0]) == 2
+    assert len(fake.steps[1]) > 2
