@@ -107,14 +107,15 @@ class _Driver:
     batch at the next step.  Only this thread touches the engine; since ``step()`` never returns once the engine core
     is killed, callers wait with a timeout and check the engine's processes every :data:`WATCH_INTERVAL`.
 
-    A sequence starts only while every started sequence's tokens fit in ``capacity`` (the KV cache, in tokens; the
-    first always starts): its prompt, less what it shares with the prompt started before it, and its output, counted
-    at the most its constraint allows until a sequence has finished, then at 1.25x the longest output yet (a full
-    verdict's bound is 2,428 tokens, its outputs 200-400: the bound alone started 46 sequences of 240, and 240 full
-    verdicts took 479 s against 427 s).  If outputs outgrow that, vLLM preempts the sequence started last.  A segment's continuation is a new request that
-    reads its prompt back from the prefix cache; with more sequences started than the cache holds, vLLM gives the
-    blocks a finished segment leaves to queued prompts before the continuation arrives, and the continuation computes
-    its whole prompt again (``benchmarks/README.md``, "Where the time goes").
+    A segment's continuation is a new request that reads its prompt back from the prefix cache.  With more sequences
+    started than the KV cache holds, vLLM gives the blocks a finished segment leaves to queued prompts before the
+    continuation arrives, and the continuation computes its whole prompt again (``benchmarks/README.md``, "Where the
+    time goes").  So a sequence starts only while every started sequence's tokens fit in ``capacity`` (the KV cache,
+    in tokens; the first always starts): its prompt, less what it shares with the prompt started before it, and its
+    output, counted at the most its constraint allows until a sequence has finished, then at 1.25x the longest output
+    yet (a full verdict's bound is 2,428 tokens, its outputs 200-400: counted at the bound, 46 of 240 sequences ran at
+    a time, and 240 full verdicts took 479 s against 427 s).  Should outputs outgrow that, vLLM preempts the sequence
+    started last.
     """
 
     def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any, capacity: int | None = None) -> None:
