@@ -116,12 +116,18 @@ RUNNER = textwrap.dedent(
         import suffice.judge
 
         engines = {}
+        starts = []
         make_engine = suffice.judge.make_engine
 
         def shared(config):
-            # one engine per engine config for all the blocks (a start is about a minute on two cores)
+            # one engine per engine config for all the blocks (a start is about a minute on two cores), and one
+            # alive at a time: with the session's engines beside it, a second left too little memory for a KV cache
             key = repr(config)
             if key not in engines:
+                for _engine, close in engines.values():
+                    close()
+                engines.clear()
+                starts.append(key)
                 engine = make_engine(config)
                 engines[key] = (engine, engine.close)
                 engine.close = lambda: None   # a block's `with` leaves it open for the next block
@@ -133,7 +139,7 @@ RUNNER = textwrap.dedent(
             exec(compile(block["code"], block["name"], "exec"), {"__name__": "__main__"})
         for engine, close in engines.values():
             close()
-        print(f"=== all blocks ran on {len(engines)} engine(s)", flush=True)
+        print(f"=== all blocks ran on {len(starts)} engine start(s)", flush=True)
     """
 )
 
