@@ -112,10 +112,11 @@ class _Driver:
     continuation arrives, and the continuation computes its whole prompt again (``benchmarks/README.md``, "Where the
     time goes").  So a sequence starts only while every started sequence's tokens fit in ``capacity`` (the KV cache,
     in tokens; the first always starts): its prompt, less what it shares with the prompt started before it, and its
-    output, counted at the most its constraint allows until a sequence has finished, then at 1.25x the longest output
-    yet (a full verdict's bound is 2,428 tokens, its outputs 200-400: counted at the bound, 46 of 240 sequences ran at
-    a time, and 240 full verdicts took 479 s against 427 s).  Should outputs outgrow that, vLLM preempts the sequence
-    started last.
+    output, counted at the most its constraint allows until a sequence of the same constraint has finished, then at
+    1.25x the longest such output yet (a full verdict's bound is 2,428 tokens, its outputs 200-400: counted at the
+    bound, 46 of 240 sequences ran at a time, and 240 full verdicts took 479 s against 427 s; a decision-only
+    verdict's 9 tokens, counted for a full one, started too many).  Should outputs outgrow that, vLLM preempts the
+    sequence started last.
     """
 
     def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any, capacity: int | None = None) -> None:
@@ -132,8 +133,8 @@ class _Driver:
         #: Started sequences not finished: their job and the tokens they may hold.
         self._started: dict[int, tuple[_Job, int]] = {}
         self._held = 0
-        #: The most tokens a finished sequence generated.
-        self._longest = 0
+        #: The most tokens a finished sequence generated, by its constraint's key (equal keys: equal shapes).
+        self._longest: dict[str, int] = {}
         #: The prompt last started: a prompt's prefix shared with it is in the cache once.
         self._last_prompt: list[int] = []
         #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.startup`).
@@ -274,8 +275,9 @@ class _Driver:
             shared = _shared_prefix(seq.prompt_ids, self._last_prompt)
             bound = seq.constraint.max_completion_tokens
             output = seq.constraint.max_tokens if bound is None else bound
-            if self._longest:
-                output = min(output, self._longest + self._longest // 4)
+            longest = self._longest.get(seq.constraint.key)
+            if longest is not None:
+                output = min(output, longest + longest // 4)
             cost = len(seq.prompt_ids) - shared + output
             if self._started and self._capacity is not None and self._held + cost > self._capacity:
                 return
@@ -288,7 +290,8 @@ class _Driver:
     def _release(self, seq: _Sequence) -> None:
         _, cost = self._started.pop(id(seq), (None, 0))
         self._held -= cost
-        self._longest = max(self._longest, seq.completion_tokens + seq.prefilled)
+        key = seq.constraint.key
+        self._longest[key] = max(self._longest.get(key, 0), seq.completion_tokens + seq.prefilled)
 
     def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
         try:

@@ -177,3 +177,33 @@ def test_once_a_sequence_has_finished_its_output_is_counted_at_the_longest_seen_
     fake = _driven(2 * (10 + bound), prompts, long)
     assert len(fake.steps[0]) == 2
     assert len(fake.steps[1]) > 2
+
+
+def test_a_short_output_of_another_constraint_does_not_shrink_what_a_long_one_holds():
+    short = Constraint.from_rx(lit("x"), key="short")
+    long = Constraint.from_rx(repeat(lit("x"), 1, 200), key="long")
+    bound = long.max_completion_tokens
+    assert bound is not None
+    from suffice.serving.vllm_engine import _Driver, _Job
+
+    fake = _Engine()
+    ids = itertools.count()
+
+    def submit(sequences: list[_Sequence]) -> Any:
+        for seq in sequences:
+            request_id = f"r{next(ids)}"
+            fake.queued.append(request_id)
+            fake.sequence_of[request_id] = seq.index
+            yield request_id, seq
+
+    def absorb(seq: _Sequence, completion: Any) -> None:
+        seq.text += completion.text
+        seq.completion_tokens += len(completion.token_ids)
+        seq.finish_reason = completion.finish_reason
+
+    driver = _Driver(fake, submit, absorb, lambda: None, 2 * (10 + bound))
+    driver.run(_Job([_Sequence(0, [99] * 10, short, short.first_segment())], None))
+    fake.steps.clear()
+    prompts = [[i] * 10 for i in range(1, 9)]
+    driver.run(_Job([_Sequence(i, p, long, long.first_segment()) for i, p in enumerate(prompts)], None))
+    assert len(fake.steps[0]) == 2
