@@ -49,6 +49,7 @@ bench: dev
 	$(BIN)/python benchmarks/bench_throughput.py --items 12 --dtype both
 	$(BIN)/python benchmarks/bench_batch_memory.py --sizes 10000 1000000
 	$(BIN)/python benchmarks/bench_startup.py --rounds 1
+	$(BIN)/python benchmarks/bench_calibration.py --old-sizes 10000 --old-cap 30
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
