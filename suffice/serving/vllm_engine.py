@@ -114,8 +114,7 @@ class _Driver:
     in tokens; the first always starts): its prompt, less what it shares with the prompt started before it, and its
     output, counted at the most its constraint allows until a sequence of the same constraint has finished, then at
     1.25x the longest such output yet (a full verdict's bound is 2,428 tokens, its outputs 200-400: counted at the
-    bound, 46 of 240 sequences ran at a time, and 240 full verdicts took 479 s against 427 s; a decision-only
-    verdict's 9 tokens, counted for a full one, started too many).  Should outputs outgrow that, vLLM preempts the
+    bound, 46 of 240 sequences run at a time).  Should outputs outgrow that, vLLM preempts the
     sequence started last.
     """
 
@@ -368,10 +367,8 @@ class _Sequence:
     #: The engine has read the prompt (reported to progress).
     read: bool = False
     #: vLLM's priority for every segment of this sequence: the order its first segment was queued in.  A finished
-    #: segment's continuation is a new request; queued by its own arrival it would wait behind every prompt queued
-    #: since (240 at a time), and by then the KV blocks of its own prompt, left in the prefix cache, are evicted and
-    #: read again: 1.17 M of 1.57 M prompt tokens computed on 240 full verdicts.  Served in the order of its
-    #: sequence, it starts at the next step, its prompt still cached.
+    #: segment's continuation is a new request; served in its sequence's order, not behind every prompt queued since,
+    #: it starts at the next step, its prompt still in the prefix cache.
     rank: int | None = None
 
 

@@ -21,7 +21,7 @@ from suffice.grammars.regex import lit, repeat
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import MachineSettings
 from suffice.serving.models import ModelRef
-from suffice.serving.vllm_engine import VLLMEngine, _Sequence, llm_kwargs
+from suffice.serving.vllm_engine import VLLMEngine, _Driver, _Job, _Sequence, llm_kwargs
 
 
 class _Recorder:
@@ -110,10 +110,8 @@ class _Engine:
         self.queued = [r for r in self.queued if r not in request_ids]
 
 
-def _driven(capacity: int | None, prompts: list[list[int]], constraint: Constraint | None = None) -> _Engine:
-    """Every prompt judged through one :class:`_Driver` over :class:`_Engine`."""
-    from suffice.serving.vllm_engine import _Driver, _Job
-
+def _driver(capacity: int | None) -> tuple[_Driver, _Engine]:
+    """A :class:`_Driver` over :class:`_Engine`."""
     fake = _Engine()
     ids = itertools.count()
 
@@ -129,10 +127,17 @@ def _driven(capacity: int | None, prompts: list[list[int]], constraint: Constrai
         seq.completion_tokens += len(completion.token_ids)
         seq.finish_reason = completion.finish_reason
 
-    chosen = constraint or Constraint.from_rx(lit("x"), key="x")
-    sequences = [_Sequence(i, prompt, chosen, chosen.first_segment()) for i, prompt in enumerate(prompts)]
-    driver = _Driver(fake, submit, absorb, lambda: None, capacity)
-    driver.run(_Job(sequences, None))
+    return _Driver(fake, submit, absorb, lambda: None, capacity), fake
+
+
+def _sequences(prompts: list[list[int]], constraint: Constraint) -> list[_Sequence]:
+    return [_Sequence(i, prompt, constraint, constraint.first_segment()) for i, prompt in enumerate(prompts)]
+
+
+def _driven(capacity: int | None, prompts: list[list[int]], constraint: Constraint | None = None) -> _Engine:
+    """Every prompt judged through one :class:`_Driver` over :class:`_Engine`."""
+    driver, fake = _driver(capacity)
+    driver.run(_Job(_sequences(prompts, constraint or Constraint.from_rx(lit("x"), key="x")), None))
     return fake
 
 
@@ -184,26 +189,8 @@ def test_a_short_output_of_another_constraint_does_not_shrink_what_a_long_one_ho
     long = Constraint.from_rx(repeat(lit("x"), 1, 200), key="long")
     bound = long.max_completion_tokens
     assert bound is not None
-    from suffice.serving.vllm_engine import _Driver, _Job
-
-    fake = _Engine()
-    ids = itertools.count()
-
-    def submit(sequences: list[_Sequence]) -> Any:
-        for seq in sequences:
-            request_id = f"r{next(ids)}"
-            fake.queued.append(request_id)
-            fake.sequence_of[request_id] = seq.index
-            yield request_id, seq
-
-    def absorb(seq: _Sequence, completion: Any) -> None:
-        seq.text += completion.text
-        seq.completion_tokens += len(completion.token_ids)
-        seq.finish_reason = completion.finish_reason
-
-    driver = _Driver(fake, submit, absorb, lambda: None, 2 * (10 + bound))
-    driver.run(_Job([_Sequence(0, [99] * 10, short, short.first_segment())], None))
+    driver, fake = _driver(2 * (10 + bound))
+    driver.run(_Job(_sequences([[99] * 10], short), None))
     fake.steps.clear()
-    prompts = [[i] * 10 for i in range(1, 9)]
-    driver.run(_Job([_Sequence(i, p, long, long.first_segment()) for i, p in enumerate(prompts)], None))
+    driver.run(_Job(_sequences([[i] * 10 for i in range(1, 9)], long), None))
     assert len(fake.steps[0]) == 2
