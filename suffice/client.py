@@ -9,7 +9,10 @@ against a service by swapping one object.
 A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
 each wait at most ``max_wait`` s); other refusals are typed errors under
 :class:`~suffice.exceptions.ServiceError`.  The proxy settings of the environment are not read
-(``trust_env=False``): the key goes to the service named and nowhere else.  Each request carries
+(``trust_env=False``): the key goes to the service named and nowhere else.  The address is checked when
+a client is made, by the openai engine's rules (:mod:`suffice.network`): http or https with a host, no
+``user:password@`` in it, and no key over plain ``http://`` to another machine unless
+``allow_insecure_http=True``.  Each request carries
 the caller's current trace as a W3C ``traceparent`` header where OpenTelemetry is installed, so the
 service's spans join it (:mod:`suffice.telemetry`).
 """
@@ -36,6 +39,7 @@ from suffice.exceptions import (
 )
 from suffice.gates import gate_class, gate_names
 from suffice.grammars.decision import DecisionVerdict
+from suffice.network import check_url, redact_url, refuse_plain_http
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.telemetry import outgoing_headers
 
@@ -61,7 +65,12 @@ class _Base:
         gate: str | None = None,
         retries: int = 3,
         max_wait: float = 30.0,
+        allow_insecure_http: bool = False,
     ) -> None:
+        # Checked here, not at the first call: a mistyped address is the caller's mistake, not an outage to retry.
+        parts = check_url("base_url", base_url, ("http", "https"), "give the service's key as api_key")
+        if api_key is not None and not allow_insecure_http:
+            refuse_plain_http("base_url", base_url, parts, "the API key and every record", "allow_insecure_http=True")
         self.base_url = base_url.rstrip("/")
         self.gate = gate or gate_names()[0]
         self.timeout = timeout
@@ -87,7 +96,7 @@ class _Base:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
         if isinstance(exc, httpx.TimeoutException):
             return ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}")
-        return ServiceUnavailableError(f"cannot reach {self.base_url}: {exc}")
+        return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {exc}")
 
     def _wait(self, retry: _Retry, attempt: int) -> float:
         """The seconds to wait before attempt ``attempt + 1``; raises the refusal once the retries are spent."""
@@ -100,7 +109,9 @@ class Client(_Base):
     """A blocking client of ``suffice serve`` with the call shape of :class:`~suffice.judge.Judge`:
     ``judge_batch(records)`` and ``judge(record)``.  ``gate``: the default gate (the default of
     ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
-    and how long a 429 or 503 with ``Retry-After`` is waited on."""
+    and how long a 429 or 503 with ``Retry-After`` is waited on; ``allow_insecure_http``: send ``api_key``
+    over plain ``http://`` to another machine (refused otherwise, as a bad address is: a
+    :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here)."""
 
     def _connect(self) -> httpx.Client:
         return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers)

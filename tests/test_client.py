@@ -28,6 +28,7 @@ from suffice import (
     ServiceUnavailableError,
 )
 from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError
 from suffice.gates import gate_class
 from suffice.grammars.decision import DecisionVerdict
 from suffice.server.app import create_app
@@ -210,6 +211,77 @@ def test_a_key_is_sent_and_a_wrong_one_is_an_authentication_error():
         with pytest.raises(AuthenticationError):
             Client(url).judge(record(0))
     assert caught.value.status == 401
+
+
+# --- the address, checked when the client is made (the openai engine's rules: suffice.network) ----------------
+
+
+@pytest.fixture
+def no_connect(monkeypatch):
+    """Any connection attempt fails the test: a refusal must come before anything is sent."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+
+
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
+@pytest.mark.parametrize(
+    ("url", "key", "why"),
+    [
+        ("127.0.0.1:8765", None, "must start with http:// or https://"),
+        ("ftp://x", None, "must start with http:// or https://"),
+        ("http://", None, "names no host"),
+        ("http://127.0.0.1:port", None, "not a valid address"),
+        ("http://user:hunter2hunter2@127.0.0.1:8000", None, "holds credentials"),
+        ("https://user:hunter2hunter2@service.example", KEY, "holds credentials"),
+        ("http://203.0.113.7:8000", KEY, "plain http to 203.0.113.7, another machine"),
+        ("http://judge.internal:8000/", KEY, "plain http to judge.internal, another machine"),
+        ("http://localhost.attacker.example:8000", KEY, "another machine"),
+    ],
+)
+def test_a_bad_address_is_a_config_error_naming_base_url_when_the_client_is_made(no_connect, kind, url, key, why):
+    with pytest.raises(ConfigError, match=why) as caught:
+        kind(url, api_key=key)
+    assert caught.value.parameter == "base_url"
+    assert "hunter2" not in str(caught.value)
+    assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
+@pytest.mark.parametrize(
+    ("url", "settings"),
+    [
+        ("http://203.0.113.7:8000", {}),  # no key to expose: a service without auth is its operator's choice
+        ("http://203.0.113.7:8000", {"api_key": KEY, "allow_insecure_http": True}),
+        ("https://203.0.113.7:8443", {"api_key": KEY}),
+        ("http://127.0.0.1:8000", {"api_key": KEY}),
+        ("http://127.8.9.10:8000", {"api_key": KEY}),
+        ("http://localhost:8000", {"api_key": KEY}),
+        ("http://LOCALHOST.:8000", {"api_key": KEY}),
+        ("http://[::1]:8000", {"api_key": KEY}),
+    ],
+)
+def test_a_key_goes_over_plain_http_to_this_machine_only_unless_allowed(no_connect, kind, url, settings):
+    assert kind(url, **settings).base_url == url
+
+
+def test_the_one_network_rule_is_the_engines_the_clients_and_the_services():
+    from suffice.network import is_loopback
+    from suffice.server import config as serve_config
+    from suffice.serving import engine_config
+
+    assert serve_config.is_loopback is is_loopback
+    assert engine_config.refuse_plain_http.__module__ == "suffice.network"
+    assert [is_loopback(h) for h in ("[::1]", "localhost.", "127.0.0.2", "0.0.0.0", "localhost.example")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_the_environments_proxy_never_sees_the_request(monkeypatch):

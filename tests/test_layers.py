@@ -26,6 +26,7 @@ LAYERS: list[list[str]] = [
         "files",
         "isolation",
         "jsonl",
+        "network",
         "records",
         "results",
         "scores",

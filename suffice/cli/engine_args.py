@@ -77,7 +77,8 @@ def add_engine_args(p: argparse.ArgumentParser, key_option: str = "--api-key-fil
     p.add_argument(
         "--allow-insecure-http",
         action="store_true",
-        help="openai engine: allow a plain http:// --base-url on another machine (the key and prompts go unencrypted)",
+        help="openai engine (and judge --server): allow a plain http:// address on another machine with a key (the key "
+        "and prompts go unencrypted)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
 

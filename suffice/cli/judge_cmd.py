@@ -30,6 +30,7 @@ from suffice.exceptions import (
 )
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
+from suffice.network import check_url, refuse_plain_http
 from suffice.server.config import read_api_key
 from suffice.serving.machine import machine_settings
 from suffice.text import terminal_text
@@ -157,7 +158,6 @@ IN_PROCESS = (
     ("served_model", "--served-model"),
     ("max_concurrency", "--max-concurrency"),
     ("proxy", "--proxy"),
-    ("allow_insecure_http", "--allow-insecure-http"),
     ("ray", "--ray"),
     ("actors", "--actors"),
     ("audit_db", "--audit-db"),
@@ -203,8 +203,9 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
             f"{flag} sets what runs in this process; with --server the service judges on its own engine "
             "(set it where `suffice serve` starts)",
         )
-    if not args.server.startswith(("http://", "https://")):
-        raise ConfigError("server", args.server, "must be an http:// or https:// address")
+    parts = check_url("server", args.server, ("http", "https"), "give the service's key with --api-key-file")
+    if args.engine_key_file is not None and not args.allow_insecure_http:
+        refuse_plain_http("server", args.server, parts, "the service's key and every record", "--allow-insecure-http")
     if args.timeout is not None and not (0 < args.timeout < float("inf")):
         raise ConfigError("timeout", args.timeout, "must be a number of seconds above 0")
     return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), detail=args.detail)
@@ -244,7 +245,10 @@ def run(args: argparse.Namespace) -> int:
     if args.server is None:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
-    with Client(args.server, api_key=key, timeout=timeout, gate=args.gate) as client:
+    client = Client(
+        args.server, api_key=key, timeout=timeout, gate=args.gate, allow_insecure_http=args.allow_insecure_http
+    )
+    with client:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress, client=client)
 
 

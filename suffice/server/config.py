@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
 from suffice.gates.registry import option_names
+from suffice.network import is_loopback
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,6 @@ class ServeConfig:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
             object.__setattr__(self, "api_key_file", Path(self.api_key_file))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback name or address (only this machine reaches it)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def host_names(config: ServeConfig) -> frozenset[str]:

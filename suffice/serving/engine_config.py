@@ -3,13 +3,11 @@ and a setting the chosen engine cannot use is refused."""
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from suffice.exceptions import ConfigError
+from suffice.network import check_url, refuse_plain_http
 
 #: In-process vLLM; transformers + Outlines where vLLM cannot run; an OpenAI-compatible vLLM server.
 ENGINES = ("vllm", "transformers", "openai")
@@ -51,50 +49,6 @@ _ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 #: Schemes a proxy may have (httpx's; ``socks5`` needs ``socksio``).
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:)?//[^/?#]*@")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with whatever stands before an ``@`` in its authority (``user:password``) shown as ``***``: what an
-    error may echo of an address that holds a secret."""
-    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}//***@", url, count=1)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a URL's hostname) is this machine: ``localhost`` or an address in 127.0.0.0/8 or ::1."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
-    """Refuse an address with another scheme, credentials in it, no host, or a port that is not one, naming the
-    setting; its host.  Credentials are refused, not used: an address is echoed in errors and recorded in the
-    settings file beside an output, and a secret must reach neither (an error shows ``***`` in their place)."""
-    shown = redact_url(url)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in schemes:
-        raise ConfigError(name, shown, f"must start with {' or '.join(s + '://' for s in schemes)}")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsed on access: raises for one that is not a port number
-    except ValueError as exc:
-        raise ConfigError(name, shown, f"is not a valid address: {str(exc).replace(url, shown)}") from exc
-    if "@" in parts.netloc:
-        raise ConfigError(
-            name,
-            shown,
-            "holds credentials (user:password@): they would be echoed in errors and recorded in the settings; "
-            "give the server's key with --api-key-file instead"
-            if name == "base_url"
-            else "holds credentials (user:password@): they would be echoed in errors; use a proxy that needs none",
-        )
-    if not parts.hostname or any(c.isspace() for c in parts.hostname):
-        raise ConfigError(name, shown, "names no host, or one with a space in it (give one like http://127.0.0.1:8001)")
-    return parts.hostname
 
 
 @dataclass(frozen=True)
@@ -166,17 +120,17 @@ class EngineConfig:
         if self.kind == "openai":
             if self.base_url is None:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
-            host = _check_url("base_url", self.base_url, ("http", "https"))
-            if self.base_url.lower().startswith("http://") and not is_loopback(host) and not self.allow_insecure_http:
-                raise ConfigError(
+            parts = check_url("base_url", self.base_url, ("http", "https"), "give the server's key with --api-key-file")
+            if not self.allow_insecure_http:
+                refuse_plain_http(
                     "base_url",
                     self.base_url,
-                    f"is plain http to {host}, another machine: the key and every prompt would cross the network "
-                    "unencrypted; use https://, or allow it with --allow-insecure-http (allow_insecure_http=True) "
-                    "on a network you trust",
+                    parts,
+                    "the key and every prompt",
+                    "--allow-insecure-http (allow_insecure_http=True)",
                 )
             if self.proxy is not None:
-                _check_url("proxy", self.proxy, PROXY_SCHEMES)
+                check_url("proxy", self.proxy, PROXY_SCHEMES, "use a proxy that needs none")
         elif self.allow_insecure_http:
             raise ConfigError("allow_insecure_http", True, f"not used by the {self.kind} engine (openai only)")
         if self.dtype is not None and self.dtype not in DTYPES:

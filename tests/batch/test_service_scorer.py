@@ -211,6 +211,44 @@ def test_an_in_process_setting_with_server_is_a_usage_error_naming_the_flag(tmp_
     assert named in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("server", "keyed", "why"),
+    [
+        ("http://user:hunter2hunter2@127.0.0.1:9", False, "holds credentials"),
+        ("http://ops:hunter2hunter2@203.0.113.7:8000", True, "holds credentials"),
+        ("http://203.0.113.7:8000", True, "plain http to 203.0.113.7, another machine"),
+        ("127.0.0.1:8765", False, "must start with http:// or https://"),
+    ],
+)
+def test_a_server_address_that_would_expose_a_secret_is_refused_before_anything_is_sent(
+    tmp_path, capsys, monkeypatch, server, keyed, why
+):
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr("socket.socket.connect", refuse)
+    source, key = tmp_path / "in.jsonl", tmp_path / "key"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    key.write_text(KEY + "\n")
+    argv = ["judge", str(source), "-o", str(tmp_path / "out.jsonl"), "--server", server]
+    assert main([*argv, *(["--api-key-file", str(key)] if keyed else [])]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "server=" in err and why in err
+    assert "hunter2" not in err and KEY not in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.jsonl", "key"]
+
+
+def test_plain_http_to_another_machine_with_a_key_is_allowed_when_asked(tmp_path, monkeypatch):
+    sent = []
+    monkeypatch.setattr("suffice.cli.judge_cmd.judge_file", lambda *args, client, **kwargs: sent.append(client) or 0)
+    source, key = tmp_path / "in.jsonl", tmp_path / "key"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    key.write_text(KEY + "\n")
+    argv = ["judge", str(source), "-o", str(tmp_path / "out.jsonl"), "--server", "http://203.0.113.7:8000"]
+    assert main([*argv, "--api-key-file", str(key), "--allow-insecure-http"]) == EXIT_OK
+    assert sent[0].base_url == "http://203.0.113.7:8000"
+
+
 def test_a_timeout_without_server_is_a_usage_error(tmp_path, capsys):
     source = tmp_path / "in.jsonl"
     write_lines(source, [json.dumps(record(0)).encode()])
