@@ -1,7 +1,8 @@
 """A tamper-evident audit log and the human review queue, in one SQLite file.
 
 Tables: ``evaluations`` (one row per gate evaluation), ``reviews`` (the queue as it stands), ``review_events``
-(append-only ``enqueued``/``resolved`` changes), ``chain_heads`` (per chain: row count, last hash, a MAC over both)
+(append-only ``enqueued``/``decided``/``resolved`` changes: a review may need several reviewers to agree, see
+:mod:`suffice.audit.reviewing`), ``chain_heads`` (per chain: row count, last hash, a MAC over both)
 and ``meta`` (format, random database id, keyed or not, key id).
 
 ``evaluations`` and ``review_events`` are each a hash chain: row *n* hashes (chain name, database id, *n*, previous
@@ -26,13 +27,16 @@ Each write is one WAL transaction, so a killed run leaves rows that verify.
 from suffice.audit.anchors import load_anchor, save_anchor
 from suffice.audit.database import DEFAULT_AUDIT_DB, is_audit_file
 from suffice.audit.keys import key_id, load_key, write_key_file
-from suffice.audit.log import REVIEW_DECISIONS, AuditLog
+from suffice.audit.log import AuditLog, Decided
+from suffice.audit.reviewing import LABELS, REVIEW_DECISIONS
 from suffice.audit.verify import VerifyReport
 
 __all__ = [
     "DEFAULT_AUDIT_DB",
+    "LABELS",
     "REVIEW_DECISIONS",
     "AuditLog",
+    "Decided",
     "VerifyReport",
     "is_audit_file",
     "key_id",

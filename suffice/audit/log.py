@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,20 @@ from suffice.audit.anchors import make_anchor
 from suffice.audit.anchors import save_anchor as write_anchor_file
 from suffice.audit.database import Database, audit_error, is_audit_file
 from suffice.audit.encoding import Stored, json_text, now, store
+from suffice.audit.reviewing import (
+    LABELS,
+    MAX_REVIEWERS,
+    REVIEW_DECISIONS,
+    agreed,
+    decisions_of,
+    implied_label,
+    label_text,
+    machine_label,
+    reviewers_for,
+)
 from suffice.audit.schema import (
     COLUMNS,
+    DECISIONS,
     EVALUATIONS,
     JSON_COLUMNS,
     RESOLUTION_FIELDS,
@@ -28,8 +41,6 @@ from suffice.audit.schema import (
 from suffice.audit.verify import VerifyReport, verify_database
 from suffice.exceptions import AuditBrokenError, AuditError
 from suffice.files import replace_atomically
-
-REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 
 
 class AuditLog(Database):
@@ -175,16 +186,29 @@ class AuditLog(Database):
         payload: Mapping[str, Any],
         run_id: str | None = None,
         evaluation_seq: int | None = None,
+        rule: str | None = None,
+        reviewers: int | None = None,
     ) -> int:
-        """Queue a review and chain its ``enqueued`` event (one transaction); returns its id."""
+        """Queue a review and chain its ``enqueued`` event (one transaction); returns its id.
+
+        ``rule`` names what sent it (default: the payload's ``rule``); ``reviewers``: how many independent
+        reviewers must agree (default: :func:`~suffice.audit.reviewing.reviewers_for` the payload).
+        """
+        if reviewers is None:
+            reviewers = reviewers_for(payload)
+        if isinstance(reviewers, bool) or not isinstance(reviewers, int) or not 1 <= reviewers <= MAX_REVIEWERS:
+            raise AuditError(f"reviewers={reviewers!r}: must be a whole number from 1 to {MAX_REVIEWERS}")
         given = {
             "created_at": now(),
             "run_id": run_id,
             "item_id": item_id,
             "gate": gate,
             "reason": reason,
+            "rule": rule if rule is not None else payload.get("rule"),
             "payload": json_text(payload),
             "evaluation_seq": evaluation_seq,
+            "reviewers": reviewers,
+            "machine_label": machine_label(gate, payload),
         }
         fields = {name: store(name, kind, given[name]) for name, kind in REVIEW_FIELDS}
         names = list(fields)
@@ -208,26 +232,137 @@ class AuditLog(Database):
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
 
-    def resolve_review(self, review_id: int, *, decision: str, by: str, note: str | None = None) -> None:
-        """Record a person's decision and chain its ``resolved`` event (one transaction)."""
+    def review(self, review_id: int) -> dict[str, Any]:
+        """One review as stored; :class:`AuditError` ("no such review") if there is none."""
+        try:
+            cur = self._db.execute("SELECT * FROM reviews WHERE id = ?", (review_id,))
+            names = [d[0] for d in cur.description]
+            row = cur.fetchone()
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+        if row is None:
+            raise AuditError(f"review {review_id}: no such review")
+        return dict(zip(names, row, strict=True))
+
+    def review_counts(self) -> list[dict[str, Any]]:
+        """Per gate, rule and status: how many reviews, and of the resolved how many overrode the machine
+        (the people's label differs from the machine's)."""
+        try:
+            cur = self._db.execute(
+                "SELECT gate, rule, status, COUNT(*), "
+                "SUM(CASE WHEN status = 'resolved' AND machine_label IS NOT NULL AND label IS NOT machine_label "
+                "THEN 1 ELSE 0 END) FROM reviews GROUP BY gate, rule, status ORDER BY gate, rule, status"
+            )
+            return [
+                {"gate": gate, "rule": rule, "status": status, "count": int(count), "overrides": int(overrides or 0)}
+                for gate, rule, status, count, overrides in cur
+            ]
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+
+    def resolve_review(
+        self,
+        review_id: int,
+        *,
+        decision: str,
+        by: str,
+        note: str | None = None,
+        label: bool | str | None = None,
+    ) -> Decided:
+        """Record a person's decision and chain it (one transaction): a ``resolved`` event when it completes
+        the agreement the review requires, else a ``decided`` event that leaves it open.
+
+        ``label``: the reviewer's correction (``True``/``"sufficient"`` or ``False``/``"insufficient"``),
+        default the decision's (:func:`~suffice.audit.reviewing.implied_label`).  One decision per reviewer.
+        """
         if decision not in REVIEW_DECISIONS:
             raise AuditError(f"decision={decision!r}: must be one of {', '.join(REVIEW_DECISIONS)}")
-        if not by.strip():
+        if not isinstance(by, str) or not by.strip():
             raise AuditError("by: the reviewer's name is required")
-        fields: dict[str, Stored] = {"decision": decision, "resolved_by": by, "resolved_at": now(), "note": note}
-        fields = {name: store(name, "text", value) for name, value in fields.items()}
+        by = by.strip()
+        if isinstance(label, bool):
+            label = label_text(label)
+        if label is None:
+            label = implied_label(decision)
+        if label not in LABELS:
+            raise AuditError(f"label={label!r}: must be one of {', '.join(LABELS)} (or true/false)")
+        at = now()
+        entry = {"by": by, "decision": decision, "label": label, "note": note, "at": at}
         self._need_key("writing")
         with self._transaction() as cur:
-            updated = cur.execute(
-                "UPDATE reviews SET status = 'resolved', decision = ?, resolved_by = ?, resolved_at = ?, note = ? "
-                "WHERE id = ? AND status = 'open'",
-                (*[fields[n] for n in RESOLUTION_FIELDS], review_id),
+            found = cur.execute(
+                "SELECT status, reviewers, decisions FROM reviews WHERE id = ?", (review_id,)
+            ).fetchone()
+            if found is None:
+                raise AuditError(f"review {review_id}: no such review")
+            status, required, before = found
+            if status != "open":
+                raise AuditError(f"review {review_id}: already {status}")
+            decisions = decisions_of({"decisions": before})
+            if any(d.get("by") == by for d in decisions):
+                raise AuditError(
+                    f"review {review_id}: {by} decided it already; it needs another reviewer "
+                    f"({int(required)} must agree)"
+                )
+            decisions.append(entry)
+            fields: dict[str, Stored] = {DECISIONS: json_text(decisions)}
+            agreeing = agreed(decisions, int(required or 1))
+            if agreeing is not None:
+                notes = [f"{d['by']}: {d['note']}" if len(agreeing) > 1 else d["note"] for d in agreeing if d["note"]]
+                resolution = {
+                    "decision": decision,
+                    "label": label,
+                    "resolved_by": ", ".join(str(d["by"]) for d in agreeing),
+                    "resolved_at": at,
+                    "note": "\n".join(str(n) for n in notes) if notes else None,
+                }
+                fields |= {name: store(name, "text", value) for name, value in resolution.items()}
+                cur.execute(
+                    "UPDATE reviews SET status = 'resolved', decisions = ?, decision = ?, label = ?, resolved_by = ?, "
+                    "resolved_at = ?, note = ? WHERE id = ?",
+                    (fields[DECISIONS], *[fields[n] for n in RESOLUTION_FIELDS], review_id),
+                )
+            else:
+                cur.execute("UPDATE reviews SET decisions = ? WHERE id = ?", (fields[DECISIONS], review_id))
+            self._append(cur, REVIEW_EVENTS, [_event(review_id, "resolved" if agreeing else "decided", fields)])
+        return Decided(
+            review_id,
+            resolved=agreeing is not None,
+            decisions=len(decisions),
+            required=int(required or 1),
+            agreed_by=tuple(str(d["by"]) for d in agreeing) if agreeing else (),
+        )
+
+    #: ``suffice review decide`` and the review page's name for :meth:`resolve_review`.
+    decide_review = resolve_review
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a decision did: closed the review (``agreed_by``: the reviewers who agree), or left it open with
+    ``decisions`` of the ``required`` recorded (disputed when as many as required but no agreement)."""
+
+    review_id: int
+    resolved: bool
+    decisions: int
+    required: int
+    agreed_by: tuple[str, ...] = ()
+
+    @property
+    def disputed(self) -> bool:
+        return not self.resolved and self.decisions >= self.required
+
+    def summary(self) -> str:
+        if self.resolved:
+            who = ", ".join(self.agreed_by)
+            return f"review {self.review_id} resolved" + (
+                f": {len(self.agreed_by)} reviewers agree ({who})" if len(self.agreed_by) > 1 else f" by {who}"
             )
-            if updated.rowcount != 1:
-                exists = cur.execute("SELECT status FROM reviews WHERE id = ?", (review_id,)).fetchone()
-                reason = "no such review" if exists is None else f"already {exists[0]}"
-                raise AuditError(f"review {review_id}: {reason}")
-            self._append(cur, REVIEW_EVENTS, [_event(review_id, "resolved", fields)])
+        if self.disputed:
+            return (
+                f"review {self.review_id} stays open: {self.decisions} reviewers disagree; {self.required} must agree"
+            )
+        return f"review {self.review_id} stays open: {self.decisions} of {self.required} reviewers have decided"
 
 
 def _event(review_id: int, event: str, fields: Mapping[str, Stored]) -> dict[str, Stored]:

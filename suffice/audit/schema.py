@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from suffice.audit.encoding import Kind
 
 #: Written into ``meta``; a database with another (or no) format is refused.
-FORMAT = "suffice-audit/3"
-#: Formats this suffice recognises to refuse with a reason (format 2: no retrieval attempts).
-EARLIER_FORMATS = {"suffice-audit/2": "retrieval attempts were not logged"}
+FORMAT = "suffice-audit/4"
+#: Formats this suffice recognises to refuse with a reason (format 2: no retrieval attempts; format 3: a review
+#: had one reviewer and no label).
+EARLIER_FORMATS = {
+    "suffice-audit/2": "retrieval attempts were not logged",
+    "suffice-audit/3": "a review had one reviewer and no label",
+}
 ALG_KEYED = "hmac-sha256"
 ALG_PLAIN = "sha256"
 
@@ -56,19 +60,28 @@ RETRIEVAL_COLUMN_NAMES = tuple(name for name, _ in RETRIEVAL_COLUMNS)
 #: Retrieval columns holding structured values as JSON text.
 RETRIEVAL_JSON_COLUMNS = ("queries", "chunk_ids", "error")
 
-#: What an ``enqueued`` event carries (and the ``reviews`` row starts with).
+#: What an ``enqueued`` event carries (and the ``reviews`` row starts with): ``rule`` names what sent it,
+#: ``reviewers`` how many independent reviewers must agree, ``machine_label`` the machine's ``sufficient`` or
+#: ``insufficient`` (none without a verdict).
 REVIEW_FIELDS: tuple[tuple[str, Kind], ...] = (
     ("created_at", "text"),
     ("run_id", "text"),
     ("item_id", "text"),
     ("gate", "text"),
     ("reason", "text"),
+    ("rule", "text"),
     ("payload", "text"),
     ("evaluation_seq", "int"),
+    ("reviewers", "int"),
+    ("machine_label", "text"),
 )
-#: What a ``resolved`` event sets on the ``reviews`` row.
-RESOLUTION_FIELDS = ("decision", "resolved_by", "resolved_at", "note")
-REVIEW_COLUMNS = ("id", *(name for name, _ in REVIEW_FIELDS), "status", *RESOLUTION_FIELDS)
+#: What a ``resolved`` event sets on the ``reviews`` row (``decisions`` too).
+RESOLUTION_FIELDS = ("decision", "label", "resolved_by", "resolved_at", "note")
+#: Every reviewer's decision so far, as JSON text: a ``decided`` event sets it (a decision that does not close the
+#: review), a ``resolved`` event sets it with the resolution.
+DECISIONS = "decisions"
+NO_DECISIONS = "[]"
+REVIEW_COLUMNS = ("id", *(name for name, _ in REVIEW_FIELDS), "status", DECISIONS, *RESOLUTION_FIELDS)
 
 SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -93,9 +106,10 @@ SCHEMA = (
     chain TEXT PRIMARY KEY, count INTEGER NOT NULL, last_hash TEXT NOT NULL, mac TEXT NOT NULL)""",
     """CREATE TABLE reviews (
     id INTEGER PRIMARY KEY,
-    created_at TEXT NOT NULL, run_id TEXT, item_id TEXT, gate TEXT, reason TEXT,
-    payload TEXT NOT NULL, evaluation_seq INTEGER,
-    status TEXT NOT NULL DEFAULT 'open', decision TEXT, resolved_by TEXT, resolved_at TEXT, note TEXT)""",
+    created_at TEXT NOT NULL, run_id TEXT, item_id TEXT, gate TEXT, reason TEXT, rule TEXT,
+    payload TEXT NOT NULL, evaluation_seq INTEGER, reviewers INTEGER NOT NULL DEFAULT 1, machine_label TEXT,
+    status TEXT NOT NULL DEFAULT 'open', decisions TEXT NOT NULL DEFAULT '[]',
+    decision TEXT, label TEXT, resolved_by TEXT, resolved_at TEXT, note TEXT)""",
 )
 #: Tables of the format before :data:`FORMAT` (no ``meta``): recognised to say so.
 OLD_TABLES = frozenset({"evaluations", "chain_head", "reviews"})

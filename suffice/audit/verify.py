@@ -13,7 +13,7 @@ from typing import Any
 
 from suffice.audit.anchors import anchor_problem
 from suffice.audit.encoding import GENESIS, head_digest, row_digest, same
-from suffice.audit.schema import CHAINS, RESOLUTION_FIELDS, REVIEW_COLUMNS, Chain
+from suffice.audit.schema import CHAINS, DECISIONS, NO_DECISIONS, RESOLUTION_FIELDS, REVIEW_COLUMNS, Chain
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,8 @@ def _replay(
     review_id: int, events: Iterable[tuple[int, int, str, str]]
 ) -> tuple[dict[str, Any] | None, int | None, str | None]:
     """One review's state from its events in sequence order: (state, first broken
-    event, reason).  ``enqueued`` first, then at most one ``resolved``."""
+    event, reason).  ``enqueued`` first, then ``decided`` events (each reviewer's decision
+    that did not close it), then at most one ``resolved``."""
     state: dict[str, Any] | None = None
     for seq, _, event, data in events:
         try:
@@ -168,10 +169,19 @@ def _replay(
         except ValueError:
             return None, seq, f"review event {seq} holds no valid data"
         if event == "enqueued" and state is None and isinstance(fields, dict):
-            state = {"id": review_id, **fields, "status": "open"} | dict.fromkeys(RESOLUTION_FIELDS)
-        elif event == "resolved" and state is not None and state["status"] == "open" and isinstance(fields, dict):
+            state = {"id": review_id, **fields, "status": "open", DECISIONS: NO_DECISIONS}
+            state |= dict.fromkeys(RESOLUTION_FIELDS)
+        elif event == "decided" and _opens(state) and isinstance(fields, dict) and set(fields) == {DECISIONS}:
+            assert state is not None
+            state.update(fields)
+        elif event == "resolved" and _opens(state) and isinstance(fields, dict):
+            assert state is not None
             state.update(fields, status="resolved")
         else:
             reason = f"review event {seq} ({event} review {review_id}) does not follow from the events before it"
             return None, seq, reason
     return state, None, None
+
+
+def _opens(state: dict[str, Any] | None) -> bool:
+    return state is not None and state["status"] == "open"

@@ -1,4 +1,4 @@
-"""``suffice audit verify|anchor|keygen|export`` and ``suffice review list|resolve``.
+"""``suffice audit verify|anchor|keygen|export`` (``suffice review``: :mod:`suffice.cli.review_cmd`).
 
 Exit statuses of ``audit verify``: 0 intact, 4 tampered (the message names the
 row, review or anchor problem), 2 usage (no database, a bad key or anchor file, a
@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from suffice.audit import (
-    DEFAULT_AUDIT_DB,
-    REVIEW_DECISIONS,
     AuditLog,
     is_audit_file,
     load_anchor,
@@ -25,7 +22,7 @@ from suffice.audit import (
     write_key_file,
 )
 from suffice.exceptions import AuditBrokenError, SufficeError
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.text import terminal_text
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
@@ -61,22 +58,6 @@ def add_parsers(sub: Any) -> None:
     export.add_argument("db", type=Path)
     export.add_argument("-o", "--output", type=Path, required=True)
     export.set_defaults(run=run_export)
-
-    review = sub.add_parser("review", help="the human review queue")
-    ractions = review.add_subparsers(dest="action", required=True)
-    listing = ractions.add_parser("list", help="open reviews (or --all)")
-    listing.add_argument("--db", type=Path, default=DEFAULT_AUDIT_DB)
-    listing.add_argument("--all", action="store_true", help="include resolved reviews")
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
-    listing.set_defaults(run=run_review_list)
-    resolve = ractions.add_parser("resolve", help="record a person's decision on a review")
-    resolve.add_argument("id", type=int)
-    resolve.add_argument("--decision", required=True, choices=REVIEW_DECISIONS)
-    resolve.add_argument("--by", default=None, help="who decides (default: the login name)")
-    resolve.add_argument("--note", default=None)
-    resolve.add_argument("--db", type=Path, default=DEFAULT_AUDIT_DB)
-    resolve.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
-    resolve.set_defaults(run=run_review_resolve)
 
 
 def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
@@ -200,46 +181,6 @@ def run_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_review_list(args: argparse.Namespace) -> int:
-    log = _open(args.db)
-    if log is None:
-        return EXIT_USAGE
-    try:
-        rows = log.reviews(None if args.all else "open")
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        log.close()
-    if args.json:
-        # Every payload parsed before anything is printed: a script reading the
-        # lines gets all of them or none, never the queue cut at an altered review.
-        for row in rows:
-            try:
-                row["payload"] = json.loads(row["payload"])
-            except ValueError:
-                print(
-                    f"error: {terminal_text(args.db)}: review {row['id']}: payload is not JSON (was the log altered? "
-                    "`suffice audit verify` names the damage)",
-                    file=sys.stderr,
-                )
-                return EXIT_USAGE
-    for row in rows:
-        if args.json:
-            print(json.dumps(row, ensure_ascii=False))
-        else:
-            who = f" by {row['resolved_by']} at {row['resolved_at']}: {row['decision']}" if row["resolved_by"] else ""
-            # Every field as stored, which anyone who could write the log (or send an item id) chose.
-            print(
-                terminal_text(
-                    f"#{row['id']} [{row['status']}] {row['gate']} item {row['item_id']}: {row['reason']}{who}"
-                )
-            )
-    if not args.json:
-        print(f"{len(rows)} review(s)", file=sys.stderr)
-    return EXIT_OK
-
-
 def _login_name() -> str | None:
     """The login name ``--by`` defaults to, or None where there is none: getpass raises
     (KeyError before Python 3.13, OSError since) for a uid without a password entry and
@@ -248,22 +189,3 @@ def _login_name() -> str | None:
         return getpass.getuser()
     except (KeyError, OSError):
         return None
-
-
-def run_review_resolve(args: argparse.Namespace) -> int:
-    by = args.by or _login_name()
-    if by is None:
-        print("error: --by: no login name to record as the reviewer here; pass --by NAME", file=sys.stderr)
-        return EXIT_USAGE
-    log = _open(args.db, args.audit_key)
-    if log is None:
-        return EXIT_USAGE
-    try:
-        log.resolve_review(args.id, decision=args.decision, by=by, note=args.note)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_FATAL
-    finally:
-        log.close()
-    print(f"review {args.id} resolved: {args.decision} by {terminal_text(by)}")
-    return EXIT_OK

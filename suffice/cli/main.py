@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 
 from suffice import startup
-from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, schema_cmd, serve_cmd
+from suffice.cli import audit_cmd, calibrate_cmd, demo_cmd, judge_cmd, review_cmd, schema_cmd, serve_cmd
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
     audit_cmd.add_parsers(sub)
+    review_cmd.add_parser(sub)
     calibrate_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
     schema_cmd.add_parser(sub)

@@ -1,0 +1,283 @@
+"""``suffice review list|show|decide|export``: the human review queue, read and decided on the audit database.
+
+``decide`` records who decided (``--by``, default the login name) and may correct the label; a review that needs
+two independent reviewers stays open until two agree.  ``export --labels FILE`` writes the resolved reviews as
+labeled records ``suffice calibrate`` takes as they are, and says per gate and rule how often people overrode
+the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
+from suffice.audit.reviewing import decisions_of, state_of
+from suffice.cli.audit_cmd import _KEY_HELP, _login_name, _onto_the_log, _open
+from suffice.exceptions import SufficeError
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.files import replace_atomically
+from suffice.text import terminal_text
+
+
+def _db_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--audit-db", "--db", dest="db", type=Path, default=DEFAULT_AUDIT_DB, help=f"default {DEFAULT_AUDIT_DB}"
+    )
+
+
+def add_parser(sub: Any) -> None:
+    review = sub.add_parser("review", help="the human review queue: list, show, decide, export labels")
+    actions = review.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="open reviews (or --all)")
+    _db_arg(listing)
+    listing.add_argument("--all", action="store_true", help="include resolved reviews")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(run=run_list)
+    show = actions.add_parser("show", help="one review: query, context, verdict, rule, decisions")
+    show.add_argument("id", type=int)
+    _db_arg(show)
+    show.add_argument("--json", action="store_true", help="the review as one JSON object")
+    show.set_defaults(run=run_show)
+    decide = actions.add_parser("decide", aliases=["resolve"], help="record a person's decision on a review")
+    decide.add_argument("id", type=int)
+    decide.add_argument("--decision", required=True, choices=REVIEW_DECISIONS)
+    decide.add_argument(
+        "--label",
+        choices=LABELS,
+        default=None,
+        help="correct the label: was the context sufficient? (default: what the decision implies)",
+    )
+    decide.add_argument("--by", default=None, help="who decides (default: the login name)")
+    decide.add_argument("--note", default=None)
+    _db_arg(decide)
+    decide.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
+    decide.set_defaults(run=run_decide)
+    export = actions.add_parser(
+        "export", help="write resolved reviews as labeled records for `suffice calibrate`, with the overrides"
+    )
+    export.add_argument("--labels", type=Path, required=True, help="the JSONL file to write")
+    export.add_argument("--gate", default=None, help="only this gate's reviews (calibrate tunes one gate)")
+    _db_arg(export)
+    export.set_defaults(run=run_export)
+
+
+def _parsed(row: dict[str, Any], db: Path) -> dict[str, Any] | None:
+    """``row`` with its payload and decisions parsed, or None after saying the payload is damaged."""
+    try:
+        payload = json.loads(row["payload"])
+    except (TypeError, ValueError):
+        print(
+            f"error: {terminal_text(db)}: review {row['id']}: payload is not JSON (was the log altered? "
+            "`suffice audit verify` names the damage)",
+            file=sys.stderr,
+        )
+        return None
+    return {**row, "payload": payload, "decisions": decisions_of(row), "state": state_of(row)}
+
+
+def run_list(args: argparse.Namespace) -> int:
+    log = _open(args.db)
+    if log is None:
+        return EXIT_USAGE
+    try:
+        rows = log.reviews(None if args.all else "open")
+    except SufficeError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
+    if args.json:
+        # Every payload parsed before anything is printed: a script reading the
+        # lines gets all of them or none, never the queue cut at an altered review.
+        parsed = [_parsed(row, args.db) for row in rows]
+        if any(row is None for row in parsed):
+            return EXIT_USAGE
+        for row in parsed:
+            print(json.dumps(row, ensure_ascii=False))
+        return EXIT_OK
+    for row in rows:
+        who = f" by {row['resolved_by']} at {row['resolved_at']}: {row['decision']}" if row["resolved_by"] else ""
+        state = state_of(row)
+        if state in ("awaiting", "disputed"):
+            who = f" ({state}: {len(decisions_of(row))} of {row['reviewers']} reviewers decided)"
+        rule = f" [{row['rule']}]" if row.get("rule") else ""
+        # Every field as stored, which anyone who could write the log (or send an item id) chose.
+        print(
+            terminal_text(
+                f"#{row['id']} [{row['status']}] {row['gate']} item {row['item_id']}{rule}: {row['reason']}{who}"
+            )
+        )
+    print(f"{len(rows)} review(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace) -> int:
+    log = _open(args.db)
+    if log is None:
+        return EXIT_USAGE
+    try:
+        row = log.review(args.id)
+    except SufficeError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
+    review = _parsed(row, args.db)
+    if review is None:
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(review, ensure_ascii=False))
+        return EXIT_OK
+    print(terminal_text(_text(review)))
+    return EXIT_OK
+
+
+def _text(review: dict[str, Any]) -> str:
+    """A review for a terminal: what the page shows."""
+    payload = review["payload"] if isinstance(review["payload"], dict) else {"payload": review["payload"]}
+    lines = [
+        f"review {review['id']} [{review['state']}]: {review['gate']} item {review['item_id']}",
+        f"rule: {review.get('rule') or '-'}; reason: {review['reason']}",
+        f"reviewers required: {review['reviewers']}; machine's label: {review.get('machine_label') or '-'}",
+        f"question: {payload.get('question')}",
+    ]
+    if payload.get("response") is not None:
+        lines.append(f"response: {payload['response']}")
+    chunks = payload.get("chunks")
+    for chunk in chunks if isinstance(chunks, list) else []:
+        if isinstance(chunk, dict):
+            source = f" ({chunk['source']})" if chunk.get("source") else ""
+            lines.append(f"  chunk {chunk.get('id')}{source}: {chunk.get('text')}")
+        else:
+            lines.append(f"  chunk: {chunk}")
+    for key, value in payload.items():
+        if key not in ("question", "response", "chunks"):
+            lines.append(f"{key}: {json.dumps(value, ensure_ascii=False, sort_keys=True)}")
+    for entry in review["decisions"]:
+        note = f" ({entry.get('note')})" if entry.get("note") else ""
+        lines.append(
+            f"decided by {entry.get('by')} at {entry.get('at')}: {entry.get('decision')}, {entry.get('label')}{note}"
+        )
+    if review["status"] == "resolved":
+        lines.append(f"resolved: {review['decision']}, {review['label']} (by {review['resolved_by']})")
+    return "\n".join(lines)
+
+
+def run_decide(args: argparse.Namespace) -> int:
+    by = args.by or _login_name()
+    if by is None:
+        print("error: --by: no login name to record as the reviewer here; pass --by NAME", file=sys.stderr)
+        return EXIT_USAGE
+    log = _open(args.db, args.audit_key)
+    if log is None:
+        return EXIT_USAGE
+    try:
+        done = log.resolve_review(args.id, decision=args.decision, by=by, note=args.note, label=args.label)
+    except SufficeError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_FATAL
+    finally:
+        log.close()
+    print(terminal_text(f"{done.summary()}: {args.decision} by {by}"))
+    return EXIT_OK
+
+
+def labeled_record(review: dict[str, Any]) -> dict[str, Any] | None:
+    """A resolved review as a record ``suffice calibrate`` reads (``sufficient``: the people's label), or None
+    when its payload holds no question and chunks to judge again."""
+    payload = review["payload"]
+    if not isinstance(payload, dict) or not isinstance(payload.get("question"), str):
+        return None
+    chunks = payload.get("chunks")
+    if not isinstance(chunks, list) or not chunks:
+        return None
+    kept = [{k: v for k, v in chunk.items() if v is not None} if isinstance(chunk, dict) else chunk for chunk in chunks]
+    record: dict[str, Any] = {"id": str(review["item_id"]), "question": payload["question"], "chunks": kept}
+    if isinstance(payload.get("response"), str):
+        record["response"] = payload["response"]
+    record["sufficient"] = review["label"] == "sufficient"
+    record["review"] = {
+        "id": review["id"],
+        "gate": review["gate"],
+        "rule": review.get("rule"),
+        "decision": review["decision"],
+        "label": review["label"],
+        "machine_label": review.get("machine_label"),
+        "override": review.get("machine_label") is not None and review["label"] != review.get("machine_label"),
+        "resolved_by": review["resolved_by"],
+        "resolved_at": review["resolved_at"],
+    }
+    return record
+
+
+def run_export(args: argparse.Namespace) -> int:
+    if _onto_the_log(args.db, args.labels):
+        return EXIT_USAGE
+    log = _open(args.db)
+    if log is None:
+        return EXIT_USAGE
+    try:
+        rows = [row for row in log.reviews("resolved") if args.gate is None or row["gate"] == args.gate]
+    except SufficeError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        log.close()
+    reviews = [_parsed(row, args.db) for row in rows]
+    if any(review is None for review in reviews):
+        return EXIT_USAGE
+    records, left_out = [], 0
+    seen: Counter[str] = Counter()
+    per: Counter[tuple[str, str]] = Counter()
+    overrides: Counter[tuple[str, str]] = Counter()
+    for review in reviews:
+        assert review is not None
+        record = labeled_record(review)
+        if record is None:
+            left_out += 1
+            continue
+        seen[record["id"]] += 1
+        if seen[record["id"]] > 1:  # calibrate keys its resume by id: one item reviewed twice stays two records
+            record["id"] = f"{record['id']}#review-{review['id']}"
+        key = (str(review["gate"]), str(review.get("rule") or "-"))
+        per[key] += 1
+        overrides[key] += record["review"]["override"]
+        records.append(record)
+
+    def lines() -> Iterator[bytes]:
+        for record in records:
+            yield (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
+
+    try:
+        replace_atomically(args.labels, lines(), mode=0o600)  # it holds the reviewed questions and context
+    except SufficeError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    print(terminal_text(export_summary(per, overrides, len(records), left_out, args.labels)), file=sys.stderr)
+    gates = {gate for gate, _ in per}
+    if len(gates) > 1:
+        print(
+            f"note: the labels hold {len(gates)} gates ({', '.join(sorted(gates))}); calibrate tunes one: "
+            "export with --gate",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def export_summary(
+    per: Counter[tuple[str, str]], overrides: Counter[tuple[str, str]], written: int, left_out: int, where: Path
+) -> str:
+    lines = [f"{'gate':<14} {'rule':<32} {'labels':>6} {'overrides':>9}"]
+    for gate, rule in sorted(per):
+        lines.append(f"{gate:<14} {rule:<32} {per[gate, rule]:>6} {overrides[gate, rule]:>9}")
+    lines.append(
+        f"{written} labeled records written to {where} ({sum(overrides.values())} overrode the machine's label)"
+        + (f"; {left_out} resolved reviews left out: no question and chunks in their payload" if left_out else "")
+    )
+    return "\n".join(lines)
