@@ -102,6 +102,7 @@ def review_entry(result: JudgeResult, item: Item | None) -> dict[str, Any]:
         "item_id": result.id or "",
         "gate": result.gate,
         "reason": f"two generations failed validation: {result.error.message}",
+        "rule": "two_failed_generations",
         "payload": payload,
     }
 
