@@ -18,6 +18,7 @@ from suffice.config import JudgeConfig  # noqa: E402
 from suffice.exceptions import (  # noqa: E402
     AuditError,
     AuthenticationError,
+    CalibrationMismatchWarning,
     CancelledError,
     ConfigError,
     EngineDeadError,
@@ -67,6 +68,7 @@ __all__ = [
     "AuditError",
     "AuthenticationError",
     "CalibrationChoice",
+    "CalibrationMismatchWarning",
     "CancelledError",
     "Chunk",
     "Client",

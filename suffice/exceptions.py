@@ -60,6 +60,11 @@ class SufficeError(Exception):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
+class CalibrationMismatchWarning(UserWarning):
+    """A calibrated threshold is used under other engine settings (model, weights, backend, dtype) than it was
+    fitted under: the message names each with both values.  Calibrate again under the engine in use."""
+
+
 class ConfigError(SufficeError, ValueError):
     def __init__(self, parameter: str, value: object, reason: str) -> None:
         self.parameter = parameter

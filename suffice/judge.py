@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import functools
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
+    CalibrationMismatchWarning,
     CancelledError,
     ConfigError,
     EngineError,
@@ -29,6 +31,7 @@ from suffice.exceptions import (
     VerdictError,
 )
 from suffice.gates import Gate, gate_names
+from suffice.gates.base import fitted_mismatch
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
@@ -93,6 +96,25 @@ class Judge:
         self.gate = gate if isinstance(gate, Gate) else self.config.make_gate()
         self.stats = JudgeStats()
         self.check_window()
+        self.check_calibration()
+
+    def check_calibration(self) -> None:
+        """Warn (:class:`CalibrationMismatchWarning`) when the gate's calibrated threshold was fitted under other
+        engine settings than this engine's: its scores move (dtype, weights, backend) and so does the threshold's
+        meaning.  A warning, not an error: a threshold can still be the best one at hand."""
+        fitted = self.gate.calibrated_under()
+        if not fitted:
+            return
+        try:
+            now = type(self.engine).settings_of(self.config.engine)
+        except Exception:  # an engine that cannot say what it is: nothing to compare with
+            return
+        problem = fitted_mismatch(fitted, now)
+        if problem is not None:
+            warnings.warn(
+                CalibrationMismatchWarning(f"{self.gate.name} gate: {problem}; calibrate again under this engine"),
+                stacklevel=3,
+            )
 
     def check_window(self) -> None:
         """Refuse a ``max_model_len`` that not even the smallest record fits, before any record is judged

@@ -16,7 +16,9 @@ from suffice.cli import judge_cmd
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import CalibrationChoice, Gate
+from suffice.gates.base import fitted_under
 from suffice.jsonl import dump_line, read_records
+from suffice.run_settings import settings_path
 from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see Gate.save_calibration).
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {terminal_text(path)}", file=sys.stderr)
-    return _save(args, gate, report)
+    return _save(args, gate, report, _fitted_under(verdicts))
 
 
 def _destination(args: argparse.Namespace) -> Path | None:
@@ -263,14 +265,28 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
     return name, {**chosen, "auc": scores["auc"], "n": scores["n"], "rule": rule, **extra}
 
 
-def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> int:
+def _fitted_under(verdicts: Path) -> dict[str, str]:
+    """The engine settings the verdicts were judged under, as recorded beside them (a resumed run was checked
+    against them), for the saved threshold to carry."""
+    try:
+        recorded = json.loads(settings_path(verdicts).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return fitted_under({str(k): str(v) for k, v in recorded.items() if isinstance(v, str)})
+
+
+def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any], fitted: dict[str, str]) -> int:
     if args.save is None:
         return EXIT_OK
     picked = _choose(args, gate, report)
     if picked is None:
         return EXIT_USAGE
     name, metrics = picked
-    choice = CalibrationChoice(score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden)
+    choice = CalibrationChoice(
+        score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden, fitted_under=fitted
+    )
     try:
         message = gate.save_calibration(choice, _destination(args), args.output)
     except ConfigError as exc:

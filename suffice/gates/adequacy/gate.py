@@ -106,6 +106,15 @@ class AdequacyGate(Gate):
             return "f-beta", f"{self.default_rubric} is a HIGH-risk rubric: biased toward false negatives"
         return super().default_choice()
 
+    def calibrated_under(self) -> Mapping[str, str] | None:
+        """The default rubric's calibration's engine settings (a record naming another rubric is not checked:
+        its threshold is looked up per record)."""
+        if self.default_rubric is None:
+            return None
+        rubric = self.store.get(self.default_rubric)
+        fitted = (rubric.calibration or {}).get("fitted_under") if rubric.calibrated_threshold is not None else None
+        return {str(k): str(v) for k, v in fitted.items()} if isinstance(fitted, dict) else None
+
     def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
         if self.default_rubric is None:
             raise ConfigError("save", str(destination), "the adequacy gate needs --rubric to save a new version")
@@ -114,7 +123,10 @@ class AdequacyGate(Gate):
         if folder != self.store.folder:  # a store of its own: the base version beside the new one
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        path = save_rubric_version(base, {**choice.metrics, "threshold": choice.threshold}, folder)
+        metrics = {**choice.metrics, "threshold": choice.threshold}
+        if choice.fitted_under:
+            metrics["fitted_under"] = dict(choice.fitted_under)
+        path = save_rubric_version(base, metrics, folder)
         applied = effective_threshold(base.model_copy(update={"calibrated_threshold": choice.threshold}))
         floor = "" if applied == round(choice.threshold, 6) else f"; applied as {applied:.3f}, the HIGH-risk floor"
         return f"saved rubric version {path.stem} (calibrated threshold {choice.threshold:.3f}{floor})"

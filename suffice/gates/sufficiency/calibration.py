@@ -29,6 +29,9 @@ class GateConfig(BaseModel):
     threshold: float = Field(ge=0.0, le=1.0, strict=True)
     calibrated_on: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    #: The engine settings the threshold was fitted under (model, weights, engine, backend, dtype): loading it
+    #: under others warns.  Absent in files saved before it was recorded.
+    fitted_under: dict[str, str] | None = None
 
     @classmethod
     def load(cls, path: Path) -> GateConfig:

@@ -107,6 +107,9 @@ class SufficiencyGate(Gate):
             return f"{str(destination)!r} is a folder; name the file to write"
         return None
 
+    def calibrated_under(self) -> Mapping[str, str] | None:
+        return None if self.calibration is None else self.calibration.fitted_under
+
     def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
         problem = self.save_problem(destination, report_dir)
         if problem is not None or destination is None:
@@ -117,6 +120,7 @@ class SufficiencyGate(Gate):
             threshold=choice.threshold,
             calibrated_on=str(choice.golden),
             metrics=dict(choice.metrics),
+            fitted_under=dict(choice.fitted_under) or None,
         ).save(destination)
         return f"saved {choice.score} >= {choice.threshold:.3f} to {destination}"
 
