@@ -141,12 +141,22 @@ class AuditLog(Database):
         return n
 
     # -- verification and anchors -----------------------------------------------------
-    def verify(self, anchor: Mapping[str, Any] | None = None) -> VerifyReport:
+    def verify(self, anchor: Mapping[str, Any] | None = None, *, expect_keyed: bool = False) -> VerifyReport:
         """Check both chains, the heads, the review table against its events and, given an ``anchor``, that the
-        anchored rows are unchanged; reports the first problem.  Raises :class:`ConfigError` without the key."""
+        anchored rows are unchanged; reports the first problem.  Raises :class:`ConfigError` without the key.
+
+        An unkeyed log that verifies proves only that nothing was edited by accident (``report.keyed`` is False):
+        whoever can write the file can rebuild a SHA-256 chain, a keyed log's too, as an unkeyed one.
+        ``expect_keyed`` (or a key given when the log was opened) makes an unkeyed log a failure."""
         key = self._need_key("verifying")
         if self._key_problem is not None:
             return VerifyReport(False, 0, None, self._key_problem, "meta", 0, self.keyed)
+        if expect_keyed and not self.keyed:
+            reason = (
+                f"{self.path} says it was created without a key (plain SHA-256 chain), but a keyed log was expected: "
+                "either it was rewritten without the key (a downgrade: tampering) or it is not the log you meant"
+            )
+            return VerifyReport(False, 0, None, reason, "meta", 0, False)
         with self._transaction("DEFERRED") as cur:
             return verify_database(cur, self.db_id, self.keyed, key, anchor)
 

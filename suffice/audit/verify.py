@@ -47,7 +47,7 @@ def verify_database(
         return VerifyReport(False, rows, first, reason, part, events, keyed)
 
     if anchor is not None:
-        problem = anchor_problem(anchor, key, db_id)
+        problem = anchor_problem(anchor, key, db_id, keyed)
         if problem:
             return broken("anchor", None, problem)
     for chain in CHAINS:

@@ -1,8 +1,11 @@
 """``suffice audit verify|anchor|keygen|export`` (``suffice review``: :mod:`suffice.cli.review_cmd`).
 
-Exit statuses of ``audit verify``: 0 intact, 4 tampered (the message names the
-row, review or anchor problem), 2 usage (no database, a bad key or anchor file, a
-keyed database without ``--audit-key``, a database of an older format).
+Exit statuses of ``audit verify``: 0 intact (checked with the key), 5 intact as an unkeyed
+chain (accidental edits only: anyone who can write the file can rebuild it, a keyed log's
+too, so a script must not read it as 0), 4 tampered (the message names the row, review or
+anchor problem; a log that says it is unkeyed where the key, ``--expect-keyed`` or a keyed
+anchor says it is keyed), 2 usage (no database, a bad key or anchor file, a keyed database
+without ``--audit-key``, a database of an older format).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from suffice.text import terminal_text
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
 EXIT_TAMPERED = 4
+#: ``suffice audit verify`` of an unkeyed log that verifies: no proof against someone who could write the file.
+EXIT_UNKEYED = 5
 
 _KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
 
@@ -34,9 +39,16 @@ _KEY_HELP = "key file from `suffice audit keygen` (required for a database creat
 def add_parsers(sub: Any) -> None:
     audit = sub.add_parser("audit", help="check, anchor or export an audit database; make a key")
     actions = audit.add_subparsers(dest="action", required=True)
-    verify = actions.add_parser("verify", help="check the chains (exit 0 intact, 4 tampered, 2 usage)")
+    verify = actions.add_parser(
+        "verify", help="check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
+    )
     verify.add_argument("db", type=Path)
     verify.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
+    verify.add_argument(
+        "--expect-keyed",
+        action="store_true",
+        help="the log must be keyed: one that says it is not was rewritten without the key (exit 4)",
+    )
     verify.add_argument(
         "--anchor",
         "--anchor-file",
@@ -105,7 +117,7 @@ def run_verify(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
-        report = log.verify(anchor)
+        report = log.verify(anchor, expect_keyed=args.expect_keyed)
     except SufficeError as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -114,10 +126,17 @@ def run_verify(args: argparse.Namespace) -> int:
     if not report.ok:
         print(f"BROKEN: {terminal_text(report.reason)}", file=sys.stderr)
         return EXIT_TAMPERED
-    how = "HMAC-SHA256 with the key" if report.keyed else "SHA-256 without a key: accidental edits only"
     covered = f"; all {report.anchored_rows} anchored rows present and unchanged" if anchor else "; no anchor given"
-    print(f"intact: {report.rows} rows, {report.review_events} review events ({how}){covered}")
-    return EXIT_OK
+    if report.keyed:
+        print(f"intact: {report.rows} rows, {report.review_events} review events (HMAC-SHA256 with the key){covered}")
+        return EXIT_OK
+    print(
+        f"unkeyed: {report.rows} rows, {report.review_events} review events form an intact SHA-256 chain{covered}. "
+        "This checks accidental edits only: anyone who can write the file can rebuild the chain, and a keyed log "
+        "rewritten without its key looks like this. For proof, chain the log with a key (`suffice audit keygen`); "
+        "to fail on a log that should be keyed, pass --expect-keyed."
+    )
+    return EXIT_UNKEYED
 
 
 def run_anchor(args: argparse.Namespace) -> int:

@@ -635,7 +635,7 @@ def test_cli_verify_export_and_review_queue(tmp_path):
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "suffice.cli.main", *args], capture_output=True, text=True)
 
-    assert cli("audit", "verify", str(path)).returncode == 0
+    assert cli("audit", "verify", str(path)).returncode == 5  # intact, but unkeyed: accidental edits only
     out = tmp_path / "rows.jsonl"
     assert cli("audit", "export", str(path), "-o", str(out)).returncode == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from suffice.audit import AuditLog, load_key
-from suffice.cli.audit_cmd import EXIT_TAMPERED
+from suffice.audit.keys import key_id
+from suffice.cli.audit_cmd import EXIT_TAMPERED, EXIT_UNKEYED
 from suffice.cli.main import main
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 
@@ -192,7 +193,7 @@ def test_an_output_onto_the_audit_database_is_refused_and_the_log_kept(tmp_path,
     db = tmp_path / "audit.db"
     _log_with_rows(db)
     assert main(["audit", command, str(db), "-o", str(db)]) == 2
-    assert main(["audit", "verify", str(db)]) == 0
+    assert main(["audit", "verify", str(db)]) == EXIT_UNKEYED
 
 
 def test_verify_refuses_an_empty_file_and_leaves_it_empty(tmp_path):
@@ -363,14 +364,16 @@ def test_resolving_without_by_when_there_is_no_login_name_leaves_the_review_open
     assert [r["id"] for r in AuditLog(db).reviews("open")] == [1]
 
 
-def _rewrite_without_the_key(db: Path) -> None:
-    """What a writer without the key can do to a keyed log: declare it unkeyed and rechain every row, review event
-    and head with plain SHA-256, which anyone can compute."""
+def _rewrite_without_the_key(db: Path, *edits: str) -> None:
+    """What a writer without the key can do to a keyed log: declare it unkeyed, run ``edits`` (SQL), and rechain
+    every row, review event and head with plain SHA-256, which anyone can compute."""
     from suffice.audit.encoding import GENESIS, head_digest, row_digest
     from suffice.audit.schema import CHAINS
 
     with sqlite3.connect(db) as con:
         db_id = dict(con.execute("SELECT key, value FROM meta"))["db_id"]
+        for edit in edits:
+            con.execute(edit)
         con.execute("UPDATE meta SET value = 'sha256' WHERE key = 'mac'")
         con.execute("UPDATE meta SET value = '' WHERE key = 'key_id'")
         for chain in CHAINS:
@@ -404,6 +407,49 @@ def test_a_keyed_log_rewritten_as_unkeyed_fails_against_its_anchor_even_without_
     assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
     _rewrite_without_the_key(db)
     assert main(["audit", "verify", str(db), "--anchor-file", str(anchor)]) == EXIT_TAMPERED
+
+
+#: The attack of issue 38: a verdict changed, the log downgraded to SHA-256 and rechained, without the key.
+FORGED_VERDICT = "UPDATE evaluations SET decision = 'refuse' WHERE seq = 2"
+
+
+def test_the_downgrade_attack_is_not_reported_intact_without_the_key(db, capsys):
+    _rewrite_without_the_key(db, FORGED_VERDICT)
+    assert [row["decision"] for row in AuditLog(db).rows()][1] == "refuse"  # the forged verdict is in the log
+    assert main(["audit", "verify", str(db)]) == EXIT_UNKEYED
+    out = capsys.readouterr().out
+    assert out.startswith("unkeyed:") and not out.startswith("intact")
+    assert "accidental edits only" in out
+    assert "--expect-keyed" in out
+
+
+def test_the_downgrade_attack_fails_with_expect_keyed(db, capsys):
+    _rewrite_without_the_key(db, FORGED_VERDICT)
+    assert main(["audit", "verify", str(db), "--expect-keyed"]) == EXIT_TAMPERED
+    err = capsys.readouterr().err
+    assert "BROKEN" in err and "downgrade" in err
+
+
+def test_the_downgrade_attack_fails_with_the_key(db, keyfile, capsys):
+    _rewrite_without_the_key(db, FORGED_VERDICT)
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_TAMPERED
+    assert "created without a key" in capsys.readouterr().err
+
+
+def test_the_downgrade_attack_fails_against_the_runs_anchor_without_the_key(db, keyfile, tmp_path, capsys):
+    anchor = tmp_path / "anchor.json"
+    assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
+    saved = json.loads(anchor.read_text())
+    assert (saved["chain_mac"], saved["key_id"]) == ("hmac-sha256", key_id(load_key(keyfile)))
+    _rewrite_without_the_key(db, FORGED_VERDICT)
+    assert main(["audit", "verify", str(db), "--anchor-file", str(anchor)]) == EXIT_TAMPERED
+    err = capsys.readouterr().err
+    assert "made for a keyed database" in err and saved["key_id"] in err
+
+
+def test_an_intact_keyed_log_passes_expect_keyed_with_exit_0(db, keyfile, capsys):
+    assert main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--expect-keyed"]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("intact: 4 rows")
 
 
 HOSTILE = "\x1b]0;owned\x07\u202egnp.exe\x9b31m\x7f"
