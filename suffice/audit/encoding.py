@@ -9,9 +9,10 @@ import json
 import math
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from suffice.exceptions import AuditError
+from suffice.exceptions import AuditError, ConfigError
 
 #: The "previous hash" of each chain's first row.
 GENESIS = "0" * 64
@@ -107,4 +108,31 @@ def store(column: str, kind: Kind, value: Any) -> Stored:
 
 
 def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    """UTC to the millisecond, as every ``ts`` is stored (fixed width: text order is time order).  One clock
+    reading: seconds and milliseconds read apart could put a row a second before the one it follows."""
+    ms = time.time_ns() // 1_000_000
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def instant(name: str, text: str) -> str:
+    """An ISO 8601 date or time as a stored ``ts`` (UTC, to the millisecond), to compare as text.
+
+    A date alone is its midnight; a time without an offset is UTC (as every ``ts`` is).  Anything else
+    raises :class:`~suffice.exceptions.ConfigError` naming ``name``."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            name, text, "not an ISO 8601 date or time (2026-12-03, 2026-12-03T22:00:00Z, 2026-12-03T23:00+01:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        when = when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00: before the first representable instant
+        raise ConfigError(name, text, "outside the years 1-9999 once in UTC") from None
+    # Not strftime: its %Y leaves years before 1000 unpadded, which would sort wrong against stored text.
+    return (
+        f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"
+        f".{when.microsecond // 1000:03d}Z"
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 from suffice.audit.anchors import make_anchor
 from suffice.audit.anchors import save_anchor as write_anchor_file
 from suffice.audit.database import Database, audit_error, is_audit_file
-from suffice.audit.encoding import Stored, json_text, now, store
+from suffice.audit.encoding import Stored, instant, json_text, now, store
 from suffice.audit.reviewing import (
     LABELS,
     MAX_REVIEWERS,
@@ -39,7 +42,7 @@ from suffice.audit.schema import (
     Chain,
 )
 from suffice.audit.verify import VerifyReport, verify_database
-from suffice.exceptions import AuditBrokenError, AuditError
+from suffice.exceptions import AuditBrokenError, AuditError, ConfigError
 from suffice.files import replace_atomically
 
 
@@ -60,12 +63,25 @@ class AuditLog(Database):
         """Append evaluation rows in one transaction; returns their sequence numbers (a bad value writes none)."""
         return self._append_rows(EVALUATIONS, rows, "audit")
 
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """Every evaluation row in sequence order (a damaged database raises :class:`AuditError`)."""
+    def rows(self, since: str | None = None, until: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every evaluation row in sequence order, or those whose ``ts`` is at or after ``since`` and before
+        ``until`` (ISO 8601, see :func:`~suffice.audit.encoding.instant`; a bad one raises
+        :class:`ConfigError` naming it).  A damaged database raises :class:`AuditError`."""
+        where, bounds = [], []
+        for name, bound, op in (("since", since, ">="), ("until", until, "<")):
+            if bound is not None:
+                where.append(f"ts {op} ?")
+                bounds.append(instant(name, bound))
+        if len(bounds) == 2 and bounds[0] >= bounds[1]:
+            raise ConfigError("until", until, f"must be after since ({since}): the window holds no time")
+        query = f"SELECT seq, {', '.join(COLUMNS)}, prev_hash, row_hash FROM evaluations"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        return self._select(query + " ORDER BY seq", bounds)
+
+    def _select(self, query: str, params: Sequence[Stored]) -> Iterator[dict[str, Any]]:
         try:
-            cur = self._db.execute(
-                f"SELECT seq, {', '.join(COLUMNS)}, prev_hash, row_hash FROM evaluations ORDER BY seq"
-            )
+            cur = self._db.execute(query, params)
             names = [d[0] for d in cur.description]
             for values in cur:
                 yield dict(zip(names, values, strict=True))
@@ -112,32 +128,77 @@ class AuditLog(Database):
                         raise AuditError(f"{self.path}: retrieval attempt {row['seq']}: {key} is not JSON") from None
         return rows
 
-    def export(self, out: Path) -> int:
-        """Write every evaluation row as a JSON line (JSON columns parsed); returns the count.
+    def export_rows(self, since: str | None = None, until: str | None = None) -> Iterator[dict[str, Any]]:
+        """The evaluation rows :meth:`rows` gives, JSON columns parsed, each with ``reviews``: the reviews queued
+        for it, each with who decided what and when (joined here: a chained row is never changed), ``[]`` when
+        none.  A JSON column that does not parse raises :class:`AuditError` naming row and column."""
+        rows = self.rows(since, until)  # the bounds are checked now, before anything is written
+        return self._with_reviews(rows)
 
-        A JSON column that does not parse raises :class:`AuditError` naming row and column; non-UTF-8 text is written
-        as ``\\udcXX`` escapes; an unwritable file raises :class:`~suffice.exceptions.OutputWriteError`.  The file
-        is replaced whole (an error leaves the old one) and readable by the owner only, as the database is: it holds
-        the same rows.
+    def _with_reviews(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        reviews = self._reviews_by_evaluation()
+        for row in rows:
+            for key in JSON_COLUMNS:
+                if row.get(key):
+                    try:
+                        row[key] = json.loads(row[key])
+                    except ValueError:
+                        raise AuditError(
+                            f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
+                            "`suffice audit verify` names the damage)"
+                        ) from None
+            row["reviews"] = reviews.get(row["seq"], [])
+            yield row
+
+    def _reviews_by_evaluation(self) -> dict[int, list[dict[str, Any]]]:
+        """Each evaluation row's reviews without their payload (the record the row already hashes), with
+        ``events``: every chained change after the queueing (``resolved``: decision, by whom, when, note)."""
+        try:
+            cur = self._db.execute("SELECT * FROM reviews WHERE evaluation_seq IS NOT NULL ORDER BY id")
+            names = [d[0] for d in cur.description]
+            found = [dict(zip(names, values, strict=True)) for values in cur]
+            events: dict[int, list[dict[str, Any]]] = {}
+            for review_id, event, ts, data in self._db.execute(
+                "SELECT review_id, event, ts, data FROM review_events WHERE event != 'enqueued' ORDER BY seq"
+            ):
+                try:
+                    fields = json.loads(data)
+                except ValueError:
+                    raise AuditError(
+                        f"{self.path}: a {event} event of review {review_id} is not JSON (was the log altered? "
+                        "`suffice audit verify` names the damage)"
+                    ) from None
+                events.setdefault(review_id, []).append({"event": event, "ts": ts, **_parsed(fields)})
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+        by_row: dict[int, list[dict[str, Any]]] = {}
+        for review in found:
+            seq = review["evaluation_seq"]
+            for redundant in _JOINED_AWAY:
+                review.pop(redundant, None)
+            review.update(_parsed(review))
+            review["events"] = events.get(review["id"], [])
+            by_row.setdefault(seq, []).append(review)
+        return by_row
+
+    def export(self, out: Path, *, since: str | None = None, until: str | None = None, fmt: str = "jsonl") -> int:
+        """Write the evaluation rows :meth:`export_rows` gives (``fmt``: ``jsonl``, or ``csv`` with a header and
+        the structured columns as JSON text); returns the count.
+
+        Non-UTF-8 text is written as ``\\udcXX`` escapes; an unwritable file raises
+        :class:`~suffice.exceptions.OutputWriteError`.  The file is replaced whole (an error leaves the old one)
+        and readable by the owner only, as the database is: it holds the same rows.
         """
         n = 0
 
-        def lines() -> Iterator[bytes]:
+        def counted(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             nonlocal n
-            for row in self.rows():
-                for key in JSON_COLUMNS:
-                    if row.get(key):
-                        try:
-                            row[key] = json.loads(row[key])
-                        except ValueError:
-                            raise AuditError(
-                                f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
-                                "`suffice audit verify` names the damage)"
-                            ) from None
-                yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
+            for row in rows:
                 n += 1
+                yield row
 
-        replace_atomically(out, lines(), mode=0o600)
+        lines = export_lines(counted(self.export_rows(since, until)), fmt)
+        replace_atomically(out, lines, mode=0o600)
         return n
 
     # -- verification and anchors -----------------------------------------------------
@@ -373,6 +434,60 @@ class Decided:
                 f"review {self.review_id} stays open: {self.decisions} reviewers disagree; {self.required} must agree"
             )
         return f"review {self.review_id} stays open: {self.decisions} of {self.required} reviewers have decided"
+
+
+#: Review columns an exported row already holds (or, for the payload, hashes): left out of its ``reviews``.
+_JOINED_AWAY = ("payload", "run_id", "item_id", "gate", "evaluation_seq")
+EXPORT_FORMATS = ("jsonl", "csv")
+#: The columns of an exported row, in order.
+EXPORT_COLUMNS = ("seq", *COLUMNS, "prev_hash", "row_hash", "reviews")
+
+
+def export_lines(rows: Iterable[Mapping[str, Any]], fmt: str) -> Iterator[bytes]:
+    """``rows`` (as :meth:`AuditLog.export_rows` gives them) as JSON lines, or as CSV after a header line;
+    an unknown ``fmt`` raises :class:`ConfigError` at once."""
+    if fmt not in EXPORT_FORMATS:
+        raise ConfigError("format", fmt, f"must be one of {', '.join(EXPORT_FORMATS)}")
+    return _jsonl_lines(rows) if fmt == "jsonl" else _csv_lines(rows)
+
+
+def _jsonl_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    for row in rows:
+        yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
+
+
+def _csv_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+
+    def line(values: Iterable[Any]) -> bytes:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(values)
+        return buffer.getvalue().encode("utf-8", "backslashreplace")
+
+    yield line(EXPORT_COLUMNS)
+    for row in rows:
+        yield line(_csv_cell(row.get(name)) for name in EXPORT_COLUMNS)
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: structured values as JSON text, ``None`` as an empty cell."""
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _parsed(review: Mapping[str, Any]) -> dict[str, Any]:
+    """A review's (or review event's) ``decisions``, stored as JSON text, parsed (left as text if it is not JSON:
+    ``verify`` names such damage)."""
+    out = dict(review)
+    if isinstance(out.get(DECISIONS), str):
+        with contextlib.suppress(ValueError):
+            out[DECISIONS] = json.loads(out[DECISIONS])
+    return out
 
 
 def _event(review_id: int, event: str, fields: Mapping[str, Stored]) -> dict[str, Stored]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from suffice.audit.encoding import sha256_text
+from suffice.audit.encoding import canonical_json, sha256_text
 from suffice.audit.log import AuditLog
 from suffice.gates.base import Gate
 from suffice.records import Chunk, Item
@@ -27,6 +27,38 @@ def chunk_digests(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
     return [{"id": c.id, "source": c.source, "sha256": sha256_text(c.text)} for c in chunks]
 
 
+def input_hash(item: Item) -> str:
+    """SHA-256 of everything the gate judged, as :func:`canonical_json` writes it: the question, the response,
+    the rubric and every chunk (id, source, score, date, metadata, text) in order.  The question alone
+    (``query_hash``) cannot show which answer or which evidence a verdict was about."""
+    return sha256_text(
+        canonical_json(
+            {
+                "question": item.question,
+                "response": item.response,
+                "rubric": item.rubric,
+                "chunks": [
+                    {
+                        "id": c.id,
+                        "source": c.source,
+                        "score": c.score,
+                        "date": c.date,
+                        "metadata": c.metadata_dict,
+                        "text": c.text,
+                    }
+                    for c in item.chunks
+                ],
+            }
+        )
+    )
+
+
+def settings_digest(settings: Mapping[str, str]) -> str:
+    """SHA-256 of the settings that decide verdicts, as :func:`canonical_json` writes them: rows with the
+    same digest were judged alike, whichever entry point wrote them."""
+    return sha256_text(canonical_json(dict(settings)))
+
+
 def audit_values(
     gate: Gate,
     result: JudgeResult,
@@ -36,11 +68,14 @@ def audit_values(
     round: int,
     latency_ms: float,
     weights_hash: str | None,
+    settings: Mapping[str, str],
 ) -> dict[str, Any]:
     """The audit row's values for one evaluation (a verdict or an error), for
     :meth:`AuditLog.record_many` (a whole batch in one transaction: one disk sync
     instead of one per row).  The decision recorded is the gate's route: the
-    calibrated one when configured."""
+    calibrated one when configured, with the rule that chose it.  ``settings``: the
+    gate's and the engine's settings that decide verdicts (:meth:`Gate.settings`
+    with :func:`~suffice.serving.factory.engine_settings`, as a run records them)."""
     values: dict[str, Any] = {
         "run_id": run_id,
         "item_id": result.id,
@@ -54,21 +89,27 @@ def audit_values(
         else (result.error.raw_text if result.error else None),
         "round": round,
         "latency_ms": round_ms(latency_ms),
+        "settings": dict(settings),
+        "settings_digest": settings_digest(settings),
     }
     if item is not None:
         values["query_hash"] = sha256_text(item.question)
+        values["input_hash"] = input_hash(item)
         values["chunks"] = chunk_digests(item.chunks)
     if result.verdict is not None:
         routing = gate.route(result.verdict)
         values["verdict"] = result.verdict.model_dump(mode="json")
         values["scores"] = routing.scores
         values["decision"] = routing.route
+        values["rule"] = getattr(routing, "rule", None)
         if routing.rubric:
             name, _, version = routing.rubric.partition("@")
             values["rubric"], values["rubric_version"] = name, version
     else:
         values["error"] = result.error.model_dump(mode="json") if result.error else None
         values["decision"] = "error"
+        if failed_twice(result):
+            values["rule"] = TWO_FAILED_GENERATIONS
     return values
 
 
@@ -77,6 +118,8 @@ def round_ms(value: float) -> float:
     return float(f"{value:.3f}")
 
 
+#: The rule of a record whose two generations failed validation (it is queued for review).
+TWO_FAILED_GENERATIONS = "two_failed_generations"
 #: The error type of an output that failed validation (see :class:`~suffice.exceptions.VerdictError`).
 VERDICT_ERROR = "VerdictError"
 
@@ -102,7 +145,7 @@ def review_entry(result: JudgeResult, item: Item | None) -> dict[str, Any]:
         "item_id": result.id or "",
         "gate": result.gate,
         "reason": f"two generations failed validation: {result.error.message}",
-        "rule": "two_failed_generations",
+        "rule": TWO_FAILED_GENERATIONS,
         "payload": payload,
     }
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from suffice.audit.encoding import Kind
 
 #: Written into ``meta``; a database with another (or no) format is refused.
-FORMAT = "suffice-audit/4"
-#: Formats this suffice recognises to refuse with a reason (format 2: no retrieval attempts; format 3: a review
-#: had one reviewer and no label).
+FORMAT = "suffice-audit/5"
+#: Formats this suffice recognises to refuse with a reason: what each lacks that a later one chains.
 EARLIER_FORMATS = {
     "suffice-audit/2": "retrieval attempts were not logged",
     "suffice-audit/3": "a review had one reviewer and no label",
+    "suffice-audit/4": "evaluation rows hold no input hash, settings digest or routing rule",
 }
 ALG_KEYED = "hmac-sha256"
 ALG_PLAIN = "sha256"
@@ -34,13 +34,19 @@ EVALUATION_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("verdict", "text"),
     ("scores", "text"),
     ("decision", "text"),
+    # The regulator's trail (docs/harness.md, "What a row holds"): the rule behind the route, a hash of
+    # everything judged, and the settings that decide verdicts with their digest.
+    ("rule", "text"),
+    ("input_hash", "text"),
+    ("settings", "text"),
+    ("settings_digest", "text"),
     ("round", "int"),
     ("latency_ms", "real"),
     ("error", "text"),
 )
 COLUMNS = tuple(name for name, _ in EVALUATION_COLUMNS)
 #: Evaluation columns holding structured values as JSON text (parsed by ``export``).
-JSON_COLUMNS = ("chunks", "verdict", "scores", "error")
+JSON_COLUMNS = ("chunks", "verdict", "scores", "error", "settings")
 
 #: One retrieval attempt of the harness: its round, the queries sent, the width asked for, the ids of the chunks
 #: it brought back (``chunk_ids``, as the retriever gave them) and how many were new; ``error`` when it failed.
@@ -91,6 +97,7 @@ SCHEMA = (
     gate TEXT, rubric TEXT, rubric_version TEXT, prompt_version TEXT,
     model_id TEXT, weights_hash TEXT, backend TEXT,
     raw_output TEXT, verdict TEXT, scores TEXT, decision TEXT,
+    rule TEXT, input_hash TEXT, settings TEXT, settings_digest TEXT,
     round INTEGER, latency_ms REAL, error TEXT,
     prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
     """CREATE TABLE review_events (

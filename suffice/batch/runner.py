@@ -307,6 +307,9 @@ class _Run:
         #: Error rows dropped as stale (they no longer count in the output's errors).
         self.forgotten_errors = 0
         self._weights: str | None = None
+        #: What the audit rows record as deciding their verdicts: the run's settings less the output's own
+        #: (its format and field mapping change the file, not a verdict), so ``serve`` records the same.
+        self._verdict_settings = {k: v for k, v in settings.values.items() if k not in _OUTPUT_ONLY}
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
         # From 0, advanced as answered records are met (:meth:`_todo`): the output's row count would overshoot.
@@ -439,6 +442,7 @@ class _Run:
                     round=1,
                     latency_ms=latency_ms,
                     weights_hash=self._weights,
+                    settings=self._verdict_settings,
                 )
                 for item, result in zip(items, judged, strict=True)
             ]
@@ -448,6 +452,10 @@ class _Run:
             result_row(r, self.gate, self.options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
         )
         self.report.summary.add(records, judged)
+
+
+#: Run settings that shape the output file, not the verdicts in it.
+_OUTPUT_ONLY = ("format", "fields")
 
 
 def _batches(lines: Iterator[SourceLine], size: int) -> Iterator[list[SourceLine]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from suffice.audit import (
     save_anchor,
     write_key_file,
 )
+from suffice.audit.log import EXPORT_FORMATS, export_lines
 from suffice.exceptions import AuditBrokenError, SufficeError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.text import terminal_text
@@ -66,9 +68,16 @@ def add_parsers(sub: Any) -> None:
     keygen = actions.add_parser("keygen", help="write a new random key (hex, mode 0600; never overwrites)")
     keygen.add_argument("-o", "--output", type=Path, required=True)
     keygen.set_defaults(run=run_keygen)
-    export = actions.add_parser("export", help="write every evaluation row as JSONL")
+    export = actions.add_parser(
+        "export", help="write the evaluation rows (of a time window) with their reviews, as JSONL or CSV"
+    )
     export.add_argument("db", type=Path)
-    export.add_argument("-o", "--output", type=Path, required=True)
+    export.add_argument("--since", default=None, help="rows at or after this ISO 8601 time (UTC unless it says)")
+    export.add_argument("--until", default=None, help="rows before this ISO 8601 time (UTC unless it says)")
+    export.add_argument(
+        "--format", dest="export_format", choices=EXPORT_FORMATS, default="jsonl", help="CSV: nested fields as JSON"
+    )
+    export.add_argument("-o", "--output", type=Path, default=None, help="the file (mode 0600; default: stdout)")
     export.set_defaults(run=run_export)
 
 
@@ -184,20 +193,41 @@ def run_keygen(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    if _onto_the_log(args.db, args.output):
+    if args.output is not None and _onto_the_log(args.db, args.output):
         return EXIT_USAGE
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
     try:
-        n = log.export(args.output)
+        if args.output is not None:
+            n = log.export(args.output, since=args.since, until=args.until, fmt=args.export_format)
+        else:
+            n = _export_to_stdout(log, args)
     except SufficeError as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         log.close()
-    print(f"{n} rows written to {terminal_text(args.output)}", file=sys.stderr)
+    where = "stdout" if args.output is None else terminal_text(args.output)
+    print(f"{n} rows written to {where}", file=sys.stderr)
     return EXIT_OK
+
+
+def _export_to_stdout(log: AuditLog, args: argparse.Namespace) -> int:
+    n = 0
+    rows = log.export_rows(args.since, args.until)  # a bad bound is refused before the first line
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal n
+        for row in rows:
+            n += 1
+            yield row
+
+    out = sys.stdout.buffer
+    for line in export_lines(counted(), args.export_format):
+        out.write(line)
+    out.flush()
+    return n
 
 
 def _login_name() -> str | None:

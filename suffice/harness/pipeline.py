@@ -28,6 +28,7 @@ from suffice.isolation import step_outcomes
 from suffice.judge import Judge
 from suffice.records import Chunk, Item, record_id
 from suffice.results import JudgeResult
+from suffice.serving.factory import engine_settings
 
 #: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.
 Generator = Callable[[str, Sequence[Chunk]], str]
@@ -174,6 +175,8 @@ class Pipeline:
         self.audit = audit if isinstance(audit, AuditLog) else AuditLog(audit or DEFAULT_AUDIT_DB)
         self.rewriter = QueryRewriter(judge.engine) if self.config.rewrite_queries else None
         self._weights = weights_hash(getattr(judge.engine, "model_path", None))
+        #: What decides this judge's verdicts, recorded with each row (as ``judge`` and ``serve`` record it).
+        self._settings = {**judge.gate.settings(), **engine_settings(judge.config.engine)}
 
     def run(self, records: Sequence[object]) -> list[Outcome]:
         run_id = uuid.uuid4().hex
@@ -233,6 +236,7 @@ class Pipeline:
                     round=round,
                     latency_ms=latency,
                     weights_hash=self._weights,
+                    settings=self._settings,
                 )
                 seq = self.audit.record(**values)
                 outcome = self._step(run_id, state, result, round, seq, queries)

@@ -199,6 +199,7 @@ class GateService:
         seconds = time.perf_counter() - began
         if self._audit is not None:
             items = [judge.item_or_none(record) for record in records]
+            settings = self.settings(gate, options)
             rows = [
                 audit_values(
                     judge.gate,
@@ -208,6 +209,7 @@ class GateService:
                     round=1,
                     latency_ms=seconds * 1000,
                     weights_hash=self._weights,
+                    settings=settings,
                 )
                 for item, result in zip(items, results, strict=True)
             ]

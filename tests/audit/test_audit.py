@@ -22,7 +22,7 @@ import pytest
 from suffice.audit import AuditLog, VerifyReport, key_id, load_key, write_key_file
 from suffice.audit.encoding import GENESIS, canonical_json, head_digest, row_digest
 from suffice.audit.recording import audit_values, weights_hash
-from suffice.audit.schema import EVALUATIONS, REVIEW_EVENTS, Chain
+from suffice.audit.schema import COLUMNS, EVALUATIONS, REVIEW_EVENTS, Chain
 from suffice.exceptions import AuditError, ConfigError, SufficeError
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
@@ -30,6 +30,7 @@ from suffice.records import Chunk, Item
 from suffice.results import ErrorInfo, JudgeResult
 
 KEY = bytes.fromhex("5a" * 32)
+SETTINGS = {"gate": "sufficiency", "model": "m", "weights": "w"}
 
 
 @pytest.fixture(params=[None, KEY], ids=["unkeyed", "keyed"])
@@ -170,10 +171,23 @@ def mixed_rows(n: int) -> list[dict]:
     for i in range(n):
         kind = i % 4
         if kind == 0:
-            rows.append(audit_values(SufficiencyGate(), ok, item, run_id="r", round=1, latency_ms=i, weights_hash=None))
+            rows.append(
+                audit_values(
+                    SufficiencyGate(), ok, item, run_id="r", round=1, latency_ms=i, weights_hash=None, settings=SETTINGS
+                )
+            )
         elif kind == 1:
             rows.append(
-                audit_values(SufficiencyGate(), failed, None, run_id="r", round=2, latency_ms=i / 7, weights_hash="w")
+                audit_values(
+                    SufficiencyGate(),
+                    failed,
+                    None,
+                    run_id="r",
+                    round=2,
+                    latency_ms=i / 7,
+                    weights_hash="w",
+                    settings=SETTINGS,
+                )
             )
         elif kind == 2:
             rows.append({"item_id": i, "latency_ms": i, "round": 3, "scores": {"s": i / 3, "z": None}})
@@ -217,9 +231,8 @@ def test_record_many_numbers_rows_in_order(tmp_path):
             [
                 "UPDATE evaluations SET seq = seq + 10 WHERE seq >= 3",
                 "UPDATE evaluations SET seq = seq - 9 WHERE seq >= 13",
-                "INSERT INTO evaluations SELECT 3, ts, run_id, item_id, query_hash, chunks, gate, rubric, "
-                "rubric_version, prompt_version, model_id, weights_hash, backend, raw_output, verdict, scores, "
-                "decision, round, latency_ms, error, prev_hash, row_hash FROM evaluations WHERE seq = 2",
+                f"INSERT INTO evaluations SELECT 3, {', '.join(COLUMNS)}, prev_hash, row_hash "
+                "FROM evaluations WHERE seq = 2",
             ],
             3,
         ),

@@ -41,7 +41,7 @@ def test_the_route_follows_the_calibrated_decision():
 
 
 def test_the_audit_row_records_the_calibrated_decision():
-    values = audit_values(GATE, RESULT, None, run_id="r", round=1, latency_ms=1.0, weights_hash=None)
+    values = audit_values(GATE, RESULT, None, run_id="r", round=1, latency_ms=1.0, weights_hash=None, settings={})
     assert values["decision"] == "retrieve_more"
 
 
