@@ -224,7 +224,12 @@ def _export_to_stdout(log: AuditLog, args: argparse.Namespace) -> int:
             yield row
 
     out = sys.stdout.buffer
+    # On a terminal the rows are read, not kept: a model output or item id holding escape sequences is shown
+    # escaped (redirected, the bytes are exactly the file's).
+    shown = sys.stdout.isatty()
     for line in export_lines(counted(), args.export_format):
+        if shown:
+            line = (terminal_text(line.decode("utf-8", "replace").rstrip("\r\n")) + "\n").encode("utf-8")
         out.write(line)
     out.flush()
     return n

@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +369,24 @@ def test_rows_judged_on_the_real_engine_hold_the_whole_trail(tmp_path, engine, m
             digests.add(row["settings_digest"])
         assert AuditLog(db).verify().ok
     assert len(digests) == 1
+
+
+def test_rows_printed_to_a_terminal_show_escape_sequences_escaped(tmp_path, capsys, monkeypatch):
+    db = tmp_path / "a.db"
+    log = AuditLog(db)
+    log.record(item_id="\x1b]0;owned\x07", raw_output="\u202eevil")
+    log.close()
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["audit", "export", str(db), "--format", "csv"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "\\x1b]0;owned\\x07" in out
+
+
+def test_rows_redirected_keep_their_bytes(tmp_path, capsys):
+    db = tmp_path / "a.db"
+    log = AuditLog(db)
+    log.record(item_id="\x1b]0;owned\x07")
+    log.close()
+    assert main(["audit", "export", str(db), "--format", "csv"]) == EXIT_OK
+    assert "\x1b]0;owned\x07" in capsys.readouterr().out
