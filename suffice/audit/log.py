@@ -88,6 +88,16 @@ class AuditLog(Database):
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
 
+    def evaluation(self, seq: int) -> dict[str, Any] | None:
+        """The evaluation row ``seq`` as stored (``None``: there is none)."""
+        try:
+            cur = self._db.execute("SELECT * FROM evaluations WHERE seq = ?", (seq,))
+            names = [d[0] for d in cur.description]
+            row = cur.fetchone()
+        except sqlite3.Error as exc:
+            raise audit_error(self.path, exc) from exc
+        return None if row is None else dict(zip(names, row, strict=True))
+
     def _append_rows(self, chain: Chain, rows: Iterable[Mapping[str, Any]], what: str) -> list[int]:
         """Check and encode ``rows`` for ``chain``, then append them in one transaction (a bad value writes none)."""
         columns = chain.columns

@@ -80,6 +80,13 @@ def add_parser(sub: Any) -> None:
         help="answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)",
     )
     add_audit_args(p)
+    p.add_argument(
+        "--reviewer-keys",
+        type=Path,
+        default=None,
+        help="folder of NAME.key files (suffice audit keygen), one per reviewer of the review page at /reviews "
+        "(needs --audit-db)",
+    )
     p.set_defaults(run=run, serve_settings=ServeSettings(p))
 
 
@@ -128,6 +135,7 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
         audit_db=args.audit_db,
         audit_key=audit_key_of(args),
         anchor_file=args.anchor_file,
+        reviewer_keys=args.reviewer_keys,
         max_body_bytes=args.max_body_bytes,
         max_items=args.max_items,
         max_chunks_per_item=args.max_chunks_per_item,

@@ -33,6 +33,8 @@ from suffice.server.config import ServeConfig, host_names
 from suffice.server.contract import query_parameters, request_body, response_model
 from suffice.server.guards import OPEN_PATHS, BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import JUDGE_PATH, CountedRequests, Metrics
+from suffice.server.reviews import ReviewPaths
+from suffice.server.reviews import install as install_reviews
 from suffice.server.service import Options, RequestError
 from suffice.telemetry import attached, request_context
 
@@ -245,6 +247,8 @@ def create_app(
         watcher.cancel()
         pool.shutdown(wait=True)  # requests past their timeout still hold the engine
         probes.shutdown(wait=False)
+        if desk is not None:
+            desk.close()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -267,6 +271,8 @@ def create_app(
         "gates": ",".join(gates_literal),
     }
     metrics = Metrics(gates_literal, build)
+    # The review page and its JSON routes, where there is an audit log to hold the reviews.
+    desk = install_reviews(app, config, metrics) if config.audit_db is not None else None
     #: Items and chunks admitted and not yet done (event loop only, so unlocked); past the chunk bound a client
     #: hears 429 at once instead of a 504 after its timeout.  Released when the work ends, not when the answer
     #: goes out.
@@ -471,8 +477,11 @@ def create_app(
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    guarded: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
+    limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
+    guarded = limited
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key, OPEN_PATHS | ({"/metrics"} if config.metrics_without_auth else set()))
+    if desk is not None:  # reviewers authenticate with their own keys
+        guarded = ReviewPaths(guarded, limited)
     guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates_literal)

@@ -35,6 +35,8 @@ class ServeConfig:
     audit_key: bytes | None = None
     #: Where ``suffice serve`` writes an anchor of the audit log when it shuts down.
     anchor_file: Path | None = None
+    #: A folder of ``NAME.key`` files, one per reviewer of the review page (see :mod:`suffice.server.reviews`).
+    reviewer_keys: Path | None = None
     #: Largest request body accepted (bytes); larger gets 413.
     max_body_bytes: int = 16 * 2**20
     #: Most items in one request; more gets 422.
@@ -113,6 +115,10 @@ class ServeConfig:
             raise ConfigError("audit_key", "<key>", "needs audit_db")
         if self.anchor_file is not None and self.audit_db is None:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
+        if self.reviewer_keys is not None and self.audit_db is None:
+            raise ConfigError("reviewer_keys", str(self.reviewer_keys), "needs audit_db: reviews live in the audit log")
+        if self.reviewer_keys is not None and not isinstance(self.reviewer_keys, Path):
+            object.__setattr__(self, "reviewer_keys", Path(self.reviewer_keys))
         if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
             object.__setattr__(self, "api_key_file", Path(self.api_key_file))
 

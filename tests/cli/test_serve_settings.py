@@ -147,6 +147,7 @@ def everything(tmp_path: Path) -> dict[str, str]:
         "SUFFICE_AUDIT_DB": str(tmp_path / "audit.db"),
         "SUFFICE_AUDIT_KEY": str(tmp_path / "audit.key"),
         "SUFFICE_ANCHOR_FILE": str(tmp_path / "anchor.json"),
+        "SUFFICE_REVIEWER_KEYS": str(tmp_path / "reviewers"),
         "SUFFICE_MAX_BODY_BYTES": "4096",
         "SUFFICE_MAX_ITEMS": "8",
         "SUFFICE_MAX_CHUNKS_PER_ITEM": "16",

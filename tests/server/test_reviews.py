@@ -1,0 +1,201 @@
+"""The review page and ``/v1/reviews`` of ``suffice serve --audit-db``, on a scripted engine: reviewers' own keys,
+sessions and CSRF, escaping, two reviewers, the OpenAPI contract and the override counts in ``/metrics``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from suffice.audit import AuditLog, write_key_file
+from suffice.config import JudgeConfig
+from suffice.exceptions import ConfigError
+from suffice.server.app import create_app
+from suffice.server.config import ServeConfig
+from suffice.server.reviews import load_reviewer_keys
+from suffice.server.service import GateService
+from tests.batch.test_runner import good
+from tests.fakes import ScriptedEngine
+
+CLIENT_TOKEN = b"c" * 32
+XSS = '<script>alert("chunk")</script><img src=x onerror=alert(1)>'
+
+
+def make_keys(folder: Path, *names: str) -> dict[str, str]:
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        write_key_file(folder / f"{name}.key")
+    return {name: (folder / f"{name}.key").read_text().strip() for name in names}
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    db = tmp_path / "audit.db"
+    log = AuditLog(db)
+    seq = log.record(item_id="q1", gate="sufficiency", decision="human_review", scores={"p_sufficient": 0.41})
+    log.enqueue_review(
+        item_id="q1",
+        gate="sufficiency",
+        reason="the model escalated",
+        evaluation_seq=seq,
+        payload={
+            "question": "Who designed the bridge?",
+            "chunks": [{"id": "d1", "text": XSS, "source": "evil.html", "score": 0.5}],
+            "verdict": {"is_sufficient": True, "confidence": 0.62},
+            "rule": "model_escalated",
+            "settings": {"gate": "sufficiency", "prompt_version": "v1"},
+        },
+    )
+    log.enqueue_review(
+        item_id="q2",
+        gate="adequacy",
+        reason="HIGH risk",
+        payload={"question": "Is clause 4 in force?", "chunks": [], "verdict": {"risk_level": "HIGH"}, "rule": "r"},
+    )
+    log.close()
+    keys = make_keys(tmp_path / "reviewers", "alice", "bob")
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=db, reviewer_keys=tmp_path / "reviewers")
+    service = GateService(config, ScriptedEngine(good))
+    client = TestClient(create_app(service, config, CLIENT_TOKEN), base_url="http://127.0.0.1")
+    yield client, keys, db
+    client.close()
+    service.close()
+
+
+def login(client: TestClient, key: str) -> str:
+    """Log in; the CSRF token of the session's forms."""
+    response = client.post("/reviews/login", data={"key": key}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    page = client.get("/reviews/1").text
+    return re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_the_page_asks_for_a_key_and_refuses_a_wrong_one(served):
+    client, _, _ = served
+    page = client.get("/reviews")
+    assert page.status_code == 200 and 'name="key"' in page.text
+    assert "Who designed" not in page.text
+    assert client.post("/reviews/login", data={"key": "00" * 32}).status_code == 401
+    assert client.post("/reviews/login", data={"key": CLIENT_TOKEN.decode()}).status_code == 401
+
+
+def test_a_review_shows_query_context_verdict_scores_and_rule_escaped(served):
+    client, keys, _ = served
+    login(client, keys["alice"])
+    listed = client.get("/reviews").text
+    assert 'href="/reviews/1"' in listed and "model_escalated" in listed
+    page = client.get("/reviews/1")
+    text = page.text
+    assert "Who designed the bridge?" in text
+    assert "evil.html" in text and "confidence" in text and "0.62" in text
+    assert "p_sufficient" in text and "0.41" in text  # the evaluation row's scores
+    assert "model_escalated" in text and "prompt_version" in text
+    assert "&lt;script&gt;alert(&quot;chunk&quot;)&lt;/script&gt;" in text
+    assert "<script" not in text.lower() and "<img" not in text.lower()
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+
+
+def test_a_decision_needs_the_session_csrf_token_and_records_who_decided(served):
+    client, keys, db = served
+    csrf = login(client, keys["alice"])
+    form = {"decision": "refine_retrieval", "label": "sufficient", "note": "one source"}
+    assert client.post("/reviews/1/decision", data=form, follow_redirects=False).status_code == 403
+    assert client.post("/reviews/1/decision", data={**form, "csrf": "x" * 43}).status_code == 403
+    assert AuditLog(db).review(1)["status"] == "open"
+    done = client.post("/reviews/1/decision", data={**form, "csrf": csrf}, follow_redirects=False)
+    assert done.status_code == 303
+    assert "Resolved by alice" in client.get(done.headers["location"]).text
+    row = AuditLog(db).review(1)
+    assert (row["resolved_by"], row["decision"], row["label"], row["note"]) == (
+        "alice",
+        "refine_retrieval",
+        "sufficient",
+        "one source",
+    )
+
+
+def test_a_cookie_from_another_site_cannot_decide_without_the_token(served):
+    client, keys, db = served
+    login(client, keys["alice"])
+    cookie = client.post("/reviews/1/decision", data={"decision": "answer"}, follow_redirects=False)
+    assert cookie.status_code == 403
+    assert AuditLog(db).review(1)["decisions"] == "[]"
+
+
+def test_the_client_token_reads_no_review_and_a_reviewer_key_judges_nothing(served):
+    client, keys, _ = served
+    assert client.get("/v1/reviews", headers=bearer(CLIENT_TOKEN.decode())).status_code == 401
+    assert client.get("/v1/reviews").status_code == 401
+    item = {"id": "x", "question": "q?", "chunks": ["c"]}
+    assert client.post("/v1/judge/sufficiency", json=item, headers=bearer(keys["alice"])).status_code == 401
+    assert client.post("/v1/judge/sufficiency", json=item, headers=bearer(CLIENT_TOKEN.decode())).status_code == 200
+
+
+def test_two_reviewers_over_json_disagree_then_agree(served):
+    client, keys, db = served
+    listed = client.get("/v1/reviews", headers=bearer(keys["alice"])).json()["reviews"]
+    assert [(r["id"], r["reviewers"], r["state"]) for r in listed] == [(1, 1, "open"), (2, 2, "open")]
+    first = client.post("/v1/reviews/2/decision", json={"decision": "answer"}, headers=bearer(keys["alice"]))
+    assert first.status_code == 200 and first.json()["state"] == "awaiting"
+    again = client.post("/v1/reviews/2/decision", json={"decision": "answer"}, headers=bearer(keys["alice"]))
+    assert again.status_code == 409
+    # bob does not see alice's decision before he decides: independent reviewers
+    assert client.get("/v1/reviews/2", headers=bearer(keys["bob"])).json()["decisions"] == []
+    second = client.post("/v1/reviews/2/decision", json={"decision": "unanswerable"}, headers=bearer(keys["bob"]))
+    assert second.json()["state"] == "disputed" and not second.json()["resolved"]
+    shown = client.get("/v1/reviews/2", headers=bearer(keys["bob"])).json()
+    assert [d["by"] for d in shown["decisions"]] == ["alice", "bob"]
+    assert AuditLog(db).review(2)["status"] == "open"
+    assert (
+        client.post("/v1/reviews/9/decision", json={"decision": "answer"}, headers=bearer(keys["bob"])).status_code
+        == 404
+    )
+    bad = client.post("/v1/reviews/2/decision", json={"decision": "maybe"}, headers=bearer(keys["bob"]))
+    assert bad.status_code == 422
+
+
+def test_the_openapi_document_types_the_review_routes(served):
+    client, _, _ = served
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    assert {"/v1/reviews", "/v1/reviews/{review_id}", "/v1/reviews/{review_id}/decision"} <= set(paths)
+    assert "/reviews" not in paths
+    decide = paths["/v1/reviews/{review_id}/decision"]["post"]
+    assert decide["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/DecisionRequest")
+    ok = decide["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ok.endswith("/DecisionAnswer")
+    schemas = spec["components"]["schemas"]
+    assert schemas["DecisionRequest"]["properties"]["decision"]["enum"] == [
+        "answer",
+        "refine_retrieval",
+        "unanswerable",
+    ]
+    assert "payload" in schemas["ReviewDetail"]["properties"]
+
+
+def test_metrics_count_overrides_per_gate_and_rule(served):
+    client, keys, _ = served
+    # the machine said sufficient; alice says not: an override
+    client.post("/v1/reviews/1/decision", json={"decision": "unanswerable"}, headers=bearer(keys["alice"]))
+    text = client.get("/metrics", headers=bearer(CLIENT_TOKEN.decode())).text
+    assert 'suffice_review_overrides_total{gate="sufficiency",rule="model_escalated"} 1.0' in text
+    assert 'suffice_reviews{gate="adequacy",rule="r",status="open"} 1.0' in text
+
+
+def test_a_key_file_others_may_read_or_a_missing_folder_is_refused_naming_the_setting(tmp_path: Path):
+    make_keys(tmp_path / "keys", "ada")
+    (tmp_path / "keys" / "ada.key").chmod(0o644)
+    with pytest.raises(ConfigError, match="reviewer_keys") as caught:
+        load_reviewer_keys(tmp_path / "keys")
+    assert "mode 0644" in str(caught.value)
+    with pytest.raises(ConfigError, match="reviewer_keys"):
+        load_reviewer_keys(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"reviewer_keys.*needs audit_db"):
+        ServeConfig(judge=JudgeConfig(), reviewer_keys=tmp_path / "keys")
