@@ -381,7 +381,7 @@ def _detail_page(review: ReviewDetail, reviewer: str, csrf: str, message: str = 
         parts.append(f"<section><h2>Verdict and scores</h2>{_table(list(_flat(verdict)))}</section>")
     if review.evaluation is not None:
         parts.append(f"<section><h2>Evaluation row</h2>{_table(list(_flat(review.evaluation)))}</section>")
-    shown = {"question", "response", "chunks", "verdict"}
+    shown = {"question", "response", "chunks", "verdict", "rule"}
     for key, value in payload.items():
         if key in shown:
             continue

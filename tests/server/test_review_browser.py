@@ -1,0 +1,179 @@
+"""The review page in a real headless Chromium: log in with a reviewer's key, open a review, decide it, and find
+the decision in the audit log under the reviewer's name.
+
+Once over a uvicorn server on the scripted engine (fast), and once end to end on the real engine: a real
+``suffice serve`` process over the audit log, a verdict it judged queued for review, decided on the page and over
+JSON, exported as labels and calibrated on by ``suffice calibrate``.  Set ``SUFFICE_UPDATE_SCREENSHOT=1`` to
+write the page as docs/review-page.png (the README shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from suffice.audit import AuditLog, write_key_file
+from suffice.exit_codes import EXIT_OK
+from tests.batch.test_runner import good
+from tests.browser import Page, browser
+from tests.fakes import ScriptedEngine
+from tests.test_client import serve
+
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "review-page.png"
+#: A chunk that would run script and set a flag if the page let it.
+XSS = '<script>window.__owned = 1</script><img src=x onerror="window.__owned = 2">'
+
+
+def reviewers(folder: Path, *names: str) -> dict[str, str]:
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        write_key_file(folder / f"{name}.key")
+    return {name: (folder / f"{name}.key").read_text().strip() for name in names}
+
+
+def log_in(page: Page, base: str, key: str) -> None:
+    page.goto(f"{base}/reviews")
+    assert page.evaluate("!!document.querySelector('#key')"), page.text()
+    page.fill("#key", key)
+    page.click("form[action='/reviews/login'] button[type=submit]")
+
+
+def decide(page: Page, decision: str, label: str, note: str) -> None:
+    page.evaluate(f"document.querySelector('input[name=decision][value={decision}]').checked = true")
+    page.evaluate(f"document.querySelector('#label').value = {json.dumps(label)}")
+    page.fill("#note", note)
+    page.click("form[action$='/decision'] button[type=submit]")
+
+
+def keep_screenshot(shot: Path) -> None:
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if os.environ.get("SUFFICE_UPDATE_SCREENSHOT"):
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_a_reviewer_decides_a_review_in_a_headless_browser(tmp_path: Path) -> None:
+    db = tmp_path / "audit.db"
+    log = AuditLog(db)
+    seq = log.record(item_id="q-7", gate="sufficiency", decision="human_review", scores={"p_sufficient": 0.47})
+    log.enqueue_review(
+        item_id="q-7",
+        gate="sufficiency",
+        reason="the model said sufficient with low confidence",
+        evaluation_seq=seq,
+        payload={
+            "question": "Who designed the Sydney Harbour Bridge?",
+            "chunks": [
+                {"id": "d1", "text": "The bridge opened in 1932.", "source": "bridge.txt", "score": 0.82},
+                {"id": "d2", "text": XSS, "source": "forum-post.html", "score": 0.31},
+            ],
+            "verdict": {
+                "is_sufficient": True,
+                "confidence": 0.55,
+                "required_entities": ["designer"],
+                "missing_information": ["who designed it"],
+            },
+            "rule": "model_escalated",
+            "settings": {"gate": "sufficiency", "prompt_version": "v1", "model": "Qwen2.5-7B-Instruct"},
+        },
+    )
+    log.close()
+    keys = reviewers(tmp_path / "reviewers", "alice")
+    with (
+        serve(ScriptedEngine(good), audit_db=db, reviewer_keys=tmp_path / "reviewers") as base,
+        browser(tmp_path / "profile") as page,
+    ):
+        log_in(page, base, keys["alice"])
+        assert "Open reviews (1)" in page.text()
+        page.click("a[href='/reviews/1']")
+        shown = page.text()
+        assert "Who designed the Sydney Harbour Bridge?" in shown
+        assert "<script>window.__owned = 1</script>" in shown  # shown as text ...
+        assert page.evaluate("window.__owned === undefined")  # ... and never run
+        assert page.evaluate("document.scripts.length") == 0
+        assert "model_escalated" in shown and "p_sufficient" in shown
+        shot = tmp_path / "review-page.png"
+        page.screenshot(shot)
+        keep_screenshot(shot)
+        decide(page, "refine_retrieval", "insufficient", "No chunk names the designer.")
+        assert "Recorded. Resolved by alice." in page.text()
+    row = AuditLog(db).review(1)
+    assert (row["status"], row["resolved_by"], row["decision"], row["label"]) == (
+        "resolved",
+        "alice",
+        "refine_retrieval",
+        "insufficient",
+    )
+    assert row["note"] == "No chunk names the designer."
+    assert AuditLog(db).verify().ok
+
+
+@pytest.mark.engine
+def test_a_served_verdict_reviewed_in_the_browser_becomes_a_label_calibrate_takes(
+    tmp_path: Path, vllm_server: str
+) -> None:
+    from tests.conftest import load_records
+    from tests.vllm_server import SERVE_KEY, running_suffice_serve, through
+
+    db = tmp_path / "audit.db"
+    keys = reviewers(tmp_path / "reviewers", "alice", "bob")
+    records = load_records("squad2.jsonl", 2)
+    extra = ("--audit-db", str(db), "--reviewer-keys", str(tmp_path / "reviewers"), "--gate", "sufficiency")
+    with running_suffice_serve(tmp_path, vllm_server, *extra) as base:
+        judged = httpx.post(
+            f"{base}/v1/judge/sufficiency",
+            json=records,
+            headers={"Authorization": f"Bearer {SERVE_KEY}"},
+            timeout=600,
+        )
+        assert judged.status_code == 200, judged.text
+        rows = {row["item_id"]: row for row in AuditLog(db).rows()}
+        log = AuditLog(db)
+        for record, result in zip(records, judged.json()["results"], strict=True):
+            log.enqueue_review(
+                item_id=str(record["id"]),
+                gate="sufficiency",
+                reason="queued by the test",
+                evaluation_seq=rows[str(record["id"])]["seq"],
+                payload={**record, "verdict": result["verdict"], "rule": "model_escalated"},
+            )
+        log.close()
+        with browser(tmp_path / "profile") as page:
+            log_in(page, base, keys["alice"])
+            page.click("a[href='/reviews/1']")
+            assert str(records[0]["question"]) in page.text()
+            decide(page, "answer", "sufficient", "checked by hand")
+            assert "Resolved by alice" in page.text()
+        over_json = httpx.post(
+            f"{base}/v1/reviews/2/decision",
+            json={"decision": "unanswerable", "label": "insufficient"},
+            headers={"Authorization": f"Bearer {keys['bob']}"},
+            timeout=30,
+        )
+        assert over_json.status_code == 200 and over_json.json()["agreed_by"] == ["bob"]
+    decided = AuditLog(db).reviews("resolved")
+    assert [(r["id"], r["resolved_by"]) for r in decided] == [(1, "alice"), (2, "bob")]
+
+    def suffice(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "suffice.cli.main", *args], capture_output=True, text=True, timeout=1200
+        )
+
+    labels = tmp_path / "labels.jsonl"
+    exported = suffice("review", "export", "--labels", str(labels), "--gate", "sufficiency", "--audit-db", str(db))
+    assert exported.returncode == EXIT_OK, exported.stderr
+    assert "2 labeled records written" in exported.stderr
+    calibrated = suffice(
+        "calibrate", str(labels), "--gate", "sufficiency", "-o", str(tmp_path / "calib"), *through(vllm_server),
+        "--no-progress",
+    )  # fmt: skip
+    assert calibrated.returncode == EXIT_OK, calibrated.stderr[-3000:]
+    report = json.loads((tmp_path / "calib" / "report.json").read_text())
+    assert report["scores"]["decision"]["n"] == 2
+    assert report["scores"]["decision"]["positives"] == 1
