@@ -142,7 +142,7 @@ def browser(profile: Path) -> Iterator[Page]:
                 pytest.fail(f"Chromium did not start ({executable}); see {log.name}")
             time.sleep(0.2)
         port = port_file.read_text().split()[0]
-        targets = json.loads(urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())  # noqa: S310
+        targets = json.loads(urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
         tab = next(t for t in targets if t.get("type") == "page")
         with connect(tab["webSocketDebuggerUrl"], max_size=2**26, open_timeout=30) as ws:
             page = Page(ws)
