@@ -64,6 +64,24 @@ def add_parser(sub: Any) -> None:
         "with Retry-After (default 131072)",
     )
     p.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="connections open at once; past it a new one replaces the longest idle one, or gets 503 (default 512)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request's headers may take to arrive before 408 (default 10)",
+    )
+    p.add_argument(
+        "--judge-cache-size",
+        type=int,
+        default=64,
+        help="judges kept for per-request options (rubric, threshold), least recently used dropped (default 64)",
+    )
+    p.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -141,6 +159,9 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
         max_chunks_per_item=args.max_chunks_per_item,
         max_field_chars=args.max_field_chars,
         max_pending_chunks=args.max_pending_chunks,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        judge_cache_size=args.judge_cache_size,
         allowed_hosts=tuple(args.allowed_host),
         insecure_no_auth=args.insecure_no_auth,
         metrics_without_auth=args.metrics_without_auth,

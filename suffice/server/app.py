@@ -477,7 +477,7 @@ def create_app(
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout)
+    limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout, OPEN_PATHS | {"/metrics"})
     guarded = limited
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key, OPEN_PATHS | ({"/metrics"} if config.metrics_without_auth else set()))

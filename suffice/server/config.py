@@ -14,6 +14,9 @@ from suffice.gates import gate_names
 from suffice.gates.registry import option_names
 from suffice.network import is_loopback
 
+#: The longest ``header_timeout`` taken: a head that may take longer holds a connection as long.
+MAX_HEADER_TIMEOUT = 300.0
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -47,6 +50,14 @@ class ServeConfig:
     max_chunks_per_item: int = 512
     #: Most characters of one string (a question, a chunk, an id, a key); longer gets 422.
     max_field_chars: int = 200_000
+    #: Connections open at once; past it a new one takes the place of the longest waiting without a
+    #: request in flight, or is answered 503 (see :mod:`suffice.server.http_guard`).
+    max_connections: int = 512
+    #: Seconds a request's headers may take to arrive, from the connection's start or its first
+    #: byte after an answer; later gets 408 and the connection is closed.
+    header_timeout: float = 10.0
+    #: Judges kept for per-request options (a rubric, a threshold), least recently used dropped first.
+    judge_cache_size: int = 64
     #: Seconds a request may take before it is answered 504.
     request_timeout: float = 600.0
     #: Work admitted at once (being judged or waiting for the engine), counted in chunks:
@@ -83,7 +94,13 @@ class ServeConfig:
             raise ConfigError("max_body_bytes", self.max_body_bytes, "must be at least 1024")
         if self.max_items < 1:
             raise ConfigError("max_items", self.max_items, "must be at least 1")
-        for name in ("max_chunks_per_item", "max_field_chars", "max_pending_chunks"):
+        for name in (
+            "max_chunks_per_item",
+            "max_field_chars",
+            "max_pending_chunks",
+            "max_connections",
+            "judge_cache_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "must be a whole number of at least 1")
@@ -111,6 +128,12 @@ class ServeConfig:
             # The SIGTERM drain is sized from it: a request that may run for ever
             # holds a drain for ever too.
             raise ConfigError("request_timeout", self.request_timeout, "must be a finite number of seconds")
+        if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, int | float):
+            raise ConfigError("header_timeout", self.header_timeout, "must be a number of seconds")
+        if not 0 < self.header_timeout <= MAX_HEADER_TIMEOUT:
+            raise ConfigError(
+                "header_timeout", self.header_timeout, f"must be more than 0 and at most {MAX_HEADER_TIMEOUT} s"
+            )
         if self.audit_key is not None and self.audit_db is None:
             raise ConfigError("audit_key", "<key>", "needs audit_db")
         if self.anchor_file is not None and self.audit_db is None:

@@ -98,15 +98,21 @@ class BearerAuth:
 class BodyLimit:
     """413 for a body over ``limit`` bytes, by its ``Content-Length`` or as it streams in;
     408 for a body not received within ``seconds`` (a client stalled mid-upload would
-    otherwise hold a connection, and a SIGTERM drain, for ever)."""
+    otherwise hold a connection, and a SIGTERM drain, for ever).
 
-    def __init__(self, app: ASGIApp, limit: int, seconds: float) -> None:
+    The body of a request to one of ``bodiless`` (routes that take none, open to any client) is
+    not read at all: the answer goes out at once, and whatever body follows counts against the
+    next request's head limits (:mod:`suffice.server.http_guard`), so no client without a key
+    holds a connection for ``seconds`` by sending a body slowly."""
+
+    def __init__(self, app: ASGIApp, limit: int, seconds: float, bodiless: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.limit = limit
         self.seconds = seconds
+        self.bodiless = bodiless
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in self.bodiless:
             await self.app(scope, receive, send)
             return
         too_large = f"request body over {self.limit} bytes (--max-body-bytes)"

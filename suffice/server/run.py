@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 from suffice.exceptions import ConfigError
 from suffice.server.config import ServeConfig, read_api_key
+from suffice.server.http_guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, ConnectionLimits, protocol_class
 from suffice.server.service import GateService
 
 Notify = Callable[[str], None]
@@ -25,6 +26,29 @@ Notify = Callable[[str], None]
 DRAIN_MARGIN_S = 30
 #: Connections waiting to be accepted (uvicorn's default).
 BACKLOG = 2048
+#: Descriptors kept for the engine, the audit log and the rest beside the connections.
+SPARE_DESCRIPTORS = 256
+
+
+def reserve_descriptors(connections: int) -> None:
+    """Raise the soft descriptor limit so ``connections`` fit beside :data:`SPARE_DESCRIPTORS`;
+    a hard limit too low for that is an error naming ``max_connections``."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: no limit to raise here
+        return
+    need = connections + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ConfigError(
+            "max_connections",
+            connections,
+            f"needs {need} open files with the {SPARE_DESCRIPTORS} kept aside; this process may open {hard} "
+            "(ulimit -n): lower --max-connections or raise the limit",
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -81,6 +105,7 @@ def serve(config: ServeConfig, notify: Notify) -> int:
     from suffice.server.app import create_app
 
     api_key = read_api_key(config.api_key_file) if config.api_key_file is not None else None
+    reserve_descriptors(config.max_connections)
     sock = bind(config.host, config.port)
     try:
         host, port = sock.getsockname()[:2]
@@ -107,6 +132,12 @@ def serve(config: ServeConfig, notify: Notify) -> int:
                 # (BodyLimit) and then the judging each have request_timeout; the margin
                 # covers the audit write and the response, so a drain cuts none short.
                 timeout_graceful_shutdown=2 * int(config.request_timeout) + DRAIN_MARGIN_S,
+                # Heads, connections and keep-alive bounded (see suffice.server.http_guard); the
+                # buffer limit is h11's own bound on a head, should httptools be missing.
+                http=protocol_class(ConnectionLimits(config.max_connections, config.header_timeout)),
+                h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                timeout_keep_alive=KEEP_ALIVE_S,
+                ws="none",  # no route takes a WebSocket
             )
         )
         listen(sock, host, port)

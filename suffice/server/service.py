@@ -12,6 +12,7 @@ import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -112,7 +113,11 @@ class GateService:
         """``audit``: the audit log :meth:`open` opened (``None``: opened here if ``config.audit_db`` is set)."""
         self.config = config
         self.engine = engine
-        self._judges: dict[tuple[str, tuple[tuple[str, str], ...]], Judge] = {}
+        #: Each gate's own judge (no per-request options), built at start-up and kept.
+        self._defaults: dict[str, Judge] = {}
+        #: Judges for per-request options, least recently used first; at most ``judge_cache_size``,
+        #: since every distinct value (a threshold of 0.50001) would otherwise keep one for ever.
+        self._judges: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Judge] = OrderedDict()
         self._lock = threading.Lock()
         self._audit: _AuditWriter | None = audit
         self._weights = weights_hash(getattr(engine, "model_path", None))
@@ -121,7 +126,7 @@ class GateService:
         #: Why the engine can no longer judge (``None`` while it can).
         self.dead: str | None = None
         for gate in config.gates:  # a bad default option fails at start-up
-            self.judge_for(gate, Options())
+            self._defaults[gate] = self._build(gate, Options())
         if config.audit_db is not None and self._audit is None:
             self._audit = _AuditWriter(config)
 
@@ -140,38 +145,61 @@ class GateService:
         return service
 
     def judge_for(self, gate: str, options: Options) -> Judge:
-        """The judge for ``gate`` with the request's options (built once per set of them)."""
+        """The judge for ``gate`` with the request's options (kept among the last ``judge_cache_size`` built)."""
+        if not options.values:
+            return self._defaults[gate]
+        key = self._key(gate, options)
+        with self._lock:
+            judge = self._judges.get(key)
+            if judge is not None:
+                self._judges.move_to_end(key)
+                return judge
+            judge = self._build(gate, options)
+            self._judges[key] = judge
+            while len(self._judges) > self.config.judge_cache_size:
+                self._judges.popitem(last=False)
+        return judge
+
+    @staticmethod
+    def _key(gate: str, options: Options) -> tuple[str, tuple[tuple[str, str], ...]]:
         allowed = gate_class(gate).options_model.per_request
         for name in options.values:
             if name not in allowed:
                 settable = ", ".join(sorted(allowed)) or "none"
                 raise RequestError(name, f"the {gate} gate takes no option {name!r} per request (settable: {settable})")
-        key = (gate, tuple(sorted((k, repr(v)) for k, v in options.values.items())))
-        with self._lock:
-            judge = self._judges.get(key)
-            if judge is None:
-                try:
-                    config = judge_config(self.config, gate, options.values)
-                    gate_obj = config.make_gate()
-                except ConfigError as exc:
-                    raise RequestError(exc.parameter, without_paths(str(exc))) from exc
-                except InputError as exc:  # an unknown rubric (RubricError names the field)
-                    raise RequestError(exc.field or "options", without_paths(exc.reason)) from exc
-                try:
-                    judge = Judge(self.engine, gate_obj, config)
-                except ConfigError as exc:  # these options' prompt cannot fit the window
-                    if not options.values:
-                        raise  # the gate's own judge (built at start-up): the service cannot serve it
-                    raise RequestError(exc.parameter, without_paths(str(exc))) from exc
-                self._judges[key] = judge
-        return judge
+        return (gate, tuple(sorted((k, repr(v)) for k, v in options.values.items())))
+
+    def _build(self, gate: str, options: Options) -> Judge:
+        """A new judge for ``gate`` with these options; :class:`RequestError` names an option it refuses."""
+        try:
+            config = judge_config(self.config, gate, options.values)
+            gate_obj = config.make_gate()
+        except ConfigError as exc:
+            raise RequestError(exc.parameter, without_paths(str(exc))) from exc
+        except InputError as exc:  # an unknown rubric (RubricError names the field)
+            raise RequestError(exc.field or "options", without_paths(exc.reason)) from exc
+        try:
+            return Judge(self.engine, gate_obj, config)
+        except ConfigError as exc:  # these options' prompt cannot fit the window
+            if not options.values:
+                raise  # the gate's own judge (built at start-up): the service cannot serve it
+            raise RequestError(exc.parameter, without_paths(str(exc))) from exc
 
     def settings(self, gate: str, options: Options) -> dict[str, str]:
         """What decides the rows ``gate`` gives with these options: the values ``suffice judge`` records beside
         an output (:class:`~suffice.run_settings.RunSettings`, less the caller's format and field mapping), so
         that a client resuming an output checks them as an in-process run does.  Raises :class:`RequestError`
-        for an option the gate does not take per request."""
-        judge = self.judge_for(gate, options)
+        for an option the gate does not take per request.
+
+        Nothing is kept: a judge these options built is dropped, and a kept one is not marked used,
+        so looking settings up costs no memory, whoever asks and however many values they try."""
+        if not options.values:
+            judge = self._defaults[gate]
+        else:
+            key = self._key(gate, options)
+            with self._lock:
+                kept = self._judges.get(key)
+            judge = kept if kept is not None else self._build(gate, options)
         with self._lock:
             if self._engine_settings is None:
                 self._engine_settings = engine_settings(self.config.judge.engine)

@@ -1,0 +1,201 @@
+"""Limits on the HTTP connection itself, before any request reaches the app: what a client
+without a key can make the process hold.
+
+uvicorn's HTTP/1.1 parsers put no limit on a request's head.  httptools collects a URL or a
+header value piece by piece without end (each piece copies what came before, on the event
+loop), and neither parser closes a connection whose head never ends, nor refuses a connection
+past any count.  So one client sending header bytes for ever stalls every request, and a
+thousand half-open requests use up the process's descriptors.
+
+Here the protocol uvicorn would pick is subclassed, and the bytes of a request's head are
+counted before the parser sees them: a request line over :data:`MAX_REQUEST_LINE` is answered
+414, a head over :data:`MAX_HEAD_BYTES` or :data:`MAX_HEADERS` lines 431, a head not complete
+within ``header_timeout`` seconds 408, each with ``Connection: close``.  A connection past
+``max_connections`` takes the place of the one that has waited longest without a request in
+flight (a slow or idle client); when every connection has one in flight, the new one is answered
+503 at once and closed, so descriptors stay bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+#: Longest request line (method, target, version) in bytes; a longer one is 414.
+MAX_REQUEST_LINE = 8 * 1024
+#: Largest head (request line and headers) in bytes; a larger one is 431.
+MAX_HEAD_BYTES = 32 * 1024
+#: Most header lines in one head; more is 431.
+MAX_HEADERS = 100
+#: Seconds an idle keep-alive connection stays open after its last answer.
+KEEP_ALIVE_S = 5
+#: What a refusal asks the client to wait before it tries again (``Retry-After``).
+RETRY_AFTER_S = 1
+
+_REASONS = {
+    408: b"Request Timeout",
+    414: b"URI Too Long",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+_END = b"\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Per-process limits on connections (see the module's docstring)."""
+
+    max_connections: int
+    header_timeout: float
+
+
+def refusal(status: int, detail: str) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection."""
+    body = json.dumps({"detail": detail}).encode()
+    head = [
+        b"HTTP/1.1 %d %s" % (status, _REASONS[status]),
+        b"content-type: application/json",
+        b"content-length: %d" % len(body),
+        b"connection: close",
+    ]
+    if status == 503:
+        head.append(b"retry-after: %d" % RETRY_AFTER_S)
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class _Guarded:
+    """Mixed in before a uvicorn HTTP/1.1 protocol class; ``limits`` is set on the subclass."""
+
+    limits: ConnectionLimits
+    # The uvicorn protocol's own attributes this relies on.
+    connections: set[Any]
+    transport: asyncio.Transport
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._line_done = False
+        self._tail = b""
+        self._deadline: asyncio.TimerHandle | None = None
+        self._seen_cycle: Any = None
+        self._begun = False
+        self._waiting_since = self.loop.time()
+        self._arm()
+        if len(self.connections) > self.limits.max_connections:
+            idle = [c for c in self.connections if c is not self and getattr(c, "_evictable", _never)()]
+            if idle:
+                oldest = min(idle, key=lambda c: c._waiting_since)
+                oldest._refuse(408, "closed for a new connection: no request arrived in time")
+            else:
+                self._refuse(503, f"the service holds {self.limits.max_connections} connections (--max-connections)")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _evictable(self) -> bool:
+        """No request in flight: idle, or its head not yet complete."""
+        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.limits.header_timeout, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        seconds = f"{self.limits.header_timeout:g}"
+        self._refuse(408, f"request headers not received within {seconds} s (--header-timeout)")
+
+    def _refuse(self, status: int, detail: str) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(refusal(status, detail))
+            self.transport.close()
+
+    def _in_head(self) -> bool:
+        """Whether arriving bytes belong to a request's head: no request in flight (so not its
+        body), or the parser began the next one (pipelined)."""
+        return self.cycle is None or self.cycle.response_complete or self._begun
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        if self._in_head():
+            self._arm()
+            joined = self._tail + data
+            end = joined.find(_END)
+            part = data if end < 0 else joined[len(self._tail) : end + len(_END)]
+            if not self._line_done:
+                newline = part.find(b"\n")
+                line = self._head_bytes + (len(part) if newline < 0 else newline)
+                if line > MAX_REQUEST_LINE:
+                    self._refuse(414, f"request line over {MAX_REQUEST_LINE} bytes")
+                    return
+                self._line_done = newline >= 0
+            self._head_bytes += len(part)
+            self._head_lines += part.count(b"\n")
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
+                return
+            if self._head_lines > MAX_HEADERS + 2:  # the request line and the empty line besides
+                self._refuse(431, f"more than {MAX_HEADERS} header lines")
+                return
+            self._tail = joined[-(len(_END) - 1) :] if end < 0 else b""
+        super().data_received(data)  # type: ignore[misc]
+        if self.cycle is not None and self.cycle is not self._seen_cycle:
+            self._head_complete()
+
+    def _head_complete(self) -> None:
+        """A request's head was parsed (a new request cycle): its count starts again for the next."""
+        self._seen_cycle = self.cycle
+        self._begun = False
+        self._disarm()
+        self._head_bytes = self._head_lines = 0
+        self._line_done = False
+        self._tail = b""
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        if self.cycle is not self._seen_cycle:  # a pipelined request started
+            self._head_complete()
+        if self._evictable():
+            self._waiting_since = self.loop.time()
+
+
+def _never() -> bool:
+    return False
+
+
+class _Pipelined:
+    """httptools: the parser says when the next request's head begins, while the last is still
+    in flight, so pipelined head bytes are counted too."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()  # type: ignore[misc]
+        self._begun = True
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()  # type: ignore[misc]
+        self._begun = False
+
+
+def protocol_class(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (httptools when installed, else h11) with ``limits`` and the
+    head limits of this module."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # httptools is not installed: h11, whose buffer limit is set in run.py
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return type("GuardedH11Protocol", (_Guarded, H11Protocol), {"limits": limits})
+    return type("GuardedHttpToolsProtocol", (_Pipelined, _Guarded, HttpToolsProtocol), {"limits": limits})

@@ -1,0 +1,36 @@
+"""``suffice serve`` as its own process with a scripted engine, for tests that attack the process.
+
+Everything but the engine is the real thing: the command line, the settings, the uvicorn server
+and its protocol, the guards and the routes.  Run as
+``python -m tests.server.scripted_serve serve --port N ...``; ``SCRIPTED_GENERATION_S`` (default
+0.05) is what one generation takes, so a judge request costs about what a small real one does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from suffice.cli.main import main
+from suffice.server import service
+from suffice.serving.base import GenerationRequest
+from tests.batch.test_runner import good
+from tests.fakes import ScriptedEngine
+
+GENERATION_S = float(os.environ.get("SCRIPTED_GENERATION_S", "0.05"))
+
+
+def _slow_good(request: GenerationRequest) -> str:
+    time.sleep(GENERATION_S)
+    return good(request)
+
+
+def run(argv: list[str]) -> int:
+    service.make_engine = lambda config: ScriptedEngine(_slow_good)  # type: ignore[assignment]
+    service.engine_settings = ScriptedEngine.settings_of  # type: ignore[assignment]
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

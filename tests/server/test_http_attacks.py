@@ -1,0 +1,362 @@
+"""Attacks on the HTTP connection of a real ``suffice serve`` process, by clients without the key.
+
+One process for the module (``tests.server.scripted_serve``: the real command, settings, uvicorn
+server and guards; a scripted engine whose generation takes :data:`GENERATION_S`), with small
+limits so each attack reaches them in a second or two.  Every client here is on loopback, every
+loop is bounded and stops by itself.  See docs/security.md, attacks 26 to 29.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from suffice.server.http_guard import MAX_HEAD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
+from tests.server.test_app import record
+from tests.vllm_server import free_port
+
+KEY = "http-attack-key-0123456789abcdef"
+AUTH = {"authorization": f"Bearer {KEY}"}
+#: What one scripted generation takes: a judge request costs about what a small real one does.
+GENERATION_S = 0.1
+MAX_CONNECTIONS = 64
+HEADER_TIMEOUT = 2.0
+JUDGE_CACHE = 8
+#: The descriptor limit the server runs under (a common default), so exhausting it is possible.
+SERVER_NOFILE = 1024
+PAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ps(self) -> psutil.Process:
+        return psutil.Process(self.process.pid)
+
+
+def _low_descriptor_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SERVER_NOFILE, SERVER_NOFILE))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("http-attacks")
+    key_file = folder / "key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    port = free_port()
+    log = folder / "server.log"
+    command = [
+        sys.executable,
+        "-m",
+        "tests.server.scripted_serve",
+        "serve",
+        "--port",
+        str(port),
+        "--api-key-file",
+        str(key_file),
+        "--gate",
+        "sufficiency",
+        "--gate",
+        "recovery",
+        "--max-connections",
+        str(MAX_CONNECTIONS),
+        "--header-timeout",
+        str(HEADER_TIMEOUT),
+        "--judge-cache-size",
+        str(JUDGE_CACHE),
+    ]
+    env = {**os.environ, "SCRIPTED_GENERATION_S": str(GENERATION_S)}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_low_descriptor_limit
+        )
+    server = Served(process, port, log)
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"suffice serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(server.url + "/ready", timeout=2).status_code == 200:
+                break
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"suffice serve not ready:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    yield server
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def judge_seconds(server: Served, count: int = 5) -> float:
+    """The median time of ``count`` authenticated judge requests, each on a new connection."""
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        response = httpx.post(f"{server.url}/v1/judge/sufficiency", json=record(0), headers=AUTH, timeout=30)
+        times.append(time.perf_counter() - began)
+        assert response.status_code == 200, response.text
+    return statistics.median(times)
+
+
+def send_without_end(port: int, first: bytes, piece: bytes, most: int) -> tuple[int, bytes]:
+    """Send ``first`` then ``piece`` over and over, up to ``most`` bytes or until the server
+    stops reading; the bytes sent and what the server answered."""
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        try:
+            sock.sendall(first)
+            while sent < most:
+                sock.sendall(piece)
+                sent += len(piece)
+        except OSError:  # reset or closed: the server gave up on this client
+            pass
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return sent, answer
+
+
+# Attack 1: a head without end.
+
+
+@pytest.mark.parametrize(
+    ("first", "status"),
+    [(PAD, b"431"), (b"GET /health?x=", b"414")],
+    ids=["endless header value", "endless URL"],
+)
+def test_a_head_without_end_is_cut_at_its_limit_and_the_server_stays_small(served: Served, first: bytes, status: bytes):
+    rss = served.ps.memory_info().rss
+    sent, answer = send_without_end(served.port, first, b"a" * 16384, 64 * 2**20)
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+    assert b"connection: close" in answer
+    # Cut near the limit, not after 64 MiB (kernel buffers may hold a few MiB more).
+    assert sent < 16 * 2**20
+    assert served.ps.memory_info().rss - rss < 16 * 2**20
+    assert httpx.get(served.url + "/health", timeout=5).status_code == 200
+
+
+def test_a_head_of_too_many_header_lines_is_431(served: Served):
+    head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"a: b\r\n" * (MAX_HEADERS + 5) + b"\r\n"
+    _, answer = send_without_end(served.port, head, b"", 0)
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+
+
+def test_heads_within_the_limits_are_served(served: Served):
+    """The limits leave room: a long URL and many headers just under them are answered."""
+    query = "x=" + "a" * (MAX_REQUEST_LINE - 100)
+    headers = {
+        f"x-h{i}": "v" * ((MAX_HEAD_BYTES - MAX_REQUEST_LINE) // MAX_HEADERS // 2) for i in range(MAX_HEADERS - 5)
+    }
+    response = httpx.get(f"{served.url}/health?{query}", headers=headers, timeout=10)
+    assert response.status_code == 200
+
+
+# Attack 2: requests that never finish.
+
+
+def test_a_request_whose_head_never_ends_is_closed_after_the_header_timeout(served: Served):
+    with socket.create_connection(("127.0.0.1", served.port), timeout=HEADER_TIMEOUT + 10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        began = time.monotonic()
+        answer = sock.recv(65536)
+        waited = time.monotonic() - began
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert sock.recv(1) == b""  # closed
+    assert HEADER_TIMEOUT - 0.5 < waited < HEADER_TIMEOUT + 5
+
+
+def test_a_body_sent_slowly_to_an_open_path_does_not_hold_the_connection(served: Served):
+    """``/health`` takes no body: it answers at once (before, the body was awaited for
+    --request-timeout, 600 s), and the bytes that follow count as the next request's head, so a
+    client dribbling them is cut at the header timeout."""
+    answer = b""
+    with socket.create_connection(("127.0.0.1", served.port)) as sock:
+        sock.settimeout(0.2)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\nx")
+        began = time.monotonic()
+        answered = closed = None
+        while time.monotonic() - began < HEADER_TIMEOUT + 10 and closed is None:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x")
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                closed = time.monotonic() - began
+            answer += chunk
+            if answered is None and b" 200 " in answer:
+                answered = time.monotonic() - began
+    assert answered is not None and answered < 1.5, answer[:300]
+    assert b" 408 " in answer
+    assert closed is not None and closed < HEADER_TIMEOUT + 3
+
+
+def _open_half(port: int, count: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        with contextlib.suppress(OSError):
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        socks.append(sock)
+    return socks
+
+
+def test_a_thousand_half_open_requests_use_no_more_than_the_connection_cap(served: Served):
+    """1,100 half-open requests against a server allowed 1,024 descriptors: without the cap
+    the descriptors run out and even ``/health`` is reset."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    count = 1_100
+    if soft < count + 200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 200), hard))
+    fds = served.ps.num_fds()
+    socks = _open_half(served.port, count)
+    try:
+        assert served.ps.num_fds() <= fds + MAX_CONNECTIONS + 8
+        assert httpx.get(served.url + "/health", timeout=5).status_code == 200
+        assert judge_seconds(served, 1) < 5
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+# The service cannot be stalled by clients without a key.
+
+
+def _hostile(port: int, seconds: float, started: Any) -> None:
+    """What clients without a key throw at the service for ``seconds``: three endless headers,
+    an endless URL, and half-open requests kept at twice the connection cap; ``started`` is set
+    once they all run."""
+    stop = time.monotonic() + seconds
+
+    def endless(first: bytes) -> None:
+        while time.monotonic() < stop:
+            with contextlib.suppress(OSError):
+                send_without_end(port, first, b"a" * 16384, 64 * 2**20)
+            time.sleep(0.05)
+
+    def half_open() -> None:
+        held: list[socket.socket] = []
+        while time.monotonic() < stop:
+            with contextlib.suppress(OSError):
+                held.extend(_open_half(port, 2 * MAX_CONNECTIONS - len(held)))
+            time.sleep(0.2)
+            alive = []
+            for sock in held:
+                sock.setblocking(False)
+                try:
+                    sock.recv(1)  # answered (408) or closed: either way the server let it go
+                    gone = True
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    sock.close()
+                else:
+                    alive.append(sock)
+            held = alive
+        for sock in held:
+            sock.close()
+
+    threads = [threading.Thread(target=endless, args=(PAD,)) for _ in range(3)]
+    threads.append(threading.Thread(target=endless, args=(b"GET /health?x=",)))
+    threads.append(threading.Thread(target=half_open))
+    for thread in threads:
+        thread.start()
+    started.set()
+    for thread in threads:
+        thread.join(seconds + 30)
+
+
+def test_authenticated_latency_stays_within_twice_its_baseline_while_hostile_clients_run(served: Served):
+    baseline = judge_seconds(served)
+    rss = served.ps.memory_info().rss
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    hostile = context.Process(target=_hostile, args=(served.port, 15.0, started), daemon=True)
+    hostile.start()
+    try:
+        assert started.wait(60)
+        time.sleep(1)  # the attack under way
+        during = judge_seconds(served)
+        grown = served.ps.memory_info().rss - rss
+        fds = served.ps.num_fds()
+    finally:
+        hostile.join(60)
+        if hostile.is_alive():
+            hostile.kill()
+    assert during < 2 * baseline, (baseline, during)
+    assert grown < 16 * 2**20  # before: 78 MB
+    assert fds < MAX_CONNECTIONS + 64
+
+
+# Attack 7: per-request options building judges that are kept for ever.
+
+
+def test_distinct_thresholds_in_settings_look_ups_and_judge_requests_keep_at_most_the_cache(served: Served):
+    """Settings look-ups build nothing that is kept; judge requests keep at most --judge-cache-size judges."""
+    thresholds = [f"min_passage_score=0.{i:05d}1" for i in range(3_000)]
+    with httpx.Client(base_url=served.url, headers=AUTH, timeout=30) as client:
+        for threshold in thresholds[:20]:  # the allocator's arenas warmed
+            assert client.get("/v1/settings/recovery", params={"threshold": threshold}).status_code == 200
+        rss = served.ps.memory_info().rss
+        for threshold in thresholds[20:]:
+            assert client.get("/v1/settings/recovery", params={"threshold": threshold}).status_code == 200
+        grown = served.ps.memory_info().rss - rss
+    # Kept for ever, 2,980 judges hold about 5 MB (20,000: 32 MB).
+    assert grown < 2 * 2**20, grown
+
+
+def test_the_judge_cache_keeps_the_most_recently_used_and_settings_keep_nothing():
+    from suffice.config import JudgeConfig
+    from suffice.server.config import ServeConfig
+    from suffice.server.service import GateService, Options
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    config = ServeConfig(judge=JudgeConfig(), gates=("recovery",), judge_cache_size=2)
+    service = GateService(config, ScriptedEngine(good))
+    a, b, c = (Options({"threshold": f"min_passage_score=0.{i}"}) for i in (1, 2, 3))
+    for options in (a, b, c):
+        service.settings("recovery", options)
+    assert not service._judges
+    first = service.judge_for("recovery", a)
+    service.judge_for("recovery", b)
+    assert service.judge_for("recovery", a) is first  # a used again: b is now the oldest
+    service.judge_for("recovery", c)
+    assert len(service._judges) == 2
+    assert service.judge_for("recovery", a) is first
+    service.settings("recovery", b)  # not kept, and a look-up does not mark a used
+    assert [key[1][0][1] for key in service._judges] == [repr(c.values["threshold"]), repr(a.values["threshold"])]
