@@ -3,7 +3,7 @@
 One process for the module (``tests.server.scripted_serve``: the real command, settings, uvicorn
 server and guards; a scripted engine whose generation takes :data:`GENERATION_S`), with small
 limits so each attack reaches them in a second or two.  Every client here is on loopback, every
-loop is bounded and stops by itself.  See docs/security.md, attacks 26 to 29.
+loop is bounded and stops by itself.  See docs/security.md, attacks 29 to 32.
 """
 
 from __future__ import annotations
@@ -360,3 +360,25 @@ def test_the_judge_cache_keeps_the_most_recently_used_and_settings_keep_nothing(
     assert service.judge_for("recovery", a) is first
     service.settings("recovery", b)  # not kept, and a look-up does not mark a used
     assert [key[1][0][1] for key in service._judges] == [repr(c.values["threshold"]), repr(a.values["threshold"])]
+
+
+def test_the_limits_the_docs_give_are_the_code_s():
+    from suffice.server.config import ServeConfig
+    from suffice.server.http_guard import KEEP_ALIVE_S
+    from suffice.server.run import SPARE_DESCRIPTORS
+
+    root = Path(__file__).resolve().parents[2] / "docs"
+    security = " ".join((root / "security.md").read_text().split())
+    serve = " ".join((root / "serve.md").read_text().split())
+    defaults = ServeConfig()
+    for text in (security, serve):
+        assert f"over {MAX_REQUEST_LINE // 1024} KiB" in text
+        assert f"{MAX_HEAD_BYTES // 1024} KiB or {MAX_HEADERS} header lines" in text
+    assert f"`--header-timeout` ({defaults.header_timeout:g} s)" in security
+    assert f"`--max-connections` ({defaults.max_connections})" in security
+    assert f"`--judge-cache-size` ({defaults.judge_cache_size})" in security
+    assert f"closed after {KEEP_ALIVE_S} s" in security
+    assert f"plus {SPARE_DESCRIPTORS} for the engine" in security
+    assert f"(default {defaults.max_connections})" in serve
+    assert f"(default {defaults.header_timeout:g})" in serve
+    assert f"(default {defaults.judge_cache_size})" in serve
