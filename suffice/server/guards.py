@@ -112,7 +112,7 @@ class BodyLimit:
         self.bodiless = bodiless
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.bodiless:
+        if scope["type"] != "http" or scope.get("path") in self.bodiless:
             await self.app(scope, receive, send)
             return
         too_large = f"request body over {self.limit} bytes (--max-body-bytes)"

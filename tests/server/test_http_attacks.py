@@ -382,3 +382,42 @@ def test_the_limits_the_docs_give_are_the_code_s():
     assert f"(default {defaults.max_connections})" in serve
     assert f"(default {defaults.header_timeout:g})" in serve
     assert f"(default {defaults.judge_cache_size})" in serve
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_connections", 0),
+        ("judge_cache_size", 0),
+        ("header_timeout", 0.0),
+        ("header_timeout", float("nan")),
+        ("header_timeout", 301.0),
+        ("header_timeout", True),
+    ],
+)
+def test_a_connection_setting_out_of_range_is_refused_naming_it(field: str, value: object):
+    from suffice.exceptions import ConfigError
+    from suffice.server.config import ServeConfig
+
+    with pytest.raises(ConfigError) as caught:
+        ServeConfig(**{field: value})  # type: ignore[arg-type]
+    assert caught.value.parameter == field
+
+
+def test_a_connection_cap_the_descriptor_limit_cannot_hold_is_refused_naming_it():
+    """Run in a child whose hard limit is 1,024, so this process's limit is left alone."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (512, 1024))\n"
+        "from suffice.exceptions import ConfigError\n"
+        "from suffice.server.run import reserve_descriptors\n"
+        "reserve_descriptors(600)\n"
+        "assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 856, resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "try:\n"
+        "    reserve_descriptors(900)\n"
+        "except ConfigError as exc:\n"
+        "    print(exc.parameter)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "max_connections"
