@@ -189,13 +189,18 @@ class _Pipelined:
         self._begun = False
 
 
+def guarded(base: type[asyncio.Protocol], limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """``base``, one of uvicorn's HTTP/1.1 protocols, with ``limits`` and this module's head limits."""
+    mixins: tuple[type, ...] = (_Pipelined, _Guarded) if hasattr(base, "on_message_begin") else (_Guarded,)
+    return type(f"Guarded{base.__name__}", (*mixins, base), {"limits": limits})
+
+
 def protocol_class(limits: ConnectionLimits) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP/1.1 protocol (httptools when installed, else h11) with ``limits`` and the
-    head limits of this module."""
+    """The protocol uvicorn would pick (httptools when installed, else h11), guarded."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # httptools is not installed: h11, whose buffer limit is set in run.py
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
-        return type("GuardedH11Protocol", (_Guarded, H11Protocol), {"limits": limits})
-    return type("GuardedHttpToolsProtocol", (_Pipelined, _Guarded, HttpToolsProtocol), {"limits": limits})
+        return guarded(H11Protocol, limits)
+    return guarded(HttpToolsProtocol, limits)

@@ -223,7 +223,7 @@ def test_a_body_sent_slowly_to_an_open_path_does_not_hold_the_connection(served:
     assert closed is not None and closed < HEADER_TIMEOUT + 3
 
 
-def _open_half(port: int, count: int) -> list[socket.socket]:
+def open_half(port: int, count: int) -> list[socket.socket]:
     socks = []
     for _ in range(count):
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -241,7 +241,7 @@ def test_a_thousand_half_open_requests_use_no_more_than_the_connection_cap(serve
     if soft < count + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 200), hard))
     fds = served.ps.num_fds()
-    socks = _open_half(served.port, count)
+    socks = open_half(served.port, count)
     try:
         assert served.ps.num_fds() <= fds + MAX_CONNECTIONS + 8
         assert httpx.get(served.url + "/health", timeout=5).status_code == 200
@@ -270,7 +270,7 @@ def _hostile(port: int, seconds: float, started: Any) -> None:
         held: list[socket.socket] = []
         while time.monotonic() < stop:
             with contextlib.suppress(OSError):
-                held.extend(_open_half(port, 2 * MAX_CONNECTIONS - len(held)))
+                held.extend(open_half(port, 2 * MAX_CONNECTIONS - len(held)))
             time.sleep(0.2)
             alive = []
             for sock in held:
@@ -421,3 +421,58 @@ def test_a_connection_cap_the_descriptor_limit_cannot_hold_is_refused_naming_it(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "max_connections"
+
+
+@pytest.mark.parametrize("parser", ["h11", "httptools"])
+def test_both_of_uvicorn_s_parsers_are_guarded(parser: str):
+    """uvicorn falls back to h11 where httptools is missing: the limits hold on either."""
+    import importlib
+
+    import uvicorn
+
+    from suffice.config import JudgeConfig
+    from suffice.server.app import create_app
+    from suffice.server.config import ServeConfig
+    from suffice.server.http_guard import ConnectionLimits, guarded
+    from suffice.server.service import GateService
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    module, name = {
+        "h11": ("uvicorn.protocols.http.h11_impl", "H11Protocol"),
+        "httptools": ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"),
+    }[parser]
+    base = getattr(importlib.import_module(module), name)
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
+    app = create_app(GateService(config, ScriptedEngine(good)), config)
+    limits = ConnectionLimits(max_connections=4, header_timeout=1.0)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", http=guarded(base, limits), ws="none"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        assert send_without_end(port, PAD, b"a" * 16384, 16 * 2**20)[1].startswith(b"HTTP/1.1 431")
+        assert send_without_end(port, b"GET /health?x=", b"a" * 4096, 16 * 2**20)[1].startswith(b"HTTP/1.1 414")
+        held = open_half(port, 8)
+        try:
+            # Past the cap of 4 each new one took an older one's place; all are answered 408 in time.
+            answers = []
+            for sock in held:
+                sock.settimeout(5)
+                with contextlib.suppress(OSError):
+                    answers.append(sock.recv(65536))
+            assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
+            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        finally:
+            for sock in held:
+                sock.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
