@@ -57,6 +57,9 @@ class Item:
     response: str | None = None
     #: A per-record rubric reference (``name[@version]``) for rubric-driven gates.
     rubric: str | None = None
+    #: The caller can retrieve nothing more for this question (no retriever, or its budget is spent): a gate
+    #: routes what more retrieval would have fixed to abstention or a person instead.
+    retrieval_exhausted: bool = False
 
     @property
     def has_evidence(self) -> bool:
@@ -238,9 +241,15 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     rubric = record.get("rubric")
     if rubric is not None and (not isinstance(rubric, str) or not rubric.strip()):
         raise InputError("rubric", f"must be a non-empty string such as 'legal-review@1.0.0', got {rubric!r}")
+    exhausted = record.get("retrieval_exhausted", False)
+    if exhausted is None:
+        exhausted = False
+    if not isinstance(exhausted, bool):
+        raise InputError("retrieval_exhausted", f"must be true or false, got {_short(exhausted)}")
     return Item(
         id=str(rid),
         rubric=rubric,
+        retrieval_exhausted=exhausted,
         question=clean_text(question),
         chunks=chunks,
         response=None if response is None else clean_text(response),
@@ -254,7 +263,7 @@ class RepeatedKeys(dict[str, Any]):
 
 
 #: The fields suffice reads of a record and of a chunk.
-RECORD_FIELDS = frozenset({"id", "question", "chunks", "response", "rubric"})
+RECORD_FIELDS = frozenset({"id", "question", "chunks", "response", "rubric", "retrieval_exhausted"})
 CHUNK_FIELDS = frozenset({"id", "text", "source", "score", "date", "metadata"})
 
 

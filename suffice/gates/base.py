@@ -182,6 +182,11 @@ class Gate(ABC):
         the model's (the override rate of the batch summary and of ``/metrics``)."""
         return None
 
+    def high_stakes(self, item: Item) -> bool:
+        """Whether ``item`` is judged under high stakes (a recovery threshold's ``high_stakes``, a HIGH-risk
+        rubric): an abstention or a spent retrieval budget then goes to a person, not to the user alone."""
+        return False
+
     @abstractmethod
     def route(self, verdict: BaseModel) -> Routing:
         """Where the verdict sends the item, by the decision that counts (the calibrated one, if any)."""

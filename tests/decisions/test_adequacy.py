@@ -12,7 +12,8 @@ from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyOutput
 from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir
 
 
-def rubric(risk="LOW", critical=None, threshold=0.6):
+def rubric(risk="LOW", critical=None, threshold=0.6, minimums=None, **more):
+    # No per-dimension minimum unless given: these tests are about the composite.
     return Rubric(
         name="t",
         version="1",
@@ -22,6 +23,10 @@ def rubric(risk="LOW", critical=None, threshold=0.6):
         weights={"factual_coverage": 2.0, "temporal_relevance": 1.0, "source_authority": 1.0},
         critical=critical or {},
         pass_threshold=threshold,
+        minimums={"factual_coverage": 0.0, "temporal_relevance": 0.0, "source_authority": 0.0}
+        if minimums is None
+        else minimums,
+        **more,
     )
 
 
@@ -115,8 +120,43 @@ def test_the_reason_states_numbers_that_bear_out_the_decision(threshold):
     # A calibrated threshold has more than two decimals: "composite 0.650 < threshold
     # 0.65" read as a contradiction in every audit log.
     d = decide(output(SCORES), rubric(), threshold=threshold)
-    composite, relation, stated = re.match(r"composite (\S+) (<|>=) threshold (\S+?),?(?: |$)", d.reason).groups()
+    composite, relation, stated = re.match(r"composite (\S+) (<|>=) threshold (\S+?)[,;]?(?: |$)", d.reason).groups()
     assert float(composite) == d.composite_score
     assert float(stated) == d.threshold
     assert (float(composite) >= float(stated)) == (d.decision == "PASS")
     assert (relation == ">=") == (d.decision == "PASS")
+
+
+def test_pass_needs_every_weighted_dimension_at_its_minimum():
+    # The seed: "A PASS decision requires all rubric criteria to be met"; source_authority 0.3 is not met at the
+    # default minimum (0.5) though the composite 0.65 passes 0.6.
+    d = decide(output(SCORES), rubric(minimums={}))
+    assert d.decision == "FAIL" and d.below_minimum == {"source_authority": 0.3}
+    assert "source_authority 0.30 < minimum 0.50" in d.reason
+    assert decide(output(SCORES), rubric(minimums={"source_authority": 0.25})).decision == "PASS"
+    assert Rubric.model_validate({**rubric().model_dump(), "minimums": {}}).minimum("entity_completeness") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("recommendation", "rule"),
+    [("ESCALATE_TO_HUMAN", "model_escalated"), ("FLAG_AS_UNANSWERABLE", "model_flagged_unanswerable")],
+)
+def test_a_model_asking_for_a_person_is_never_delivered_on_a_computed_pass(recommendation, rule):
+    d = decide(output(SCORES, recommendation=recommendation), rubric())
+    assert d.decision == "PASS" and (d.route, d.rule) == ("human_review", rule)
+    assert recommendation in d.reason
+    trusted = decide(output(SCORES, recommendation=recommendation), rubric(trust_computed_pass=True))
+    assert (trusted.route, trusted.rule, trusted.overrode_recommendation) == ("deliver", None, recommendation)
+    assert "trusts the computed PASS" in trusted.reason
+
+
+def test_each_route_to_a_person_names_its_rule():
+    low = rubric(threshold=0.9)
+    assert decide(output(SCORES, recommendation="ESCALATE_TO_HUMAN"), low).rule == "model_escalated"
+    flagged = decide(output(SCORES, recommendation="FLAG_AS_UNANSWERABLE"), low)
+    assert (flagged.route, flagged.rule) == ("abstain", None)
+    high = decide(output(SCORES, decision="FAIL", recommendation="FLAG_AS_UNANSWERABLE"), rubric("HIGH"))
+    assert (high.route, high.rule) == ("human_review", "model_flagged_unanswerable")
+    spent = decide(output(SCORES), low, can_retrieve=False)
+    assert (spent.route, spent.rule) == ("human_review", "adequacy_rounds_exhausted")
+    assert decide(output(SCORES), low).rule is None

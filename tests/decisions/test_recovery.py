@@ -46,8 +46,9 @@ def test_sufficient_below_threshold_retrieves_then_abstains_or_escalates():
     assert d.gap == ["1 supporting passage(s), threshold 3"]
     assert decide(v, SHOWN, t, can_retrieve=False).route == "abstain"
     strict = SufficiencyThreshold(min_passages=3, high_stakes=True)
-    # No retrieval left: the user sees the gap (issue 30), under high stakes too.
-    assert decide(v, SHOWN, strict, can_retrieve=False).route == "abstain"
+    # No retrieval left under high stakes: a person sees the gap and the queries (issue 37).
+    escalated = decide(v, SHOWN, strict, can_retrieve=False)
+    assert (escalated.route, escalated.rule, escalated.queries) == ("human_review", "abstained_high_stakes", ["c1", "c2"])
 
 
 def test_a_source_without_name_is_cited_by_chunk_id():

@@ -189,21 +189,35 @@ def test_a_checked_answer_belongs_only_to_a_sufficient_verdict():
         RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2", "checked_answer": RESPONSE})
 
 
-def test_insufficient_with_no_retrieval_left_abstains_with_the_gap_and_queries_even_when_strict():
+def test_insufficient_with_no_retrieval_left_abstains_with_the_gap_and_queries():
     from suffice.gates.recovery.decision import decide
 
     verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
-    decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)
-    assert decision.route == "abstain"
+    decision = decide(verdict, [], SufficiencyThreshold.loose(), can_retrieve=False)
+    assert (decision.route, decision.rule) == ("abstain", None)
     assert decision.gap == ["who wrote the notes"]
     assert decision.queries == ["Analytical Engine notes author"]
 
 
-def test_a_strict_partial_verdict_still_goes_to_human_review_with_no_retrieval_left():
+def test_a_high_stakes_abstention_goes_to_a_person_with_the_gap_and_queries():
+    # The seed: "Add a human review gate when the system abstains on high-stakes queries".
+    from suffice.gates.recovery.decision import decide
+
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)
+    assert (decision.route, decision.rule) == ("human_review", "abstained_high_stakes")
+    assert decision.gap == ["who wrote the notes"]
+    assert decision.queries == ["Analytical Engine notes author"]
+    assert decide(verdict, [], SufficiencyThreshold.strict()).route == "retrieve_more"
+
+
+def test_a_strict_partial_verdict_goes_to_human_review_by_its_rule():
     from suffice.gates.recovery.decision import decide
 
     verdict = RecoveryVerdict(**{**PARTIAL, "prompt_version": "recovery/v2"})
-    assert decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False).route == "human_review"
+    for can_retrieve in (True, False):
+        decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=can_retrieve)
+        assert (decision.route, decision.rule) == ("human_review", "partial_under_high_stakes")
 
 
 def test_explicit_threshold_values_fill_the_rest_from_strict():

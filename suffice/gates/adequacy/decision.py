@@ -31,6 +31,10 @@ _FAIL_ROUTES: dict[str, Route] = {
 }
 
 
+#: The model's recommendations that a computed PASS does not deliver on its own, and the rule that sends them on.
+_PERSON_RULES = {"ESCALATE_TO_HUMAN": "model_escalated", "FLAG_AS_UNANSWERABLE": "model_flagged_unanswerable"}
+
+
 def composite_score(scores: Mapping[str, float], rubric: Rubric) -> float:
     """Weighted mean of the dimension scores with the rubric's weights.
 
@@ -72,39 +76,71 @@ def decide(
     can_retrieve: bool = True,
 ) -> AdequacyDecision:
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
-    be in [0, 1]."""
+    be in [0, 1].  ``can_retrieve=False``: no retrieval is left, so a FAIL that more
+    retrieval would have fixed goes to a person (the seed's escalation after the round limit).
+
+    The model's ESCALATE_TO_HUMAN or FLAG_AS_UNANSWERABLE is never delivered, whatever the
+    composite: it goes to a person, unless the rubric sets ``trust_computed_pass``."""
     effective = effective_threshold(rubric, threshold)
     scores = output.scores()
     composite = composite_score(scores, rubric)
     failed = {d: scores.get(d, 0.0) for d, floor in rubric.critical.items() if scores.get(d, 0.0) < floor}
+    unmet = {
+        d: scores.get(d, 0.0)
+        for d in rubric.dimension_names
+        if d not in failed and scores.get(d, 0.0) < rubric.minimum(d)
+    }
     vetoes = []
     if rubric.risk_level == "HIGH":
         if output.adequacy_decision == "FAIL":
             vetoes.append("HIGH risk: the model itself judged the context inadequate")
         if output.missing_information:
             vetoes.append("HIGH risk: the model reports missing information")
-    passed = composite >= effective and not failed and not vetoes
+    passed = composite >= effective and not failed and not unmet and not vetoes
     decision: Literal["PASS", "FAIL"] = "PASS" if passed else "FAIL"
+    rule: str | None = None
+    overrode: str | None = None
+    recommendation = output.recommendation
     if passed:
         route: Route = "deliver"
-        reason = f"composite {composite:g} >= threshold {effective:g}, no critical dimension under its floor"
+        reason = (
+            f"composite {composite:g} >= threshold {effective:g}, no critical dimension under its floor, "
+            "every dimension at its minimum"
+        )
+        if recommendation in _PERSON_RULES:
+            if rubric.trust_computed_pass:
+                overrode = recommendation
+                reason += f"; the rubric trusts the computed PASS over the model's {recommendation}"
+            else:
+                route, rule = "human_review", _PERSON_RULES[recommendation]
+                reason += f"; but the model recommended {recommendation}: a person decides"
     else:
         reasons = []
         if composite < effective:
             reasons.append(f"composite {composite:g} < threshold {effective:g}")
         reasons += [f"{d} {s:.2f} < floor {rubric.critical[d]:.2f}" for d, s in failed.items()]
+        reasons += [f"{d} {s:.2f} < minimum {rubric.minimum(d):.2f}" for d, s in unmet.items()]
         reasons += vetoes
-        route = _FAIL_ROUTES[output.recommendation]
-        if route == "retrieve_more" and not can_retrieve:
-            route = "human_review"
+        route = _FAIL_ROUTES[recommendation]
+        if route == "human_review":
+            rule = "model_escalated"
+        elif route == "abstain" and rubric.risk_level == "HIGH":
+            # The seed: a human review gate when the system abstains on high-stakes queries.
+            route, rule = "human_review", "model_flagged_unanswerable"
+        elif route == "retrieve_more" and not can_retrieve:
+            route, rule = "human_review", "adequacy_rounds_exhausted"
+            reasons.append("no retrieval left")
         reason = "; ".join(reasons)
     return AdequacyDecision(
         decision=decision,
         composite_score=composite,
         threshold=effective,
         failed_critical=failed,
+        below_minimum=unmet,
         conservative_vetoes=vetoes,
         route=route,
         reason=reason,
         agrees_with_model=decision == output.adequacy_decision,
+        rule=rule,
+        overrode_recommendation=overrode,
     )

@@ -38,8 +38,12 @@ class AdequacyOptions(ReasoningOptions):
         description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it",
     )
     rubric_dir: Path | None = Field(default=None, description="your own rubric folder (default: the built-in rubrics)")
+    retrieval_exhausted: bool = Field(
+        default=False,
+        description="no retrieval is left for any record (no retriever): a FAIL that wants more goes to a person",
+    )
 
-    per_request = frozenset({"rubric"})
+    per_request = frozenset({"rubric", "retrieval_exhausted"})
 
 
 class AdequacyGate(Gate):
@@ -61,6 +65,7 @@ class AdequacyGate(Gate):
         threshold: float | None = None,
         prompt_version: str = "v3",
         reasoning_chars: int = AdequacyBounds.RATIONALE_CHARS,
+        retrieval_exhausted: bool = False,
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         lo, hi = AdequacyBounds.RATIONALE_RANGE
@@ -70,6 +75,8 @@ class AdequacyGate(Gate):
         self.reasoning_chars = reasoning_chars
         self.store = store or RubricStore()
         self.default_rubric = rubric
+        #: Every record is judged as if its ``retrieval_exhausted`` were set.
+        self.retrieval_exhausted = retrieval_exhausted
         check_threshold(threshold)
         self.threshold = threshold
         if rubric is not None:
@@ -78,7 +85,12 @@ class AdequacyGate(Gate):
     @classmethod
     def from_options(cls, options: GateOptions) -> AdequacyGate:
         assert isinstance(options, AdequacyOptions)
-        return cls(RubricStore(options.rubric_dir), options.rubric, reasoning_chars=options.reasoning_chars)
+        return cls(
+            RubricStore(options.rubric_dir),
+            options.rubric,
+            reasoning_chars=options.reasoning_chars,
+            retrieval_exhausted=options.retrieval_exhausted,
+        )
 
     @classmethod
     def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -142,7 +154,13 @@ class AdequacyGate(Gate):
         settings = {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
         if self.reasoning_chars != AdequacyBounds.RATIONALE_CHARS:
             settings["reasoning_chars"] = str(self.reasoning_chars)
+        if self.retrieval_exhausted:
+            settings["retrieval_exhausted"] = "true"
         return settings
+
+    def high_stakes(self, item: Item) -> bool:
+        """A HIGH-risk rubric (the record's own, else the default)."""
+        return self.rubric_for(item).risk_level == "HIGH"
 
     def route(self, verdict: BaseModel) -> Routing:
         """The rubric's weighted composite against its threshold, computed in code."""
@@ -157,6 +175,7 @@ class AdequacyGate(Gate):
             gap=list(verdict.missing_information),
             scores=scores,
             rubric=verdict.rubric,
+            rule=d.rule,
         )
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
@@ -201,7 +220,7 @@ class AdequacyGate(Gate):
             recommendation="RETRIEVE_MORE",
             rationale="No chunk holds any text; the model was not called.",
         )
-        return self._verdict(output, rubric, None)
+        return self._verdict(output, rubric, None, item)
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:
@@ -237,9 +256,11 @@ class AdequacyGate(Gate):
         if set(output.dimensions) != set(rubric.dimension_names):
             wanted = list(rubric.dimension_names)
             raise VerdictError(f"dimensions must be exactly the rubric's {wanted}, got {list(output.dimensions)}", text)
-        return self._verdict(output, rubric, fitted)
+        return self._verdict(output, rubric, fitted, item)
 
-    def _verdict(self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None) -> AdequacyVerdict:
+    def _verdict(
+        self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None, item: Item
+    ) -> AdequacyVerdict:
         return AdequacyVerdict(
             **output.model_dump(),
             rubric=rubric.ref,
@@ -248,7 +269,12 @@ class AdequacyGate(Gate):
             truncated_chunk_ids=fitted.truncated_chunk_ids if fitted else [],
             omitted_chunk_ids=fitted.omitted_chunk_ids if fitted else [],
             question_truncated=fitted.question_truncated if fitted else False,
-            decision=decide(output, rubric, threshold=self.threshold),
+            decision=decide(
+                output,
+                rubric,
+                threshold=self.threshold,
+                can_retrieve=not (self.retrieval_exhausted or item.retrieval_exhausted),
+            ),
         )
 
     def model_positive(self, verdict: BaseModel) -> bool | None:

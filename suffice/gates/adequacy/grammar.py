@@ -203,6 +203,12 @@ class AdequacyDecision(BaseModel):
     route: Route
     reason: str
     agrees_with_model: bool
+    #: Dimensions under their minimum (the seed's "all rubric criteria met"), with their scores.
+    below_minimum: dict[str, float] = Field(default_factory=dict)
+    #: For a ``human_review`` route: the rule that sent it (see :data:`suffice.grammars.routes.REVIEW_RULES`).
+    rule: str | None = None
+    #: The model's ESCALATE_TO_HUMAN or FLAG_AS_UNANSWERABLE that a rubric's ``trust_computed_pass`` overrode.
+    overrode_recommendation: str | None = None
 
 
 class AdequacyVerdict(AdequacyOutput):

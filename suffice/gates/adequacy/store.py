@@ -22,6 +22,10 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 #: The most characters a rubric's description of one of its own dimensions may have.
 DESCRIPTION_CHARS = 200
+#: The seed's "A PASS decision requires all rubric criteria to be met at an acceptable threshold", read as
+#: every weighted dimension scoring at least the middle of its 0-1 scale (docs/seeds.md); a rubric's
+#: ``minimums`` set its own.
+DEFAULT_DIMENSION_MINIMUM = 0.5
 
 
 class Rubric(BaseModel):
@@ -42,6 +46,12 @@ class Rubric(BaseModel):
     #: is used as is, without the risk level's margin (the calibration chose the tolerance).
     calibrated_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     calibration: dict[str, Any] | None = None
+    #: The seed's "all rubric criteria met": each weighted dimension's score at or above its minimum here,
+    #: else :data:`DEFAULT_DIMENSION_MINIMUM` (0 lets a dimension go unmet).
+    minimums: dict[str, float] = Field(default_factory=dict)
+    #: Deliver a computed PASS even when the model recommended ESCALATE_TO_HUMAN or
+    #: FLAG_AS_UNANSWERABLE (by default such a verdict goes to a person); the decision then says so.
+    trust_computed_pass: bool = False
 
     @field_validator("name")
     @classmethod
@@ -69,7 +79,7 @@ class Rubric(BaseModel):
     @model_validator(mode="after")
     def _weights_and_floors(self) -> Rubric:
         known = self.dimension_names
-        for field, value in (("weights", self.weights), ("critical", self.critical)):
+        for field, value in (("weights", self.weights), ("critical", self.critical), ("minimums", self.minimums)):
             unknown = sorted(set(value) - set(known))
             if unknown:
                 raise ValueError(f"{field}: unknown dimension(s) {unknown}; this rubric's: {list(known)}")
@@ -80,7 +90,15 @@ class Rubric(BaseModel):
             raise ValueError("weights: must be finite numbers summing to a positive, finite number")
         if any(not 0 <= f <= 1 for f in self.critical.values()):
             raise ValueError("critical: every floor must be in [0, 1]")
+        if any(not 0 <= f <= 1 for f in self.minimums.values()):
+            raise ValueError("minimums: every minimum must be in [0, 1]")
         return self
+
+    def minimum(self, dimension: str) -> float:
+        """The score ``dimension`` must reach for its criterion to count as met (0 for an unweighted one)."""
+        if dimension in self.minimums:
+            return self.minimums[dimension]
+        return DEFAULT_DIMENSION_MINIMUM if self.weight(dimension) > 0 else 0.0
 
     @property
     def dimension_names(self) -> tuple[str, ...]:
@@ -110,6 +128,8 @@ def _field_of(exc: ValidationError) -> str:
         return "weights"
     if not loc and str(err.get("msg", "")).startswith("Value error, critical"):
         return "critical"
+    if not loc and str(err.get("msg", "")).startswith("Value error, minimums"):
+        return "minimums"
     return loc or "rubric"
 
 

@@ -34,7 +34,9 @@ class SufficiencyThreshold:
     allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
     verdicts to human review instead of deciding automatically.  When no retrieval can
     help (``can_retrieve=False``), any other shortfall abstains with the gap and the
-    queries, whatever the stakes: what the seed says to show the user.
+    queries (what the seed says to show the user), and under ``high_stakes`` that
+    abstention goes to a person with them (the seed: "a human review gate when the
+    system abstains on high-stakes queries").
     """
 
     min_passages: int = 1
@@ -152,7 +154,12 @@ def decide(
     queries = list(verdict.suggested_retrieval_queries or [])
 
     def out(
-        route: Route, reason: str, queries: list[str] = queries, gap: list[str] = gap, caveats: list[str] | None = None
+        route: Route,
+        reason: str,
+        queries: list[str] = queries,
+        gap: list[str] = gap,
+        caveats: list[str] | None = None,
+        rule: str | None = None,
     ) -> RecoveryDecision:
         return RecoveryDecision(
             route=route,
@@ -160,15 +167,20 @@ def decide(
             supporting_passages=passages,
             cumulative_score=score,
             support_ratio=ratio,
-            queries=queries if route in ("retrieve_more", "abstain") else [],
+            queries=queries if route in ("retrieve_more", "abstain") or rule == "abstained_high_stakes" else [],
             gap=gap,
             caveats=caveats or [],
             threshold=threshold.describe(),
+            rule=rule,
         )
 
     def no_more_retrieval(reason: str, gap: list[str] = gap, queries: list[str] = queries) -> RecoveryDecision:
-        # The seed's ABSTAIN: the user sees the gap and the queries that could fill it.
-        return out("abstain", reason + "; no retrieval left", gap=gap, queries=queries)
+        # The seed's ABSTAIN: the user sees the gap and the queries that could fill it; under high stakes a
+        # person sees them first.
+        reason += "; no retrieval left"
+        if threshold.high_stakes:
+            return out("human_review", reason + ": high stakes", gap=gap, queries=queries, rule="abstained_high_stakes")
+        return out("abstain", reason, gap=gap, queries=queries)
 
     if verdict.classification is Classification.SUFFICIENT:
         shortfalls = []
@@ -189,7 +201,11 @@ def decide(
 
     if verdict.classification is Classification.PARTIALLY_SUFFICIENT:
         if threshold.high_stakes:
-            return out("human_review", "PARTIALLY_SUFFICIENT in high-stakes use goes to human review")
+            return out(
+                "human_review",
+                "PARTIALLY_SUFFICIENT in high-stakes use goes to human review",
+                rule="partial_under_high_stakes",
+            )
         if threshold.accept_partial and ratio >= threshold.required_support_ratio:
             reason = f"partial support accepted (support ratio {ratio:.2f}): delivered with caveats"
             return out("deliver", reason, caveats=partial_caveats(verdict))

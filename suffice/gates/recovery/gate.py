@@ -43,7 +43,12 @@ class RecoveryOptions(GateOptions):
         ),
     )
 
-    per_request = frozenset({"threshold"})
+    retrieval_exhausted: bool = Field(
+        default=False,
+        description="no retrieval is left for any record (no retriever): a shortfall abstains (high stakes: a person)",
+    )
+
+    per_request = frozenset({"threshold", "retrieval_exhausted"})
 
     @field_validator("threshold")
     @classmethod
@@ -61,14 +66,29 @@ class RecoveryGate(Gate):
     positive_value = '"SUFFICIENT"'
     verdict_model = RecoveryVerdict
 
-    def __init__(self, threshold: SufficiencyThreshold | None = None, prompt_version: str = "v2") -> None:
+    def __init__(
+        self,
+        threshold: SufficiencyThreshold | None = None,
+        prompt_version: str = "v2",
+        *,
+        retrieval_exhausted: bool = False,
+    ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.threshold = threshold or SufficiencyThreshold()
+        #: Every record is judged as if its ``retrieval_exhausted`` were set.
+        self.retrieval_exhausted = retrieval_exhausted
 
     @classmethod
     def from_options(cls, options: GateOptions) -> RecoveryGate:
         assert isinstance(options, RecoveryOptions)
-        return cls(SufficiencyThreshold.from_spec(options.threshold))
+        return cls(SufficiencyThreshold.from_spec(options.threshold), retrieval_exhausted=options.retrieval_exhausted)
+
+    def can_retrieve(self, item: Item) -> bool:
+        """Whether more retrieval may follow for ``item`` (neither the gate nor the record says it is exhausted)."""
+        return not (self.retrieval_exhausted or item.retrieval_exhausted)
+
+    def high_stakes(self, item: Item) -> bool:
+        return self.threshold.high_stakes
 
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether the computed decision delivers (a SUFFICIENT class under the threshold
@@ -80,7 +100,10 @@ class RecoveryGate(Gate):
         return verdict.decision.route == "deliver"
 
     def settings(self) -> dict[str, str]:
-        return {**super().settings(), "threshold": self.threshold.describe()}
+        settings = {**super().settings(), "threshold": self.threshold.describe()}
+        if self.retrieval_exhausted:
+            settings["retrieval_exhausted"] = "true"
+        return settings
 
     def route(self, verdict: BaseModel) -> Routing:
         """The decision computed in code (support ratio, passages, preset)."""
@@ -101,6 +124,7 @@ class RecoveryGate(Gate):
             caveats=list(rd.caveats),
             citations=list(verdict.cited_sources) if rd.route == "deliver" else [],
             judge_answer=verdict.judge_answer,
+            rule=rd.rule,
         )
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
@@ -128,7 +152,8 @@ class RecoveryGate(Gate):
             suggested_retrieval_queries=[item.question[: RecoveryBounds.QUERY_CHARS]],
             prompt_version=self.template.name,
         )
-        return verdict.model_copy(update={"decision": decide(verdict, [], self.threshold)})
+        decision = decide(verdict, [], self.threshold, can_retrieve=self.can_retrieve(item))
+        return verdict.model_copy(update={"decision": decision})
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:
@@ -170,7 +195,7 @@ class RecoveryGate(Gate):
             question_truncated=fitted.question_truncated,
             response_truncated=fitted.response_truncated,
         )
-        decision = decide(verdict, fitted.shown, self.threshold)
+        decision = decide(verdict, fitted.shown, self.threshold, can_retrieve=self.can_retrieve(item))
         update: dict[str, Any] = {"decision": decision}
         if decision.route == "deliver" and output.classification is Classification.PARTIALLY_SUFFICIENT:
             # Partial support accepted: the checked answer itself is what goes out,

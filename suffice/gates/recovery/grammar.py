@@ -254,6 +254,8 @@ class RecoveryDecision(BaseModel):
     #: For a partial delivery only: what the delivered answer must be shown with.
     caveats: list[str] = Field(default_factory=list)
     threshold: str
+    #: For a ``human_review`` route: the rule that sent it (see :data:`suffice.grammars.routes.REVIEW_RULES`).
+    rule: str | None = None
 
 
 class RecoveryVerdict(BaseModel):
@@ -314,12 +316,13 @@ class RecoveryVerdict(BaseModel):
     @property
     def sufficiency_verdict(self) -> SeedVerdict:
         """The seed harness's verdict: SUFFICIENT when the decision delivers, ABSTAIN when it abstains (no
-        retrieval can help), INSUFFICIENT otherwise (retrieve more, or a person decides)."""
+        retrieval can help, also when high stakes send the abstention to a person), INSUFFICIENT otherwise
+        (retrieve more, or a person decides)."""
         if self.decision is None:
             return "SUFFICIENT" if self.classification is Classification.SUFFICIENT else "INSUFFICIENT"
         if self.decision.route == "deliver":
             return "SUFFICIENT"
-        if self.decision.route == "abstain":
+        if self.decision.route == "abstain" or self.decision.rule == "abstained_high_stakes":
             return "ABSTAIN"
         return "INSUFFICIENT"
 
