@@ -129,23 +129,66 @@ def failed_twice(result: JudgeResult) -> bool:
     return result.error is not None and result.error.type == VERDICT_ERROR and result.retries >= 1
 
 
-def review_entry(result: JudgeResult, item: Item | None) -> dict[str, Any]:
-    """The review queue entry for a record whose two generations failed validation: the
-    seeds' "after two failures, log the raw output and route to a human review queue"."""
-    assert result.error is not None
-    payload = {
+#: The rule of a gate's own ``human_review`` route that names none (a gate written outside suffice).
+UNNAMED_RULE = "gate_routed_to_review"
+
+
+def review_rule(gate: Gate, result: JudgeResult) -> str | None:
+    """The rule that sends ``result`` to a person (``None``: none does): two failed generations, or the
+    gate's ``human_review`` route with its rule."""
+    if failed_twice(result):
+        return TWO_FAILED_GENERATIONS
+    if result.verdict is not None:
+        routing = gate.route(result.verdict)
+        if routing.route == "human_review":
+            return routing.rule or UNNAMED_RULE
+    return None
+
+
+def review_entry(
+    result: JudgeResult,
+    item: Item | None,
+    gate: Gate | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The review queue entry for a record sent to a person (``None``: it is not), by the rule that
+    sent it (:func:`review_rule`): the seeds' "after two failures, log the raw output and route to a
+    human review queue", and each gate's ``human_review`` route.  The payload holds the record as
+    judged (question, response, chunks), the verdict, the rule, the reason and the run's settings."""
+    rule = review_rule(gate, result) if gate is not None else TWO_FAILED_GENERATIONS if failed_twice(result) else None
+    if rule is None:
+        return None
+    payload: dict[str, Any] = {
+        "rule": rule,
         "question": item.question if item else None,
+        "response": item.response if item else None,
         "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
         if item
         else [],
-        "raw_output": result.error.raw_text,
-        "error": result.error.model_dump(mode="json"),
+        "settings": dict(settings or {}),
     }
+    if result.verdict is not None and gate is not None:
+        routing = gate.route(result.verdict)
+        payload.update(
+            verdict=result.verdict.model_dump(mode="json"),
+            why=routing.reason,
+            scores=routing.scores,
+            gap=routing.gap,
+            queries=routing.queries,
+        )
+    else:
+        assert result.error is not None
+        payload.update(
+            raw_output=result.error.raw_text,
+            error=result.error.model_dump(mode="json"),
+            why=f"two generations failed validation: {result.error.message}",
+        )
+    # The rule first: a reviewer (and a count per rule) reads it without parsing the rest.
     return {
         "item_id": result.id or "",
         "gate": result.gate,
-        "reason": f"two generations failed validation: {result.error.message}",
-        "rule": TWO_FAILED_GENERATIONS,
+        "reason": f"{rule}: {payload['why']}",
+        "rule": rule,
         "payload": payload,
     }
 
@@ -156,12 +199,16 @@ def record_results(
     results: Sequence[JudgeResult],
     items: Sequence[Item | None],
     run_id: str,
+    gate: Gate | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[int]:
     """Record the audit rows of ``results`` (one per result, as :func:`audit_values` gives
-    them) and queue a review, pointing at its row, for each record whose two generations
-    failed validation.  Returns the rows' sequence numbers."""
+    them) and queue a review, pointing at its row, for each record sent to a person
+    (:func:`review_entry`; without ``gate``, only two failed generations).  Returns the rows'
+    sequence numbers."""
     seqs = log.record_many(rows)
     for seq, result, item in zip(seqs, results, items, strict=True):
-        if failed_twice(result):
-            log.enqueue_review(**review_entry(result, item), run_id=run_id, evaluation_seq=seq)
+        entry = review_entry(result, item, gate, settings)
+        if entry is not None:
+            log.enqueue_review(**entry, run_id=run_id, evaluation_seq=seq)
     return seqs

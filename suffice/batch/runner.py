@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
-from suffice.audit.recording import audit_values, record_results
+from suffice.audit.recording import audit_values, record_results, review_rule
 from suffice.batch.inputs import InputFile, format_of
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
@@ -83,6 +83,10 @@ class BatchReport:
     redone: int = 0
     #: Rows in the output for records this input does not have (kept as they were).
     foreign: int = 0
+    #: Records sent to a person (a ``human_review`` route, two failed generations) and queued for review.
+    reviews: int = 0
+    #: Records sent to a person with no review queue to hold them (no audit log): nobody sees them.
+    unqueued_reviews: int = 0
 
 
 def journal_path(output: Path) -> Path:
@@ -446,8 +450,14 @@ class _Run:
                 )
                 for item, result in zip(items, judged, strict=True)
             ]
-            # Two failed generations for a record also queue it for review, with the raw output.
-            record_results(self.audit, rows, judged, items, self.run_id)
+            # A record sent to a person (its route, or two failed generations) is queued for review.
+            record_results(self.audit, rows, judged, items, self.run_id, self.gate, self.settings.values)
+        if not isinstance(self.scorer, ServiceScorer):  # a service queues its own reviews
+            to_person = sum(review_rule(self.gate, r) is not None for r in judged)
+            if self.audit is not None:
+                self.report.reviews += to_person
+            else:
+                self.report.unqueued_reviews += to_person
         self.results.write(
             result_row(r, self.gate, self.options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
         )

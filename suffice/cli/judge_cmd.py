@@ -307,4 +307,12 @@ def judge_file(
     if report.summary.items:
         print(report.summary.table(), file=sys.stderr)
         print(f"verdicts written to {terminal_text(output)}", file=sys.stderr)
+    if report.reviews:
+        print(f"{report.reviews} record(s) sent to a person: queued for review in the audit log", file=sys.stderr)
+    if report.unqueued_reviews:
+        print(
+            f"warning: {report.unqueued_reviews} record(s) routed to a person (human_review), but no review queue "
+            "is configured: give --audit-db to queue them",
+            file=sys.stderr,
+        )
     return EXIT_OK if report.errors == 0 else EXIT_ITEM_ERRORS

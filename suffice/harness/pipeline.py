@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
-from suffice.audit.recording import audit_values, weights_hash
-from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError
+from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, weights_hash
+from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
 from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
@@ -45,13 +45,17 @@ class PipelineConfig:
     """``max_rounds`` gate evaluations per question; retrieval width starts at ``base_width`` chunks per query,
     times ``width_growth`` every round.  ``retrieval_timeout_s``: seconds per question a retriever call may
     take, past which its questions go to review; with it the retriever runs in a thread of its own, so it is
-    not the default."""
+    not the default.  ``high_stakes``: whether an abstention or a spent budget goes to a person instead of
+    the user alone (the seed: "a human review gate when the system abstains on high-stakes queries or when
+    the retry budget is exhausted"); ``None`` asks the gate (a recovery threshold's ``high_stakes``, a
+    HIGH-risk rubric)."""
 
     max_rounds: int = 3
     base_width: int = 5
     width_growth: int = 2
     rewrite_queries: bool = False
     retrieval_timeout_s: float | None = None
+    high_stakes: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_rounds", "base_width", "width_growth"):
@@ -69,6 +73,8 @@ class PipelineConfig:
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
         ):
             raise ConfigError("retrieval_timeout_s", timeout, "must be a positive number of seconds, or None")
+        if self.high_stakes is not None and not isinstance(self.high_stakes, bool):
+            raise ConfigError("high_stakes", self.high_stakes, "must be true, false or None (the gate decides)")
 
     def width(self, round: int) -> int:
         return int(self.base_width * self.width_growth ** (round - 1))
@@ -128,6 +134,8 @@ class Outcome(BaseModel):
     failure: StepFailure | None = None
     chunk_ids: list[Any] = Field(default_factory=list)
     review_id: int | None = None
+    #: For ``review``: the rule that sent the question to a person (see ``suffice.grammars.routes.REVIEW_RULES``).
+    rule: str | None = None
     verdict: dict[str, Any] | None = None
     trace: list[RoundTrace] = Field(default_factory=list)
 
@@ -144,6 +152,8 @@ class _Open:
     failure: StepFailure | None = None
     #: The record came without an answer: the generator writes the first one.
     generate_first: bool = False
+    #: The record itself said no retrieval is left (not the budget).
+    exhausted_given: bool = False
 
 
 #: What a record without an answer is parsed with until the generator writes one (never judged).
@@ -199,9 +209,11 @@ class Pipeline:
             try:
                 item = self.judge.gate.parse_item(record)
             except InputError as exc:
-                outcomes[index] = self._review(run_id, record_id(record), None, f"input error: {exc}", [], None, None)
+                outcomes[index] = self._review(
+                    run_id, record_id(record), None, f"input error: {exc}", [], None, None, rule="input_error"
+                )
                 continue
-            state = _Open(index, item, generate_first=generate_first)
+            state = _Open(index, item, generate_first=generate_first, exhausted_given=item.retrieval_exhausted)
             (open_ if item.chunks else first_retrieval).append(state)
         if first_retrieval:  # no chunks given: the first retrieval is the question itself
             self._retrieve(first_retrieval, {id(s): [s.item.question] for s in first_retrieval}, round=1)
@@ -222,6 +234,10 @@ class Pipeline:
         for round in range(1, self.config.max_rounds + 1):
             if not open_:
                 break
+            if round == self.config.max_rounds:
+                # The last round: the gate routes what more retrieval would fix as it would with no retriever.
+                for state in open_:
+                    state.item = replace(state.item, retrieval_exhausted=True)
             started = time.perf_counter()
             results = self.judge.judge_batch([s.item for s in open_])
             latency = (time.perf_counter() - started) * 1000
@@ -255,7 +271,7 @@ class Pipeline:
                 if state.failure is not None:
                     outcomes[state.index] = self._failed(run_id, state)
                 elif state.trace[-1].route == RetrievalError.step and state.trace[-1].new_chunks == 0:
-                    outcomes[state.index] = self._abstain(state, "retrieval found nothing new")
+                    outcomes[state.index] = self._abstain(run_id, state, "retrieval found nothing new")
                 else:
                     still_open.append(state)
             open_ = still_open
@@ -272,19 +288,37 @@ class Pipeline:
         if result.verdict is None:
             reason = f"evaluation failed: {result.error.message if result.error else 'unknown'}"
             state.trace.append(RoundTrace(round=round, route="error", reason=reason, audit_seq=seq))
-            return self._review(run_id, item.id, item, reason, [], None, seq, state.trace)
+            rule = "two_failed_generations" if failed_twice(result) else "evaluation_failed"
+            return self._review(run_id, item.id, item, reason, [], None, seq, state.trace, rule=rule)
         routing = self.judge.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
         state.verdict, state.gap, state.queries = verdict, routing.gap, routing.queries
         state.trace.append(RoundTrace(round=round, route=routing.route, reason=routing.reason, audit_seq=seq))
+        spent = round >= self.config.max_rounds and not state.exhausted_given
+        budget = f"retrieval budget of {self.config.max_rounds} rounds spent: "
         if routing.route == "deliver":
             return self._outcome("delivered", item, routing.reason, routing, verdict, state.trace)
-        if routing.route == "abstain":
-            return self._outcome("abstained", item, routing.reason, routing, verdict, state.trace)
         if routing.route == "human_review":
-            return self._review(run_id, item.id, item, routing.reason, routing.gap, verdict, seq, state.trace)
+            named = routing.rule
+            if spent and named == "abstained_high_stakes":
+                named = "budget_spent_high_stakes"
+            reason = (budget if spent else "") + routing.reason
+            return self._review(
+                run_id,
+                item.id,
+                item,
+                reason,
+                routing.gap,
+                verdict,
+                seq,
+                state.trace,
+                rule=named,
+                queries=routing.queries,
+            )
+        if routing.route == "abstain":
+            return self._abstain(run_id, state, (budget if spent else "") + routing.reason, spent=spent, seq=seq)
         if round >= self.config.max_rounds:
-            return self._abstain(state, f"retrieval budget of {self.config.max_rounds} rounds spent: {routing.reason}")
+            return self._abstain(run_id, state, budget + routing.reason, spent=True, seq=seq)
         # Nothing was retrieved: the gate's "queries" are its canned note; search the question again.
         queries[id(state)] = (routing.queries if item.has_evidence else []) or [item.question]
         return None
@@ -325,20 +359,29 @@ class Pipeline:
         seq: int | None,
         trace: list[RoundTrace] | None = None,
         failure: StepFailure | None = None,
+        *,
+        rule: str | None,
+        queries: Sequence[str] = (),
     ) -> Outcome:
+        rule = rule or UNNAMED_RULE
         payload = {
+            "rule": rule,
+            "why": reason,
             "question": item.question if item else None,
+            "response": item.response if item else None,
             "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
             if item
             else [],
             "verdict": verdict,
             "gap": gap,
+            "queries": list(queries),
             "failure": failure.model_dump(mode="json") if failure else None,
+            "settings": self._settings(),
         }
         review_id = self.audit.enqueue_review(
             item_id=item_id or "",
             gate=self.judge.gate.name,
-            reason=reason,
+            reason=f"{rule}: {reason}",
             payload=payload,
             run_id=run_id,
             evaluation_seq=seq,
@@ -351,13 +394,51 @@ class Pipeline:
             gap=gap,
             chunk_ids=[c.id for c in item.chunks] if item else [],
             review_id=review_id,
+            queries=list(queries),
+            rule=rule,
             verdict=verdict,
             trace=list(trace or []),
             failure=failure,
         )
 
-    def _abstain(self, state: _Open, why: str) -> Outcome:
-        """No retrieval can help any more: the user sees the gap and the queries that were to fill it."""
+    def _settings(self) -> dict[str, Any]:
+        """The run's settings a reviewer sees: the gate's and the loop's."""
+        config = self.config
+        loop = {
+            "max_rounds": config.max_rounds,
+            "base_width": config.base_width,
+            "width_growth": config.width_growth,
+            "rewrite_queries": config.rewrite_queries,
+            "high_stakes": config.high_stakes,
+        }
+        return {**self.judge.gate.settings(), "pipeline": loop}
+
+    def _high_stakes(self, item: Item) -> bool:
+        if self.config.high_stakes is not None:
+            return self.config.high_stakes
+        try:
+            return self.judge.gate.high_stakes(item)
+        except SufficeError:  # e.g. a rubric gone since the record was read: the safer reading
+            return True
+
+    def _abstain(self, run_id: str, state: _Open, why: str, *, spent: bool = False, seq: int | None = None) -> Outcome:
+        """No retrieval can help any more: the user sees the gap and the queries that were to fill it; under high
+        stakes a person sees them first (``spent``: the retrieval budget ran out)."""
+        if self._high_stakes(state.item):
+            rule = "budget_spent_high_stakes" if spent else "abstained_high_stakes"
+            seq = seq if seq is not None else _last_seq(state)
+            return self._review(
+                run_id,
+                state.item.id,
+                state.item,
+                why,
+                list(state.gap),
+                state.verdict,
+                seq,
+                state.trace,
+                rule=rule,
+                queries=state.queries,
+            )
         return Outcome(
             id=state.item.id,
             kind="abstained",
@@ -376,7 +457,16 @@ class Pipeline:
         assert failure is not None
         reason = f"{failure.step} failed in round {failure.round}: {failure.message}"
         return self._review(
-            run_id, state.item.id, state.item, reason, state.gap, state.verdict, _last_seq(state), state.trace, failure
+            run_id,
+            state.item.id,
+            state.item,
+            reason,
+            state.gap,
+            state.verdict,
+            _last_seq(state),
+            state.trace,
+            failure,
+            rule="step_failed",
         )
 
     @staticmethod

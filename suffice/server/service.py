@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.audit import AuditLog
-from suffice.audit.recording import audit_values, record_results, weights_hash
+from suffice.audit.recording import audit_values, record_results, review_rule, weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
@@ -31,6 +32,8 @@ from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
+
+logger = logging.getLogger(__name__)
 
 FORMATS = ("suffice", "seed", "ragflow")
 #: No renamed fields: strings as chunks and RAGAS names, as in ``suffice judge``.
@@ -95,11 +98,17 @@ class _AuditWriter:
         self._pool.submit(self._log.check_writable).result()
 
     def record(
-        self, rows: list[dict[str, Any]], results: Sequence[JudgeResult], items: Sequence[Item | None], run_id: str
+        self,
+        rows: list[dict[str, Any]],
+        results: Sequence[JudgeResult],
+        items: Sequence[Item | None],
+        run_id: str,
+        gate: Gate | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record the rows, and queue a review for each record whose two generations failed
-        validation; raises :class:`AuditError` when they cannot be written: the request is not answered."""
-        self._pool.submit(record_results, self._log, rows, results, items, run_id).result()
+        """Record the rows, and queue a review for each record sent to a person (its route, or two failed
+        generations); raises :class:`AuditError` when they cannot be written: the request is not answered."""
+        self._pool.submit(record_results, self._log, rows, results, items, run_id, gate, settings).result()
 
     def close(self) -> None:
         self._pool.submit(self._log.close).result()
@@ -125,6 +134,8 @@ class GateService:
         self._engine_settings: dict[str, str] | None = None
         #: Why the engine can no longer judge (``None`` while it can).
         self.dead: str | None = None
+        #: Records routed to a person with no audit log to queue them (said in the log, and again at close).
+        self.unqueued_reviews = 0
         for gate in config.gates:  # a bad default option fails at start-up
             self._defaults[gate] = self._build(gate, Options())
         if config.audit_db is not None and self._audit is None:
@@ -241,7 +252,20 @@ class GateService:
                 )
                 for item, result in zip(items, results, strict=True)
             ]
-            self._audit.record(rows, results, items, request_id)
+            self._audit.record(rows, results, items, request_id, judge.gate, self.settings(gate, options))
+        else:
+            to_person = sum(review_rule(judge.gate, r) is not None for r in results)
+            if to_person:
+                with self._lock:
+                    self.unqueued_reviews += to_person
+                    total = self.unqueued_reviews
+                logger.warning(
+                    "%d record(s) of request %s routed to a person (human_review), but no review queue is "
+                    "configured (--audit-db); %d so far",
+                    to_person,
+                    request_id,
+                    total,
+                )
         rows = []
         for index, result in enumerate(results):
             row = result_row(result, judge.gate, options.fmt, index)
@@ -255,4 +279,9 @@ class GateService:
     def close(self) -> None:
         if self._audit is not None:
             self._audit.close()
+        if self.unqueued_reviews:
+            logger.warning(
+                "%d record(s) were routed to a person (human_review) with no review queue configured (--audit-db)",
+                self.unqueued_reviews,
+            )
         self.engine.close()

@@ -210,7 +210,7 @@ def test_a_retriever_that_raises_for_one_question_sends_only_it_to_review(tmp_pa
 def test_the_review_entry_of_a_failed_retrieval_keeps_the_step_and_the_error(tmp_path):
     pipeline, _ = run_with(tmp_path, complete_when_all_ten, breaking_for(load_pairs(), TARGET, 2, offline))
     review = pipeline.audit.reviews()[0]
-    assert review["reason"] == "retrieval failed in round 2: ConnectionError: index offline"
+    assert review["reason"] == "step_failed: retrieval failed in round 2: ConnectionError: index offline"
     assert json.loads(review["payload"])["failure"] == {
         "step": "retrieval",
         "round": 2,

@@ -180,27 +180,49 @@ def test_a_spent_budget_abstains_with_the_gap_and_the_queries(tmp_path):
             self.requests.append(request)
             return [{"id": f"n{next(found)}", "text": f"An unrelated passage {next(found)}.", "source": "x"}]
 
-    retrieved = Fresh([])
-    judge = Judge(ScriptedEngine(lambda request: INSUFFICIENT), RecoveryGate(SufficiencyThreshold.strict()))
-    run = Pipeline(
-        judge,
-        FunctionRetriever(retrieved, pass_request=True),
-        PipelineConfig(max_rounds=2),
-        audit=tmp_path / "audit.db",
-    )
-    [outcome] = run.run([ada()])
-    assert outcome.kind == "abstained" and outcome.rounds == 2
-    assert "budget of 2 rounds" in outcome.reason
-    assert outcome.gap == ["when the notes were written"]
-    assert outcome.queries == ["Ada Lovelace notes year"]
-    assert run.audit.reviews() == []
+    def spend(threshold, folder):
+        judge = Judge(ScriptedEngine(lambda request: INSUFFICIENT), RecoveryGate(threshold))
+        run = Pipeline(
+            judge,
+            FunctionRetriever(Fresh([]), pass_request=True),
+            PipelineConfig(max_rounds=2),
+            audit=tmp_path / folder / "audit.db",
+        )
+        [outcome] = run.run([ada()])
+        assert outcome.rounds == 2 and "budget of 2 rounds" in outcome.reason
+        assert outcome.gap == ["when the notes were written"]
+        assert outcome.queries == ["Ada Lovelace notes year"]
+        return run, outcome
+
+    run, outcome = spend(SufficiencyThreshold.loose(), "loose")
+    assert outcome.kind == "abstained" and run.audit.reviews() == []
+    # High stakes (strict): the seed's "human review gate when ... the retry budget is exhausted".
+    run, outcome = spend(SufficiencyThreshold.strict(), "strict")
+    assert (outcome.kind, outcome.rule) == ("review", "budget_spent_high_stakes")
+    [review] = run.audit.reviews()
+    assert review["reason"].startswith("budget_spent_high_stakes: retrieval budget of 2 rounds spent")
+    payload = json.loads(review["payload"])
+    assert payload["rule"] == "budget_spent_high_stakes"
+    assert payload["queries"] == ["Ada Lovelace notes year"] and payload["verdict"]["classification"] == "INSUFFICIENT"
+    assert payload["settings"]["pipeline"]["max_rounds"] == 2
 
 
 def test_retrieval_that_finds_nothing_new_abstains_with_the_gap_and_the_queries(tmp_path):
-    run, _ = pipeline(tmp_path, lambda request: INSUFFICIENT, found=[ADA], threshold=SufficiencyThreshold.strict())
+    run, _ = pipeline(tmp_path, lambda request: INSUFFICIENT, found=[ADA], threshold=SufficiencyThreshold.loose())
     [outcome] = run.run([ada()])
     assert outcome.kind == "abstained" and "nothing new" in outcome.reason
     assert outcome.gap == ["when the notes were written"] and outcome.queries == ["Ada Lovelace notes year"]
+    assert run.audit.reviews() == []
+
+
+def test_a_high_stakes_abstention_goes_to_a_person(tmp_path):
+    strict = SufficiencyThreshold.strict()
+    run, _ = pipeline(tmp_path, lambda request: INSUFFICIENT, found=[ADA], threshold=strict)
+    [outcome] = run.run([ada()])
+    assert (outcome.kind, outcome.rule) == ("review", "abstained_high_stakes") and "nothing new" in outcome.reason
+    assert outcome.gap == ["when the notes were written"] and outcome.queries == ["Ada Lovelace notes year"]
+    [review] = run.audit.reviews()
+    assert review["id"] == outcome.review_id and review["reason"].startswith("abstained_high_stakes: ")
 
 
 def test_a_strict_partial_verdict_still_goes_to_review(tmp_path):
@@ -337,6 +359,13 @@ def test_the_adequacy_gate_abstains_when_the_budget_is_spent(tmp_path):
     )
     run = Pipeline(judge, FunctionRetriever(retriever), PipelineConfig(max_rounds=2), audit=tmp_path / "audit.db")
     [outcome] = run.run([{"id": "r1", "question": "How long do I have to ask for a refund?"}])
-    assert outcome.kind == "abstained" and outcome.rounds == 2
+    # The seed: "Set a maximum of 2-3 retrieval rounds before escalating": the last round has no retrieval left.
+    assert (outcome.kind, outcome.rule, outcome.rounds) == ("review", "adequacy_rounds_exhausted", 2)
     assert outcome.gap == ["the refund window"] and outcome.queries == ["the refund window"]
     assert [a["round"] for a in run.audit.retrievals()] == [1, 2]
+    [review] = run.audit.reviews()
+    payload = json.loads(review["payload"])
+    # What the seed's review interface displays: the query, the retrieved context and the dimension scores.
+    assert payload["question"] == "How long do I have to ask for a refund?"
+    assert [c["id"] for c in payload["chunks"]] == ["c0", "c1"]
+    assert set(payload["verdict"]["dimensions"]) >= {"factual_coverage"}

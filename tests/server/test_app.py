@@ -416,7 +416,9 @@ def test_the_openapi_description_lists_a_route_per_served_gate():
     ]
 
 
-@pytest.mark.parametrize(("gate", "expected"), [("recovery", {"threshold", "format"}), ("sufficiency", {"format"})])
+@pytest.mark.parametrize(
+    ("gate", "expected"), [("recovery", {"threshold", "retrieval_exhausted", "format"}), ("sufficiency", {"format"})]
+)
 def test_the_openapi_description_lists_the_options_each_gate_takes_per_request(gate, expected):
     """Recovery's threshold on recovery's route, not on the others."""
     spec = client_for(key=KEY).get("/openapi.json").json()
