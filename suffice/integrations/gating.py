@@ -18,12 +18,15 @@ import dataclasses
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from suffice.audit import AuditLog
+from suffice.audit.recording import audit_values, record_results, weights_hash
 from suffice.client import AsyncClient, Client
 from suffice.exceptions import ConfigError, GateFailedError, InsufficientContextError
 from suffice.gates import Gate, make_gate
@@ -141,6 +144,9 @@ class DocumentGate:
     gate's options (on a ``Judge``, a judge for them is built once on the same engine; on a
     client they travel with each request, so only the gate's per-request options are accepted
     by the service).  ``on_insufficient`` / ``on_error``: see :data:`OnInsufficient`, :data:`OnError`.
+    ``audit``: with an in-process ``Judge``, every verdict is written to this audit log and each one sent
+    to a person (a ``human_review`` route, two failed generations) is queued for review there, as
+    ``suffice judge --audit-db`` does (through a client, the service keeps its own log).
     """
 
     def __init__(
@@ -150,6 +156,7 @@ class DocumentGate:
         options: Mapping[str, Any] | None = None,
         on_insufficient: OnInsufficient = "raise",
         on_error: OnError = "raise",
+        audit: AuditLog | None = None,
     ) -> None:
         if not isinstance(judge, Judge | Client | AsyncClient):
             raise ConfigError("judge", type(judge).__name__, "must be a suffice.Judge, Client or AsyncClient")
@@ -174,7 +181,31 @@ class DocumentGate:
             self._client = judge
             # Reads the service's verdicts here (route, useful ids); options are checked as the service would.
             self.gate = make_gate(gate or judge.gate, self.options)
+        if audit is not None and not isinstance(audit, AuditLog):
+            raise ConfigError("audit", type(audit).__name__, "must be a suffice.audit.AuditLog")
+        if audit is not None and self._judge is None:
+            raise ConfigError("audit", "AuditLog", "is kept by the service a client judges through (--audit-db)")
+        self.audit = audit
         self._lock = threading.Lock()
+
+    def _record(self, record: Mapping[str, Any], result: JudgeResult, seconds: float) -> JudgeResult:
+        """Write ``result`` to the audit log (if any), queueing it for review when it goes to a person."""
+        if self.audit is None or self._judge is None:
+            return result
+        judge = self._judge
+        item = judge.item_or_none(record)
+        values = audit_values(
+            judge.gate,
+            result,
+            item,
+            run_id=str(record["id"]),
+            round=1,
+            latency_ms=seconds * 1000,
+            weights_hash=weights_hash(getattr(judge.engine, "model_path", None)),
+        )
+        with self._lock:  # one SQLite connection, callers on many threads
+            record_results(self.audit, [values], [result], [item], str(record["id"]), judge.gate, judge.gate.settings())
+        return result
 
     @property
     def gate_name(self) -> str:
@@ -184,7 +215,8 @@ class DocumentGate:
         """The judge's result for one question and its documents (blocking)."""
         record = record_for(question, evidence, answer)
         if self._judge is not None:
-            return self._judge.judge_batch([record])[0]
+            began = time.perf_counter()
+            return self._record(record, self._judge.judge_batch([record])[0], time.perf_counter() - began)
         if isinstance(self._client, Client):
             return self._client.judge(record, self.gate_name, self.options or None)
         raise ConfigError("judge", "AsyncClient", "an AsyncClient serves the async calls only; give a Client")
@@ -194,7 +226,9 @@ class DocumentGate:
         stops its generation), a :class:`~suffice.AsyncClient` natively, a :class:`~suffice.Client` on a thread."""
         record = record_for(question, evidence, answer)
         if self._judge is not None:
-            return await self._judge.ajudge(record)
+            began = time.perf_counter()
+            # Written on the caller's thread: a SQLite connection is used on the thread that opened it.
+            return self._record(record, await self._judge.ajudge(record), time.perf_counter() - began)
         if isinstance(self._client, AsyncClient):
             return await self._client.judge(record, self.gate_name, self.options or None)
         assert isinstance(self._client, Client)

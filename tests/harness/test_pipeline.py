@@ -96,6 +96,18 @@ def test_budget_spent_abstains_with_the_gap_never_silent(tmp_path):
     assert all(o.gap == ["the second paragraph"] and o.queries for o in outcomes)
     assert all(o.verdict is not None and o.verdict["is_sufficient"] is False for o in outcomes)
     assert pipeline.audit.reviews() == []  # abstention is the user's exit, not the review queue
+    # Under high stakes a spent budget goes to a person (the seed: "a human review gate when the system abstains
+    # on high-stakes queries or when the retry budget is exhausted").
+    _, _, engine, pipeline, outcomes = run(
+        tmp_path / "third",
+        lambda r: sufficiency_json(False, labels(r)),
+        PipelineConfig(max_rounds=2, high_stakes=True),
+    )
+    assert all(o.kind == "review" and o.rule == "budget_spent_high_stakes" and o.rounds == 2 for o in outcomes)
+    queued = pipeline.audit.reviews()
+    assert [r["id"] for r in queued] == [o.review_id for o in outcomes]
+    assert all(json.loads(r["payload"])["rule"] == "budget_spent_high_stakes" for r in queued)
+    assert all("budget of 2 rounds" in r["reason"] for r in queued)
 
 
 def test_bad_records_and_engine_failures_end_in_review(tmp_path):
