@@ -232,3 +232,13 @@ def test_a_bad_retrieval_exhausted_names_the_field():
     with pytest.raises(InputError) as caught:
         parse_record(record(retrieval_exhausted="yes"))
     assert caught.value.field == "retrieval_exhausted"
+
+
+def test_the_docs_name_every_rule_and_the_default_minimum():
+    from suffice.gates.adequacy.store import DEFAULT_DIMENSION_MINIMUM
+    from suffice.grammars.routes import REVIEW_RULES
+
+    docs = Path(__file__).parents[2] / "docs"
+    gates = (docs / "gates.md").read_text()
+    assert [rule for rule in REVIEW_RULES if f"`{rule}`" not in gates] == []
+    assert f"else {DEFAULT_DIMENSION_MINIMUM:g} (`DEFAULT_DIMENSION_MINIMUM`)" in (docs / "seeds.md").read_text()
