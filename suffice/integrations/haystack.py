@@ -26,6 +26,7 @@ except ImportError as missing:  # the extra is not installed
         'suffice.integrations.haystack needs Haystack (haystack-ai): pip install "suffice[haystack]"'
     ) from missing
 
+import suffice.audit
 import suffice.client
 import suffice.judge
 from suffice import exceptions
@@ -128,6 +129,7 @@ class SufficiencyRouter:
         on_insufficient: RouterOnInsufficient = "route",
         on_error: gating.OnError = "raise",
         metadata_keys: abc.Sequence[str] = (),
+        audit: suffice.audit.AuditLog | None = None,
     ) -> None:
         if isinstance(judge, abc.Mapping):
             raise exceptions.ConfigError(
@@ -147,7 +149,7 @@ class SufficiencyRouter:
         self.metadata_keys = list(metadata_keys)
         # "route" reads the outcome itself; the gate then keeps every document and never raises.
         policy: gating.OnInsufficient = "keep" if on_insufficient == "route" else on_insufficient
-        self._gate = gating.DocumentGate(judge, gate, options, policy, on_error)
+        self._gate = gating.DocumentGate(judge, gate, options, policy, on_error, audit)
         self._judge = judge
 
     @property

@@ -30,6 +30,7 @@ except ImportError as missing:  # the extra is not installed
     ) from missing
 import pydantic
 
+import suffice.audit
 import suffice.client
 import suffice.judge
 import suffice.results
@@ -106,9 +107,10 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
         on_error: gating.OnError = "raise",
         metadata_keys: abc.Sequence[str] = (),
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
+        audit: suffice.audit.AuditLog | None = None,
     ) -> None:
         # Built first: a bad setting is a ConfigError naming it, before pydantic sees the fields.
-        document_gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error)
+        document_gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error, audit)
         fields: dict[str, typing.Any] = {  # a dict: the base's typed __init__ names none of these
             "judge": judge,
             "gate": document_gate.gate_name,
@@ -198,8 +200,11 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
         on_error: gating.OnError = "raise",
         metadata_keys: abc.Sequence[str] = (),
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
+        audit: suffice.audit.AuditLog | None = None,
     ) -> None:
-        self._gate = gating.DocumentGate(judge, gate or registry.DEFAULT_CHECK_GATE, options, on_error=on_error)
+        self._gate = gating.DocumentGate(
+            judge, gate or registry.DEFAULT_CHECK_GATE, options, on_error=on_error, audit=audit
+        )
         if not self._gate.gate.needs_response:
             raise exceptions.ConfigError(
                 "gate",

@@ -16,6 +16,7 @@ from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence as _Sequence
 from typing import Any as _Any
 
+from suffice.audit import AuditLog as _AuditLog
 from suffice.client import AsyncClient as _AsyncClient
 from suffice.client import Client as _Client
 from suffice.exceptions import ConfigError as _ConfigError
@@ -60,13 +61,14 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
         on_insufficient: gating.OnInsufficient = "raise",
         on_error: gating.OnError = "raise",
         metadata_keys: _Sequence[str] = (),
+        audit: _AuditLog | None = None,
         **kwargs: _Any,
     ) -> None:
         if isinstance(metadata_keys, str):
             raise _ConfigError("metadata_keys", metadata_keys, "must be a sequence of keys, not one string")
         super().__init__(**kwargs)
         self.metadata_keys = tuple(metadata_keys)
-        self._gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error)
+        self._gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error, audit)
 
     @classmethod
     def class_name(cls) -> str:

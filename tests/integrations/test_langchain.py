@@ -372,6 +372,17 @@ def test_a_partly_supported_answer_goes_to_review_under_the_default_threshold(ju
     assert RecoveryCheck(judge).invoke(check_input("When did Apollo 11 partly launch?")).route == "human_review"
 
 
+def test_a_check_with_an_audit_log_queues_the_partial_answer_for_a_person(judge: Judge, tmp_path: Path):
+    from suffice.audit import AuditLog
+
+    log = AuditLog(tmp_path / "audit.db")
+    checked = RecoveryCheck(judge, audit=log).invoke(check_input("When did Apollo 11 partly launch?"))
+    [review] = log.reviews()
+    log.close()
+    assert checked.route == "human_review" and review["reason"].startswith("partial_under_high_stakes: ")
+    assert json.loads(review["payload"])["question"] == "When did Apollo 11 partly launch?"
+
+
 def test_the_gates_options_reach_the_recovery_gate(judge: Judge):
     check = RecoveryCheck(judge, options={"threshold": "loose"})
     assert check.invoke(check_input("When did Apollo 11 partly launch?")).route == "deliver"
