@@ -451,7 +451,7 @@ class _Run:
                 for item, result in zip(items, judged, strict=True)
             ]
             # A record sent to a person (its route, or two failed generations) is queued for review.
-            record_results(self.audit, rows, judged, items, self.run_id, self.gate, self.settings.values)
+            record_results(self.audit, rows, judged, items, self.run_id, self.gate, self._verdict_settings)
         if not isinstance(self.scorer, ServiceScorer):  # a service queues its own reviews
             to_person = sum(review_rule(self.gate, r) is not None for r in judged)
             if self.audit is not None:

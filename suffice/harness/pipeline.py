@@ -376,7 +376,7 @@ class Pipeline:
             "gap": gap,
             "queries": list(queries),
             "failure": failure.model_dump(mode="json") if failure else None,
-            "settings": self._settings(),
+            "settings": self._review_settings(),
         }
         review_id = self.audit.enqueue_review(
             item_id=item_id or "",
@@ -401,8 +401,8 @@ class Pipeline:
             failure=failure,
         )
 
-    def _settings(self) -> dict[str, Any]:
-        """The run's settings a reviewer sees: the gate's and the loop's."""
+    def _review_settings(self) -> dict[str, Any]:
+        """The run's settings a reviewer sees: the gate's, the engine's and the loop's."""
         config = self.config
         loop = {
             "max_rounds": config.max_rounds,
@@ -411,7 +411,7 @@ class Pipeline:
             "rewrite_queries": config.rewrite_queries,
             "high_stakes": config.high_stakes,
         }
-        return {**self.judge.gate.settings(), "pipeline": loop}
+        return {**self._settings, "pipeline": loop}
 
     def _high_stakes(self, item: Item) -> bool:
         if self.config.high_stakes is not None:

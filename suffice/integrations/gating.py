@@ -33,6 +33,7 @@ from suffice.gates import Gate, make_gate
 from suffice.grammars.routes import Routing
 from suffice.judge import Judge
 from suffice.results import JudgeResult
+from suffice.serving.factory import engine_settings
 
 #: What a compressor / postprocessor / router does with documents the gate judged insufficient:
 #: raise :class:`~suffice.InsufficientContextError`, return no documents, or return them all.
@@ -194,6 +195,7 @@ class DocumentGate:
             return result
         judge = self._judge
         item = judge.item_or_none(record)
+        settings = {**judge.gate.settings(), **engine_settings(judge.config.engine)}
         values = audit_values(
             judge.gate,
             result,
@@ -202,9 +204,10 @@ class DocumentGate:
             round=1,
             latency_ms=seconds * 1000,
             weights_hash=weights_hash(getattr(judge.engine, "model_path", None)),
+            settings=settings,
         )
         with self._lock:  # one SQLite connection, callers on many threads
-            record_results(self.audit, [values], [result], [item], str(record["id"]), judge.gate, judge.gate.settings())
+            record_results(self.audit, [values], [result], [item], str(record["id"]), judge.gate, settings)
         return result
 
     @property

@@ -252,7 +252,7 @@ class GateService:
                 )
                 for item, result in zip(items, results, strict=True)
             ]
-            self._audit.record(rows, results, items, request_id, judge.gate, self.settings(gate, options))
+            self._audit.record(rows, results, items, request_id, judge.gate, settings)
         else:
             to_person = sum(review_rule(judge.gate, r) is not None for r in results)
             if to_person:
