@@ -1,7 +1,14 @@
-"""Files written so that a failure (a full disk, a crash, a power cut) leaves the old file or the new one and no
-temporary; write errors become :class:`OutputWriteError` naming the file.  :func:`output_lock` keeps a second run off
-an output.  Nothing here opens a name someone else could have planted in the folder (see :func:`temporary_beside`
-and :func:`_open_lock`)."""
+"""The one way suffice writes a file: :func:`replace_atomically` (a whole file, renamed into place in its folder),
+:func:`open_output` (a new file, or one appended to) and :func:`create_private` (an empty owner-only file that another
+library then opens, the audit database).  Every file suffice creates, appends or replaces goes through these, and a
+test keeps any other ``open(..., "w")``, ``write_text`` or ``write_bytes`` out of ``suffice/``.
+
+What they share: a symlink at the name is never followed (``O_NOFOLLOW``, ``O_EXCL`` on temporaries), so a
+neighbour who can write to a shared folder cannot plant ``OUT.rejected -> ~/.bashrc`` and have the run append to
+it; an appended file must be a regular file with one link; ``private=True`` gives a new file mode 0600 (anything
+holding records, model outputs or keys) and refuses to append to one that another user owns.  A failure (a full
+disk, a crash, a power cut) leaves the old file or the new one and no temporary; write errors become
+:class:`OutputWriteError` naming the file.  :func:`output_lock` keeps a second run off an output."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO, Literal
 
 from suffice.exceptions import OutputBusyError, OutputWriteError
 
@@ -31,13 +39,108 @@ def writing(path: Path) -> Iterator[None]:
         raise write_error(path, exc) from exc
 
 
-def file_mode(path: Path) -> int:
+#: The mode of a new file holding records, model outputs or keys.
+PRIVATE_MODE = 0o600
+
+
+def file_mode(path: Path, *, private: bool = False) -> int:
     """The permissions a replacement of ``path`` gets: the old file's, or for a new file what ``open()`` would give
-    (0o666 less the umask): ``mkstemp``'s 0600 is for the temporary only."""
+    (0o666 less the umask; 0600 if ``private``): ``mkstemp``'s 0600 is for the temporary only.  A symlink at
+    ``path`` counts as no file: it is replaced, never followed, and its target's mode is not copied."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
+        info = os.lstat(path)
     except FileNotFoundError:
-        return 0o666 & ~_umask()
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return PRIVATE_MODE if private else 0o666 & ~_umask()
+    return stat.S_IMODE(info.st_mode)
+
+
+def _refuse_link(path: Path, exc: OSError) -> OutputWriteError:
+    """What a refused open means: a planted symlink is named as one, other errors as the system says."""
+    if exc.errno in (errno.ELOOP, errno.EEXIST, errno.EMLINK) and os.path.islink(path):
+        return OutputWriteError(str(path), "is a symbolic link; suffice never writes through one: remove it")
+    return write_error(path, exc)
+
+
+def _check_opened(path: Path, fd: int, *, private: bool) -> None:
+    """Refuse (closing ``fd``) what an open without following links can still reach: a FIFO or device, a hard
+    link to someone's file, and for ``private`` a file another user owns (planted beside the output, what we append
+    would be theirs to read).  An existing file's mode is its owner's choice and is kept."""
+    info = os.fstat(fd)
+    why = None
+    if not stat.S_ISREG(info.st_mode):
+        why = "is not a regular file"
+    elif info.st_nlink > 1:
+        why = "is a second link to another file"
+    elif private and info.st_uid != os.geteuid():
+        why = f"belongs to another user (uid {info.st_uid}), who could read what is written"
+    if why is not None:
+        os.close(fd)
+        raise OutputWriteError(str(path), f"{why}: refusing to write to it")
+
+
+def open_output(path: Path, how: Literal["new", "append"], *, private: bool = False) -> BinaryIO:
+    """``path`` opened for binary writing without following a symlink at its last component.
+
+    ``how="new"``: created, never an existing file (``FileExistsError`` passes through for the caller to name);
+    ``"append"``: created or appended to, and checked as :func:`_check_opened` says.  A new file gets mode 0600 if
+    ``private``, else what the umask gives.  Errors other than ``FileExistsError`` raise
+    :class:`OutputWriteError` naming ``path``.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags |= os.O_EXCL if how == "new" else os.O_APPEND
+    try:
+        fd = os.open(path, flags, PRIVATE_MODE if private else 0o666)
+    except FileExistsError:
+        if os.path.islink(path):
+            raise OutputWriteError(
+                str(path), "is a symbolic link; suffice never writes through one: remove it"
+            ) from None
+        raise
+    except OSError as exc:
+        raise _refuse_link(path, exc) from exc
+    _check_opened(path, fd, private=private)
+    if private and how == "new":
+        try:
+            with writing(path):
+                os.fchmod(fd, PRIVATE_MODE)  # the file system may ignore open's mode
+        except BaseException:
+            os.close(fd)
+            raise
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "wb")
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it is there, for a library that opens it by name afterwards
+    (SQLite would create it 0644 and follow a link).  An existing name must be a regular file with one link; a
+    symlink, dangling or not, is refused rather than left for the library to follow.  An existing file keeps the
+    mode its owner gave it."""
+    try:
+        open_output(path, "new", private=True).close()
+    except FileExistsError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise _refuse_link(path, exc) from exc
+        _check_opened(path, fd, private=False)
+        os.close(fd)
+
+
+def write_new(path: Path, data: bytes, *, private: bool = False) -> None:
+    """Write ``data`` to a new file at ``path`` (see :func:`open_output`); a file left half written by a failure is
+    removed, being this call's own."""
+    handle = open_output(path, "new", private=private)
+    try:
+        with handle, writing(path):
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
 
 
 def _umask() -> int:
@@ -75,18 +178,33 @@ def temporary_beside(path: Path) -> tuple[int, Path]:
     return fd, Path(name)
 
 
-def replace_atomically(path: Path, chunks: Iterable[bytes], *, mode: int | None = None) -> None:
-    """Write ``chunks`` to a new temporary file beside ``path`` (:func:`temporary_beside`), flush it, rename it
-    over ``path`` and sync the folder; on any failure the temporary is removed and ``path`` is as it was.
+def open_temporary_beside(path: Path, *, private: bool = False) -> tuple[BinaryIO, Path]:
+    """A new temporary (:func:`temporary_beside`) opened for binary writing, with the mode ``path``'s replacement
+    gets (:func:`file_mode`), for a writer that renames it over ``path`` itself (a Parquet output)."""
+    fd, tmp = temporary_beside(path)
+    try:
+        os.fchmod(fd, file_mode(path, private=private))
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return os.fdopen(fd, "wb"), tmp
 
-    ``mode``: the new file's permissions (default: the old file's, or what the umask gives a new file).
+
+def replace_atomically(path: Path, chunks: Iterable[bytes], *, mode: int | None = None, private: bool = False) -> None:
+    """Write ``chunks`` to a new temporary file beside ``path`` (:func:`temporary_beside`), flush it, rename it
+    over ``path`` and sync the folder; on any failure the temporary is removed and ``path`` is as it was.  A
+    symlink at ``path`` is replaced by the file, its target untouched.
+
+    ``mode``: the new file's permissions (default: the old file's, or what the umask gives a new file, 0600 if
+    ``private``).
     """
     with writing(path):
         fd, tmp = temporary_beside(path)
     try:
         try:
             with writing(path):
-                os.fchmod(fd, file_mode(path) if mode is None else mode)
+                os.fchmod(fd, file_mode(path, private=private) if mode is None else mode)
         except BaseException:
             os.close(fd)
             raise

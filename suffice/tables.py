@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from suffice.files import file_mode, sync_folder, temporary_beside
+from suffice.files import open_temporary_beside, sync_folder
 from suffice.results import JudgeResult
 
 __all__ = [
@@ -290,19 +290,14 @@ class ParquetRows:
         *,
         row_group_rows: int = 10_000,
         compression: str = "zstd",
+        private: bool = False,
     ) -> None:
+        """``private``: a new file is mode 0600 (it holds records), as :func:`~suffice.files.file_mode` says."""
         if row_group_rows < 1:
             raise ValueError(f"row_group_rows must be at least 1, not {row_group_rows}")
         self.path = Path(path)
-        fd, self.tmp_path = temporary_beside(self.path)
-        try:
-            os.fchmod(fd, file_mode(self.path))
-        except BaseException:
-            os.close(fd)
-            self.tmp_path.unlink(missing_ok=True)
-            raise
         # pyarrow writes into this handle and leaves it open for close() to sync.
-        self._sink = os.fdopen(fd, "wb")
+        self._sink, self.tmp_path = open_temporary_beside(self.path, private=private)
         self.schema = schema
         self.row_group_rows = row_group_rows
         #: Rows in the row groups written so far (rows still buffered not included).

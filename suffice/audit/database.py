@@ -12,7 +12,8 @@ from pathlib import Path
 from suffice.audit.encoding import GENESIS, Stored, head_digest, now, row_digest, same
 from suffice.audit.keys import KEY_BYTES, key_id
 from suffice.audit.schema import ALG_KEYED, ALG_PLAIN, CHAINS, EARLIER_FORMATS, FORMAT, OLD_TABLES, SCHEMA, Chain
-from suffice.exceptions import AuditError, ConfigError
+from suffice.exceptions import AuditError, ConfigError, OutputWriteError
+from suffice.files import create_private
 
 #: Where the harness and ``suffice review`` keep the log unless told otherwise.
 DEFAULT_AUDIT_DB = Path("suffice-audit.sqlite")
@@ -48,17 +49,6 @@ def audit_error(path: Path, exc: sqlite3.Error) -> AuditError:
     return AuditError(f"the audit log {path} cannot be used: {why} ({text})")
 
 
-def _create_private(path: Path) -> None:
-    """Create ``path`` empty with mode 0600 if it is not there, before SQLite does (with 0644 under the usual
-    umask): the log holds raw model outputs and review payloads.  SQLite gives its -wal and -shm files the
-    database's mode.  An existing file keeps the mode its owner gave it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
 class Database:
     """The open audit database: its id, whether it is keyed, and whether the given key fits."""
 
@@ -73,9 +63,11 @@ class Database:
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                _create_private(self.path)
+                # Mode 0600 before SQLite creates it 0644 (it holds raw model outputs, and SQLite gives its -wal
+                # and -shm files the database's mode); a planted symlink, even dangling, is refused, not followed.
+                create_private(self.path)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, sqlite3.Error, OutputWriteError) as exc:
             raise AuditError(f"the audit log {self.path} cannot be opened: {exc}") from exc
         # A tampered row may hold bytes that are not UTF-8: read them, report them, never crash.
         self._db.text_factory = lambda raw: raw.decode("utf-8", "surrogateescape")

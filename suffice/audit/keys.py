@@ -7,8 +7,10 @@ import hmac
 import os
 import secrets
 import stat
+from pathlib import Path
 
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, OutputWriteError
+from suffice.files import write_new
 
 #: Bytes of a key written by :func:`write_key_file`; shorter keys are refused.
 KEY_BYTES = 32
@@ -20,6 +22,45 @@ def key_id(key: bytes) -> str:
     return hmac.new(key, b"suffice-audit key id", hashlib.sha256).hexdigest()[:16]
 
 
+#: Most bytes a key file may hold: a key is a line, and a huge file named by mistake is not read into memory.
+KEY_FILE_MAX_BYTES = 4096
+
+
+def read_key_file(
+    path: str | os.PathLike[str], parameter: str, *, forging: str, missing: str = "no such key file"
+) -> bytes:
+    """The bytes of the secret in ``path`` (surrounding whitespace removed): the one reader of the audit key and
+    the service's client key.
+
+    Refused with :class:`ConfigError` naming ``parameter``: a missing or unreadable file, one that is not a regular
+    file or holds more than :data:`KEY_FILE_MAX_BYTES`, and one that group or others may read or change, since
+    whoever can read it can do what ``forging`` says.
+    """
+    where = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO named by mistake: no hang
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(parameter, where, "is not a regular file")
+            mode = stat.S_IMODE(info.st_mode)
+            if mode & 0o077:
+                raise ConfigError(
+                    parameter,
+                    where,
+                    f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
+                    f"read it can {forging}; run `chmod 600 {where}`",
+                )
+            data = handle.read(KEY_FILE_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(parameter, where, missing) from None
+    except OSError as exc:
+        raise ConfigError(parameter, where, f"cannot read the key file: {exc.strerror or exc}") from exc
+    if len(data) > KEY_FILE_MAX_BYTES:
+        raise ConfigError(parameter, where, f"holds more than {KEY_FILE_MAX_BYTES} bytes: a key file holds one key")
+    return data.strip()
+
+
 def load_key(path: str | os.PathLike[str]) -> bytes:
     """Read a key file written by :func:`write_key_file` (hex, at least 32 bytes).
 
@@ -29,26 +70,11 @@ def load_key(path: str | os.PathLike[str]) -> bytes:
     anything is recorded.
     """
     where = str(path)
+    missing = "no such key file (create one with `suffice audit keygen -o FILE`)"
+    raw = read_key_file(path, "audit_key", forging="forge the log", missing=missing)
     try:
-        with open(path, encoding="ascii") as handle:
-            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
-            if mode & 0o077:
-                raise ConfigError(
-                    "audit_key",
-                    where,
-                    f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
-                    f"read it can forge the log; run `chmod 600 {where}`",
-                )
-            text = handle.read().strip()
-    except FileNotFoundError:
-        raise ConfigError(
-            "audit_key", where, "no such key file (create one with `suffice audit keygen -o FILE`)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("audit_key", where, f"cannot read the key file: {exc}") from exc
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        key = bytes.fromhex(raw.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
         raise ConfigError(
             "audit_key", where, "not a hex key (a key file holds the hex digits `keygen` wrote)"
         ) from None
@@ -65,12 +91,9 @@ def write_key_file(path: str | os.PathLike[str]) -> str:
     """
     key = secrets.token_bytes(KEY_BYTES)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_new(Path(path), (key.hex() + "\n").encode("ascii"), private=True)
     except FileExistsError:
         raise ConfigError("output", str(path), "exists: refusing to overwrite a key file") from None
-    except OSError as exc:
-        raise ConfigError("output", str(path), f"cannot create the key file: {exc}") from exc
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        os.fchmod(fd, 0o600)  # in case the file system ignored the mode
-        handle.write(key.hex() + "\n")
+    except OutputWriteError as exc:
+        raise ConfigError("output", str(path), f"cannot create the key file: {exc.reason}") from exc
     return key_id(key)

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from suffice.batch.keys import DoneRow, KeyIndex, line_key, record_key
 from suffice.exceptions import OutputMismatchError, OutputWriteError
-from suffice.files import replace_atomically, write_error, writing
+from suffice.files import open_output, replace_atomically, write_error, writing
 from suffice.jsonl import dump_line
 
 #: Error types a resumed run judges again even without ``retry_errors`` (rows without ``final``).
@@ -151,9 +151,8 @@ class ResultFile:
         with writing(self.path):  # a read-only folder: "cannot write PATH", not a traceback
             self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._rewrite:
-            replace_atomically(self.path, self._kept())
-        with writing(self.path):
-            self._handle = self.path.open("ab")
+            replace_atomically(self.path, self._kept(), private=True)
+        self._handle = open_output(self.path, "append", private=True)
         self._size = self._handle.tell()
 
     def _kept(self) -> Iterator[bytes]:
@@ -182,8 +181,7 @@ class ResultFile:
                 row = self._row(raw, number)
                 if row is None:
                     if aside is None:
-                        with writing(self.rejected_path):
-                            aside = stack.enter_context(self.rejected_path.open("ab"))
+                        aside = stack.enter_context(open_output(self.rejected_path, "append", private=True))
                     with writing(self.rejected_path):
                         aside.write(raw)
                 elif row_is_final(row, self._retry_errors):
@@ -259,7 +257,7 @@ class ResultFile:
             return
         self._handle.close()
         if not self._in_order or self.index.relined():
-            replace_atomically(self.path, self._in_input_order())
+            replace_atomically(self.path, self._in_input_order(), private=True)
             self._in_order = True
 
     def _in_input_order(self) -> Iterator[bytes]:

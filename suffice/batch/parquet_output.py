@@ -67,7 +67,7 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
     change (a JSONL output holds any row)."""
     schema = result_schema(gate.verdict_model)
     try:
-        with ParquetRows(output, schema) as writer:
+        with ParquetRows(output, schema, private=True) as writer:
             for source in read_lines(journal):
                 if not isinstance(source.record, dict):
                     raise SufficeError(f"{journal}:{source.line} is not a result row")
@@ -93,7 +93,7 @@ def _rows(output: Path) -> Iterator[bytes]:
 def journal_from_parquet(output: Path, journal: Path) -> None:
     """Turn a finished Parquet output back into a journal to resume from."""
     try:
-        replace_atomically(journal, _rows(output))
+        replace_atomically(journal, _rows(output), private=True)
     except OutputWriteError:
         raise
     except Exception as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from suffice.calibration.metrics import (
 )
 from suffice.exceptions import InputError
 from suffice.fields import FieldMap
-from suffice.files import writing
+from suffice.files import replace_atomically, writing
 from suffice.summary import OutputTokens
 
 if TYPE_CHECKING:
@@ -166,10 +167,8 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     clean["plots"] = [p.name for p in plots]
     if missing is not None:
         clean["plots_missing"] = missing
-    with writing(out / "report.json"):
-        (out / "report.json").write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
-    with writing(out / "report.md"):
-        (out / "report.md").write_text(_markdown(clean), encoding="utf-8")
+    replace_atomically(out / "report.json", [(json.dumps(clean, indent=2) + "\n").encode("utf-8")])
+    replace_atomically(out / "report.md", [_markdown(clean).encode("utf-8")])
     return [out / "report.json", out / "report.md", *plots]
 
 
@@ -247,10 +246,11 @@ def _plots(report: dict[str, Any], out: Path) -> list[Path]:
         )
         fig.tight_layout()
         path = out / f"{name}.png"
+        image = io.BytesIO()
         try:
-            with writing(path):
-                fig.savefig(path, dpi=90)
+            fig.savefig(image, format="png", dpi=90)
         finally:
             plt.close(fig)
+        replace_atomically(path, [image.getvalue()])
         paths.append(path)
     return paths

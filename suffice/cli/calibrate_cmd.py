@@ -15,6 +15,7 @@ from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.files import replace_atomically
 from suffice.gates import CalibrationChoice, Gate
 from suffice.gates.base import fitted_under
 from suffice.jsonl import dump_line, read_records
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             f"error: the golden file is {source}, which calibrate writes; move it or choose another -o", file=sys.stderr
         )
         return EXIT_USAGE
-    source.write_bytes(b"".join(dump_line(r) for r in records))
+    replace_atomically(source, (dump_line(r) for r in records), private=True)
     verdicts = args.output / "verdicts.jsonl"
     status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress)
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):

@@ -218,7 +218,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.server is not None:
             config = server_config_from_args(args)
-            key = read_api_key(args.engine_key_file).decode("ascii") if args.engine_key_file is not None else None
+            key = (
+                read_api_key(args.engine_key_file, private=False).decode("ascii")
+                if args.engine_key_file is not None
+                else None
+            )
         else:
             if args.timeout is not None:
                 raise ConfigError("timeout", args.timeout, "needs --server")

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, OutputWriteError
+from suffice.files import open_output
 from suffice.serving.cgroups import cgroup_limits
 from suffice.serving.engine_config import EngineConfig
 
@@ -263,8 +264,11 @@ def engine_log_path() -> Path | None:
     for folder in (cache_root() / "logs", Path(tempfile.gettempdir()) / "suffice-logs"):
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with open(folder / name, "ab"):
-                pass
+            # The temporary folder is shared: a neighbour's link planted at this name is refused, not followed.
+            open_output(folder / name, "append", private=True).close()
+        except OutputWriteError as exc:
+            failures.append(f"{folder}: {exc.reason}")
+            continue
         except OSError as exc:
             failures.append(f"{folder}: {exc.strerror or exc}")
             continue
@@ -288,7 +292,7 @@ def engine_output(verbose: bool) -> Iterator[Path | None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
-    with open(path, "ab") as log:
+    with open_output(path, "append", private=True) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suffice.exceptions import ModelNotFoundError
+from suffice.files import open_output, write_new
 from suffice.serving.offline import force_offline
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -122,14 +123,14 @@ def _convert(gguf: Path, target: Path, verbose: bool = False) -> None:
 def _convert_once(gguf: Path, target: Path, verbose: bool = False) -> None:
     """Convert into ``target`` unless another process has (it may be converting now)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
+    with open_output(target.parent / f".{target.name}.lock", "append") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / _DONE_MARKER).exists():
             return
         work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
         try:
             _convert(gguf, work, verbose)
-            (work / _DONE_MARKER).write_text(str(gguf) + "\n")
+            write_new(work / _DONE_MARKER, (str(gguf) + "\n").encode())
             if target.exists():
                 shutil.rmtree(target)
             work.rename(target)

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from suffice.exceptions import ConfigError, InputError, VerdictError
+from suffice.files import replace_atomically
 from suffice.gates.adequacy import cli
 from suffice.gates.adequacy.decision import check_threshold, decide, effective_threshold
 from suffice.gates.adequacy.grammar import (
@@ -134,7 +135,7 @@ class AdequacyGate(Gate):
         folder = self._save_folder(destination, report_dir)
         if folder != self.store.folder:  # a store of its own: the base version beside the new one
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{base.ref}.json").write_text(base.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            replace_atomically(folder / f"{base.ref}.json", [(base.model_dump_json(indent=2) + "\n").encode("utf-8")])
         metrics = {**choice.metrics, "threshold": choice.threshold}
         if choice.fitted_under:
             metrics["fitted_under"] = dict(choice.fitted_under)

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from suffice.exceptions import ConfigError, RubricError
+from suffice.exceptions import ConfigError, OutputWriteError, RubricError
+from suffice.files import write_new
 from suffice.gates.adequacy.grammar import DIMENSIONS, check_dimension_names
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -206,17 +207,13 @@ def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -
     data.update(version=version, calibrated_threshold=metrics["threshold"], calibration=metrics)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle = path.open("x", encoding="utf-8")
+        write_new(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
     except FileExistsError as exc:
         raise ConfigError(
             "save_rubric", str(path), f"{rubric.name}@{version} exists already: calibrate from it, or move it away"
         ) from exc
+    except OutputWriteError as exc:
+        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc.reason}") from exc
     except OSError as exc:
-        raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
-    try:
-        with handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
-    except OSError as exc:
-        path.unlink(missing_ok=True)  # created exclusively above: it is this call's own
         raise ConfigError("save_rubric", str(path), f"cannot be written: {exc}") from exc
     return path
