@@ -69,6 +69,15 @@ def without_paths(message: str) -> str:
     return _PATH.sub(last_part, message)
 
 
+def _shown(result: JudgeResult) -> JudgeResult:
+    """``result`` as a client sees it: an error row's message without the server's folders, whether the record
+    named a rubric itself or a request option did (the audit log keeps the full message)."""
+    error = result.error
+    if error is None or without_paths(error.message) == error.message:
+        return result
+    return result.model_copy(update={"error": error.model_copy(update={"message": without_paths(error.message)})})
+
+
 @dataclass(frozen=True)
 class Options:
     """Per-request choices: the gate's own options a request may set, and the output format."""
@@ -268,7 +277,7 @@ class GateService:
                 )
         rows = []
         for index, result in enumerate(results):
-            row = result_row(result, judge.gate, options.fmt, index)
+            row = result_row(_shown(result), judge.gate, options.fmt, index)
             row["index"] = row.pop("line")
             rows.append(row)
         return Outcome(request_id, rows, results, seconds, judge.gate)

@@ -356,6 +356,16 @@ def test_an_unknown_rubric_names_the_rubric_and_the_known_ones_not_the_folder():
     assert str(builtin_dir()) not in message
 
 
+def test_a_records_own_unknown_rubric_names_the_rubric_not_the_folder():
+    """The same name as a record's ``rubric`` field gives an error row, not a 422: trimmed as the option is."""
+    response = client().post("/v1/judge/adequacy", json={**record(0), "rubric": "no-such-rubric"})
+    error = response.json()["results"][0]["error"]
+    assert response.status_code == 200
+    assert error["field"] == "rubric"
+    assert "no-such-rubric" in error["message"] and "customer-support" in error["message"]
+    assert str(builtin_dir()) not in response.text
+
+
 class AtAPath(ScriptedEngine):
     model_id = "/srv/models/private/Qwen3-8B"
 
