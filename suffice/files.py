@@ -109,6 +109,8 @@ def open_output(path: Path, how: Literal["new", "append"], *, private: bool = Fa
             os.close(fd)
             raise
     os.set_blocking(fd, True)
+    if how == "append":
+        os.lseek(fd, 0, os.SEEK_END)  # as open(..., "ab") does: tell() is the file's size
     return os.fdopen(fd, "wb")
 
 
