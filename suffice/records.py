@@ -204,7 +204,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
             raise InputError("response", "is missing (this gate checks a generated answer)")
         return record
     if isinstance(record, InvalidRecord):
-        raise InputError("record", f"{record.what} {record.line} {record.message}")
+        raise InputError(record.field, f"{record.what} {record.line} {record.message}")
     if not isinstance(record, Mapping):
         raise InputError("record", f"must be a JSON object, got {type(record).__name__}")
     _check_keys(record, "", RECORD_FIELDS)
@@ -284,6 +284,37 @@ def _check_keys(raw: Mapping[str, Any], where: str, read: frozenset[str]) -> Non
             raise InputError(field, "is given twice in one object; which value is meant is not known")
 
 
+#: Most characters in one string of a record (a field, a chunk, a metadata value or key), for ``suffice serve``
+#: (``--max-field-chars``) and ``suffice judge`` alike: a chunk is a passage, not a book, and a cap keeps one record
+#: from taking the process's memory (a 2 KB Parquet file held 64 strings of 16 MB).
+MAX_FIELD_CHARS = 200_000
+#: Most entries in one list of a record (its chunks, most often), for serve and judge alike.
+MAX_CHUNKS_PER_ITEM = 512
+
+
+def over_caps(value: object, max_chars: int, max_entries: int) -> tuple[str, str] | None:
+    """The first string or key in ``value`` over ``max_chars`` characters, or list over ``max_entries`` entries, as
+    (where, why) with ``where`` a dotted field name (``chunks.3.text``); ``None`` if all fit.  Iterative: a record
+    may be nested deeply."""
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        node, where = stack.pop()
+        name = where or "record"
+        if isinstance(node, str):
+            if len(node) > max_chars:
+                return name, f"{len(node)} characters: at most {max_chars} a string (--max-field-chars)"
+        elif isinstance(node, Mapping):
+            for key, child in node.items():
+                if isinstance(key, str) and len(key) > max_chars:
+                    return name, f"a key of {len(key)} characters: at most {max_chars} (--max-field-chars)"
+                stack.append((child, f"{where}.{key}" if where else str(key)))
+        elif isinstance(node, list):
+            if len(node) > max_entries:
+                return name, f"{len(node)} entries: at most {max_entries} (--max-chunks-per-item)"
+            stack.extend((child, f"{where}.{i}" if where else str(i)) for i, child in enumerate(node))
+    return None
+
+
 @dataclass(frozen=True)
 class InvalidRecord:
     """Stands in for an input line that is not JSON (or an unreadable Parquet row), so it gets its error line."""
@@ -293,3 +324,5 @@ class InvalidRecord:
     message: str
     #: What could not be read: a JSONL line or a Parquet row.
     what: str = "line"
+    #: The field the error row names (a field over a cap, or the whole record).
+    field: str = "record"

@@ -13,7 +13,7 @@ from suffice import compressed
 from suffice.exceptions import ConfigError
 from suffice.fields import FieldMap
 from suffice.jsonl import SourceLine, parse_line, read_lines
-from suffice.records import InvalidRecord
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord, over_caps
 
 FORMATS = ("jsonl", "parquet")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
@@ -77,9 +77,20 @@ class InputFile:
     1-based position in the file."""
 
     def __init__(
-        self, path: Path, fmt: str | None = None, fields: FieldMap | None = None, shard: Shard | None = None
+        self,
+        path: Path,
+        fmt: str | None = None,
+        fields: FieldMap | None = None,
+        shard: Shard | None = None,
+        *,
+        max_field_chars: int = MAX_FIELD_CHARS,
+        max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM,
     ) -> None:
+        """``max_field_chars``, ``max_chunks_per_item``: the service's caps on a record (a string's characters, a
+        list's entries); a record over one is that record's error row, and a Parquet row is measured before it
+        is converted, so one over a cap is never held as Python strings."""
         self.path = path
+        self.caps = (max_field_chars, max_chunks_per_item)
         self.format = format_of(path, fmt)
         self.fields = fields or FieldMap()
         self.shard = shard
@@ -99,11 +110,17 @@ class InputFile:
             self.count = shard.size(self.count)
 
     def __iter__(self) -> Iterator[SourceLine]:
-        raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path)
+        raw = read_lines(self.path) if self.format == "jsonl" else _parquet_lines(self.path, self.caps)
         if self.shard is not None:
             raw = itertools.islice(raw, self.shard.index, None, self.shard.count)
+        what = "line" if self.format == "jsonl" else "row"
         for source in raw:
-            yield SourceLine(source.line, self.fields.apply(source.record, source.line))
+            record = source.record
+            over = None if isinstance(record, InvalidRecord) else over_caps(record, *self.caps)
+            if over is not None:
+                where, why = over
+                record = InvalidRecord(source.line, f"holds {why}", what, field=where)
+            yield SourceLine(source.line, self.fields.apply(record, source.line))
 
 
 def _refuse_plain_json(path: Path, count: int) -> None:
@@ -132,23 +149,107 @@ def _count_lines(path: Path) -> int:
     return sum(1 for _, raw in compressed.numbered_lines(path) if raw.strip())
 
 
-def _parquet_lines(path: Path, batch_rows: int = 1024) -> Iterator[SourceLine]:
+_CAP_OPTIONS = "--max-field-chars, --max-chunks-per-item"
+#: Bytes of Parquet data decoded at once (a batch's rows, as the row group's metadata sizes them): rows of 16 MB
+#: strings are read a few at a time, not 1,024.
+_BATCH_BYTES = 64 << 20
+
+
+def _parquet_lines(
+    path: Path, caps: tuple[int, int] = (MAX_FIELD_CHARS, MAX_CHUNKS_PER_ITEM), batch_rows: int = 1024
+) -> Iterator[SourceLine]:
     import pyarrow.parquet as pq
 
-    position = 0
+    meta = pq.ParquetFile(path).metadata
+    # Strings read as dictionaries: a value repeated in every row (how a 2 KB file holds 64 x 16 MB) is held once,
+    # and measured once, instead of once a row.
+    strings = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    strings = [p for i, p in enumerate(strings) if meta.schema.column(i).physical_type == "BYTE_ARRAY"]
     # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks.
-    for batch in pq.ParquetFile(path, buffer_size=1 << 20).iter_batches(batch_size=batch_rows):
-        for record in _rows(batch, position):
-            position += 1
-            yield SourceLine(position, record)
+    reader = pq.ParquetFile(path, buffer_size=1 << 20, read_dictionary=strings)
+    position = 0
+    for group in range(meta.num_row_groups):
+        rows = meta.row_group(group).num_rows
+        size = sum(meta.row_group(group).column(i).total_uncompressed_size for i in range(meta.num_columns))
+        per_batch = max(1, min(batch_rows, _BATCH_BYTES * max(rows, 1) // max(size, 1)))
+        for batch in reader.iter_batches(batch_size=per_batch, row_groups=[group]):
+            for record in _rows(batch, position, caps):
+                position += 1
+                yield SourceLine(position, record)
 
 
-def _rows(batch: Any, position: int) -> list[object]:
-    """A record batch's rows as Python values; if a value Python cannot hold fails the batch, rows are converted
-    one by one and each failure is that row's error."""
-    try:
-        rows: list[object] = batch.to_pylist()
+def _over_arrow(array: Any, caps: tuple[int, int]) -> Any:
+    """Per row of ``array``: the largest string length (characters) or list length over its cap, as a boolean
+    array, computed on Arrow's buffers (a dictionary's values once each); ``None`` where a type is not measured
+    here (the record is checked after conversion, as a JSONL one is)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    max_chars, max_entries = caps
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        values = _over_arrow(array.dictionary, caps)
+        return None if values is None else pc.fill_null(pc.take(values, array.indices), False)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pc.fill_null(pc.greater(pc.utf8_length(array), max_chars), False)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pc.fill_null(pc.greater(pc.binary_length(array), max_chars), False)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        over = pc.fill_null(pc.greater(pc.list_value_length(array), max_entries), False)
+        child = _over_arrow(pc.list_flatten(array), caps)
+        if child is not None and len(child):
+            parents = pc.list_parent_indices(array)
+            hit = pc.filter(parents, child)
+            if len(hit):
+                mask = pc.is_in(pa.array(range(len(array)), pa.int64()), value_set=pc.cast(hit, pa.int64()))
+                over = pc.or_(over, mask)
+        return over
+    if pa.types.is_struct(kind):
+        over = pa.array([False] * len(array))
+        for i in range(kind.num_fields):
+            child = _over_arrow(array.field(i), caps)
+            if child is not None:
+                over = pc.or_(over, child)
+        return over
+    if pa.types.is_primitive(kind) or pa.types.is_null(kind):
+        return pa.array([False] * len(array))
+    return None
+
+
+def _over_name(batch: Any, row: int, caps: tuple[int, int]) -> tuple[str, str]:
+    """Which column of ``batch``'s ``row`` is over a cap, and why, measured without converting it."""
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        over = _over_arrow(column.slice(row, 1), caps)
+        if over is not None and over[0].as_py():
+            return name, f"a string over {caps[0]} characters or a list over {caps[1]} entries ({_CAP_OPTIONS})"
+    return "record", f"a value over a cap ({_CAP_OPTIONS})"
+
+
+def _rows(batch: Any, position: int, caps: tuple[int, int] = (MAX_FIELD_CHARS, MAX_CHUNKS_PER_ITEM)) -> list[object]:
+    """A record batch's rows as Python values, a row over a cap (:func:`_over_arrow`) as its error without being
+    converted; if a value Python cannot hold fails the batch, rows are converted one by one and each failure is
+    that row's error."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    over = pa.array([False] * batch.num_rows)
+    for column in batch.columns:
+        column_over = _over_arrow(column, caps)
+        if column_over is not None:
+            over = pc.or_(over, column_over)
+    if pc.any(over).as_py():
+        rows: list[object] = []
+        for offset, is_over in enumerate(over.to_pylist()):
+            if is_over:
+                where, why = _over_name(batch, offset, caps)
+                message = f"holds {why}"
+                rows.append(InvalidRecord(line=position + offset + 1, message=message, what="row", field=where))
+            else:
+                rows.extend(_rows(batch.slice(offset, 1), position + offset, caps))
         return rows
+    try:
+        converted: list[object] = batch.to_pylist()
+        return converted
     except (ValueError, OverflowError, TypeError):  # pyarrow's ArrowInvalid is a ValueError
         pass
     rows = []

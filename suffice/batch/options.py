@@ -9,6 +9,7 @@ from pathlib import Path
 from suffice.batch.inputs import FORMATS, Shard
 from suffice.exceptions import ConfigError
 from suffice.fields import FieldMap
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 
 #: Verdict shapes an output can hold.
 VERDICT_FORMATS = ("suffice", "seed", "ragflow")
@@ -90,10 +91,18 @@ class BatchOptions:
     ray: RayOptions | None = None
     #: Judge only this shard of the input (one of N copies of a cluster job).
     shard: Shard | None = None
+    #: The service's caps on one record (a string's characters, a list's entries): a record over one is its
+    #: error row (see :class:`~suffice.batch.inputs.InputFile`).
+    max_field_chars: int = MAX_FIELD_CHARS
+    max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("batch_size", self.batch_size, "must be at least 1")
+        for name in ("max_field_chars", "max_chunks_per_item"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "must be a whole number of at least 1")
         if self.fmt not in VERDICT_FORMATS:
             raise ConfigError("format", self.fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
         for name in ("input_format", "output_format"):

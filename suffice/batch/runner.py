@@ -145,7 +145,14 @@ def judge_file(
                 raise OutputMismatchError(
                     "audit_db", f"the audit database {options.audit_db} is the {role} {path}; choose another"
                 )
-    inputs = InputFile(source, options.input_format, options.fields, options.shard)
+    inputs = InputFile(
+        source,
+        options.input_format,
+        options.fields,
+        options.shard,
+        max_field_chars=options.max_field_chars,
+        max_chunks_per_item=options.max_chunks_per_item,
+    )
     out_format = format_of(output, options.output_format, "output-format")
     if out_format == "parquet" and options.fmt != "suffice":
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")

@@ -31,6 +31,7 @@ from suffice.exceptions import (
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import read_api_key
 from suffice.serving.machine import machine_settings
 from suffice.text import terminal_text
@@ -100,6 +101,18 @@ def add_parser(sub: Any) -> None:
         help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
     )
     p.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: by extension)")
+    p.add_argument(
+        "--max-field-chars",
+        type=int,
+        default=MAX_FIELD_CHARS,
+        help=f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
+    )
+    p.add_argument(
+        "--max-chunks-per-item",
+        type=int,
+        default=MAX_CHUNKS_PER_ITEM,
+        help=f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
+    )
     p.add_argument("--output-format", choices=FORMATS, default=None, help="output format (default: by extension)")
     p.add_argument(
         "--field",
@@ -242,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
             fields=FieldMap.parse(args.field),
             ray=None if args.ray is None else RayOptions(address=args.ray, actors=args.actors),
             shard=None if args.shard is None else Shard.parse(args.shard),
+            max_field_chars=args.max_field_chars,
+            max_chunks_per_item=args.max_chunks_per_item,
         )
     except (ConfigError, InputError) as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)

@@ -19,6 +19,7 @@ from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
 from suffice.gates import gate_names
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.text import terminal_text
@@ -50,10 +51,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="largest request body (default 16 MiB)")
     p.add_argument("--max-items", type=int, default=1024, help="most items per request (default 1024)")
     p.add_argument(
-        "--max-chunks-per-item", type=int, default=512, help="most chunks (entries of a list) in one item (default 512)"
+        "--max-chunks-per-item",
+        type=int,
+        default=MAX_CHUNKS_PER_ITEM,
+        help=f"most chunks (entries of a list) in one item (default {MAX_CHUNKS_PER_ITEM})",
     )
     p.add_argument(
-        "--max-field-chars", type=int, default=200_000, help="most characters in one string of a body (default 200000)"
+        "--max-field-chars",
+        type=int,
+        default=MAX_FIELD_CHARS,
+        help=f"most characters in one string of a body (default {MAX_FIELD_CHARS})",
     )
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
     p.add_argument(

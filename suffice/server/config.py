@@ -14,6 +14,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
 from suffice.gates.registry import option_names
 from suffice.network import is_loopback
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 
 #: The longest ``header_timeout`` taken: a head that may take longer holds a connection as long.
 MAX_HEADER_TIMEOUT = 300.0
@@ -48,9 +49,9 @@ class ServeConfig:
     #: Most entries of a list in one item (its chunks); more gets 422.  Fitting tokenizes
     #: every chunk under the tokenizer lock all requests share, so this bounds how long
     #: one item holds it.
-    max_chunks_per_item: int = 512
+    max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM
     #: Most characters of one string (a question, a chunk, an id, a key); longer gets 422.
-    max_field_chars: int = 200_000
+    max_field_chars: int = MAX_FIELD_CHARS
     #: Connections open at once; past it a new one takes the place of the longest waiting without a
     #: request in flight, or is answered 503 (see :mod:`suffice.server.http_guard`).
     max_connections: int = 512

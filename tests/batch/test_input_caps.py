@@ -1,0 +1,131 @@
+"""Batch input has the service's caps on one record (issue 38, attack 10): a string's characters and a list's
+entries.  A record over one is that record's error row, the rest of the batch is judged, and a Parquet row over one
+is measured on Arrow's buffers, never converted into Python strings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from suffice.batch import BatchOptions, judge_file
+from suffice.batch.inputs import InputFile
+from suffice.cli.main import build_parser
+from suffice.exceptions import ConfigError, InputError
+from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, parse_record
+from suffice.server.config import ServeConfig
+from tests.batch.test_runner import CONFIG, good, opener, record, rows
+from tests.fakes import ScriptedEngine
+
+
+def _records(path: Path, **caps: int) -> list[object]:
+    return [source.record for source in InputFile(path, **caps)]
+
+
+def _error(record: object) -> InputError:
+    with pytest.raises(InputError) as caught:
+        parse_record(record)
+    return caught.value
+
+
+def test_a_jsonl_record_over_the_string_cap_is_its_error_naming_the_field(tmp_path):
+    path = tmp_path / "in.jsonl"
+    big = {**record(1), "chunks": [{"id": 0, "text": "x" * 101}]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (record(0), big, record(2))))
+    read = _records(path, max_field_chars=100)
+    assert parse_record(read[0]).id == "r0" and parse_record(read[2]).id == "r2"
+    error = _error(read[1])
+    assert error.field == "chunks.0.text"
+    assert "101 characters: at most 100" in str(error) and "--max-field-chars" in str(error)
+
+
+def test_a_jsonl_record_over_the_list_cap_is_its_error(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({**record(0), "chunks": ["a"] * 9}) + "\n")
+    error = _error(_records(path, max_chunks_per_item=8)[0])
+    assert error.field == "chunks" and "9 entries: at most 8" in str(error)
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_a_parquet_row_over_a_cap_is_its_error_and_its_neighbours_are_read(tmp_path, dictionary):
+    path = tmp_path / "in.parquet"
+    questions = ["Who?", "x" * 1_001 + ("" if dictionary else "distinct"), "Who?"]
+    chunks = [["a"], ["b"], ["c"] * 9]
+    pq.write_table(
+        pa.table({"id": ["r0", "r1", "r2"], "question": questions, "chunks": chunks}),
+        path,
+        use_dictionary=dictionary,
+    )
+    read = _records(path, max_field_chars=1_000, max_chunks_per_item=8)
+    assert parse_record(read[0]).id == "r0"
+    assert _error(read[1]).field == "question"
+    assert _error(read[2]).field == "chunks"
+    assert "row 3" in str(_error(read[2]))
+
+
+def test_a_judged_batch_keeps_going_past_an_over_cap_record(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    big = {**record(1), "question": "x" * 2_000}
+    source.write_text("".join(json.dumps(r) + "\n" for r in (record(0), big, record(2))))
+    judge_file(CONFIG, source, out, BatchOptions(max_field_chars=1_000), open_judge=opener(ScriptedEngine(good)))
+    written = rows(out)
+    assert [r["verdict"] is not None for r in written] == [True, False, True]
+    assert written[1]["error"]["field"] == "question"
+
+
+#: 64 rows of one 16 MB string, stored once as a dictionary: about 2 KB on disk.
+_BOMB = """
+import sys
+import pyarrow as pa, pyarrow.parquet as pq
+big = pa.array(["x" * (16 << 20)])
+column = pa.DictionaryArray.from_arrays(pa.array([0] * 64, pa.int32()), big)
+pq.write_table(pa.table({"id": [f"q{i}" for i in range(64)], "question": column}), sys.argv[1], compression="zstd")
+"""
+
+_READ = """
+import resource, sys
+from pathlib import Path
+from suffice.batch.inputs import InputFile
+from suffice.exceptions import InputError
+from suffice.records import parse_record
+errors = 0
+for source in InputFile(Path(sys.argv[1])):
+    try:
+        parse_record(source.record)
+    except InputError as exc:
+        errors += exc.field == "question"
+print(errors, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_parquet_bomb_of_16_mb_strings_is_read_in_bounded_memory(tmp_path):
+    """Before the caps, reading these 64 rows took 1.6 GB (2.9 GB through `suffice judge`)."""
+    path = tmp_path / "bomb.parquet"
+    subprocess.run([sys.executable, "-c", _BOMB, str(path)], check=True)
+    assert path.stat().st_size < 8_192
+    done = subprocess.run([sys.executable, "-c", _READ, str(path)], check=True, capture_output=True, text=True)
+    errors, peak_mb = map(int, done.stdout.split())
+    assert errors == 64
+    assert peak_mb < 400, f"peak RSS {peak_mb} MB reading a 2 KB file"
+
+
+def test_serve_and_judge_share_the_caps_and_their_defaults():
+    judge_args = build_parser().parse_args(["judge", "in.jsonl", "-o", "out.jsonl"])
+    assert ServeConfig().max_field_chars == BatchOptions().max_field_chars == judge_args.max_field_chars
+    assert ServeConfig().max_chunks_per_item == BatchOptions().max_chunks_per_item == judge_args.max_chunks_per_item
+    assert (BatchOptions().max_field_chars, BatchOptions().max_chunks_per_item) == (
+        MAX_FIELD_CHARS,
+        MAX_CHUNKS_PER_ITEM,
+    )
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_a_bad_cap_is_refused_naming_it(value):
+    with pytest.raises(ConfigError) as caught:
+        BatchOptions(max_field_chars=value)  # type: ignore[arg-type]
+    assert caught.value.parameter == "max_field_chars"
