@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from suffice.exceptions import OutputWriteError
+from suffice.files import create_private
 
 #: SQLite's limit on parameters in one statement is 32,766 (3.32+); stay well below.
 _CHUNK = 900
@@ -99,6 +100,7 @@ class KeyIndex:
             where = directory if directory is not None else tempfile.gettempdir()
             raise OutputWriteError(str(where), exc.strerror or str(exc)) from exc
         self.path = Path(self._dir.name) / "keys.sqlite"
+        create_private(self.path)  # in a folder of our own already; made here as every file suffice makes is
         self._db = sqlite3.connect(self.path, isolation_level=None)
         with self._failures():
             self._db.executescript(
