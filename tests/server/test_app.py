@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
-from suffice.exceptions import CancelledError, EngineDeadError
+from suffice.exceptions import CancelledError, ConfigError, EngineDeadError
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.guards import BodyLimit
@@ -371,7 +371,19 @@ def test_a_short_api_key_file_is_refused_naming_the_option(tmp_path: Path):
 def test_an_api_key_file_is_read_without_its_newline(tmp_path: Path):
     path = tmp_path / "key"
     path.write_text("a" * 40 + "\n")
+    path.chmod(0o600)
     assert read_api_key(path) == b"a" * 40
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_an_api_key_file_others_may_read_is_refused_as_an_audit_key_is(tmp_path: Path, mode: int):
+    """Whoever reads the service's key can call it as its clients (issue 38)."""
+    path = tmp_path / "key"
+    path.write_text("a" * 40 + "\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match="chmod 600") as caught:
+        read_api_key(path)
+    assert caught.value.parameter == "api_key_file"
 
 
 def test_a_timed_out_request_does_not_block_the_event_loop():
