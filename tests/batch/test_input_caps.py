@@ -129,3 +129,14 @@ def test_a_bad_cap_is_refused_naming_it(value):
     with pytest.raises(ConfigError) as caught:
         BatchOptions(max_field_chars=value)  # type: ignore[arg-type]
     assert caught.value.parameter == "max_field_chars"
+
+
+def test_the_docs_give_the_caps_the_code_has():
+    from suffice.audit.keys import KEY_FILE_MAX_BYTES
+    from suffice.batch.inputs import _BATCH_BYTES
+
+    docs = Path(__file__).parents[2] / "docs"
+    judge = (docs / "judge.md").read_text(encoding="utf-8")
+    assert f"{MAX_FIELD_CHARS} characters a string, {MAX_CHUNKS_PER_ITEM} entries a list" in judge
+    security = (docs / "security.md").read_text(encoding="utf-8")
+    assert f"{_BATCH_BYTES >> 20} MB" in security and f"{KEY_FILE_MAX_BYTES:,} bytes" in security
