@@ -263,6 +263,7 @@ def test_calibrate_tries_no_address_off_the_machine(strace: str, tmp_path: Path,
 def test_serve_tries_no_address_off_the_machine(strace: str, tmp_path: Path, vllm_server: str):
     key = tmp_path / "clients.key"
     key.write_text("a-key-for-this-test-only-0123456789\n")
+    key.chmod(0o600)  # serve refuses a key file others may read
     port = free_port()
     trace, log = tmp_path / "trace", tmp_path / "serve.log"
     args = ["serve", "--port", str(port), "--api-key-file", str(key), *through(vllm_server)]

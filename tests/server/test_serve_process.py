@@ -46,6 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("serve")
     key_file = folder / "key"
     key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)  # serve refuses a key file others may read
     port = free_port()
     log = folder / "server.log"
     command = [
