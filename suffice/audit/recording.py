@@ -8,6 +8,7 @@ from typing import Any
 
 from suffice.audit.encoding import canonical_json, sha256_text
 from suffice.audit.log import AuditLog
+from suffice.exceptions import SufficeError
 from suffice.gates.base import Gate
 from suffice.records import Chunk, Item
 from suffice.results import JudgeResult
@@ -167,6 +168,12 @@ def review_entry(
         else [],
         "settings": dict(settings or {}),
     }
+    if gate is not None and item is not None:
+        # Under high stakes a review needs two reviewers (suffice.audit.reviewing.reviewers_for).
+        try:
+            payload["high_stakes"] = gate.high_stakes(item)
+        except SufficeError:
+            payload["high_stakes"] = True
     if result.verdict is not None and gate is not None:
         routing = gate.route(result.verdict)
         payload.update(

@@ -377,6 +377,8 @@ class Pipeline:
             "queries": list(queries),
             "failure": failure.model_dump(mode="json") if failure else None,
             "settings": self._review_settings(),
+            # Under high stakes a review needs two reviewers (suffice.audit.reviewing.reviewers_for).
+            "high_stakes": self._high_stakes(item) if item else False,
         }
         review_id = self.audit.enqueue_review(
             item_id=item_id or "",

@@ -242,3 +242,17 @@ def test_the_docs_name_every_rule_and_the_default_minimum():
     gates = (docs / "gates.md").read_text()
     assert [rule for rule in REVIEW_RULES if f"`{rule}`" not in gates] == []
     assert f"else {DEFAULT_DIMENSION_MINIMUM:g} (`DEFAULT_DIMENSION_MINIMUM`)" in (docs / "seeds.md").read_text()
+
+
+def test_a_high_stakes_review_needs_two_reviewers_and_a_low_stakes_one_one(tmp_path, monkeypatch):
+    db = tmp_path / "audit.db"
+    judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
+    [review] = reviews(db)
+    assert review["payload"]["high_stakes"] is True and review["reviewers"] == 2
+    low = tmp_path / "low"
+    low.mkdir()
+    escalated = adequacy("ESCALATE_TO_HUMAN")
+    args = ["--gate", "adequacy", "--rubric", "customer-support", "--audit-db", str(low / "audit.db")]
+    judge_cli(low, monkeypatch, lambda r: escalated, [record()], *args)
+    [review] = reviews(low / "audit.db")
+    assert review["payload"]["high_stakes"] is False and review["reviewers"] == 1
