@@ -31,6 +31,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import AuditError, ConfigError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.gates import gate_class
+from suffice.harness.pipeline import Pipeline
 from suffice.judge import Judge
 from suffice.records import Chunk, Item
 from suffice.server.app import create_app
@@ -58,17 +59,23 @@ TRAIL = (
 )
 
 
-def missing(row: dict[str, Any], item: Item) -> list[str]:
-    """The trail's fields ``row`` (as ``export`` writes it) lacks or holds wrong for the record ``item``."""
+def missing(row: dict[str, Any], item: Item | None) -> list[str]:
+    """The trail's fields ``row`` (as ``export`` writes it) lacks or holds wrong for the record ``item``
+    (``None``: the record as judged is not known here, its hashes are only checked to be there)."""
     bad = [name for name in TRAIL if name not in row]
     present = {name: row[name] for name in TRAIL if name in row}
     if "ts" in present and not TS.match(str(present["ts"])):
         bad.append("ts")
-    if "input_hash" in present and present["input_hash"] != input_hash(item):
+    if "input_hash" in present and (
+        present["input_hash"] != input_hash(item) if item else not HEX64.match(str(present["input_hash"]))
+    ):
         bad.append("input_hash")
-    if "chunks" in present and present["chunks"] != [
-        {"id": c.id, "source": c.source, "sha256": sha256_text(c.text)} for c in item.chunks
-    ]:
+    chunks = present.get("chunks")
+    if "chunks" in present and (
+        chunks != [{"id": c.id, "source": c.source, "sha256": sha256_text(c.text)} for c in item.chunks]
+        if item
+        else not (chunks and all(HEX64.match(str(c.get("sha256"))) and "id" in c for c in chunks))
+    ):
         bad.append("chunks")
     if "weights_hash" in present and not HEX64.match(str(present["weights_hash"])):
         bad.append("weights_hash")
@@ -149,12 +156,17 @@ def resolve_and_export(db: Path, tmp_path: Path, fmt: str = "jsonl") -> list[dic
             log.resolve_review(review["id"], decision="unanswerable", by="ana", note="both outputs broken")
     finally:
         log.close()
-    out = tmp_path / f"{db.stem}.{fmt}"
-    assert main(["audit", "export", str(db), "--format", fmt, "-o", str(out)]) == EXIT_OK
-    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    out = _export(db, tmp_path, fmt)
     if fmt == "jsonl":
         return [json.loads(line) for line in out.read_text().splitlines()]
     return [_from_csv(row) for row in csv.DictReader(io.StringIO(out.read_text(), newline=""))]
+
+
+def _export(db: Path, folder: Path, fmt: str = "jsonl") -> Path:
+    out = folder / f"{db.stem}.{fmt}"
+    assert main(["audit", "export", str(db), "--format", fmt, "-o", str(out)]) == EXIT_OK
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    return out
 
 
 def _from_csv(row: dict[str, str]) -> dict[str, Any]:
@@ -203,6 +215,25 @@ def test_a_batch_runs_rows_hold_the_whole_trail(tmp_path, fmt):
 def test_a_service_requests_rows_hold_the_whole_trail(tmp_path, fmt):
     db = run_service(tmp_path, scripted(tmp_path), JudgeConfig())
     check_trail(resolve_and_export(db, tmp_path, fmt))
+
+
+def test_the_pipelines_rows_hold_the_whole_trail(tmp_path):
+    from tests.harness.hotpot import hotpot_retriever, load_pairs, questions
+    from tests.harness.test_pipeline import complete_when_all_ten
+
+    pairs = load_pairs()
+    engine = ScriptedEngine(complete_when_all_ten, max_model_len=32768)
+    engine.model_path = weights_folder(tmp_path)  # type: ignore[attr-defined]
+    pipeline = Pipeline(Judge(engine, "sufficiency"), hotpot_retriever(pairs, []), audit=tmp_path / "p.db")
+    pipeline.run(questions(pairs)[:2])
+    pipeline.audit.close()
+    exported = [json.loads(line) for line in _export(tmp_path / "p.db", tmp_path).read_text().splitlines()]
+    assert [r["round"] for r in exported] == [1, 1, 2, 2]
+    for row in exported:
+        assert missing(row, None) == [], row
+    # Round 2 judged the widened evidence: another input.
+    assert exported[0]["input_hash"] != exported[2]["input_hash"]
+    assert exported[0]["query_hash"] == exported[2]["query_hash"]
 
 
 def test_judge_and_serve_record_the_same_settings_digest_for_the_same_settings(tmp_path):
