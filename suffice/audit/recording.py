@@ -102,7 +102,8 @@ def audit_values(
         values["verdict"] = result.verdict.model_dump(mode="json")
         values["scores"] = routing.scores
         values["decision"] = routing.route
-        values["rule"] = getattr(routing, "rule", None)
+        # A human_review route always names its rule, as its queued review does.
+        values["rule"] = routing.rule or (UNNAMED_RULE if routing.route == "human_review" else None)
         if routing.rubric:
             name, _, version = routing.rubric.partition("@")
             values["rubric"], values["rubric_version"] = name, version

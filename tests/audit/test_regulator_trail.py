@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from suffice.audit import AuditLog
 from suffice.audit.encoding import canonical_json, sha256_text
 from suffice.audit.log import EXPORT_COLUMNS
-from suffice.audit.recording import TWO_FAILED_GENERATIONS, input_hash, settings_digest
+from suffice.audit.recording import TWO_FAILED_GENERATIONS, UNNAMED_RULE, input_hash, settings_digest
 from suffice.audit.schema import COLUMNS, EARLIER_FORMATS
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
@@ -95,8 +95,9 @@ def missing(row: dict[str, Any], item: Item | None) -> list[str]:
         if name in present and not present[name]:
             bad.append(name)
     if "rule" in present and row.get("verdict") is not None and row.get("gate"):
-        expected = getattr(gate_class(str(row["gate"]))().route(_verdict(row)), "rule", None)
-        if present["rule"] != expected:
+        routing = gate_class(str(row["gate"]))().route(_verdict(row))
+        expected = routing.rule or (UNNAMED_RULE if routing.route == "human_review" else None)
+        if present["rule"] != expected or (row.get("decision") == "human_review" and not present["rule"]):
             bad.append("rule")
     elif "rule" in present and row.get("error") is not None and present["rule"] != TWO_FAILED_GENERATIONS:
         bad.append("rule")
