@@ -422,3 +422,19 @@ def test_rows_redirected_keep_their_bytes(tmp_path, capsys):
     log.close()
     assert main(["audit", "export", str(db), "--format", "csv"]) == EXIT_OK
     assert "\x1b]0;owned\x07" in capsys.readouterr().out
+
+
+def test_a_row_routed_to_a_person_names_its_rule_and_who_decided(tmp_path, monkeypatch):
+    from tests.audit.test_routes_reach_a_person import PARTIAL, judge_cli, record
+
+    db = tmp_path / "audit.db"
+    judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
+    [row] = resolve_and_export(db, tmp_path)
+    assert (row["decision"], row["rule"]) == ("human_review", "partial_under_high_stakes")
+    assert row["input_hash"] == input_hash(gate_class("recovery")().parse_item(record()))
+    [review] = row["reviews"]
+    assert review["rule"] == "partial_under_high_stakes"
+    # High stakes: two reviewers must agree, so one decision leaves it open, and says who made it.
+    assert (review["status"], review["reviewers"], review["resolved_by"]) == ("open", 2, None)
+    assert [(d["by"], d["decision"]) for d in review["decisions"]] == [("ana", "unanswerable")]
+    assert [e["event"] for e in review["events"]] == ["decided"]
