@@ -28,9 +28,14 @@ from suffice.gates.adequacy.store import RubricStore, save_rubric_version
 from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.run_settings import RunSettings, settings_path
 from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
+from tests.setup_or_fail import need
 
 FULL = Path("/dev/full")
-pytestmark = pytest.mark.skipif(not FULL.exists(), reason="/dev/full is Linux's; this fault needs it")
+
+
+@pytest.fixture(autouse=True)
+def _dev_full() -> None:
+    need(FULL.exists(), "/dev/full is Linux's; this fault needs it")
 
 
 @pytest.fixture
@@ -139,8 +144,7 @@ def small_disk(tmp_path):
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, check=False
     )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    need(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
         yield mount
     finally:

@@ -11,7 +11,8 @@ asking cloud metadata), DNS at 8.8.8.8:53 and at the resolver (Ray finding its n
 .google.internal), and its node's own address off loopback; the in-process vLLM engine connected a UDP socket to
 8.8.8.8:80 (vLLM's ``get_ip``).  One engine start per command; about four minutes on two cores.
 
-Needs ``strace`` (skipped, saying so, without it: .ci/run installs it).
+Needs ``strace`` and, for the namespace, ``unshare`` and ``ip``: without them a test skips (strace) or runs
+without the namespace (strace alone); in CI either fails (:mod:`tests.setup_or_fail`), and .ci/run installs them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import pytest
 from suffice.exit_codes import EXIT_OK
 from suffice.serving.offline import OFFLINE_ENV
 from tests.conftest import load_records
+from tests.setup_or_fail import need
 from tests.vllm_server import free_port, through
 
 STRACE = shutil.which("strace")
@@ -139,8 +141,8 @@ def _jail() -> tuple[str, ...]:
 @pytest.fixture
 def strace() -> str:
     reason = _strace_works()
-    if reason is not None or STRACE is None:
-        pytest.skip(reason or "no strace")
+    need(reason is None and STRACE is not None, reason or "no strace")
+    assert STRACE is not None
     return STRACE
 
 
@@ -151,7 +153,18 @@ def _env() -> dict[str, str]:
 
 def _command(strace: str, trace: Path, args: Sequence[str], *, jail: bool) -> list[str]:
     watch = [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(trace)]
-    return [*(_jail() if jail else ()), *watch, sys.executable, "-m", "suffice.cli.main", *args]
+    return [*(jailed() if jail else ()), *watch, sys.executable, "-m", "suffice.cli.main", *args]
+
+
+def jailed() -> tuple[str, ...]:
+    """The network namespace's prefix; where none can be made, strace alone watches (in CI that is a failure)."""
+    prefix = _jail()
+    need(
+        prefix,
+        "no network namespace with only loopback here (unshare from util-linux, ip from iproute2)",
+        or_weaker=True,
+    )
+    return prefix
 
 
 def _suffice(strace: str, trace: Path, *args: str, jail: bool = False) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ from suffice.exit_codes import EXIT_FATAL
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, write_lines
 from tests.fakes import ScriptedEngine
+from tests.setup_or_fail import need
 
 CONFIG = JudgeConfig()
 
@@ -36,8 +37,7 @@ def _mount(where: Path, options: str) -> None:
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"{options},size=1m", "tmpfs", str(where)], capture_output=True, check=False
     )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    need(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
 
 
 @contextlib.contextmanager

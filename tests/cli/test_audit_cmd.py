@@ -16,6 +16,7 @@ from suffice.audit.keys import key_id
 from suffice.cli.audit_cmd import EXIT_TAMPERED, EXIT_UNKEYED
 from suffice.cli.main import main
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from tests.setup_or_fail import need
 
 
 def sql(path: Path, *statements: str) -> None:
@@ -308,8 +309,7 @@ def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db,
 def test_exporting_onto_a_full_disk_is_a_usage_error_naming_the_file(db, tmp_path, capsys, monkeypatch):
     """/dev/full answers every write with ENOSPC: a full disk, for real (the export's temporary is made a link
     to it once created)."""
-    if not Path("/dev/full").exists():
-        pytest.skip("/dev/full is Linux's")
+    need(Path("/dev/full").exists(), "/dev/full is Linux's; this fault needs it")
     real = tempfile.mkstemp
 
     def mkstemp(*args, **kwargs):

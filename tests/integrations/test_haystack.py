@@ -40,8 +40,9 @@ from suffice.integrations.haystack import SufficiencyRouter
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import MISSING, verdict_for
+from tests.setup_or_fail import need
 from tests.test_client import serve
-from tests.test_no_network import _jail, _strace_works, off_machine
+from tests.test_no_network import _strace_works, jailed, off_machine
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFICIENT = "When did Apollo 11 launch?"
@@ -554,12 +555,11 @@ print("answered", len(answer.received))
 def test_a_pipeline_run_with_the_router_tries_no_address_off_the_machine(tmp_path: Path):
     """Without the switch this run resolves PostHog's host (a DNS connect off the machine) at exit."""
     reason = _strace_works()
-    if reason is not None:
-        pytest.skip(reason)
+    need(reason is None, str(reason))
     trace = tmp_path / "trace"
     watch = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(trace)]
     done = subprocess.run(
-        [*_jail(), *watch, sys.executable, "-c", PIPELINE_RUN],
+        [*jailed(), *watch, sys.executable, "-c", PIPELINE_RUN],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -42,6 +42,7 @@ from suffice.integrations.langchain import CheckedAnswer, RecoveryCheck, Suffici
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import MISSING, verdict_for
+from tests.setup_or_fail import need
 from tests.test_client import serve
 from tests.test_no_network import STRACE, _strace_works, off_machine
 
@@ -507,8 +508,7 @@ def test_the_langchain_pipeline_tries_no_address_off_the_machine(tmp_path: Path)
     """The retriever, the compressor and the check through a client, watched with strace: LangChain's
     own paths (LangSmith tracing is off unless the environment asks) connect nowhere but loopback."""
     reason = _strace_works()
-    if reason is not None:
-        pytest.skip(reason)
+    need(reason is None, str(reason))
     trace = tmp_path / "trace"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
     watch = [STRACE or "strace", "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-o", str(trace)]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from suffice.serving.cgroups import cgroup_limits
+from tests.setup_or_fail import need
 
 GIB = 1024**3
 
@@ -144,8 +145,7 @@ def _v1_folder(controller: str) -> Path | None:
 def limited() -> Iterator[tuple[Path, Path]]:
     """A real v1 memory cgroup (3 GiB) and cpu cgroup (one CPU), made for this test."""
     parents = [_v1_folder("memory"), _v1_folder("cpu")]
-    if None in parents:
-        pytest.skip("no writable cgroup v1 memory and cpu hierarchies here")
+    need(None not in parents, "no writable cgroup v1 memory and cpu hierarchies here")
     made = [parent / f"suffice-test-{uuid.uuid4().hex[:8]}" for parent in parents if parent is not None]
     try:
         for folder in made:
@@ -156,7 +156,7 @@ def limited() -> Iterator[tuple[Path, Path]]:
         for folder in made:
             if folder.exists():
                 folder.rmdir()
-        pytest.skip(f"cannot make a cgroup here: {exc}")
+        need(False, f"cannot make a cgroup here: {exc}")
     yield made[0], made[1]
     for folder in made:
         folder.rmdir()

@@ -11,6 +11,7 @@ from suffice.exceptions import ConfigError
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import core_ranges, engine_output, machine_settings, parse_cores
+from tests.setup_or_fail import need
 
 
 def test_cores_round_trip():
@@ -190,8 +191,7 @@ def read_only_folder(tmp_path):
     mount = tmp_path / "ro"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    need(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
         yield mount
     finally:

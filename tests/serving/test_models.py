@@ -4,6 +4,7 @@ import pytest
 
 from suffice.exceptions import ModelNotFoundError
 from suffice.serving.models import embedded_model, local_model, resolve_model
+from tests.setup_or_fail import need
 
 
 def test_hub_ids_and_missing_paths_are_errors_naming_the_path(tmp_path):
@@ -57,8 +58,7 @@ def test_a_read_only_cache_is_a_model_error_saying_what_to_do(tmp_path, monkeypa
     mount = tmp_path / "ro"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    need(done.returncode == 0, f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     monkeypatch.setenv("SUFFICE_CACHE", str(mount))
     try:
         with pytest.raises(ModelNotFoundError, match="set SUFFICE_CACHE to a writable folder"):
