@@ -39,6 +39,9 @@ class GateOptions(BaseModel):
             return cls.model_validate(dict(values))
         except ValidationError as exc:
             error = exc.errors()[0]
+            cause = (error.get("ctx") or {}).get("error")
+            if not error["loc"] and isinstance(cause, ConfigError):
+                raise cause from None  # a check across options names its own key
             key = str(error["loc"][0]) if error["loc"] else "gate_option"
             if error["type"] == "extra_forbidden":
                 known = ", ".join(cls.model_fields) or "none"

@@ -23,6 +23,7 @@ REVIEW_RULES: dict[str, str] = {
     "step_failed": "a harness step (retrieval, rewrite, generation) failed for the question",
     "input_error": "the record could not be read",
     "evaluation_failed": "the gate gave no verdict",
+    "response_not_fully_checked": "a response longer than max_response_tokens, checked only up to the cut",
 }
 
 

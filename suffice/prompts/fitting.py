@@ -71,6 +71,9 @@ class FittedPrompt:
     omitted_chunk_ids: list[ChunkId]
     question_truncated: bool
     response_truncated: bool = False
+    #: The response's characters (as the prompt shows text) and how many of them the prompt holds.
+    response_chars: int | None = None
+    response_chars_checked: int | None = None
 
     @property
     def chunk_ids(self) -> list[ChunkId]:
@@ -144,6 +147,10 @@ def fit_prompt(
         cut_text(engine, normalise(item.response), config.max_response_tokens)
         if item.response is not None
         else (None, False)
+    )
+    response_chars = None if item.response is None else len(normalise(item.response))
+    response_chars_checked = (
+        None if response is None else len(response) - len(TRUNCATION_MARK) if response_truncated else len(response)
     )
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
@@ -243,6 +250,8 @@ def fit_prompt(
                 omitted_chunk_ids=[c.id for i, c in enumerate(item.chunks) if i not in keep],
                 question_truncated=question_truncated,
                 response_truncated=response_truncated,
+                response_chars=response_chars,
+                response_chars_checked=response_chars_checked,
             )
         # Token boundaries shift when texts are joined: take the overshoot off and retry.
         slack += actual - budget + 8

@@ -101,10 +101,33 @@ def test_loose_partial_delivery_carries_the_unsupported_claims_then_the_notice_a
     assert decide(v, SHOWN, SufficiencyThreshold.loose()).caveats == ["c", "gap"]
 
 
-def test_a_truncated_answer_delivered_in_part_says_so():
-    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a", "b"], unsupported=["c"])
-    d = decide(v.model_copy(update={"response_truncated": True}), SHOWN, SufficiencyThreshold.loose())
-    assert d.caveats[-1] == "Only the beginning of the answer was checked: it was cut to fit the model's context."
+CUT = {"response_truncated": True, "response_chars": 2481, "response_chars_checked": 70}
+
+
+@pytest.mark.parametrize(
+    ("cls", "threshold"),
+    [
+        (Classification.SUFFICIENT, SufficiencyThreshold()),
+        (Classification.PARTIALLY_SUFFICIENT, SufficiencyThreshold.loose()),
+    ],
+)
+def test_a_response_checked_only_in_part_is_never_delivered(cls, threshold):
+    v = verdict(
+        cls, supported=["a", "b"], unsupported=[] if cls is Classification.SUFFICIENT else ["c"], cited=["docA"]
+    )
+    assert decide(v, SHOWN, threshold).route == "deliver"  # the same verdict on a whole response delivers
+    d = decide(v.model_copy(update=CUT), SHOWN, threshold)
+    assert d.route == "human_review"
+    assert d.rule == "response_not_fully_checked"
+    assert d.reason.startswith("only 70 of 2481 characters")
+    assert d.gap == ["characters 71-2481 of the response (2411 of 2481) were never checked"]
+    assert d.caveats == [] and d.queries == []
+
+
+def test_a_response_checked_only_in_part_routes_as_before_when_it_would_not_deliver():
+    v = verdict(Classification.INSUFFICIENT, supported=[], unsupported=["x"], queries=["q"])
+    assert decide(v.model_copy(update=CUT), SHOWN, SufficiencyThreshold()).route == "retrieve_more"
+    assert decide(v.model_copy(update=CUT), SHOWN, SufficiencyThreshold(), can_retrieve=False).route == "abstain"
 
 
 def test_strict_partial_has_no_caveats():

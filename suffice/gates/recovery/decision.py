@@ -161,6 +161,10 @@ def decide(
         caveats: list[str] | None = None,
         rule: str | None = None,
     ) -> RecoveryDecision:
+        if route == "deliver" and verdict.response_truncated:
+            # Only the response's beginning was shown to the model: delivering it would pass the rest unchecked.
+            route, reason, gap, caveats = "human_review", not_fully_checked(verdict, reason), unchecked(verdict), None
+            rule = RESPONSE_NOT_FULLY_CHECKED
         return RecoveryDecision(
             route=route,
             reason=reason,
@@ -218,19 +222,33 @@ def decide(
     return no_more_retrieval("INSUFFICIENT")
 
 
-#: The caveat added when the checked answer was cut to fit the prompt.
-TRUNCATED_CAVEAT = "Only the beginning of the answer was checked: it was cut to fit the model's context."
+#: The rule that sends a response checked only in part to a person instead of delivering it.
+RESPONSE_NOT_FULLY_CHECKED = "response_not_fully_checked"
+
+
+def unchecked(verdict: RecoveryVerdict) -> list[str]:
+    """What of the response the model never saw, in characters."""
+    total, checked = verdict.response_chars, verdict.response_chars_checked
+    if total is None or checked is None:
+        return ["the end of the response was cut to fit max_response_tokens and never checked"]
+    return [f"characters {checked + 1}-{total} of the response ({total - checked} of {total}) were never checked"]
+
+
+def not_fully_checked(verdict: RecoveryVerdict, reason: str) -> str:
+    total, checked = verdict.response_chars, verdict.response_chars_checked
+    part = "part" if total is None or checked is None else f"{checked} of {total} characters"
+    return (
+        f"only {part} of the response fit max_response_tokens; "
+        f"on that part, {reason}: a person decides on the whole"
+    )
 
 
 def partial_caveats(verdict: RecoveryVerdict) -> list[str]:
     """What a partially supported answer must be delivered with, in the seed's terms:
-    each unsupported claim, then what was missing (the abstention notice), and a
-    note when part of the answer was never checked."""
+    each unsupported claim, then what was missing (the abstention notice)."""
     caveats = list(verdict.unsupported_claims)
     if verdict.abstention_notice:
         caveats.append(verdict.abstention_notice)
-    if verdict.response_truncated:
-        caveats.append(TRUNCATED_CAVEAT)
     return caveats
 
 

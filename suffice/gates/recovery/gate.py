@@ -11,26 +11,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from suffice.exceptions import VerdictError
+from suffice.exceptions import ConfigError, VerdictError
 from suffice.gates.base import Gate, GateOptions
 from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.gates.recovery.grammar import (
+    DEFAULT_BOUNDS,
     Classification,
     RecoveryBounds,
     RecoveryOutput,
     RecoveryVerdict,
+    at_limit,
     recovery_constraint,
     relabel_citations,
 )
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
-from suffice.prompts.templates import load_prompt
+from suffice.prompts.templates import load_prompt, normalise
 from suffice.records import Chunk, Item
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+B = RecoveryBounds
 
 
 class RecoveryOptions(GateOptions):
@@ -40,6 +44,26 @@ class RecoveryOptions(GateOptions):
             "the threshold routing applies: a preset (strict, loose) or explicit values, "
             "e.g. min_passages=2,min_cumulative_score=1.5,required_support_ratio=0.8,min_passage_score=0.3 "
             "(keys left out come from strict)"
+        ),
+    )
+
+    max_claims: int = Field(
+        default=B.CLAIMS_MAX,
+        ge=B.CLAIMS_RANGE[0],
+        le=B.CLAIMS_RANGE[1],
+        description=(
+            f"claims the model may list as supported, and as unsupported ({B.CLAIMS_RANGE[0]}-{B.CLAIMS_RANGE[1]}, "
+            f"default {B.CLAIMS_MAX}); a list filled to it is named in the row's at_limit"
+        ),
+    )
+    max_cited_sentences: int = Field(
+        default=B.ANSWER_SENTENCES,
+        ge=B.SENTENCES_RANGE[0],
+        le=B.SENTENCES_RANGE[1],
+        description=(
+            f"sentences of a SUFFICIENT answer, each with one citation ({B.SENTENCES_RANGE[0]}-"
+            f"{B.SENTENCES_RANGE[1]}, default {B.ANSWER_SENTENCES}): the most sources a verdict can cite, so "
+            "min_passages may not exceed it"
         ),
     )
 
@@ -56,6 +80,29 @@ class RecoveryOptions(GateOptions):
         SufficiencyThreshold.from_spec(value)  # a ConfigError names the key at fault
         return value
 
+    @model_validator(mode="after")
+    def _reachable(self) -> RecoveryOptions:
+        check_reachable(SufficiencyThreshold.from_spec(self.threshold), self.bounds)
+        return self
+
+    @property
+    def bounds(self) -> RecoveryBounds:
+        return RecoveryBounds(claims_max=self.max_claims, sentences=self.max_cited_sentences)
+
+
+def check_reachable(threshold: SufficiencyThreshold, bounds: RecoveryBounds) -> None:
+    """Refuse a threshold no verdict can meet under ``bounds``: each cited sentence names one source, so a
+    verdict cites at most ``max_cited_sentences`` sources; counted one chunk per source, ``min_passages`` above
+    that would send every SUFFICIENT verdict to retrieval."""
+    if threshold.min_passages > bounds.sentences:
+        raise ConfigError(
+            "min_passages",
+            threshold.min_passages,
+            f"is more than max_cited_sentences={bounds.sentences}, the most sources a verdict can cite: "
+            f"with one chunk per source no verdict could meet min_passages={threshold.min_passages} "
+            f"(raise max_cited_sentences to at least {threshold.min_passages}, or lower min_passages)",
+        )
+
 
 class RecoveryGate(Gate):
     name = "recovery"
@@ -70,18 +117,25 @@ class RecoveryGate(Gate):
         self,
         threshold: SufficiencyThreshold | None = None,
         prompt_version: str = "v2",
+        bounds: RecoveryBounds = DEFAULT_BOUNDS,
         *,
         retrieval_exhausted: bool = False,
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         self.threshold = threshold or SufficiencyThreshold()
+        self.bounds = bounds
+        check_reachable(self.threshold, bounds)
         #: Every record is judged as if its ``retrieval_exhausted`` were set.
         self.retrieval_exhausted = retrieval_exhausted
 
     @classmethod
     def from_options(cls, options: GateOptions) -> RecoveryGate:
         assert isinstance(options, RecoveryOptions)
-        return cls(SufficiencyThreshold.from_spec(options.threshold), retrieval_exhausted=options.retrieval_exhausted)
+        return cls(
+            SufficiencyThreshold.from_spec(options.threshold),
+            bounds=options.bounds,
+            retrieval_exhausted=options.retrieval_exhausted,
+        )
 
     def can_retrieve(self, item: Item) -> bool:
         """Whether more retrieval may follow for ``item`` (neither the gate nor the record says it is exhausted)."""
@@ -100,10 +154,26 @@ class RecoveryGate(Gate):
         return verdict.decision.route == "deliver"
 
     def settings(self) -> dict[str, str]:
-        settings = {**super().settings(), "threshold": self.threshold.describe()}
+        settings = {
+            **super().settings(),
+            "threshold": self.threshold.describe(),
+            "max_claims": str(self.bounds.claims_max),
+            "max_cited_sentences": str(self.bounds.sentences),
+        }
         if self.retrieval_exhausted:
             settings["retrieval_exhausted"] = "true"
         return settings
+
+    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
+        row = super().export(verdict, fmt)
+        if fmt != "suffice" and isinstance(verdict, RecoveryVerdict):
+            # Outside the seed's shape, beside it: how much of the response was checked, lists at their bound.
+            row["fitting"]["response_truncated"] = verdict.response_truncated
+            row["fitting"]["response_chars"] = verdict.response_chars
+            row["fitting"]["response_chars_checked"] = verdict.response_chars_checked
+            if verdict.at_limit:
+                row["at_limit"] = list(verdict.at_limit)
+        return row
 
     def route(self, verdict: BaseModel) -> Routing:
         """The decision computed in code (support ratio, passages, preset)."""
@@ -151,6 +221,8 @@ class RecoveryGate(Gate):
             abstention_notice="No evidence was retrieved, so no claim of the answer can be supported.",
             suggested_retrieval_queries=[item.question[: RecoveryBounds.QUERY_CHARS]],
             prompt_version=self.template.name,
+            response_chars=None if item.response is None else len(normalise(item.response)),
+            response_chars_checked=None if item.response is None else 0,
         )
         decision = decide(verdict, [], self.threshold, can_retrieve=self.can_retrieve(item))
         return verdict.model_copy(update={"decision": decision})
@@ -163,14 +235,14 @@ class RecoveryGate(Gate):
         return verdict.model_copy(update={"class_probabilities": by_class})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        return recovery_constraint(len(source_labels(shown)))
+        return recovery_constraint(len(source_labels(shown)), self.bounds)
 
     def system_context(self, item: Item) -> dict[str, Any]:
-        return {"bounds": RecoveryBounds, "threshold": self.threshold.describe()}
+        return {"bounds": self.bounds.for_prompt(), "threshold": self.threshold.describe()}
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> RecoveryVerdict:
         try:
-            output = RecoveryOutput.model_validate(json.loads(text))
+            output = RecoveryOutput.model_validate(json.loads(text), context={"bounds": self.bounds})
         except (json.JSONDecodeError, ValidationError) as exc:
             raise VerdictError(f"output is not a valid recovery verdict: {exc}", text) from exc
         sources = fitted.sources
@@ -194,6 +266,9 @@ class RecoveryGate(Gate):
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
             response_truncated=fitted.response_truncated,
+            response_chars=fitted.response_chars,
+            response_chars_checked=fitted.response_chars_checked,
+            at_limit=at_limit(output, self.bounds),
         )
         decision = decide(verdict, fitted.shown, self.threshold, can_retrieve=self.can_retrieve(item))
         update: dict[str, Any] = {"decision": decision}

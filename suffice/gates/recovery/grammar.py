@@ -8,29 +8,77 @@ log-probabilities), the branch up to the first ``[CITATION:``, then a tiny per-r
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
-from suffice.exceptions import CitationError
+from suffice.exceptions import CitationError, ConfigError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import Rx, alt, json_list, json_members, json_string, lit, repeat, seq
 from suffice.grammars.routes import Route
 
 
+@dataclass(frozen=True)
 class RecoveryBounds:
-    CLAIMS_MAX = 3
-    CLAIM_CHARS = 64
-    ANSWER_SENTENCES = 3
-    SENTENCE_CHARS = 100
-    NOTICE_CHARS = 160
-    QUERIES_MAX = 3
-    QUERY_CHARS = 64
+    """Every string and list the model writes is bounded; these are the bounds.
+
+    Two are gate options (``max_claims``: claims per list, ``max_cited_sentences``: sentences of a SUFFICIENT
+    answer, each ending in one citation): an instance holds them, and the upper-case names are their defaults.
+    A list filled to its bound is named in the verdict's ``at_limit``: the model may have had more to say.
+    """
+
+    #: Default of ``max_claims``.
+    CLAIMS_MAX: ClassVar[int] = 3
+    CLAIMS_RANGE: ClassVar[tuple[int, int]] = (1, 8)
+    CLAIM_CHARS: ClassVar[int] = 64
+    #: Default of ``max_cited_sentences``.
+    ANSWER_SENTENCES: ClassVar[int] = 3
+    SENTENCES_RANGE: ClassVar[tuple[int, int]] = (1, 8)
+    SENTENCE_CHARS: ClassVar[int] = 100
+    NOTICE_CHARS: ClassVar[int] = 160
+    QUERIES_MAX: ClassVar[int] = 3
+    QUERY_CHARS: ClassVar[int] = 64
+
+    claims_max: int = 3
+    sentences: int = 3
+
+    def __post_init__(self) -> None:
+        for name, value, (lo, hi) in (
+            ("max_claims", self.claims_max, self.CLAIMS_RANGE),
+            ("max_cited_sentences", self.sentences, self.SENTENCES_RANGE),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ConfigError(name, value, f"must be a whole number from {lo} to {hi}")
+
+    @property
+    def claims_suffix(self) -> str:
+        """What the claim bound adds to a compiled form's key: nothing at the default."""
+        return "" if self.claims_max == self.CLAIMS_MAX else f"/c{self.claims_max}"
+
+    @property
+    def suffix(self) -> str:
+        """What the bounds add to a compiled form's key: nothing at the defaults."""
+        sentences = "" if self.sentences == self.ANSWER_SENTENCES else f"/s{self.sentences}"
+        return self.claims_suffix + sentences
+
+    def for_prompt(self) -> dict[str, int]:
+        """The bounds by the names the templates use."""
+        return {
+            "CLAIMS_MAX": self.claims_max,
+            "CLAIM_CHARS": self.CLAIM_CHARS,
+            "ANSWER_SENTENCES": self.sentences,
+            "SENTENCE_CHARS": self.SENTENCE_CHARS,
+            "NOTICE_CHARS": self.NOTICE_CHARS,
+            "QUERIES_MAX": self.QUERIES_MAX,
+            "QUERY_CHARS": self.QUERY_CHARS,
+        }
 
 
 B = RecoveryBounds
+DEFAULT_BOUNDS = RecoveryBounds()
 
 
 class Classification(StrEnum):
@@ -67,8 +115,8 @@ def _first_sentence() -> Rx:
     return seq(Rx(_VISIBLE_CHAR, 3), repeat(Rx(_ANSWER_CHAR, 3), 0, B.SENTENCE_CHARS - 1))
 
 
-def _claims(lo: int) -> Rx:
-    return json_list(json_string(1, B.CLAIM_CHARS), lo, B.CLAIMS_MAX)
+def _claims(lo: int, bounds: RecoveryBounds) -> Rx:
+    return json_list(json_string(1, B.CLAIM_CHARS), lo, bounds.claims_max)
 
 
 CLASSIFICATION_KEY = '{"classification":"'
@@ -76,26 +124,26 @@ CLASSIFICATION_KEY = '{"classification":"'
 AFTER_PREFIX = '","supported_claims":'
 
 
-def _rest(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
+def _rest(classification: Classification, answer: Rx, bounds: RecoveryBounds, *, answer_closed: bool = True) -> Rx:
     """Everything after the classification value; ``answer_closed=False`` stops right after ``answer``."""
-    return lit(AFTER_PREFIX) + _rest_body(classification, answer, answer_closed=answer_closed)
+    return lit(AFTER_PREFIX) + _rest_body(classification, answer, bounds, answer_closed=answer_closed)
 
 
-def _rest_body(classification: Classification, answer: Rx, *, answer_closed: bool = True) -> Rx:
+def _rest_body(classification: Classification, answer: Rx, bounds: RecoveryBounds, *, answer_closed: bool = True) -> Rx:
     """:func:`_rest` after :data:`AFTER_PREFIX`: the supported claims' list on."""
     if classification is Classification.SUFFICIENT:
         return seq(
-            _claims(1),
+            _claims(1, bounds),
             lit(","),
             json_members([("unsupported_claims", lit("[]")), ("answer", answer)]),
             lit("}") if answer_closed else Rx("", 0),
         )
     return seq(
-        _claims(0),
+        _claims(0, bounds),
         lit(","),
         json_members(
             [
-                ("unsupported_claims", _claims(1)),
+                ("unsupported_claims", _claims(1, bounds)),
                 ("abstention_notice", json_string(1, B.NOTICE_CHARS)),
                 ("suggested_retrieval_queries", json_list(json_string(1, B.QUERY_CHARS), 1, B.QUERIES_MAX)),
             ]
@@ -104,18 +152,18 @@ def _rest_body(classification: Classification, answer: Rx, *, answer_closed: boo
     )
 
 
-def _recovery(answer: Rx) -> Rx:
+def _recovery(answer: Rx, bounds: RecoveryBounds) -> Rx:
     """The whole verdict with ``answer`` as the SUFFICIENT branch's answer."""
-    return seq(lit(CLASSIFICATION_KEY), alt(*[seq(lit(c.value), _rest(c, answer)) for c in Classification]))
+    return seq(lit(CLASSIFICATION_KEY), alt(*[seq(lit(c.value), _rest(c, answer, bounds)) for c in Classification]))
 
 
 def _answer_start() -> Rx:
     return seq(lit('"'), _first_sentence(), lit(CITATION_OPEN))
 
 
-@lru_cache(maxsize=1)
-def _segments() -> dict[str, Segment]:
-    """The request-independent segments, compiled once per engine."""
+@lru_cache(maxsize=8)
+def _segments(bounds: RecoveryBounds = DEFAULT_BOUNDS) -> dict[str, Segment]:
+    """The request-independent segments, compiled once per engine and claim bound."""
     segments = {
         "decision": Segment.from_rx(
             alt(*[lit(c.value) for c in Classification]),
@@ -125,8 +173,9 @@ def _segments() -> dict[str, Segment]:
         ),
     }
     for c in Classification:
-        rx = _rest_body(c, _answer_start(), answer_closed=False)
-        segments[c.value] = Segment.from_rx(rx, key=f"recovery/after-{c.value}", prefix=AFTER_PREFIX)
+        rx = _rest_body(c, _answer_start(), bounds, answer_closed=False)
+        key = f"recovery/after-{c.value}{bounds.claims_suffix}"
+        segments[c.value] = Segment.from_rx(rx, key=key, prefix=AFTER_PREFIX)
     return segments
 
 
@@ -148,19 +197,19 @@ def citation_segment(n_sources: int) -> Segment:
     return Segment.from_rx(seq(_citation_label(n_sources), lit("]")), key=f"citation/{n_sources}", per_request=True)
 
 
-def _answer(n_sources: int) -> Rx:
+def _answer(n_sources: int, bounds: RecoveryBounds) -> Rx:
     label = seq(lit(CITATION_OPEN), _citation_label(n_sources), lit("]"))
     first = seq(_first_sentence(), label)
-    more = repeat(seq(_sentence(), label), 0, B.ANSWER_SENTENCES - 1)
+    more = repeat(seq(_sentence(), label), 0, bounds.sentences - 1)
     return seq(lit('"'), first, more, lit('"'))
 
 
 @lru_cache(maxsize=1024)
-def recovery_constraint(n_sources: int) -> Constraint:
+def recovery_constraint(n_sources: int, bounds: RecoveryBounds = DEFAULT_BOUNDS) -> Constraint:
     if n_sources < 1:
         raise ValueError(f"a recovery request shows at least one source, got n_sources={n_sources}")
     cite = citation_segment(n_sources)
-    segments = _segments()
+    segments = _segments(bounds)
 
     def continuation(text: str) -> Segment | None:
         if text.startswith(CLASSIFICATION_KEY) and text[len(CLASSIFICATION_KEY) :] in segments:
@@ -170,27 +219,27 @@ def recovery_constraint(n_sources: int) -> Constraint:
         if text.endswith("]") and '"answer":"' in text:
             # Answer text cannot contain brackets, so "]" here closed a citation.
             cited = text.split('"answer":"', 1)[1].count(CITATION_OPEN)
-            return _more() if cited < B.ANSWER_SENTENCES else _close()
+            return _more() if cited < bounds.sentences else _close()
         return None
 
-    rx = _recovery(_answer(n_sources))
+    rx = _recovery(_answer(n_sources, bounds), bounds)
     return Constraint.from_rx(
         rx,
-        key=f"recovery/{n_sources}",
+        key=f"recovery/{n_sources}{bounds.suffix}",
         head=segments["decision"],
         continuation=continuation,
-        coarse_head=_coarse_head(),
-        completion_bound=_completion_bound(cite),
+        coarse_head=_coarse_head(bounds),
+        completion_bound=_completion_bound(cite, bounds),
     )
 
 
-def _completion_bound(cite: Segment) -> int:
+def _completion_bound(cite: Segment, bounds: RecoveryBounds) -> int:
     """The most tokens a verdict decodes (:attr:`Constraint.max_completion_tokens`): the classification, then an
     abstention in one segment, or an answer up to its first citation followed by, for each of its sentences, the
     citation's label and either the next sentence up to its marker or (after the last) the answer's close."""
-    segments = _segments()
+    segments = _segments(bounds)
     abstentions = [segments[c.value].max_tokens for c in Classification if c is not Classification.SUFFICIENT]
-    sentences = B.ANSWER_SENTENCES
+    sentences = bounds.sentences
     answer = (
         segments[Classification.SUFFICIENT.value].max_tokens
         + sentences * cite.max_tokens
@@ -200,15 +249,16 @@ def _completion_bound(cite: Segment) -> int:
     return segments["decision"].max_tokens + max(*abstentions, answer)
 
 
-@lru_cache(maxsize=1)
-def _coarse_head() -> Segment:
+@lru_cache(maxsize=8)
+def _coarse_head(bounds: RecoveryBounds = DEFAULT_BOUNDS) -> Segment:
     """A whole abstention, or an answering verdict up to its first ``[CITATION:``."""
     rx = seq(
         lit('"'),
-        alt(*[seq(lit(c.value), _rest(c, _answer_start(), answer_closed=False)) for c in Classification]),
+        alt(*[seq(lit(c.value), _rest(c, _answer_start(), bounds, answer_closed=False)) for c in Classification]),
     )
     # The prefix stops before the value's quote: large patterns open outside strings (see Segment).
-    return Segment.from_rx(rx, key="recovery/coarse-head", logprobs=True, prefix=CLASSIFICATION_KEY[:-1])
+    key = "recovery/coarse-head" + bounds.claims_suffix
+    return Segment.from_rx(rx, key=key, logprobs=True, prefix=CLASSIFICATION_KEY[:-1])
 
 
 class RecoveryOutput(BaseModel):
@@ -217,14 +267,22 @@ class RecoveryOutput(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     classification: Classification
-    supported_claims: list[str] = Field(max_length=B.CLAIMS_MAX)
-    unsupported_claims: list[str] = Field(max_length=B.CLAIMS_MAX)
+    #: At most ``max_claims`` each (checked against the bounds in the validation context, else the defaults).
+    supported_claims: list[str] = Field(max_length=B.CLAIMS_RANGE[1])
+    unsupported_claims: list[str] = Field(max_length=B.CLAIMS_RANGE[1])
     answer: str | None = None
     abstention_notice: str | None = None
     suggested_retrieval_queries: list[str] | None = Field(default=None, max_length=B.QUERIES_MAX)
 
     @model_validator(mode="after")
-    def _conditional_fields(self) -> RecoveryOutput:
+    def _conditional_fields(self, info: ValidationInfo) -> RecoveryOutput:
+        context = info.context if isinstance(info.context, dict) else {}
+        bounds = context.get("bounds", DEFAULT_BOUNDS)
+        for name in ("supported_claims", "unsupported_claims"):
+            if len(getattr(self, name)) > bounds.claims_max:
+                raise ValueError(f"{name} holds more than max_claims={bounds.claims_max}")
+        if self.answer is not None and len(CITATION.findall(self.answer)) > bounds.sentences:
+            raise ValueError(f"the answer cites more than max_cited_sentences={bounds.sentences} times")
         if self.classification is Classification.SUFFICIENT:
             if self.answer is None or self.abstention_notice is not None or self.suggested_retrieval_queries:
                 raise ValueError("SUFFICIENT needs an answer and no abstention fields")
@@ -233,6 +291,18 @@ class RecoveryOutput(BaseModel):
         elif self.answer is not None or self.abstention_notice is None or not self.suggested_retrieval_queries:
             raise ValueError(f"{self.classification.value} needs an abstention notice and queries, no answer")
         return self
+
+
+def at_limit(output: RecoveryOutput, bounds: RecoveryBounds = DEFAULT_BOUNDS) -> list[str]:
+    """The lists ``output`` filled to their bound (``answer``: its cited sentences): the model may have had more
+    to name, so a shortfall it did not list may be missing."""
+    sizes = (
+        ("supported_claims", len(output.supported_claims), bounds.claims_max),
+        ("unsupported_claims", len(output.unsupported_claims), bounds.claims_max),
+        ("answer", len(CITATION.findall(output.answer or "")), bounds.sentences),
+        ("suggested_retrieval_queries", len(output.suggested_retrieval_queries or []), B.QUERIES_MAX),
+    )
+    return [name for name, size, most in sizes if size >= most]
 
 
 #: The seed harness's verdict (``sufficiency_verdict``).
@@ -275,6 +345,13 @@ class RecoveryVerdict(BaseModel):
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
     response_truncated: bool = False
+    #: The response's length and how much of it the model was shown (characters, as the prompt shows text):
+    #: equal unless ``response_truncated``; ``None`` for a record without a response, or where the model was not
+    #: called.
+    response_chars: int | None = None
+    response_chars_checked: int | None = None
+    #: The lists filled to their bound (see :func:`at_limit`).
+    at_limit: list[str] = Field(default_factory=list)
     decision: RecoveryDecision | None = None
     #: Probability of each classification from the engine's log-probabilities.
     class_probabilities: dict[str, float] | None = None
