@@ -8,7 +8,10 @@ engine's long-response row is in test_recovery_engine.py.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -18,6 +21,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
 from suffice.gates.recovery.grammar import RecoveryBounds, RecoveryOutput, RecoveryVerdict, recovery_constraint
+from suffice.gates.registry import gate_class, gate_names
 from suffice.judge import Judge
 from suffice.records import Chunk
 from suffice.serving.base import GenerationRequest
@@ -162,3 +166,44 @@ def test_a_threshold_no_verdict_can_meet_is_refused_when_the_configuration_is_ma
         RecoveryGate(SufficiencyThreshold(min_passages=3), bounds=RecoveryBounds(sentences=2))
     # Raising the limit makes the same threshold reachable.
     JudgeConfig(gate="recovery", options={"threshold": "min_passages=4", "max_cited_sentences": 4})
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "gates.md"
+
+
+def option_schemas() -> dict[str, dict[str, Any]]:
+    """Every registered gate's whole-number options: name -> JSON schema (default, minimum, maximum)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in gate_names():
+        for key, schema in gate_class(name).options_model.model_json_schema()["properties"].items():
+            if schema.get("type") == "integer":
+                out[key] = schema
+    return out
+
+
+def test_the_docs_state_the_defaults_and_ranges_the_options_have():
+    text = " ".join(DOCS.read_text(encoding="utf-8").split())
+    schemas = option_schemas()
+    checked = 0
+    for key, default in re.findall(r"`(\w+)` \(default (\d+)\)", text):
+        if key in schemas:
+            assert int(default) == schemas[key]["default"], f"docs/gates.md: {key} default {default}"
+            checked += 1
+    for key, cell in re.findall(r"\| `(\w+)` \| ([^|]*) \|", text):
+        if key in schemas and "default" in cell:
+            s = schemas[key]
+            assert f"{s['minimum']}-{s['maximum']} (default {s['default']}" in cell, f"docs/gates.md: {key}: {cell}"
+            checked += 1
+    assert checked >= 8  # the option table's rows and the prose's mentions
+
+
+def test_the_docs_state_the_recovery_bounds_the_code_has():
+    text = " ".join(DOCS.read_text(encoding="utf-8").split())
+    b = RecoveryBounds
+    assert (
+        f"each claim list holds at most `max_claims` (default {b.CLAIMS_MAX}) claims of at most {b.CLAIM_CHARS} "
+        f"characters, the answer at most `max_cited_sentences` (default {b.ANSWER_SENTENCES}) sentences of at most "
+        f"{b.SENTENCE_CHARS}, the abstention notice at most {b.NOTICE_CHARS} characters, the queries at most "
+        f"{b.QUERIES_MAX} of at most {b.QUERY_CHARS}."
+    ) in text
+    assert f"default {JudgeConfig.max_response_tokens})" in text
