@@ -8,6 +8,7 @@ import re
 import jsonschema
 import pytest
 
+from suffice.config import JudgeConfig
 from suffice.gates.recovery.decision import decide
 from suffice.gates.recovery.grammar import (
     SEED_SCHEMA,
@@ -128,3 +129,43 @@ def test_empty_evidence_abstains_without_the_model(recovery_judged):
     assert empty.raw_text is None and empty.tokens.prompt == 0
     assert empty.verdict.classification is Classification.INSUFFICIENT
     assert empty.verdict.decision.route == "retrieve_more"
+
+
+#: About 2,500 characters: far beyond a 16-token response limit.
+LONG_RESPONSE = "The Sydney Harbour Bridge opened on 19 March 1932. " + " ".join(
+    f"Its span number {i} was painted grey in the year {1900 + i}." for i in range(45)
+)
+
+
+@pytest.mark.any_backend
+def test_a_long_response_is_checked_only_in_part_and_never_delivered_as_checked(engine):
+    """Issue 37: on the real engine, a response over ``max_response_tokens`` says how much of it was checked, and a
+    verdict that would deliver it whole goes to a person instead (whichever verdict the embedded model gives)."""
+    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=16)
+    judge = Judge(engine, config=config)
+    chunk = {"id": 0, "text": "The Sydney Harbour Bridge opened on 19 March 1932.", "source": "bridge.pdf"}
+    records = [
+        {"id": "long", "question": "When did the bridge open?", "response": LONG_RESPONSE, "chunks": [chunk]},
+        {"id": "short", "question": "When did the bridge open?", "response": "It opened in 1932.", "chunks": [chunk]},
+    ]
+    long, short = judge.judge_batch(records)
+    assert short.verdict is not None and not short.verdict.response_truncated
+    assert short.verdict.response_chars == short.verdict.response_chars_checked == len("It opened in 1932.")
+
+    v = long.verdict
+    assert isinstance(v, RecoveryVerdict) and v.response_truncated and v.decision is not None
+    assert v.response_chars == len(LONG_RESPONSE)
+    assert 0 < v.response_chars_checked < 200  # 16 tokens' worth, of 2,500 characters
+    assert v.decision.route != "deliver" and v.delivered_answer is None
+    shown = [ShownChunk(0, 0, chunk["text"], "bridge.pdf", False, None)]
+    whole = decide(v.model_copy(update={"response_truncated": False}), shown, judge.gate.threshold)
+    if whole.route == "deliver":  # what the same verdict on a fully checked response would have done
+        assert v.decision.route == "human_review"
+        assert v.decision.reason.startswith(f"response_not_fully_checked: only {v.response_chars_checked} of")
+    row = judge.gate.export(v, "seed")
+    assert row["fitting"]["response_chars"] == len(LONG_RESPONSE)
+    assert row["fitting"]["response_chars_checked"] == v.response_chars_checked
+    print(
+        f"long response: {v.classification.value}, route {v.decision.route}, {v.response_chars_checked} of "
+        f"{v.response_chars} characters checked; whole it would {whole.route}"
+    )
