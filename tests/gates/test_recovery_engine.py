@@ -161,7 +161,8 @@ def test_a_long_response_is_checked_only_in_part_and_never_delivered_as_checked(
     whole = decide(v.model_copy(update={"response_truncated": False}), shown, judge.gate.threshold)
     if whole.route == "deliver":  # what the same verdict on a fully checked response would have done
         assert v.decision.route == "human_review"
-        assert v.decision.reason.startswith(f"response_not_fully_checked: only {v.response_chars_checked} of")
+        assert v.decision.rule == "response_not_fully_checked"
+        assert v.decision.reason.startswith(f"only {v.response_chars_checked} of")
     row = judge.gate.export(v, "seed")
     assert row["fitting"]["response_chars"] == len(LONG_RESPONSE)
     assert row["fitting"]["response_chars_checked"] == v.response_chars_checked

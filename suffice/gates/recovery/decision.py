@@ -237,10 +237,7 @@ def unchecked(verdict: RecoveryVerdict) -> list[str]:
 def not_fully_checked(verdict: RecoveryVerdict, reason: str) -> str:
     total, checked = verdict.response_chars, verdict.response_chars_checked
     part = "part" if total is None or checked is None else f"{checked} of {total} characters"
-    return (
-        f"only {part} of the response fit max_response_tokens; "
-        f"on that part, {reason}: a person decides on the whole"
-    )
+    return f"only {part} of the response fit max_response_tokens; on that part, {reason}: a person decides on the whole"
 
 
 def partial_caveats(verdict: RecoveryVerdict) -> list[str]:
