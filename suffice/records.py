@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from suffice.exceptions import InputError
+from suffice.text import normalise
 
 ChunkId = int | str
 
@@ -178,10 +179,14 @@ def _metadata(value: object, field: str) -> tuple[tuple[str, MetadataValue], ...
     if len(value) > METADATA_MAX_KEYS:
         raise InputError(field, f"has {len(value)} entries; at most {METADATA_MAX_KEYS}")
     pairs: list[tuple[str, MetadataValue]] = []
+    shown: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not key.strip() or len(key) > METADATA_KEY_CHARS:
+        if not isinstance(key, str) or not normalise(key).strip() or len(key) > METADATA_KEY_CHARS:
             raise InputError(field, f"keys are non-empty strings of at most {METADATA_KEY_CHARS} characters")
         where = f"{field}.{key}"
+        # The prompt shows keys normalised: two that read alike there would be one key to the model.
+        if (alike := shown.setdefault(normalise(key), key)) != key:
+            raise InputError(where, f"reads as the key {alike!r} once normalised (the prompt shows it so)")
         if isinstance(item, str):
             if len(item) > METADATA_VALUE_CHARS:
                 raise InputError(where, f"has {len(item)} characters; at most {METADATA_VALUE_CHARS}")

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# One fence secret for the session and every process it starts: a verdict compared across two
+# processes (a resumed run, --server against in process) must come from one prompt.
+os.environ.setdefault("SUFFICE_FENCE_SECRET", "5e" * 32)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SAMPLE = Path(__file__).resolve().parents[1] / "suffice" / "data" / "sample.jsonl"

@@ -48,7 +48,7 @@ def test_results_in_input_order_one_engine_call_and_bad_items_isolated():
     assert results[0].verdict.useful_chunk_ids == [5]  # mapped back from label 0
     empty = results[2].verdict
     assert empty.is_sufficient is False and empty.model_called is False and results[2].tokens.prompt == 0
-    assert all(r.prompt_version == "sufficiency/v5" for r in results)
+    assert all(r.prompt_version == "sufficiency/v6" for r in results)
     assert judge.stats.verdicts == 3 and judge.stats.errors == 2
 
 

@@ -8,6 +8,7 @@ Shown chunks are labelled ``0..n-1`` in their original order.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,9 +16,10 @@ from typing import Any, Protocol
 
 from suffice.exceptions import CancelledError, PromptTooLongError
 from suffice.grammars.constraint import Constraint
-from suffice.prompts.templates import Message, PromptTemplate, fence_seed, normalise
+from suffice.prompts.templates import Message, PromptTemplate, fence_seed
 from suffice.records import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
+from suffice.text import normalise
 
 TRUNCATION_MARK = " [truncated]"
 _MARK_TOKENS = 4
@@ -74,6 +76,8 @@ class FittedPrompt:
     #: The response's characters (as the prompt shows text) and how many of them the prompt holds.
     response_chars: int | None = None
     response_chars_checked: int | None = None
+    #: The fence token the messages carry: with the messages, what a replay of the request needs.
+    fence: str = ""
 
     @property
     def chunk_ids(self) -> list[ChunkId]:
@@ -161,9 +165,12 @@ def fit_prompt(
     lengths = [engine.max_model_len + 1 if cut else n for n, (_, cut) in zip(lengths, precut, strict=True)]
     slack = 0
     # Every rendering of this item (measured with texts left out, cut, whole) gets one fence token.
-    seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in (c.text, c.source))])
+    seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in _fenced_fields(c))])
 
     def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
+        return render_fenced(keep, texts)[0]
+
+    def render_fenced(keep: set[int], texts: dict[int, str]) -> tuple[tuple[Message, ...], str]:
         kept = [item.chunks[i] for i in sorted(keep)]
         sources = source_labels(kept)
         shown = [
@@ -184,7 +191,7 @@ def fit_prompt(
             "chunks": shown,
             "response": response,
         }
-        return template.render(system_context, context, seed=seed)
+        return template.render_fenced(system_context, context, seed=seed)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:
         """(constraint, budget, overhead) with these chunks shown, their text left out."""
@@ -233,7 +240,7 @@ def fit_prompt(
                 truncated.add(i)
             else:
                 texts[i] = precut[i][0]
-        messages = render(keep, texts)
+        messages, fence = render_fenced(keep, texts)
         actual = engine.prompt_tokens(messages)
         if actual <= budget:
             shown = tuple(
@@ -252,10 +259,17 @@ def fit_prompt(
                 response_truncated=response_truncated,
                 response_chars=response_chars,
                 response_chars_checked=response_chars_checked,
+                fence=fence,
             )
         # Token boundaries shift when texts are joined: take the overshoot off and retry.
         slack += actual - budget + 8
     raise PromptTooLongError(f"could not fit the prompt into max_model_len={engine.max_model_len}")
+
+
+def _fenced_fields(chunk: Chunk) -> tuple[str | None, ...]:
+    """What of a chunk reaches its fence, as text for the fence seed."""
+    metadata = None if chunk.metadata is None else json.dumps(chunk.metadata, ensure_ascii=False)
+    return (str(chunk.id), chunk.text, chunk.source, chunk.date, metadata)
 
 
 def _spent(engine: Engine, measured: tuple[Constraint, int, int]) -> str:

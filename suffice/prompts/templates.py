@@ -11,9 +11,11 @@ empty string in a prompt.  The user template puts every piece of user text insid
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 import re
-import unicodedata
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -23,7 +25,7 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
-from suffice.text import WORD_JOINER
+from suffice.text import WORD_JOINER, normalise
 
 #: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
@@ -42,40 +44,60 @@ def _environment(folder: Path) -> jinja2.Environment:
 
 Message = dict[str, str]
 
-#: Breaks a model may read as a new line besides ``\n``: CR (alone or before LF), vertical
-#: tab, form feed, the file/group/record separators, NEL, and the Unicode line and
-#: paragraph separators (every break ``str.splitlines`` knows).
-_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-#: Characters removed from user text: controls but tab and newline (after breaks became
-#: newlines) and every format character (Unicode category Cf: soft hyphen, zero-width
-#: space and joiners, bidi controls, word joiner, BOM, tags...) up to Unicode 15, as a
-#: class because a regex runs in C (tests check it against ``unicodedata``).
-_INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
-    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
-)
-
-
-def _strip_invisible(text: str) -> str:
-    return _INVISIBLE.sub("", _BREAKS.sub("\n", text))
-
-
-def normalise(text: str) -> str:
-    """User text as the prompt shows it: NFKC (fullwidth and other compatibility forms
-    become their plain letters, NBSP and ideographic spaces a space), every line break a
-    ``\n``, no control or invisible format character (:data:`_INVISIBLE`).  Idempotent:
-    NFKC makes none of the characters stripped."""
-    text = _strip_invisible(text)
-    return text if unicodedata.is_normalized("NFKC", text) else _strip_invisible(unicodedata.normalize("NFKC", text))
-
 
 def fence_seed(texts: Sequence[str | None]) -> str:
     """A digest of ``texts``, all of an item's, to derive its :class:`Fence` from."""
     material = json.dumps(list(texts), ensure_ascii=False).encode("utf-8", "surrogatepass")
     return hashlib.sha256(material).hexdigest()
+
+
+#: The environment variable that pins the fence secret (hex, at least 16 bytes), so that
+#: two processes render an item alike; unset, each process draws its own.
+FENCE_SECRET_ENV = "SUFFICE_FENCE_SECRET"
+_SECRET_BYTES_MIN = 16
+
+
+@cache
+def fence_secret() -> bytes:
+    """This process's fence secret: ``$SUFFICE_FENCE_SECRET``, else 32 bytes from :mod:`secrets`.
+
+    Drawn once a process, so one item renders alike on every try (retries, fitting, the
+    prefix cache) while no one outside the process can compute its fences."""
+    value = os.environ.get(FENCE_SECRET_ENV)
+    if value is None:
+        return secrets.token_bytes(32)
+    try:
+        secret = bytes.fromhex(value)
+    except ValueError:
+        secret = b""
+    if len(secret) < _SECRET_BYTES_MIN:
+        raise ConfigError(FENCE_SECRET_ENV, "***", f"must be at least {_SECRET_BYTES_MIN} bytes written in hex")
+    return secret
+
+
+@cache
+def fence_words() -> tuple[str, ...]:
+    """The words a fence token is made of (``fence_words.txt``, written by ``scripts/fence_words.py``):
+    8192 lowercase words, each one token after a space for the embedded model's tokenizer."""
+    words = tuple((Path(__file__).parent / "fence_words.txt").read_text().split())
+    if len(words) != FENCE_WORD_COUNT or len(set(words)) != FENCE_WORD_COUNT:
+        raise ConfigError("fence_words.txt", str(len(words)), f"must hold {FENCE_WORD_COUNT} distinct words")
+    return words
+
+
+#: Words in a fence token, and the size of the list they are drawn from: 3 x 13 = 39 bits.
+FENCE_WORDS = 3
+FENCE_WORD_COUNT = 8192
+FENCE_BITS = FENCE_WORDS * (FENCE_WORD_COUNT.bit_length() - 1)
+
+
+def fence_token(seed: str, counter: int = 0, secret: bytes | None = None) -> str:
+    """The ``counter``-th candidate token for ``seed``: :data:`FENCE_WORDS` words picked by an
+    HMAC-SHA256 keyed with the secret (default: :func:`fence_secret`), 13 bits a word."""
+    digest = hmac.new(fence_secret() if secret is None else secret, f"{counter}:{seed}".encode(), "sha256").digest()
+    words = fence_words()
+    picks = (int.from_bytes(digest[2 * i : 2 * i + 2], "big") % FENCE_WORD_COUNT for i in range(FENCE_WORDS))
+    return " ".join(words[n] for n in picks)
 
 
 #: Attribute values a fence's opening line can carry (``None``: left out); a chunk's
@@ -86,39 +108,47 @@ Attribute = str | int | float | dict[str, str | int | float | bool | None] | Non
 @dataclass(frozen=True)
 class Fence:
     """Delimits each piece of user text in a prompt: a line ``<<kind [label] TOKEN
-    [name=JSON]...>>`` opens it, the text follows, a line ``<<end TOKEN>>`` closes it.
+    [name=JSON]...>>`` opens it, the text follows, and the part ends at the next line
+    carrying the token: a line ``<<end TOKEN>>``, or (for a run of chunks, ``close=False``)
+    the next part's opening line.
 
-    ``TOKEN`` is 16 hex digits of a SHA-256 of all the prompt's user text, taken again
-    with a counter while any field contains it: no field holds it, so no field can open
-    or close a fence, and text cannot hold the digest of itself, so none can guess it.
-    It is deterministic (the same item gives the same prompt, verdicts reproduce).
-    Attribute values are JSON, so a source with quotes or line breaks stays on its line.
+    ``TOKEN`` is :data:`FENCE_WORDS` words of an HMAC keyed with the process's secret
+    (:func:`fence_secret`) over all the item's text, taken again with a counter while any
+    field holds it: no field holds it, so no field can open or close a part, and no one
+    without the secret can compute it (:data:`FENCE_BITS` bits), not even knowing every
+    field.  Whole words cost one token each where 16 hex digits cost up to 16.  Attribute
+    values are JSON, so a source with quotes or line breaks stays on its line.
     """
 
     token: str
 
     @classmethod
-    def around(cls, fields: Sequence[str], seed: str | None = None) -> Fence:
-        """A fence none of ``fields`` contains, derived from ``seed`` (default:
-        :func:`fence_seed` of the fields)."""
+    def around(
+        cls, fields: Sequence[str], seed: str | None = None, secret: bytes | None = None, start: int = 0
+    ) -> tuple[Fence, int]:
+        """The first fence from counter ``start`` on that none of ``fields`` contains, derived
+        from ``seed`` (default: :func:`fence_seed` of the fields), and its counter."""
         seed = fence_seed(fields) if seed is None else seed
-        counter = 0
+        counter = start
         while True:
-            digest = hashlib.sha256(f"{counter}:{seed}".encode()).hexdigest()
-            if not any(digest[:16] in field for field in fields):
-                return cls(digest[:16])
+            token = fence_token(seed, counter, secret)
+            if not any(token in field for field in fields):
+                return cls(token), counter
             counter += 1
 
-    def __call__(self, kind: str, text: str, label: int | None = None, **attributes: Attribute) -> str:
+    def __call__(
+        self, kind: str, text: str, label: int | None = None, close: bool = True, **attributes: Attribute
+    ) -> str:
         head = [kind, *([] if label is None else [str(label)]), self.token]
         # An attribute a context does not give (a chunk without ``date``) is left out like ``None``.
         given = {k: v for k, v in attributes.items() if v is not None and not isinstance(v, jinja2.Undefined)}
         head += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in given.items()]
-        return f"<<{' '.join(head)}>>\n{text}\n<<end {self.token}>>"
+        opening = f"<<{' '.join(head)}>>\n{text}"
+        return f"{opening}\n<<end {self.token}>>" if close else opening
 
 
 def _normalised(value: Any, strings: list[str]) -> Any:
-    """``value`` with every string in it normalised (and collected into ``strings``).
+    """``value`` with every string in it, dict keys too, normalised (and collected into ``strings``).
 
     Any other kind of value is refused: text inside it would reach the prompt unfenced."""
     if isinstance(value, str):
@@ -129,7 +159,10 @@ def _normalised(value: Any, strings: list[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return [_normalised(v, strings) for v in value]
     if isinstance(value, dict):
-        return {k: _normalised(v, strings) for k, v in value.items()}
+        out = {_normalised(str(k), strings): _normalised(v, strings) for k, v in value.items()}
+        if len(out) < len(value):
+            raise ValueError(f"two keys of {sorted(map(str, value))!r:.200} read alike once normalised")
+        return out
     raise TypeError(f"a prompt's user context holds text, numbers, lists and dicts, not {type(value).__name__}")
 
 
@@ -184,13 +217,26 @@ class PromptTemplate:
         """The messages; the user template gets the context normalised (:func:`normalise`)
         and a ``fence`` (:class:`Fence`, derived from ``seed`` when given, so that
         renderings of one item with different cuts share one token) to put each field in."""
+        return self.render_fenced(system_context, user_context, seed)[0]
+
+    def render_fenced(
+        self, system_context: dict[str, Any], user_context: dict[str, Any], seed: str | None = None
+    ) -> tuple[tuple[Message, ...], str]:
+        """:meth:`render`'s messages and the fence token they carry (what a replay needs)."""
         strings: list[str] = []
         context = _normalised(user_context, strings)
-        user = self.user.render(**context, fence=Fence.around(strings, seed)).strip()
-        return (
-            {"role": "system", "content": self.system.render(**system_context).strip()},
-            {"role": "user", "content": defuse_markers(user)},
-        )
+        system = self.system.render(**system_context).strip()
+        # The instructions (a rubric's text among them) may not hold the token either.
+        fields = [*strings, system]
+        counter = 0
+        while True:
+            fence, counter = Fence.around(fields, seed, start=counter)
+            user = defuse_markers(self.user.render(**context, fence=fence).strip())
+            # Every line carrying the token is one the template made: a line of user text never
+            # does, nor text joined across fields (JSON punctuation always stands between them).
+            if all(line.startswith("<<") for line in user.splitlines() if fence.token in line):
+                return ({"role": "system", "content": system}, {"role": "user", "content": user}), fence.token
+            counter += 1
 
 
 def available_versions(folder: Path) -> list[str]:

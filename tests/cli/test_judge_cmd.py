@@ -66,7 +66,7 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path: Path, vllm_serve
         jsonschema.validate(row["verdict"], RAGFLOW_SCHEMA)
         assert row["gate"] == "sufficiency"
         assert row["backend"] == "server"
-        assert row["prompt_version"] == "sufficiency/v5"
+        assert row["prompt_version"] == "sufficiency/v6"
         assert row["tokens"]["completion"] > 0
         assert row["model"] == SERVED
     # A crash mid-write: two lines and a half remain; the rerun completes the rest.
@@ -118,7 +118,7 @@ def test_verbose_decision_mode_shows_settings_and_writes_decisions(tmp_path):
         assert row["verdict"]["detail"] == "decision"
         assert row["verdict"]["decision"] in ("true", "false")
         assert 0.0 <= row["verdict"]["probability"] <= 1.0
-        assert row["prompt_version"] == "sufficiency/v5/decision"
+        assert row["prompt_version"] == "sufficiency/v6/decision"
 
 
 def test_bad_cores_are_a_usage_error(tmp_path):

@@ -186,13 +186,13 @@ def test_the_judge_answer_is_offered_under_its_own_name_only_without_a_response(
 
 def test_a_checked_answer_belongs_only_to_a_sufficient_verdict():
     with pytest.raises(ValidationError, match="checked_answer"):
-        RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2", "checked_answer": RESPONSE})
+        RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3", "checked_answer": RESPONSE})
 
 
 def test_insufficient_with_no_retrieval_left_abstains_with_the_gap_and_queries():
     from suffice.gates.recovery.decision import decide
 
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
     decision = decide(verdict, [], SufficiencyThreshold.loose(), can_retrieve=False)
     assert (decision.route, decision.rule) == ("abstain", None)
     assert decision.gap == ["who wrote the notes"]
@@ -214,7 +214,7 @@ def test_a_high_stakes_abstention_goes_to_a_person_with_the_gap_and_queries():
 def test_a_strict_partial_verdict_goes_to_human_review_by_its_rule():
     from suffice.gates.recovery.decision import decide
 
-    verdict = RecoveryVerdict(**{**PARTIAL, "prompt_version": "recovery/v2"})
+    verdict = RecoveryVerdict(**{**PARTIAL, "prompt_version": "recovery/v3"})
     for can_retrieve in (True, False):
         decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=can_retrieve)
         assert (decision.route, decision.rule) == ("human_review", "partial_under_high_stakes")
@@ -279,7 +279,7 @@ def test_the_seed_export_writes_the_seed_harness_names():
     assert more["sufficiency_verdict"] == "INSUFFICIENT"
     assert more["retrieval_queries"] == ["Analytical Engine notes author"]
     assert "who wrote the notes" in more["gap_description"]
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
     verdict = verdict.model_copy(
         update={"decision": decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)}
     )

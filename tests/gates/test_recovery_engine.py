@@ -92,7 +92,7 @@ def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
         v = result.verdict
         if v is None:
             continue
-        assert isinstance(v, RecoveryVerdict) and v.prompt_version == "recovery/v2"
+        assert isinstance(v, RecoveryVerdict) and v.prompt_version == "recovery/v3"
         jsonschema.validate(v.to_seed(), SEED_SCHEMA)
         sources = {c.get("source") or str(c["id"]) for c in record["chunks"]}
         if v.classification is Classification.SUFFICIENT:

@@ -39,7 +39,7 @@ def test_the_decision_constraint_allows_exactly_the_gate_values(gate):
 def test_make_gate_wraps_in_decision_mode():
     gate = JudgeConfig(detail="decision").make_gate()
     assert isinstance(gate, DecisionGate)
-    assert gate.prompt_version == "sufficiency/v5/decision"
+    assert gate.prompt_version == "sufficiency/v6/decision"
 
 
 def test_decision_prompt_asks_for_exactly_the_decision():
@@ -71,7 +71,7 @@ def test_a_decision_verdict_carries_the_probability_of_the_positive_value():
     assert verdict.decision == "false"
     assert verdict.positive is False
     assert verdict.probability == pytest.approx(0.3)
-    assert result.prompt_version == "sufficiency/v5/decision"
+    assert result.prompt_version == "sufficiency/v6/decision"
 
 
 def test_an_empty_chunk_list_is_decided_without_the_model():

@@ -13,7 +13,7 @@ from suffice.text import WORD_JOINER
 
 def test_version_and_strict_undefined():
     t = load_prompt(TEMPLATES, "sufficiency")
-    assert t.name == "sufficiency/v5"
+    assert t.name == "sufficiency/v6"
     with pytest.raises(jinja2.UndefinedError):
         t.render({"bounds": SufficiencyBounds}, {"question": "q"})  # chunks missing
 
@@ -31,13 +31,13 @@ def test_chunks_are_labelled_and_instructions_come_first():
     assert user["role"] == "user"
     assert "Who?" not in system["content"]  # per-item text stays out of the shared prefix
     lines = user["content"].splitlines()
-    # Each chunk in a fence: its label and source on the opening line, its text, the end.
-    token = lines[1].split()[-1].rstrip(">")
-    assert lines[1] == f"<<question {token}>>" and len(token) == 16
-    assert lines[-6:] == [
+    # Each chunk in a fence: its label and source on the opening line, its text; the run of
+    # chunks ends once, each chunk ending where the next one opens.
+    token = " ".join(lines[1].rstrip(">").split()[1:])
+    assert lines[1] == f"<<question {token}>>" and len(token.split()) == 3
+    assert lines[-5:] == [
         f'<<chunk 0 {token} source="wiki">>',
         "Ada",
-        f"<<end {token}>>",
         f"<<chunk 1 {token}>>",
         "{x}",
         f"<<end {token}>>",

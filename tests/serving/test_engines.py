@@ -91,7 +91,7 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
         assert all(verdict.coverage.values())
         assert verdict.useful_chunk_ids
     assert len(verdict.reasoning) <= SufficiencyBounds.REASONING_CHARS
-    assert verdict.prompt_version == "sufficiency/v5"
+    assert verdict.prompt_version == "sufficiency/v6"
     shown = len(request_ids) - len(verdict.omitted_chunk_ids)
     assert set(verdict.omitted_chunk_ids) <= set(request_ids)
     assert set(verdict.truncated_chunk_ids) <= set(request_ids) - set(verdict.omitted_chunk_ids)
@@ -238,7 +238,7 @@ def test_decision_mode_writes_only_the_decision(decided):
     for result in results:
         verdict = result.verdict
         assert isinstance(verdict, DecisionVerdict)
-        assert result.prompt_version == "sufficiency/v5/decision"
+        assert result.prompt_version == "sufficiency/v6/decision"
         if verdict.model_called:
             assert constraint.matches(result.raw_text)
             assert verdict.decision in ("true", "false")

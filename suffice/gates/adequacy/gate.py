@@ -64,7 +64,7 @@ class AdequacyGate(Gate):
         rubric: str | None = None,
         *,
         threshold: float | None = None,
-        prompt_version: str = "v3",
+        prompt_version: str = "v4",
         reasoning_chars: int = AdequacyBounds.RATIONALE_CHARS,
         retrieval_exhausted: bool = False,
     ) -> None:

@@ -116,7 +116,7 @@ class RecoveryGate(Gate):
     def __init__(
         self,
         threshold: SufficiencyThreshold | None = None,
-        prompt_version: str = "v2",
+        prompt_version: str = "v3",
         bounds: RecoveryBounds = DEFAULT_BOUNDS,
         *,
         retrieval_exhausted: bool = False,

@@ -75,7 +75,7 @@ class SufficiencyGate(Gate):
 
     def __init__(
         self,
-        prompt_version: str = "v5",
+        prompt_version: str = "v6",
         calibration: GateConfig | None = None,
         bounds: SufficiencyBounds = DEFAULT_BOUNDS,
     ) -> None:
