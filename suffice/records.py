@@ -201,12 +201,28 @@ def _metadata(value: object, field: str) -> tuple[tuple[str, MetadataValue], ...
     return tuple(pairs)
 
 
+def check_sources(chunks: tuple[Chunk, ...] | list[Chunk]) -> None:
+    """Refuse a ``source`` that spells a sourceless chunk's id.
+
+    A citation names a source, and a chunk without one is cited by its id: the two would
+    be one source to the model, and a citation of it would credit either chunk's text."""
+    sourceless = {str(c.id): i for i, c in enumerate(chunks) if c.source is None}
+    for i, chunk in enumerate(chunks):
+        if chunk.source is not None and (other := sourceless.get(chunk.source)) is not None:
+            raise InputError(
+                f"chunks[{i}].source",
+                f"{_short(chunk.source)} is the id of chunks[{other}], which has no source, so a citation could not "
+                f"tell them apart: give chunks[{other}] its source",
+            )
+
+
 def parse_record(record: object, *, need_response: bool = False) -> Item:
     """Validate one raw record; raise :class:`InputError` naming the first bad field (an :class:`Item` passes
     through, checked only for what this gate needs)."""
     if isinstance(record, Item):
         if need_response and not record.response:
             raise InputError("response", "is missing (this gate checks a generated answer)")
+        check_sources(record.chunks)
         return record
     if isinstance(record, InvalidRecord):
         raise InputError(record.field, f"{record.what} {record.line} {record.message}")
@@ -236,6 +252,7 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
         if key in seen:
             raise InputError(f"chunks[{i}].id", f"duplicate chunk id {_short(chunk.id)} (also chunks[{seen[key]}])")
         seen[key] = i
+    check_sources(chunks)
     response = record.get("response")
     if need_response:
         if response is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from suffice.exceptions import InputError
-from suffice.records import Chunk, parse_chunk
+from suffice.records import Chunk, check_sources, parse_chunk
 
 
 @dataclass(frozen=True)
@@ -106,4 +106,5 @@ def merge_chunks(existing: Sequence[Chunk], found: Sequence[RawChunk], round: in
         ids.add(str(chunk.id))
         merged.append(chunk)
         added += 1
+    check_sources(merged)
     return merged, added
