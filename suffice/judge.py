@@ -336,7 +336,7 @@ class Judge:
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue
-            results[p.index] = self._verdict(p.item.id, verdict, p.tokens, retries, gen.text)
+            results[p.index] = self._verdict(p.item.id, verdict, p.tokens, retries, gen.text, p.fitted.fence)
         return failed
 
     def _generate(
@@ -359,7 +359,13 @@ class Judge:
         return isolate(lambda part: self.engine.generate(list(part), progress, cancel), requests, failed)
 
     def _verdict(
-        self, item_id: str, verdict: BaseModel, tokens: TokenCounts, retries: int, raw_text: str | None = None
+        self,
+        item_id: str,
+        verdict: BaseModel,
+        tokens: TokenCounts,
+        retries: int,
+        raw_text: str | None = None,
+        fence: str | None = None,
     ) -> JudgeResult:
         self.stats.add("verdicts", 1)
         return JudgeResult(
@@ -372,6 +378,7 @@ class Judge:
             tokens=tokens,
             retries=retries,
             raw_text=raw_text,
+            fence=fence,
         )
 
     def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:

@@ -46,6 +46,9 @@ class JudgeResult(BaseModel):
     retries: int = 0
     #: The model's text behind the verdict (None when the model was not called).
     raw_text: str | None = None
+    #: The fence token of the verdict's prompt (None when the model was not called): a replay of the
+    #: prompt needs it, and the audit log keeps it; like ``raw_text``, never in an output row.
+    fence: str | None = None
 
     @property
     def ok(self) -> bool:

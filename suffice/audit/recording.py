@@ -82,6 +82,7 @@ def audit_values(
         "item_id": result.id,
         "gate": result.gate,
         "prompt_version": result.prompt_version,
+        "fence": result.fence,
         "model_id": result.model,
         "weights_hash": weights_hash,
         "backend": result.backend,

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from suffice.audit.encoding import Kind
 
 #: Written into ``meta``; a database with another (or no) format is refused.
-FORMAT = "suffice-audit/5"
+FORMAT = "suffice-audit/6"
 #: Formats this suffice recognises to refuse with a reason: what each lacks that a later one chains.
 EARLIER_FORMATS = {
     "suffice-audit/2": "retrieval attempts were not logged",
     "suffice-audit/3": "a review had one reviewer and no label",
     "suffice-audit/4": "evaluation rows hold no input hash, settings digest or routing rule",
+    "suffice-audit/5": "evaluation rows hold no fence token",
 }
 ALG_KEYED = "hmac-sha256"
 ALG_PLAIN = "sha256"
@@ -27,6 +28,8 @@ EVALUATION_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("rubric", "text"),
     ("rubric_version", "text"),
     ("prompt_version", "text"),
+    # The prompt's fence token (it is keyed with a per-process secret): what a replay of the prompt needs.
+    ("fence", "text"),
     ("model_id", "text"),
     ("weights_hash", "text"),
     ("backend", "text"),
@@ -95,6 +98,7 @@ SCHEMA = (
     seq INTEGER PRIMARY KEY,
     ts TEXT NOT NULL, run_id TEXT, item_id TEXT, query_hash TEXT, chunks TEXT,
     gate TEXT, rubric TEXT, rubric_version TEXT, prompt_version TEXT,
+    fence TEXT,
     model_id TEXT, weights_hash TEXT, backend TEXT,
     raw_output TEXT, verdict TEXT, scores TEXT, decision TEXT,
     rule TEXT, input_hash TEXT, settings TEXT, settings_digest TEXT,

@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
 from suffice.exceptions import InputError
 from suffice.gates.registry import make_gate
@@ -27,6 +29,7 @@ from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
+from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 
 QUESTION = "What is the dose?"
@@ -106,3 +109,24 @@ def test_metadata_keys_that_read_alike_in_the_prompt_are_an_input_error(metadata
     with pytest.raises(InputError) as caught:
         parse_record(record)
     assert caught.value.field == field
+
+
+def test_the_audit_row_keeps_the_fence_token_the_prompt_carried(tmp_path: Path) -> None:
+    """The token is keyed with a per-process secret: the audit log keeps what a replay of the prompt needs."""
+    prompts: list[str] = []
+
+    def script(request: GenerationRequest) -> str:
+        prompts.append(request.messages[-1]["content"])
+        return good(request)
+
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), audit_db=tmp_path / "audit.db")
+    service = GateService(config, ScriptedEngine(script))
+    client = TestClient(create_app(service, config), base_url="http://127.0.0.1")
+    rows = client.post("/v1/judge/sufficiency", json=[forged_record("sufficiency")]).json()["results"]
+    service.close()
+    assert rows[0]["verdict"] and "fence" not in rows[0]  # never in an output row
+    log = AuditLog(tmp_path / "audit.db")
+    [row] = list(log.rows())
+    log.close()
+    token = re.search(r"<<question (.+?)>>", prompts[-1])
+    assert token and row["fence"] == token[1]
