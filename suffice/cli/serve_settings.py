@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.exceptions import ConfigError
+from suffice.prompts.templates import FENCE_SECRET_ENV
 
 #: What every environment variable of a setting starts with.
 ENV_PREFIX = "SUFFICE_"
@@ -30,7 +31,7 @@ ENV_PREFIX = "SUFFICE_"
 CONFIG_FLAG = "--config"
 CONFIG_VARIABLE = "SUFFICE_CONFIG"
 #: Variables of suffice's own that are not serve settings (read where they are used).
-OTHER_VARIABLES = frozenset({CONFIG_VARIABLE, "SUFFICE_CACHE"})
+OTHER_VARIABLES = frozenset({CONFIG_VARIABLE, "SUFFICE_CACHE", FENCE_SECRET_ENV})
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

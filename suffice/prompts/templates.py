@@ -252,6 +252,7 @@ def load_prompt(folder: Path, gate: str, version: str | None = None) -> PromptTe
         version = max(versions, key=lambda v: int(v.lstrip("v")) if v.lstrip("v").isdigit() else 0)
     if version is None or version not in versions:
         raise ConfigError("prompt_version", f"{gate}/{version}", f"no such template; have {versions}")
+    fence_secret()  # a bad SUFFICE_FENCE_SECRET fails where a gate is made, before any engine starts
     return PromptTemplate(
         gate=gate,
         version=version,

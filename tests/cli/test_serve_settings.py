@@ -247,7 +247,7 @@ def test_an_unknown_variable_is_warned_about(caplog: pytest.LogCaptureFixture) -
 
 def test_suffices_other_variables_are_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="suffice"):
-        config(env={"SUFFICE_CACHE": "/tmp"})
+        config(env={"SUFFICE_CACHE": "/tmp", "SUFFICE_FENCE_SECRET": "ab" * 16})
     assert caplog.text == ""
 
 

@@ -35,6 +35,7 @@ from suffice.prompts.templates import (
     fence_secret,
     fence_token,
     fence_words,
+    load_prompt,
 )
 from suffice.records import Chunk, Item
 from suffice.text import WORD_JOINER, normalise
@@ -422,3 +423,14 @@ def test_every_format_and_control_character_is_stripped() -> None:
         if unicodedata.category(chr(cp)) in ("Cf", "Cc") and normalise(f"a{chr(cp)}b") not in ("ab", "a\nb", "a\tb")
     ]
     assert kept == []
+
+
+def test_a_bad_pinned_secret_fails_where_the_gate_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FENCE_SECRET_ENV, "short")
+    fence_secret.cache_clear()
+    load_prompt.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=FENCE_SECRET_ENV):
+            make_gate("sufficiency")
+    finally:
+        fence_secret.cache_clear()
