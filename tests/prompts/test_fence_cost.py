@@ -29,6 +29,13 @@ def bench() -> Any:
 
 
 @pytest.fixture(scope="module")
+def tokenizer(bench: Any) -> Any:
+    from suffice.serving.models import resolve_model
+
+    return bench.load_tokenizer(str(resolve_model(None).path))
+
+
+@pytest.fixture(scope="module")
 def measured() -> dict[str, Any]:
     return {row["gate"]: row for row in json.loads(RESULTS.read_text())["rows"]}
 
@@ -40,10 +47,9 @@ def test_a_chunks_fence_costs_at_most_12_tokens(measured: dict[str, Any]) -> Non
     assert measured["recovery"]["after_max"] <= 12 + 3
 
 
-def test_the_benchmark_file_is_what_the_tokenizer_measures_now(bench: Any, measured: dict[str, Any]) -> None:
-    from suffice.serving.models import resolve_model
-
-    tokenizer = bench.load_tokenizer(str(resolve_model(None).path))
+def test_the_benchmark_file_is_what_the_tokenizer_measures_now(
+    bench: Any, tokenizer: Any, measured: dict[str, Any]
+) -> None:
     records = [json.loads(line) for line in SAMPLE.open()][: json.loads(RESULTS.read_text())["items"]]
     for row in bench.measure(tokenizer, records):
         for key in ("before_mean", "after_mean", "after_max"):
@@ -56,11 +62,9 @@ def test_the_docs_give_the_measured_cost(measured: dict[str, Any]) -> None:
         assert re.search(rf"\| {gate} \| {row['before_mean']:.1f} \| {row['after_mean']:.1f} \|", docs), gate
 
 
-def test_every_fence_word_is_one_token_after_a_space(bench: Any) -> None:
+def test_every_fence_word_is_one_token_after_a_space(tokenizer: Any) -> None:
     """Whatever the secret picks, a token costs three tokens (the cost above does not depend on the draw)."""
     from suffice.prompts.templates import fence_words
-    from suffice.serving.models import resolve_model
 
-    tokenizer = bench.load_tokenizer(str(resolve_model(None).path))
     longer = [w for w in fence_words() if len(tokenizer.encode(f" {w}", add_special_tokens=False)) != 1]
     assert longer == []
