@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, SerializeAsAny
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from suffice.exceptions import ItemError, VerdictError
 
@@ -47,8 +47,8 @@ class JudgeResult(BaseModel):
     #: The model's text behind the verdict (None when the model was not called).
     raw_text: str | None = None
     #: The fence token of the verdict's prompt (None when the model was not called): a replay of the
-    #: prompt needs it, and the audit log keeps it; like ``raw_text``, never in an output row.
-    fence: str | None = None
+    #: prompt needs it, and the audit log keeps it; never dumped (an output row, a served answer).
+    fence: str | None = Field(default=None, exclude=True)
 
     @property
     def ok(self) -> bool:
