@@ -203,7 +203,7 @@ def test_a_high_stakes_abstention_goes_to_a_person_with_the_gap_and_queries():
     # The seed: "Add a human review gate when the system abstains on high-stakes queries".
     from suffice.gates.recovery.decision import decide
 
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v2"})
+    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
     decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)
     assert (decision.route, decision.rule) == ("human_review", "abstained_high_stakes")
     assert decision.gap == ["who wrote the notes"]
