@@ -25,7 +25,10 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
-from suffice.text import WORD_JOINER, normalise
+from suffice.text import WORD_JOINER
+
+# Re-exported: user text as the prompt shows it (it lives in suffice.text, below records, which checks keys with it).
+from suffice.text import normalise as normalise
 
 #: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
