@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from suffice.exceptions import ConfigError
@@ -12,6 +14,11 @@ from suffice.gates.registry import DEFAULT_GATE, DETAILS, gate_class, make_gate
 from suffice.serving.engine_config import BACKENDS, DEFAULT_BACKEND, ENGINES, EngineConfig
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "DETAILS", "ENGINES", "JudgeConfig"]
+
+#: The environment variable that sets the verdict cache when ``JudgeConfig.cache`` is not given: a path or ``off``.
+CACHE_ENV = "SUFFICE_VERDICT_CACHE"
+#: The values of the cache setting that turn it off.
+OFF = ("off", "no", "false", "0", "none")
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,11 @@ class JudgeConfig:
     max_response_tokens: int = 1024
     min_chunk_tokens: int = 24
     max_chunks: int = 128
+    #: The verdict cache (:mod:`suffice.cache`): ``None`` reads ``$SUFFICE_VERDICT_CACHE`` (a path, or ``off``),
+    #: else the file in suffice's cache folder; ``"off"`` (or ``False``) judges every record again; a path.
+    cache: str | os.PathLike[str] | bool | None = None
+    #: The cache's bound in bytes; the least recently used entries go past it.
+    cache_max_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         options = gate_class(self.gate).options_model
@@ -51,6 +63,30 @@ class JudgeConfig:
             raise ConfigError("min_chunk_tokens", self.min_chunk_tokens, "must be at least 4")
         if not 1 <= self.max_chunks <= 512:
             raise ConfigError("max_chunks", self.max_chunks, "must be between 1 and 512")
+        if self.cache is True:
+            object.__setattr__(self, "cache", None)
+        if not (self.cache is None or self.cache is False or isinstance(self.cache, (str, os.PathLike))):
+            raise ConfigError("cache", self.cache, "must be a path, 'off' or False")
+        if isinstance(self.cache, str) and not self.cache.strip():
+            raise ConfigError("cache", self.cache, "must be a path, 'off' or False")
+        if not isinstance(self.cache_max_bytes, int) or self.cache_max_bytes < 1 << 16:
+            raise ConfigError("cache_max_bytes", self.cache_max_bytes, "must be a whole number of at least 65536")
+
+    def cache_path(self) -> Path | None:
+        """Where the verdict cache is (``None``: off): the ``cache`` setting, else ``$SUFFICE_VERDICT_CACHE``,
+        else ``verdicts.sqlite3`` in suffice's cache folder."""
+        value: object = self.cache
+        if value is None:
+            value = os.environ.get(CACHE_ENV) or None
+        if value is None:
+            from suffice.serving.models import cache_root
+
+            return cache_root() / "verdicts.sqlite3"
+        if value is False or (isinstance(value, str) and value.strip().lower() in OFF):
+            return None
+        if isinstance(value, str | os.PathLike):
+            return Path(value)
+        raise ConfigError("cache", value, "must be a path, 'off' or False")
 
     def make_gate(self) -> Gate:
         """The gate this config names, built from its options at its detail."""

@@ -17,6 +17,7 @@ from types import TracebackType
 
 from pydantic import BaseModel
 
+from suffice.cache import VerdictCache, cache_key, judge_digest, shared_cache
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     CalibrationMismatchWarning,
@@ -58,6 +59,8 @@ class JudgeStats:
     errors: int = 0
     retries: int = 0
     retry_failures: int = 0
+    #: Verdicts the verdict cache returned (no engine work).
+    cache_hits: int = 0
     length_cutoffs: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -97,6 +100,25 @@ class Judge:
         self.stats = JudgeStats()
         self.check_window()
         self.check_calibration()
+        self.cache, self._cache_digest = self._open_cache()
+
+    def _open_cache(self) -> tuple[VerdictCache | None, str]:
+        """The verdict cache this judge reads and fills (``None``: off, or an engine whose verdicts cannot be
+        reused), and the part of every key that this judge's settings make."""
+        path = self.config.cache_path()
+        if path is None or not self.engine.cacheable:
+            return None, ""
+        config = self.config
+        fitting = {
+            "detail": config.detail,
+            "max_question_tokens": config.max_question_tokens,
+            "max_response_tokens": config.max_response_tokens,
+            "min_chunk_tokens": config.min_chunk_tokens,
+            "max_chunks": config.max_chunks,
+        }
+        engine = type(self.engine).settings_of(config.engine)
+        sampling = {"temperature": 0.0, "model_id": self.engine.model_id, "backend": self.engine.backend}
+        return shared_cache(path, config.cache_max_bytes), judge_digest(engine, self.gate, fitting, sampling)
 
     def check_calibration(self) -> None:
         """Warn (:class:`CalibrationMismatchWarning`) when the gate's calibrated threshold was fitted under other
@@ -226,6 +248,7 @@ class Judge:
     ) -> list[JudgeResult]:
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
+        keys: dict[int, str] = {}
         for index, record in enumerate(records):
             try:
                 item, prepared = self._prepare(record, cancel)
@@ -233,6 +256,14 @@ class Judge:
                 results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
                 continue
             if isinstance(prepared, FittedPrompt):
+                if self.cache is not None:
+                    keys[index] = cache_key(self._cache_digest, item, prepared.constraint, prepared.shown)
+                    hit = self.cache.get(keys[index], self.gate)
+                    if hit is not None:
+                        self.stats.add("cache_hits", 1)
+                        self.stats.add("verdicts", 1)
+                        results[index] = hit.model_copy(update={"id": item.id})
+                        continue
                 pending.append(_Pending(index, item, prepared))
             else:
                 results[index] = self._verdict(item.id, prepared, TokenCounts(), retries=0)
@@ -258,6 +289,9 @@ class Judge:
                 self.stats.add("retry_failures", 1)
                 results[p.index] = self._error(p.item.id, error, p.tokens, retries=1)
 
+        if self.cache is not None:
+            fresh = [(keys[p.index], results[p.index]) for p in pending]
+            self.cache.put_many([(key, result) for key, result in fresh if result is not None])
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"
         self.stats.add("items", len(final))

@@ -30,6 +30,15 @@ class TokenCounts(BaseModel):
     completion: int = 0
 
 
+class CacheHit(BaseModel):
+    """A result the verdict cache returned (:mod:`suffice.cache`): identical to the one first judged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: When the verdict was first judged (UTC, ISO 8601, seconds).
+    first_judged: str
+
+
 class JudgeResult(BaseModel):
     """Exactly one of ``verdict`` and ``error`` is set."""
 
@@ -49,6 +58,8 @@ class JudgeResult(BaseModel):
     #: The fence token of the verdict's prompt (None when the model was not called): a replay of the
     #: prompt needs it, and the audit log keeps it; never dumped (an output row, a served answer).
     fence: str | None = Field(default=None, exclude=True)
+    #: Set when the verdict cache returned this result instead of the engine.
+    cached: CacheHit | None = None
 
     @property
     def ok(self) -> bool:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 from suffice.exceptions import ConfigError
 from suffice.gates.registry import DETAILS, gate_class
 from suffice.grammars.decision import DecisionVerdict
-from suffice.results import ErrorInfo, TokenCounts
+from suffice.results import CacheHit, ErrorInfo, TokenCounts
 
 #: Where a row says which input it answers: ``line`` in a ``suffice judge`` output, ``index`` in a response.
 POSITIONS: dict[str, str] = {
@@ -80,6 +80,10 @@ def _fields(gate: str, verdict: Any, error: Any, position: str, extra: dict[str,
         "prompt_version": (str, Field(description="the gate's prompt version")),
         "tokens": (TokenCounts, Field(description="prompt tokens sent and tokens generated")),
         "retries": (int, Field(ge=0, description="generations repeated after one failed validation")),
+        "cached": (
+            CacheHit | None,
+            Field(default=None, description="present when the verdict cache returned the row: when first judged"),
+        ),
         **(extra or {}),
     }
     fields[position] = (int, Field(ge=1 if position == "line" else 0, description=POSITIONS[position]))

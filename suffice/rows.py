@@ -14,7 +14,8 @@ ENGINE_CRASH = "EngineCrashError"
 def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str, Any]:
     """The output row of one result (``line``: the input position it answers); the
     gate shapes the verdict for ``fmt``."""
-    row = result.model_dump(mode="json", exclude={"raw_text"})
+    # A row from the engine is as it always was; a cache hit's says when it was first judged.
+    row = result.model_dump(mode="json", exclude={"raw_text"} if result.cached else {"raw_text", "cached"})
     row["line"] = line
     if result.verdict is not None:
         row.update(gate.export(result.verdict, fmt))

@@ -83,17 +83,23 @@ class RunSummary:
     overrides: int = 0
     #: Completion tokens of each verdict the model generated.
     output_tokens: OutputTokens = field(default_factory=OutputTokens)
+    #: Verdicts the verdict cache answered: no engine work this run, so no tokens counted for them.
+    cache_hits: int = 0
 
     def add(self, records: Sequence[object], results: Sequence[JudgeResult]) -> None:
         for record, result in zip(records, results, strict=True):
             self.items += 1
-            self.prompt_tokens += result.tokens.prompt
-            self.completion_tokens += result.tokens.completion
+            hit = result.cached is not None
+            self.cache_hits += hit
+            if not hit:
+                self.prompt_tokens += result.tokens.prompt
+                self.completion_tokens += result.tokens.completion
             if result.verdict is None:
                 self.errors += 1
                 continue
             self.verdicts += 1
-            self.output_tokens.add(result.tokens.completion)
+            if not hit:
+                self.output_tokens.add(result.tokens.completion)
             decision = self.positive(result.verdict)
             self.sufficient += decision
             route = self.route(result.verdict)
@@ -160,6 +166,7 @@ class RunSummary:
             "completion_tokens": self.completion_tokens,
             "tokens_per_verdict": self.tokens_per_verdict,
             "max_tokens_per_verdict": self.output_tokens.max,
+            "cache_hits": self.cache_hits,
         }
 
     def _route_names(self) -> list[str]:
@@ -182,6 +189,7 @@ class RunSummary:
             *((("gate", self.gate),) if self.gate else ()),
             ("items", str(self.items)),
             ("verdicts", str(self.verdicts)),
+            *((("from the verdict cache", str(self.cache_hits)),) if self.cache_hits else ()),
             ("errors", str(self.errors)),
             ("share judged sufficient (or PASS)", fmt(self.share_sufficient, "{:.1%}")),
             ("agreement with labels", fmt(self.agreement, "{:.1%}") + f" (of {self.labeled} labeled)"),

@@ -10,6 +10,9 @@ import pytest
 # One fence secret for the session and every process it starts: a verdict compared across two
 # processes (a resumed run, --server against in process) must come from one prompt.
 os.environ.setdefault("SUFFICE_FENCE_SECRET", "5e" * 32)
+# Tests judge the same records again on purpose (determinism, batching, dtypes, resume): the verdict cache would
+# answer them without the engine.  Off for the whole session and its subprocesses; tests/test_cache.py turns it on.
+os.environ["SUFFICE_VERDICT_CACHE"] = "off"
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SAMPLE = Path(__file__).resolve().parents[1] / "suffice" / "data" / "sample.jsonl"

@@ -40,6 +40,7 @@ LAYERS: list[list[str]] = [
     ["prompts"],
     ["gates"],
     ["client", "config", "rows", "row_models", "telemetry"],
+    ["cache"],
     ["judge", "run_settings"],
     ["audit"],
     ["calibration"],

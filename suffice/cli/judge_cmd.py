@@ -12,6 +12,7 @@ from suffice import batch
 from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
+from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
@@ -50,6 +51,7 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
         help="full verdicts, or only the decision and its probability (one short step: for batch scoring)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_cache_args(p)
 
 
 def add_audit_args(p: argparse.ArgumentParser) -> None:
@@ -176,6 +178,8 @@ IN_PROCESS = (
     ("audit_db", "--audit-db"),
     ("audit_key", "--audit-key"),
     ("anchor_file", "--anchor-file"),
+    ("verdict_cache", "--cache"),
+    ("no_verdict_cache", "--no-cache"),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
 _DEFAULTS = {"engine": "vllm"}
@@ -198,6 +202,7 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         engine=engine_config_from_args(args),
         options=gate_options_from_args(args),
         detail=args.detail,
+        **cache_settings(args),
     )
     config.make_gate()
     machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts

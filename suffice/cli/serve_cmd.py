@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.audit import AuditLog
+from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, audit_key_of
@@ -41,6 +42,7 @@ def add_parser(sub: Any) -> None:
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
     p.add_argument("--detail", choices=DETAILS, default="full", help="full verdicts, or only the decision")
+    add_cache_args(p)
     p.add_argument(
         "--api-key-file",
         dest="client_key_file",
@@ -151,7 +153,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
 def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     gates = tuple(args.gate) if args.gate else gate_names()
     return ServeConfig(
-        judge=JudgeConfig(gate=gates[0], engine=engine, detail=args.detail),
+        judge=JudgeConfig(gate=gates[0], engine=engine, detail=args.detail, **cache_settings(args)),
         gates=gates,
         options=gate_options_from_args(args),
         host=args.host,

@@ -88,6 +88,9 @@ class Engine(ABC):
     backend: str
     #: Prompt plus generated tokens must fit in this many tokens.
     max_model_len: int
+    #: Whether a verdict from this engine may be reused for the same input (:mod:`suffice.cache`): only where
+    #: :meth:`settings_of` pins the weights (a local folder's fingerprint) and decoding is greedy.
+    cacheable: bool = False
 
     def __init__(self, config: EngineConfig) -> None:  # noqa: B027 - the factory's signature
         """Start the engine; every engine class takes its :class:`EngineConfig` and nothing else required."""

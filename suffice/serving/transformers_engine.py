@@ -29,6 +29,8 @@ _BATCH = 8
 
 
 class TransformersEngine(TokenizerMixin, Engine):
+    cacheable = True  # greedy decoding of a local folder whose fingerprint is in settings_of
+
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         force_offline()
         ref = model or resolve_model(config.model, config.verbose)

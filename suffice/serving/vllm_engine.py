@@ -400,6 +400,8 @@ def llm_kwargs(config: EngineConfig, settings: MachineSettings, ref: ModelRef) -
 class VLLMEngine(TokenizerMixin, Engine):
     """Build once (start-up takes seconds to minutes), then call :meth:`generate` often."""
 
+    cacheable = True  # greedy decoding of a local folder whose fingerprint is in settings_of
+
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         gpu = machine.gpu_build()
         check_build(config, gpu=gpu)  # before anything is set or started

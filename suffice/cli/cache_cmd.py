@@ -1,0 +1,92 @@
+"""The verdict cache on the command line: ``--cache`` / ``--no-cache`` for ``judge``, ``calibrate`` and ``serve``,
+and ``suffice cache stats | clear``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from suffice.cache import DEFAULT_MAX_BYTES, VerdictCache
+from suffice.config import CACHE_ENV, JudgeConfig
+from suffice.exceptions import ConfigError
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.text import terminal_text
+
+_MIB = 1 << 20
+
+
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    """The verdict cache's flags (``serve`` reads them from ``SUFFICE_VERDICT_CACHE``, ``SUFFICE_NO_VERDICT_CACHE``
+    and ``SUFFICE_VERDICT_CACHE_MIB`` too)."""
+    p.add_argument(
+        "--verdict-cache",
+        "--cache",
+        dest="verdict_cache",
+        default=None,
+        metavar="PATH",
+        help=f"the verdict cache file: a record judged before under the same model, settings and prompt is "
+        f"answered from it (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder; off: none)",
+    )
+    p.add_argument(
+        "--no-verdict-cache", "--no-cache", dest="no_verdict_cache", action="store_true", help="judge every record"
+    )
+    p.add_argument(
+        "--verdict-cache-mib",
+        dest="verdict_cache_mib",
+        type=int,
+        default=DEFAULT_MAX_BYTES // _MIB,
+        metavar="MIB",
+        help=f"the cache's bound; past it the least recently used verdicts go (default {DEFAULT_MAX_BYTES // _MIB})",
+    )
+
+
+def cache_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``JudgeConfig``'s ``cache`` and ``cache_max_bytes`` from the flags."""
+    if not isinstance(args.verdict_cache_mib, int) or args.verdict_cache_mib < 1:
+        raise ConfigError("verdict_cache_mib", args.verdict_cache_mib, "must be a whole number of MiB, at least 1")
+    if args.no_verdict_cache:
+        if args.verdict_cache is not None:
+            raise ConfigError("no_verdict_cache", True, "--no-cache and --cache PATH contradict each other")
+        return {"cache": False, "cache_max_bytes": args.verdict_cache_mib * _MIB}
+    return {"cache": args.verdict_cache, "cache_max_bytes": args.verdict_cache_mib * _MIB}
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "cache", help="the verdict cache: stats, clear", description="Look into or empty the verdict cache."
+    )
+    p.add_argument("action", choices=("stats", "clear"), help="stats: entries, bytes, hits (JSON); clear: empty it")
+    p.add_argument(
+        "--verdict-cache",
+        "--cache",
+        dest="verdict_cache",
+        default=None,
+        metavar="PATH",
+        help=f"the cache file (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        path = JudgeConfig(cache=args.verdict_cache).cache_path()
+        if path is None:
+            raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --cache PATH")
+        if args.action == "stats" and not path.exists():
+            print(json.dumps({"path": str(path), "entries": 0, "bytes": 0, "exists": False}))
+            return EXIT_OK
+        cache = VerdictCache(path)
+    except ConfigError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.action == "stats":
+            print(json.dumps(cache.stats()))
+        else:
+            n = cache.clear()
+            print(f"removed {n} verdicts from {terminal_text(path)}", file=sys.stderr)
+    finally:
+        cache.close()
+    return EXIT_OK
