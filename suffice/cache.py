@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -28,7 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, OutputWriteError
+from suffice.files import create_private
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
 from suffice.records import Item
@@ -119,15 +119,10 @@ class VerdictCache:
             raise ConfigError("cache", str(path), f"its folder cannot be made: {exc.strerror or exc}") from exc
         if path.is_symlink():
             raise ConfigError("cache", str(path), "is a symbolic link: give the cache file itself")
-        with contextlib.suppress(FileExistsError):
-            # Created here, owner-only, never through a planted link; SQLite then opens the file that exists.
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            except OSError as exc:
-                if isinstance(exc, FileExistsError):
-                    raise
-                raise ConfigError("cache", str(path), f"cannot be created: {exc.strerror or exc}") from exc
-            os.close(fd)
+        try:
+            create_private(path)  # owner-only, never through a planted link; SQLite then opens what exists
+        except OutputWriteError as exc:
+            raise ConfigError("cache", str(path), f"cannot be created: {exc.reason}") from exc
         try:
             db = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")

@@ -253,3 +253,30 @@ def test_judge_refuses_cache_and_no_cache_together(tmp_path, capsys):
         timeout=120,
     )
     assert code.returncode == 2 and "--no-cache and --cache" in code.stderr
+
+
+def test_a_batch_run_says_which_rows_came_from_the_cache_in_its_output_and_its_audit_log(tmp_path):
+    from suffice.audit import AuditLog
+    from suffice.batch import BatchOptions, judge_file
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(rec(i)) + "\n" for i in range(3)))
+    config = JudgeConfig(cache=tmp_path / "c.sqlite3")
+    engines: list[CachedEngine] = []
+
+    def open_judge(config: JudgeConfig) -> Judge:
+        engines.append(CachedEngine(good))
+        return Judge(engines[-1], config=config)
+
+    options = BatchOptions(audit_db=tmp_path / "audit.db")
+    judge_file(config, source, tmp_path / "a.jsonl", options, open_judge=open_judge)
+    judge_file(config, source, tmp_path / "b.jsonl", options, open_judge=open_judge)
+    assert engines[0].calls == [3] and engines[1].calls == []
+    first = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    second = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert all("cached" not in row for row in first)
+    assert all(row.pop("cached")["first_judged"] for row in second)
+    assert second == first
+    log = AuditLog(tmp_path / "audit.db")
+    marks = [row["cached_from"] for row in log.rows()]
+    assert marks[:3] == [None] * 3 and all(marks[3:]) and len(marks) == 6

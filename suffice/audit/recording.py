@@ -101,6 +101,7 @@ def audit_values(
     if result.verdict is not None:
         routing = gate.route(result.verdict)
         values["verdict"] = result.verdict.model_dump(mode="json")
+        values["cached_from"] = result.cached.first_judged if result.cached is not None else None
         values["scores"] = routing.scores
         values["decision"] = routing.route
         # A human_review route always names its rule, as its queued review does.

@@ -43,6 +43,8 @@ EVALUATION_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("input_hash", "text"),
     ("settings", "text"),
     ("settings_digest", "text"),
+    # A verdict the verdict cache answered (suffice.cache): when it was first judged; null when the engine judged.
+    ("cached_from", "text"),
     ("round", "int"),
     ("latency_ms", "real"),
     ("error", "text"),
@@ -101,7 +103,7 @@ SCHEMA = (
     fence TEXT,
     model_id TEXT, weights_hash TEXT, backend TEXT,
     raw_output TEXT, verdict TEXT, scores TEXT, decision TEXT,
-    rule TEXT, input_hash TEXT, settings TEXT, settings_digest TEXT,
+    rule TEXT, input_hash TEXT, settings TEXT, settings_digest TEXT, cached_from TEXT,
     round INTEGER, latency_ms REAL, error TEXT,
     prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
     """CREATE TABLE review_events (
