@@ -29,7 +29,10 @@ from suffice.tables import (
     row_from_arrow,
 )
 
-COLUMNS = ["id", "gate", "verdict", "error", "model", "backend", "prompt_version", "tokens", "retries", "cached", "line"]
+COLUMNS = [
+    *("id", "gate", "verdict", "error", "model", "backend", "prompt_version", "tokens", "retries"),
+    *("cached", "line"),
+]
 
 
 def registry() -> list[Gate]:
