@@ -206,6 +206,50 @@ def _tree_cpu_seconds(server: Server, over: float) -> float:
     return used() - before
 
 
+def test_clients_without_the_key_do_not_slow_judging_on_the_real_engine(server: Server) -> None:
+    """docs/security.md attacks 29 to 31 on the real engine: endless heads and half-open requests
+    while a client with the key judges; its median latency stays within twice its baseline."""
+    import statistics
+
+    from tests.server.test_http_attacks import PAD, open_half, send_without_end
+
+    body = squad(1, skip=40)
+
+    def timed() -> float:
+        began = time.perf_counter()
+        response = judge(server, "sufficiency", body)
+        assert response.status_code == 200, response.text[:300]
+        return time.perf_counter() - began
+
+    baseline = statistics.median(timed() for _ in range(3))
+    stop = threading.Event()
+    answers: list[bytes] = []
+
+    def endless() -> None:
+        while not stop.is_set():
+            answers.append(send_without_end(int(server.url.rsplit(":", 1)[1]), PAD, b"a" * 16384, 64 * 2**20)[1])
+            stop.wait(0.05)  # this process shares the engine's cores: its own reconnect loop is not the server's cost
+
+    def half_open() -> None:
+        held = open_half(int(server.url.rsplit(":", 1)[1]), 100)
+        stop.wait(60)
+        for sock in held:
+            sock.close()
+
+    hostile = [threading.Thread(target=endless) for _ in range(3)] + [threading.Thread(target=half_open)]
+    for thread in hostile:
+        thread.start()
+    try:
+        time.sleep(1)
+        during = statistics.median(timed() for _ in range(3))
+    finally:
+        stop.set()
+        for thread in hostile:
+            thread.join(60)
+    assert answers and all(answer.startswith(b"HTTP/1.1 431") for answer in answers), answers[:1]
+    assert during < 2 * baseline, (baseline, during)
+
+
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0(server: Server) -> None:
     """Last in the module: it stops the server."""
     records = squad(8, skip=12)
