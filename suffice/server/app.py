@@ -482,6 +482,6 @@ def create_app(
     if api_key is not None:
         guarded = BearerAuth(guarded, api_key, OPEN_PATHS | ({"/metrics"} if config.metrics_without_auth else set()))
     if desk is not None:  # reviewers authenticate with their own keys
-        guarded = ReviewPaths(guarded, limited)
+        guarded = ReviewPaths(guarded, app, desk)
     guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates_literal)

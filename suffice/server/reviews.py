@@ -12,6 +12,7 @@ anyone may have written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import html
 import json
@@ -19,9 +20,10 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -35,6 +37,7 @@ from suffice.audit import LABELS, REVIEW_DECISIONS, AuditLog, load_key
 from suffice.audit.reviewing import decisions_of, state_of
 from suffice.exceptions import ConfigError, SufficeError
 from suffice.server.config import ServeConfig
+from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
 
 #: The page's paths and the JSON routes': answered with reviewer keys, not the service's client token.
@@ -172,6 +175,9 @@ class ReviewDesk:
 
     def __init__(self, config: ServeConfig) -> None:
         assert config.audit_db is not None
+        #: Whether a request's headers hold a reviewer's key or a live page session (set by :func:`install`):
+        #: :class:`ReviewPaths` asks it before any body is read.
+        self.admits: Callable[[Mapping[str, str]], bool] = lambda headers: False
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-reviews")
         self._log: AuditLog = self._pool.submit(AuditLog, config.audit_db, config.audit_key).result()
 
@@ -488,6 +494,18 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         return reviewer_of(keys, token) if scheme.lower() == "bearer" and token else None
 
+    def admits(headers: Mapping[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token and reviewer_of(keys, token) is not None:
+            return True
+        cookie = SimpleCookie()
+        with contextlib.suppress(CookieError):
+            cookie.load(headers.get("cookie", ""))
+        morsel = cookie.get(COOKIE)
+        return morsel is not None and sessions.get(morsel.value) is not None
+
+    desk.admits = admits
+
     def unauthorized() -> JSONResponse:
         why = "missing or wrong reviewer key" if keys else "no reviewers: start suffice serve with --reviewer-keys"
         return JSONResponse({"detail": why}, status_code=401, headers={"www-authenticate": "Bearer"})
@@ -648,20 +666,44 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
     return desk
 
 
+#: A review path's body: a decision with its note, or the login form's key, fits in this many bytes, received
+#: within this many seconds.  The service's own limits (``--max-body-bytes``, ``--request-timeout``: a judge
+#: request's) would let a client without a key hold a connection for ten minutes by sending slowly.
+REVIEW_BODY_BYTES = 64 * 1024
+REVIEW_BODY_SECONDS = 10.0
+#: The one review path whose body may come before any key: the login form carries the key.
+LOGIN = f"{PAGE}/login"
+
+
 class ReviewPaths:
     """Review paths go to ``reviews`` (their routes check reviewer keys), the rest to ``other`` (the client
-    token's guard): a reviewer holds no client token, and a client's token decides no review."""
+    token's guard): a reviewer holds no client token, and a client's token decides no review.
 
-    def __init__(self, other: Any, reviews: Any) -> None:
+    A request with a body to a review path (but the login form) must show a reviewer's key or a live session
+    in its headers first (``desk.admits``): 401 at once, no body read.  Every review body is held to
+    :data:`REVIEW_BODY_BYTES` within :data:`REVIEW_BODY_SECONDS`."""
+
+    def __init__(self, other: Any, reviews: Any, desk: ReviewDesk | None = None) -> None:
         self.other = other
-        self.reviews = reviews
+        self.reviews = BodyLimit(reviews, REVIEW_BODY_BYTES, REVIEW_BODY_SECONDS)
+        self.desk = desk
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path in (PAGE, API) or path.startswith((PAGE + "/", API + "/")):
-            await self.reviews(scope, receive, send)
-        else:
+        if not (path in (PAGE, API) or path.startswith((PAGE + "/", API + "/"))):
             await self.other(scope, receive, send)
+            return
+        if scope.get("method") not in ("GET", "HEAD") and path != LOGIN and self.desk is not None:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if not self.desk.admits(headers):
+                answer = JSONResponse(
+                    {"detail": "missing or wrong reviewer key, or no session: log in first"},
+                    status_code=401,
+                    headers={"www-authenticate": "Bearer", "connection": "close"},
+                )
+                await answer(scope, receive, send)
+                return
+        await self.reviews(scope, receive, send)
 
 
 class _ReviewCounts:
