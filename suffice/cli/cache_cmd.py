@@ -17,17 +17,17 @@ from suffice.text import terminal_text
 _MIB = 1 << 20
 
 
+def _add_path(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--verdict-cache", "--cache", dest="verdict_cache", default=None, metavar="PATH", help=help)
+
+
 def add_cache_args(p: argparse.ArgumentParser) -> None:
     """The verdict cache's flags (``serve`` reads them from ``SUFFICE_VERDICT_CACHE``, ``SUFFICE_NO_VERDICT_CACHE``
     and ``SUFFICE_VERDICT_CACHE_MIB`` too)."""
-    p.add_argument(
-        "--verdict-cache",
-        "--cache",
-        dest="verdict_cache",
-        default=None,
-        metavar="PATH",
-        help=f"the verdict cache file: a record judged before under the same model, settings and prompt is "
-        f"answered from it (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder; off: none)",
+    _add_path(
+        p,
+        "the verdict cache file: a record judged before under the same model, settings and prompt is answered "
+        f"from it (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder; off: none)",
     )
     p.add_argument(
         "--no-verdict-cache", "--no-cache", dest="no_verdict_cache", action="store_true", help="judge every record"
@@ -58,14 +58,7 @@ def add_parser(sub: Any) -> None:
         "cache", help="the verdict cache: stats, clear", description="Look into or empty the verdict cache."
     )
     p.add_argument("action", choices=("stats", "clear"), help="stats: entries, bytes, hits (JSON); clear: empty it")
-    p.add_argument(
-        "--verdict-cache",
-        "--cache",
-        dest="verdict_cache",
-        default=None,
-        metavar="PATH",
-        help=f"the cache file (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder)",
-    )
+    _add_path(p, f"the cache file (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder)")
     p.set_defaults(run=run)
 
 
