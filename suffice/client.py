@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import (
     AuthenticationError,
+    InputError,
     InvalidRequestError,
     RequestTooLargeError,
     ServiceError,
@@ -40,6 +41,7 @@ from suffice.exceptions import (
 from suffice.gates import gate_class, gate_names
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http
+from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.telemetry import outgoing_headers
 
@@ -92,6 +94,40 @@ class _Base:
         body: object = {"items": items, "options": dict(options)} if options else items
         return name, f"{self.base_url}/v1/judge/{name}", body
 
+    def _unsent_results(
+        self,
+        name: str,
+        records: Sequence[object],
+        unsent: Mapping[int, InputError],
+        judged: list[JudgeResult],
+        settings: Mapping[str, str] | None,
+    ) -> list[JudgeResult]:
+        """``judged`` with the error row of each record in ``unsent`` put back in its place; the model, backend
+        and prompt version of those rows are those of a judged row, or of ``settings`` when none was judged."""
+        source: Mapping[str, str] = (
+            {"model": judged[0].model, "backend": judged[0].backend, "prompt_version": judged[0].prompt_version}
+            if judged
+            else settings or {}
+        )
+        rows = iter(judged)
+        results = []
+        for index, record in enumerate(records):
+            error = unsent.get(index)
+            if error is None:
+                results.append(next(rows))
+                continue
+            results.append(
+                JudgeResult(
+                    id=record_id(record),
+                    gate=name,
+                    error=ErrorInfo.from_exception(error),
+                    model=source.get("model", ""),
+                    backend=source.get("backend", ""),
+                    prompt_version=source.get("prompt_version", ""),
+                )
+            )
+        return results
+
     def _unanswered(self, exc: httpx.TransportError) -> ServiceError:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
         if isinstance(exc, httpx.TimeoutException):
@@ -121,6 +157,17 @@ class Client(_Base):
     ) -> list[JudgeResult]:
         """One result per record, in order, as ``Judge.judge_batch`` returns them; ``options``: the gate's
         per-request options.  Raises a :class:`~suffice.exceptions.ServiceError` for a refused request."""
+        unsent = _unsendable(records)
+        if not unsent:
+            return self._send(records, gate, options)
+        sendable = [record for index, record in enumerate(records) if index not in unsent]
+        judged = self._send(sendable, gate, options) if sendable else []
+        settings = None if judged else self.settings(gate, options)
+        return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+
+    def _send(
+        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+    ) -> list[JudgeResult]:
         name, url, body = self._request(records, gate, options)
         attempt = 0
         while True:
@@ -148,11 +195,7 @@ class Client(_Base):
             response = self._http.get(f"{self.base_url}/v1/settings/{name}", params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        if response.status_code != 200:
-            refusal = _refusal(response)
-            raise refusal.error if isinstance(refusal, _Retry) else refusal
-        values = response.json()["settings"]
-        return {str(key): str(value) for key, value in values.items()}
+        return _settings(response)
 
     def close(self) -> None:
         self._http.close()
@@ -177,6 +220,27 @@ class AsyncClient(_Base):
         self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
     ) -> list[JudgeResult]:
         """One result per record, in order (see :meth:`Client.judge_batch`)."""
+        unsent = _unsendable(records)
+        if not unsent:
+            return await self._send(records, gate, options)
+        sendable = [record for index, record in enumerate(records) if index not in unsent]
+        judged = await self._send(sendable, gate, options) if sendable else []
+        settings = None if judged else await self.settings(gate, options)
+        return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+
+    async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
+        name = gate or self.gate
+        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in (options or {}).items()}
+        try:
+            response = await self._http.get(f"{self.base_url}/v1/settings/{name}", params=query)
+        except httpx.TransportError as exc:
+            raise self._unanswered(exc) from exc
+        return _settings(response)
+
+    async def _send(
+        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+    ) -> list[JudgeResult]:
         name, url, body = self._request(records, gate, options)
         attempt = 0
         while True:
@@ -206,6 +270,41 @@ class AsyncClient(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _settings(response: httpx.Response) -> dict[str, str]:
+    """The values of a ``GET /v1/settings/{gate}`` answer; a typed error for any status but 200."""
+    if response.status_code != 200:
+        refusal = _refusal(response)
+        raise refusal.error if isinstance(refusal, _Retry) else refusal
+    values = response.json()["settings"]
+    return {str(key): str(value) for key, value in values.items()}
+
+
+def _unsendable(records: Sequence[object]) -> dict[int, InputError]:
+    """The records JSON cannot carry, by index, each as the :class:`InputError` naming its first such field."""
+    found = {}
+    for index, record in enumerate(records):
+        try:
+            json.dumps(record)
+        except (TypeError, ValueError):
+            found[index] = _json_error(record)
+    return found
+
+
+def _json_error(record: object) -> InputError:
+    """The error of a record JSON cannot carry, naming the top-level field that holds the value."""
+    if isinstance(record, Mapping):
+        for key, value in record.items():
+            try:
+                json.dumps({key: value})
+            except (TypeError, ValueError) as exc:
+                return InputError(str(key), f"cannot be sent to the service as JSON: {exc}")
+    try:
+        json.dumps(record)
+    except (TypeError, ValueError) as exc:
+        return InputError("record", f"cannot be sent to the service as JSON: {exc}")
+    return InputError("record", "cannot be sent to the service as JSON")
 
 
 def _detail(response: httpx.Response) -> tuple[str, str | None]:

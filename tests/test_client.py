@@ -321,6 +321,35 @@ def test_a_504_is_a_service_timeout():
     assert caught.value.status == 504
 
 
+def test_a_field_json_cannot_carry_is_an_input_error_for_that_record_and_the_others_are_judged():
+    bad = {"id": "odd", "question": "Who?", "chunks": [], "metadata": {"when": object()}}
+    records = [record(0), bad, record(1)]
+    local = Judge(ScriptedEngine(good)).judge_batch([record(0), record(1)])
+    with serve(ScriptedEngine(good)) as url, Client(url) as client:
+        results = client.judge_batch(records)
+        alone = client.judge(bad)
+    assert [comparable(r) for r in (results[0], results[2])] == [comparable(r) for r in local]
+    for result in (results[1], alone):
+        assert result.id == "odd" and result.verdict is None and result.error is not None
+        assert (result.error.type, result.error.field) == ("InputError", "metadata")
+        assert "JSON" in result.error.message
+        assert result.prompt_version == local[0].prompt_version and result.model
+    assert results[1].model == local[0].model  # a judged row's, not a second request's
+
+
+def test_the_async_client_makes_a_field_json_cannot_carry_an_input_error_too():
+    bad = {"id": "odd", "question": {1, 2}, "chunks": []}
+
+    async def main(url: str) -> list[JudgeResult]:
+        async with AsyncClient(url) as client:
+            return await client.judge_batch([bad, record(0)])
+
+    with serve(ScriptedEngine(good)) as url:
+        results = asyncio.run(main(url))
+    assert results[0].error is not None and results[0].error.field == "question"
+    assert results[1].verdict is not None
+
+
 def test_no_answer_within_the_clients_timeout_is_a_service_timeout():
     engine = Blocking()
     with serve(engine) as url, Client(url, timeout=0.5) as client, pytest.raises(ServiceTimeoutError):

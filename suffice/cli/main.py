@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from suffice import startup
+from suffice import __version__, startup
 from suffice.cli import audit_cmd, cache_cmd, calibrate_cmd, demo_cmd, judge_cmd, review_cmd, schema_cmd, serve_cmd
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
@@ -18,6 +18,7 @@ from suffice.gates import gate_class, gate_names
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suffice", description="Local evidence gates for RAG.")
+    parser.add_argument("--version", action="version", version=f"suffice {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
