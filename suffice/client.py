@@ -128,10 +128,10 @@ class _Base:
             )
         return results
 
-    def _unanswered(self, exc: httpx.TransportError) -> ServiceError:
+    def _unanswered(self, exc: httpx.TransportError, timeout: float | None = None) -> ServiceError:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
         if isinstance(exc, httpx.TimeoutException):
-            return ServiceTimeoutError(f"no answer within {self.timeout:g} s: {exc}")
+            return ServiceTimeoutError(f"no answer within {self.timeout if timeout is None else timeout:g} s: {exc}")
         return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {exc}")
 
     def _wait(self, retry: _Retry, attempt: int) -> float:
@@ -153,37 +153,50 @@ class Client(_Base):
         return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers)
 
     def judge_batch(
-        self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
+        self,
+        records: Sequence[object],
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> list[JudgeResult]:
         """One result per record, in order, as ``Judge.judge_batch`` returns them; ``options``: the gate's
-        per-request options.  Raises a :class:`~suffice.exceptions.ServiceError` for a refused request."""
+        per-request options; ``timeout``: seconds this call may take (default: the client's).
+        Raises a :class:`~suffice.exceptions.ServiceError` for a refused request."""
         unsent = _unsendable(records)
         if not unsent:
-            return self._send(records, gate, options)
+            return self._send(records, gate, options, timeout)
         sendable = [record for index, record in enumerate(records) if index not in unsent]
-        judged = self._send(sendable, gate, options) if sendable else []
+        judged = self._send(sendable, gate, options, timeout) if sendable else []
         settings = None if judged else self.settings(gate, options)
         return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
 
     def _send(
-        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
         name, url, body = self._request(records, gate, options)
         attempt = 0
         while True:
             try:
-                response = self._http.post(url, json=body, headers=outgoing_headers())
+                response = self._http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
             except httpx.TransportError as exc:
-                raise self._unanswered(exc) from exc
+                raise self._unanswered(exc, timeout) from exc
             try:
                 return _results(response, name, len(records))
             except _Retry as retry:
                 time.sleep(self._wait(retry, attempt))
                 attempt += 1
 
-    def judge(self, record: object, gate: str | None = None, options: Mapping[str, Any] | None = None) -> JudgeResult:
+    def judge(
+        self,
+        record: object,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> JudgeResult:
         """One record's result (see :meth:`judge_batch`)."""
-        return self.judge_batch([record], gate, options)[0]
+        return self.judge_batch([record], gate, options, timeout=timeout)[0]
 
     def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
@@ -217,14 +230,19 @@ class AsyncClient(_Base):
         return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers)
 
     async def judge_batch(
-        self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
+        self,
+        records: Sequence[object],
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> list[JudgeResult]:
         """One result per record, in order (see :meth:`Client.judge_batch`)."""
         unsent = _unsendable(records)
         if not unsent:
-            return await self._send(records, gate, options)
+            return await self._send(records, gate, options, timeout)
         sendable = [record for index, record in enumerate(records) if index not in unsent]
-        judged = await self._send(sendable, gate, options) if sendable else []
+        judged = await self._send(sendable, gate, options, timeout) if sendable else []
         settings = None if judged else await self.settings(gate, options)
         return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
 
@@ -239,15 +257,15 @@ class AsyncClient(_Base):
         return _settings(response)
 
     async def _send(
-        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
         name, url, body = self._request(records, gate, options)
         attempt = 0
         while True:
             try:
-                response = await self._http.post(url, json=body, headers=outgoing_headers())
+                response = await self._http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
             except httpx.TransportError as exc:
-                raise self._unanswered(exc) from exc
+                raise self._unanswered(exc, timeout) from exc
             try:
                 return _results(response, name, len(records))
             except _Retry as retry:
@@ -255,10 +273,15 @@ class AsyncClient(_Base):
                 attempt += 1
 
     async def judge(
-        self, record: object, gate: str | None = None, options: Mapping[str, Any] | None = None
+        self,
+        record: object,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> JudgeResult:
         """One record's result (see :meth:`judge_batch`)."""
-        return (await self.judge_batch([record], gate, options))[0]
+        return (await self.judge_batch([record], gate, options, timeout=timeout))[0]
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -270,6 +293,11 @@ class AsyncClient(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _per_call(timeout: float | None) -> Any:
+    """The ``timeout`` argument of one request: the client's own unless the call gives one."""
+    return httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
 
 
 def _settings(response: httpx.Response) -> dict[str, str]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +30,13 @@ from pydantic import BaseModel
 from suffice.audit import AuditLog
 from suffice.audit.recording import audit_values, record_results, weights_hash
 from suffice.client import AsyncClient, Client
-from suffice.exceptions import ConfigError, GateFailedError, InsufficientContextError
+from suffice.exceptions import (
+    ConfigError,
+    GateFailedError,
+    InsufficientContextError,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
+)
 from suffice.gates import Gate, make_gate
 from suffice.grammars.routes import Routing
 from suffice.judge import Judge
@@ -41,6 +49,16 @@ OnInsufficient = Literal["raise", "empty", "keep"]
 #: What it does when the gate gave no verdict: raise :class:`~suffice.GateFailedError` (fail closed),
 #: or let every document through unjudged (fail open).
 OnError = Literal["raise", "keep"]
+#: What it does when the service a client judges through does not answer (down, refusing the connection,
+#: overloaded past its retries, or past ``timeout``): raise the client's
+#: :class:`~suffice.ServiceUnavailableError` / :class:`~suffice.ServiceTimeoutError` (fail closed), let
+#: every document through unjudged, or return none.
+OnUnavailable = Literal["raise", "keep", "empty"]
+
+#: The errors :data:`OnUnavailable` covers: the service gave no verdict because it did not answer.
+UNAVAILABLE = (ServiceUnavailableError, ServiceTimeoutError)
+
+_log = logging.getLogger(__name__)
 
 #: The metadata key under which a kept document carries the gate's verdict.
 METADATA_KEY = "suffice"
@@ -144,7 +162,9 @@ class DocumentGate:
     ``gate``: which gate (default: the judge's own, or the client's default); ``options``: the
     gate's options (on a ``Judge``, a judge for them is built once on the same engine; on a
     client they travel with each request, so only the gate's per-request options are accepted
-    by the service).  ``on_insufficient`` / ``on_error``: see :data:`OnInsufficient`, :data:`OnError`.
+    by the service).  ``on_insufficient`` / ``on_error`` / ``on_unavailable``: see :data:`OnInsufficient`,
+    :data:`OnError`, :data:`OnUnavailable`; ``timeout``: seconds one call to the service may take (a client's
+    own timeout otherwise; with an in-process judge there is no service to wait for, and it is refused).
     ``audit``: with an in-process ``Judge``, every verdict is written to this audit log and each one sent
     to a person (a ``human_review`` route, two failed generations) is queued for review there, as
     ``suffice judge --audit-db`` does (through a client, the service keeps its own log).
@@ -158,6 +178,8 @@ class DocumentGate:
         on_insufficient: OnInsufficient = "raise",
         on_error: OnError = "raise",
         audit: AuditLog | None = None,
+        on_unavailable: OnUnavailable = "raise",
+        timeout: float | None = None,
     ) -> None:
         if not isinstance(judge, Judge | Client | AsyncClient):
             raise ConfigError("judge", type(judge).__name__, "must be a suffice.Judge, Client or AsyncClient")
@@ -165,8 +187,18 @@ class DocumentGate:
             raise ConfigError("on_insufficient", on_insufficient, "must be 'raise', 'empty' or 'keep'")
         if on_error not in ("raise", "keep"):
             raise ConfigError("on_error", on_error, "must be 'raise' or 'keep'")
+        if on_unavailable not in ("raise", "keep", "empty"):
+            raise ConfigError("on_unavailable", on_unavailable, "must be 'raise', 'keep' or 'empty'")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf")
+        ):
+            raise ConfigError("timeout", timeout, "must be a positive number of seconds")
+        if timeout is not None and isinstance(judge, Judge):
+            raise ConfigError("timeout", timeout, "bounds a call to suffice serve: give a Client or AsyncClient")
         self.on_insufficient: OnInsufficient = on_insufficient
         self.on_error: OnError = on_error
+        self.on_unavailable: OnUnavailable = on_unavailable
+        self.timeout = timeout
         self.options = dict(options or {})
         self._client: Client | AsyncClient | None = None
         self._judge: Judge | None = None
@@ -221,7 +253,7 @@ class DocumentGate:
             began = time.perf_counter()
             return self._record(record, self._judge.judge_batch([record])[0], time.perf_counter() - began)
         if isinstance(self._client, Client):
-            return self._client.judge(record, self.gate_name, self.options or None)
+            return self._client.judge(record, self.gate_name, self.options or None, timeout=self.timeout)
         raise ConfigError("judge", "AsyncClient", "an AsyncClient serves the async calls only; give a Client")
 
     async def ajudge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:
@@ -233,9 +265,10 @@ class DocumentGate:
             # Written on the caller's thread: a SQLite connection is used on the thread that opened it.
             return self._record(record, await self._judge.ajudge(record), time.perf_counter() - began)
         if isinstance(self._client, AsyncClient):
-            return await self._client.judge(record, self.gate_name, self.options or None)
+            return await self._client.judge(record, self.gate_name, self.options or None, timeout=self.timeout)
         assert isinstance(self._client, Client)
-        return await asyncio.to_thread(self._client.judge, record, self.gate_name, self.options or None)
+        call = functools.partial(self._client.judge, timeout=self.timeout)
+        return await asyncio.to_thread(call, record, self.gate_name, self.options or None)
 
     def select(
         self, question: str, evidence: Sequence[Evidence], answer: str | None = None
@@ -244,16 +277,37 @@ class DocumentGate:
         (``None`` when the gate failed and ``on_error="keep"`` let every document through).
 
         Raises :class:`~suffice.InsufficientContextError` (an insufficient verdict under ``"raise"``) and
-        :class:`~suffice.GateFailedError` (no verdict under ``on_error="raise"``)."""
-        outcome = self.outcome(question, evidence, self.judge(question, evidence, answer))
+        :class:`~suffice.GateFailedError` (no verdict under ``on_error="raise"``), and the client's
+        :class:`~suffice.ServiceUnavailableError` / :class:`~suffice.ServiceTimeoutError` under
+        ``on_unavailable="raise"`` (otherwise every document or none, with no outcome)."""
+        try:
+            result = self.judge(question, evidence, answer)
+        except UNAVAILABLE as exc:
+            if self.on_unavailable == "raise":
+                raise
+            return self.unavailable(exc, len(evidence)), None
+        outcome = self.outcome(question, evidence, result)
         return self.keep(question, outcome, len(evidence)), outcome
 
     async def aselect(
         self, question: str, evidence: Sequence[Evidence], answer: str | None = None
     ) -> tuple[list[int], GateOutcome | None]:
         """:meth:`select`, awaited (see :meth:`ajudge`)."""
-        outcome = self.outcome(question, evidence, await self.ajudge(question, evidence, answer))
+        try:
+            result = await self.ajudge(question, evidence, answer)
+        except UNAVAILABLE as exc:
+            if self.on_unavailable == "raise":
+                raise
+            return self.unavailable(exc, len(evidence)), None
+        outcome = self.outcome(question, evidence, result)
         return self.keep(question, outcome, len(evidence)), outcome
+
+    def unavailable(self, exc: Exception, count: int) -> list[int]:
+        """The indices of the documents to return when the service did not answer, by ``on_unavailable``
+        (``"keep"`` or ``"empty"``; the caller re-raises under ``"raise"``)."""
+        # A fail-open gate passes documents nobody judged: the log says so, each time.
+        _log.warning("suffice: the service gave no verdict (%s); on_unavailable=%r", exc, self.on_unavailable)
+        return list(range(count)) if self.on_unavailable == "keep" else []
 
     def outcome(self, question: str, evidence: Sequence[Evidence], result: JudgeResult) -> GateOutcome | None:
         """What ``result`` decides for these documents, or ``None`` when the gate failed and

@@ -112,7 +112,9 @@ class SufficiencyRouter:
     options; ``on_insufficient``: see :data:`RouterOnInsufficient` (a router routes by default rather
     than raise); ``on_error``: ``"raise"`` (:class:`~suffice.GateFailedError`, which Haystack wraps in its
     ``PipelineRuntimeError``) or ``"keep"`` (every document on ``documents``, unjudged);
-    ``metadata_keys``: the ``meta`` keys the judge sees.
+    ``on_unavailable`` (``"raise"``, ``"keep"``, ``"empty"``) and ``timeout``: when the service does not
+    answer (see :data:`~suffice.integrations.gating.OnUnavailable`); ``metadata_keys``: the ``meta`` keys
+    the judge sees.
 
     ``to_dict`` writes every setting but the judge itself, which holds an engine or a service's key:
     ``init_parameters["judge"]`` describes it (``kind``, ``gate``, a client's ``base_url``), and
@@ -130,6 +132,8 @@ class SufficiencyRouter:
         on_error: gating.OnError = "raise",
         metadata_keys: abc.Sequence[str] = (),
         audit: suffice.audit.AuditLog | None = None,
+        on_unavailable: gating.OnUnavailable = "raise",
+        timeout: float | None = None,
     ) -> None:
         if isinstance(judge, abc.Mapping):
             raise exceptions.ConfigError(
@@ -149,7 +153,7 @@ class SufficiencyRouter:
         self.metadata_keys = list(metadata_keys)
         # "route" reads the outcome itself; the gate then keeps every document and never raises.
         policy: gating.OnInsufficient = "keep" if on_insufficient == "route" else on_insufficient
-        self._gate = gating.DocumentGate(judge, gate, options, policy, on_error, audit)
+        self._gate = gating.DocumentGate(judge, gate, options, policy, on_error, audit, on_unavailable, timeout)
         self._judge = judge
 
     @property
@@ -202,6 +206,8 @@ class SufficiencyRouter:
             options=options or None,
             on_insufficient=self.on_insufficient,
             on_error=self.on_error,
+            on_unavailable=self._gate.on_unavailable,
+            timeout=self._gate.timeout,
             metadata_keys=list(self.metadata_keys),
         )
 

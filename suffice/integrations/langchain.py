@@ -78,7 +78,10 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
     ``gate`` / ``options``: which gate and its options (default: the judge's own gate);
     ``on_insufficient``: ``"raise"`` (:class:`suffice.InsufficientContextError`), ``"empty"`` or
     ``"keep"``; ``on_error``: ``"raise"`` (:class:`suffice.GateFailedError`) or ``"keep"`` (every
-    document, unjudged); ``metadata_keys``: the metadata keys shown to the judge; ``score_keys``: the
+    document, unjudged); ``on_unavailable``: ``"raise"`` (the client's :class:`suffice.ServiceUnavailableError`
+    or :class:`suffice.ServiceTimeoutError`), ``"keep"`` (every document, unjudged) or ``"empty"`` when the
+    service does not answer within ``timeout`` seconds (see :mod:`suffice.integrations.gating`);
+    ``metadata_keys``: the metadata keys shown to the judge; ``score_keys``: the
     metadata keys read as the document's retriever score (see :data:`DEFAULT_SCORE_KEYS`).
 
     A document's ``id`` is its chunk id (``None``: its position).  Returned documents are copies,
@@ -94,6 +97,8 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
     options: dict[str, typing.Any] | None = None
     on_insufficient: gating.OnInsufficient = "raise"
     on_error: gating.OnError = "raise"
+    on_unavailable: gating.OnUnavailable = "raise"
+    timeout: float | None = None
     metadata_keys: tuple[str, ...] = ()
     score_keys: tuple[str, ...] = DEFAULT_SCORE_KEYS
     _gate: gating.DocumentGate = pydantic.PrivateAttr()
@@ -108,15 +113,21 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
         metadata_keys: abc.Sequence[str] = (),
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
         audit: suffice.audit.AuditLog | None = None,
+        on_unavailable: gating.OnUnavailable = "raise",
+        timeout: float | None = None,
     ) -> None:
         # Built first: a bad setting is a ConfigError naming it, before pydantic sees the fields.
-        document_gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error, audit)
+        document_gate = gating.DocumentGate(
+            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout
+        )
         fields: dict[str, typing.Any] = {  # a dict: the base's typed __init__ names none of these
             "judge": judge,
             "gate": document_gate.gate_name,
             "options": dict(options) if options else None,
             "on_insufficient": on_insufficient,
             "on_error": on_error,
+            "on_unavailable": on_unavailable,
+            "timeout": timeout,
             "metadata_keys": tuple(metadata_keys),
             "score_keys": tuple(score_keys),
         }
@@ -163,7 +174,7 @@ class CheckedAnswer:
     ``caveats``; ``gap``: what the documents do not support; ``queries``: what to retrieve to close it;
     ``outcome``: the gate's whole decision (:attr:`~suffice.integrations.gating.GateOutcome.result`
     holds the verdict), ``None`` when the gate gave no verdict and ``on_error="keep"`` delivered the
-    answer unchecked.
+    answer unchecked, or the service did not answer and ``on_unavailable`` let it through or withheld it.
     """
 
     question: str
@@ -177,7 +188,7 @@ class CheckedAnswer:
 
     @property
     def checked(self) -> bool:
-        """Whether a verdict decided the route (``False``: delivered unchecked under ``on_error="keep"``)."""
+        """Whether a verdict decided the route (``False``: no verdict, ``on_error`` / ``on_unavailable`` decided)."""
         return self.outcome is not None
 
 
@@ -189,7 +200,8 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
     ``"answer"`` (str, or a message whose text is the answer).  A negative verdict is routed, never
     raised: the chain branches on ``route``.  The parameters are :class:`SufficiencyCompressor`'s,
     less ``on_insufficient``; ``on_error="raise"`` (the default) raises :class:`~suffice.GateFailedError`
-    when the gate gives no verdict, ``"keep"`` delivers the answer unchecked.
+    when the gate gives no verdict, ``"keep"`` delivers the answer unchecked; when the service does not
+    answer, ``on_unavailable="keep"`` delivers it unchecked and ``"empty"`` routes it to ``"abstain"``.
     """
 
     def __init__(
@@ -201,9 +213,17 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
         metadata_keys: abc.Sequence[str] = (),
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
         audit: suffice.audit.AuditLog | None = None,
+        on_unavailable: gating.OnUnavailable = "raise",
+        timeout: float | None = None,
     ) -> None:
         self._gate = gating.DocumentGate(
-            judge, gate or registry.DEFAULT_CHECK_GATE, options, on_error=on_error, audit=audit
+            judge,
+            gate or registry.DEFAULT_CHECK_GATE,
+            options,
+            on_error=on_error,
+            audit=audit,
+            on_unavailable=on_unavailable,
+            timeout=timeout,
         )
         if not self._gate.gate.needs_response:
             raise exceptions.ConfigError(
@@ -236,11 +256,28 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
 
     def _check(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
         question, evidence, answer = self._read(input)
-        return self._checked(question, evidence, answer, self._gate.judge(question, evidence, answer))
+        try:
+            result = self._gate.judge(question, evidence, answer)
+        except gating.UNAVAILABLE as exc:
+            return self._unchecked(question, answer, exc)
+        return self._checked(question, evidence, answer, result)
 
     async def _acheck(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
         question, evidence, answer = self._read(input)
-        return self._checked(question, evidence, answer, await self._gate.ajudge(question, evidence, answer))
+        try:
+            result = await self._gate.ajudge(question, evidence, answer)
+        except gating.UNAVAILABLE as exc:
+            return self._unchecked(question, answer, exc)
+        return self._checked(question, evidence, answer, result)
+
+    def _unchecked(self, question: str, answer: str, exc: Exception) -> CheckedAnswer:
+        """The answer when the service did not answer: raised, delivered unchecked, or withheld (``abstain``)."""
+        if self._gate.on_unavailable == "raise":
+            raise exc
+        delivered = bool(self._gate.unavailable(exc, 1))
+        return CheckedAnswer(
+            question, answer, "deliver" if delivered else "abstain", answer if delivered else None, [], [], [], None
+        )
 
     def _read(self, input: abc.Mapping[str, typing.Any]) -> tuple[str, list[gating.Evidence], str]:
         """The question, documents and answer of one input; a missing or mistyped one is an

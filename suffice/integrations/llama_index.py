@@ -40,7 +40,8 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
     ``judge``: an in-process :class:`~suffice.Judge`, a :class:`~suffice.Client` or an
     :class:`~suffice.AsyncClient` (async calls only) of ``suffice serve``; ``gate`` and ``options``:
     which gate and its options; ``on_insufficient`` (``"raise"``, ``"empty"``, ``"keep"``) and
-    ``on_error`` (``"raise"``, ``"keep"``): see :mod:`suffice.integrations.gating`;
+    ``on_error`` (``"raise"``, ``"keep"``), ``on_unavailable`` (``"raise"``, ``"keep"``, ``"empty"``) and
+    ``timeout`` (seconds a call to the service may take): see :mod:`suffice.integrations.gating`;
     ``metadata_keys``: the node metadata keys shown to the judge (none by default).
 
     The question is the query bundle's ``query_str``; each node's text (without its metadata), its
@@ -62,13 +63,17 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
         on_error: gating.OnError = "raise",
         metadata_keys: _Sequence[str] = (),
         audit: _AuditLog | None = None,
+        on_unavailable: gating.OnUnavailable = "raise",
+        timeout: float | None = None,
         **kwargs: _Any,
     ) -> None:
         if isinstance(metadata_keys, str):
             raise _ConfigError("metadata_keys", metadata_keys, "must be a sequence of keys, not one string")
         super().__init__(**kwargs)
         self.metadata_keys = tuple(metadata_keys)
-        self._gate = gating.DocumentGate(judge, gate, options, on_insufficient, on_error, audit)
+        self._gate = gating.DocumentGate(
+            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout
+        )
 
     @classmethod
     def class_name(cls) -> str:
@@ -111,7 +116,7 @@ def _question(query_bundle: schema.QueryBundle | None) -> str:
 def _kept(
     nodes: _Sequence[schema.NodeWithScore], kept: list[int], outcome: gating.GateOutcome | None
 ) -> list[schema.NodeWithScore]:
-    if outcome is None:  # on_error="keep": through unjudged, as given
+    if outcome is None:  # on_error / on_unavailable "keep": through unjudged, as given
         return [nodes[i] for i in kept]
     return [_with_verdict(nodes[i], outcome) for i in kept]
 

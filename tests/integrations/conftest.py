@@ -10,6 +10,7 @@ The scripted engine reads the question: one containing ``"unknown"`` is judged i
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -69,4 +70,15 @@ def engine_judge(vllm_server: str) -> Iterator[Judge]:
 def engine_client(suffice_server: str) -> Iterator[Client]:
     """A client of the session's real ``suffice serve`` (real engine behind it)."""
     with Client(suffice_server, api_key=SERVE_KEY) as client:
+        yield client
+
+
+@pytest.fixture
+def down_client() -> Iterator[Client]:
+    """A :class:`~suffice.Client` of a loopback port nothing listens on: every call's connection is refused."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # bound, then closed: a port this machine just gave out and nobody holds
+    with Client(f"http://127.0.0.1:{port}", retries=0) as client:
         yield client

@@ -4,13 +4,24 @@ and on a client of a real uvicorn service over it."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from suffice import Client, ConfigError, GateFailedError, InsufficientContextError, Judge
+from suffice import (
+    AsyncClient,
+    Client,
+    ConfigError,
+    GateFailedError,
+    InsufficientContextError,
+    Judge,
+    ServiceTimeoutError,
+    ServiceUnavailableError,
+)
 from suffice.integrations.gating import DocumentGate, Evidence, chunk_ids, record_for, scalar_metadata
 from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import MISSING
+from tests.test_client import Blocking, serve
 
 DOCS = [
     Evidence("Apollo 11 was a crewed mission.", id="a"),
@@ -115,3 +126,58 @@ def test_a_positive_verdict_naming_no_useful_document_keeps_them_all(scripted_ju
     none_useful = judged.verdict.model_copy(update={"useful_chunk_ids": []})
     outcome = DocumentGate(scripted_judge).outcome("Q?", DOCS, judged.model_copy(update={"verdict": none_useful}))
     assert outcome is not None and outcome.kept == [0, 1, 2]
+
+
+# -- a service that does not answer: on_unavailable ---------------------------------------------------------
+
+
+def test_a_service_that_is_down_raises_by_default(down_client: Client):
+    with pytest.raises(ServiceUnavailableError):
+        DocumentGate(down_client).select("Who wrote it?", DOCS)
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("keep", [0, 1, 2]), ("empty", [])])
+def test_a_service_that_is_down_gives_every_document_or_none_as_asked(down_client: Client, policy, kept):
+    gate = DocumentGate(down_client, on_unavailable=policy)
+    assert gate.select("Who wrote it?", DOCS) == (kept, None)
+    assert asyncio.run(gate.aselect("Who wrote it?", DOCS)) == (kept, None)
+
+
+def test_an_async_client_of_a_service_that_is_down_follows_on_unavailable(down_client: Client):
+    async def main() -> tuple[list[int], object]:
+        async with AsyncClient(down_client.base_url, retries=0) as client:
+            return await DocumentGate(client, on_unavailable="keep").aselect("Who wrote it?", DOCS)
+
+    assert asyncio.run(main()) == ([0, 1, 2], None)
+
+
+def test_on_unavailable_leaves_a_failed_verdict_to_on_error():
+    with Judge(ScriptedEngine(lambda r: "{}"), "sufficiency") as judge, pytest.raises(GateFailedError):
+        DocumentGate(judge, on_unavailable="keep").select("Who wrote it?", DOCS)
+
+
+def test_the_per_call_timeout_bounds_a_call_the_service_does_not_answer():
+    engine = Blocking()
+    with serve(engine) as url, Client(url) as client:  # the client's own timeout: 600 s
+        began = time.monotonic()
+        with pytest.raises(ServiceTimeoutError):
+            DocumentGate(client, timeout=0.5).select("Who wrote it?", DOCS)
+        assert DocumentGate(client, timeout=0.5, on_unavailable="keep").select("Who?", DOCS) == ([0, 1, 2], None)
+        assert time.monotonic() - began < 5
+        for cancel in engine.cancels:
+            cancel.set()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("on_unavailable", "ignore"), ("timeout", 0), ("timeout", "5"), ("timeout", True)]
+)
+def test_a_bad_unavailability_setting_is_a_config_error_naming_it(down_client: Client, setting, value):
+    with pytest.raises(ConfigError) as caught:
+        DocumentGate(down_client, **{setting: value})
+    assert caught.value.parameter == setting
+
+
+def test_a_timeout_with_an_in_process_judge_is_a_config_error(scripted_judge: Judge):
+    with pytest.raises(ConfigError) as caught:
+        DocumentGate(scripted_judge, timeout=5)
+    assert caught.value.parameter == "timeout"

@@ -34,6 +34,7 @@ from suffice import (
     InvalidRequestError,
     Judge,
     JudgeConfig,
+    ServiceUnavailableError,
 )
 from suffice.grammars.routes import Route
 from suffice.integrations.haystack import SufficiencyRouter
@@ -163,6 +164,17 @@ def test_a_failed_verdict_lets_every_document_through_unjudged_when_asked():
     with Judge(ScriptedEngine(lambda r: "{}"), "sufficiency") as judge:
         kept = outputs(SufficiencyRouter(judge, on_error="keep"), SUFFICIENT)["documents"]
     assert ["suffice" in d.meta for d in kept] == [False, False, False]
+
+
+def test_a_service_that_is_down_raises_by_default(down_client: Client):
+    with pytest.raises(ServiceUnavailableError):
+        outputs(SufficiencyRouter(down_client), SUFFICIENT)
+
+
+def test_a_service_that_is_down_passes_every_document_unjudged_or_none_as_asked(down_client: Client):
+    kept = outputs(SufficiencyRouter(down_client, on_unavailable="keep"), SUFFICIENT)["documents"]
+    assert ["suffice" in d.meta for d in kept] == [False, False, False]
+    assert outputs(SufficiencyRouter(down_client, on_unavailable="empty"), SUFFICIENT) == {"documents": []}
 
 
 def test_a_bad_on_error_is_a_config_error_naming_it(scripted_judge: Judge):
@@ -440,6 +452,12 @@ def test_to_dict_keeps_the_routers_settings(scripted_judge: Judge):
     saved = rag_pipeline(SufficiencyRouter(scripted_judge, on_insufficient="empty", metadata_keys=["page"]))[0]
     parameters = saved.to_dict()["components"]["gate"]["init_parameters"]
     assert (parameters["on_insufficient"], parameters["metadata_keys"]) == ("empty", ["page"])
+
+
+def test_to_dict_keeps_the_unavailability_policy(down_client: Client):
+    router = SufficiencyRouter(down_client, on_unavailable="empty", timeout=2.5)
+    parameters = rag_pipeline(router)[0].to_dict()["components"]["gate"]["init_parameters"]
+    assert (parameters["on_unavailable"], parameters["timeout"]) == ("empty", 2.5)
 
 
 def test_to_dict_describes_the_judge(scripted_judge: Judge):

@@ -36,6 +36,7 @@ from suffice import (
     InsufficientContextError,
     Judge,
     JudgeConfig,
+    ServiceUnavailableError,
 )
 from suffice.integrations import gating
 from suffice.integrations.langchain import CheckedAnswer, RecoveryCheck, SufficiencyCompressor
@@ -209,6 +210,20 @@ def test_no_verdict_with_keep_returns_every_document_unjudged():
     with failing_judge() as judge:
         kept = SufficiencyCompressor(judge, on_error="keep").compress_documents(documents(), QUESTION)
     assert ["suffice" in doc.metadata for doc in kept] == [False, False, False]
+
+
+def test_a_service_that_is_down_raises_by_default(down_client: Client):
+    with pytest.raises(ServiceUnavailableError):
+        SufficiencyCompressor(down_client).compress_documents(documents(), QUESTION)
+
+
+def test_a_service_that_is_down_passes_every_document_unjudged_or_none_as_asked(down_client: Client):
+    kept = SufficiencyCompressor(down_client, on_unavailable="keep", timeout=5).compress_documents(
+        documents(), QUESTION
+    )
+    assert ["suffice" in doc.metadata for doc in kept] == [False, False, False]
+    empty = SufficiencyCompressor(down_client, on_unavailable="empty")
+    assert asyncio.run(empty.acompress_documents(documents(), QUESTION)) == []
 
 
 def test_a_bad_on_insufficient_is_a_config_error_naming_it(judge: Judge):
@@ -408,6 +423,15 @@ def test_no_recovery_verdict_with_keep_delivers_the_answer_unchecked():
     with failing_judge() as judge:
         checked = RecoveryCheck(judge, on_error="keep").invoke(check_input())
     assert (checked.route, checked.checked) == ("deliver", False)
+
+
+def test_a_service_that_is_down_raises_delivers_unchecked_or_abstains_as_asked(down_client: Client):
+    with pytest.raises(ServiceUnavailableError):
+        RecoveryCheck(down_client).invoke(check_input())
+    checked = RecoveryCheck(down_client, on_unavailable="keep").invoke(check_input())
+    assert (checked.route, checked.delivered, checked.checked) == ("deliver", ANSWER, False)
+    withheld = asyncio.run(RecoveryCheck(down_client, on_unavailable="empty").ainvoke(check_input()))
+    assert (withheld.route, withheld.delivered, withheld.checked) == ("abstain", None, False)
 
 
 def test_a_gate_that_checks_no_answer_is_a_config_error_naming_it(judge: Judge):

@@ -23,7 +23,16 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field
 
-from suffice import AsyncClient, Client, ConfigError, GateFailedError, InsufficientContextError, Judge, JudgeConfig
+from suffice import (
+    AsyncClient,
+    Client,
+    ConfigError,
+    GateFailedError,
+    InsufficientContextError,
+    Judge,
+    JudgeConfig,
+    ServiceUnavailableError,
+)
 from suffice.integrations.gating import METADATA_KEY
 from suffice.integrations.llama_index import SufficiencyPostprocessor
 from suffice.serving.base import GenerationRequest
@@ -199,6 +208,19 @@ def test_no_verdict_with_keep_lets_the_nodes_through_as_given():
     with Judge(ScriptedEngine(lambda r: "{}"), "sufficiency") as judge:
         kept = SufficiencyPostprocessor(judge, on_error="keep").postprocess_nodes(given, query_str=QUESTION)
     assert kept == given
+
+
+def test_a_service_that_is_down_raises_by_default(down_client: Client):
+    with pytest.raises(ServiceUnavailableError):
+        SufficiencyPostprocessor(down_client).postprocess_nodes(nodes(), query_str=QUESTION)
+
+
+def test_a_service_that_is_down_lets_the_nodes_through_as_given_or_none_as_asked(down_client: Client):
+    given = nodes()
+    kept = SufficiencyPostprocessor(down_client, on_unavailable="keep").postprocess_nodes(given, query_str=QUESTION)
+    assert kept == given
+    empty = SufficiencyPostprocessor(down_client, on_unavailable="empty", timeout=5)
+    assert empty.postprocess_nodes(given, query_str=QUESTION) == []
 
 
 # -- what reaches the judge ------------------------------------------------------------------------
