@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
-from suffice import __version__, startup
+from suffice import startup
 from suffice.cli import audit_cmd, cache_cmd, calibrate_cmd, demo_cmd, judge_cmd, review_cmd, schema_cmd, serve_cmd
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 
 
+def _version() -> str:
+    """The installed distribution's version (the package top is a layer above the command line)."""
+    try:
+        return importlib.metadata.version("suffice")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suffice", description="Local evidence gates for RAG.")
-    parser.add_argument("--version", action="version", version=f"suffice {__version__}")
+    parser.add_argument("--version", action="version", version=f"suffice {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)

@@ -292,7 +292,9 @@ class Pipeline:
             return self._review(run_id, item.id, item, reason, [], None, seq, state.trace, rule=rule)
         routing = self.judge.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
-        state.verdict, state.gap, state.queries = verdict, routing.gap, routing.queries
+        # A gate without retrieval queries (the sufficiency gate's are empty) is searched for by its gap.
+        search = list(routing.queries or routing.gap)
+        state.verdict, state.gap, state.queries = verdict, routing.gap, search
         state.trace.append(RoundTrace(round=round, route=routing.route, reason=routing.reason, audit_seq=seq))
         spent = round >= self.config.max_rounds and not state.exhausted_given
         budget = f"retrieval budget of {self.config.max_rounds} rounds spent: "
@@ -320,7 +322,7 @@ class Pipeline:
         if round >= self.config.max_rounds:
             return self._abstain(run_id, state, budget + routing.reason, spent=True, seq=seq)
         # Nothing was retrieved: the gate's "queries" are its canned note; search the question again.
-        queries[id(state)] = (routing.queries if item.has_evidence else []) or [item.question]
+        queries[id(state)] = (search if item.has_evidence else []) or [item.question]
         return None
 
     def _outcome(

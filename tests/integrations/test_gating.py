@@ -66,10 +66,10 @@ def test_insufficient_raises_with_what_is_missing(scripted_judge: Judge):
     assert caught.value.missing == [MISSING]
 
 
-def test_insufficient_error_carries_the_queries_to_retrieve(scripted_judge: Judge):
+def test_the_sufficiency_gates_error_does_not_repeat_missing_as_queries(scripted_judge: Judge):
     with pytest.raises(InsufficientContextError) as caught:
         DocumentGate(scripted_judge).select("When did the unknown probe launch?", DOCS)
-    assert caught.value.queries == [MISSING]
+    assert (caught.value.missing, caught.value.queries) == ([MISSING], [])
 
 
 def test_insufficient_with_empty_keeps_nothing(scripted_judge: Judge):

@@ -104,8 +104,10 @@ def test_the_insufficient_verdict_says_what_is_missing(scripted_judge: Judge):
     assert outputs(SufficiencyRouter(scripted_judge), INSUFFICIENT)["insufficient"]["missing"] == [MISSING]
 
 
-def test_the_insufficient_verdict_says_what_to_retrieve(scripted_judge: Judge):
-    assert outputs(SufficiencyRouter(scripted_judge), INSUFFICIENT)["insufficient"]["queries"] == [MISSING]
+def test_the_sufficiency_gates_insufficient_output_does_not_repeat_missing_as_queries(scripted_judge: Judge):
+    # The gate writes no retrieval queries: what is missing is said once, under "missing".
+    payload = outputs(SufficiencyRouter(scripted_judge), INSUFFICIENT)["insufficient"]
+    assert (payload["missing"], payload["queries"]) == ([MISSING], [])
 
 
 def test_the_insufficient_verdict_routes_away_from_deliver(scripted_judge: Judge):
@@ -409,9 +411,9 @@ def test_a_pipeline_runs_only_the_insufficient_branch(scripted_judge: Judge):
     assert (len(answer.received), len(retrieve.received)) == (0, 1)
 
 
-def test_a_pipeline_hands_the_queries_on(scripted_judge: Judge):
-    result, _, _ = run_pipeline(SufficiencyRouter(scripted_judge), INSUFFICIENT)
-    assert result["retrieve"]["queries"] == [MISSING]
+def test_a_pipeline_hands_the_gap_and_the_queries_on(scripted_judge: Judge):
+    result, _, retrieve = run_pipeline(SufficiencyRouter(scripted_judge), INSUFFICIENT)
+    assert (retrieve.received[0]["missing"], result["retrieve"]["queries"]) == ([MISSING], [])
 
 
 def test_a_pipeline_of_a_client_runs_only_the_insufficient_branch(scripted_client: Client):

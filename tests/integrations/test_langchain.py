@@ -175,10 +175,10 @@ def test_insufficient_raises_with_what_is_missing(judge: Judge):
     assert caught.value.missing == [MISSING]
 
 
-def test_insufficient_error_carries_the_queries(judge: Judge):
+def test_insufficient_error_does_not_repeat_missing_as_queries(judge: Judge):
     with pytest.raises(InsufficientContextError) as caught:
         SufficiencyCompressor(judge).compress_documents(documents(), UNKNOWN)
-    assert caught.value.queries == [MISSING]
+    assert (caught.value.missing, caught.value.queries) == ([MISSING], [])
 
 
 def test_insufficient_error_carries_the_result(judge: Judge):

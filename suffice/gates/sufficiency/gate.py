@@ -164,8 +164,10 @@ class SufficiencyGate(Gate):
         return verdict.decision.sufficient if verdict.decision is not None else verdict.is_sufficient
 
     def route(self, verdict: BaseModel) -> Routing:
-        """The seed's rule: sufficient -> deliver the evidence; otherwise the missing
-        information is what to retrieve.  A calibrated decision, when set, decides."""
+        """The seed's rule: sufficient -> deliver the evidence; otherwise retrieve more, the missing
+        information as the gap.  A calibrated decision, when set, decides.  ``queries`` stay empty: a
+        description of what is missing is not a retrieval query, and a caller reading both would get the
+        gap twice."""
         if not isinstance(verdict, SufficiencyVerdict):
             raise TypeError(f"the sufficiency gate cannot route a {type(verdict).__name__}")
         scores: dict[str, Any] = {"confidence": verdict.confidence, "p_sufficient": verdict.p_sufficient}
@@ -178,7 +180,7 @@ class SufficiencyGate(Gate):
             )
         gap = list(verdict.missing_information) or ["evidence for the question"]
         why = "the context is insufficient" if decision is None else decision.reason
-        return Routing("retrieve_more", why, queries=list(verdict.missing_information), gap=gap, scores=scores)
+        return Routing("retrieve_more", why, gap=gap, scores=scores)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
         """``p_sufficient`` is the model's own probability, also when the constraint forced ``false``
