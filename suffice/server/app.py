@@ -192,6 +192,28 @@ def _unprocessable(location: Location, message: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": location, "msg": message, "type": "value_error"}]}, status_code=422)
 
 
+#: The name of the bearer scheme in ``/openapi.json``'s ``components.securitySchemes``.
+BEARER_SCHEME = "bearerAuth"
+
+
+def _with_bearer(build: Callable[[], dict[str, Any]], keyed: Callable[[str], bool]) -> Callable[[], dict[str, Any]]:
+    """``build`` (FastAPI's ``app.openapi``) with the bearer scheme declared and required on each path ``keyed``
+    names: a client generated from the document then sends the token the service asks for."""
+
+    def openapi() -> dict[str, Any]:
+        schema = build()  # FastAPI keeps the document once built: the scheme is added to it once
+        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+        if BEARER_SCHEME not in schemes:
+            schemes[BEARER_SCHEME] = {"type": "http", "scheme": "bearer", "description": "the service's API key"}
+            for path, operations in schema.get("paths", {}).items():
+                if keyed(path):
+                    for operation in operations.values():
+                        operation["security"] = [{BEARER_SCHEME: []}]
+        return schema
+
+    return openapi
+
+
 def create_app(
     service: Any,
     config: ServeConfig,
@@ -425,13 +447,13 @@ def create_app(
         )
     app.add_api_route(f"{JUDGE_PATH}{{gate}}", judge, methods=["POST"], include_in_schema=False)
 
-    @app.get("/health", summary="Liveness: the process serves and its engine is not dead")
+    @app.get("/health", summary="Liveness: the process serves and its engine is not dead", operation_id="health")
     async def health() -> Response:
         if service.dead is not None:
             return JSONResponse({"status": "dead", "detail": service.dead}, status_code=503)
         return JSONResponse({"status": "alive"})
 
-    @app.get("/ready", summary="Readiness: the engine is loaded and answering")
+    @app.get("/ready", summary="Readiness: the engine is loaded and answering", operation_id="ready")
     async def ready() -> Response:
         if service.dead is None and not await answered():
             return JSONResponse({"status": "busy", "detail": "the engine check did not answer"}, 503)
@@ -453,6 +475,7 @@ def create_app(
         "/v1/settings/{gate}",
         response_model=GateSettings,
         summary="What decides the gate's rows here, with the options given as query parameters",
+        operation_id="get_gate_settings",
         responses={
             401: {"description": "missing or wrong bearer token"},
             404: {"description": "gate not served"},
@@ -473,10 +496,15 @@ def create_app(
             values["model"] = public_model_name(values["model"])
         return JSONResponse(GateSettings(gate=gate, settings=values).model_dump())
 
-    @app.get("/metrics", summary="Prometheus metrics")
+    @app.get("/metrics", summary="Prometheus metrics", operation_id="get_metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    if api_key is not None:
+        keyed = {"/metrics"} if not config.metrics_without_auth else set()
+        app.openapi = _with_bearer(
+            app.openapi, lambda path: path.startswith((JUDGE_PATH, "/v1/settings/")) or path in keyed
+        )
     limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout, OPEN_PATHS | {"/metrics"})
     guarded = limited
     if api_key is not None:

@@ -437,6 +437,39 @@ def test_the_openapi_description_lists_the_options_each_gate_takes_per_request(g
     assert {p["name"] for p in spec["paths"][f"/v1/judge/{gate}"]["post"]["parameters"]} == expected
 
 
+def test_the_openapi_description_requires_the_bearer_token_where_the_service_does():
+    spec = client_for(key=KEY).get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the service's API key",
+    }
+    security = {path: op.get("security") for path, item in spec["paths"].items() for op in item.values()}
+    bearer = [{"bearerAuth": []}]
+    assert security["/v1/judge/sufficiency"] == security["/v1/settings/{gate}"] == security["/metrics"] == bearer
+    assert security["/health"] is None and security["/ready"] is None
+    assert (
+        client_for(key=KEY, metrics_without_auth=True)
+        .get("/openapi.json")
+        .json()["paths"]["/metrics"]["get"]
+        .get("security")
+        is None
+    )
+    # Without a key nothing is asked for, and the document says so.
+    assert "securitySchemes" not in client_for().get("/openapi.json").json().get("components", {})
+
+
+def test_the_openapi_operation_ids_are_stable_names():
+    spec = client_for(key=KEY).get("/openapi.json").json()
+    ids = {path: op["operationId"] for path, item in spec["paths"].items() for op in item.values()}
+    assert {ids[p] for p in ("/v1/judge/sufficiency", "/v1/judge/recovery", "/v1/settings/{gate}")} == {
+        "judge_sufficiency",
+        "judge_recovery",
+        "get_gate_settings",
+    }
+    assert (ids["/health"], ids["/ready"], ids["/metrics"]) == ("health", "ready", "get_metrics")
+
+
 def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
     spec = client_for().get("/openapi.json").json()
     body = spec["paths"]["/v1/judge/sufficiency"]["post"]["requestBody"]["content"]["application/json"]["schema"]
