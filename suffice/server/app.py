@@ -502,7 +502,8 @@ def create_app(
 
     if api_key is not None:
         keyed = {"/metrics"} if not config.metrics_without_auth else set()
-        app.openapi = _with_bearer(
+        # Replacing app.openapi is FastAPI's documented way to extend the generated document.
+        app.openapi = _with_bearer(  # type: ignore[method-assign]
             app.openapi, lambda path: path.startswith((JUDGE_PATH, "/v1/settings/")) or path in keyed
         )
     limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout, OPEN_PATHS | {"/metrics"})
