@@ -35,6 +35,9 @@ class JudgeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     options: Mapping[str, Any] = field(default_factory=dict)
     detail: str = "full"
+    #: ``detail="auto"``: a delivered decision whose probability lies within this of the decision threshold (0.5)
+    #: gets a full verdict too (0 to 0.5; 0: only decisions that do not deliver, 0.5: every record).
+    auto_margin: float = 0.1
     max_question_tokens: int = 512
     max_response_tokens: int = 1024
     min_chunk_tokens: int = 24
@@ -55,6 +58,10 @@ class JudgeConfig:
         options.parse(self.gate, self.options)
         if self.detail not in DETAILS:
             raise ConfigError("detail", self.detail, f"must be one of {', '.join(DETAILS)}")
+        margin = self.auto_margin
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0.0 <= margin <= 0.5:
+            raise ConfigError("auto_margin", margin, "must be a number from 0 to 0.5 (a distance in probability)")
+        object.__setattr__(self, "auto_margin", float(margin))
         if self.max_question_tokens < 16:
             raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")
         if self.max_response_tokens < 16:

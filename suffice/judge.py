@@ -33,10 +33,12 @@ from suffice.exceptions import (
 )
 from suffice.gates import Gate, gate_names
 from suffice.gates.base import fitted_mismatch
+from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
-from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+from suffice.results import Cascade, ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
 from suffice.serving.factory import make_engine
@@ -76,6 +78,19 @@ class JudgeStats:
 
 
 @dataclass
+class _PassStats(JudgeStats):
+    """A cascade pass's counters: the work it did counts in the cascade judge's stats, the records and their
+    outcomes only once, by the cascade judge itself."""
+
+    parent: JudgeStats | None = None
+
+    def add(self, counter: str, n: int = 1, error_type: str | None = None) -> None:
+        super().add(counter, n, error_type)
+        if self.parent is not None and counter not in ("items", "verdicts", "errors"):
+            self.parent.add(counter, n)
+
+
+@dataclass
 class _Pending:
     index: int
     item: Item
@@ -97,10 +112,26 @@ class Judge:
             raise ConfigError("gate", named, f"differs from the config's gate {config.gate!r}; give one of them")
         self.config = config or (JudgeConfig(gate=known) if known else JudgeConfig())
         self.gate = gate if isinstance(gate, Gate) else self.config.make_gate()
+        if self.config.detail == "auto" and not isinstance(self.gate, AutoGate | DecisionGate):
+            self.gate = AutoGate(self.gate)  # a full gate given under the cascade's config: cascade it
         self.stats = JudgeStats()
+        self._passes: tuple[Judge, Judge] | None = None
+        self.cache: VerdictCache | None = None
+        self._cache_digest = ""
+        if isinstance(self.gate, AutoGate):
+            # Each pass keys the cache by its own detail: a decision-only or full run's verdicts are its hits.
+            self._passes = (self._pass(self.gate.decision, "decision"), self._pass(self.gate.inner, "full"))
+            self.cache = self._passes[0].cache
+            return
         self.check_window()
         self.check_calibration()
         self.cache, self._cache_digest = self._open_cache()
+
+    def _pass(self, gate: Gate, detail: str) -> Judge:
+        """One pass of the cascade: a judge at ``detail`` on this engine, with its own cache keys."""
+        judge = Judge(self.engine, gate, dataclasses.replace(self.config, detail=detail))
+        judge.stats = _PassStats(parent=self.stats)
+        return judge
 
     def _open_cache(self) -> tuple[VerdictCache | None, str]:
         """The verdict cache this judge reads and fills (``None``: off, or an engine whose verdicts cannot be
@@ -237,7 +268,57 @@ class Judge:
         Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
         and one per record, under the caller's current span)."""
         with BatchTrace(self.gate, self.engine.model_id, len(records)) as trace:
+            if self._passes is not None:
+                return self._cascade(records, progress, cancel, trace)
             return self._judge_batch(records, progress, cancel, trace)
+
+    def _cascade(
+        self,
+        records: Sequence[object],
+        progress: Progress | None,
+        cancel: threading.Event | None,
+        trace: BatchTrace,
+    ) -> list[JudgeResult]:
+        """``detail="auto"``: every record decision-only (one engine batch), then a full verdict (one more) for
+        those :meth:`AutoGate.escalate` picks.  ``progress`` is credited once a record's last pass is done."""
+        assert self._passes is not None and isinstance(self.gate, AutoGate)
+        decide, full = self._passes
+        margin = self.config.auto_margin
+        decided = decide.judge_batch(records, cancel=cancel)
+        why: dict[int, str] = {}
+        for index, result in enumerate(decided):
+            if isinstance(result.verdict, DecisionVerdict):
+                reason = self.gate.escalate(result.verdict, margin)
+                if reason is not None:
+                    why[index] = reason
+        if progress is not None and len(records) > len(why):
+            progress(len(records) - len(why))
+        again = full.judge_batch([records[i] for i in why], progress, cancel) if why else []
+        redone = dict(zip(why, again, strict=True))
+        final: list[JudgeResult] = []
+        for index, result in enumerate(decided):
+            probability = result.verdict.probability if isinstance(result.verdict, DecisionVerdict) else None
+            second = redone.get(index)
+            if second is None:
+                cascade = Cascade(detail="decision", probability=probability, margin=margin)
+                final.append(result.model_copy(update={"cascade": cascade}))
+                continue
+            cascade = Cascade(detail="full", reason=why[index], probability=probability, margin=margin)
+            # The row's tokens are what the record cost: both passes.
+            tokens = TokenCounts(
+                prompt=result.tokens.prompt + second.tokens.prompt,
+                completion=result.tokens.completion + second.tokens.completion,
+            )
+            final.append(second.model_copy(update={"cascade": cascade, "tokens": tokens}))
+        self.stats.add("items", len(final))
+        for result in final:
+            if result.error is not None:
+                self.stats.add("errors", 1, error_type=result.error.type)
+            else:
+                self.stats.add("verdicts", 1)
+        p_positive = {i: r.verdict.probability for i, r in enumerate(decided) if isinstance(r.verdict, DecisionVerdict)}
+        trace.finish(final, {i: p for i, p in p_positive.items() if p is not None})
+        return final
 
     def _judge_batch(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from suffice.exceptions import ItemError, VerdictError
@@ -39,6 +41,21 @@ class CacheHit(BaseModel):
     first_judged: str
 
 
+class Cascade(BaseModel):
+    """How ``detail="auto"`` judged a record: the decision pass's answer, and whether a full verdict followed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: ``decision``: the decision-only verdict stands; ``full``: the row's verdict is the full one.
+    detail: Literal["decision", "full"]
+    #: Why a full verdict followed (``not deliver``, ``within margin``, ``no probability``); ``None`` when none did.
+    reason: str | None = None
+    #: The decision pass's probability of the positive decision (``None``: the engine reported none).
+    probability: float | None = None
+    #: The margin around the decision threshold the record was judged under.
+    margin: float
+
+
 class JudgeResult(BaseModel):
     """Exactly one of ``verdict`` and ``error`` is set."""
 
@@ -60,6 +77,8 @@ class JudgeResult(BaseModel):
     fence: str | None = Field(default=None, exclude=True)
     #: Set when the verdict cache returned this result instead of the engine.
     cached: CacheHit | None = None
+    #: Set under ``detail="auto"``: which detail the verdict is, and why.
+    cascade: Cascade | None = None
 
     @property
     def ok(self) -> bool:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 from suffice.exceptions import ConfigError
 from suffice.gates.registry import DETAILS, gate_class
 from suffice.grammars.decision import DecisionVerdict
-from suffice.results import CacheHit, ErrorInfo, TokenCounts
+from suffice.results import CacheHit, Cascade, ErrorInfo, TokenCounts
 
 #: Where a row says which input it answers: ``line`` in a ``suffice judge`` output, ``index`` in a response.
 POSITIONS: dict[str, str] = {
@@ -57,7 +57,7 @@ def name_part(gate: str) -> str:
 
 
 def verdict_types(gate: str, detail: str | None = None) -> tuple[type[BaseModel], ...]:
-    """The verdict models a row of ``gate`` can hold at ``detail`` (``None``: at either): the gate
+    """The verdict models a row of ``gate`` can hold at ``detail`` (``None`` or ``auto``: at either): the gate
     class's ``verdict_model`` for full verdicts, :class:`DecisionVerdict` for decision-only ones
     (for a gate that names its decision, ``decision_key``)."""
     if detail is not None and detail not in DETAILS:
@@ -83,6 +83,10 @@ def _fields(gate: str, verdict: Any, error: Any, position: str, extra: dict[str,
         "cached": (
             CacheHit | None,
             Field(default=None, description="present when the verdict cache returned the row: when first judged"),
+        ),
+        "cascade": (
+            Cascade | None,
+            Field(default=None, description="present under detail auto: whether the verdict is decision-only or full"),
         ),
         **(extra or {}),
     }
@@ -118,7 +122,7 @@ def result_row_model(
 ) -> type[RootModel[Any]]:
     """The pydantic model of one result row of ``gate``: a verdict row or an error row.
 
-    ``detail``: ``full`` or ``decision`` (``None``: a row of either); ``fmt``: the verdict format
+    ``detail``: ``full``, ``decision`` or ``auto`` (``None`` or ``auto``: a row of either); ``fmt``: the verdict format
     (``seed`` and ``ragflow`` rows are alike); ``position``: ``line`` (``suffice judge``'s rows) or
     ``index`` (``suffice serve``'s).  The same arguments give the same class.  Errors are
     :class:`~suffice.exceptions.ConfigError` naming the ``gate``, ``detail``, ``format`` or ``position``.

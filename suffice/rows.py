@@ -15,7 +15,13 @@ def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str
     """The output row of one result (``line``: the input position it answers); the
     gate shapes the verdict for ``fmt``."""
     # A row from the engine is as it always was; a cache hit's says when it was first judged.
-    row = result.model_dump(mode="json", exclude={"raw_text"} if result.cached else {"raw_text", "cached"})
+    # A cascade's row says which detail its verdict is; other rows carry no such column.
+    exclude = (
+        {"raw_text"}
+        | ({"cached"} if result.cached is None else set())
+        | ({"cascade"} if result.cascade is None else set())
+    )
+    row = result.model_dump(mode="json", exclude=exclude)
     row["line"] = line
     if result.verdict is not None:
         row.update(gate.export(result.verdict, fmt))

@@ -38,7 +38,9 @@ class RunSettings:
     def of(cls, config: JudgeConfig, gate: Gate, fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
         """``fields``: the input's field mapping (recorded only when there is one: which
         input field is the question decides the verdict)."""
-        return cls.judged_by({**gate.settings(), **engine_settings(config.engine)}, fmt, fields)
+        # A cascade's rows depend on its margin: a resume under another would mix two runs' choices.
+        margin = {"auto_margin": repr(config.auto_margin)} if config.detail == "auto" else {}
+        return cls.judged_by({**gate.settings(), **margin, **engine_settings(config.engine)}, fmt, fields)
 
     @classmethod
     def judged_by(cls, judge: Mapping[str, str], fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:

@@ -31,7 +31,7 @@ from suffice.tables import (
 
 COLUMNS = [
     *("id", "gate", "verdict", "error", "model", "backend", "prompt_version", "tokens", "retries"),
-    *("cached", "line"),
+    *("cached", "cascade", "line"),
 ]
 
 
@@ -231,7 +231,7 @@ def test_the_verdict_column_is_a_struct_of_the_gates_verdict_fields(gate):
 def test_columns_are_nullable_where_a_row_can_hold_null(gate):
     schema = result_schema(gate.verdict_model)
     nullable = {name for name in COLUMNS if schema.field(name).nullable}
-    assert nullable == {"id", "verdict", "error", "cached"}
+    assert nullable == {"id", "verdict", "error", "cached", "cascade"}
 
 
 def test_the_error_column_is_a_struct_of_the_error_fields():

@@ -156,6 +156,10 @@ def judge_file(
     out_format = format_of(output, options.output_format, "output-format")
     if out_format == "parquet" and options.fmt != "suffice":
         raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
+    if out_format == "parquet" and config.detail == "auto":
+        raise ConfigError(
+            "detail", "auto", "a Parquet output holds one verdict type, and a cascade's rows hold two: write .jsonl"
+        )
     if client is None:
         gate = config.make_gate()
         settings = RunSettings.of(config, gate, options.fmt, options.fields.names)

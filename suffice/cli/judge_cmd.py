@@ -48,10 +48,22 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
         "--detail",
         choices=DETAILS,
         default="full",
-        help="full verdicts, or only the decision and its probability (one short step: for batch scoring)",
+        help="full verdicts, or only the decision and its probability (one short step: for batch scoring), or "
+        "auto: the decision for every record and a full verdict where it does not deliver or is near the threshold",
     )
+    add_auto_margin_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_cache_args(p)
+
+
+def add_auto_margin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--auto-margin",
+        type=float,
+        default=0.1,
+        help="--detail auto: a delivered decision within this of the threshold 0.5 gets a full verdict too "
+        "(0 to 0.5, default 0.1)",
+    )
 
 
 def add_audit_args(p: argparse.ArgumentParser) -> None:
@@ -202,6 +214,7 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         engine=engine_config_from_args(args),
         options=gate_options_from_args(args),
         detail=args.detail,
+        auto_margin=args.auto_margin,
         **cache_settings(args),
     )
     config.make_gate()
@@ -226,7 +239,9 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
         refuse_plain_http("server", args.server, parts, "the service's key and every record", "--allow-insecure-http")
     if args.timeout is not None and not (0 < args.timeout < float("inf")):
         raise ConfigError("timeout", args.timeout, "must be a number of seconds above 0")
-    return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), detail=args.detail)
+    return JudgeConfig(
+        gate=args.gate, options=gate_options_from_args(args), detail=args.detail, auto_margin=args.auto_margin
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from suffice.audit import AuditLog
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
-from suffice.cli.judge_cmd import add_audit_args, audit_key_of
+from suffice.cli.judge_cmd import add_audit_args, add_auto_margin_arg, audit_key_of
 from suffice.cli.serve_settings import ENV_PREFIX, ServeSettings
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
@@ -41,7 +41,10 @@ def add_parser(sub: Any) -> None:
     )
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
-    p.add_argument("--detail", choices=DETAILS, default="full", help="full verdicts, or only the decision")
+    p.add_argument(
+        "--detail", choices=DETAILS, default="full", help="full verdicts, only the decision, or auto (the cascade)"
+    )
+    add_auto_margin_arg(p)
     add_cache_args(p)
     p.add_argument(
         "--api-key-file",
@@ -153,7 +156,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
 def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     gates = tuple(args.gate) if args.gate else gate_names()
     return ServeConfig(
-        judge=JudgeConfig(gate=gates[0], engine=engine, detail=args.detail, **cache_settings(args)),
+        judge=JudgeConfig(
+            gate=gates[0], engine=engine, detail=args.detail, auto_margin=args.auto_margin, **cache_settings(args)
+        ),
         gates=gates,
         options=gate_options_from_args(args),
         host=args.host,

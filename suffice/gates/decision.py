@@ -121,3 +121,98 @@ class DecisionGate(Gate):
     def model_positive(self, verdict: BaseModel) -> bool | None:
         """The model's decision is the one that routes: none separate from it."""
         return None
+
+
+#: The decision probability a decision-only verdict delivers above: with two values, the positive one is decided
+#: when its probability passes one half (the margin of ``detail="auto"`` is measured from here).
+DECISION_THRESHOLD = 0.5
+
+
+class AutoGate(Gate):
+    """Any gate at ``detail="auto"`` (the cascade): :class:`~suffice.judge.Judge` decides every record with
+    :attr:`decision` and judges again with :attr:`inner` (a full verdict) those its :meth:`escalate` picks.  A
+    row holds either kind of verdict, so everything asked of a verdict goes to the gate whose verdict it is."""
+
+    def __init__(self, inner: Gate) -> None:
+        self.inner = inner
+        self.decision = DecisionGate(inner)
+        self.name = inner.name
+        self.template = inner.template
+        self.needs_response = inner.needs_response
+        self.decision_key = inner.decision_key
+        self.decision_json_values = inner.decision_json_values
+        self.positive_value = inner.positive_value
+        self.verdict_model = inner.verdict_model
+
+    @property
+    def prompt_version(self) -> str:
+        return self.inner.prompt_version
+
+    def settings(self) -> dict[str, str]:
+        return {**self.inner.settings(), "detail": "auto"}
+
+    def _of(self, verdict: BaseModel) -> Gate:
+        return self.decision if isinstance(verdict, DecisionVerdict) else self.inner
+
+    def _of_row(self, verdict: Mapping[str, Any]) -> Gate:
+        return self.decision if verdict.get("detail") == "decision" else self.inner
+
+    def parse_item(self, record: object) -> Item:
+        return self.inner.parse_item(record)
+
+    def shortcut(self, item: Item) -> BaseModel | None:
+        return self.inner.shortcut(item)
+
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        return self.inner.constraint_for(shown)
+
+    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
+        return self.inner.item_constraint(item, shown)
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        return self.inner.system_context(item)
+
+    def user_context(self, item: Item) -> dict[str, Any]:
+        return self.inner.user_context(item)
+
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
+        return self.inner.parse(text, fitted, item)
+
+    def is_positive(self, verdict: BaseModel) -> bool:
+        return self._of(verdict).is_positive(verdict)
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        return self._of(verdict).model_positive(verdict)
+
+    def high_stakes(self, item: Item) -> bool:
+        return self.inner.high_stakes(item)
+
+    def route(self, verdict: BaseModel) -> Routing:
+        return self._of(verdict).route(verdict)
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+        return self._of_row(verdict).calibration_scores(verdict)
+
+    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
+        return self._of_row(verdict).useful_chunk_ids(verdict)
+
+    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
+        return self._of(verdict).export(verdict, fmt)
+
+    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
+        return self._of(verdict).seed_verdict(verdict)
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        return self._of(verdict).with_probabilities(verdict, probabilities)
+
+    def escalate(self, verdict: DecisionVerdict, margin: float) -> str | None:
+        """Why ``verdict`` (the decision pass's) gets a full verdict, or ``None`` when the decision stands: a
+        decision that does not deliver, one without a probability to measure, or one within ``margin`` of
+        :data:`DECISION_THRESHOLD`."""
+        if self.decision.route(verdict).route != "deliver":
+            return "not deliver"
+        if verdict.probability is None:
+            return "no probability"
+        if abs(verdict.probability - DECISION_THRESHOLD) <= margin:
+            return "within margin"
+        return None

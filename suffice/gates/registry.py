@@ -14,15 +14,16 @@ from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.gates.base import Gate
-from suffice.gates.decision import DecisionGate
+from suffice.gates.decision import AutoGate, DecisionGate
 
 ENTRY_POINT_GROUP = "suffice.gates"
 #: The gate a judge uses when none is named.
 DEFAULT_GATE = "sufficiency"
 #: The gate a check of a generated answer uses when none is named (a gate that reads the response).
 DEFAULT_CHECK_GATE = "recovery"
-#: ``full``: the whole verdict; ``decision``: only the decision and its probability.
-DETAILS = ("full", "decision")
+#: ``full``: the whole verdict; ``decision``: only the decision and its probability; ``auto``: the decision for
+#: every record, a full verdict for those it does not deliver or that lie near the threshold (the cascade).
+DETAILS = ("full", "decision", "auto")
 
 
 @cache
@@ -69,5 +70,8 @@ def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str =
         raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
     cls = gate_class(name)
     gate = cls.from_options(cls.options_model.parse(name, options or {}))
-    gate.check_detail(detail)
+    # The cascade decides every record decision-only first: a gate that cannot judge so cannot cascade.
+    gate.check_detail("decision" if detail == "auto" else detail)
+    if detail == "auto":
+        return AutoGate(gate)
     return DecisionGate(gate) if detail == "decision" else gate
