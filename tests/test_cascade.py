@@ -109,6 +109,7 @@ def test_a_probability_exactly_at_the_margins_edge_is_within_it():
 
 def test_a_decision_without_a_probability_gets_a_full_verdict():
     _, engine, results = cascade({0: None, 1: 0.9})
+    assert engine.kinds == [["decision", "decision"], ["full"]]
     assert [r.cascade.detail for r in results] == ["full", "decision"]
     assert results[0].cascade.reason == "no probability" and results[0].cascade.probability is None
 
@@ -196,3 +197,15 @@ def test_a_parquet_output_of_a_cascade_is_refused_naming_the_detail(tmp_path):
     with pytest.raises(ConfigError) as caught:
         judge_file(JudgeConfig(detail="auto", cache=False), source, tmp_path / "out.parquet")
     assert caught.value.parameter == "detail"
+
+
+def test_the_docs_give_the_default_margin_and_the_threshold():
+    from pathlib import Path
+
+    from suffice.gates.decision import DECISION_THRESHOLD
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text(encoding="utf-8")
+    section = text[text.index("### The cascade") :]
+    assert f"default {JudgeConfig().auto_margin}, from 0 to 0.5" in section
+    assert f"the decision threshold {DECISION_THRESHOLD}" in section
+    assert f"at or below {DECISION_THRESHOLD + JudgeConfig().auto_margin:.1f}" in section
