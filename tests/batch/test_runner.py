@@ -572,6 +572,7 @@ def test_parquet_output_reads_back_to_the_jsonl_rows_but_for_chunk_ids_as_string
     for row in expected:
         row["verdict"]["useful_chunk_ids"] = [str(c) for c in row["verdict"]["useful_chunk_ids"]]
         row["cached"] = None  # a Parquet file has the column in every row; a JSONL row only on a cache hit
+        row["cascade"] = None  # likewise: a cascade's rows alone carry it in JSONL
     assert list(iter_parquet(tmp_path / "b.parquet")) == expected
 
 
