@@ -1,10 +1,11 @@
 """What the cascade (``--detail auto``) saves against full verdicts for every record, side by side in one run.
 
-One engine, the verdict cache off (each leg does all its own engine work), both constraints compiled on two other
-items first.  The items are judged with ``--detail full``, then ``--detail auto`` (every record decision-only, a
-full verdict for those not delivered or within the margin of 0.5), then ``--detail decision`` for reference.  Per
-leg: seconds, verdicts/s, the share of records given a full verdict, the share whose route is the full leg's, and
-on labeled items (``sufficient``) the share whose decision agrees with the label.
+One engine, the verdict cache off and the prefix cache emptied before each leg (each leg does all its own work),
+both constraints compiled on two other items first.  The items are judged with ``--detail full``, then ``--detail
+auto`` (every record decision-only, a full verdict for those not delivered or within the margin of 0.5), then
+``--detail decision`` for reference.  Per leg: seconds, verdicts/s, the share of records given a full verdict, the
+share whose route is the full leg's, and on labeled items (``sufficient``) the share whose decision agrees with the
+label.
 
     .venv/bin/python benchmarks/bench_cascade.py --items 24
 """
@@ -38,6 +39,9 @@ def main() -> None:
         for detail in ("full", "decision"):
             Judge(engine, config=JudgeConfig(detail=detail, cache=False)).judge_batch(warm)
         for detail in ("full", "auto", "decision"):
+            # Each leg computes its own prompts: the decision leg would otherwise reuse the auto leg's prefills.
+            if not engine._llm.reset_prefix_cache():
+                raise RuntimeError("vLLM could not reset its prefix cache")
             judge = Judge(engine, config=JudgeConfig(detail=detail, auto_margin=args.margin, cache=False))
             start = time.perf_counter()
             results = judge.judge_batch(items)

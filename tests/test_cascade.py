@@ -209,3 +209,24 @@ def test_the_docs_give_the_default_margin_and_the_threshold():
     assert f"default {JudgeConfig().auto_margin}, from 0 to 0.5" in section
     assert f"the decision threshold {DECISION_THRESHOLD}" in section
     assert f"at or below {DECISION_THRESHOLD + JudgeConfig().auto_margin:.1f}" in section
+
+
+def test_the_service_cascades_and_its_rows_say_which():
+    from fastapi.testclient import TestClient
+
+    from suffice.server.app import create_app
+    from suffice.server.config import ServeConfig
+    from suffice.server.service import GateService
+
+    engine = CascadeEngine({0: 0.95, 1: 0.2})
+    config = ServeConfig(judge=JudgeConfig(detail="auto", auto_margin=0.2, cache=False), gates=("sufficiency",))
+    client = TestClient(create_app(GateService(config, engine), config, None), base_url="http://127.0.0.1")
+    response = client.post("/v1/judge/sufficiency", json=[rec(0), rec(1)])
+    assert response.status_code == 200, response.text
+    rows = response.json()["results"]
+    assert [row["cascade"]["detail"] for row in rows] == ["decision", "full"]
+    assert [row["cascade"]["margin"] for row in rows] == [0.2, 0.2]
+    assert engine.kinds == [["decision", "decision"], ["full"]]
+    model = result_row_model("sufficiency", "auto", position="index")
+    for row in rows:
+        model.model_validate(row)
