@@ -230,3 +230,20 @@ def test_the_service_cascades_and_its_rows_say_which():
     model = result_row_model("sufficiency", "auto", position="index")
     for row in rows:
         model.model_validate(row)
+
+
+def test_a_batch_run_writes_both_kinds_of_row_and_a_resume_must_keep_the_margin(tmp_path):
+    from suffice.batch.runner import judge_file
+    from suffice.exceptions import OutputMismatchError
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps(rec(i)) + "\n" for i in range(3)))
+    p = {0: 0.95, 1: 0.2, 2: 0.55}
+    config = JudgeConfig(detail="auto", cache=False)
+    report = judge_file(config, source, out, open_judge=lambda c: Judge(CascadeEngine(p), config=c))
+    assert (report.total, report.errors) == (3, 0)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["cascade"]["detail"] for row in rows] == ["decision", "full", "full"]
+    other = JudgeConfig(detail="auto", auto_margin=0.3, cache=False)
+    with pytest.raises(OutputMismatchError):
+        judge_file(other, source, out, open_judge=lambda c: Judge(CascadeEngine(p), config=c))
