@@ -483,15 +483,16 @@ class RecordingRewriter(QueryRewriter):
 @pytest.mark.engine
 @pytest.mark.any_backend
 def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgrammar_engine):
-    """Forced past round 1 (no verdict can show 100 supporting passages: the twins have
-    10 paragraphs), through query rewriting, into a round-2 retrieval that fails for
+    """Forced past round 1 (no verdict can reach a cumulative relevance score of 1000: the twins'
+    10 paragraphs come without scores, which count 0), through query rewriting, into a round-2 retrieval that fails for
     one question: that question goes to review with the reason, the others finish."""
     pairs = load_pairs()
     records = [
         {"id": base, "question": twins["full"]["question"], "response": twins["full"]["answer"]}
         for base, twins in pairs.items()
     ][:3]  # the one whose retrieval fails and two others: about 25 s a record here
-    unreachable = SufficiencyThreshold(min_passages=100)
+    # Not min_passages: one above the citations a verdict can hold is refused when the gate is made.
+    unreachable = SufficiencyThreshold(min_cumulative_score=1000.0)
     judge = Judge(
         xgrammar_engine,
         RecoveryGate(unreachable),
