@@ -31,7 +31,7 @@ from suffice.exceptions import (
     PromptTooLongError,
     VerdictError,
 )
-from suffice.gates import Gate, gate_names
+from suffice.gates import Gate, gate_names, roles
 from suffice.gates.base import fitted_mismatch
 from suffice.gates.decision import AutoGate, DecisionGate
 from suffice.grammars.decision import DecisionVerdict
@@ -155,7 +155,7 @@ class Judge:
         """Warn (:class:`CalibrationMismatchWarning`) when the gate's calibrated threshold was fitted under other
         engine settings than this engine's: its scores move (dtype, weights, backend) and so does the threshold's
         meaning.  A warning, not an error: a threshold can still be the best one at hand."""
-        fitted = self.gate.calibrated_under()
+        fitted = roles.calibrated_under(self.gate)
         if not fitted:
             return
         try:
@@ -220,7 +220,7 @@ class Judge:
     def item_or_none(self, record: object) -> Item | None:
         """The record as this gate's item, or ``None`` if it is not one."""
         try:
-            return self.gate.parse_item(record)
+            return roles.parse_item(self.gate, record)
         except Exception:
             return None
 
@@ -228,13 +228,13 @@ class Judge:
         """The record's item and either its verdict without the model or its fitted prompt.  Anything raised
         becomes this record's :class:`ItemError`, but a fatal engine failure or ``cancel`` stops the batch."""
         try:
-            item = self.gate.parse_item(record)
+            item = roles.parse_item(self.gate, record)
         except ItemError:
             raise
         except Exception as exc:
             raise PreparationError("record", f"cannot be read: {type(exc).__name__}: {exc}") from exc
         try:
-            verdict = self.gate.shortcut(item)
+            verdict = roles.shortcut(self.gate, item)
             return item, (verdict if verdict is not None else self._fit(item, cancel))
         except (ItemError, EngineFatalError, CancelledError):
             raise
@@ -250,7 +250,7 @@ class Judge:
             self.gate.template,
             item,
             self.config,
-            functools.partial(self.gate.item_constraint, item),
+            functools.partial(roles.item_constraint, self.gate, item),
             self.gate.system_context(item),
             self.gate.user_context(item),
             cancel,
@@ -437,17 +437,14 @@ class Judge:
                     reason = gen.finish_reason
                     raise VerdictError(f"the engine ended the output with finish_reason={reason!r}", gen.text)
                 verdict = self.gate.parse(gen.text, p.fitted, p.item)
-                if gen.tokens is not None and gen.top_logprobs is not None and self.gate.decision_marker:
+                token = roles.decision_of(self.gate)
+                if gen.tokens is not None and gen.top_logprobs is not None and token is not None:
                     probabilities = decision_probabilities(
-                        gen.text,
-                        gen.tokens,
-                        gen.top_logprobs,
-                        self.gate.decision_marker,
-                        self.gate.decision_json_values,
+                        gen.text, gen.tokens, gen.top_logprobs, token.marker, token.values
                     )
-                    verdict = self.gate.with_probabilities(verdict, probabilities)
+                    verdict = roles.with_probabilities(self.gate, verdict, probabilities)
                     if probabilities is not None:
-                        p.p_positive = probabilities.get(self.gate.positive_value)
+                        p.p_positive = probabilities.get(token.positive)
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
 from suffice.exceptions import ConfigError
 from suffice.gates.registry import DETAILS, gate_class
+from suffice.gates.roles import decision_of
 from suffice.grammars.decision import DecisionVerdict
 from suffice.results import CacheHit, Cascade, ErrorInfo, TokenCounts
 
@@ -64,7 +65,7 @@ def verdict_types(gate: str, detail: str | None = None) -> tuple[type[BaseModel]
         raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
     cls = gate_class(gate)
     full = () if detail == "decision" else (cls.verdict_model,)
-    decision = (DecisionVerdict,) if detail != "full" and cls.decision_key else ()
+    decision = (DecisionVerdict,) if detail != "full" and decision_of(cls) is not None else ()
     return full + decision
 
 

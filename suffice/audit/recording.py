@@ -10,6 +10,7 @@ from suffice.audit.encoding import canonical_json, sha256_text
 from suffice.audit.log import AuditLog
 from suffice.exceptions import SufficeError
 from suffice.gates.base import Gate
+from suffice.gates.roles import high_stakes
 from suffice.records import Chunk, Item
 from suffice.results import JudgeResult
 from suffice.serving.models import ModelRef
@@ -174,7 +175,7 @@ def review_entry(
     if gate is not None and item is not None:
         # Under high stakes a review needs two reviewers (suffice.audit.reviewing.reviewers_for).
         try:
-            payload["high_stakes"] = gate.high_stakes(item)
+            payload["high_stakes"] = high_stakes(gate, item)
         except SufficeError:
             payload["high_stakes"] = True
     if result.verdict is not None and gate is not None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from suffice.gates import gate_class
+from suffice.gates.roles import decision_of
 
 REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 Label = Literal["sufficient", "insufficient"]
@@ -48,8 +49,9 @@ def machine_label(gate: str | None, payload: Mapping[str, Any]) -> Label | None:
         cls = gate_class(str(gate))
     except Exception:  # a gate not installed here: its verdicts still show, unlabeled
         return None
-    if cls.decision_key and cls.decision_key in verdict:
-        return label_text(json.dumps(verdict[cls.decision_key]) == cls.positive_value)
+    token = decision_of(cls)
+    if token is not None and token.key in verdict:
+        return label_text(json.dumps(verdict[token.key]) == token.positive)
     return None
 
 

@@ -16,6 +16,7 @@ A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jso
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -42,6 +43,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
 from suffice.gates.base import Gate
+from suffice.gates.roles import model_positive
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
 from suffice.records import record_id
@@ -275,7 +277,7 @@ def _summary_for(gate: Gate) -> RunSummary:
         gate=gate.name,
         positive=gate.is_positive,
         route=lambda verdict: gate.route(verdict).route,
-        model_positive=gate.model_positive,
+        model_positive=functools.partial(model_positive, gate),
     )
 
 

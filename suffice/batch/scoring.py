@@ -16,6 +16,7 @@ from suffice.audit.recording import weights_hash as audit_weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.gates.base import Gate
+from suffice.gates.roles import parse_item
 from suffice.judge import Judge
 from suffice.records import Item
 from suffice.results import JudgeResult
@@ -65,7 +66,7 @@ class Scorer(ABC):
     def item_or_none(self, record: object) -> Item | None:
         """The record as this gate's item, or ``None`` if it is not one (for the audit log)."""
         try:
-            return self.gate.parse_item(record)
+            return parse_item(self.gate, record)
         except Exception:
             return None
 

@@ -22,6 +22,7 @@ from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, InvalidRequestError, ItemError, RequestTooLargeError
 from suffice.gates import Gate, make_gate
+from suffice.gates.roles import parse_item
 from suffice.isolation import isolate
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
@@ -108,7 +109,7 @@ class ServiceScorer(Scorer):
             json.dumps(record)
         except (TypeError, ValueError) as exc:
             try:
-                self.gate.parse_item(record)
+                parse_item(self.gate, record)
             except ItemError as invalid:
                 return self._error_row(record, ErrorInfo.from_exception(invalid))
             message = f"cannot be sent to the service as JSON: {exc}"

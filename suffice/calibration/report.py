@@ -19,6 +19,7 @@ from suffice.calibration.metrics import (
 from suffice.exceptions import InputError
 from suffice.fields import FieldMap
 from suffice.files import replace_atomically, writing
+from suffice.gates.roles import calibration_scores, useful_chunk_ids
 from suffice.summary import OutputTokens
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _scores_of(gate: Gate, verdict: Any, line: int) -> dict[str, float | None]:
     written by another tool, may hold a score that is ``NaN``, ``null`` or text.
     That raises :class:`InputError` naming the score and the ``line``."""
     try:
-        raw = gate.calibration_scores(verdict)
+        raw = calibration_scores(gate, verdict)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError("verdict", f"line {line} cannot be scored ({type(exc).__name__}: {exc})") from exc
     scores: dict[str, float | None] = {}
@@ -117,7 +118,7 @@ def build_report(
         for name, value in _scores_of(gate, verdict, line).items():
             if value is not None:
                 columns.setdefault(name, []).append((value, label))
-        predicted = gate.useful_chunk_ids(verdict)
+        predicted = useful_chunk_ids(gate, verdict)
         if predicted is not None and label and record.get("useful_chunk_ids") is not None:
             predicted_ids.append(predicted)
             gold_ids.append(list(record["useful_chunk_ids"]))

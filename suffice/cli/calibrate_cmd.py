@@ -18,11 +18,12 @@ from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
 from suffice.gates import CalibrationChoice, Gate
 from suffice.gates.base import fitted_under
+from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
 from suffice.jsonl import dump_line, read_records
 from suffice.run_settings import settings_path
 from suffice.text import terminal_text
 
-#: ``--save`` without a path: where the gate keeps its threshold (see Gate.save_calibration).
+#: ``--save`` without a path: where the gate keeps its threshold (see suffice.gates.roles.save_calibration).
 SAVE_WHERE_THE_GATE_KEEPS_IT = Path()
 
 #: The seed's golden set: "run a golden dataset of 100+ query-context pairs with known
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     gate = config.make_gate()
     if args.save is not None:
-        problem = gate.save_problem(_destination(args), args.output)
+        problem = save_problem(gate, _destination(args), args.output)
         if problem is not None:
             print(f"error: --save: {terminal_text(problem)}", file=sys.stderr)
             return EXIT_USAGE
@@ -212,7 +213,7 @@ def _summary(report: dict[str, Any]) -> str:
 
 
 def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    allowed = [s for s in gate.saveable_scores if s in report["scores"]]
+    allowed = [s for s in saveable_scores(gate) if s in report["scores"]]
     if args.score is not None:
         if args.score not in allowed:
             print(f"error: --score {args.score!r} cannot be saved; have {allowed}", file=sys.stderr)
@@ -233,7 +234,7 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
             file=sys.stderr,
         )
         return None
-    rule, why = (args.choose, None) if args.choose is not None else gate.default_choice()
+    rule, why = (args.choose, None) if args.choose is not None else default_choice(gate)
     sweep = Sweep(scores["_values"], scores["_labels"])
     extra: dict[str, Any] = {}
     if rule == "best-f1":
@@ -289,7 +290,7 @@ def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any], fitted: 
         score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden, fitted_under=fitted
     )
     try:
-        message = gate.save_calibration(choice, _destination(args), args.output)
+        message = save_calibration(gate, choice, _destination(args), args.output)
     except ConfigError as exc:
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE

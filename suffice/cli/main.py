@@ -15,6 +15,7 @@ from suffice import startup
 from suffice.cli import audit_cmd, cache_cmd, calibrate_cmd, demo_cmd, judge_cmd, review_cmd, schema_cmd, serve_cmd
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
+from suffice.gates.roles import add_commands
 
 
 def _version() -> str:
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache_cmd.add_parser(sub)
     for name in gate_names():  # the gates' own commands (the adequacy gate's `rubrics`)
         with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
-            gate_class(name).add_commands(sub)
+            add_commands(gate_class(name), sub)
     return parser
 
 

@@ -5,7 +5,7 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 
 from __future__ import annotations
 
-import argparse
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +15,12 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suffice.exceptions import ConfigError
+from suffice.gates.roles import Moved, decision_of
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.decision import decision_marker
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
-from suffice.records import Chunk, Item, parse_record
+from suffice.records import Chunk, Item
 
 
 class GateOptions(BaseModel):
@@ -112,59 +112,41 @@ def fitted_mismatch(fitted: Mapping[str, str], engine_settings: Mapping[str, str
 
 
 class Gate(ABC):
+    """A gate's core: its options, its template, a constraint, a parser and a route.
+
+    Everything else a gate may do is a role it takes by defining the role's names, found by
+    :mod:`suffice.gates.roles` (which also holds each role's default): a decision token (``decision_key``,
+    ``decision_json_values``, ``positive_value``) for ``--detail decision``, its own reading of records, a
+    calibrated threshold, commands of its own.  The names those roles had on this class stay one release as
+    deprecated defaults (:class:`~suffice.gates.roles.Moved`).
+    """
+
     name: str
     #: The typed options this gate takes (see :class:`GateOptions`).
     options_model: ClassVar[type[GateOptions]] = GateOptions
     template: PromptTemplate
     #: Post-generation gates check a generated answer given as ``response``.
     needs_response: bool = False
-    #: The decision as a JSON key, its values as JSON texts, and the value that says "enough evidence".
-    decision_key: str = ""
-    decision_json_values: tuple[str, ...] = ()
-    positive_value: str = ""
-    #: Which calibration scores a threshold can be saved for (none: the gate is not calibrated).
-    saveable_scores: tuple[str, ...] = ()
     #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return (the Parquet schema's source).
     verdict_model: type[BaseModel]
 
     @classmethod
     def from_options(cls, options: GateOptions) -> Gate:
-        """The gate its options describe (a gate without options is made with no arguments)."""
-        return cls()
-
-    @classmethod
-    def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        """Subcommands of the gate's own for the ``suffice`` command (none by default)."""
-        return None
-
-    def check_detail(self, detail: str) -> None:
-        """Raise :class:`ConfigError` if this gate cannot judge at ``detail`` (``full`` or ``decision``)."""
-        return None
-
-    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None:
-        """Why :meth:`save_calibration` could not save to ``destination`` (``None``: nothing known against it)."""
-        return None
-
-    def default_choice(self) -> tuple[str, str | None]:
-        """The rule ``suffice calibrate --save`` picks a threshold by when ``--choose``
-        is not given (``best-f1``, or ``f-beta`` for a gate whose false positives cost
-        more, such as a high-stakes rubric), and why (``None``: the usual rule)."""
-        return "best-f1", None
-
-    def calibrated_under(self) -> Mapping[str, str] | None:
-        """The engine settings this gate's calibrated threshold was fitted under (``None``: no threshold, or one
-        saved before suffice recorded them)."""
-        return None
-
-    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
-        """Save a calibrated threshold where this gate reads it and say what was written (``destination``:
-        ``--save``'s value).  Raises :class:`ConfigError` naming ``save``."""
-        raise ConfigError("save", str(destination), f"the {self.name} gate has no calibrated threshold to save")
+        """The gate its options describe: by default made with no arguments, the options then kept as
+        :attr:`options` (and recorded by :meth:`settings`)."""
+        gate = cls()
+        gate.options = options
+        return gate
 
     @property
-    def decision_marker(self) -> str:
-        """Where the decision starts in the generated text: ``"<key>":``."""
-        return decision_marker(self.decision_key)
+    def options(self) -> GateOptions:
+        """The options the gate was made from (by the default :meth:`from_options`; else the defaults)."""
+        chosen = self.__dict__.get("_options")
+        return chosen if isinstance(chosen, GateOptions) else self.options_model()
+
+    @options.setter
+    def options(self, options: GateOptions) -> None:
+        self.__dict__["_options"] = options
 
     @property
     def prompt_version(self) -> str:
@@ -172,35 +154,37 @@ class Gate(ABC):
         return self.template.name
 
     def settings(self) -> dict[str, str]:
-        """What, besides the model and engine, decides this gate's verdicts (recorded beside a batch output)."""
-        return {"gate": self.name, "prompt_version": self.prompt_version}
+        """What, besides the model and engine, decides this gate's verdicts (recorded beside a batch output):
+        its name, prompt version and the options it was made from."""
+        chosen = self.__dict__.get("_options")
+        options = {} if chosen is None else {key: repr(value) for key, value in chosen}
+        return {"gate": self.name, "prompt_version": self.prompt_version, **options}
+
+    def system_context(self, item: Item) -> dict[str, Any]:
+        """What the template's system part is rendered with: instructions shared by many items (kept identical so
+        the prefix cache hits)."""
+        return {}
+
+    def user_context(self, item: Item) -> dict[str, Any]:
+        """What the template's user part is rendered with, besides the item and the chunks shown."""
+        return {}
 
     @abstractmethod
-    def is_positive(self, verdict: BaseModel) -> bool:
-        """Whether this gate's verdict says "enough evidence" (the decision that routes)."""
+    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
+        """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only."""
 
-    def model_positive(self, verdict: BaseModel) -> bool | None:
-        """The model's own decision beside the one that routes (:meth:`is_positive`): ``None`` when the gate
-        has no separate one or the model did not decide.  Where the two differ, the code's decision overrode
-        the model's (the override rate of the batch summary and of ``/metrics``)."""
-        return None
-
-    def high_stakes(self, item: Item) -> bool:
-        """Whether ``item`` is judged under high stakes (a recovery threshold's ``high_stakes``, a HIGH-risk
-        rubric): an abstention or a spent retrieval budget then goes to a person, not to the user alone."""
-        return False
+    @abstractmethod
+    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
+        """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""
 
     @abstractmethod
     def route(self, verdict: BaseModel) -> Routing:
         """Where the verdict sends the item, by the decision that counts (the calibrated one, if any)."""
 
-    @abstractmethod
-    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
-        """Every score an output row's verdict offers for calibration, by name (``decision``: the one that routes)."""
-
-    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
-        """The chunk ids an output row's verdict names as useful; ``None`` when the gate names none."""
-        return None
+    def is_positive(self, verdict: BaseModel) -> bool:
+        """Whether the verdict says "enough evidence" (the decision that routes): by default, whether
+        :meth:`route` delivers it."""
+        return self.route(verdict).route == "deliver"
 
     def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
         """The output row's verdict fields in format ``fmt``: ``suffice`` (as it is) or ``seed`` / ``ragflow``."""
@@ -222,33 +206,33 @@ class Gate(ABC):
     def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
         """The verdict in the seed prompt's own output schema."""
 
-    def parse_item(self, record: object) -> Item:
-        return parse_record(record, need_response=self.needs_response)
+    # The names that moved into roles (suffice.gates.roles), kept for one release: each warns when read.
+    decision_key = Moved()
+    decision_json_values = Moved()
+    positive_value = Moved()
+    saveable_scores = Moved()
+    check_detail = Moved()
+    with_probabilities = Moved()
+    model_positive = Moved()
+    parse_item = Moved()
+    shortcut = Moved()
+    item_constraint = Moved()
+    high_stakes = Moved()
+    calibration_scores = Moved()
+    useful_chunk_ids = Moved()
+    save_problem = Moved()
+    save_calibration = Moved()
+    default_choice = Moved()
+    calibrated_under = Moved()
+    add_commands = Moved()
 
-    def shortcut(self, item: Item) -> BaseModel | None:
-        """A verdict decided without the model, or ``None`` to ask it."""
-        return None
-
-    @abstractmethod
-    def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only."""
-
-    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint for ``item``'s prompt showing these chunks: :meth:`constraint_for`,
-        unless a gate's constraint depends on the item too (adequacy: its rubric's dimensions)."""
-        return self.constraint_for(shown)
-
-    def system_context(self, item: Item) -> dict[str, Any]:
-        """Instructions shared by many items (kept identical so the prefix cache hits)."""
-        return {}
-
-    def user_context(self, item: Item) -> dict[str, Any]:
-        return {}
-
-    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        """The verdict with its decision probabilities filled in (default: unchanged)."""
-        return verdict
-
-    @abstractmethod
-    def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
-        """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""
+    @property
+    def decision_marker(self) -> str:
+        """Deprecated: ``suffice.gates.roles.decision_of(gate).marker``."""
+        warnings.warn(
+            "Gate.decision_marker is deprecated: use suffice.gates.roles.decision_of(gate).marker",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        found = decision_of(self)
+        return "" if found is None else found.marker

@@ -3,7 +3,8 @@
 The wrapped gate keeps its prompt (instructions, rubric, fitting) and says what its
 decision is (``decision_key``, ``decision_json_values``, ``positive_value``); this
 wrapper swaps the output for the decision alone.  A new gate gets the mode by
-declaring those three attributes.
+declaring those three attributes (the decision role of :mod:`suffice.gates.roles`); both wrappers read
+the inner gate's declarations rather than copy them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from suffice.exceptions import VerdictError
+from suffice.exceptions import ConfigError, VerdictError
+from suffice.gates import roles
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format
@@ -23,18 +25,54 @@ from suffice.prompts.fitting import FittedPrompt
 from suffice.records import Chunk, Item
 
 
-class DecisionGate(Gate):
-    verdict_model = DecisionVerdict
+class FromInner:
+    """A declaration read from the wrapped gate (``self.inner``) each time it is asked for, never copied (a role's
+    name as the inner gate's own: ``None`` where it has none)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, gate: object, owner: type | None = None) -> Any:
+        if gate is None:
+            return None
+        inner = gate.inner  # type: ignore[attr-defined]
+        return getattr(inner, self.name) if self.name in _CORE else roles.own(inner, self.name)
+
+
+_CORE = ("name", "template", "needs_response", "verdict_model")
+
+
+class Wrapping(Gate):
+    """A gate around another (``inner``): its name, template, needs and decision token are the inner gate's,
+    and so is how a record is read."""
+
+    name = FromInner()
+    template = FromInner()
+    needs_response = FromInner()
+    decision_key = FromInner()
+    decision_json_values = FromInner()
+    positive_value = FromInner()
 
     def __init__(self, inner: Gate) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.template = inner.template
-        self.needs_response = inner.needs_response
-        self.decision_key = inner.decision_key
-        self.decision_json_values = inner.decision_json_values
-        self.positive_value = inner.positive_value
-        self._constraint = decision_constraint(inner.decision_key, inner.decision_json_values)
+
+    def parse_item(self, record: object) -> Item:
+        return roles.parse_item(self.inner, record)
+
+    def user_context(self, item: Item) -> dict[str, Any]:
+        return self.inner.user_context(item)
+
+
+class DecisionGate(Wrapping):
+    verdict_model = DecisionVerdict
+
+    def __init__(self, inner: Gate) -> None:
+        super().__init__(inner)
+        token = roles.decision_of(inner)
+        if token is None:
+            raise ConfigError("detail", "decision", f"the {inner.name} gate declares no decision_key to decide by")
+        self.token = token
+        self._constraint = decision_constraint(token.key, token.values)
 
     @property
     def prompt_version(self) -> str:
@@ -43,16 +81,13 @@ class DecisionGate(Gate):
     def settings(self) -> dict[str, str]:
         return {**self.inner.settings(), "prompt_version": self.prompt_version, "detail": "decision"}
 
-    def parse_item(self, record: object) -> Item:
-        return self.inner.parse_item(record)
-
     def shortcut(self, item: Item) -> DecisionVerdict | None:
-        verdict = self.inner.shortcut(item)
+        verdict = roles.shortcut(self.inner, item)
         if verdict is None:
             return None
         positive = self.inner.is_positive(verdict)
         return DecisionVerdict(
-            decision=self.inner.positive_value if positive else self._negative(),
+            decision=self.token.positive if positive else self._negative(),
             positive=positive,
             probability=1.0 if positive else 0.0,
             prompt_version=self.prompt_version,
@@ -60,21 +95,17 @@ class DecisionGate(Gate):
         )
 
     def _negative(self) -> str:
-        return next(v for v in self.decision_json_values if v != self.positive_value)
+        return next(v for v in self.token.values if v != self.token.positive)
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return self._constraint
 
     def system_context(self, item: Item) -> dict[str, Any]:
-        key, values = self.inner.decision_key, self.inner.decision_json_values
         return {
             **self.inner.system_context(item),
             "detail": "decision",
-            "decision_format": decision_format(key, values),
+            "decision_format": decision_format(self.token.key, self.token.values),
         }
-
-    def user_context(self, item: Item) -> dict[str, Any]:
-        return self.inner.user_context(item)
 
     def is_positive(self, verdict: BaseModel) -> bool:
         return isinstance(verdict, DecisionVerdict) and verdict.positive
@@ -102,16 +133,16 @@ class DecisionGate(Gate):
         if probabilities is None:
             return verdict
         return verdict.model_copy(
-            update={"probabilities": probabilities, "probability": probabilities[self.inner.positive_value]}
+            update={"probabilities": probabilities, "probability": probabilities[self.token.positive]}
         )
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> DecisionVerdict:
         if not self._constraint.matches(text):
             raise VerdictError("output is not a decision in the required form", text)
-        value = json.dumps(json.loads(text)[self.inner.decision_key])
+        value = json.dumps(json.loads(text)[self.token.key])
         return DecisionVerdict(
             decision=value,
-            positive=value == self.inner.positive_value,
+            positive=value == self.token.positive,
             prompt_version=self.prompt_version,
             truncated_chunk_ids=fitted.truncated_chunk_ids,
             omitted_chunk_ids=fitted.omitted_chunk_ids,
@@ -128,21 +159,16 @@ class DecisionGate(Gate):
 DECISION_THRESHOLD = 0.5
 
 
-class AutoGate(Gate):
+class AutoGate(Wrapping):
     """Any gate at ``detail="auto"`` (the cascade): :class:`~suffice.judge.Judge` decides every record with
     :attr:`decision` and judges again with :attr:`inner` (a full verdict) those its :meth:`escalate` picks.  A
     row holds either kind of verdict, so everything asked of a verdict goes to the gate whose verdict it is."""
 
+    verdict_model = FromInner()
+
     def __init__(self, inner: Gate) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.decision = DecisionGate(inner)
-        self.name = inner.name
-        self.template = inner.template
-        self.needs_response = inner.needs_response
-        self.decision_key = inner.decision_key
-        self.decision_json_values = inner.decision_json_values
-        self.positive_value = inner.positive_value
-        self.verdict_model = inner.verdict_model
 
     @property
     def prompt_version(self) -> str:
@@ -157,23 +183,17 @@ class AutoGate(Gate):
     def _of_row(self, verdict: Mapping[str, Any]) -> Gate:
         return self.decision if verdict.get("detail") == "decision" else self.inner
 
-    def parse_item(self, record: object) -> Item:
-        return self.inner.parse_item(record)
-
     def shortcut(self, item: Item) -> BaseModel | None:
-        return self.inner.shortcut(item)
+        return roles.shortcut(self.inner, item)
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         return self.inner.constraint_for(shown)
 
     def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
-        return self.inner.item_constraint(item, shown)
+        return roles.item_constraint(self.inner, item, shown)
 
     def system_context(self, item: Item) -> dict[str, Any]:
         return self.inner.system_context(item)
-
-    def user_context(self, item: Item) -> dict[str, Any]:
-        return self.inner.user_context(item)
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
         return self.inner.parse(text, fitted, item)
@@ -182,19 +202,19 @@ class AutoGate(Gate):
         return self._of(verdict).is_positive(verdict)
 
     def model_positive(self, verdict: BaseModel) -> bool | None:
-        return self._of(verdict).model_positive(verdict)
+        return roles.model_positive(self._of(verdict), verdict)
 
     def high_stakes(self, item: Item) -> bool:
-        return self.inner.high_stakes(item)
+        return roles.high_stakes(self.inner, item)
 
     def route(self, verdict: BaseModel) -> Routing:
         return self._of(verdict).route(verdict)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
-        return self._of_row(verdict).calibration_scores(verdict)
+        return roles.calibration_scores(self._of_row(verdict), verdict)
 
     def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
-        return self._of_row(verdict).useful_chunk_ids(verdict)
+        return roles.useful_chunk_ids(self._of_row(verdict), verdict)
 
     def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
         return self._of(verdict).export(verdict, fmt)
@@ -203,7 +223,7 @@ class AutoGate(Gate):
         return self._of(verdict).seed_verdict(verdict)
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        return self._of(verdict).with_probabilities(verdict, probabilities)
+        return roles.with_probabilities(self._of(verdict), verdict, probabilities)
 
     def escalate(self, verdict: DecisionVerdict, margin: float) -> str | None:
         """Why ``verdict`` (the decision pass's) gets a full verdict, or ``None`` when the decision stands: a

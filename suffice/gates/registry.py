@@ -15,6 +15,7 @@ from typing import Any
 from suffice.exceptions import ConfigError
 from suffice.gates.base import Gate
 from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.gates.roles import check_detail
 
 ENTRY_POINT_GROUP = "suffice.gates"
 #: The gate a judge uses when none is named.
@@ -71,7 +72,7 @@ def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str =
     cls = gate_class(name)
     gate = cls.from_options(cls.options_model.parse(name, options or {}))
     # The cascade decides every record decision-only first: a gate that cannot judge so cannot cascade.
-    gate.check_detail("decision" if detail == "auto" else detail)
+    check_detail(gate, "decision" if detail == "auto" else detail)
     if detail == "auto":
         return AutoGate(gate)
     return DecisionGate(gate) if detail == "decision" else gate

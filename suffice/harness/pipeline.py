@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
 from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, weights_hash
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
+from suffice.gates.roles import high_stakes, parse_item
 from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
@@ -207,7 +208,7 @@ class Pipeline:
                 assert isinstance(record, Mapping)
                 record = {**record, "response": _PENDING}
             try:
-                item = self.judge.gate.parse_item(record)
+                item = parse_item(self.judge.gate, record)
             except InputError as exc:
                 outcomes[index] = self._review(
                     run_id, record_id(record), None, f"input error: {exc}", [], None, None, rule="input_error"
@@ -421,7 +422,7 @@ class Pipeline:
         if self.config.high_stakes is not None:
             return self.config.high_stakes
         try:
-            return self.judge.gate.high_stakes(item)
+            return high_stakes(self.judge.gate, item)
         except SufficeError:  # e.g. a rubric gone since the record was read: the safer reading
             return True
 

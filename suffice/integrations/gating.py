@@ -38,6 +38,7 @@ from suffice.exceptions import (
     ServiceUnavailableError,
 )
 from suffice.gates import Gate, make_gate
+from suffice.gates.roles import useful_chunk_ids
 from suffice.grammars.routes import Routing
 from suffice.judge import Judge
 from suffice.results import JudgeResult
@@ -317,7 +318,7 @@ class DocumentGate:
                 return None
             raise GateFailedError(result)
         verdict = result.verdict
-        useful = self.gate.useful_chunk_ids(verdict.model_dump(mode="json"))
+        useful = useful_chunk_ids(self.gate, verdict.model_dump(mode="json"))
         ids = chunk_ids(evidence)
         positive = self.gate.is_positive(verdict)
         wanted = {str(u) for u in useful or ()}

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from pydantic import BaseModel
 
 from suffice.gates.base import Gate
+from suffice.gates.roles import model_positive
 from suffice.grammars.routes import Route
 from suffice.results import JudgeResult
 
@@ -124,7 +125,7 @@ class Metrics:
 
     def _route(self, gate: str, judged_by: Gate, verdict: BaseModel) -> None:
         self.routes.labels(gate, judged_by.route(verdict).route).inc()
-        model = judged_by.model_positive(verdict)
+        model = model_positive(judged_by, verdict)
         if model is not None and model != judged_by.is_positive(verdict):
             self.decision_overrides.labels(gate).inc()
 

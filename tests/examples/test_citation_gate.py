@@ -205,3 +205,50 @@ def test_the_service_judges_it_on_the_real_engine(vllm_server: str):
         engine.close()
     rows = response.json()["results"]
     assert [row["gate"] for row in rows] == ["citation", "citation"]
+
+
+ONE_SENTENCE = {**RECORD, "response": "Ada Lovelace wrote the first program."}
+
+
+def test_calibrate_saves_the_option_its_threshold_sets_and_judge_takes_it(tmp_path: Path, scripted: None):
+    # One sentence of one cites (share 1.0, labeled sufficient), two of two cite one (0.5, labeled not): the
+    # threshold separates them, and the gate's threshold_option alone makes saving work.
+    golden = [{**ONE_SENTENCE, "id": f"a{i}", "sufficient": True} for i in range(3)]
+    golden += [{**RECORD, "id": f"b{i}", "sufficient": False} for i in range(3)]
+    saved, out = tmp_path / "citation.json", tmp_path / "out.jsonl"
+    source = write(tmp_path / "golden.jsonl", golden)
+    code = main(["calibrate", str(source), "-o", str(tmp_path / "calib"), "--gate", "citation", "--save", str(saved)])
+    threshold = json.loads(saved.read_text())["min_cited_share"]
+    assert code == EXIT_OK
+    assert 0.5 < threshold <= 1.0
+    main(["judge", str(source), "-o", str(out), "--gate", "citation", "--min-cited-share", str(threshold)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["verdict"]["passes"] for row in rows] == [True] * 3 + [False] * 3
+
+
+def test_calibrate_without_a_save_path_is_a_usage_error_naming_the_option(tmp_path: Path, scripted: None, capsys):
+    source = write(tmp_path / "golden.jsonl", [{**RECORD, "sufficient": True}])
+    code = main(
+        ["calibrate", str(source), "-o", str(tmp_path / "calib"), "--gate", "citation", "--save", str(tmp_path)]
+    )
+    assert code == EXIT_USAGE
+    assert "min_cited_share" in capsys.readouterr().err
+
+
+def decided(request: GenerationRequest) -> str:
+    return '{"decision":"PASS"}'
+
+
+def test_its_decision_token_gives_it_decision_only_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(Judge, "open", classmethod(lambda cls, config: cls(ScriptedEngine(decided), config=config)))
+    out = tmp_path / "out.jsonl"
+    source = write(tmp_path / "in.jsonl", [RECORD])
+    code = main(["judge", str(source), "-o", str(out), "--gate", "citation", "--detail", "decision"])
+    [row] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == EXIT_OK
+    assert (row["verdict"]["decision"], row["verdict"]["positive"]) == ('"PASS"', True)
+
+
+def test_the_options_it_was_made_from_are_recorded_in_its_settings():
+    gate = suffice.make_gate("citation", {"min_cited_share": 0.25})
+    assert gate.settings()["min_cited_share"] == "0.25"

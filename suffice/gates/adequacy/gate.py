@@ -28,7 +28,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
-from suffice.records import Chunk, Item
+from suffice.records import Chunk, Item, parse_record
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -117,7 +117,7 @@ class AdequacyGate(Gate):
         cheaper than an incorrect answer"): F-beta with beta < 1 by default."""
         if self.default_rubric is not None and self.store.get(self.default_rubric).risk_level == "HIGH":
             return "f-beta", f"{self.default_rubric} is a HIGH-risk rubric: biased toward false negatives"
-        return super().default_choice()
+        return "best-f1", None
 
     def calibrated_under(self) -> Mapping[str, str] | None:
         """The default rubric's calibration's engine settings (a record naming another rubric is not checked:
@@ -199,7 +199,7 @@ class AdequacyGate(Gate):
         return self.store.get(ref)
 
     def parse_item(self, record: object) -> Item:
-        item = super().parse_item(record)
+        item = parse_record(record, need_response=self.needs_response)
         self.rubric_for(item)  # an unknown or broken rubric is this item's error
         return item
 

@@ -1,0 +1,338 @@
+"""What a gate may do beyond its core, each a role it takes by defining the role's names.
+
+The core (:class:`~suffice.gates.base.Gate`) is a gate's options, template, constraint, parse and route.  A
+role is found by what the gate defines, never by what :class:`Gate` defines for it: a gate without a role gets
+the default written here, in the function the rest of suffice calls (``shortcut(gate, item)``, not
+``gate.shortcut(item)``).  Each role is a :class:`typing.Protocol` for a type checker and a tuple of its names
+(:data:`ROLES`) for :func:`takes`: while :class:`Gate` still carries the moved names as deprecated defaults,
+``isinstance`` against a role would find them on every gate, so the roles are found by :func:`own` instead.
+
+- **decision** (:class:`DecidesByToken`): the decision as one JSON key and its values, so ``--detail decision``
+  and ``auto`` can decode it alone and its probability be read from the token log-probabilities.
+- **input** (:class:`ReadsItems`): how a record becomes an item, a verdict without the model, a constraint that
+  depends on the item, whether an item is high-stakes.
+- **calibration** (:class:`Calibrates`): the scores ``suffice calibrate`` measures, the threshold it may save and
+  where.  A gate naming ``threshold_option`` (the option the threshold sets) gets saving for free.
+- **commands** (:class:`HasCommands`): subcommands of the gate's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from suffice.exceptions import ConfigError
+from suffice.grammars.decision import decision_marker as marker_of
+from suffice.records import Chunk, Item, parse_record
+
+if TYPE_CHECKING:
+    from suffice.gates.base import CalibrationChoice, Gate
+    from suffice.grammars.constraint import Constraint
+
+
+class DecidesByToken(Protocol):
+    #: The decision as a JSON key, its values as JSON texts, and the value that says "enough evidence".
+    decision_key: str
+    decision_json_values: tuple[str, ...]
+    positive_value: str
+
+    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+        """The verdict with its decision probabilities filled in."""
+
+    def model_positive(self, verdict: BaseModel) -> bool | None:
+        """The model's own decision beside the one that routes (``None``: none separate, or not decided)."""
+
+    def check_detail(self, detail: str) -> None:
+        """Raise :class:`ConfigError` if this gate cannot judge at ``detail``."""
+
+
+class ReadsItems(Protocol):
+    def parse_item(self, record: object) -> Item: ...
+
+    def shortcut(self, item: Item) -> BaseModel | None: ...
+
+    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint: ...
+
+    def high_stakes(self, item: Item) -> bool: ...
+
+
+class Calibrates(Protocol):
+    #: The scores a threshold can be saved for.
+    saveable_scores: tuple[str, ...]
+
+    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]: ...
+
+    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None: ...
+
+    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None: ...
+
+    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str: ...
+
+    def default_choice(self) -> tuple[str, str | None]: ...
+
+    def calibrated_under(self) -> Mapping[str, str] | None: ...
+
+
+class HasCommands(Protocol):
+    @classmethod
+    def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
+
+
+#: Each role's names: a gate takes a role by defining any of them (the rest keep their defaults).
+ROLES: dict[str, tuple[str, ...]] = {
+    "decision": (
+        "decision_key",
+        "decision_json_values",
+        "positive_value",
+        "with_probabilities",
+        "model_positive",
+        "check_detail",
+    ),
+    "input": ("parse_item", "shortcut", "item_constraint", "high_stakes"),
+    "calibration": (
+        "saveable_scores",
+        "threshold_option",
+        "calibration_scores",
+        "useful_chunk_ids",
+        "save_problem",
+        "save_calibration",
+        "default_choice",
+        "calibrated_under",
+    ),
+    "commands": ("add_commands",),
+}
+
+
+def own(gate: object, name: str) -> Any:
+    """``gate``'s own ``name`` (its instance's, its class's or a base class's), or ``None`` where only
+    :class:`Gate`'s deprecated :class:`Moved` default has it.  ``gate`` may be a gate class."""
+    if not isinstance(gate, type) and name in getattr(gate, "__dict__", {}):
+        return gate.__dict__[name]
+    for klass in (gate if isinstance(gate, type) else type(gate)).__mro__:
+        if name in klass.__dict__:
+            return None if isinstance(klass.__dict__[name], Moved) else getattr(gate, name)
+    return None
+
+
+def takes(gate: object, role: str) -> bool:
+    """Whether ``gate`` (or a gate class) defines any name of ``role`` (a key of :data:`ROLES`)."""
+    return any(own(gate, name) is not None for name in ROLES[role])
+
+
+def _call(gate: Any, name: str, *args: Any) -> Any:
+    mine = own(gate, name)
+    return _DEFAULTS[name](gate, *args) if mine is None else mine(*args)
+
+
+# -- the defaults, for a gate without the role (each takes the gate first) -------------------------------------
+
+
+def _no_detail_but_full(gate: Gate, detail: str) -> None:
+    if detail != "full" and decision_of(gate) is None:
+        raise ConfigError("detail", detail, f"the {gate.name} gate declares no decision_key to decide by alone")
+
+
+def _scores_from_route(gate: Gate, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+    parsed = gate.verdict_model.model_validate(dict(verdict))
+    return {**gate.route(parsed).scores, "decision": float(gate.is_positive(parsed))}
+
+
+def _save_problem(gate: Gate, destination: Path | None, report_dir: Path) -> str | None:
+    option = own(gate, "threshold_option")
+    if option and (destination is None or destination.is_dir()):
+        return f"the {gate.name} gate saves {option} to a JSON file: name it (--save PATH)"
+    return None
+
+
+def _save_option(gate: Gate, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
+    option = own(gate, "threshold_option")
+    problem = save_problem(gate, destination, report_dir)
+    if not option or problem is not None or destination is None:
+        reason = problem or f"the {gate.name} gate has no calibrated threshold to save"
+        raise ConfigError("save", str(destination), reason)
+    saved = {
+        option: choice.threshold,
+        "score": choice.score,
+        "calibrated_on": str(choice.golden),
+        "metrics": dict(choice.metrics),
+        "fitted_under": dict(choice.fitted_under),
+    }
+    destination.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+    flag = "--" + option.replace("_", "-")
+    return f"saved {option} {choice.threshold:.3f} to {destination}; judge with {flag} {choice.threshold:.3f}"
+
+
+_DEFAULTS: dict[str, Any] = {
+    "check_detail": _no_detail_but_full,
+    "with_probabilities": lambda gate, verdict, probabilities: verdict,
+    "model_positive": lambda gate, verdict: None,
+    "parse_item": lambda gate, record: parse_record(record, need_response=gate.needs_response),
+    "shortcut": lambda gate, item: None,
+    "item_constraint": lambda gate, item, shown: gate.constraint_for(shown),
+    "high_stakes": lambda gate, item: False,
+    "calibration_scores": _scores_from_route,
+    "useful_chunk_ids": lambda gate, verdict: None,
+    "save_problem": _save_problem,
+    "save_calibration": _save_option,
+    "default_choice": lambda gate: ("best-f1", None),
+    "calibrated_under": lambda gate: None,
+    "add_commands": lambda gate, sub: None,
+}
+#: The default of a role's attribute, for a gate without it.
+_VALUES: dict[str, Any] = {
+    "decision_key": "",
+    "decision_json_values": (),
+    "positive_value": "",
+    "saveable_scores": (),
+    "threshold_option": "",
+}
+
+
+class Moved:
+    """A name that moved off :class:`Gate` into a role, kept on it for one release: reading it still works (so a
+    gate's ``super().parse_item(record)`` does) and gives the role's default, but warns, and :func:`own` does not
+    count it as the gate's."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, gate: object, owner: type | None = None) -> Any:
+        warnings.warn(
+            f"Gate.{self.name} moved into a role: define it on the gate, or call suffice.gates.roles.{self.name}"
+            f"(gate, ...) for its value with the default (Gate.{self.name} goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self.name in _VALUES:
+            return _VALUES[self.name]
+        return partial(_DEFAULTS[self.name], owner if gate is None else gate)
+
+
+# -- decision ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A gate's decision token: its JSON key, the values as JSON texts, the one that says "enough evidence"."""
+
+    key: str
+    values: tuple[str, ...]
+    positive: str
+
+    @property
+    def marker(self) -> str:
+        """Where the decision starts in the generated text: ``"<key>":``."""
+        return marker_of(self.key)
+
+
+def decision_of(gate: object) -> Decision | None:
+    """``gate``'s decision token (a gate or a gate class), or ``None`` when it declares none."""
+    key = own(gate, "decision_key")
+    if not key:
+        return None
+    return Decision(key, tuple(own(gate, "decision_json_values") or ()), own(gate, "positive_value") or "")
+
+
+def check_detail(gate: Gate, detail: str) -> None:
+    """Raise :class:`ConfigError` if ``gate`` cannot judge at ``detail`` (``full`` or ``decision``): its own rule,
+    or by default only ``full`` for a gate without a decision token."""
+    _call(gate, "check_detail", detail)
+    if own(gate, "check_detail") is not None:
+        _no_detail_but_full(gate, detail)
+
+
+def with_probabilities(gate: Gate, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+    """The verdict with its decision probabilities filled in (default: unchanged)."""
+    return _call(gate, "with_probabilities", verdict, probabilities)  # type: ignore[no-any-return]
+
+
+def model_positive(gate: Gate, verdict: BaseModel) -> bool | None:
+    """The model's own decision beside the one that routes (:meth:`Gate.is_positive`): ``None`` when the gate
+    has no separate one or the model did not decide.  Where the two differ, the code's decision overrode the
+    model's (the override rate of the batch summary and of ``/metrics``)."""
+    return _call(gate, "model_positive", verdict)  # type: ignore[no-any-return]
+
+
+# -- input ---------------------------------------------------------------------------------------------------
+
+
+def parse_item(gate: Gate, record: object) -> Item:
+    """``record`` as the item ``gate`` judges (default: every field checked, ``response`` if the gate needs it)."""
+    return _call(gate, "parse_item", record)  # type: ignore[no-any-return]
+
+
+def shortcut(gate: Gate, item: Item) -> BaseModel | None:
+    """A verdict decided without the model, or ``None`` to ask it (the default)."""
+    return _call(gate, "shortcut", item)  # type: ignore[no-any-return]
+
+
+def item_constraint(gate: Gate, item: Item, shown: Sequence[Chunk]) -> Constraint:
+    """The constraint for ``item``'s prompt showing these chunks: the gate's ``constraint_for``, unless its
+    constraint depends on the item too (adequacy: its rubric's dimensions)."""
+    return _call(gate, "item_constraint", item, shown)  # type: ignore[no-any-return]
+
+
+def high_stakes(gate: Gate, item: Item) -> bool:
+    """Whether ``item`` is judged under high stakes (a recovery threshold's ``high_stakes``, a HIGH-risk rubric):
+    an abstention or a spent retrieval budget then goes to a person, not to the user alone (default: no)."""
+    return bool(_call(gate, "high_stakes", item))
+
+
+# -- calibration ---------------------------------------------------------------------------------------------
+
+
+def saveable_scores(gate: Gate) -> tuple[str, ...]:
+    """Which calibration scores a threshold can be saved for (none: the gate is not calibrated)."""
+    return tuple(own(gate, "saveable_scores") or ())
+
+
+def calibration_scores(gate: Gate, verdict: Mapping[str, Any]) -> dict[str, float | None]:
+    """Every score an output row's verdict offers for calibration, by name (``decision``: the one that routes).
+    By default the scores the gate's :meth:`~Gate.route` names, and the routed decision as ``decision``."""
+    return _call(gate, "calibration_scores", verdict)  # type: ignore[no-any-return]
+
+
+def useful_chunk_ids(gate: Gate, verdict: Mapping[str, Any]) -> list[Any] | None:
+    """The chunk ids an output row's verdict names as useful; ``None`` (the default) when the gate names none."""
+    return _call(gate, "useful_chunk_ids", verdict)  # type: ignore[no-any-return]
+
+
+def default_choice(gate: Gate) -> tuple[str, str | None]:
+    """The rule ``suffice calibrate --save`` picks a threshold by when ``--choose`` is not given (``best-f1``, or
+    ``f-beta`` for a gate whose false positives cost more, such as a high-stakes rubric), and why (``None``: the
+    usual rule)."""
+    return _call(gate, "default_choice")  # type: ignore[no-any-return]
+
+
+def calibrated_under(gate: Gate) -> Mapping[str, str] | None:
+    """The engine settings the gate's calibrated threshold was fitted under (``None``: no threshold, or one saved
+    before suffice recorded them)."""
+    return _call(gate, "calibrated_under")  # type: ignore[no-any-return]
+
+
+def save_problem(gate: Gate, destination: Path | None, report_dir: Path) -> str | None:
+    """Why :func:`save_calibration` could not save to ``destination`` (``None``: nothing known against it)."""
+    return _call(gate, "save_problem", destination, report_dir)  # type: ignore[no-any-return]
+
+
+def save_calibration(gate: Gate, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
+    """Save a calibrated threshold where the gate reads it and say what was written (``destination``: ``--save``'s
+    value), a :class:`ConfigError` naming ``save`` where it cannot.  By default a gate naming ``threshold_option``
+    saves that option's value to a JSON file; a gate without one has nothing to save."""
+    return _call(gate, "save_calibration", choice, destination, report_dir)  # type: ignore[no-any-return]
+
+
+# -- commands ------------------------------------------------------------------------------------------------
+
+
+def add_commands(gate_class: type[Gate], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the gate's own subcommands to the ``suffice`` command, if it has any."""
+    _call(gate_class, "add_commands", sub)
