@@ -60,7 +60,7 @@ def _no_model_decision(verdict: BaseModel) -> bool | None:
 class RunSummary:
     """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted.
     ``route`` names where a verdict goes (``Gate.route(verdict).route``) and ``model_positive`` the
-    model's own decision beside the routed one (``Gate.model_positive``; ``None``: no separate one).
+    model's own decision beside the routed one (``suffice.gates.roles.model_positive``; ``None``: no separate one).
     A verdict whose routed decision differs from the model's own is an override."""
 
     gate: str = ""

@@ -11,7 +11,7 @@ import pytest
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import InputError
-from suffice.gates import gate_class, gate_names
+from suffice.gates import gate_class, gate_names, roles
 from suffice.prompts.fitting import fit_prompt
 from suffice.records import METADATA_MAX_KEYS, parse_record
 from tests.fakes import ScriptedEngine
@@ -60,7 +60,7 @@ def test_every_gate_shows_the_date_and_metadata_fenced(name: str) -> None:
     raw = record(date="2024-03-01", metadata={"publisher": 'The "Times"', "page": 3})
     if gate.needs_response:
         raw["response"] = "Rates rose [0]."
-    item = gate.parse_item(raw)
+    item = roles.parse_item(gate, raw)
     engine = ScriptedEngine(lambda r: "")
     fitted = fit_prompt(
         engine,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, Field, SerializeAsAny
 
-from suffice.gates import DecisionGate, gate_names, make_gate
+from suffice.gates import DecisionGate, gate_names, make_gate, roles
 from suffice.gates.base import Gate
 from suffice.gates.recovery.grammar import Classification
 from suffice.gates.sufficiency.grammar import CalibratedDecision, ChunkId, SufficiencyVerdict
@@ -70,8 +70,8 @@ def result(gate: Gate, verdict: BaseModel | None = None, error: ErrorInfo | None
 
 def shortcut_verdict(gate: Gate) -> BaseModel:
     """The gate's own verdict for an item with no chunks (no model needed)."""
-    item = gate.parse_item({"id": "q-0", "question": "Who wrote it?", "chunks": [], "response": "Nobody."})
-    verdict = gate.shortcut(item)
+    item = roles.parse_item(gate, {"id": "q-0", "question": "Who wrote it?", "chunks": [], "response": "Nobody."})
+    verdict = roles.shortcut(gate, item)
     assert verdict is not None
     return verdict
 

@@ -5,7 +5,6 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suffice.exceptions import ConfigError
-from suffice.gates.roles import Moved, decision_of
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
@@ -118,7 +116,7 @@ class Gate(ABC):
     :mod:`suffice.gates.roles` (which also holds each role's default): a decision token (``decision_key``,
     ``decision_json_values``, ``positive_value``) for ``--detail decision``, its own reading of records, a
     calibrated threshold, commands of its own.  The names those roles had on this class stay one release as
-    deprecated defaults (:class:`~suffice.gates.roles.Moved`).
+    deprecated defaults, attached by :mod:`suffice.gates.roles`.
     """
 
     name: str
@@ -205,34 +203,3 @@ class Gate(ABC):
     @abstractmethod
     def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
         """The verdict in the seed prompt's own output schema."""
-
-    # The names that moved into roles (suffice.gates.roles), kept for one release: each warns when read.
-    decision_key = Moved()
-    decision_json_values = Moved()
-    positive_value = Moved()
-    saveable_scores = Moved()
-    check_detail = Moved()
-    with_probabilities = Moved()
-    model_positive = Moved()
-    parse_item = Moved()
-    shortcut = Moved()
-    item_constraint = Moved()
-    high_stakes = Moved()
-    calibration_scores = Moved()
-    useful_chunk_ids = Moved()
-    save_problem = Moved()
-    save_calibration = Moved()
-    default_choice = Moved()
-    calibrated_under = Moved()
-    add_commands = Moved()
-
-    @property
-    def decision_marker(self) -> str:
-        """Deprecated: ``suffice.gates.roles.decision_of(gate).marker``."""
-        warnings.warn(
-            "Gate.decision_marker is deprecated: use suffice.gates.roles.decision_of(gate).marker",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        found = decision_of(self)
-        return "" if found is None else found.marker

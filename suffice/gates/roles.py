@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from suffice.exceptions import ConfigError
+from suffice.files import replace_atomically
+from suffice.gates.base import CalibrationChoice, Gate
 from suffice.grammars.decision import decision_marker as marker_of
 from suffice.records import Chunk, Item, parse_record
 
 if TYPE_CHECKING:
-    from suffice.gates.base import CalibrationChoice, Gate
     from suffice.grammars.constraint import Constraint
 
 
@@ -165,7 +166,7 @@ def _save_option(gate: Gate, choice: CalibrationChoice, destination: Path | None
         "metrics": dict(choice.metrics),
         "fitted_under": dict(choice.fitted_under),
     }
-    destination.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+    replace_atomically(destination, [(json.dumps(saved, indent=2) + "\n").encode("utf-8")])
     flag = "--" + option.replace("_", "-")
     return f"saved {option} {choice.threshold:.3f} to {destination}; judge with {flag} {choice.threshold:.3f}"
 
@@ -336,3 +337,25 @@ def save_calibration(gate: Gate, choice: CalibrationChoice, destination: Path | 
 def add_commands(gate_class: type[Gate], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the gate's own subcommands to the ``suffice`` command, if it has any."""
     _call(gate_class, "add_commands", sub)
+
+
+# -- the names that moved off Gate, kept there one release -----------------------------------------------------
+
+
+def _decision_marker(gate: Gate) -> str:
+    warnings.warn(
+        "Gate.decision_marker is deprecated: use suffice.gates.roles.decision_of(gate).marker",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    found = decision_of(gate)
+    return "" if found is None else found.marker
+
+
+for _name in [*_DEFAULTS, *_VALUES]:
+    if _name == "threshold_option":  # new with the roles: never a name of Gate
+        continue
+    _moved = Moved()
+    _moved.__set_name__(Gate, _name)
+    setattr(Gate, _name, _moved)
+Gate.decision_marker = property(_decision_marker)  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 A framework adapter (:mod:`suffice.integrations.langchain`, ``.llama_index``, ``.haystack``) turns
 its documents into :class:`Evidence` and calls :class:`DocumentGate`; the gate's own methods
 (:meth:`~suffice.Gate.is_positive`, :meth:`~suffice.Gate.route`,
-:meth:`~suffice.Gate.useful_chunk_ids`) read the verdict, so no adapter asks which gate it runs.
+``useful_chunk_ids``, a calibration role) read the verdict, so no adapter asks which gate it runs.
 
 Ids: a document's own id becomes its chunk id; a document without one gets its position (an
 ``int``), and one whose id repeats an earlier document's gets ``"<id>@<position>"`` (chunk ids of

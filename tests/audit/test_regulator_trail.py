@@ -30,7 +30,7 @@ from suffice.cli.main import main
 from suffice.config import JudgeConfig
 from suffice.exceptions import AuditError, ConfigError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
-from suffice.gates import gate_class
+from suffice.gates import gate_class, roles
 from suffice.harness.pipeline import Pipeline
 from suffice.judge import Judge
 from suffice.records import Chunk, Item
@@ -112,7 +112,7 @@ def _verdict(row: dict[str, Any]) -> Any:
 def items() -> dict[str, Item]:
     """The records as judged (ids to items)."""
     gate = gate_class("sufficiency")()
-    return {str(r["id"]): gate.parse_item(r) for r in records()}
+    return {str(r["id"]): roles.parse_item(gate, r) for r in records()}
 
 
 def weights_folder(tmp_path: Path) -> Path:
@@ -431,7 +431,7 @@ def test_a_row_routed_to_a_person_names_its_rule_and_who_decided(tmp_path, monke
     judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
     [row] = resolve_and_export(db, tmp_path)
     assert (row["decision"], row["rule"]) == ("human_review", "partial_under_high_stakes")
-    assert row["input_hash"] == input_hash(gate_class("recovery")().parse_item(record()))
+    assert row["input_hash"] == input_hash(roles.parse_item(gate_class("recovery")(), record()))
     [review] = row["reviews"]
     assert review["rule"] == "partial_under_high_stakes"
     # High stakes: two reviewers must agree, so one decision leaves it open, and says who made it.

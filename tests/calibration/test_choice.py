@@ -10,6 +10,7 @@ import pytest
 
 from suffice.calibration.report import score_metrics
 from suffice.cli.calibrate_cmd import _choose
+from suffice.gates import roles
 from suffice.gates.adequacy.decision import decide, effective_threshold
 from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.base import CalibrationChoice
@@ -63,8 +64,8 @@ def test_a_high_risk_rubric_chooses_f_beta_by_default(capsys):
 
 @pytest.mark.parametrize("gate", [AdequacyGate(rubric="customer-support"), AdequacyGate(), SufficiencyGate()])
 def test_other_gates_and_rubrics_choose_best_f1_by_default(gate):
-    assert gate.default_choice() == ("best-f1", None)
-    name = gate.saveable_scores[0]
+    assert roles.default_choice(gate) == ("best-f1", None)
+    name = roles.saveable_scores(gate)[0]
     assert _choose(_args(gate=gate.name), gate, _report(name))[1]["threshold"] == 0.5
 
 

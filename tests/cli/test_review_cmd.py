@@ -13,7 +13,7 @@ from suffice.audit import AuditLog
 from suffice.cli import calibrate_cmd
 from suffice.cli.main import main
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK
-from suffice.gates import gate_class
+from suffice.gates import gate_class, roles
 from suffice.jsonl import read_records
 
 CHUNKS = [{"id": "d1", "text": "Ada wrote it.", "source": "a.txt", "score": None}, {"id": "d2", "text": "In 1843."}]
@@ -89,7 +89,7 @@ def test_export_writes_labels_calibrate_takes_and_counts_the_overrides(db, tmp_p
     assert calibrate_cmd._label_problem(records) is None
     gate = gate_class("sufficiency")()
     for record in records:
-        item = gate.parse_item(record)
+        item = roles.parse_item(gate, record)
         assert [c.id for c in item.chunks] == ["d1", "d2"]
 
 

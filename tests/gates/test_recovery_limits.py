@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.gates import roles
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
 from suffice.gates.recovery.grammar import RecoveryBounds, RecoveryOutput, RecoveryVerdict, recovery_constraint
@@ -109,7 +110,7 @@ def test_every_row_says_how_much_of_the_response_was_checked(fmt):
 
 def test_a_record_without_evidence_checked_nothing_of_its_response():
     gate = RecoveryGate()
-    verdict = gate.shortcut(Judge(ScriptedEngine(lambda r: ""), gate).gate.parse_item({**record(SHORT), "chunks": []}))
+    verdict = gate.shortcut(roles.parse_item(gate, {**record(SHORT), "chunks": []}))
     assert verdict is not None
     assert (verdict.response_chars, verdict.response_chars_checked) == (len(SHORT), 0)
 
