@@ -99,9 +99,14 @@ def _literals_outside_gate_packages() -> list[tuple[str, int, str]]:
 
 def test_no_code_outside_a_gates_package_names_a_gate():
     """Only the registry's defaults name one: the gate a judge uses when none is named, and the
-    one a check of a generated answer uses."""
+    one a check of a generated answer uses; and suffice.testing's ``assert_adequate``, the one named
+    test helper of a built-in gate that no default stands for."""
     named = [(path, name) for path, _, name in _literals_outside_gate_packages()]
-    assert named == [("gates/registry.py", DEFAULT_GATE), ("gates/registry.py", DEFAULT_CHECK_GATE)]
+    assert named == [
+        ("gates/registry.py", DEFAULT_GATE),
+        ("gates/registry.py", DEFAULT_CHECK_GATE),
+        ("testing/__init__.py", "adequacy"),
+    ]
 
 
 HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "model_positive", "parse", "constraint_for")

@@ -47,6 +47,7 @@ LAYERS: list[list[str]] = [
     ["batch"],
     ["harness"],
     ["integrations"],
+    ["testing"],
     ["server"],
     ["cli"],
 ]
