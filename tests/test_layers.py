@@ -39,7 +39,7 @@ LAYERS: list[list[str]] = [
     ["serving"],
     ["prompts"],
     ["gates"],
-    ["client", "config", "rows", "row_models", "telemetry"],
+    ["client", "config", "protocol", "rows", "row_models", "telemetry"],
     ["cache"],
     ["judge", "run_settings"],
     ["audit"],

@@ -369,7 +369,7 @@ def test_the_async_client_sends_the_awaiting_tasks_trace(spans):
     async def main(url: str) -> int:
         async with AsyncClient(url) as client:
             with trace.get_tracer("app").start_as_current_span("app") as outer:
-                await client.judge(record(0))
+                await client.ajudge(record(0))
                 return outer.get_span_context().span_id
 
     with serve(ScriptedEngine(good)) as url:
