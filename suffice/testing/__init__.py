@@ -1,8 +1,8 @@
 """The gate in a test suite: assertions that fail with the verdict's own words, and a bound on agreement.
 
-Each helper takes a judge (a :class:`~suffice.Judge`, or a :class:`~suffice.Client` of ``suffice serve``) and a
-record as ``suffice judge`` reads one (``question``, ``chunks``, and ``response`` for a gate that checks an
-answer), judges it, and returns the :class:`~suffice.results.JudgeResult`; when the gate says no, it raises
+Each helper takes a judge (any :class:`~suffice.protocol.JudgeProtocol`: a :class:`~suffice.Judge`, or a
+:class:`~suffice.Client` of ``suffice serve``) and a record as ``suffice judge`` reads one (``question``,
+``chunks``, and ``response`` for a gate that checks an answer), judges it, and returns the :class:`~suffice.results.JudgeResult`; when the gate says no, it raises
 :class:`AssertionError` naming what the verdict names: what is missing, which claim is unsupported, which
 rubric dimension fell short.  ``record_property`` (pytest's fixture of that name, or any ``(name, value)``
 callable) receives the verdict, so a JUnit XML report carries it.
@@ -13,21 +13,18 @@ imports no pytest.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from suffice.calibration.metrics import point
-from suffice.client import AsyncClient, Client
 from suffice.exceptions import ConfigError, InputError
-from suffice.gates import Gate, make_gate
+from suffice.gates import Gate
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
 from suffice.jsonl import read_records
-from suffice.judge import Judge
+from suffice.protocol import JudgeProtocol
 from suffice.records import InvalidRecord
 from suffice.results import JudgeResult
 
@@ -48,8 +45,9 @@ __all__ = [
     "judge_records",
 ]
 
-#: What the helpers judge with: in process, or through ``suffice serve``.
-JudgeLike = Judge | Client
+#: What the helpers judge with: any judge of the one protocol (a Judge in process, a Client or AsyncClient
+#: of ``suffice serve``, your own).
+JudgeLike = JudgeProtocol
 #: pytest's ``record_property``: one ``(name, value)`` for the JUnit XML report.
 RecordProperty = Callable[[str, object], None]
 
@@ -57,52 +55,27 @@ RecordProperty = Callable[[str, object], None]
 BATCH = 32
 #: How many disagreements a failed :func:`assert_agreement` names.
 SHOWN = 5
-
-#: The judges built for another gate or other options, per judge given: one each, on its engine.
 #: The gates the named helpers judge with: the registry's defaults, and the adequacy gate (the one built-in gate no
 #: default stands for; an outside gate is judged by :func:`assert_passes` with its name).
 SUFFICIENCY = DEFAULT_GATE
 RECOVERY = DEFAULT_CHECK_GATE
 ADEQUACY = "adequacy"
 
-_judges: weakref.WeakKeyDictionary[Judge, dict[tuple[str, str], Judge]] = weakref.WeakKeyDictionary()
-
-
-def _options_key(options: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(options or {}), sort_keys=True, default=str)
-
-
-def _gate_judge(judge: Judge, gate: str | None, options: Mapping[str, Any] | None) -> Judge:
-    """``judge`` itself, or a judge of ``gate`` with ``options`` on its engine (built once per session)."""
-    name = gate or judge.gate.name
-    if name == judge.gate.name and not options:
-        return judge
-    built = _judges.setdefault(judge, {})
-    key = (name, _options_key(options))
-    if key not in built:
-        config = dataclasses.replace(judge.config, gate=name, options=dict(options or {}))
-        built[key] = Judge(judge.engine, config.make_gate(), config)
-    return built[key]
-
 
 def judge_records(
     judge: JudgeLike, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
 ) -> list[JudgeResult]:
-    """One result per record, in order, from either kind of judge (``gate``: default the judge's own)."""
-    if isinstance(judge, Judge):
-        return _gate_judge(judge, gate, options).judge_batch(list(records))
-    if isinstance(judge, Client):
-        return judge.judge_batch(list(records), gate, options)
-    if isinstance(judge, AsyncClient):
-        raise ConfigError("judge", "AsyncClient", "the test helpers block: give a suffice.Client or a suffice.Judge")
-    raise ConfigError("judge", type(judge).__name__, "must be a suffice.Judge or a suffice.Client")
+    """One result per record, in order (``gate``: default the judge's own)."""
+    if not isinstance(judge, JudgeProtocol):
+        raise ConfigError("judge", type(judge).__name__, "must be a judge: a suffice.Judge, Client or AsyncClient")
+    return judge.judge_batch(list(records), gate=gate, options=options)
 
 
 def _gate_of(judge: JudgeLike, gate: str | None, options: Mapping[str, Any] | None) -> Gate:
-    """The gate that reads the verdicts (its decision rule and route), built as the judge builds it."""
-    if isinstance(judge, Judge):
-        return _gate_judge(judge, gate, options).gate
-    return make_gate(gate or judge.gate, dict(options or {}))
+    """The gate that reads the verdicts (its decision rule and route), as the judge builds it."""
+    if not isinstance(judge, JudgeProtocol):
+        raise ConfigError("judge", type(judge).__name__, "must be a judge: a suffice.Judge, Client or AsyncClient")
+    return judge.gate_for(gate, options)
 
 
 def _question(record: object) -> str:
