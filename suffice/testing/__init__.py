@@ -2,10 +2,11 @@
 
 Each helper takes a judge (any :class:`~suffice.protocol.JudgeProtocol`: a :class:`~suffice.Judge`, or a
 :class:`~suffice.Client` of ``suffice serve``) and a record as ``suffice judge`` reads one (``question``,
-``chunks``, and ``response`` for a gate that checks an answer), judges it, and returns the :class:`~suffice.results.JudgeResult`; when the gate says no, it raises
-:class:`AssertionError` naming what the verdict names: what is missing, which claim is unsupported, which
-rubric dimension fell short.  ``record_property`` (pytest's fixture of that name, or any ``(name, value)``
-callable) receives the verdict, so a JUnit XML report carries it.
+``chunks``, and ``response`` for a gate that checks an answer), judges it, and returns the
+:class:`~suffice.results.JudgeResult`; when the gate says no, it raises :class:`AssertionError` naming what the
+verdict names: what is missing, which claim is unsupported, which rubric dimension fell short.
+``record_property`` (pytest's fixture of that name, or any ``(name, value)`` callable) receives the verdict, so a
+JUnit XML report carries it.
 
 The pytest plugin (:mod:`suffice.testing.plugin`, entry point ``pytest11``) gives these as fixtures; this module
 imports no pytest.
