@@ -30,6 +30,7 @@ LAYERS: list[list[str]] = [
         "records",
         "results",
         "scores",
+        "settings",
         "startup",
         "summary",
         "tables",

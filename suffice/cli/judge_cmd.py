@@ -34,7 +34,9 @@ from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import read_api_key
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_settings
+from suffice.settings import in_process_flags, tagged
 from suffice.text import terminal_text
 
 
@@ -168,23 +170,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-#: (argument, flag) of what sets an engine in this process, or what only such a run does: refused with ``--server``.
+#: (argument, flag) of what sets an engine in this process (the engine settings tagged ``in_process``), or what only
+#: such a run does: refused with ``--server``.
 IN_PROCESS = (
-    ("engine", "--engine"),
-    ("model", "--model"),
-    ("backend", "--backend"),
-    ("max_model_len", "--max-model-len"),
-    ("compile", "--compile"),
-    ("cores", "--cores"),
-    ("kv_cache_gib", "--kv-cache-gib"),
-    ("dtype", "--dtype"),
-    ("tensor_parallel_size", "--tensor-parallel-size"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("base_url", "--base-url"),
-    ("tokenizer", "--tokenizer"),
-    ("served_model", "--served-model"),
-    ("max_concurrency", "--max-concurrency"),
-    ("proxy", "--proxy"),
+    *in_process_flags(EngineConfig),
     ("ray", "--ray"),
     ("actors", "--actors"),
     ("audit_db", "--audit-db"),
@@ -194,7 +183,7 @@ IN_PROCESS = (
     ("no_verdict_cache", "--no-cache"),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
-_DEFAULTS = {"engine": "vllm"}
+_DEFAULTS = {d.dest: d.default for d in tagged(EngineConfig, in_process=True) if d.type is not bool}
 
 
 def in_process_setting(args: argparse.Namespace) -> tuple[str, str] | None:
