@@ -261,11 +261,21 @@ def recorded(obj: Any, engine: str, settings: dict[str, str]) -> dict[str, str]:
     return settings
 
 
+#: What every environment variable of a setting starts with (``SUFFICE_MAX_MODEL_LEN`` for ``--max-model-len``).
+ENV_PREFIX = "SUFFICE_"
+
+
+def key_of(flag: str) -> str:
+    """The TOML key of a flag (``--max-model-len``: ``max_model_len``); its variable is :data:`ENV_PREFIX` and the
+    key in capitals."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
 def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
-    """The settings of ``cls`` as a Markdown table: flag, type, default, bounds, engines and tags, help."""
+    """The settings of ``cls`` as a Markdown table: flag, variable and key, type, default, bounds, engines, tags."""
     flags = flags or {}
     lines = [
-        "| setting | flag | type | default | allowed | engines | tags | what it does |",
+        "| setting | flag / variable / TOML key | type | default | allowed | engines | tags | what it does |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for d in declared(cls):
@@ -280,9 +290,10 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
             )
             if on
         ]
+        where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`" if flag else "(Python only)"
         cells = [
             f"`{d.name}`",
-            f"`{flag}`" if flag else "(Python only)",
+            where,
             d.type.__name__ + (" or none" if d.optional else ""),
             "none" if d.default is None else f"`{d.default}`",
             allowed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.batch.inputs import FORMATS
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
-from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
+from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import (
@@ -167,7 +169,20 @@ def add_parser(sub: Any) -> None:
         help=f"--server: seconds one request may take (default {DEFAULT_TIMEOUT_S:g})",
     )
     add_audit_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, command_settings=CommandSettings(p, "judge", "batch_size = 64"))
+
+
+def read_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
+    """Fill the settings no flag gave from the ``SUFFICE_*`` variables, then the ``--config`` file (see
+    :mod:`suffice.cli.serve_settings`); raises :class:`ConfigError` naming the variable, or the key and the file."""
+    settings = getattr(args, "command_settings", None)
+    if settings is not None:
+        args.settings_origins = settings.resolve(args, environ)
+
+
+def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
+    """``exc`` naming the variable, or the key and the file, its setting came from (where not a flag)."""
+    return with_origin(exc, getattr(args, "settings_origins", {}), engine_keys())
 
 
 #: (argument, flag) of what sets an engine in this process (the engine settings tagged ``in_process``), or what only
@@ -238,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
         return EXIT_USAGE
     try:
+        read_settings(args)
         if args.server is not None:
             config = server_config_from_args(args)
             key = (
@@ -268,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             max_chunks_per_item=args.max_chunks_per_item,
         )
     except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        print(f"error: {terminal_text(named(exc, args) if isinstance(exc, ConfigError) else exc)}", file=sys.stderr)
         return EXIT_USAGE
     if args.server is None:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress)

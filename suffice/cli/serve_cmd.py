@@ -12,10 +12,10 @@ from typing import Any
 
 from suffice.audit import AuditLog
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
-from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, add_auto_margin_arg, audit_key_of
-from suffice.cli.serve_settings import ENV_PREFIX, ServeSettings
+from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
@@ -117,24 +117,12 @@ def add_parser(sub: Any) -> None:
         help="folder of NAME.key files (suffice audit keygen), one per reviewer of the review page at /reviews "
         "(needs --audit-db)",
     )
-    p.set_defaults(run=run, serve_settings=ServeSettings(p))
+    p.set_defaults(run=run, serve_settings=CommandSettings(p, "serve"))
 
 
 #: The settings' names in the errors of the configs they make, where they differ from their keys.
-_ENGINE_NAMES = {"api_key_file": "engine_key_file"}
+_ENGINE_NAMES = engine_keys("--engine-key-file")
 _SERVE_NAMES = {"gates": "gate", "allowed_hosts": "allowed_host"}
-
-
-def _from(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str, str]) -> ConfigError:
-    """``exc`` naming where its setting came from: the variable, or the key and the file."""
-    origin = origins.get(names.get(exc.parameter, exc.parameter))
-    if origin is None or origin == "its flag":
-        return exc
-    prefix = f"{exc.parameter}={exc.value!r}: "
-    reason = str(exc).removeprefix(prefix)
-    if origin.startswith(ENV_PREFIX):
-        return ConfigError(origin, exc.value, reason)
-    return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServeConfig:
@@ -146,11 +134,11 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     try:
         engine = engine_config_from_args(args)
     except ConfigError as exc:
-        raise _from(exc, origins, _ENGINE_NAMES) from None
+        raise with_origin(exc, origins, _ENGINE_NAMES) from None
     try:
         return _config(args, engine)
     except ConfigError as exc:
-        raise _from(exc, origins, _SERVE_NAMES) from None
+        raise with_origin(exc, origins, _SERVE_NAMES) from None
 
 
 def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
