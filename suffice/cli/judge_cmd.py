@@ -178,6 +178,7 @@ def read_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     settings = getattr(args, "command_settings", None)
     if settings is not None:
         args.settings_origins = settings.resolve(args, environ)
+        args.settings_sources = {settings.settings[key].dest: origin for key, origin in args.settings_origins.items()}
 
 
 def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
@@ -202,9 +203,15 @@ _DEFAULTS = {d.dest: d.default for d in tagged(EngineConfig, in_process=True) if
 
 
 def in_process_setting(args: argparse.Namespace) -> tuple[str, str] | None:
-    """The first (argument, flag) of :data:`IN_PROCESS` set to anything but its default, or ``None``."""
+    """The first (argument, flag) of :data:`IN_PROCESS` set by its flag to anything but its default, or ``None``.
+
+    One set by a variable or the file is left alone: a deployment's ``SUFFICE_VERDICT_CACHE`` or settings file is
+    for the runs that start an engine, and a run through ``--server`` does not read it."""
+    sources = getattr(args, "settings_sources", {})
     for name, flag in IN_PROCESS:
         value = getattr(args, name)
+        if sources.get(name, "its flag") != "its flag":
+            continue
         if value is not None and value is not False and value != _DEFAULTS.get(name):
             return name, flag
     return None

@@ -106,3 +106,15 @@ def test_an_unknown_key_of_judges_file_names_the_command(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="not a setting of suffice judge") as caught:
         read_settings(args, {})
     assert caught.value.parameter == "max_items"
+
+
+def test_with_server_an_engine_setting_from_the_environment_is_left_alone_and_its_flag_refused() -> None:
+    """A deployment's SUFFICE_VERDICT_CACHE (or a settings file's model) is for runs that start an engine."""
+    from suffice.cli.judge_cmd import in_process_setting
+
+    args = parsed("judge", "--server", "http://127.0.0.1:9")
+    read_settings(args, {"SUFFICE_VERDICT_CACHE": "off", "SUFFICE_MODEL": "/m"})
+    assert in_process_setting(args) is None
+    args = parsed("judge", "--server", "http://127.0.0.1:9", "--model", "/m")
+    read_settings(args, {})
+    assert in_process_setting(args) == ("model", "--model")
