@@ -10,6 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 import suffice
+from suffice.formats.verdicts import verdict_format
+from suffice.formats.verdicts.seed import SeedVerdicts
 from suffice.gates import DecisionGate, Gate, GateOptions, gate_class, gate_names, make_gate
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
 from suffice.serving.base import Engine
@@ -109,13 +111,20 @@ def test_no_code_outside_a_gates_package_names_a_gate():
     ]
 
 
-HOOKS = ("route", "calibration_scores", "seed_verdict", "is_positive", "model_positive", "parse", "constraint_for")
+HOOKS = ("route", "calibration_scores", "is_positive", "model_positive", "parse", "constraint_for")
 
 
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_gate_defines_its_own_hooks(gate, hook):
     assert getattr(type(gate), hook) is not getattr(Gate, hook)
+
+
+@pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
+def test_every_built_in_gate_offers_the_seed_role(gate):
+    """``--format seed`` is a role a gate may offer (not a base-class method): suffice's own gates all do."""
+    assert isinstance(gate, SeedVerdicts)
+    assert verdict_format("seed").refuses(gate) is None
 
 
 @pytest.mark.parametrize("gate", [*GATES, *(DecisionGate(g) for g in GATES)], ids=lambda g: type(g).__name__ + g.name)

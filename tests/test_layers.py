@@ -40,6 +40,7 @@ LAYERS: list[list[str]] = [
     ["serving"],
     ["prompts"],
     ["gates"],
+    ["formats"],
     ["client", "config", "protocol", "rows", "row_models", "telemetry"],
     ["cache"],
     ["judge", "run_settings"],

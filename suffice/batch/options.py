@@ -6,13 +6,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suffice.batch.inputs import FORMATS, Shard
+from suffice.batch.inputs import Shard
 from suffice.exceptions import ConfigError
 from suffice.fields import FieldMap
+from suffice.formats.files import file_format
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
-
-#: Verdict shapes an output can hold.
-VERDICT_FORMATS = ("suffice", "seed", "ragflow")
 
 
 @dataclass(frozen=True)
@@ -73,8 +72,8 @@ def finite_number(name: str, value: object) -> float:
 @dataclass(frozen=True)
 class BatchOptions:
     batch_size: int = 256
-    #: Verdict shape in the output: ``suffice``, or the seed prompt's own (``seed``/``ragflow``).
-    fmt: str = "suffice"
+    #: Verdict format in the output (:mod:`suffice.formats.verdicts`).
+    fmt: str = DEFAULT_VERDICT_FORMAT
     overwrite: bool = False
     #: Judge again every record whose row is an error (not only those the engine caused).
     retry_errors: bool = False
@@ -82,7 +81,7 @@ class BatchOptions:
     audit_key: bytes | None = None
     #: Where to write an anchor of the audit log when the run ends (see :meth:`AuditLog.save_anchor`).
     anchor_file: Path | None = None
-    #: ``jsonl`` or ``parquet``; ``None``: by the file's extension.
+    #: File formats (:mod:`suffice.formats.files`); ``None``: by the file's extension.
     input_format: str | None = None
     output_format: str | None = None
     #: Input field names that differ from suffice's (RAGAS names are known without one).
@@ -103,12 +102,11 @@ class BatchOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, value, "must be a whole number of at least 1")
-        if self.fmt not in VERDICT_FORMATS:
-            raise ConfigError("format", self.fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+        verdict_format(self.fmt)
         for name in ("input_format", "output_format"):
             value = getattr(self, name)
-            if value is not None and value not in FORMATS:
-                raise ConfigError(name, value, f"must be one of {', '.join(FORMATS)}")
+            if value is not None:
+                file_format(value, name)
         if self.anchor_file is not None and self.audit_db is None:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.ray is not None and self.audit_db is not None:

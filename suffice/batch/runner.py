@@ -29,7 +29,7 @@ from typing import Protocol, runtime_checkable
 from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
 from suffice.audit.recording import audit_values, record_results, review_rule
-from suffice.batch.inputs import InputFile, format_of
+from suffice.batch.inputs import InputFile
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
@@ -41,6 +41,8 @@ from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
+from suffice.formats.files import FileFormat, file_format_of
+from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
@@ -90,7 +92,7 @@ class BatchReport:
 
 
 def journal_path(output: Path) -> Path:
-    """Where a Parquet output's rows are written as they come."""
+    """Where the rows of an output that is not appended to (Parquet) are written as they come."""
     return output.with_name(output.name + ".journal.jsonl")
 
 
@@ -153,23 +155,22 @@ def judge_file(
         max_field_chars=options.max_field_chars,
         max_chunks_per_item=options.max_chunks_per_item,
     )
-    out_format = format_of(output, options.output_format, "output-format")
-    if out_format == "parquet" and options.fmt != "suffice":
-        raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
-    if out_format == "parquet" and config.detail == "auto":
-        raise ConfigError(
-            "detail", "auto", "a Parquet output holds one verdict type, and a cascade's rows hold two: write .jsonl"
-        )
+    out_format = file_format_of(output, options.output_format, "output-format")
+    cannot = out_format.refuses(verdict_format(options.fmt), config.detail)
+    if cannot is not None:
+        raise cannot
+    gate = config.make_gate() if client is None else service_gate(config)
+    refused = verdict_format(options.fmt).refuses(gate)
+    if refused is not None:
+        raise ConfigError("format", options.fmt, refused)
     if client is None:
-        gate = config.make_gate()
         settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
     else:
-        gate = service_gate(config)
         settings = RunSettings.judged_by(service_settings(client, config), options.fmt, options.fields.names)
-    journal = output if out_format == "jsonl" else journal_path(output)
+    journal = output if out_format.appendable else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)
-    # Held from before anything is read until the Parquet file is written.
+    # Held from before anything is read until an output that is not appended to is written.
     with output_lock(output):
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
@@ -185,7 +186,7 @@ def _judge_locked(
     inputs: InputFile,
     output: Path,
     journal: Path,
-    out_format: str,
+    out_format: FileFormat,
     settings: RunSettings,
     options: BatchOptions,
     notify: Notify,
@@ -197,10 +198,8 @@ def _judge_locked(
     with ExitStack() as stack:
         index = KeyIndex(output.parent)
         stack.callback(index.close)
-        if out_format == "parquet" and not options.overwrite and output.exists() and not journal.exists():
-            from suffice.batch.parquet_output import journal_from_parquet
-
-            journal_from_parquet(output, journal)
+        if not out_format.appendable and not options.overwrite and output.exists() and not journal.exists():
+            out_format.resume(output, journal)
         results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
         stack.callback(results.close)
         if index.done_count:
@@ -261,10 +260,8 @@ def _judge_locked(
         notify(f"resuming: {report.skipped} of {report.total} records already had a row in {output}; not judged again")
     if report.foreign:
         notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
-    if out_format == "parquet":
-        from suffice.batch.parquet_output import parquet_from_journal
-
-        parquet_from_journal(journal, output, gate)
+    if not out_format.appendable:
+        out_format.finish(journal, output, gate)
         journal.unlink()
     return report
 

@@ -12,7 +12,6 @@ from typing import Any
 from suffice import batch
 from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
-from suffice.batch.inputs import FORMATS
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
@@ -32,6 +31,8 @@ from suffice.exceptions import (
     SufficeError,
 )
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.formats.files import file_format_names
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, VERDICT_FORMATS, verdict_format_names
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
@@ -114,11 +115,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("suffice", "seed", "ragflow"),
-        default="suffice",
-        help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
+        choices=verdict_format_names(),
+        default=DEFAULT_VERDICT_FORMAT,
+        help="verdict format in OUTPUT: " + "; ".join(f"{f.name}: {f.help}" for f in VERDICT_FORMATS.all()),
     )
-    p.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: by extension)")
+    p.add_argument(
+        "--input-format", choices=file_format_names(), default=None, help="input format (default: by extension)"
+    )
     p.add_argument(
         "--max-field-chars",
         type=int,
@@ -131,7 +134,9 @@ def add_parser(sub: Any) -> None:
         default=MAX_CHUNKS_PER_ITEM,
         help=f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
     )
-    p.add_argument("--output-format", choices=FORMATS, default=None, help="output format (default: by extension)")
+    p.add_argument(
+        "--output-format", choices=file_format_names(), default=None, help="output format (default: by extension)"
+    )
     p.add_argument(
         "--field",
         action="append",

@@ -202,26 +202,6 @@ class Gate(ABC):
         """The chunk ids an output row's verdict names as useful; ``None`` when the gate names none."""
         return None
 
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        """The output row's verdict fields in format ``fmt``: ``suffice`` (as it is) or ``seed`` / ``ragflow``."""
-        if fmt == "suffice":
-            return {"verdict": verdict.model_dump(mode="json")}
-        row: dict[str, Any] = {
-            "verdict": self.seed_verdict(verdict),
-            "fitting": verdict.model_dump(
-                mode="json",
-                include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
-            ),
-        }
-        decision = getattr(verdict, "decision", None)
-        if isinstance(decision, BaseModel):
-            row["decision"] = decision.model_dump(mode="json")
-        return row
-
-    @abstractmethod
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        """The verdict in the seed prompt's own output schema."""
-
     def parse_item(self, record: object) -> Item:
         return parse_record(record, need_response=self.needs_response)
 

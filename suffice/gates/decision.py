@@ -93,11 +93,6 @@ class DecisionGate(Gate):
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
         return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
 
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        if not isinstance(verdict, DecisionVerdict):
-            raise TypeError(f"decision-only mode cannot export a {type(verdict).__name__}")
-        return verdict.to_seed()
-
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:
             return verdict
@@ -195,12 +190,6 @@ class AutoGate(Gate):
 
     def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
         return self._of_row(verdict).useful_chunk_ids(verdict)
-
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        return self._of(verdict).export(verdict, fmt)
-
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        return self._of(verdict).seed_verdict(verdict)
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         return self._of(verdict).with_probabilities(verdict, probabilities)

@@ -10,12 +10,16 @@ answers against these models.
 
 from __future__ import annotations
 
+import functools
+import operator
 from functools import cache
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from suffice.formats.verdicts import verdict_format, verdict_format_names
 from suffice.gates import gate_class
+from suffice.gates.base import Gate
 from suffice.row_models import name_part, result_row_model
 
 _ITEM_SCHEMA: dict[str, Any] = {
@@ -60,6 +64,16 @@ def request_body(gate: str) -> dict[str, Any]:
     }
 
 
+def formats_of(gate: Gate | type[Gate]) -> tuple[str, ...]:
+    """The verdict formats ``gate``'s verdicts can be written in."""
+    return tuple(name for name in verdict_format_names() if verdict_format(name).refuses(gate) is None)
+
+
+def format_parameter() -> Any:
+    """The type of ``?format=``: one of the verdict formats' names (the OpenAPI enum, and FastAPI's check)."""
+    return cast(Any, Literal)[verdict_format_names()]
+
+
 def query_parameters(gate: str) -> list[dict[str, Any]]:
     """The options a request may set on ``gate``, as OpenAPI query parameters."""
     return [
@@ -68,12 +82,18 @@ def query_parameters(gate: str) -> list[dict[str, Any]]:
     ]
 
 
-@cache
 def response_model(gate: str, detail: str) -> type[BaseModel]:
     """The body of a 200 from ``gate``'s route on a server judging at ``detail``: one row per item, in
     order, each a verdict (in the format the request asked for) or that item's error."""
-    # ``?format=`` picks the verdict's shape (ragflow's rows are seed's).
-    row: Any = result_row_model(gate, detail, "suffice", "index") | result_row_model(gate, detail, "seed", "index")
+    return _response_model(gate, detail, formats_of(gate_class(gate)))
+
+
+@cache
+def _response_model(gate: str, detail: str, formats: tuple[str, ...]) -> type[BaseModel]:
+    # ``?format=`` picks the verdict's shape: a row of any format the gate's verdicts can be written in (formats of
+    # one shape share a model).
+    rows = dict.fromkeys(result_row_model(gate, detail, name, "index") for name in formats)
+    row: Any = functools.reduce(operator.or_, rows)
     model: type[BaseModel] = create_model(
         f"{name_part(gate)}Response",
         __config__=ConfigDict(extra="forbid", frozen=True),

@@ -12,16 +12,17 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
 from suffice.exceptions import AuditError, EngineFatalError
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
 from suffice.server.admission import Admission, Admitted
 from suffice.server.config import ServeConfig
-from suffice.server.contract import query_parameters, request_body, response_model
+from suffice.server.contract import format_parameter, query_parameters, request_body, response_model
 from suffice.server.metrics import JUDGE_PATH, Metrics
 from suffice.server.readiness import Readiness
 from suffice.server.responses import JSONResponse, public_model_name, unprocessable
@@ -94,7 +95,7 @@ class Routes:
         self,
         gate: str,
         request: Request,
-        format: Literal["suffice", "seed", "ragflow"] = "suffice",
+        format: str = DEFAULT_VERDICT_FORMAT,
     ) -> Response:
         """One result per item, in order: a verdict or that item's error.  Options (query parameters, or
         `options` in the body) apply to this request only."""
@@ -164,9 +165,10 @@ class Routes:
         return JSONResponse(body, headers={"x-request-id": outcome.request_id})
 
     def _route_of(self, gate: str) -> Callable[..., Awaitable[Response]]:
-        async def judge_gate(request: Request, format: Literal["suffice", "seed", "ragflow"] = "suffice") -> Response:
+        async def judge_gate(request: Request, format: str = DEFAULT_VERDICT_FORMAT) -> Response:
             return await self.judge(gate, request, format)
 
+        judge_gate.__annotations__["format"] = format_parameter()  # the registry's names: checked, the OpenAPI enum
         return judge_gate
 
     async def gate_settings(self, gate: str, request: Request) -> Response:

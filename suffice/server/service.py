@@ -24,6 +24,7 @@ from suffice.audit.recording import audit_values, record_results, review_rule, w
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format, verdict_format_names
 from suffice.gates import Gate, gate_class
 from suffice.judge import Judge
 from suffice.records import Item
@@ -35,7 +36,6 @@ from suffice.serving.factory import engine_settings, make_engine
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("suffice", "seed", "ragflow")
 #: No renamed fields: strings as chunks and RAGAS names, as in ``suffice judge``.
 _READ_AS_JUDGE = FieldMap()
 
@@ -83,7 +83,7 @@ class Options:
     """Per-request choices: the gate's own options a request may set, and the output format."""
 
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    fmt: str = "suffice"
+    fmt: str = DEFAULT_VERDICT_FORMAT
 
 
 @dataclass
@@ -236,9 +236,14 @@ class GateService:
         :class:`~suffice.exceptions.EngineFatalError` and :class:`~suffice.exceptions.CancelledError` through.
         """
         records = [_READ_AS_JUDGE.apply(record, None) for record in records]
-        if options.fmt not in FORMATS:
-            raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
+        try:
+            shape = verdict_format(options.fmt)
+        except ConfigError:
+            raise RequestError("format", f"must be one of {', '.join(verdict_format_names())}") from None
         judge = self.judge_for(gate, options)
+        refused = shape.refuses(judge.gate)
+        if refused is not None:
+            raise RequestError("format", refused)
         if cancel is not None and cancel.is_set():  # given up while waiting for a thread
             raise CancelledError("the caller withdrew the request")
         request_id = uuid.uuid4().hex

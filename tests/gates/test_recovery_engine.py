@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from suffice.config import JudgeConfig
+from suffice.formats.verdicts import export
 from suffice.gates.recovery.decision import decide
 from suffice.gates.recovery.grammar import (
     SEED_SCHEMA,
@@ -163,7 +164,7 @@ def test_a_long_response_is_checked_only_in_part_and_never_delivered_as_checked(
         assert v.decision.route == "human_review"
         assert v.decision.rule == "response_not_fully_checked"
         assert v.decision.reason.startswith(f"only {v.response_chars_checked} of")
-    row = judge.gate.export(v, "seed")
+    row = export(judge.gate, v, "seed")
     assert row["fitting"]["response_chars"] == len(LONG_RESPONSE)
     assert row["fitting"]["response_chars_checked"] == v.response_chars_checked
     print(
