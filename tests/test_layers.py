@@ -42,7 +42,7 @@ LAYERS: list[list[str]] = [
     ["gates"],
     ["formats"],
     ["client", "config", "protocol", "rows", "row_models", "telemetry"],
-    ["cache"],
+    ["bundle", "cache"],
     ["judge", "run_settings"],
     ["audit"],
     ["calibration"],
