@@ -1,8 +1,9 @@
-"""The one shape of a judge: what the in-process :class:`~suffice.Judge` and the service's
-:class:`~suffice.Client` and :class:`~suffice.AsyncClient` all are.
+"""The one shape of a judge: what the in-process :class:`~suffice.Judge`, the service's :class:`~suffice.Client`
+and :class:`~suffice.AsyncClient`, and the Ray pool :class:`suffice.batch.RayJudge` all are.
 
-Code written against :class:`JudgeProtocol` (the integrations, the :class:`~suffice.Pipeline`) runs on any of
-them: swapping the in-process judge for the service is swapping one object.  Each call returns one
+Code written against :class:`JudgeProtocol` (the integrations, the :class:`~suffice.Pipeline`, the batch runner's
+``judge_file(judge=...)``) runs on any of them: swapping the in-process judge for the service, or for a pool of
+Ray actors, is swapping one object.  Each call returns one
 :class:`~suffice.results.JudgeResult` per record, in order, with a record's
 failure as its ``error``; a call that cannot be answered at all raises a
 :class:`~suffice.exceptions.SufficeError` (a :class:`~suffice.exceptions.ServiceError` from a client, an

@@ -255,3 +255,41 @@ def test_an_item_goes_to_a_service_as_the_record_it_was_read_from():
     item = parse_record(raw)
     assert parse_record(item_record(item)) == item
     assert item_record(item) == raw
+
+
+# --- the batch runner over each kind ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["Judge", "Client", "AsyncClient"])
+def test_the_batch_runner_writes_the_in_process_runs_output_with_any_judge(tmp_path, kind):
+    """``judge_file(judge=...)`` with each kind writes the rows and settings of the run that opens its own engine."""
+    from suffice.batch import BatchOptions, judge_file
+    from suffice.run_settings import settings_path
+    from tests.batch.test_runner import CONFIG, opener, rows, write_lines
+    from tests.batch.test_service_scorer import LINES
+
+    source = tmp_path / "in.jsonl"
+    write_lines(source, LINES)
+    local, given = tmp_path / "local.jsonl", tmp_path / "given.jsonl"
+    engine = ScriptedEngine(good)
+    judge_file(CONFIG, source, local, BatchOptions(batch_size=2), open_judge=opener(engine))
+    with each_kind(engine) as kinds:
+        report = judge_file(CONFIG, source, given, BatchOptions(batch_size=2), judge=kinds[kind])
+    assert rows(given) == rows(local)
+    assert settings_path(given).read_text() == settings_path(local).read_text()
+    assert report.errors == 1
+
+
+def test_the_batch_runner_refuses_a_judge_and_a_client_together_and_what_is_no_judge(tmp_path):
+    from suffice.batch import judge_file
+    from tests.batch.test_runner import CONFIG
+
+    judge = Judge(ScriptedEngine(good))
+    source = tmp_path / "in.jsonl"
+    source.write_text("")
+    with pytest.raises(ConfigError) as caught:
+        judge_file(CONFIG, source, tmp_path / "out.jsonl", judge=judge, client=judge)
+    assert caught.value.parameter == "client"
+    with pytest.raises(ConfigError) as caught:
+        judge_file(CONFIG, source, tmp_path / "out.jsonl", judge=object())  # type: ignore[arg-type]
+    assert caught.value.parameter == "judge"

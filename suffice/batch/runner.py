@@ -37,7 +37,6 @@ from suffice.batch.ray_scorer import RayScorer
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
 from suffice.batch.service_scorer import ServiceScorer, service_gate, service_settings
 from suffice.batch.suspects import Suspects, suspects_path
-from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
@@ -46,6 +45,7 @@ from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
+from suffice.protocol import JudgeProtocol
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows import crash_result, error_result, result_row
@@ -116,22 +116,30 @@ def judge_file(
     notify: Notify = _quiet,
     progress: ProgressFactory | None = None,
     open_judge: Callable[[JudgeConfig], Judge] | None = None,
-    client: Client | None = None,
+    client: JudgeProtocol | None = None,
+    judge: JudgeProtocol | None = None,
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
-    ``client``: judge through that running ``suffice serve`` instead of an engine of this process (``config``'s
-    gate, options and detail count, its engine settings do not); the output, resume and settings check are the
-    same, the settings being those the service reports.  Not with Ray or an audit log (the service keeps its own).
+    ``judge``: judge with that :class:`~suffice.JudgeProtocol` (a :class:`~suffice.Client` of a running ``suffice
+    serve``, a :class:`~suffice.Judge` already open, ...) instead of opening an engine here (``config``'s gate,
+    options and detail count, its engine settings do not); the output, resume and settings check are the same,
+    the settings being those the judge reports (``settings_for``).  Not with Ray or an audit log (a service keeps
+    its own).  ``client``: the same, under its older name.
 
     Raises :class:`OutputBusyError`, :class:`OutputMismatchError`, :class:`ConfigError`, :class:`EngineDeadError`
     (rerun to resume), a :class:`ServiceError` of the client, and other :class:`SufficeError` for what stops the
     run; item failures never raise.
     """
     options = options or BatchOptions()
-    if client is not None and options.ray is not None:
-        raise ConfigError("ray", options.ray.address, "judges on Ray actors' engines: not through a service's client")
-    if client is not None and options.audit_db is not None:
+    if client is not None and judge is not None:
+        raise ConfigError("client", type(client).__name__, "is judge= under its older name: give one of them")
+    judge = judge if judge is not None else client
+    if judge is not None and not isinstance(judge, JudgeProtocol):
+        raise ConfigError("judge", type(judge).__name__, "must be a judge (suffice.JudgeProtocol)")
+    if judge is not None and options.ray is not None:
+        raise ConfigError("ray", options.ray.address, "judges on Ray actors' engines: not with a judge given")
+    if judge is not None and options.audit_db is not None:
         raise ConfigError(
             "audit_db", str(options.audit_db), "is kept by the service judged through (`suffice serve --audit-db`)"
         )
@@ -159,14 +167,14 @@ def judge_file(
     cannot = out_format.refuses(verdict_format(options.fmt), config.detail)
     if cannot is not None:
         raise cannot
-    gate = config.make_gate() if client is None else service_gate(config)
+    gate = config.make_gate() if judge is None else service_gate(config)
     refused = verdict_format(options.fmt).refuses(gate)
     if refused is not None:
         raise ConfigError("format", options.fmt, refused)
-    if client is None:
+    if judge is None:
         settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
     else:
-        settings = RunSettings.judged_by(service_settings(client, config), options.fmt, options.fields.names)
+        settings = RunSettings.judged_by(service_settings(judge, config), options.fmt, options.fields.names)
     journal = output if out_format.appendable else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +183,7 @@ def judge_file(
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
         report = _judge_locked(
-            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, client
+            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, judge
         )
     return report
 
@@ -192,7 +200,7 @@ def _judge_locked(
     notify: Notify,
     progress: ProgressFactory | None,
     open_judge: Callable[[JudgeConfig], Judge],
-    client: Client | None,
+    judge: JudgeProtocol | None,
 ) -> BatchReport:
     """The run itself, with the output's lock held (:func:`judge_file`)."""
     with ExitStack() as stack:
@@ -232,8 +240,8 @@ def _judge_locked(
         v = settings.values
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
-        if client is not None:
-            scorer = ServiceScorer(client, gate, config.options, v, notify=notify)
+        if judge is not None:
+            scorer = ServiceScorer(judge, gate, config.options, v, notify=notify)
         elif options.ray is not None:
             scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:
