@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from suffice.bundle import MANIFEST, WHEELS, install_command, write_bundle
+from suffice.bundle import MANIFEST, WHEELS, write_bundle
 from suffice.exceptions import ConfigError, ModelNotFoundError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.text import terminal_text
@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
         description=(
             "Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME "
             "(with --model), DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the far side: "
-            f"{install_command('suffice[EXTRAS]')}, then `suffice models verify DIR`."
+            'pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]", then `suffice models verify DIR`.'
         ),
     )
     p.add_argument("folder", metavar="DIR", help="a new or empty folder")

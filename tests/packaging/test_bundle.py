@@ -155,3 +155,17 @@ def test_an_extra_that_is_not_a_name_is_a_usage_error(tmp_path: Path):
     )
     assert done.returncode == 2
     assert "extras" in done.stderr
+
+
+def test_a_converted_models_marker_is_not_carried(model_folder: Path, tmp_path: Path):
+    """The embedded model's folder holds the converter's ``.suffice-complete``: a fact of this machine's cache."""
+    from suffice.bundle import _copy_model
+    from suffice.serving.models import ModelRef
+
+    converted = tmp_path / "converted"
+    _copy(model_folder, converted)
+    (converted / ".suffice-complete").write_text("here\n")
+    _copy_model(ModelRef(converted, "m"), tmp_path / "out")
+    copied = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert copied == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (model_folder / "model.safetensors").read_bytes()
