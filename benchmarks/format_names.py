@@ -1,7 +1,7 @@
 """Where format names are written in suffice's code: every string constant equal to a verdict format's name
-(``seed``, ``ragflow``) or a file format's (``jsonl``, ``parquet``), by file, and the choice lists and checks that
-spell them out.  ``suffice`` is left out (also the package's name) and so is ``seed`` under ``serving/`` (the
-engines' sampling seed).  Run on any checkout to compare: ``python benchmarks/format_names.py [ROOT]``.
+(``seed``, ``ragflow``) or a file format's (``jsonl``, ``parquet``, ``csv``), by file.  ``suffice`` is left out (also
+the package's name) and so is ``seed`` under ``serving/`` (the engines' sampling seed).  Run on any checkout to
+compare: ``python benchmarks/format_names.py [ROOT]``.
 
 Prints a table and writes ``benchmarks/results/format_names.json``.
 """
@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-NAMES = {"seed": "verdict", "ragflow": "verdict", "jsonl": "file", "parquet": "file"}
+NAMES = {"seed": "verdict", "ragflow": "verdict", "jsonl": "file", "parquet": "file", "csv": "file"}
 
 
 def occurrences(root: Path) -> Counter[tuple[str, str]]:
@@ -50,7 +50,7 @@ def main() -> None:
     out = Path(__file__).resolve().parent / "results" / "format_names.json"
     out.parent.mkdir(exist_ok=True)
     rows = [{"file": f, "name": n, "count": c} for (f, n), c in sorted(found.items())]
-    out.write_text(json.dumps({"root": str(root), "by_kind": by_kind, "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"by_kind": by_kind, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

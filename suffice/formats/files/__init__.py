@@ -1,19 +1,20 @@
 """File formats: what ``suffice judge`` reads records from and writes rows to (``--input-format``,
 ``--output-format``, or by the file's extension; a compressed input is read through :mod:`suffice.compressed`
-whatever its format).
+whatever its format), and what ``suffice audit export`` streams rows into (``--format``: the :class:`RowLines` role).
 
 A format is an object with the attributes and methods of :class:`FileFormat`, listed in ``FORMATS`` of a module of
 this package, or installed from another package under the entry-point group ``suffice.file_formats`` (the entry
 point's name is the format's).  A run appends its rows to a JSON Lines journal as batches finish, so a format
 that cannot be appended to is written from that journal when the run ends (:meth:`FileFormat.finish`) and turned
-back into one to resume (:meth:`FileFormat.resume`).
+back into one to resume (:meth:`FileFormat.resume`).  A format may offer either role or both: each command lists
+those that offer its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from suffice import compressed
 from suffice.exceptions import ConfigError
@@ -23,6 +24,8 @@ from suffice.gates.base import Gate
 from suffice.jsonl import SourceLine
 
 ENTRY_POINT_GROUP = "suffice.file_formats"
+#: The format of a file when neither a flag nor an extension says (JSON Lines).
+DEFAULT_FILE_FORMAT = "jsonl"
 
 
 @runtime_checkable
@@ -58,19 +61,34 @@ class FileFormat(Protocol):
         """Turn a finished ``output`` back into a ``journal`` to resume from (not called for an appendable format)."""
 
 
-FILE_FORMATS: Registry[FileFormat] = Registry(
-    "file format", __name__, ENTRY_POINT_GROUP, lambda fmt: isinstance(fmt, FileFormat)
+@runtime_checkable
+class RowLines(Protocol):
+    """The role of a format rows of known columns can be streamed into (``suffice audit export``)."""
+
+    name: str
+
+    def lines(self, rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> Iterator[bytes]:
+        """``rows`` as lines of bytes (a header first where the format has one); ``columns``: every row's keys,
+        in order."""
+
+
+FILE_FORMATS: Registry[Any] = Registry(
+    "file format", __name__, ENTRY_POINT_GROUP, lambda fmt: isinstance(fmt, (FileFormat, RowLines))
 )
 
 
-def file_format(name: str, option: str = "format") -> FileFormat:
-    """The file format ``name``; a :class:`~suffice.exceptions.ConfigError` names ``option`` otherwise."""
-    return FILE_FORMATS.get(name, option)
+def file_format(name: str, option: str = "format", role: Any = FileFormat) -> Any:
+    """The file format ``name`` offering ``role`` (:class:`FileFormat`: a batch run's input or output;
+    :class:`RowLines`: an export); a :class:`~suffice.exceptions.ConfigError` names ``option`` otherwise."""
+    fmt = FILE_FORMATS.get(name, option)
+    if not isinstance(fmt, role):
+        raise ConfigError(option, name, f"must be one of {', '.join(file_format_names(role))}")
+    return fmt
 
 
-def file_format_names() -> tuple[str, ...]:
-    """Every file format's name, suffice's own first."""
-    return FILE_FORMATS.names()
+def file_format_names(role: Any = FileFormat) -> tuple[str, ...]:
+    """The names of the file formats offering ``role``, suffice's own first."""
+    return tuple(fmt.name for fmt in FILE_FORMATS.all() if isinstance(fmt, role))
 
 
 def file_format_of(path: Path, given: str | None, option: str = "format") -> FileFormat:
@@ -84,10 +102,10 @@ def file_format_of(path: Path, given: str | None, option: str = "format") -> Fil
             "write .jsonl, or .parquet (compressed)",
         )
     if given is not None:
-        return file_format(given, option)
+        return file_format(given, option)  # type: ignore[no-any-return]
     suffix = compressed.without_compression_suffix(path).suffix.lower()
     for fmt in FILE_FORMATS.all():
-        if suffix in fmt.suffixes:
+        if isinstance(fmt, FileFormat) and suffix in fmt.suffixes:
             return fmt
     raise ConfigError(option, str(path), f"cannot tell the format from the extension; give --{option}")
 

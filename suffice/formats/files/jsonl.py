@@ -1,22 +1,25 @@
 """``jsonl``: JSON Lines, one record or row a line (``.jsonl``, ``.ndjson``, ``.json``; gzip, bzip2 or xz too).
 
-An output is appended to as batches finish and resumed from its last whole line.
+An output is appended to as batches finish and resumed from its last whole line; an export is one row a line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from suffice import compressed
 from suffice.exceptions import ConfigError
+from suffice.formats.files import DEFAULT_FILE_FORMAT
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
 from suffice.jsonl import SourceLine, parse_line, read_lines
 
 
 class JsonLines:
-    name = "jsonl"
+    name = DEFAULT_FILE_FORMAT
     suffixes = (".jsonl", ".ndjson", ".json")
     unit = "line"
     appendable = True
@@ -39,6 +42,11 @@ class JsonLines:
 
     def resume(self, output: Path, journal: Path) -> None:
         return None
+
+    def lines(self, rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> Iterator[bytes]:
+        """Text UTF-8 cannot hold (lone surrogates) as ``\\udcXX`` escapes."""
+        for row in rows:
+            yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
 
 
 def _refuse_plain_json(path: Path, count: int) -> None:
