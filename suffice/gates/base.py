@@ -6,6 +6,7 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 from __future__ import annotations
 
 import argparse
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,3 +233,14 @@ class Gate(ABC):
     @abstractmethod
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
         """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""
+
+    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
+        """Deprecated, kept one release: the verdict formats hold this now (:func:`suffice.formats.verdicts.export`)."""
+        warnings.warn(
+            "Gate.export is deprecated: use suffice.formats.verdicts.export(gate, verdict, fmt)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from suffice.formats.verdicts import export
+
+        return export(self, verdict, fmt)

@@ -149,3 +149,11 @@ def test_an_entry_point_that_is_not_a_format_is_refused_naming_it(outside_format
     monkeypatch.setattr(outside, "ROUTED", object())
     with pytest.raises(ConfigError, match="is not a verdict format whose name is 'routed'"):
         verdict_format("routed")
+
+
+def test_gate_export_is_kept_one_release_as_a_deprecated_alias():
+    gate = make_gate("sufficiency")
+    verdict = gate.shortcut(gate.parse_item({"id": "a", "question": "Who?", "chunks": []}))
+    with pytest.warns(DeprecationWarning, match="suffice.formats.verdicts.export"):
+        row = gate.export(verdict, "ragflow")
+    assert row == export(gate, verdict, "ragflow")
