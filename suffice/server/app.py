@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.metadata
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -21,21 +20,13 @@ from suffice.server.admission import RETRY_AFTER_S, Admission
 from suffice.server.config import ServeConfig, host_names
 from suffice.server.guards import OPEN_PATHS, BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import JUDGE_PATH, CountedRequests, Metrics
-from suffice.server.readiness import Readiness
+from suffice.server.readiness import Readiness, build_info
 from suffice.server.responses import JSONResponse, public_model_name
 from suffice.server.reviews import ReviewPaths
 from suffice.server.reviews import install as install_reviews
 from suffice.server.routes import WORKERS, GateSettings, Routes
 
 __all__ = ["BEARER_SCHEME", "RETRY_AFTER_S", "GateSettings", "JSONResponse", "create_app", "public_model_name"]
-
-
-def _version() -> str:
-    """suffice's version as installed (``unknown`` when run from a source tree that is not)."""
-    try:
-        return importlib.metadata.version("suffice")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 #: The name of the bearer scheme in ``/openapi.json``'s ``components.securitySchemes``.
@@ -66,17 +57,12 @@ def create_app(
     api_key: bytes | None = None,
     on_fatal: Callable[[str], None] | None = None,
 ) -> Any:
-    """The ASGI app over ``service``; ``on_fatal(reason)`` is called once when the engine can no longer judge."""
+    """The ASGI app over ``service``, or over a :class:`~concurrent.futures.Future` of it while its engine starts
+    (answering 503 ``starting`` until then); ``on_fatal(reason)`` is called once when the engine can no longer
+    judge."""
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="suffice-judge")
     gates = tuple(config.gates)
-    engine = service.engine
-    build = {
-        "version": _version(),
-        "model": public_model_name(engine.model_id),
-        "backend": engine.backend,
-        "gates": ",".join(gates),
-    }
-    metrics = Metrics(gates, build)
+    metrics = Metrics(gates, build_info(None if isinstance(service, Future) else service.engine, gates))
     readiness = Readiness(service, metrics, gates, on_fatal)
 
     @contextlib.asynccontextmanager

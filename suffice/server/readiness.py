@@ -8,9 +8,10 @@ judge request is refused the same way, until :meth:`Readiness.started` hands ove
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -31,16 +32,42 @@ READY_CACHE_S = 1.0
 STARTING_RETRY_AFTER_S = 5
 
 
+def _version() -> str:
+    """suffice's version as installed (``unknown`` when run from a source tree that is not)."""
+    try:
+        return importlib.metadata.version("suffice")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_info(engine: Any | None, gates: Sequence[str]) -> dict[str, str | None]:
+    """The labels of ``suffice_build_info``: model and backend are ``None`` while the engine starts."""
+    return {
+        "version": _version(),
+        "model": None if engine is None else public_model_name(engine.model_id),
+        "backend": None if engine is None else engine.backend,
+        "gates": ",".join(gates),
+    }
+
+
 class Readiness:
     """The service behind the routes (``None`` while the engine starts) and what is known of its engine."""
 
     def __init__(
-        self, service: Any | None, metrics: Metrics, gates: Sequence[str], on_fatal: Callable[[str], None] | None
+        self, service: Any, metrics: Metrics, gates: Sequence[str], on_fatal: Callable[[str], None] | None
     ) -> None:
-        self.service = service
+        """``service``: the service, or a :class:`~concurrent.futures.Future` of it while its engine starts
+        (a start that fails leaves the service dead, with the error as the reason)."""
         self.metrics = metrics
         self.gates = tuple(gates)
         self.on_fatal = on_fatal
+        #: Why the engine did not start (``None``: it did, or it still starts).
+        self.failed: str | None = None
+        self.service: Any | None = None
+        if isinstance(service, Future):
+            service.add_done_callback(self._start_ended)
+        else:
+            self.service = service
         self._since = time.monotonic()
         # Probes get a thread of their own, or readiness would fail exactly when the server is busy.
         self._probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-probe")
@@ -48,17 +75,24 @@ class Readiness:
         #: /ready calls costs one check, not a queue of them each timing out on the one thread.
         self._last: list[tuple[float, bool]] = []
         self._in_flight: list[asyncio.Future[bool]] = []
-        metrics.engine_alive.set(0 if service is None else 1)
+        metrics.engine_alive.set(0 if self.service is None else 1)
 
-    def started(self, service: Any) -> None:
-        """The engine is up: the routes judge from now on (called from the thread that started it)."""
+    def _start_ended(self, start: Future[Any]) -> None:
+        """The engine is up, and the routes judge from now on; or it failed to start (called on the thread that
+        started it)."""
+        error = start.exception()
+        if error is not None:
+            self.failed = f"the engine did not start: {error}"
+            return
+        service = start.result()
+        self.metrics.describe(build_info(service.engine, self.gates))
         self.service = service
         self.metrics.engine_alive.set(1)
 
     @property
     def dead(self) -> str | None:
         """Why the engine can no longer judge (``None`` while it can, or while it starts)."""
-        return None if self.service is None else self.service.dead
+        return self.failed if self.service is None else self.service.dead
 
     def fatal(self, reason: str) -> None:
         """Record that the engine can no longer judge; ``on_fatal`` is told once."""
@@ -78,11 +112,12 @@ class Readiness:
         )
 
     def refusal(self) -> Response | None:
-        """The 503 of a judge request while the engine starts or once it is dead; ``None`` while it judges."""
+        """The 503 of a request while the engine starts or once it is dead; ``None`` while it judges."""
+        dead = self.dead
+        if dead is not None:
+            return JSONResponse({"detail": f"the engine cannot judge: {dead}"}, status_code=503)
         if self.service is None:
             return self.starting()
-        if self.service.dead is not None:
-            return JSONResponse({"detail": f"the engine cannot judge: {self.service.dead}"}, status_code=503)
         return None
 
     async def _probe(self) -> None:
@@ -131,15 +166,19 @@ class Readiness:
 
         @app.get("/health", summary="Liveness: the process serves and its engine is not dead", operation_id="health")
         async def health() -> Response:
-            if self.service is None:
+            dead = self.dead
+            if dead is not None:
+                return JSONResponse({"status": "dead", "detail": dead}, status_code=503)
+            if self.service is None:  # alive: a liveness probe must not kill a process that loads its model
                 return JSONResponse({"status": "starting"})
-            if self.service.dead is not None:
-                return JSONResponse({"status": "dead", "detail": self.service.dead}, status_code=503)
             return JSONResponse({"status": "alive"})
 
         @app.get("/ready", summary="Readiness: the engine is loaded and answering", operation_id="ready")
         async def ready() -> Response:
             if self.service is None:
+                failed = self.failed
+                if failed is not None:
+                    return JSONResponse({"status": "dead", "detail": failed}, status_code=503)
                 return self.starting()
             if self.service.dead is None and not await self.answered():
                 return JSONResponse({"status": "busy", "detail": "the engine check did not answer"}, 503)
