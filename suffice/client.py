@@ -46,7 +46,7 @@ from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
-from suffice.telemetry import outgoing_headers
+from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
 DEFAULT_TIMEOUT_S = 600.0
@@ -159,7 +159,8 @@ class Client(_Base):
     :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here)."""
 
     def _connect(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers)
+        transport = traced_transport(httpx.HTTPTransport())  # a CLIENT span per call
+        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
     def judge_batch(
         self,
@@ -291,7 +292,8 @@ class AsyncClient(_Base):
         self._blocking_client: Client | None = None
 
     def _connect(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers)
+        transport = traced_async_transport(httpx.AsyncHTTPTransport())
+        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
     def _blocking(self) -> Client:
         """The blocking client of the sync calls: an asyncio connection belongs to the loop that opened it."""

@@ -44,7 +44,7 @@ from suffice.results import Cascade, ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
 from suffice.serving.factory import engine_settings, make_engine
-from suffice.telemetry import BatchTrace
+from suffice.telemetry import BatchTrace, engine_start
 
 #: Appended once when an output fails validation (the seeds' retry rule).
 RETRY_NOTE = (
@@ -206,7 +206,8 @@ class Judge:
     def open(cls, config: JudgeConfig) -> Judge:
         """A judge on a new engine, made from ``config.engine`` (its gate is built first)."""
         gate = config.make_gate()
-        engine = make_engine(config.engine)
+        with engine_start():
+            engine = make_engine(config.engine)
         try:
             return cls(engine, gate, config)
         except BaseException:
@@ -341,7 +342,7 @@ class Judge:
         judge = self._for(gate, options)
         if judge is not self:
             return judge.judge_batch(records, progress, cancel)
-        with BatchTrace(self.gate, self.engine.model_id, len(records)) as trace:
+        with BatchTrace(self.gate, self.engine, len(records)) as trace:
             if self._passes is not None:
                 return self._cascade(records, progress, cancel, trace)
             return self._judge_batch(records, progress, cancel, trace)
@@ -391,7 +392,8 @@ class Judge:
             else:
                 self.stats.add("verdicts", 1)
         p_positive = {i: r.verdict.probability for i, r in enumerate(decided) if isinstance(r.verdict, DecisionVerdict)}
-        trace.finish(final, {i: p for i, p in p_positive.items() if p is not None})
+        # Each pass's judge wrote the records' inference spans under this batch's.
+        trace.finish(final, {i: p for i, p in p_positive.items() if p is not None}, inference_spans=False)
         return final
 
     def _judge_batch(
@@ -425,7 +427,7 @@ class Judge:
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
-        trace.settle(results)
+        trace.settle(results, before_model=True)
         failed = self._run(pending, results, retries=0, progress=progress, cancel=cancel)
         trace.settle(results)
         retry: list[_Pending] = []

@@ -33,6 +33,7 @@ from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.telemetry import engine_start
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,8 @@ class GateService:
             audit = _AuditWriter(config) if config.audit_db is not None else None
             if audit is not None:
                 undo.callback(audit.close)
-            engine = make_engine(config.judge.engine)
+            with engine_start():  # its own spans stay out of the traces of the requests it serves
+                engine = make_engine(config.judge.engine)
             undo.callback(engine.close)
             service = cls(config, engine, audit)
             undo.pop_all()

@@ -88,7 +88,7 @@ def test_sigterm_while_the_engine_starts_exits_0_once_it_is_closed(starting) -> 
 
 
 def test_an_engine_that_fails_to_start_stops_the_server_with_the_error(tmp_path: Path) -> None:
-    process, url, log = _serve(tmp_path, SCRIPTED_START_S="1", SCRIPTED_START_FAILS="1")
+    process, _, log = _serve(tmp_path, SCRIPTED_START_S="1", SCRIPTED_START_FAILS="1")
     status = process.wait(60)
     text = log.read_text()
     assert status == EXIT_USAGE, text
