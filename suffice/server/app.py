@@ -18,10 +18,12 @@ from fastapi import FastAPI
 
 from suffice.server.admission import RETRY_AFTER_S, Admission
 from suffice.server.config import ServeConfig, host_names
+from suffice.server.contract import request_schemas
 from suffice.server.guards import OPEN_PATHS, BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import JUDGE_PATH, CountedRequests, Metrics
 from suffice.server.readiness import Readiness, build_info
 from suffice.server.responses import JSONResponse, public_model_name
+from suffice.server.reviews import API as REVIEW_API
 from suffice.server.reviews import ReviewPaths
 from suffice.server.reviews import install as install_reviews
 from suffice.server.routes import WORKERS, GateSettings, Routes
@@ -33,19 +35,26 @@ __all__ = ["BEARER_SCHEME", "RETRY_AFTER_S", "GateSettings", "JSONResponse", "cr
 BEARER_SCHEME = "bearerAuth"
 
 
-def _with_bearer(build: Callable[[], dict[str, Any]], keyed: Callable[[str], bool]) -> Callable[[], dict[str, Any]]:
-    """``build`` (FastAPI's ``app.openapi``) with the bearer scheme declared and required on each path ``keyed``
-    names: a client generated from the document then sends the token the service asks for."""
+def _completed(
+    build: Callable[[], dict[str, Any]], schemas: dict[str, Any], keyed: Callable[[str], bool] | None
+) -> Callable[[], dict[str, Any]]:
+    """``build`` (FastAPI's ``app.openapi``) with the judge routes' named request ``schemas`` added and, where
+    ``keyed`` is given, the bearer scheme declared and required on each path it names: a client generated from
+    the document then sends the token the service asks for."""
 
     def openapi() -> dict[str, Any]:
-        schema = build()  # FastAPI keeps the document once built: the scheme is added to it once
-        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
-        if BEARER_SCHEME not in schemes:
-            schemes[BEARER_SCHEME] = {"type": "http", "scheme": "bearer", "description": "the service's API key"}
-            for path, operations in schema.get("paths", {}).items():
-                if keyed(path):
-                    for operation in operations.values():
-                        operation["security"] = [{BEARER_SCHEME: []}]
+        schema = build()  # FastAPI keeps the document once built: it is completed once
+        components = schema.setdefault("components", {})
+        named = components.setdefault("schemas", {})
+        if "Item" not in named:
+            named.update(schemas)
+            if keyed is not None:
+                schemes = components.setdefault("securitySchemes", {})
+                schemes[BEARER_SCHEME] = {"type": "http", "scheme": "bearer", "description": "the service's API key"}
+                for path, operations in schema.get("paths", {}).items():
+                    if keyed(path):
+                        for operation in operations.values():
+                            operation["security"] = [{BEARER_SCHEME: []}]
         return schema
 
     return openapi
@@ -92,12 +101,19 @@ def create_app(
     Routes(config, readiness, Admission(config, metrics), metrics, pool).install(app)
     readiness.install(app)
 
-    if api_key is not None:
-        keyed = {"/metrics"} if not config.metrics_without_auth else set()
-        # Replacing app.openapi is FastAPI's documented way to extend the generated document.
-        app.openapi = _with_bearer(  # type: ignore[method-assign]
-            app.openapi, lambda path: path.startswith((JUDGE_PATH, "/v1/settings/")) or path in keyed
+    open_metrics = config.metrics_without_auth
+
+    def keyed(path: str) -> bool:
+        """Whether ``path`` asks a bearer token: the service's key, or a reviewer's on /v1/reviews."""
+        if path.startswith(REVIEW_API):
+            return desk is not None
+        return api_key is not None and (
+            path.startswith((JUDGE_PATH, "/v1/settings/")) or (path == "/metrics" and not open_metrics)
         )
+
+    # Replacing app.openapi is FastAPI's documented way to extend the generated document.
+    tokens = keyed if api_key is not None or desk is not None else None
+    app.openapi = _completed(app.openapi, request_schemas(gates), tokens)  # type: ignore[method-assign]
     limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout, OPEN_PATHS | {"/metrics"})
     guarded = limited
     if api_key is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Sequence
 from functools import cache
 from typing import Any, Literal, cast
 
@@ -22,11 +23,31 @@ from suffice.gates import gate_class
 from suffice.gates.base import Gate
 from suffice.row_models import name_part, result_row_model
 
+#: Where the named request schemas live in the document.
+REF = "#/components/schemas/"
+_CHUNK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A retrieved chunk: its text, and optionally its id, source and retrieval score.",
+    "properties": {
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        "text": {"type": "string"},
+        "source": {"type": "string"},
+        "score": {"type": "number"},
+    },
+    "required": ["text"],
+    "additionalProperties": True,
+}
 _ITEM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "One record in the JSONL format of `suffice judge`: id, question, chunks "
     "(strings, whose positions are their ids, or {id, text, source, score}), and response for "
     "a post-generation gate. RAGAS names (user_input, retrieved_contexts) are read as they are.",
+    "properties": {
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        "question": {"type": "string"},
+        "chunks": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"$ref": f"{REF}Chunk"}]}},
+        "response": {"type": "string"},
+    },
     "additionalProperties": True,
 }
 _EXAMPLE = {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]}
@@ -39,28 +60,44 @@ def per_request_options(gate: str) -> dict[str, Any]:
     return {key: schema[key] for key in sorted(model.per_request)}
 
 
+def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
+    """The named schemas the judge routes' bodies are made of, for ``components.schemas``: ``Item`` and
+    ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request), ``<Gate>Items`` (the items
+    with those options) and ``<Gate>Request`` (one item, a list of items, or ``<Gate>Items``)."""
+    schemas: dict[str, Any] = {"Chunk": _CHUNK_SCHEMA, "Item": _ITEM_SCHEMA}
+    for gate in gates:
+        name = name_part(gate)
+        schemas[f"{name}Options"] = {
+            "type": "object",
+            "description": f"The {gate} gate's options a request may set, for that request only",
+            "properties": per_request_options(gate),
+            "additionalProperties": False,
+        }
+        items = {"type": "array", "items": {"$ref": f"{REF}Item"}, "minItems": 1}
+        schemas[f"{name}Items"] = {
+            "type": "object",
+            "description": f"The items, with options of the {gate} gate's own for this request",
+            "required": ["items"],
+            "properties": {"items": items, "options": {"$ref": f"{REF}{name}Options"}},
+        }
+        needs = (
+            " This gate checks the response: an item without one is an error row."
+            if gate_class(gate).needs_response
+            else ""
+        )
+        schemas[f"{name}Request"] = {
+            "description": f"What the {gate} gate's route takes: one item, a list of items, or the items with "
+            f"options.{needs}",
+            "anyOf": [{"$ref": f"{REF}Item"}, items, {"$ref": f"{REF}{name}Items"}],
+        }
+    return schemas
+
+
 def request_body(gate: str) -> dict[str, Any]:
-    """The OpenAPI request body of ``gate``'s route: one item, a list of items, or items with options."""
-    item = dict(_ITEM_SCHEMA)
-    if gate_class(gate).needs_response:
-        item["description"] += " This gate checks the response: an item without one is an error row."
-    envelope = {
-        "type": "object",
-        "description": f"The items, with options of the {gate} gate's own for this request",
-        "required": ["items"],
-        "properties": {
-            "items": {"type": "array", "items": item},
-            "options": {"type": "object", "properties": per_request_options(gate), "additionalProperties": False},
-        },
-    }
+    """The OpenAPI request body of ``gate``'s route: a reference to ``<Gate>Request`` (:func:`request_schemas`)."""
     return {
         "required": True,
-        "content": {
-            "application/json": {
-                "schema": {"oneOf": [{"type": "object", "anyOf": [item, envelope]}, {"type": "array", "items": item}]},
-                "example": _EXAMPLE,
-            }
-        },
+        "content": {"application/json": {"schema": {"$ref": f"{REF}{name_part(gate)}Request"}, "example": _EXAMPLE}},
     }
 
 

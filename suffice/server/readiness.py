@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from suffice.exceptions import EngineFatalError
 from suffice.gates import gate_class
 from suffice.server.metrics import Metrics
-from suffice.server.responses import JSONResponse, public_model_name
+from suffice.server.responses import Health, JSONResponse, NotReady, Ready, public_model_name
 
 #: Seconds between background checks that the engine is alive.
 HEALTH_INTERVAL = 5.0
@@ -164,7 +164,13 @@ class Readiness:
     def install(self, app: FastAPI) -> None:
         """``/health`` (liveness) and ``/ready`` (readiness) on ``app``."""
 
-        @app.get("/health", summary="Liveness: the process serves and its engine is not dead", operation_id="health")
+        @app.get(
+            "/health",
+            summary="Liveness: the process serves and its engine is not dead",
+            operation_id="health",
+            response_model=Health,
+            responses={503: {"description": "the engine is dead", "model": Health}},
+        )
         async def health() -> Response:
             dead = self.dead
             if dead is not None:
@@ -173,7 +179,13 @@ class Readiness:
                 return JSONResponse({"status": "starting"})
             return JSONResponse({"status": "alive"})
 
-        @app.get("/ready", summary="Readiness: the engine is loaded and answering", operation_id="ready")
+        @app.get(
+            "/ready",
+            summary="Readiness: the engine is loaded and answering",
+            operation_id="ready",
+            response_model=Ready,
+            responses={503: {"description": "starting (with Retry-After), busy or dead", "model": NotReady}},
+        )
         async def ready() -> Response:
             if self.service is None:
                 failed = self.failed

@@ -1,13 +1,15 @@
-"""The service's JSON answers: the response class every route uses and the shapes of its refusals."""
+"""The service's JSON answers: the response class every route uses, and the named shapes of its refusals and
+probes as the OpenAPI document gives them."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Literal
 
 from fastapi.responses import JSONResponse as _Utf8JSONResponse
+from pydantic import BaseModel
 
 Location = list[str | int]
 
@@ -49,3 +51,60 @@ def public_model_name(model_id: str) -> str:
         return model_id
     parts = [part for part in re.split(r"[\\/]", model_id) if part]
     return parts[-1] if parts else "model"
+
+
+class Error(BaseModel):
+    """A refusal: what went wrong (``status`` on a 503 while the engine starts; ``error_id`` on a 500, to find
+    the cause in the server's log)."""
+
+    detail: str
+    status: str | None = None
+    error_id: str | None = None
+
+
+class FieldError(BaseModel):
+    """One value refused: where it is (``["body", "items", 3, "question"]``, ``["query", "rubric"]``) and why."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrors(BaseModel):
+    """A 422: the values refused, each named by its location."""
+
+    detail: list[FieldError]
+
+
+class Health(BaseModel):
+    """``/health``: ``alive`` (200), ``starting`` (200: the engine loads) or ``dead`` (503, with why)."""
+
+    status: Literal["alive", "starting", "dead"]
+    detail: str | None = None
+
+
+class Ready(BaseModel):
+    """``/ready`` when the engine answers: what it serves, and the options each gate takes per request."""
+
+    status: Literal["ready"]
+    gates: list[str]
+    model: str
+    backend: str
+    max_model_len: int
+    options: dict[str, list[str]]
+
+
+class NotReady(BaseModel):
+    """``/ready`` answered 503: ``starting`` (with ``Retry-After``), ``busy`` (the engine check did not answer)
+    or ``dead``."""
+
+    status: Literal["starting", "busy", "dead"]
+    detail: str
+
+
+def error_responses(descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of refusals: each status with its description and the schema of its body."""
+    return {
+        status: {"description": text, "model": ValidationErrors if status == 422 else Error}
+        for status, text in descriptions.items()
+    }

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel
 
 from suffice.exceptions import AuditError, EngineFatalError
@@ -25,7 +25,7 @@ from suffice.server.config import ServeConfig
 from suffice.server.contract import format_parameter, query_parameters, request_body, response_model
 from suffice.server.metrics import JUDGE_PATH, Metrics
 from suffice.server.readiness import Readiness
-from suffice.server.responses import JSONResponse, public_model_name, unprocessable
+from suffice.server.responses import JSONResponse, error_responses, public_model_name, unprocessable
 from suffice.server.service import Options, RequestError
 from suffice.telemetry import attached, request_context
 
@@ -37,19 +37,20 @@ WORKERS = 256
 _log = logging.getLogger("suffice.server")
 
 #: The refusals of a judge route, for its OpenAPI description.
-REFUSALS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "the Host header does not name this service"},
-    401: {"description": "missing or wrong bearer token"},
-    413: {"description": "body over the limit"},
-    415: {"description": "the body is not application/json"},
-    422: {"description": "malformed body or parameter, or a value past a cap (names the field and the cap)"},
-    429: {"description": "the service holds --max-pending-chunks chunks already: retry after Retry-After s"},
-    500: {"description": "an unexpected failure (an id to find it in the server's log)"},
-    503: {
-        "description": "the engine is starting (Retry-After) or can no longer judge, or the audit log cannot be written"
-    },
-    504: {"description": "over the request timeout"},
-}
+REFUSALS = error_responses(
+    {
+        400: "the Host header does not name this service",
+        401: "missing or wrong bearer token",
+        413: "body over the limit",
+        415: "the body is not application/json",
+        422: "malformed body or parameter, or a value past a cap (names the field and the cap)",
+        429: "the service holds --max-pending-chunks chunks already: retry after Retry-After s",
+        500: "an unexpected failure (an id to find it in the server's log)",
+        503: "the engine is starting (status starting, Retry-After) or can no longer judge, or the audit log cannot "
+        "be written",
+        504: "over the request timeout",
+    }
+)
 
 
 class GateSettings(BaseModel):
@@ -214,13 +215,27 @@ class Routes:
             summary="What decides the gate's rows here, with the options given as query parameters",
             description=Routes.gate_settings.__doc__ or "",
             operation_id="get_gate_settings",
-            responses={
-                401: {"description": "missing or wrong bearer token"},
-                404: {"description": "gate not served"},
-                422: {"description": "an option the gate does not take per request, or a value it refuses"},
-                503: {"description": "the engine is starting (Retry-After)"},
-            },
+            responses=error_responses(
+                {
+                    401: "missing or wrong bearer token",
+                    404: "gate not served",
+                    422: "an option the gate does not take per request, or a value it refuses",
+                    503: "the engine is starting (status starting, Retry-After)",
+                }
+            ),
         )
         app.add_api_route(
-            "/metrics", self.prometheus, methods=["GET"], summary="Prometheus metrics", operation_id="get_metrics"
+            "/metrics",
+            self.prometheus,
+            methods=["GET"],
+            summary="Prometheus metrics",
+            operation_id="get_metrics",
+            response_class=PlainTextResponse,
+            responses={
+                200: {
+                    "description": "the metrics in Prometheus's text format (version 0.0.4)",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                **error_responses({401: "missing or wrong bearer token (unless --metrics-without-auth)"}),
+            },
         )

@@ -473,7 +473,10 @@ def test_the_openapi_operation_ids_are_stable_names():
 def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
     spec = client_for().get("/openapi.json").json()
     body = spec["paths"]["/v1/judge/sufficiency"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert [option["type"] for option in body["oneOf"]] == ["object", "array"]
+    assert body == {"$ref": "#/components/schemas/SufficiencyRequest"}
+    shapes = spec["components"]["schemas"]["SufficiencyRequest"]["anyOf"]
+    assert shapes[0] == {"$ref": "#/components/schemas/Item"} and shapes[1]["type"] == "array"
+    assert shapes[2] == {"$ref": "#/components/schemas/SufficiencyItems"}
 
 
 def test_a_gate_config_for_a_gate_not_served_is_refused_naming_it(tmp_path: Path):

@@ -80,8 +80,9 @@ def test_each_gates_error_row_is_typed(spec: dict[str, Any], gate: str) -> None:
 @pytest.mark.parametrize("gate", gate_names())
 def test_each_gates_request_lists_only_its_own_options(spec: dict[str, Any], gate: str) -> None:
     body = spec["paths"][f"/v1/judge/{gate}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    envelope = body["oneOf"][0]["anyOf"][1]
-    assert set(envelope["properties"]["options"]["properties"]) == set(gate_class(gate).options_model.per_request)
+    name = body["$ref"].rsplit("/", 1)[1].removesuffix("Request")
+    options = spec["components"]["schemas"][f"{name}Items"]["properties"]["options"]["$ref"].rsplit("/", 1)[1]
+    assert set(spec["components"]["schemas"][options]["properties"]) == set(gate_class(gate).options_model.per_request)
 
 
 def test_a_decision_only_server_types_its_verdicts_as_decisions() -> None:
