@@ -61,10 +61,14 @@ def per_request_options(gate: str) -> dict[str, Any]:
 
 
 def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
-    """The named schemas the judge routes' bodies are made of, for ``components.schemas``: ``Item`` and
-    ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request), ``<Gate>Items`` (the items
+    """The named schemas the judge routes' bodies are made of, for ``components.schemas``: ``Item``,
+    ``ItemList`` and ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request), ``<Gate>Items`` (the items
     with those options) and ``<Gate>Request`` (one item, a list of items, or ``<Gate>Items``)."""
-    schemas: dict[str, Any] = {"Chunk": _CHUNK_SCHEMA, "Item": _ITEM_SCHEMA}
+    schemas: dict[str, Any] = {
+        "Chunk": _CHUNK_SCHEMA,
+        "Item": _ITEM_SCHEMA,
+        "ItemList": {"type": "array", "items": {"$ref": f"{REF}Item"}, "minItems": 1, "description": "Items"},
+    }
     for gate in gates:
         name = name_part(gate)
         schemas[f"{name}Options"] = {
@@ -73,7 +77,7 @@ def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
             "properties": per_request_options(gate),
             "additionalProperties": False,
         }
-        items = {"type": "array", "items": {"$ref": f"{REF}Item"}, "minItems": 1}
+        items = {"$ref": f"{REF}ItemList"}
         schemas[f"{name}Items"] = {
             "type": "object",
             "description": f"The items, with options of the {gate} gate's own for this request",
