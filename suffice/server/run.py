@@ -167,9 +167,11 @@ def serve(config: ServeConfig, notify: Notify) -> int:
         )
         started.add_done_callback(ready)
         loader.start()
+        stopped_starting = False
         with _signals_absorbed():
             server.run(sockets=[sock])
             if not started.done():
+                stopped_starting = True
                 notify("stopping: the engine is still starting; it is closed once it is up")
             loader.join()
     finally:
@@ -180,6 +182,9 @@ def serve(config: ServeConfig, notify: Notify) -> int:
         if service is not None:
             service.close()
     if service is None:
+        if stopped_starting:  # Ctrl-C reaches the engine's processes too: their start fails, as asked
+            notify("suffice serve: stopped before the engine was up")
+            return 0
         raise started.exception() or RuntimeError("the engine did not start")
     notify("suffice serve: stopped" + (" (engine dead)" if service.dead else " after finishing the requests in flight"))
     return 1 if service.dead is not None else 0

@@ -93,3 +93,12 @@ def test_an_engine_that_fails_to_start_stops_the_server_with_the_error(tmp_path:
     text = log.read_text()
     assert status == EXIT_USAGE, text
     assert "the scripted engine was told to fail its start" in text and "Traceback" not in text, text
+
+
+def test_a_start_that_fails_after_a_sigterm_is_a_clean_stop(tmp_path: Path) -> None:
+    """Ctrl-C reaches the engine's own processes too, so their start fails: the stop was asked for."""
+    process, url, log = _serve(tmp_path, SCRIPTED_START_S=str(START_S), SCRIPTED_START_FAILS="1")
+    assert _first_answer(process, url, log).status_code == 503
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0, log.read_text()
+    assert "stopped before the engine was up" in log.read_text()
