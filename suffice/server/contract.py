@@ -62,8 +62,9 @@ def per_request_options(gate: str) -> dict[str, Any]:
 
 def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
     """The named schemas the judge routes' bodies are made of, for ``components.schemas``: ``Item``,
-    ``ItemList`` and ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request), ``<Gate>Items`` (the items
-    with those options) and ``<Gate>Request`` (one item, a list of items, or ``<Gate>Items``)."""
+    ``ItemList`` and ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request),
+    ``<Gate>Items`` (the items with those options) and ``<Gate>Request`` (one item, a list of items, or
+    ``<Gate>Items``)."""
     schemas: dict[str, Any] = {
         "Chunk": _CHUNK_SCHEMA,
         "Item": _ITEM_SCHEMA,
