@@ -87,6 +87,7 @@ def test_bad_input_errors_name_the_field(recovery_judged):
     assert errors == {"no-response": "response", "dup": "chunks[1].id"}
 
 
+@pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
 def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
     judge, records, results = recovery_judged
     for record, result in zip(records, results, strict=True):
