@@ -116,10 +116,12 @@ def test_one_small_generation_per_backend(engine):
     assert raw is not None
     jsonschema.validate(json.loads(raw), OUTPUT_SCHEMA)
     assert sufficiency_constraint(len(record["chunks"])).matches(raw)
-    assert 0.0 <= full.verdict.p_sufficient <= 1.0
+    p = full.verdict.p_sufficient  # read from log-probabilities; a rare position vLLM gives none of leaves None
+    assert p is None or 0.0 <= p <= 1.0
     [decision] = Judge(engine, DecisionGate(SufficiencyGate())).judge_batch([record])
     assert isinstance(decision.verdict, DecisionVerdict)
     assert decision.verdict.decision in ("true", "false")
+    assert decision.verdict.probability is not None
     assert (decision.verdict.probability >= 0.5) == decision.verdict.positive
     assert judge.stats.length_cutoffs == 0
 
