@@ -33,7 +33,10 @@ demo: install
 	$(BIN)/suffice demo $(DEMO_ARGS)
 
 test: dev
-	$(BIN)/python -m pytest -q -ra
+	# Where the time went, by phase (engine starts, engine tests, fast tests): benchmarks/ci_phases.py.
+	$(BIN)/python -m pytest -q -ra --durations=30 --ci-phases out/ci_phases.json; status=$$?; \
+	$(BIN)/python benchmarks/ci_phases.py out/ci_phases.json --out out/ci_phases_summary.json || true; \
+	exit $$status
 
 test-fast: dev
 	$(BIN)/python -m pytest -q -m "not engine"
