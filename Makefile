@@ -32,8 +32,8 @@ $(DEVSTAMP): $(STAMP) examples/citation-gate/pyproject.toml
 demo: install
 	$(BIN)/suffice demo $(DEMO_ARGS)
 
+# Then where the time went, by phase (engine starts, engine tests, fast tests): benchmarks/ci_phases.py.
 test: dev
-	# Where the time went, by phase (engine starts, engine tests, fast tests): benchmarks/ci_phases.py.
 	$(BIN)/python -m pytest -q -ra --durations=30 --ci-phases out/ci_phases.json; status=$$?; \
 	$(BIN)/python benchmarks/ci_phases.py out/ci_phases.json --out out/ci_phases_summary.json || true; \
 	exit $$status
