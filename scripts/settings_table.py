@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from suffice.batch.options import BatchOptions, RayOptions
+from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import table
 
@@ -40,6 +42,13 @@ SECTIONS = (
         "`--engine-key-file` (`SUFFICE_ENGINE_KEY_FILE`): its `--api-key-file` is its own clients' key.",
         EngineConfig,
     ),
+    ("Serve", "`ServeConfig` (`suffice/server/config.py`): `suffice serve`'s own.", ServeConfig),
+    (
+        "Batch",
+        "`BatchOptions` (`suffice/batch/options.py`): `suffice judge`'s (`--batch-size` also calibrate's).",
+        BatchOptions,
+    ),
+    ("Ray", "`RayOptions` (`suffice/batch/options.py`): `suffice judge --ray`; the others from Python.", RayOptions),
 )
 
 

@@ -207,13 +207,18 @@ def tagged(cls: type, **tags: Any) -> tuple[Declared, ...]:
 
 
 def add_flags(
-    parser: argparse.ArgumentParser, cls: type, flags: Mapping[str, str] | None = None, skip: Iterable[str] = ()
+    parser: argparse.ArgumentParser,
+    cls: type,
+    flags: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None,
 ) -> None:
-    """A flag for every declared setting of ``cls`` that has one; ``flags`` renames some (name -> flag)."""
+    """A flag for every declared setting of ``cls`` that has one (of those named ``only``, in their order);
+    ``flags`` renames some (name -> flag)."""
     flags = flags or {}
-    for d in declared(cls):
+    settings = {d.name: d for d in declared(cls)}
+    for d in settings.values() if only is None else (settings[name] for name in only):
         flag = flags.get(d.name, d.flag)
-        if flag is None or d.name in skip:
+        if flag is None:
             continue
         text = d.spec.help.replace("%", "%%")  # argparse formats help with %
         if d.type is bool:

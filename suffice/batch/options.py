@@ -12,6 +12,7 @@ from suffice.fields import FieldMap
 from suffice.formats.files import file_format
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
+from suffice.settings import check, setting
 
 
 @dataclass(frozen=True)
@@ -20,35 +21,36 @@ class RayOptions:
 
     #: ``auto`` (a running cluster), ``local`` (start one in this process) or ``ray://...``/``HOST:PORT``.
     address: str = "auto"
-    #: Actors, one engine each; ``None``: one per GPU of the cluster, or 1 without GPUs.
-    actors: int | None = None
-    #: GPUs per actor (``None``: 1 when the cluster has GPUs, else 0).
-    gpus_per_actor: float | None = None
-    #: CPUs per actor (``None``: 1).
-    cpus_per_actor: float | None = None
-    #: Batches queued on each actor beyond the one it runs (keeps engines busy).
-    queue_per_actor: int = 1
-    #: Times a batch is sent again after its actor died, before it is halved to find
-    #: the record that kills the engine (that record gets an ``EngineCrashError`` row).
-    max_batch_retries: int = 3
-    #: Seconds to wait, times the tries so far (at most 6 times), before a slot's second
-    #: and later replacement actors start: on a GPU the dead engine's memory can take a
-    #: moment to be freed.
-    replace_delay_s: float = 5.0
+    actors: int | None = setting(
+        None, "--ray: actors, one engine each (default: one per GPU, or 1)", minimum=1, in_process=True
+    )
+    gpus_per_actor: float | None = setting(
+        None, "GPUs per actor (default: 1 when the cluster has GPUs, else 0)", flag="", minimum=0
+    )
+    cpus_per_actor: float | None = setting(None, "CPUs per actor (default 1)", flag="", minimum=0)
+    queue_per_actor: int = setting(
+        1, "batches queued on each actor beyond the one it runs (keeps engines busy)", flag="", minimum=0
+    )
+    max_batch_retries: int = setting(
+        3,
+        "times a batch is sent again after its actor died, before it is halved to find the record that kills the "
+        "engine (that record gets an EngineCrashError row)",
+        flag="",
+        minimum=0,
+    )
+    replace_delay_s: float = setting(
+        5.0,
+        "seconds to wait, times the tries so far (at most 6 times), before a slot's second and later replacement "
+        "actors start: on a GPU the dead engine's memory can take a moment to be freed",
+        flag="",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
         # Checked here, not when Ray uses them: a bad value must fail before any row is written.
         if not isinstance(self.address, str) or not self.address.strip():
             raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
-        if self.actors is not None:
-            whole_number("actors", self.actors, least=1)
-        for name in ("gpus_per_actor", "cpus_per_actor"):
-            value = getattr(self, name)
-            if value is not None:
-                finite_number(name, value)
-        whole_number("queue_per_actor", self.queue_per_actor)
-        whole_number("max_batch_retries", self.max_batch_retries)
-        finite_number("replace_delay_s", self.replace_delay_s)
+        check(self)
 
 
 def whole_number(name: str, value: object, least: int = 0) -> int:
@@ -71,7 +73,7 @@ def finite_number(name: str, value: object) -> float:
 
 @dataclass(frozen=True)
 class BatchOptions:
-    batch_size: int = 256
+    batch_size: int = setting(256, "records per engine call (default 256)", minimum=1)
     #: Verdict format in the output (:mod:`suffice.formats.verdicts`).
     fmt: str = DEFAULT_VERDICT_FORMAT
     overwrite: bool = False
@@ -92,16 +94,19 @@ class BatchOptions:
     shard: Shard | None = None
     #: The service's caps on one record (a string's characters, a list's entries): a record over one is its
     #: error row (see :class:`~suffice.batch.inputs.InputFile`).
-    max_field_chars: int = MAX_FIELD_CHARS
-    max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM
+    max_field_chars: int = setting(
+        MAX_FIELD_CHARS,
+        f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
+        minimum=1,
+    )
+    max_chunks_per_item: int = setting(
+        MAX_CHUNKS_PER_ITEM,
+        f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
+        minimum=1,
+    )
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError("batch_size", self.batch_size, "must be at least 1")
-        for name in ("max_field_chars", "max_chunks_per_item"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "must be a whole number of at least 1")
+        check(self)
         verdict_format(self.fmt)
         for name in ("input_format", "output_format"):
             value = getattr(self, name)

@@ -35,11 +35,10 @@ from suffice.formats.files import file_format_names
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, VERDICT_FORMATS, verdict_format_names
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_settings
-from suffice.settings import in_process_flags, tagged
+from suffice.settings import add_flags, in_process_flags, tagged
 from suffice.text import terminal_text
 
 
@@ -47,7 +46,7 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
     p.add_argument("--gate", choices=gate_names(), default=DEFAULT_GATE)
     add_engine_args(p)
-    p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
+    add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
     p.add_argument(
         "--detail",
@@ -122,18 +121,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--input-format", choices=file_format_names(), default=None, help="input format (default: by extension)"
     )
-    p.add_argument(
-        "--max-field-chars",
-        type=int,
-        default=MAX_FIELD_CHARS,
-        help=f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
-    )
-    p.add_argument(
-        "--max-chunks-per-item",
-        type=int,
-        default=MAX_CHUNKS_PER_ITEM,
-        help=f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
-    )
+    add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))
     p.add_argument(
         "--output-format", choices=file_format_names(), default=None, help="output format (default: by extension)"
     )
@@ -152,7 +140,7 @@ def add_parser(sub: Any) -> None:
         metavar="ADDRESS",
         help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
     )
-    p.add_argument("--actors", type=int, default=None, help="--ray: actors (default: one per GPU, or 1)")
+    add_flags(p, RayOptions, only=("actors",))
     p.add_argument(
         "--shard",
         default=None,
@@ -195,8 +183,8 @@ def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
 #: such a run does: refused with ``--server``.
 IN_PROCESS = (
     *in_process_flags(EngineConfig),
+    *in_process_flags(RayOptions),
     ("ray", "--ray"),
-    ("actors", "--actors"),
     ("audit_db", "--audit-db"),
     ("audit_key", "--audit-key"),
     ("anchor_file", "--anchor-file"),
