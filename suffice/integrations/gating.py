@@ -160,10 +160,10 @@ class DocumentGate:
     request, so only the gate's per-request options are accepted by the service).  ``on_insufficient`` /
     ``on_error`` / ``on_unavailable``: see :data:`OnInsufficient`, :data:`OnError`, :data:`OnUnavailable`;
     ``timeout``: seconds one call to the service may take (a client's own timeout otherwise; a judge whose calls
-    take no ``timeout``, as an in-process one, refuses it).  ``audit``: every verdict is written to this audit log
-    and each one sent to a person (a ``human_review`` route, two failed generations) is queued for review there,
-    as ``suffice judge --audit-db`` does, with the settings the judge reports (``settings_for``); a service started
-    with ``--audit-db`` keeps its own log too.
+    take no ``timeout``, as an in-process one, refuses it).  ``audit``: with an in-process judge (one whose
+    ``engine`` is here), every verdict is written to this audit log and each one sent to a person (a
+    ``human_review`` route, two failed generations) is queued for review there, as ``suffice judge --audit-db``
+    does (through a client, the service keeps its own log: ``suffice serve --audit-db``).
     """
 
     def __init__(
@@ -197,6 +197,11 @@ class DocumentGate:
             raise ConfigError("timeout", timeout, "bounds a call to suffice serve: give a Client or AsyncClient")
         if audit is not None and not isinstance(audit, AuditLog):
             raise ConfigError("audit", type(audit).__name__, "must be a suffice.audit.AuditLog")
+        if audit is not None and getattr(judge, "engine", None) is None:
+            # A row records the weights that made its verdict: only a judge whose engine is here can say.
+            raise ConfigError(
+                "audit", "AuditLog", "needs an in-process judge; a service keeps its own log (suffice serve --audit-db)"
+            )
         self.on_insufficient: OnInsufficient = on_insufficient
         self.on_error: OnError = on_error
         self.on_unavailable: OnUnavailable = on_unavailable
