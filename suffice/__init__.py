@@ -57,6 +57,7 @@ from suffice.harness.retrieval import FunctionRetriever  # noqa: E402
 from suffice.judge import Judge  # noqa: E402
 from suffice.prompts.fitting import FittedPrompt  # noqa: E402
 from suffice.prompts.templates import PromptTemplate, load_prompt  # noqa: E402
+from suffice.protocol import JudgeProtocol  # noqa: E402
 from suffice.records import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
 from suffice.row_models import result_row_model, result_row_schema  # noqa: E402
@@ -91,6 +92,7 @@ __all__ = [
     "ItemError",
     "Judge",
     "JudgeConfig",
+    "JudgeProtocol",
     "JudgeResult",
     "ModelNotFoundError",
     "OutputBusyError",

@@ -3,8 +3,10 @@
 ``Client(url).judge_batch(records)`` returns what ``Judge.judge_batch(records)`` returns: one
 :class:`~suffice.results.JudgeResult` per record, in order, its verdict parsed into the gate's
 verdict model (or :class:`~suffice.grammars.decision.DecisionVerdict` for a decision-only row), a
-record's failure as its ``error``.  Code written against a :class:`~suffice.judge.Judge` runs
-against a service by swapping one object.
+record's failure as its ``error``.  Both clients are a :class:`~suffice.protocol.JudgeProtocol`, as
+:class:`~suffice.judge.Judge` is: ``judge`` / ``judge_batch`` block, ``ajudge`` / ``ajudge_batch`` are
+awaited, all with ``gate=`` and ``options=``.  Code written against a judge runs against a service by
+swapping one object.
 
 A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
 each wait at most ``max_wait`` s); other refusals are typed errors under
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -38,12 +41,12 @@ from suffice.exceptions import (
     ServiceTimeoutError,
     ServiceUnavailableError,
 )
-from suffice.gates import gate_class, gate_names
+from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
-from suffice.telemetry import outgoing_headers
+from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
 DEFAULT_TIMEOUT_S = 600.0
@@ -128,6 +131,12 @@ class _Base:
             )
         return results
 
+    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+        """The gate that reads the service's verdicts for ``gate`` with ``options`` (its decision, route and
+        useful chunks), built here: an option the gate does not take is a
+        :class:`~suffice.exceptions.ConfigError` naming it, before any request."""
+        return make_gate(gate or self.gate, options or {})
+
     def _unanswered(self, exc: httpx.TransportError, timeout: float | None = None) -> ServiceError:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
         if isinstance(exc, httpx.TimeoutException):
@@ -150,7 +159,8 @@ class Client(_Base):
     :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here)."""
 
     def _connect(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers)
+        transport = traced_transport(httpx.HTTPTransport())  # a CLIENT span per call
+        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
     def judge_batch(
         self,
@@ -198,6 +208,33 @@ class Client(_Base):
         """One record's result (see :meth:`judge_batch`)."""
         return self.judge_batch([record], gate, options, timeout=timeout)[0]
 
+    async def ajudge_batch(
+        self,
+        records: Sequence[object],
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[JudgeResult]:
+        """:meth:`judge_batch`, awaited on a worker thread (an :class:`AsyncClient` awaits natively: cancelling
+        its task also ends the request)."""
+        return await asyncio.to_thread(self.judge_batch, records, gate, options, timeout=timeout)
+
+    async def ajudge(
+        self,
+        record: object,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> JudgeResult:
+        """One record's result, awaited (see :meth:`ajudge_batch`)."""
+        return (await self.ajudge_batch([record], gate, options, timeout=timeout))[0]
+
+    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """:meth:`settings` under the name every :class:`~suffice.protocol.JudgeProtocol` gives it."""
+        return self.settings(gate, options)
+
     def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
         the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
@@ -223,13 +260,48 @@ class Client(_Base):
 
 
 class AsyncClient(_Base):
-    """:class:`Client` for asyncio: ``await client.judge_batch(records)``, ``await client.judge(record)``;
-    cancelling the awaiting task closes its connection, and the service stops that request's generation."""
+    """:class:`Client` for asyncio: ``await client.ajudge_batch(records)``, ``await client.ajudge(record)``;
+    cancelling the awaiting task closes its connection, and the service stops that request's generation.
+    ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.protocol.JudgeProtocol`
+    (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too.
+
+    Deprecated until suffice 0.2: ``judge`` / ``judge_batch`` called where an event loop runs (``await
+    client.judge(record)``, their meaning before the protocol) return the awaitable of ``ajudge`` /
+    ``ajudge_batch`` with a :class:`DeprecationWarning`: code that awaits them runs as it did."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        gate: str | None = None,
+        retries: int = 3,
+        max_wait: float = 30.0,
+        allow_insecure_http: bool = False,
+    ) -> None:
+        super().__init__(base_url, api_key, timeout, gate, retries, max_wait, allow_insecure_http)
+        self._made_with: dict[str, Any] = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "timeout": timeout,
+            "gate": gate,
+            "retries": retries,
+            "max_wait": max_wait,
+            "allow_insecure_http": allow_insecure_http,
+        }
+        self._blocking_client: Client | None = None
 
     def _connect(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers)
+        transport = traced_async_transport(httpx.AsyncHTTPTransport())
+        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
-    async def judge_batch(
+    def _blocking(self) -> Client:
+        """The blocking client of the sync calls: an asyncio connection belongs to the loop that opened it."""
+        if self._blocking_client is None:
+            self._blocking_client = Client(**self._made_with)
+        return self._blocking_client
+
+    def judge_batch(
         self,
         records: Sequence[object],
         gate: str | None = None,
@@ -237,7 +309,40 @@ class AsyncClient(_Base):
         *,
         timeout: float | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order (see :meth:`Client.judge_batch`)."""
+        """One result per record, in order, blocking (see :meth:`Client.judge_batch`); in a running event loop,
+        deprecated: the awaitable of :meth:`ajudge_batch` (see the class docstring)."""
+        if _loop_running():
+            warnings.warn(_awaited("judge_batch"), DeprecationWarning, stacklevel=2)
+            return self.ajudge_batch(records, gate, options, timeout=timeout)  # type: ignore[return-value]
+        return self._blocking().judge_batch(records, gate, options, timeout=timeout)
+
+    def judge(
+        self,
+        record: object,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> JudgeResult:
+        """One record's result, blocking (see :meth:`judge_batch`, and its deprecated meaning in an event loop)."""
+        if _loop_running():
+            warnings.warn(_awaited("judge"), DeprecationWarning, stacklevel=2)
+            return self.ajudge(record, gate, options, timeout=timeout)  # type: ignore[return-value]
+        return self._blocking().judge(record, gate, options, timeout=timeout)
+
+    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """:meth:`settings`, blocking (see :meth:`Client.settings`)."""
+        return self._blocking().settings(gate, options)
+
+    async def ajudge_batch(
+        self,
+        records: Sequence[object],
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[JudgeResult]:
+        """One result per record, in order (see :meth:`Client.judge_batch`), awaited."""
         unsent = _unsendable(records)
         if not unsent:
             return await self._send(records, gate, options, timeout)
@@ -272,7 +377,7 @@ class AsyncClient(_Base):
                 await asyncio.sleep(self._wait(retry, attempt))
                 attempt += 1
 
-    async def judge(
+    async def ajudge(
         self,
         record: object,
         gate: str | None = None,
@@ -280,10 +385,12 @@ class AsyncClient(_Base):
         *,
         timeout: float | None = None,
     ) -> JudgeResult:
-        """One record's result (see :meth:`judge_batch`)."""
-        return (await self.judge_batch([record], gate, options, timeout=timeout))[0]
+        """One record's result, awaited (see :meth:`ajudge_batch`)."""
+        return (await self.ajudge_batch([record], gate, options, timeout=timeout))[0]
 
     async def aclose(self) -> None:
+        if self._blocking_client is not None:
+            self._blocking_client.close()
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:
@@ -293,6 +400,21 @@ class AsyncClient(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _awaited(name: str) -> str:
+    return (
+        f"awaiting AsyncClient.{name} is deprecated and ends in suffice 0.2: await AsyncClient.a{name}(...) "
+        f"instead; AsyncClient.{name} is the blocking call, as on Judge and Client"
+    )
 
 
 def _per_call(timeout: float | None) -> Any:

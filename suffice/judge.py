@@ -11,9 +11,11 @@ import dataclasses
 import functools
 import threading
 import warnings
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -41,8 +43,8 @@ from suffice.records import Chunk, Item, record_id
 from suffice.results import Cascade, ErrorInfo, JudgeResult, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
-from suffice.serving.factory import make_engine
-from suffice.telemetry import BatchTrace
+from suffice.serving.factory import engine_settings, make_engine
+from suffice.telemetry import BatchTrace, engine_start
 
 #: Appended once when an output fails validation (the seeds' retry rule).
 RETRY_NOTE = (
@@ -50,6 +52,9 @@ RETRY_NOTE = (
     "Answer again with only the JSON object in the required format."
 )
 _ERROR_CHARS = 200
+#: Judges kept for other gates and options than a judge's own (``judge_batch(gate=, options=)``), least recently
+#: used dropped first: every distinct value (a threshold of 0.50001) would otherwise keep one for ever.
+DERIVED_JUDGES = 16
 
 
 @dataclass
@@ -101,7 +106,12 @@ class _Pending:
 
 
 class Judge:
-    """A gate on an engine: one result per record, in order (see the module docstring)."""
+    """A gate on an engine: one result per record, in order (see the module docstring).
+
+    A :class:`~suffice.JudgeProtocol`: ``judge``, ``judge_batch``, ``ajudge`` and ``ajudge_batch`` take
+    ``gate=`` and ``options=`` as :class:`~suffice.Client` does; a judge for another gate or other options is
+    built once on the same engine and kept (the last :data:`DERIVED_JUDGES`), its counters in this one's
+    ``stats``."""
 
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
         """``gate`` defaults to the one ``config`` names (built with its options)."""
@@ -115,6 +125,8 @@ class Judge:
         if self.config.detail == "auto" and not isinstance(self.gate, AutoGate | DecisionGate):
             self.gate = AutoGate(self.gate)  # a full gate given under the cascade's config: cascade it
         self.stats = JudgeStats()
+        self._derived: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Judge] = OrderedDict()
+        self._derived_lock = threading.Lock()
         self._passes: tuple[Judge, Judge] | None = None
         self.cache: VerdictCache | None = None
         self._cache_digest = ""
@@ -194,7 +206,8 @@ class Judge:
     def open(cls, config: JudgeConfig) -> Judge:
         """A judge on a new engine, made from ``config.engine`` (its gate is built first)."""
         gate = config.make_gate()
-        engine = make_engine(config.engine)
+        with engine_start():
+            engine = make_engine(config.engine)
         try:
             return cls(engine, gate, config)
         except BaseException:
@@ -256,18 +269,80 @@ class Judge:
             cancel,
         )
 
+    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+        """The gate that judges (and reads the verdicts of) a call with this ``gate`` and ``options``; a
+        :class:`~suffice.exceptions.ConfigError` names a gate or an option it refuses."""
+        return self._for(gate, options).gate
+
+    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """What decides the rows of a call with this ``gate`` and ``options``: the gate's settings and the
+        engine's, as ``suffice serve`` reports them (``GET /v1/settings/{gate}``)."""
+        judge = self._for(gate, options)
+        return {**judge.gate.settings(), **engine_settings(judge.config.engine)}
+
+    def _for(self, gate: str | None, options: Mapping[str, Any] | None) -> Judge:
+        """This judge, or the one for ``gate`` with ``options`` on the same engine (built once and kept)."""
+        if gate is not None and not isinstance(gate, str):
+            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        name = gate or self.gate.name
+        if name == self.gate.name and not options:
+            return self
+        if name == self.gate.name and self.gate.name != self.config.gate:
+            # A gate object of the caller's own: there is no recipe to build it again with other options.
+            raise ConfigError(
+                "options", dict(options or {}), f"the judge's {name} gate was built by the caller: build one with them"
+            )
+        merged = {**self.config.options, **(options or {})} if name == self.config.gate else dict(options or {})
+        key = (name, tuple(sorted((str(k), repr(v)) for k, v in merged.items())))
+        with self._derived_lock:
+            judge = self._derived.get(key)
+            if judge is not None:
+                self._derived.move_to_end(key)
+                return judge
+        config = dataclasses.replace(self.config, gate=name, options=merged)
+        judge = Judge(self.engine, config.make_gate(), config)
+        judge._count_in(self.stats)
+        with self._derived_lock:
+            judge = self._derived.setdefault(key, judge)
+            self._derived.move_to_end(key)
+            while len(self._derived) > DERIVED_JUDGES:
+                self._derived.popitem(last=False)
+        return judge
+
+    def _count_in(self, stats: JudgeStats) -> None:
+        """Count this judge's work in ``stats`` (a judge derived for other options counts in its parent's)."""
+        self.stats = stats
+        for part in self._passes or ():
+            assert isinstance(part.stats, _PassStats)
+            part.stats.parent = stats
+
+    def judge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result (see :meth:`judge_batch`)."""
+        return self.judge_batch([record], gate=gate, options=options)[0]
+
     def judge_batch(
         self,
         records: Sequence[object],
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
+        *,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> list[JudgeResult]:
         """One result per record, in order; ``progress`` is called with records as they finish, one in all per
         record (and, if it is a :class:`~suffice.serving.base.ReadProgress`, with prompts as the engine reads
         them).  Setting ``cancel`` stops the engine's work and raises :class:`~suffice.exceptions.CancelledError`.
+        ``gate`` / ``options``: another gate, or options over this judge's own (see the class docstring).
         Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
         and one per record, under the caller's current span)."""
-        with BatchTrace(self.gate, self.engine.model_id, len(records)) as trace:
+        judge = self._for(gate, options)
+        if judge is not self:
+            return judge.judge_batch(records, progress, cancel)
+        with BatchTrace(self.gate, self.engine, len(records)) as trace:
             if self._passes is not None:
                 return self._cascade(records, progress, cancel, trace)
             return self._judge_batch(records, progress, cancel, trace)
@@ -317,7 +392,8 @@ class Judge:
             else:
                 self.stats.add("verdicts", 1)
         p_positive = {i: r.verdict.probability for i, r in enumerate(decided) if isinstance(r.verdict, DecisionVerdict)}
-        trace.finish(final, {i: p for i, p in p_positive.items() if p is not None})
+        # Each pass's judge wrote the records' inference spans under this batch's.
+        trace.finish(final, {i: p for i, p in p_positive.items() if p is not None}, inference_spans=False)
         return final
 
     def _judge_batch(
@@ -351,7 +427,7 @@ class Judge:
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
-        trace.settle(results)
+        trace.settle(results, before_model=True)
         failed = self._run(pending, results, retries=0, progress=progress, cancel=cancel)
         trace.settle(results)
         retry: list[_Pending] = []
@@ -379,13 +455,21 @@ class Judge:
         trace.finish(final, {p.index: p.p_positive for p in (*pending, *retry) if p.p_positive is not None})
         return final
 
-    async def ajudge_batch(self, records: Sequence[object], progress: Progress | None = None) -> list[JudgeResult]:
+    async def ajudge_batch(
+        self,
+        records: Sequence[object],
+        progress: Progress | None = None,
+        *,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> list[JudgeResult]:
         """:meth:`judge_batch` awaited: it runs on a worker thread, so concurrent awaits share the engine's
         running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
         engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
         runs it in a copy of the awaiting task's context, so its spans join the task's trace."""
+        judge = self._for(gate, options)  # a refused gate or option is raised here, not on the thread
         cancel = threading.Event()
-        work = asyncio.ensure_future(asyncio.to_thread(self.judge_batch, list(records), progress, cancel))
+        work = asyncio.ensure_future(asyncio.to_thread(judge.judge_batch, list(records), progress, cancel))
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -394,9 +478,11 @@ class Judge:
             work.add_done_callback(_drop_outcome)
             raise
 
-    async def ajudge(self, record: object) -> JudgeResult:
+    async def ajudge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
         """One record's result, awaited (see :meth:`ajudge_batch`)."""
-        return (await self.ajudge_batch([record]))[0]
+        return (await self.ajudge_batch([record], gate=gate, options=options))[0]
 
     def _run(
         self,

@@ -68,6 +68,29 @@ class Item:
         return any(chunk.text.strip() for chunk in self.chunks)
 
 
+def item_record(item: Item) -> dict[str, Any]:
+    """``item`` as the JSON record it was read from (``parse_record`` gives the same item back): what a judge
+    behind a service, which takes records only, is sent."""
+    chunks: list[dict[str, Any]] = []
+    for chunk in item.chunks:
+        raw: dict[str, Any] = {"id": chunk.id, "text": chunk.text}
+        for key in ("source", "score", "date"):
+            value = getattr(chunk, key)
+            if value is not None:
+                raw[key] = value
+        if chunk.metadata is not None:
+            raw["metadata"] = dict(chunk.metadata)
+        chunks.append(raw)
+    record: dict[str, Any] = {"id": item.id, "question": item.question, "chunks": chunks}
+    if item.response is not None:
+        record["response"] = item.response
+    if item.rubric is not None:
+        record["rubric"] = item.rubric
+    if item.retrieval_exhausted:
+        record["retrieval_exhausted"] = True
+    return record
+
+
 def clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", _CONTROL.sub("", text))
 

@@ -7,9 +7,8 @@ from the registry, so a gate installed from another package gets typed rows with
 
 ``suffice judge`` writes each row with ``line`` (the input line it answers); ``suffice serve``
 answers with ``index`` (the item's position in the request) in its place.  Rows in the seed's
-shape (``--format seed|ragflow``) carry the verdict as the seed prompt defines it, which no
-verdict model describes, and each gate may add keys of its own beside it: their verdict is an
-object and their other keys are open.
+shape carry the verdict as the seed prompt defines it, which no verdict model describes: each
+verdict format says what its rows hold (:class:`~suffice.formats.verdicts.RowShape`).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
 from suffice.exceptions import ConfigError
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, RowShape, verdict_format
 from suffice.gates.registry import DETAILS, gate_class
 from suffice.gates.roles import decision_of
 from suffice.grammars.decision import DecisionVerdict
@@ -31,25 +31,12 @@ POSITIONS: dict[str, str] = {
     "line": "the input line (or Parquet row) this row answers, from 1",
     "index": "the item's position in the request, from 0",
 }
-#: The verdict formats of a row (``suffice judge --format``, ``?format=`` of the service).
-FORMATS = ("suffice", "seed", "ragflow")
 #: The JSON Schema dialect pydantic writes.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True)
-#: Rows in the seed's shape: a gate may add keys beside it (the sufficiency gate's ``model_is_sufficient``).
+#: Rows a format leaves open: a gate may add keys beside the verdict (the sufficiency gate's ``model_is_sufficient``).
 _OPEN = ConfigDict(extra="allow", frozen=True)
-
-
-class Fitting(BaseModel):
-    """What fitting the prompt into the window cut, beside a verdict in the seed's shape."""
-
-    model_config = _CLOSED
-
-    prompt_version: str
-    truncated_chunk_ids: list[int | str]
-    omitted_chunk_ids: list[int | str]
-    question_truncated: bool
 
 
 def name_part(gate: str) -> str:
@@ -119,49 +106,48 @@ def _error_row(gate: str, position: str) -> type[BaseModel]:
 
 
 def result_row_model(
-    gate: str, detail: str | None = None, fmt: str = "suffice", position: str = "line"
+    gate: str, detail: str | None = None, fmt: str = DEFAULT_VERDICT_FORMAT, position: str = "line"
 ) -> type[RootModel[Any]]:
     """The pydantic model of one result row of ``gate``: a verdict row or an error row.
 
     ``detail``: ``full``, ``decision`` or ``auto`` (``None`` or ``auto``: a row of either); ``fmt``: the verdict format
-    (``seed`` and ``ragflow`` rows are alike); ``position``: ``line`` (``suffice judge``'s rows) or
-    ``index`` (``suffice serve``'s).  The same arguments give the same class.  Errors are
+    (formats of one shape, ``seed`` and ``ragflow``, give one model); ``position``: ``line`` (``suffice judge``'s
+    rows) or ``index`` (``suffice serve``'s).  The same arguments give the same class.  Errors are
     :class:`~suffice.exceptions.ConfigError` naming the ``gate``, ``detail``, ``format`` or ``position``.
     """
-    if fmt not in FORMATS:
-        raise ConfigError("format", fmt, f"must be one of {', '.join(FORMATS)}")
-    return _row_model(gate, detail, fmt != "suffice", position)
+    shape = verdict_format(fmt)
+    refused = shape.refuses(gate_class(gate))
+    if refused is not None:
+        raise ConfigError("format", fmt, refused)
+    return _row_model(gate, detail, shape.shape, position, fmt)
 
 
-@cache
-def _row_model(gate: str, detail: str | None, seed: bool, position: str) -> type[RootModel[Any]]:
+#: Row models by gate, detail, shape and position: formats of one shape share one class (one OpenAPI component).
+_MODELS: dict[tuple[str, str | None, str, str], type[RootModel[Any]]] = {}
+
+
+def _row_model(gate: str, detail: str | None, shape: str, position: str, fmt: str) -> type[RootModel[Any]]:
+    key = (gate, detail, shape, position)
+    if key not in _MODELS:
+        _MODELS[key] = _new_row_model(
+            gate, detail, shape, position, verdict_format(fmt).row(verdict_types(gate, detail))
+        )
+    return _MODELS[key]
+
+
+def _new_row_model(gate: str, detail: str | None, shape: str, position: str, part: RowShape) -> type[RootModel[Any]]:
     suffix = _suffix(position)
-    verdicts = verdict_types(gate, detail)
-    name = name_part(gate) + (detail or "").capitalize() + ("Seed" if seed else "")
-    extra: dict[str, Any] = {}
-    if not seed:
-        verdict: Any = verdicts[0] if len(verdicts) == 1 else verdicts[0] | verdicts[1]
-        described = "the verdict"
-    else:
-        verdict = dict[str, Any]
-        described = "the verdict in the seed prompt's own output schema"
-        extra = {
-            "fitting": (Fitting, Field(description="what fitting the prompt cut")),
-            "decision": (
-                dict[str, Any] | None,
-                Field(default=None, description="the decision computed in code, where the gate computes one"),
-            ),
-        }
+    name = name_part(gate) + (detail or "").capitalize() + shape
     verdict_row = create_model(
         f"{name}Verdict{suffix}",
-        __config__=_OPEN if seed else _CLOSED,
+        __config__=_OPEN if part.open else _CLOSED,
         __doc__=f"A record the {gate} gate judged: its verdict.",
         **_fields(
             gate,
-            (verdict, Field(description=described)),
+            (part.verdict, Field(description=part.description)),
             (None, Field(description="null: judged")),
             position,
-            extra,
+            dict(part.extra),
         ),
     )
     one_of: Any = verdict_row | _error_row(gate, position)
@@ -174,7 +160,7 @@ def _row_model(gate: str, detail: str | None, seed: bool, position: str) -> type
 
 
 def result_row_schema(
-    gate: str, detail: str | None = None, fmt: str = "suffice", position: str = "line"
+    gate: str, detail: str | None = None, fmt: str = DEFAULT_VERDICT_FORMAT, position: str = "line"
 ) -> dict[str, Any]:
     """The JSON Schema of one result row of ``gate`` (see :func:`result_row_model` for the arguments)."""
     return {"$schema": DIALECT, **result_row_model(gate, detail, fmt, position).model_json_schema(mode="serialization")}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.results import ErrorInfo, JudgeResult
 
@@ -12,8 +13,8 @@ ENGINE_CRASH = "EngineCrashError"
 
 
 def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str, Any]:
-    """The output row of one result (``line``: the input position it answers); the
-    gate shapes the verdict for ``fmt``."""
+    """The output row of one result (``line``: the input position it answers), its verdict in format ``fmt``
+    (:mod:`suffice.formats.verdicts`)."""
     # A row from the engine is as it always was; a cache hit's says when it was first judged.
     # A cascade's row says which detail its verdict is; other rows carry no such column.
     exclude = (
@@ -24,7 +25,7 @@ def result_row(result: JudgeResult, gate: Gate, fmt: str, line: int) -> dict[str
     row = result.model_dump(mode="json", exclude=exclude)
     row["line"] = line
     if result.verdict is not None:
-        row.update(gate.export(result.verdict, fmt))
+        row.update(verdict_format(fmt).fields(gate, result.verdict))
     return row
 
 

@@ -7,6 +7,18 @@ from pathlib import Path
 
 import pytest
 
+# ``--ci-phases PATH``: where a run's time goes (benchmarks/ci_phases.py reads the record).
+from tests.phases import (  # noqa: F401
+    pytest_addoption,
+    pytest_configure,
+    pytest_fixture_setup,
+    pytest_runtest_call,
+    pytest_runtest_protocol,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    pytest_unconfigure,
+)
+
 # One fence secret for the session and every process it starts: a verdict compared across two
 # processes (a resumed run, --server against in process) must come from one prompt.
 os.environ.setdefault("SUFFICE_FENCE_SECRET", "5e" * 32)
@@ -39,9 +51,10 @@ def squad_records() -> list[dict[str, object]]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """An engine-matrix test marked ``any_backend`` (ordering, bad input, progress:
-    the harness around generation, which no backend changes) runs on the default
-    backend only; what a backend enforces (every validity test) runs on all three.
+    """An engine-matrix test marked ``any_backend`` runs on the default backend only.
+    What a backend enforces is the grammar it compiles: tests/grammars/test_backends.py
+    compiles every gate's constraint with each backend and the real tokenizer, and
+    ``test_one_small_generation_per_backend`` keeps one real generation per backend.
     Why: the matrix took 25 of the engine tests' 66 minutes on two cores (2026-12-01).
 
     Then the tests that use the session's vLLM server (``vllm_server``) go last, in

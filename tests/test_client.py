@@ -174,8 +174,8 @@ def test_the_async_client_gives_the_same_results():
 
     async def main(url: str) -> list[JudgeResult]:
         async with AsyncClient(url) as client:
-            batch = await client.judge_batch(RECORDS)
-            assert comparable(await client.judge(RECORDS[0])) == comparable(batch[0])
+            batch = await client.ajudge_batch(RECORDS)
+            assert comparable(await client.ajudge(RECORDS[0])) == comparable(batch[0])
             return batch
 
     with serve(ScriptedEngine(good)) as url:
@@ -188,7 +188,7 @@ def test_cancelling_an_async_client_call_stops_the_services_generation():
 
     async def main(url: str) -> None:
         async with AsyncClient(url) as client:
-            task = asyncio.ensure_future(client.judge(record(0)))
+            task = asyncio.ensure_future(client.ajudge(record(0)))
             while not engine.entered.is_set():
                 await asyncio.sleep(0.01)
             task.cancel()
@@ -342,7 +342,7 @@ def test_the_async_client_makes_a_field_json_cannot_carry_an_input_error_too():
 
     async def main(url: str) -> list[JudgeResult]:
         async with AsyncClient(url) as client:
-            return await client.judge_batch([bad, record(0)])
+            return await client.ajudge_batch([bad, record(0)])
 
     with serve(ScriptedEngine(good)) as url:
         results = asyncio.run(main(url))

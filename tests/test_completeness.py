@@ -10,6 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 import suffice
+from suffice.formats.verdicts import verdict_format
+from suffice.formats.verdicts.seed import SeedVerdicts
 from suffice.gates import DecisionGate, Gate, GateOptions, gate_class, gate_names, make_gate, roles
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
 from suffice.serving.base import Engine
@@ -99,12 +101,17 @@ def _literals_outside_gate_packages() -> list[tuple[str, int, str]]:
 
 def test_no_code_outside_a_gates_package_names_a_gate():
     """Only the registry's defaults name one: the gate a judge uses when none is named, and the
-    one a check of a generated answer uses."""
+    one a check of a generated answer uses; and suffice.testing's ``assert_adequate``, the one named
+    test helper of a built-in gate that no default stands for."""
     named = [(path, name) for path, _, name in _literals_outside_gate_packages()]
-    assert named == [("gates/registry.py", DEFAULT_GATE), ("gates/registry.py", DEFAULT_CHECK_GATE)]
+    assert named == [
+        ("gates/registry.py", DEFAULT_GATE),
+        ("gates/registry.py", DEFAULT_CHECK_GATE),
+        ("testing/__init__.py", "adequacy"),
+    ]
 
 
-HOOKS = ("route", "seed_verdict", "parse", "constraint_for")
+HOOKS = ("route", "parse", "constraint_for")
 #: What the built-in gates define rather than take the default for (a gate from outside may take it).
 BUILT_IN_HOOKS = ("calibration_scores", "is_positive", "model_positive")
 BUILT_IN = [g for g in GATES if type(g).__module__.startswith("suffice.")]
@@ -120,6 +127,13 @@ def test_every_gate_defines_its_own_hooks(gate, hook):
 @pytest.mark.parametrize("hook", BUILT_IN_HOOKS)
 def test_every_built_in_gate_defines_its_roles_hooks(gate, hook):
     assert any(hook in vars(klass) for klass in type(gate).__mro__ if klass is not Gate)
+
+
+@pytest.mark.parametrize("gate", BUILT_IN, ids=lambda g: g.name)
+def test_every_built_in_gate_offers_the_seed_role(gate):
+    """``--format seed`` is a role a gate may offer (not a base-class method): suffice's own gates all do."""
+    assert isinstance(gate, SeedVerdicts)
+    assert verdict_format("seed").refuses(gate) is None
 
 
 @pytest.mark.parametrize(

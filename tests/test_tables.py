@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel, Field, SerializeAsAny
 
+from suffice.formats.verdicts import export
 from suffice.gates import DecisionGate, gate_names, make_gate, roles
 from suffice.gates.base import Gate
 from suffice.gates.recovery.grammar import Classification
@@ -50,7 +51,7 @@ def row_of(result: JudgeResult, gate: Gate, line: int) -> dict[str, Any]:
     row = result.model_dump(mode="json", exclude={"raw_text"})
     row["line"] = line
     if result.verdict is not None:
-        row.update(gate.export(result.verdict, "suffice"))
+        row.update(export(gate, result.verdict, "suffice"))
     return json.loads(json.dumps(row))
 
 

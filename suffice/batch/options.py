@@ -6,13 +6,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suffice.batch.inputs import FORMATS, Shard
+from suffice.batch.inputs import Shard
 from suffice.exceptions import ConfigError
 from suffice.fields import FieldMap
+from suffice.formats.files import file_format
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
-
-#: Verdict shapes an output can hold.
-VERDICT_FORMATS = ("suffice", "seed", "ragflow")
+from suffice.settings import check, setting
 
 
 @dataclass(frozen=True)
@@ -21,35 +21,36 @@ class RayOptions:
 
     #: ``auto`` (a running cluster), ``local`` (start one in this process) or ``ray://...``/``HOST:PORT``.
     address: str = "auto"
-    #: Actors, one engine each; ``None``: one per GPU of the cluster, or 1 without GPUs.
-    actors: int | None = None
-    #: GPUs per actor (``None``: 1 when the cluster has GPUs, else 0).
-    gpus_per_actor: float | None = None
-    #: CPUs per actor (``None``: 1).
-    cpus_per_actor: float | None = None
-    #: Batches queued on each actor beyond the one it runs (keeps engines busy).
-    queue_per_actor: int = 1
-    #: Times a batch is sent again after its actor died, before it is halved to find
-    #: the record that kills the engine (that record gets an ``EngineCrashError`` row).
-    max_batch_retries: int = 3
-    #: Seconds to wait, times the tries so far (at most 6 times), before a slot's second
-    #: and later replacement actors start: on a GPU the dead engine's memory can take a
-    #: moment to be freed.
-    replace_delay_s: float = 5.0
+    actors: int | None = setting(
+        None, "--ray: actors, one engine each (default: one per GPU, or 1)", minimum=1, in_process=True
+    )
+    gpus_per_actor: float | None = setting(
+        None, "GPUs per actor (default: 1 when the cluster has GPUs, else 0)", flag="", minimum=0
+    )
+    cpus_per_actor: float | None = setting(None, "CPUs per actor (default 1)", flag="", minimum=0)
+    queue_per_actor: int = setting(
+        1, "batches queued on each actor beyond the one it runs (keeps engines busy)", flag="", minimum=0
+    )
+    max_batch_retries: int = setting(
+        3,
+        "times a batch is sent again after its actor died, before it is halved to find the record that kills the "
+        "engine (that record gets an EngineCrashError row)",
+        flag="",
+        minimum=0,
+    )
+    replace_delay_s: float = setting(
+        5.0,
+        "seconds to wait, times the tries so far (at most 6 times), before a slot's second and later replacement "
+        "actors start: on a GPU the dead engine's memory can take a moment to be freed",
+        flag="",
+        minimum=0,
+    )
 
     def __post_init__(self) -> None:
         # Checked here, not when Ray uses them: a bad value must fail before any row is written.
         if not isinstance(self.address, str) or not self.address.strip():
             raise ConfigError("ray", self.address, "must be auto, local or a cluster address")
-        if self.actors is not None:
-            whole_number("actors", self.actors, least=1)
-        for name in ("gpus_per_actor", "cpus_per_actor"):
-            value = getattr(self, name)
-            if value is not None:
-                finite_number(name, value)
-        whole_number("queue_per_actor", self.queue_per_actor)
-        whole_number("max_batch_retries", self.max_batch_retries)
-        finite_number("replace_delay_s", self.replace_delay_s)
+        check(self)
 
 
 def whole_number(name: str, value: object, least: int = 0) -> int:
@@ -72,9 +73,9 @@ def finite_number(name: str, value: object) -> float:
 
 @dataclass(frozen=True)
 class BatchOptions:
-    batch_size: int = 256
-    #: Verdict shape in the output: ``suffice``, or the seed prompt's own (``seed``/``ragflow``).
-    fmt: str = "suffice"
+    batch_size: int = setting(256, "records per engine call (default 256)", minimum=1)
+    #: Verdict format in the output (:mod:`suffice.formats.verdicts`).
+    fmt: str = DEFAULT_VERDICT_FORMAT
     overwrite: bool = False
     #: Judge again every record whose row is an error (not only those the engine caused).
     retry_errors: bool = False
@@ -82,7 +83,7 @@ class BatchOptions:
     audit_key: bytes | None = None
     #: Where to write an anchor of the audit log when the run ends (see :meth:`AuditLog.save_anchor`).
     anchor_file: Path | None = None
-    #: ``jsonl`` or ``parquet``; ``None``: by the file's extension.
+    #: File formats (:mod:`suffice.formats.files`); ``None``: by the file's extension.
     input_format: str | None = None
     output_format: str | None = None
     #: Input field names that differ from suffice's (RAGAS names are known without one).
@@ -93,22 +94,24 @@ class BatchOptions:
     shard: Shard | None = None
     #: The service's caps on one record (a string's characters, a list's entries): a record over one is its
     #: error row (see :class:`~suffice.batch.inputs.InputFile`).
-    max_field_chars: int = MAX_FIELD_CHARS
-    max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM
+    max_field_chars: int = setting(
+        MAX_FIELD_CHARS,
+        f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
+        minimum=1,
+    )
+    max_chunks_per_item: int = setting(
+        MAX_CHUNKS_PER_ITEM,
+        f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
+        minimum=1,
+    )
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError("batch_size", self.batch_size, "must be at least 1")
-        for name in ("max_field_chars", "max_chunks_per_item"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "must be a whole number of at least 1")
-        if self.fmt not in VERDICT_FORMATS:
-            raise ConfigError("format", self.fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+        check(self)
+        verdict_format(self.fmt)
         for name in ("input_format", "output_format"):
             value = getattr(self, name)
-            if value is not None and value not in FORMATS:
-                raise ConfigError(name, value, f"must be one of {', '.join(FORMATS)}")
+            if value is not None:
+                file_format(value, name)
         if self.anchor_file is not None and self.audit_db is None:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
         if self.ray is not None and self.audit_db is not None:

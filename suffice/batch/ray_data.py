@@ -10,11 +10,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from suffice.batch.options import VERDICT_FORMATS, finite_number, whole_number
+from suffice.batch.options import finite_number, whole_number
 from suffice.batch.ray_pool import JudgeWorker, ray_module
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError
 from suffice.fields import FieldMap
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
+from suffice.gates.registry import gate_class
 from suffice.isolation import isolate
 from suffice.judge import Judge
 from suffice.records import record_id
@@ -108,7 +110,7 @@ def judge_dataset(
     *,
     actors: int = 1,
     batch_size: int = 64,
-    fmt: str = "suffice",
+    fmt: str = DEFAULT_VERDICT_FORMAT,
     fields: Sequence[str] = (),
     gpus_per_actor: float | None = None,
     cpus_per_actor: float = 1.0,
@@ -128,8 +130,9 @@ def judge_dataset(
     (default :meth:`Judge.open`)."""
     whole_number("actors", actors, least=1)
     whole_number("batch_size", batch_size, least=1)
-    if fmt not in VERDICT_FORMATS:
-        raise ConfigError("format", fmt, f"must be one of {', '.join(VERDICT_FORMATS)}")
+    refused = verdict_format(fmt).refuses(gate_class(config.gate))
+    if refused is not None:
+        raise ConfigError("format", fmt, refused)
     finite_number("cpus_per_actor", cpus_per_actor)
     if gpus_per_actor is not None:
         finite_number("gpus_per_actor", gpus_per_actor)

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from suffice.batch.options import RayOptions
@@ -101,10 +101,12 @@ class JudgeWorker:
         assert self.judge is not None
         return self.judge
 
-    def judge_batch(self, records: Sequence[object]) -> list[JudgeResult]:
+    def judge_batch(
+        self, records: Sequence[object], gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
         if self.stopped:
             raise CancelledError("the run stopped before this batch began")
-        return self.opened().judge_batch(records)
+        return self.opened().judge_batch(records, gate=gate, options=options)
 
     def pid(self) -> int:
         """This actor's process id, once its engine is open (else the error that stopped it)."""

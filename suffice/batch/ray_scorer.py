@@ -1,4 +1,5 @@
-"""Judging on Ray (``suffice judge --ray``): batches out to a pool of actors, results back in order.
+"""Judging on Ray (``suffice judge --ray``, and :class:`RayJudge`): batches out to a pool of actors, results back in
+order.
 
 A dead actor is replaced and its batches sent again, each alone, up to ``RayOptions.max_batch_retries`` times; a batch
 that still kills actors is halved (:mod:`suffice.isolation`) down to the record that kills them, which gets an
@@ -8,22 +9,30 @@ retry can fix stops the run, unwrapped, as do actors that die on every record.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
-from suffice.batch.options import RayOptions
+from suffice.batch.options import RayOptions, whole_number
 from suffice.batch.ray_pool import ActorPool, cause, ray_module
 from suffice.batch.resources import check_capacity
 from suffice.batch.scoring import Notify, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import EngineDeadError, EngineUnreachableError, SufficeError
+from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, SufficeError
+from suffice.gates import gate_names
 from suffice.gates.base import Gate
 from suffice.isolation import Bisection, halves
 from suffice.judge import Judge
+from suffice.records import record_id
 from suffice.results import JudgeResult
+from suffice.rows import crash_result
 from suffice.serving.base import Progress
+from suffice.serving.factory import engine_settings
 
 #: Seconds without a finished batch after which the run checks that the cluster can still hold its actors.
 CAPACITY_CHECK_S = 30.0
@@ -72,6 +81,114 @@ class RayScorer(Scorer):
         self.pool.close(dropping=len(self._schedule.flight) if self._schedule is not None else 0)
 
 
+class RayJudge:
+    """A pool of Ray actors, one engine each, as a :class:`~suffice.JudgeProtocol`: ``judge_batch(records)`` splits
+    the records into batches of ``batch_size``, spreads them over the actors and returns one result per record, in
+    order, as ``suffice judge --ray`` does (a dead actor replaced and its batch sent again; a record that kills the
+    engine alone gets an ``EngineCrashError`` row).  The actors start at the first call and stop at :meth:`close`.
+
+    ``config``: the gate, its options and the engine every actor opens (``open_judge``: how, default
+    :meth:`Judge.open`); ``options``: the cluster and the actors (default: a running cluster, one actor per GPU).
+    ``gate=`` / ``options=`` of a call are the in-process :class:`~suffice.Judge`'s: each actor builds a judge for
+    them once on its engine.  Calls run one at a time (the pool is one schedule); ``ajudge_batch`` awaits one on a
+    worker thread, and cancelling the awaiting task does not stop the actors' work."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        options: RayOptions | None = None,
+        *,
+        batch_size: int = 64,
+        notify: Notify = _quiet,
+        open_judge: Callable[[JudgeConfig], Judge] | None = None,
+    ) -> None:
+        whole_number("batch_size", batch_size, least=1)
+        self.config = config
+        self.batch_size = batch_size
+        self.gate = config.make_gate()
+        engine = config.engine
+        describe = f"{engine.kind}, backend {engine.backend}, model {engine.model or 'embedded'}"
+        self.pool = ActorPool(config, options or RayOptions(), notify, describe, open_judge)
+        self._lock = threading.Lock()
+        self._gates: dict[tuple[str, tuple[tuple[str, str], ...]], Gate] = {}
+
+    def _config_for(self, gate: str | None, options: Mapping[str, Any] | None) -> JudgeConfig:
+        """The config of a call's judge, as an in-process :class:`Judge` builds it (a refused one: ConfigError)."""
+        if gate is not None and not isinstance(gate, str):
+            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        name = gate or self.config.gate
+        merged = {**self.config.options, **(options or {})} if name == self.config.gate else dict(options or {})
+        return dataclasses.replace(self.config, gate=name, options=merged)
+
+    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+        """The gate the actors judge a call with this ``gate`` and ``options`` by (built here, once)."""
+        if gate in (None, self.config.gate) and not options:
+            return self.gate
+        config = self._config_for(gate, options)
+        key = (config.gate, tuple(sorted((str(k), repr(v)) for k, v in config.options.items())))
+        if key not in self._gates:
+            self._gates[key] = config.make_gate()
+        return self._gates[key]
+
+    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """What decides the rows of such a call: the gate's settings and the actors' engine's."""
+        return {**self.gate_for(gate, options).settings(), **engine_settings(self.config.engine)}
+
+    def judge_batch(
+        self, records: Sequence[object], *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """One result per record, in order (see the class docstring)."""
+        judged_by = self.gate_for(gate, options)  # a refused gate or option fails here, before any actor starts
+        records = list(records)
+        if not records:
+            return []
+        values = engine_settings(self.config.engine)
+        model, backend = values.get("model", ""), values.get("backend", "")
+
+        def crashed(record: object) -> JudgeResult:
+            return crash_result(record_id(record), judged_by, model, backend)
+
+        batches = [records[start : start + self.batch_size] for start in range(0, len(records), self.batch_size)]
+        call = {"gate": gate, "options": dict(options) if options else None}
+        with self._lock:
+            self.pool.start()
+            schedule = _Schedule(self.pool, None, crashed, call)
+            return [result for batch in schedule.run(iter(batches)) for result in batch]
+
+    def judge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result (see :meth:`judge_batch`)."""
+        return self.judge_batch([record], gate=gate, options=options)[0]
+
+    async def ajudge_batch(
+        self, records: Sequence[object], *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """:meth:`judge_batch`, awaited on a worker thread."""
+        self.gate_for(gate, options)  # a refused gate or option is raised here, not on the thread
+        return await asyncio.to_thread(self.judge_batch, list(records), gate=gate, options=options)
+
+    async def ajudge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result, awaited (see :meth:`ajudge_batch`)."""
+        return (await self.ajudge_batch([record], gate=gate, options=options))[0]
+
+    def close(self) -> None:
+        """Close every actor's engine, then the actors (and a local Ray instance this judge started)."""
+        self.pool.close()
+
+    def __enter__(self) -> RayJudge:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
 @dataclass
 class _Sent:
     """A batch, or a piece of one, on its way to an actor."""
@@ -93,9 +210,15 @@ class _Schedule:
     """One run's batches out to the pool's actors and their results back, in order."""
 
     def __init__(
-        self, pool: ActorPool, progress: Progress | None, crashed: Callable[[object], JudgeResult] | None
+        self,
+        pool: ActorPool,
+        progress: Progress | None,
+        crashed: Callable[[object], JudgeResult] | None,
+        call: Mapping[str, Any] | None = None,
     ) -> None:
         self.pool = pool
+        #: The keywords of each actor's ``judge_batch`` (a :class:`RayJudge` call's gate and options).
+        self.call = dict(call or {})
         self.progress = progress
         self.crashed = crashed
         self.capacity = 1 + pool.options.queue_per_actor
@@ -146,7 +269,7 @@ class _Schedule:
         sent.slot, sent.actor = slot, self.pool.actors[slot]
         # Sent again after its actor died: alone on an actor, so no other batch shares a death.
         self.load[slot] += self.capacity if sent.tries else 1
-        self.flight[sent.actor.judge_batch.remote(sent.records)] = sent
+        self.flight[sent.actor.judge_batch.remote(sent.records, **self.call)] = sent
 
     def _send_waiting(self) -> None:
         for sent in list(self.waiting):

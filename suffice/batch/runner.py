@@ -30,7 +30,7 @@ from typing import Protocol, runtime_checkable
 from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
 from suffice.audit.recording import audit_values, record_results, review_rule
-from suffice.batch.inputs import InputFile, format_of
+from suffice.batch.inputs import InputFile
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
 from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
@@ -38,14 +38,16 @@ from suffice.batch.ray_scorer import RayScorer
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
 from suffice.batch.service_scorer import ServiceScorer, service_gate, service_settings
 from suffice.batch.suspects import Suspects, suspects_path
-from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
+from suffice.formats.files import FileFormat, file_format_of
+from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.gates.roles import model_positive
 from suffice.jsonl import SourceLine
 from suffice.judge import Judge
+from suffice.protocol import JudgeProtocol
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows import crash_result, error_result, result_row
@@ -92,7 +94,7 @@ class BatchReport:
 
 
 def journal_path(output: Path) -> Path:
-    """Where a Parquet output's rows are written as they come."""
+    """Where the rows of an output that is not appended to (Parquet) are written as they come."""
     return output.with_name(output.name + ".journal.jsonl")
 
 
@@ -116,22 +118,30 @@ def judge_file(
     notify: Notify = _quiet,
     progress: ProgressFactory | None = None,
     open_judge: Callable[[JudgeConfig], Judge] | None = None,
-    client: Client | None = None,
+    client: JudgeProtocol | None = None,
+    judge: JudgeProtocol | None = None,
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
-    ``client``: judge through that running ``suffice serve`` instead of an engine of this process (``config``'s
-    gate, options and detail count, its engine settings do not); the output, resume and settings check are the
-    same, the settings being those the service reports.  Not with Ray or an audit log (the service keeps its own).
+    ``judge``: judge with that :class:`~suffice.JudgeProtocol` (a :class:`~suffice.Client` of a running ``suffice
+    serve``, a :class:`~suffice.Judge` already open, ...) instead of opening an engine here (``config``'s gate,
+    options and detail count, its engine settings do not); the output, resume and settings check are the same,
+    the settings being those the judge reports (``settings_for``).  Not with Ray or an audit log (a service keeps
+    its own).  ``client``: the same, under its older name.
 
     Raises :class:`OutputBusyError`, :class:`OutputMismatchError`, :class:`ConfigError`, :class:`EngineDeadError`
     (rerun to resume), a :class:`ServiceError` of the client, and other :class:`SufficeError` for what stops the
     run; item failures never raise.
     """
     options = options or BatchOptions()
-    if client is not None and options.ray is not None:
-        raise ConfigError("ray", options.ray.address, "judges on Ray actors' engines: not through a service's client")
-    if client is not None and options.audit_db is not None:
+    if client is not None and judge is not None:
+        raise ConfigError("client", type(client).__name__, "is judge= under its older name: give one of them")
+    judge = judge if judge is not None else client
+    if judge is not None and not isinstance(judge, JudgeProtocol):
+        raise ConfigError("judge", type(judge).__name__, "must be a judge (suffice.JudgeProtocol)")
+    if judge is not None and options.ray is not None:
+        raise ConfigError("ray", options.ray.address, "judges on Ray actors' engines: not with a judge given")
+    if judge is not None and options.audit_db is not None:
         raise ConfigError(
             "audit_db", str(options.audit_db), "is kept by the service judged through (`suffice serve --audit-db`)"
         )
@@ -155,28 +165,27 @@ def judge_file(
         max_field_chars=options.max_field_chars,
         max_chunks_per_item=options.max_chunks_per_item,
     )
-    out_format = format_of(output, options.output_format, "output-format")
-    if out_format == "parquet" and options.fmt != "suffice":
-        raise ConfigError("format", options.fmt, "a Parquet output holds suffice's verdicts; write .jsonl for it")
-    if out_format == "parquet" and config.detail == "auto":
-        raise ConfigError(
-            "detail", "auto", "a Parquet output holds one verdict type, and a cascade's rows hold two: write .jsonl"
-        )
-    if client is None:
-        gate = config.make_gate()
+    out_format = file_format_of(output, options.output_format, "output-format")
+    cannot = out_format.refuses(verdict_format(options.fmt), config.detail)
+    if cannot is not None:
+        raise cannot
+    gate = config.make_gate() if judge is None else service_gate(config)
+    refused = verdict_format(options.fmt).refuses(gate)
+    if refused is not None:
+        raise ConfigError("format", options.fmt, refused)
+    if judge is None:
         settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
     else:
-        gate = service_gate(config)
-        settings = RunSettings.judged_by(service_settings(client, config), options.fmt, options.fields.names)
-    journal = output if out_format == "jsonl" else journal_path(output)
+        settings = RunSettings.judged_by(service_settings(judge, config), options.fmt, options.fields.names)
+    journal = output if out_format.appendable else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)
-    # Held from before anything is read until the Parquet file is written.
+    # Held from before anything is read until an output that is not appended to is written.
     with output_lock(output):
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
         report = _judge_locked(
-            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, client
+            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, judge
         )
     return report
 
@@ -187,22 +196,20 @@ def _judge_locked(
     inputs: InputFile,
     output: Path,
     journal: Path,
-    out_format: str,
+    out_format: FileFormat,
     settings: RunSettings,
     options: BatchOptions,
     notify: Notify,
     progress: ProgressFactory | None,
     open_judge: Callable[[JudgeConfig], Judge],
-    client: Client | None,
+    judge: JudgeProtocol | None,
 ) -> BatchReport:
     """The run itself, with the output's lock held (:func:`judge_file`)."""
     with ExitStack() as stack:
         index = KeyIndex(output.parent)
         stack.callback(index.close)
-        if out_format == "parquet" and not options.overwrite and output.exists() and not journal.exists():
-            from suffice.batch.parquet_output import journal_from_parquet
-
-            journal_from_parquet(output, journal)
+        if not out_format.appendable and not options.overwrite and output.exists() and not journal.exists():
+            out_format.resume(output, journal)
         results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
         stack.callback(results.close)
         if index.done_count:
@@ -235,8 +242,8 @@ def _judge_locked(
         v = settings.values
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
-        if client is not None:
-            scorer = ServiceScorer(client, gate, config.options, v, notify=notify)
+        if judge is not None:
+            scorer = ServiceScorer(judge, gate, config.options, v, notify=notify)
         elif options.ray is not None:
             scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:
@@ -263,10 +270,8 @@ def _judge_locked(
         notify(f"resuming: {report.skipped} of {report.total} records already had a row in {output}; not judged again")
     if report.foreign:
         notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
-    if out_format == "parquet":
-        from suffice.batch.parquet_output import parquet_from_journal
-
-        parquet_from_journal(journal, output, gate)
+    if not out_format.appendable:
+        out_format.finish(journal, output, gate)
         journal.unlink()
     return report
 

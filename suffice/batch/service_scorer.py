@@ -1,4 +1,5 @@
-"""Judging a run's batches through a running ``suffice serve`` (``suffice judge --server``).
+"""Judging a run's batches through a running ``suffice serve`` (``suffice judge --server``), or through any
+:class:`~suffice.protocol.JudgeProtocol` the caller gives ``judge_file(judge=...)``.
 
 The service's engine is warm, so a small job costs its records' time, not an engine's
 start.  The output, its resume and its settings check are the runner's, as for an engine in
@@ -18,12 +19,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from suffice.batch.scoring import Notify, Scorer, _quiet
-from suffice.client import Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, InvalidRequestError, ItemError, RequestTooLargeError
 from suffice.gates import Gate, make_gate
 from suffice.gates.roles import parse_item
 from suffice.isolation import isolate
+from suffice.protocol import JudgeProtocol
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows import error_result
@@ -35,29 +36,36 @@ def service_gate(config: JudgeConfig) -> Gate:
     return make_gate(config.gate, {}, config.detail)
 
 
-def service_settings(client: Client, config: JudgeConfig) -> dict[str, str]:
-    """The settings of the rows ``client``'s service gives for ``config``'s gate and options (its engine settings
-    are the service's).  A gate the service does not serve, an option it refuses, or a detail other than the
-    service's is a :class:`ConfigError` naming it."""
+def described(judge: JudgeProtocol) -> str:
+    """How messages name ``judge``: a client by its service's address, any other by its kind."""
+    base_url = getattr(judge, "base_url", None)
+    return f"the service at {base_url}" if isinstance(base_url, str) else f"the {type(judge).__name__} given"
+
+
+def service_settings(judge: JudgeProtocol, config: JudgeConfig) -> dict[str, str]:
+    """The settings of the rows ``judge`` gives for ``config``'s gate and options (its engine settings are the
+    judge's, a service's through a client).  A gate the judge does not serve, an option it refuses, or a detail
+    other than the judge's is a :class:`ConfigError` naming it."""
     try:
-        values = client.settings(config.gate, config.options)
+        values = judge.settings_for(config.gate, config.options)
     except InvalidRequestError as exc:
         parameter = "gate" if exc.status == 404 else exc.field or "options"
         value = config.options.get(parameter, config.gate if parameter == "gate" else None)
-        raise ConfigError(parameter, value, f"refused by the service at {client.base_url}: {exc.detail}") from exc
+        raise ConfigError(parameter, value, f"refused by {described(judge)}: {exc.detail}") from exc
     served = values.get("detail", "full")
     if served != config.detail:
         raise ConfigError(
             "detail",
             config.detail,
-            f"the service at {client.base_url} gives {served} verdicts (`suffice serve --detail` sets it): "
-            f"judge with --detail {served}, or through a service that gives {config.detail} verdicts",
+            f"{described(judge)} gives {served} verdicts (`suffice serve --detail` sets a service's): "
+            f"judge with --detail {served}, or through a judge that gives {config.detail} verdicts",
         )
     return values
 
 
 class ServiceScorer(Scorer):
-    """Each batch is one request to the service (``client``'s; closing it is its owner's business).
+    """Each batch is one ``judge_batch`` call of ``judge`` (a client's is one request to its service; closing the
+    judge is its owner's business).
 
     A request the service refuses as a whole for what one record holds (a string or a list past its caps, a body
     over its limit: 422 or 413) is split in halves down to that record, which gets an error row naming the field;
@@ -66,13 +74,13 @@ class ServiceScorer(Scorer):
 
     def __init__(
         self,
-        client: Client,
+        judge: JudgeProtocol,
         gate: Gate,
         options: Mapping[str, Any],
         settings: Mapping[str, str],
         notify: Notify = _quiet,
     ) -> None:
-        self.client = client
+        self.judge = judge
         self.gate = gate
         self.options = dict(options)
         self._model = settings.get("model", "")
@@ -88,7 +96,7 @@ class ServiceScorer(Scorer):
     ) -> Iterator[list[JudgeResult]]:
         for batch in batches:
             if not self._started:
-                self._notify(f"judging through {self.client.base_url} (model {self._model}, backend {self._backend})")
+                self._notify(f"judging through {described(self.judge)} (model {self._model}, backend {self._backend})")
                 self._started = True
             results: list[JudgeResult | None] = [self._unsendable(record) for record in batch]
             sent = [index for index, result in enumerate(results) if result is None]
@@ -100,7 +108,7 @@ class ServiceScorer(Scorer):
             yield [result for result in results if result is not None]
 
     def _request(self, records: Sequence[object]) -> list[JudgeResult]:
-        return self.client.judge_batch(records, gate=self.gate.name, options=self.options or None)
+        return self.judge.judge_batch(records, gate=self.gate.name, options=self.options or None)
 
     def _unsendable(self, record: object) -> JudgeResult | None:
         """The error row of a record that cannot be sent as JSON (a line that is not JSON, a Parquet value JSON

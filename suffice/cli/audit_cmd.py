@@ -25,9 +25,10 @@ from suffice.audit import (
     save_anchor,
     write_key_file,
 )
-from suffice.audit.log import EXPORT_FORMATS, export_lines
+from suffice.audit.log import export_lines
 from suffice.exceptions import AuditBrokenError, SufficeError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
 from suffice.text import terminal_text
 
 #: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
@@ -75,7 +76,11 @@ def add_parsers(sub: Any) -> None:
     export.add_argument("--since", default=None, help="rows at or after this ISO 8601 time (UTC unless it says)")
     export.add_argument("--until", default=None, help="rows before this ISO 8601 time (UTC unless it says)")
     export.add_argument(
-        "--format", dest="export_format", choices=EXPORT_FORMATS, default="jsonl", help="CSV: nested fields as JSON"
+        "--format",
+        dest="export_format",
+        choices=file_format_names(RowLines),
+        default=DEFAULT_FILE_FORMAT,
+        help="CSV: nested fields as JSON",
     )
     export.add_argument("-o", "--output", type=Path, default=None, help="the file (mode 0600; default: stdout)")
     export.set_defaults(run=run_export)

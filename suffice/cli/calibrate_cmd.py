@@ -13,6 +13,7 @@ from suffice.batch import BatchOptions
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
+from suffice.cli.serve_settings import CommandSettings
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
@@ -71,10 +72,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--save-rubric", dest="save", action="store_const", const=SAVE_WHERE_THE_GATE_KEEPS_IT, help="--save, no PATH"
     )
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, command_settings=CommandSettings(p, "calibrate", "precision_target = 0.95"))
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        judge_cmd.read_settings(args)
+    except ConfigError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     if not 0 < args.precision_target <= 1:
         print(f"error: --precision-target must be in (0, 1], got {args.precision_target}", file=sys.stderr)
         return EXIT_USAGE
@@ -101,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
             anchor_file=args.anchor_file,
         )
     except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        print(
+            f"error: {terminal_text(judge_cmd.named(exc, args) if isinstance(exc, ConfigError) else exc)}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         read = list(read_records(args.golden))

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from suffice import batch
 from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
-from suffice.batch.inputs import FORMATS
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
-from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
+from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import (
@@ -30,11 +31,14 @@ from suffice.exceptions import (
     SufficeError,
 )
 from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.formats.files import file_format_names
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, VERDICT_FORMATS, verdict_format_names
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import read_api_key
+from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_settings
+from suffice.settings import add_flags, in_process_flags, tagged
 from suffice.text import terminal_text
 
 
@@ -42,7 +46,7 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
     p.add_argument("--gate", choices=gate_names(), default=DEFAULT_GATE)
     add_engine_args(p)
-    p.add_argument("--batch-size", type=int, default=256, help="records per engine call (default 256)")
+    add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
     p.add_argument(
         "--detail",
@@ -110,24 +114,17 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("suffice", "seed", "ragflow"),
-        default="suffice",
-        help="verdict shape in OUTPUT: suffice's, or the seed prompt's own schema (ragflow: the same, for sufficiency)",
-    )
-    p.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: by extension)")
-    p.add_argument(
-        "--max-field-chars",
-        type=int,
-        default=MAX_FIELD_CHARS,
-        help=f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
+        choices=verdict_format_names(),
+        default=DEFAULT_VERDICT_FORMAT,
+        help="verdict format in OUTPUT: " + "; ".join(f"{f.name}: {f.help}" for f in VERDICT_FORMATS.all()),
     )
     p.add_argument(
-        "--max-chunks-per-item",
-        type=int,
-        default=MAX_CHUNKS_PER_ITEM,
-        help=f"most entries in one list of a record, as serve's (default {MAX_CHUNKS_PER_ITEM})",
+        "--input-format", choices=file_format_names(), default=None, help="input format (default: by extension)"
     )
-    p.add_argument("--output-format", choices=FORMATS, default=None, help="output format (default: by extension)")
+    add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))
+    p.add_argument(
+        "--output-format", choices=file_format_names(), default=None, help="output format (default: by extension)"
+    )
     p.add_argument(
         "--field",
         action="append",
@@ -143,7 +140,7 @@ def add_parser(sub: Any) -> None:
         metavar="ADDRESS",
         help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
     )
-    p.add_argument("--actors", type=int, default=None, help="--ray: actors (default: one per GPU, or 1)")
+    add_flags(p, RayOptions, only=("actors",))
     p.add_argument(
         "--shard",
         default=None,
@@ -165,28 +162,29 @@ def add_parser(sub: Any) -> None:
         help=f"--server: seconds one request may take (default {DEFAULT_TIMEOUT_S:g})",
     )
     add_audit_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, command_settings=CommandSettings(p, "judge", "batch_size = 64"))
 
 
-#: (argument, flag) of what sets an engine in this process, or what only such a run does: refused with ``--server``.
+def read_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
+    """Fill the settings no flag gave from the ``SUFFICE_*`` variables, then the ``--config`` file (see
+    :mod:`suffice.cli.serve_settings`); raises :class:`ConfigError` naming the variable, or the key and the file."""
+    settings = getattr(args, "command_settings", None)
+    if settings is not None:
+        args.settings_origins = settings.resolve(args, environ)
+        args.settings_sources = {settings.settings[key].dest: origin for key, origin in args.settings_origins.items()}
+
+
+def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
+    """``exc`` naming the variable, or the key and the file, its setting came from (where not a flag)."""
+    return with_origin(exc, getattr(args, "settings_origins", {}), engine_keys())
+
+
+#: (argument, flag) of what sets an engine in this process (the engine settings tagged ``in_process``), or what only
+#: such a run does: refused with ``--server``.
 IN_PROCESS = (
-    ("engine", "--engine"),
-    ("model", "--model"),
-    ("backend", "--backend"),
-    ("max_model_len", "--max-model-len"),
-    ("compile", "--compile"),
-    ("cores", "--cores"),
-    ("kv_cache_gib", "--kv-cache-gib"),
-    ("dtype", "--dtype"),
-    ("tensor_parallel_size", "--tensor-parallel-size"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("base_url", "--base-url"),
-    ("tokenizer", "--tokenizer"),
-    ("served_model", "--served-model"),
-    ("max_concurrency", "--max-concurrency"),
-    ("proxy", "--proxy"),
+    *in_process_flags(EngineConfig),
+    *in_process_flags(RayOptions),
     ("ray", "--ray"),
-    ("actors", "--actors"),
     ("audit_db", "--audit-db"),
     ("audit_key", "--audit-key"),
     ("anchor_file", "--anchor-file"),
@@ -194,13 +192,19 @@ IN_PROCESS = (
     ("no_verdict_cache", "--no-cache"),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
-_DEFAULTS = {"engine": "vllm"}
+_DEFAULTS = {d.dest: d.default for d in tagged(EngineConfig, in_process=True) if d.type is not bool}
 
 
 def in_process_setting(args: argparse.Namespace) -> tuple[str, str] | None:
-    """The first (argument, flag) of :data:`IN_PROCESS` set to anything but its default, or ``None``."""
+    """The first (argument, flag) of :data:`IN_PROCESS` set by its flag to anything but its default, or ``None``.
+
+    One set by a variable or the file is left alone: a deployment's ``SUFFICE_VERDICT_CACHE`` or settings file is
+    for the runs that start an engine, and a run through ``--server`` does not read it."""
+    sources = getattr(args, "settings_sources", {})
     for name, flag in IN_PROCESS:
         value = getattr(args, name)
+        if sources.get(name, "its flag") != "its flag":
+            continue
         if value is not None and value is not False and value != _DEFAULTS.get(name):
             return name, flag
     return None
@@ -249,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
         return EXIT_USAGE
     try:
+        read_settings(args)
         if args.server is not None:
             config = server_config_from_args(args)
             key = (
@@ -279,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             max_chunks_per_item=args.max_chunks_per_item,
         )
     except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        print(f"error: {terminal_text(named(exc, args) if isinstance(exc, ConfigError) else exc)}", file=sys.stderr)
         return EXIT_USAGE
     if args.server is None:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress)

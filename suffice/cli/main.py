@@ -12,7 +12,18 @@ import threading
 from collections.abc import Sequence
 
 from suffice import startup
-from suffice.cli import audit_cmd, cache_cmd, calibrate_cmd, demo_cmd, judge_cmd, review_cmd, schema_cmd, serve_cmd
+from suffice.cli import (
+    audit_cmd,
+    bundle_cmd,
+    cache_cmd,
+    calibrate_cmd,
+    demo_cmd,
+    judge_cmd,
+    models_cmd,
+    review_cmd,
+    schema_cmd,
+    serve_cmd,
+)
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 from suffice.gates.roles import add_commands
@@ -38,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_parser(sub)
     schema_cmd.add_parser(sub)
     cache_cmd.add_parser(sub)
+    bundle_cmd.add_parser(sub)
+    models_cmd.add_parser(sub)
     for name in gate_names():  # the gates' own commands (the adequacy gate's `rubrics`)
         with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
             add_commands(gate_class(name), sub)

@@ -10,8 +10,9 @@ from typing import Any
 from suffice.config import DETAILS
 from suffice.exceptions import ConfigError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_names
 from suffice.gates import DEFAULT_GATE
-from suffice.row_models import FORMATS, result_row_schema
+from suffice.row_models import result_row_schema
 from suffice.text import terminal_text
 
 
@@ -27,7 +28,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--detail", choices=DETAILS, default=None, help="full verdicts or decision-only ones (default: a row of either)"
     )
-    p.add_argument("--format", choices=FORMATS, default="suffice", help="the verdict's format, as in `suffice judge`")
+    p.add_argument(
+        "--format",
+        choices=verdict_format_names(),
+        default=DEFAULT_VERDICT_FORMAT,
+        help="the verdict's format, as in `suffice judge`",
+    )
     p.add_argument(
         "--served",
         action="store_true",

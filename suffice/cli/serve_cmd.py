@@ -12,17 +12,17 @@ from typing import Any
 
 from suffice.audit import AuditLog
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
-from suffice.cli.engine_args import add_engine_args, engine_config_from_args
+from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, add_auto_margin_arg, audit_key_of
-from suffice.cli.serve_settings import ENV_PREFIX, ServeSettings
+from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.config import DETAILS, JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
 from suffice.gates import gate_names
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
+from suffice.settings import add_flags, from_args
 from suffice.text import terminal_text
 
 
@@ -34,8 +34,6 @@ def add_parser(sub: Any) -> None:
         "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
         "a flag wins over a variable, a variable over the file.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
     p.add_argument(
         "--gate", action="append", choices=gate_names(), default=None, help="a gate to serve (repeat; default all)"
     )
@@ -46,68 +44,12 @@ def add_parser(sub: Any) -> None:
     )
     add_auto_margin_arg(p)
     add_cache_args(p)
-    p.add_argument(
-        "--api-key-file",
-        dest="client_key_file",
-        type=Path,
-        default=None,
-        help="file holding the bearer token clients must send (default: no authentication)",
-    )
-    p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="largest request body (default 16 MiB)")
-    p.add_argument("--max-items", type=int, default=1024, help="most items per request (default 1024)")
-    p.add_argument(
-        "--max-chunks-per-item",
-        type=int,
-        default=MAX_CHUNKS_PER_ITEM,
-        help=f"most chunks (entries of a list) in one item (default {MAX_CHUNKS_PER_ITEM})",
-    )
-    p.add_argument(
-        "--max-field-chars",
-        type=int,
-        default=MAX_FIELD_CHARS,
-        help=f"most characters in one string of a body (default {MAX_FIELD_CHARS})",
-    )
-    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
-    p.add_argument(
-        "--max-pending-chunks",
-        type=int,
-        default=131_072,
-        help="chunks judged or waiting at once (an item counts 1 plus its chunks); a request past it gets 429 "
-        "with Retry-After (default 131072)",
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=512,
-        help="connections open at once; past it a new one replaces the longest idle one, or gets 503 (default 512)",
-    )
-    p.add_argument(
-        "--header-timeout",
-        type=float,
-        default=10.0,
-        help="seconds a request's headers may take to arrive before 408 (default 10)",
-    )
-    p.add_argument(
-        "--judge-cache-size",
-        type=int,
-        default=64,
-        help="judges kept for per-request options (rubric, threshold), least recently used dropped (default 64)",
-    )
+    add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts
     p.add_argument(
         "--allowed-host",
         action="append",
         default=[],
         help="a name the Host header may carry besides the bound address and localhost (repeat; '*': any)",
-    )
-    p.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="serve without --api-key-file on an address other machines reach",
-    )
-    p.add_argument(
-        "--metrics-without-auth",
-        action="store_true",
-        help="answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)",
     )
     add_audit_args(p)
     p.add_argument(
@@ -117,24 +59,12 @@ def add_parser(sub: Any) -> None:
         help="folder of NAME.key files (suffice audit keygen), one per reviewer of the review page at /reviews "
         "(needs --audit-db)",
     )
-    p.set_defaults(run=run, serve_settings=ServeSettings(p))
+    p.set_defaults(run=run, serve_settings=CommandSettings(p, "serve"))
 
 
 #: The settings' names in the errors of the configs they make, where they differ from their keys.
-_ENGINE_NAMES = {"api_key_file": "engine_key_file"}
+_ENGINE_NAMES = engine_keys("--engine-key-file")
 _SERVE_NAMES = {"gates": "gate", "allowed_hosts": "allowed_host"}
-
-
-def _from(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str, str]) -> ConfigError:
-    """``exc`` naming where its setting came from: the variable, or the key and the file."""
-    origin = origins.get(names.get(exc.parameter, exc.parameter))
-    if origin is None or origin == "its flag":
-        return exc
-    prefix = f"{exc.parameter}={exc.value!r}: "
-    reason = str(exc).removeprefix(prefix)
-    if origin.startswith(ENV_PREFIX):
-        return ConfigError(origin, exc.value, reason)
-    return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServeConfig:
@@ -146,42 +76,31 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     try:
         engine = engine_config_from_args(args)
     except ConfigError as exc:
-        raise _from(exc, origins, _ENGINE_NAMES) from None
+        raise with_origin(exc, origins, _ENGINE_NAMES) from None
     try:
         return _config(args, engine)
     except ConfigError as exc:
-        raise _from(exc, origins, _SERVE_NAMES) from None
+        raise with_origin(exc, origins, _SERVE_NAMES) from None
 
 
 def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     gates = tuple(args.gate) if args.gate else gate_names()
-    return ServeConfig(
+    served: ServeConfig = from_args(
+        ServeConfig,
+        args,
         judge=JudgeConfig(
             gate=gates[0], engine=engine, detail=args.detail, auto_margin=args.auto_margin, **cache_settings(args)
         ),
         gates=gates,
         options=gate_options_from_args(args),
-        host=args.host,
-        port=args.port,
-        api_key_file=args.client_key_file,
         audit_db=args.audit_db,
         audit_key=audit_key_of(args),
         anchor_file=args.anchor_file,
         reviewer_keys=args.reviewer_keys,
-        max_body_bytes=args.max_body_bytes,
-        max_items=args.max_items,
-        max_chunks_per_item=args.max_chunks_per_item,
-        max_field_chars=args.max_field_chars,
-        max_pending_chunks=args.max_pending_chunks,
-        max_connections=args.max_connections,
-        header_timeout=args.header_timeout,
-        judge_cache_size=args.judge_cache_size,
         allowed_hosts=tuple(args.allowed_host),
-        insecure_no_auth=args.insecure_no_auth,
-        metrics_without_auth=args.metrics_without_auth,
-        request_timeout=args.request_timeout,
         verbose=args.verbose,
     )
+    return served
 
 
 def run(args: argparse.Namespace) -> int:

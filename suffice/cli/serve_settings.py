@@ -1,5 +1,5 @@
-"""Where ``suffice serve`` takes its settings from: its flags, ``SUFFICE_*`` environment
-variables and a TOML file, a flag winning over the environment and the environment over the file.
+"""Where ``suffice serve``, ``judge`` and ``calibrate`` take their settings from: their flags, ``SUFFICE_*``
+environment variables and a TOML file, a flag winning over the environment and the environment over the file.
 
 Every flag is a setting under one key: its long name with underscores for dashes (``--max-items``
 is ``max_items`` in the file and ``SUFFICE_MAX_ITEMS`` in the environment), so whatever a flag
@@ -7,8 +7,8 @@ sets, a container sets without one.  A file names its settings at the top level;
 are read from the file's folder.  In the environment a list is comma-separated and a switch is
 ``true`` or ``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``).
 
-The flags are parsed with no defaults of their own (``argparse.SUPPRESS``), so a flag given is
-told from one left out even when it repeats the default; the defaults are applied last.
+Each flag's action notes that it was given, so a flag given is told from one left out even when it
+repeats the default.  A required flag (``judge -o``) and a positional argument are not settings.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.prompts.templates import FENCE_SECRET_ENV
+from suffice.settings import ENV_PREFIX, key_of
 
-#: What every environment variable of a setting starts with.
-ENV_PREFIX = "SUFFICE_"
 #: The flag and the variable naming the TOML file.
 CONFIG_FLAG = "--config"
 CONFIG_VARIABLE = "SUFFICE_CONFIG"
@@ -38,6 +37,26 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 _KINDS = {int: "a whole number", float: "a number", Path: "a path"}
 
 _log = logging.getLogger("suffice.cli")
+
+#: The namespace attribute holding the destinations of the flags given.
+_GIVEN = "_settings_given"
+_RECORDING: dict[type, type] = {}
+
+
+def _recording(cls: type) -> type:
+    """``cls`` (an argparse action) noting in the namespace that its flag was given."""
+    if cls not in _RECORDING:
+
+        def __call__(self: Any, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            given = getattr(namespace, _GIVEN, None)
+            if given is None:
+                given = set()
+                setattr(namespace, _GIVEN, given)
+            given.add(self.dest)
+            cls.__call__(self, parser, namespace, values, option_string)
+
+        _RECORDING[cls] = type(cls.__name__, (cls,), {"__call__": __call__})
+    return _RECORDING[cls]
 
 
 @dataclass(frozen=True)
@@ -64,20 +83,25 @@ class Setting:
         return f"a list of {one.removeprefix('a ')}s" if self.shape == "list" else one
 
 
-class ServeSettings:
-    """The settings of a parser's flags, each readable from the environment and a TOML file.
+class CommandSettings:
+    """The settings of a command's flags, each readable from the environment and a TOML file.
 
-    Built once every flag is added: it takes the flags' defaults over (they are applied in
-    :meth:`resolve`, after the file and the environment) and adds ``--config``.
+    Built once every flag is added (``command`` names it in errors): it marks the flags so that those given are
+    known, and adds ``--config``.
     """
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
+    def __init__(
+        self, parser: argparse.ArgumentParser, command: str = "serve", example: str = "max_items = 64"
+    ) -> None:
+        self.command = command
         self.settings: dict[str, Setting] = {}
         for action in parser._actions:
             longs = [option for option in action.option_strings if option.startswith("--")]
-            if not longs or isinstance(action, argparse._HelpAction):
+            if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction) or action.required:
                 continue
-            key = longs[0].removeprefix("--").replace("-", "_")
+            if isinstance(action, argparse._StoreConstAction) and not isinstance(action, argparse._StoreTrueAction):
+                continue  # a spelling of another flag's value (calibrate --save-rubric)
+            key = key_of(longs[0])
             if isinstance(action, argparse._StoreTrueAction):
                 shape = "switch"
             elif isinstance(action, argparse._AppendAction):
@@ -87,19 +111,20 @@ class ServeSettings:
             convert = action.type if callable(action.type) else None
             choices = tuple(action.choices) if action.choices is not None else None
             self.settings[key] = Setting(key, action.dest, action.default, shape, convert, choices)
-            action.default = argparse.SUPPRESS
+            action.__class__ = _recording(type(action))
         parser.add_argument(
             CONFIG_FLAG,
             type=Path,
             default=None,
             metavar="PATH",
-            help=f"a TOML file of settings, keyed by the flags' names (max_items = 64); also {CONFIG_VARIABLE}. "
-            f"A flag wins over a {ENV_PREFIX}* variable (SUFFICE_MAX_ITEMS), a variable over the file",
+            help=f"a TOML file of settings, keyed by the flags' names ({example}); also {CONFIG_VARIABLE}. "
+            f"A flag wins over a {ENV_PREFIX}* variable ({ENV_PREFIX}{example.split()[0].upper()}), a variable over "
+            "the file",
         )
 
     def resolve(self, given: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Fill ``given`` (parsed with the flags' defaults taken over) from the environment, the file
-        and the defaults, in that order; where each setting came from, by key (for error messages).
+        """Fill ``given`` (parsed by the parser this was built on) from the environment and the file where no
+        flag set it, in that order; where each setting came from, by key (for error messages).
 
         Raises :class:`ConfigError` naming the variable, or the key and the file.
         """
@@ -112,8 +137,9 @@ class ServeSettings:
         if path is not None:
             from_file = self._read_file(path)
         from_env = self._read_environment(environ)
+        flags: set[str] = getattr(given, _GIVEN, set())
         for key, setting in self.settings.items():
-            if hasattr(given, setting.dest):
+            if setting.dest in flags:
                 origins[key] = "its flag"
             elif key in from_env:
                 setattr(given, setting.dest, from_env[key])
@@ -121,8 +147,6 @@ class ServeSettings:
             elif key in from_file:
                 setattr(given, setting.dest, from_file[key])
                 origins[key] = f"{key} in {path}"
-            else:
-                setattr(given, setting.dest, setting.default)
         return origins
 
     def _read_file(self, path: Path) -> dict[str, Any]:
@@ -140,7 +164,7 @@ class ServeSettings:
                 raise ConfigError(
                     key,
                     value,
-                    f"in {path}: not a setting of suffice serve (each flag is one: max_items for --max-items)",
+                    f"in {path}: not a setting of suffice {self.command} (each flag is one: max_items for --max-items)",
                 )
             values[key] = self._from_toml(setting, value, f"in {path}", path.parent)
         return values
@@ -154,7 +178,7 @@ class ServeSettings:
             setting = self.settings.get(key)
             if setting is None:
                 # Not refused: other tools of a deployment may use the prefix too.
-                _log.warning("%s is not a setting of suffice serve: ignored", variable)
+                _log.warning("%s is not a setting of suffice %s: ignored", variable, self.command)
                 continue
             values[key] = self._from_text(setting, text)
         return values
@@ -215,3 +239,20 @@ class ServeSettings:
         if setting.choices is not None and value not in setting.choices:
             raise bad(f"must be one of {', '.join(map(str, setting.choices))}")
         return value
+
+
+#: The name ``suffice serve`` knew this class by.
+ServeSettings = CommandSettings
+
+
+def with_origin(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str, str]) -> ConfigError:
+    """``exc`` naming where its setting came from: the variable, or the key and the file; ``names``: the settings'
+    keys by the names errors give them, where they differ."""
+    origin = origins.get(names.get(exc.parameter, exc.parameter))
+    if origin is None or origin == "its flag":
+        return exc
+    prefix = f"{exc.parameter}={exc.value!r}: "
+    reason = str(exc).removeprefix(prefix)
+    if origin.startswith(ENV_PREFIX):
+        return ConfigError(origin, exc.value, reason)
+    return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")

@@ -5,6 +5,7 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,21 +186,12 @@ class Gate(ABC):
         return self.route(verdict).route == "deliver"
 
     def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        """The output row's verdict fields in format ``fmt``: ``suffice`` (as it is) or ``seed`` / ``ragflow``."""
-        if fmt == "suffice":
-            return {"verdict": verdict.model_dump(mode="json")}
-        row: dict[str, Any] = {
-            "verdict": self.seed_verdict(verdict),
-            "fitting": verdict.model_dump(
-                mode="json",
-                include={"truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "prompt_version"},
-            ),
-        }
-        decision = getattr(verdict, "decision", None)
-        if isinstance(decision, BaseModel):
-            row["decision"] = decision.model_dump(mode="json")
-        return row
+        """Deprecated, kept one release: the verdict formats hold this now (:func:`suffice.formats.verdicts.export`)."""
+        warnings.warn(
+            "Gate.export is deprecated: use suffice.formats.verdicts.export(gate, verdict, fmt)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from suffice.formats.verdicts import export
 
-    @abstractmethod
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        """The verdict in the seed prompt's own output schema."""
+        return export(self, verdict, fmt)

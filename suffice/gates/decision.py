@@ -124,11 +124,6 @@ class DecisionGate(Wrapping):
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
         return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
 
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        if not isinstance(verdict, DecisionVerdict):
-            raise TypeError(f"decision-only mode cannot export a {type(verdict).__name__}")
-        return verdict.to_seed()
-
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         if probabilities is None:
             return verdict
@@ -215,12 +210,6 @@ class AutoGate(Wrapping):
 
     def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None:
         return roles.useful_chunk_ids(self._of_row(verdict), verdict)
-
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        return self._of(verdict).export(verdict, fmt)
-
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        return self._of(verdict).seed_verdict(verdict)
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         return roles.with_probabilities(self._of(verdict), verdict, probabilities)

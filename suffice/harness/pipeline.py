@@ -26,10 +26,9 @@ from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.isolation import step_outcomes
-from suffice.judge import Judge
-from suffice.records import Chunk, Item, record_id
+from suffice.protocol import JudgeProtocol
+from suffice.records import Chunk, Item, item_record, record_id
 from suffice.results import JudgeResult
-from suffice.serving.factory import engine_settings
 
 #: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.
 Generator = Callable[[str, Sequence[Chunk]], str]
@@ -164,6 +163,11 @@ _PENDING = "(the answer is being generated)"
 class Pipeline:
     """The re-retrieval loop around a judge, writing every round to the audit log.
 
+    ``judge``: any :class:`~suffice.JudgeProtocol` (an in-process :class:`~suffice.Judge`, a
+    :class:`~suffice.Client` or :class:`~suffice.AsyncClient` of ``suffice serve``); each round is one
+    ``judge_batch`` call.  ``rewrite_queries`` rewrites with the judge's engine, so it needs a judge with one in
+    this process.
+
     ``generator`` (optional): ``generator(question, chunks) -> answer``.  With it, a gate that checks an answer gets
     a new one after every re-retrieval (the seed: "regenerate the answer and re-evaluate"), and a record without an
     answer gets its first one before round 1.  Without it, the answer given is checked again on the wider evidence.
@@ -171,23 +175,36 @@ class Pipeline:
 
     def __init__(
         self,
-        judge: Judge,
+        judge: JudgeProtocol,
         retriever: Retriever,
         config: PipelineConfig | None = None,
         *,
         audit: AuditLog | str | Path | None = None,
         generator: Generator | None = None,
     ) -> None:
+        if not isinstance(judge, JudgeProtocol):
+            raise ConfigError(
+                "judge",
+                type(judge).__name__,
+                "must be a judge (suffice.JudgeProtocol): a suffice.Judge, Client or AsyncClient",
+            )
         self.judge = judge
+        #: The judge's gate: reads each record and routes each verdict.
+        self.gate = judge.gate_for()
         self.retriever = retriever
         self.generator = generator
         self._run_id = ""
         self.config = config or PipelineConfig()
         self.audit = audit if isinstance(audit, AuditLog) else AuditLog(audit or DEFAULT_AUDIT_DB)
-        self.rewriter = QueryRewriter(judge.engine) if self.config.rewrite_queries else None
-        self._weights = weights_hash(getattr(judge.engine, "model_path", None))
+        engine = getattr(judge, "engine", None)  # an in-process judge's: a service's engine is not here
+        if self.config.rewrite_queries and engine is None:
+            raise ConfigError(
+                "rewrite_queries", True, "rewrites with the judge's engine in this process: give a suffice.Judge"
+            )
+        self.rewriter = QueryRewriter(engine) if engine is not None and self.config.rewrite_queries else None
+        self._weights = weights_hash(getattr(engine, "model_path", None))
         #: What decides this judge's verdicts, recorded with each row (as ``judge`` and ``serve`` record it).
-        self._settings = {**judge.gate.settings(), **engine_settings(judge.config.engine)}
+        self._settings = judge.settings_for()
 
     def run(self, records: Sequence[object]) -> list[Outcome]:
         run_id = uuid.uuid4().hex
@@ -200,7 +217,7 @@ class Pipeline:
                 record = {**record, "chunks": []}  # a question alone: the retriever finds its chunks
             generate_first = (
                 self.generator is not None
-                and self.judge.gate.needs_response
+                and self.gate.needs_response
                 and isinstance(record, Mapping)
                 and record.get("response") is None
             )
@@ -208,7 +225,7 @@ class Pipeline:
                 assert isinstance(record, Mapping)
                 record = {**record, "response": _PENDING}
             try:
-                item = parse_item(self.judge.gate, record)
+                item = parse_item(self.gate, record)
             except InputError as exc:
                 outcomes[index] = self._review(
                     run_id, record_id(record), None, f"input error: {exc}", [], None, None, rule="input_error"
@@ -240,13 +257,13 @@ class Pipeline:
                 for state in open_:
                     state.item = replace(state.item, retrieval_exhausted=True)
             started = time.perf_counter()
-            results = self.judge.judge_batch([s.item for s in open_])
+            results = self.judge.judge_batch([item_record(s.item) for s in open_])
             latency = (time.perf_counter() - started) * 1000
             again: list[_Open] = []
             queries: dict[int, list[str]] = {}
             for state, result in zip(open_, results, strict=True):
                 values = audit_values(
-                    self.judge.gate,
+                    self.gate,
                     result,
                     state.item,
                     run_id=run_id,
@@ -265,7 +282,7 @@ class Pipeline:
                 self._rewrite(again, queries, round=round + 1)
             self._retrieve([s for s in again if s.failure is None], queries, round=round + 1)
             widened = [s for s in again if s.failure is None and s.trace[-1].new_chunks > 0]
-            if widened and self.generator is not None and self.judge.gate.needs_response:
+            if widened and self.generator is not None and self.gate.needs_response:
                 self._generate(widened, round=round + 1)
             still_open = []
             for state in again:
@@ -291,7 +308,7 @@ class Pipeline:
             state.trace.append(RoundTrace(round=round, route="error", reason=reason, audit_seq=seq))
             rule = "two_failed_generations" if failed_twice(result) else "evaluation_failed"
             return self._review(run_id, item.id, item, reason, [], None, seq, state.trace, rule=rule)
-        routing = self.judge.gate.route(result.verdict)
+        routing = self.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
         # A gate without retrieval queries (the sufficiency gate's are empty) is searched for by its gap.
         search = list(routing.queries or routing.gap)
@@ -385,7 +402,7 @@ class Pipeline:
         }
         review_id = self.audit.enqueue_review(
             item_id=item_id or "",
-            gate=self.judge.gate.name,
+            gate=self.gate.name,
             reason=f"{rule}: {reason}",
             payload=payload,
             run_id=run_id,
@@ -422,7 +439,7 @@ class Pipeline:
         if self.config.high_stakes is not None:
             return self.config.high_stakes
         try:
-            return high_stakes(self.judge.gate, item)
+            return high_stakes(self.gate, item)
         except SufficeError:  # e.g. a rubric gone since the record was read: the safer reading
             return True
 
@@ -505,7 +522,7 @@ class Pipeline:
             attempt: dict[str, Any] = {
                 "run_id": self._run_id,
                 "item_id": state.item.id,
-                "gate": self.judge.gate.name,
+                "gate": self.gate.name,
                 "round": round,
                 "queries": list(request.queries),
                 "width": request.width,

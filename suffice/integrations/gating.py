@@ -13,10 +13,8 @@ kept documents stay in the order given.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import functools
 import hashlib
+import inspect
 import json
 import logging
 import threading
@@ -29,7 +27,6 @@ from pydantic import BaseModel
 
 from suffice.audit import AuditLog
 from suffice.audit.recording import audit_values, record_results, weights_hash
-from suffice.client import AsyncClient, Client
 from suffice.exceptions import (
     ConfigError,
     GateFailedError,
@@ -37,12 +34,11 @@ from suffice.exceptions import (
     ServiceTimeoutError,
     ServiceUnavailableError,
 )
-from suffice.gates import Gate, make_gate
-from suffice.gates.roles import useful_chunk_ids
+from suffice.gates import Gate
+from suffice.gates.roles import parse_item, useful_chunk_ids
 from suffice.grammars.routes import Routing
-from suffice.judge import Judge
+from suffice.protocol import JudgeProtocol
 from suffice.results import JudgeResult
-from suffice.serving.factory import engine_settings
 
 #: What a compressor / postprocessor / router does with documents the gate judged insufficient:
 #: raise :class:`~suffice.InsufficientContextError`, return no documents, or return them all.
@@ -157,23 +153,23 @@ def scalar_metadata(metadata: Mapping[str, Any] | None, keys: Sequence[str]) -> 
 
 
 class DocumentGate:
-    """A gate over framework documents, on an in-process :class:`~suffice.Judge`, a
-    :class:`~suffice.Client` or a :class:`~suffice.AsyncClient` of ``suffice serve``.
+    """A gate over framework documents, on any :class:`~suffice.JudgeProtocol`: an in-process
+    :class:`~suffice.Judge`, a :class:`~suffice.Client` or :class:`~suffice.AsyncClient` of ``suffice serve``.
 
-    ``gate``: which gate (default: the judge's own, or the client's default); ``options``: the
-    gate's options (on a ``Judge``, a judge for them is built once on the same engine; on a
-    client they travel with each request, so only the gate's per-request options are accepted
-    by the service).  ``on_insufficient`` / ``on_error`` / ``on_unavailable``: see :data:`OnInsufficient`,
-    :data:`OnError`, :data:`OnUnavailable`; ``timeout``: seconds one call to the service may take (a client's
-    own timeout otherwise; with an in-process judge there is no service to wait for, and it is refused).
-    ``audit``: with an in-process ``Judge``, every verdict is written to this audit log and each one sent
-    to a person (a ``human_review`` route, two failed generations) is queued for review there, as
-    ``suffice judge --audit-db`` does (through a client, the service keeps its own log).
+    ``gate``: which gate (default: the judge's own); ``options``: the gate's options for each call (on a
+    ``Judge``, a judge for them is built once on the same engine; through a client they travel with each
+    request, so only the gate's per-request options are accepted by the service).  ``on_insufficient`` /
+    ``on_error`` / ``on_unavailable``: see :data:`OnInsufficient`, :data:`OnError`, :data:`OnUnavailable`;
+    ``timeout``: seconds one call to the service may take (a client's own timeout otherwise; a judge whose calls
+    take no ``timeout``, as an in-process one, refuses it).  ``audit``: with an in-process judge (one whose
+    ``engine`` is here), every verdict is written to this audit log and each one sent to a person (a
+    ``human_review`` route, two failed generations) is queued for review there, as ``suffice judge --audit-db``
+    does (through a client, the service keeps its own log: ``suffice serve --audit-db``).
     """
 
     def __init__(
         self,
-        judge: Judge | Client | AsyncClient,
+        judge: JudgeProtocol,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
         on_insufficient: OnInsufficient = "raise",
@@ -182,8 +178,12 @@ class DocumentGate:
         on_unavailable: OnUnavailable = "raise",
         timeout: float | None = None,
     ) -> None:
-        if not isinstance(judge, Judge | Client | AsyncClient):
-            raise ConfigError("judge", type(judge).__name__, "must be a suffice.Judge, Client or AsyncClient")
+        if not isinstance(judge, JudgeProtocol):
+            raise ConfigError(
+                "judge",
+                type(judge).__name__,
+                "must be a judge (suffice.JudgeProtocol): a suffice.Judge, Client or AsyncClient",
+            )
         if on_insufficient not in ("raise", "empty", "keep"):
             raise ConfigError("on_insufficient", on_insufficient, "must be 'raise', 'empty' or 'keep'")
         if on_error not in ("raise", "keep"):
@@ -194,53 +194,57 @@ class DocumentGate:
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf")
         ):
             raise ConfigError("timeout", timeout, "must be a positive number of seconds")
-        if timeout is not None and isinstance(judge, Judge):
+        if timeout is not None and "timeout" not in inspect.signature(judge.judge).parameters:
             raise ConfigError("timeout", timeout, "bounds a call to suffice serve: give a Client or AsyncClient")
+        if audit is not None and not isinstance(audit, AuditLog):
+            raise ConfigError("audit", type(audit).__name__, "must be a suffice.audit.AuditLog")
+        if audit is not None and getattr(judge, "engine", None) is None:
+            # A row records the weights that made its verdict: only a judge whose engine is here can say.
+            raise ConfigError(
+                "audit", "AuditLog", "needs an in-process judge; a service keeps its own log (suffice serve --audit-db)"
+            )
         self.on_insufficient: OnInsufficient = on_insufficient
         self.on_error: OnError = on_error
         self.on_unavailable: OnUnavailable = on_unavailable
         self.timeout = timeout
         self.options = dict(options or {})
-        self._client: Client | AsyncClient | None = None
-        self._judge: Judge | None = None
-        if isinstance(judge, Judge):
-            name = gate or judge.gate.name
-            if name == judge.gate.name and not self.options:
-                self._judge = judge
-            else:  # the same engine, another gate or other options: built (and checked) once, here
-                config = dataclasses.replace(judge.config, gate=name, options=self.options)
-                self._judge = Judge(judge.engine, config.make_gate(), config)
-            self.gate: Gate = self._judge.gate
-        else:
-            self._client = judge
-            # Reads the service's verdicts here (route, useful ids); options are checked as the service would.
-            self.gate = make_gate(gate or judge.gate, self.options)
-        if audit is not None and not isinstance(audit, AuditLog):
-            raise ConfigError("audit", type(audit).__name__, "must be a suffice.audit.AuditLog")
-        if audit is not None and self._judge is None:
-            raise ConfigError("audit", "AuditLog", "is kept by the service a client judges through (--audit-db)")
+        self.judge_object = judge
+        #: The call's keywords: the gate and options, and the timeout where one is set.
+        self._call: dict[str, Any] = {"gate": gate, "options": self.options or None}
+        if timeout is not None:
+            self._call["timeout"] = timeout
+        # Reads the verdicts here (route, useful ids); a gate or option the judge refuses fails now, not per call.
+        self.gate: Gate = judge.gate_for(gate, self.options)
         self.audit = audit
+        self._audit_settings: dict[str, str] | None = None
+        self._weights: str | None = None
         self._lock = threading.Lock()
 
     def _record(self, record: Mapping[str, Any], result: JudgeResult, seconds: float) -> JudgeResult:
         """Write ``result`` to the audit log (if any), queueing it for review when it goes to a person."""
-        if self.audit is None or self._judge is None:
+        if self.audit is None:
             return result
-        judge = self._judge
-        item = judge.item_or_none(record)
-        settings = {**judge.gate.settings(), **engine_settings(judge.config.engine)}
+        gate = self.gate
+        try:
+            item = parse_item(gate, record)
+        except Exception:
+            item = None
+        if self._audit_settings is None:  # asked once: through a client it is a request
+            self._audit_settings = self.judge_object.settings_for(self._call["gate"], self._call["options"])
+            self._weights = weights_hash(getattr(getattr(self.judge_object, "engine", None), "model_path", None))
+        settings = self._audit_settings
         values = audit_values(
-            judge.gate,
+            gate,
             result,
             item,
             run_id=str(record["id"]),
             round=1,
             latency_ms=seconds * 1000,
-            weights_hash=weights_hash(getattr(judge.engine, "model_path", None)),
+            weights_hash=self._weights,
             settings=settings,
         )
         with self._lock:  # one SQLite connection, callers on many threads
-            record_results(self.audit, [values], [result], [item], str(record["id"]), judge.gate, settings)
+            record_results(self.audit, [values], [result], [item], str(record["id"]), gate, settings)
         return result
 
     @property
@@ -250,26 +254,27 @@ class DocumentGate:
     def judge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:
         """The judge's result for one question and its documents (blocking)."""
         record = record_for(question, evidence, answer)
-        if self._judge is not None:
-            began = time.perf_counter()
-            return self._record(record, self._judge.judge_batch([record])[0], time.perf_counter() - began)
-        if isinstance(self._client, Client):
-            return self._client.judge(record, self.gate_name, self.options or None, timeout=self.timeout)
-        raise ConfigError("judge", "AsyncClient", "an AsyncClient serves the async calls only; give a Client")
+        began = time.perf_counter()
+        judge: Any = self.judge_object  # ``timeout`` is no keyword of the protocol: passed where the judge takes it
+        result = judge.judge(record, **self._call)
+        if inspect.isawaitable(result):  # an AsyncClient's deprecated meaning, called where an event loop runs
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise ConfigError(
+                "judge", type(judge).__name__, "a blocking call in a running event loop: use the async call"
+            )
+        return self._record(record, result, time.perf_counter() - began)
 
     async def ajudge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:
-        """The judge's result, awaited: the in-process judge on a worker thread (cancelling the task
-        stops its generation), a :class:`~suffice.AsyncClient` natively, a :class:`~suffice.Client` on a thread."""
+        """The judge's result, awaited (the judge's own ``ajudge``: an in-process judge on a worker thread whose
+        generation stops when the task is cancelled, an :class:`~suffice.AsyncClient` natively)."""
         record = record_for(question, evidence, answer)
-        if self._judge is not None:
-            began = time.perf_counter()
-            # Written on the caller's thread: a SQLite connection is used on the thread that opened it.
-            return self._record(record, await self._judge.ajudge(record), time.perf_counter() - began)
-        if isinstance(self._client, AsyncClient):
-            return await self._client.judge(record, self.gate_name, self.options or None, timeout=self.timeout)
-        assert isinstance(self._client, Client)
-        call = functools.partial(self._client.judge, timeout=self.timeout)
-        return await asyncio.to_thread(call, record, self.gate_name, self.options or None)
+        began = time.perf_counter()
+        judge: Any = self.judge_object
+        result = await judge.ajudge(record, **self._call)
+        # Written on the caller's thread: a SQLite connection is used on the thread that opened it.
+        return self._record(record, result, time.perf_counter() - began)
 
     def select(
         self, question: str, evidence: Sequence[Evidence], answer: str | None = None

@@ -27,15 +27,14 @@ except ImportError as missing:  # the extra is not installed
     ) from missing
 
 import suffice.audit
-import suffice.client
-import suffice.judge
+import suffice.protocol
 from suffice import exceptions
 from suffice.integrations import gating
 
 __all__ = ["RouterOnInsufficient", "SufficiencyRouter", "insufficient_payload"]
 
 _logger = logging.getLogger("suffice.integrations.haystack")
-_JudgeLike = suffice.judge.Judge | suffice.client.Client | suffice.client.AsyncClient
+_JudgeLike = suffice.protocol.JudgeProtocol
 
 #: What :class:`SufficiencyRouter` does with documents the gate judged insufficient: ``"route"`` (the
 #: default) emits the verdict on the ``insufficient`` output; ``"raise"`` raises
@@ -107,8 +106,9 @@ class SufficiencyRouter:
     one of ``documents`` (sufficient: the useful ones, in their order, copies with the verdict in
     ``meta["suffice"]``) and ``insufficient`` (a dict, :func:`insufficient_payload`).
 
-    ``judge``: a :class:`~suffice.Judge`, :class:`~suffice.Client` or :class:`~suffice.AsyncClient` (the
-    last for ``run_async`` only, as in ``Pipeline.run_async``); ``gate`` / ``options``: the gate and its
+    ``judge``: any :class:`~suffice.JudgeProtocol` (a :class:`~suffice.Judge`, :class:`~suffice.Client`,
+    :class:`~suffice.AsyncClient`; ``run_async`` awaits its ``ajudge``);
+    ``gate`` / ``options``: the gate and its
     options; ``on_insufficient``: see :data:`RouterOnInsufficient` (a router routes by default rather
     than raise); ``on_error``: ``"raise"`` (:class:`~suffice.GateFailedError`, which Haystack wraps in its
     ``PipelineRuntimeError``) or ``"keep"`` (every document on ``documents``, unjudged);
@@ -171,15 +171,16 @@ class SufficiencyRouter:
         """Judge ``documents`` for ``query`` and emit one output (see the class docstring); blocking.
         Raises :class:`~suffice.InsufficientContextError` (``on_insufficient="raise"``),
         :class:`~suffice.GateFailedError` (``on_error="raise"``) and :class:`~suffice.ConfigError` for an
-        :class:`~suffice.AsyncClient` (use ``run_async``)."""
+        :class:`~suffice.AsyncClient` called where an event loop runs (use ``run_async``)."""
         evidence = [_evidence(document, self.metadata_keys) for document in documents]
         kept, outcome = self._gate.select(query, evidence)
         return self._route(query, documents, kept, outcome)
 
     @haystack.component.output_types(documents=list[haystack.Document], insufficient=dict[str, typing.Any])
     async def run_async(self, query: str, documents: list[haystack.Document]) -> dict[str, typing.Any]:
-        """:meth:`run`, awaited: an :class:`~suffice.AsyncClient` natively, a :class:`~suffice.Judge` on a
-        worker thread (cancelling the task stops its generation), a :class:`~suffice.Client` on a thread."""
+        """:meth:`run`, awaited on the judge's ``ajudge``: an :class:`~suffice.AsyncClient` natively, a
+        :class:`~suffice.Judge` on a worker thread (cancelling the task stops its generation), a
+        :class:`~suffice.Client` on a thread."""
         evidence = [_evidence(document, self.metadata_keys) for document in documents]
         kept, outcome = await self._gate.aselect(query, evidence)
         return self._route(query, documents, kept, outcome)
@@ -214,6 +215,7 @@ class SufficiencyRouter:
     def _described_judge(self) -> dict[str, typing.Any]:
         """What ``to_dict`` writes for the judge: never its engine, never a client's key."""
         described: dict[str, typing.Any] = {"kind": type(self._judge).__name__, "gate": self.gate}
-        if isinstance(self._judge, suffice.client.Client | suffice.client.AsyncClient):
-            described["base_url"] = self._judge.base_url
+        base_url = getattr(self._judge, "base_url", None)  # a client's; an engine's settings stay unwritten
+        if isinstance(base_url, str):
+            described["base_url"] = base_url
         return described

@@ -31,8 +31,7 @@ except ImportError as missing:  # the extra is not installed
 import pydantic
 
 import suffice.audit
-import suffice.client
-import suffice.judge
+import suffice.protocol
 import suffice.results
 from suffice import exceptions
 from suffice.gates import registry
@@ -45,7 +44,7 @@ __all__ = ["DEFAULT_SCORE_KEYS", "CheckedAnswer", "RecoveryCheck", "SufficiencyC
 #: LangChain's rerankers write ``relevance_score``; a vector store's score is often put at ``score``.
 DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
 
-_JudgeLike = suffice.judge.Judge | suffice.client.Client | suffice.client.AsyncClient
+_JudgeLike = suffice.protocol.JudgeProtocol
 
 
 def _evidence(
@@ -74,7 +73,8 @@ def _evidence(
 class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
     """A ``BaseDocumentCompressor`` that keeps the documents the gate's verdict names useful.
 
-    ``judge``: a :class:`suffice.Judge`, :class:`suffice.Client` or :class:`suffice.AsyncClient`;
+    ``judge``: any :class:`suffice.JudgeProtocol` (a :class:`suffice.Judge`, :class:`suffice.Client`,
+    :class:`suffice.AsyncClient`);
     ``gate`` / ``options``: which gate and its options (default: the judge's own gate);
     ``on_insufficient``: ``"raise"`` (:class:`suffice.InsufficientContextError`), ``"empty"`` or
     ``"keep"``; ``on_error``: ``"raise"`` (:class:`suffice.GateFailedError`) or ``"keep"`` (every
@@ -86,7 +86,7 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
 
     A document's ``id`` is its chunk id (``None``: its position).  Returned documents are copies,
     in the order given, with the verdict at ``metadata["suffice"]``; the caller's are not changed.
-    ``acompress_documents`` awaits the judge (an :class:`~suffice.AsyncClient` natively, an
+    ``acompress_documents`` awaits the judge's ``ajudge`` (an :class:`~suffice.AsyncClient` natively, an
     in-process judge on a worker thread whose generation stops when the task is cancelled).
     """
 

@@ -17,11 +17,9 @@ from collections.abc import Sequence as _Sequence
 from typing import Any as _Any
 
 from suffice.audit import AuditLog as _AuditLog
-from suffice.client import AsyncClient as _AsyncClient
-from suffice.client import Client as _Client
 from suffice.exceptions import ConfigError as _ConfigError
 from suffice.integrations import gating
-from suffice.judge import Judge as _Judge
+from suffice.protocol import JudgeProtocol as _JudgeProtocol
 
 try:
     from llama_index.core import schema
@@ -37,8 +35,8 @@ __all__ = ["SufficiencyPostprocessor"]
 class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
     """A LlamaIndex node postprocessor that keeps the nodes a suffice gate's verdict names useful.
 
-    ``judge``: an in-process :class:`~suffice.Judge`, a :class:`~suffice.Client` or an
-    :class:`~suffice.AsyncClient` (async calls only) of ``suffice serve``; ``gate`` and ``options``:
+    ``judge``: any :class:`~suffice.JudgeProtocol`: an in-process :class:`~suffice.Judge`, a
+    :class:`~suffice.Client` or :class:`~suffice.AsyncClient` of ``suffice serve``; ``gate`` and ``options``:
     which gate and its options; ``on_insufficient`` (``"raise"``, ``"empty"``, ``"keep"``) and
     ``on_error`` (``"raise"``, ``"keep"``), ``on_unavailable`` (``"raise"``, ``"keep"``, ``"empty"``) and
     ``timeout`` (seconds a call to the service may take): see :mod:`suffice.integrations.gating`;
@@ -56,7 +54,7 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
 
     def __init__(
         self,
-        judge: _Judge | _Client | _AsyncClient,
+        judge: _JudgeProtocol,
         gate: str | None = None,
         options: _Mapping[str, _Any] | None = None,
         on_insufficient: gating.OnInsufficient = "raise",

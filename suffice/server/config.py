@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from suffice.gates import gate_names
 from suffice.gates.registry import option_names
 from suffice.network import is_loopback
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
+from suffice.settings import check, setting
 
 #: The longest ``header_timeout`` taken: a head that may take longer holds a connection as long.
 MAX_HEADER_TIMEOUT = 300.0
@@ -32,48 +32,68 @@ class ServeConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     gates: tuple[str, ...] = field(default_factory=gate_names)
     options: Mapping[str, Any] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    #: A file holding the bearer token clients must send (``None``: no authentication).
-    api_key_file: Path | None = None
+    host: str = setting("127.0.0.1", "address to listen on (default 127.0.0.1: this machine only)")
+    port: int = setting(8000, "port (default 8000; 0: any free port)", minimum=0, maximum=65535)
+    api_key_file: Path | None = setting(
+        None, "file holding the bearer token clients must send (default: no authentication)", dest="client_key_file"
+    )
     audit_db: Path | None = None
     audit_key: bytes | None = None
     #: Where ``suffice serve`` writes an anchor of the audit log when it shuts down.
     anchor_file: Path | None = None
     #: A folder of ``NAME.key`` files, one per reviewer of the review page (see :mod:`suffice.server.reviews`).
     reviewer_keys: Path | None = None
-    #: Largest request body accepted (bytes); larger gets 413.
-    max_body_bytes: int = 16 * 2**20
-    #: Most items in one request; more gets 422.
-    max_items: int = 1024
-    #: Most entries of a list in one item (its chunks); more gets 422.  Fitting tokenizes
-    #: every chunk under the tokenizer lock all requests share, so this bounds how long
-    #: one item holds it.
-    max_chunks_per_item: int = MAX_CHUNKS_PER_ITEM
-    #: Most characters of one string (a question, a chunk, an id, a key); longer gets 422.
-    max_field_chars: int = MAX_FIELD_CHARS
-    #: Connections open at once; past it a new one takes the place of the longest waiting without a
-    #: request in flight, or is answered 503 (see :mod:`suffice.server.http_guard`).
-    max_connections: int = 512
-    #: Seconds a request's headers may take to arrive, from the connection's start or its first
-    #: byte after an answer; later gets 408 and the connection is closed.
-    header_timeout: float = 10.0
-    #: Judges kept for per-request options (a rubric, a threshold), least recently used dropped first.
-    judge_cache_size: int = 64
-    #: Seconds a request may take before it is answered 504.
-    request_timeout: float = 600.0
-    #: Work admitted at once (being judged or waiting for the engine), counted in chunks:
-    #: an item is 1 plus the entries of its lists, since fitting costs per text, not per item.
-    #: A request that would go past it gets 429 with ``Retry-After`` at once, one larger than
-    #: it gets 422 (see :mod:`suffice.server.app`).
-    max_pending_chunks: int = 131_072
+    max_body_bytes: int = setting(16 * 2**20, "largest request body; larger gets 413 (default 16 MiB)", minimum=1024)
+    max_items: int = setting(1024, "most items per request; more gets 422 (default 1024)", minimum=1)
+    # Fitting tokenizes every chunk under the tokenizer lock all requests share, so this bounds how long one item
+    # holds it.
+    max_chunks_per_item: int = setting(
+        MAX_CHUNKS_PER_ITEM,
+        f"most chunks (entries of a list) in one item; more gets 422 (default {MAX_CHUNKS_PER_ITEM})",
+        minimum=1,
+    )
+    max_field_chars: int = setting(
+        MAX_FIELD_CHARS,
+        f"most characters in one string of a body (a question, a chunk, an id, a key); longer gets 422 "
+        f"(default {MAX_FIELD_CHARS})",
+        minimum=1,
+    )
+    max_connections: int = setting(
+        512,
+        "connections open at once; past it a new one replaces the longest idle one, or gets 503 (default 512)",
+        minimum=1,
+    )
+    header_timeout: float = setting(
+        10.0,
+        "seconds a request's headers may take to arrive, from the connection's start or its first byte after an "
+        "answer, before 408 (default 10)",
+        above=0,
+        maximum=MAX_HEADER_TIMEOUT,
+        unit=" s",
+    )
+    judge_cache_size: int = setting(
+        64,
+        "judges kept for per-request options (rubric, threshold), least recently used dropped (default 64)",
+        minimum=1,
+    )
+    # Finite: the SIGTERM drain is sized from it, and a request that may run for ever holds a drain for ever too.
+    request_timeout: float = setting(600.0, "seconds before a request gets 504 (default 600)", above=0)
+    # Counted in chunks since fitting costs per text, not per item; one request larger than it gets 422 (see
+    # suffice.server.app).
+    max_pending_chunks: int = setting(
+        131_072,
+        "chunks judged or waiting at once (an item counts 1 plus its chunks); a request past it gets 429 "
+        "with Retry-After (default 131072)",
+        minimum=1,
+    )
     #: Host names the ``Host`` header may carry besides the bound address and loopback's
     #: (``*``: any), so a web page cannot reach the service by DNS rebinding.
     allowed_hosts: tuple[str, ...] = ()
-    #: Serve without ``api_key_file`` on an address other machines reach.
-    insecure_no_auth: bool = False
-    #: Answer ``/metrics`` without the bearer token (to a Prometheus scraper that holds none).
-    metrics_without_auth: bool = False
+    insecure_no_auth: bool = setting(False, "serve without --api-key-file on an address other machines reach")
+    metrics_without_auth: bool = setting(
+        False,
+        "answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)",
+    )
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False
 
@@ -90,22 +110,7 @@ class ServeConfig:
         for key, value in self.options.items():
             if not any(key in option_names(gate) for gate in self.gates):
                 raise ConfigError(key, value, f"no gate served ({', '.join(self.gates)}) takes this option")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError("port", self.port, "must be between 0 and 65535")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("max_body_bytes", self.max_body_bytes, "must be at least 1024")
-        if self.max_items < 1:
-            raise ConfigError("max_items", self.max_items, "must be at least 1")
-        for name in (
-            "max_chunks_per_item",
-            "max_field_chars",
-            "max_pending_chunks",
-            "max_connections",
-            "judge_cache_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "must be a whole number of at least 1")
+        check(self)  # types and bounds
         if self.max_pending_chunks <= self.max_chunks_per_item:
             raise ConfigError(
                 "max_pending_chunks",
@@ -124,18 +129,6 @@ class ServeConfig:
                 f"is needed to serve on {self.host}, which other machines reach: give a token file, "
                 "or insecure_no_auth (--insecure-no-auth) to serve without authentication",
             )
-        if not self.request_timeout > 0:
-            raise ConfigError("request_timeout", self.request_timeout, "must be more than 0 seconds")
-        if not math.isfinite(self.request_timeout):
-            # The SIGTERM drain is sized from it: a request that may run for ever
-            # holds a drain for ever too.
-            raise ConfigError("request_timeout", self.request_timeout, "must be a finite number of seconds")
-        if isinstance(self.header_timeout, bool) or not isinstance(self.header_timeout, int | float):
-            raise ConfigError("header_timeout", self.header_timeout, "must be a number of seconds")
-        if not 0 < self.header_timeout <= MAX_HEADER_TIMEOUT:
-            raise ConfigError(
-                "header_timeout", self.header_timeout, f"must be more than 0 and at most {MAX_HEADER_TIMEOUT} s"
-            )
         if self.audit_key is not None and self.audit_db is None:
             raise ConfigError("audit_key", "<key>", "needs audit_db")
         if self.anchor_file is not None and self.audit_db is None:
@@ -144,8 +137,6 @@ class ServeConfig:
             raise ConfigError("reviewer_keys", str(self.reviewer_keys), "needs audit_db: reviews live in the audit log")
         if self.reviewer_keys is not None and not isinstance(self.reviewer_keys, Path):
             object.__setattr__(self, "reviewer_keys", Path(self.reviewer_keys))
-        if self.api_key_file is not None and not isinstance(self.api_key_file, Path):
-            object.__setattr__(self, "api_key_file", Path(self.api_key_file))
 
 
 def host_names(config: ServeConfig) -> frozenset[str]:

@@ -32,9 +32,10 @@ OUTPUT_TOKEN_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 class Metrics:
-    def __init__(self, gates: Collection[str] = (), build: Mapping[str, str] | None = None) -> None:
+    def __init__(self, gates: Collection[str] = (), build: Mapping[str, str | None] | None = None) -> None:
         """``gates``: the served gates, whose route and override counters start at 0 (a series from the start);
-        ``build``: the labels of ``suffice_build_info`` (``version``, ``model``, ``backend``, ``gates``)."""
+        ``build``: the labels of ``suffice_build_info`` (``version``, ``model``, ``backend``, ``gates``; one
+        ``None`` while the engine starts: the series appears when :meth:`describe` is called)."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -95,8 +96,15 @@ class Metrics:
         self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
         self.engine_alive.set(1)
         build = dict(build or {})
-        info = Gauge("suffice_build_info", "What this service runs: 1, with it as labels", list(build), registry=r)
-        (info.labels(**build) if build else info).set(1)
+        self._info = Gauge(
+            "suffice_build_info", "What this service runs: 1, with it as labels", list(build), registry=r
+        )
+        if None not in build.values():  # a value not known yet (the engine starts) is set by describe()
+            self.describe(build)
+
+    def describe(self, build: Mapping[str, str | None]) -> None:
+        """Set ``suffice_build_info``'s labels (the names given when made)."""
+        (self._info.labels(**build) if build else self._info).set(1)
 
     def observe(self, gate: str, results: list[JudgeResult], seconds: float, judged_by: Gate | None = None) -> None:
         """Count a request's results; ``judged_by`` (the gate that judged them) routes each verdict and

@@ -39,6 +39,7 @@ from suffice.exceptions import ConfigError, SufficeError
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
+from suffice.server.responses import error_responses
 
 #: The page's paths and the JSON routes': answered with reviewer keys, not the service's client token.
 PAGE = "/reviews"
@@ -469,14 +470,16 @@ async def _form(request: Request) -> dict[str, str]:
     return {key: values[0] for key, values in parse_qs(raw, keep_blank_values=True).items()}
 
 
-_API_REFUSALS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing or wrong reviewer key (Authorization: Bearer KEY)"},
-    404: {"description": "no such review"},
-    409: {"description": "the review is resolved already, or this reviewer decided it already"},
-    415: {"description": "the body is not application/json"},
-    422: {"description": "a decision, label or note the route refuses"},
-    503: {"description": "the audit log cannot be read or written"},
-}
+_API_REFUSALS = error_responses(
+    {
+        401: "missing or wrong reviewer key (Authorization: Bearer KEY)",
+        404: "no such review",
+        409: "the review is resolved already, or this reviewer decided it already",
+        415: "the body is not application/json",
+        422: "a decision, label or note the route refuses",
+        503: "the audit log cannot be read or written",
+    }
+)
 
 
 def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
@@ -546,7 +549,14 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         return JSONResponse({"detail": text if status != 503 else "the audit log cannot be used"}, status)
 
     # -- JSON ----------------------------------------------------------------------------------------------------
-    @app.get(API, response_model=ReviewList, summary="The review queue", responses=_API_REFUSALS, tags=["reviews"])
+    @app.get(
+        API,
+        response_model=ReviewList,
+        summary="The review queue",
+        responses=_API_REFUSALS,
+        tags=["reviews"],
+        operation_id="list_reviews",
+    )
     async def api_list(request: Request, status: Literal["open", "resolved", "all"] = "open") -> Response:
         if api_reviewer(request) is None:
             return unauthorized()
@@ -556,7 +566,13 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
             return refused(exc)
         return JSONResponse(ReviewList(reviews=rows).model_dump(mode="json"))
 
-    @app.get(f"{API}/{{review_id}}", response_model=ReviewDetail, summary="One review", responses=_API_REFUSALS)
+    @app.get(
+        f"{API}/{{review_id}}",
+        response_model=ReviewDetail,
+        summary="One review",
+        responses=_API_REFUSALS,
+        operation_id="get_review",
+    )
     async def api_show(review_id: int, request: Request) -> Response:
         reviewer = api_reviewer(request)
         if reviewer is None:
@@ -572,6 +588,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         response_model=DecisionAnswer,
         summary="Record the authenticated reviewer's decision",
         responses=_API_REFUSALS,
+        operation_id="decide_review",
     )
     async def api_decide(review_id: int, body: DecisionRequest, request: Request) -> Response:
         reviewer = api_reviewer(request)

@@ -1,11 +1,14 @@
-"""Run the service: bind first, start the engine, serve until SIGTERM, then drain.
+"""Run the service: listen first, start the engine behind it, serve until SIGTERM, then drain.
 
-Order matters.  The port is bound before the engine starts, so a port in use fails
-in a second, not after a minute of loading; it listens only once the engine is
-up, so nothing connects to a server that cannot judge yet.  On SIGTERM or Ctrl-C
-uvicorn stops accepting, lets the requests in flight finish (their verdicts and
-audit rows included) and only then is the engine shut down; the exit status is 0.
-If the engine dies, the server answers 503 and exits 1 for its supervisor.
+Order matters.  The port is bound and listening before the engine starts, so a port in use fails
+in a second, not after a minute of loading, and a caller can tell a service that starts from one
+that is gone: while the engine loads (on a thread of its own) ``/health`` answers 200 ``starting``,
+``/ready`` and every judge route 503 ``starting`` with ``Retry-After``.  On SIGTERM or Ctrl-C
+uvicorn stops accepting, lets the requests in flight finish (their verdicts and audit rows
+included) and only then is the engine shut down; the exit status is 0.  A SIGTERM while the engine
+starts waits for the start to end (an engine half made cannot be closed), then closes it: 0 too.
+If the engine dies, the server answers 503 and exits 1 for its supervisor; if it fails to start,
+the server stops and the error is raised as before it listened.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 from suffice.exceptions import ConfigError
 from suffice.server.config import ServeConfig, read_api_key
 from suffice.server.http_guard import KEEP_ALIVE_S, MAX_HEAD_BYTES, ConnectionLimits, protocol_class
-from suffice.server.service import GateService
+from suffice.server.service import GateService, check_served
 
 Notify = Callable[[str], None]
 #: Seconds a SIGTERM drain waits beyond the request timeout.
@@ -70,7 +74,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def listen(sock: socket.socket, host: str, port: int) -> None:
-    """Listen on the socket :func:`bind` made, once the engine is up; errors name the ``port``.
+    """Listen on the socket :func:`bind` made; errors name the ``port``.
 
     Why here and not in uvicorn: two servers started on one port both bind it
     (``SO_REUSEADDR``, neither listening yet), and only the second ``listen`` fails.
@@ -80,7 +84,7 @@ def listen(sock: socket.socket, host: str, port: int) -> None:
     try:
         sock.listen(BACKLOG)
     except OSError as exc:
-        raise ConfigError("port", port, f"was taken on {host} while the engine started: {exc.strerror or exc}") from exc
+        raise ConfigError("port", port, f"cannot be listened on at {host}: {exc.strerror or exc}") from exc
 
 
 @contextmanager
@@ -98,6 +102,15 @@ def _signals_absorbed() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _start(config: ServeConfig, started: Future[GateService], stop: Callable[[], None]) -> None:
+    """Start the engine into ``started`` (run on a thread of its own); a start that fails stops the server."""
+    try:
+        started.set_result(GateService.open(config))
+    except BaseException as exc:
+        started.set_exception(exc)
+        stop()
+
+
 def serve(config: ServeConfig, notify: Notify) -> int:
     """Serve until stopped; 0 after a drain, 1 if the engine died."""
     import uvicorn
@@ -106,23 +119,29 @@ def serve(config: ServeConfig, notify: Notify) -> int:
 
     api_key = read_api_key(config.api_key_file) if config.api_key_file is not None else None
     reserve_descriptors(config.max_connections)
+    check_served(config)  # a bad option fails in a second, before the port opens
     sock = bind(config.host, config.port)
-    try:
-        host, port = sock.getsockname()[:2]
-        notify(f"starting the engine for {', '.join(config.gates)} (bound to {host}:{port})")
-        service = GateService.open(config)
-    except BaseException:
-        sock.close()
-        raise
+    started: Future[GateService] = Future()
     server: uvicorn.Server | None = None
 
-    def on_fatal(reason: str) -> None:
-        notify(f"error: {reason}\nstopping: the engine cannot judge any more")
+    def stop() -> None:
         if server is not None:
             server.should_exit = True
 
+    def on_fatal(reason: str) -> None:
+        notify(f"error: {reason}\nstopping: the engine cannot judge any more")
+        stop()
+
+    def ready(start: Future[GateService]) -> None:
+        if start.exception() is None:
+            engine = start.result().engine
+            notify(f"suffice serve: ready; model {engine.model_id}, backend {engine.backend}")
+
+    loader = threading.Thread(target=_start, args=(config, started, stop), name="suffice-engine-start")
+
     try:
-        app = create_app(service, config, api_key, on_fatal)
+        host, port = sock.getsockname()[:2]
+        app = create_app(started, config, api_key, on_fatal)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -141,16 +160,31 @@ def serve(config: ServeConfig, notify: Notify) -> int:
             )
         )
         listen(sock, host, port)
-        engine = service.engine
         notify(
-            f"suffice serve: http://{host}:{port} (OpenAPI at /openapi.json); gates {', '.join(config.gates)}; "
-            f"model {engine.model_id}, backend {engine.backend}"
+            f"suffice serve: http://{host}:{port} (OpenAPI at /openapi.json); gates {', '.join(config.gates)}"
             + ("; bearer token required" if api_key is not None else "")
+            + "; starting the engine (/ready answers 503 until it is up)"
         )
+        started.add_done_callback(ready)
+        loader.start()
+        stopped_starting = False
         with _signals_absorbed():
             server.run(sockets=[sock])
+            if not started.done():
+                stopped_starting = True
+                notify("stopping: the engine is still starting; it is closed once it is up")
+            loader.join()
     finally:
-        service.close()
         sock.close()
+        if loader.is_alive():  # server.run raised: the engine that starts is still closed
+            loader.join()
+        service = started.result() if started.done() and started.exception() is None else None
+        if service is not None:
+            service.close()
+    if service is None:
+        if stopped_starting:  # Ctrl-C reaches the engine's processes too: their start fails, as asked
+            notify("suffice serve: stopped before the engine was up")
+            return 0
+        raise started.exception() or RuntimeError("the engine did not start")
     notify("suffice serve: stopped" + (" (engine dead)" if service.dead else " after finishing the requests in flight"))
     return 1 if service.dead is not None else 0

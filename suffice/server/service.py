@@ -24,6 +24,7 @@ from suffice.audit.recording import audit_values, record_results, review_rule, w
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format, verdict_format_names
 from suffice.gates import Gate, gate_class
 from suffice.judge import Judge
 from suffice.records import Item
@@ -32,10 +33,10 @@ from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.telemetry import engine_start
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("suffice", "seed", "ragflow")
 #: No renamed fields: strings as chunks and RAGAS names, as in ``suffice judge``.
 _READ_AS_JUDGE = FieldMap()
 
@@ -83,7 +84,7 @@ class Options:
     """Per-request choices: the gate's own options a request may set, and the output format."""
 
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    fmt: str = "suffice"
+    fmt: str = DEFAULT_VERDICT_FORMAT
 
 
 @dataclass
@@ -158,7 +159,8 @@ class GateService:
             audit = _AuditWriter(config) if config.audit_db is not None else None
             if audit is not None:
                 undo.callback(audit.close)
-            engine = make_engine(config.judge.engine)
+            with engine_start():  # its own spans stay out of the traces of the requests it serves
+                engine = make_engine(config.judge.engine)
             undo.callback(engine.close)
             service = cls(config, engine, audit)
             undo.pop_all()
@@ -236,9 +238,14 @@ class GateService:
         :class:`~suffice.exceptions.EngineFatalError` and :class:`~suffice.exceptions.CancelledError` through.
         """
         records = [_READ_AS_JUDGE.apply(record, None) for record in records]
-        if options.fmt not in FORMATS:
-            raise RequestError("format", f"must be one of {', '.join(FORMATS)}")
+        try:
+            shape = verdict_format(options.fmt)
+        except ConfigError:
+            raise RequestError("format", f"must be one of {', '.join(verdict_format_names())}") from None
         judge = self.judge_for(gate, options)
+        refused = shape.refuses(judge.gate)
+        if refused is not None:
+            raise RequestError("format", refused)
         if cancel is not None and cancel.is_set():  # given up while waiting for a thread
             raise CancelledError("the caller withdrew the request")
         request_id = uuid.uuid4().hex

@@ -160,10 +160,9 @@ def local_settings(config: EngineConfig) -> dict[str, str]:
         "backend": config.backend_name,
         "max_model_len": "model's own" if config.max_model_len is None else str(config.max_model_len),
     }
-    if config.dtype is not None:
-        # Only when asked for (the vLLM engine records the dtype its machine chose too).
-        settings["dtype"] = config.dtype
-    return settings
+    # And every other setting that changes verdicts, where set (the dtype asked for: the vLLM engine records the
+    # one its machine chose too).
+    return config.recorded(settings)
 
 
 #: Serialises calls into Hugging Face tokenizers: a shared Rust tokenizer raises "Already borrowed" otherwise.

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.network import check_url, refuse_plain_http
+from suffice.settings import check, check_engine, setting, tagged
+from suffice.settings import recorded as record_verdict_settings
 
 #: In-process vLLM; transformers + Outlines where vLLM cannot run; an OpenAI-compatible vLLM server.
 ENGINES = ("vllm", "transformers", "openai")
@@ -22,101 +25,217 @@ MAX_REQUEST_TIMEOUT = 86_400.0
 #: What an in-process vLLM engine may compute in (``EngineConfig.dtype``).
 DTYPES = ("float32", "bfloat16")
 
-#: Settings only some engines take: (field, engines that take it, what to do instead).  Which suit vLLM's build is
-#: checked when it starts (:func:`suffice.serving.machine.check_build`).
-_ONLY_FOR: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("backend", ("vllm",), "the transformers engine always uses Outlines; a server's backend is set where it starts"),
-    ("model", ("vllm", "transformers"), "a server serves its own model: name it with served_model"),
-    ("kv_cache_gib", ("vllm",), "only an in-process vLLM engine has a KV cache to size"),
-    ("cores", ("vllm",), "only an in-process vLLM engine binds threads"),
-    ("dtype", ("vllm",), "only the in-process vLLM engine's compute dtype is chosen here"),
-    (
-        "tensor_parallel_size",
-        ("vllm",),
-        "only an in-process vLLM engine splits a model across GPUs; a server's is set where it starts",
-    ),
-    (
-        "gpu_memory_utilization",
-        ("vllm",),
-        "only an in-process vLLM engine reserves GPU memory; a server's is set where it starts",
-    ),
-    ("base_url", ("openai",), "only the openai engine talks to a server"),
-    ("api_key_file", ("openai",), "only the openai engine talks to a server"),
-    ("tokenizer", ("openai",), "the in-process engines use the model folder's tokenizer"),
-    ("served_model", ("openai",), "the in-process engines take a local folder (model)"),
-    ("max_concurrency", ("openai",), "the in-process engines batch every request they are given"),
-    ("proxy", ("openai",), "only the openai engine talks to a server"),
-)
 #: Schemes a proxy may have (httpx's; ``socks5`` needs ``socksio``).
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+_SERVER = "only the openai engine talks to a server"
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The engine's settings.  ``None`` means "the default for this engine"."""
+    """The engine's settings, each declared once (:mod:`suffice.settings`): its flag, checks, the engines that take
+    it and whether a resume must match it come from its field.  ``None`` means "the default for this engine"."""
 
-    kind: str = "vllm"
-    #: vLLM only: the structured-output backend (default :data:`DEFAULT_BACKEND`).
-    backend: str | None = None
-    #: A local Hugging Face folder; ``None``: the embedded SmolLM2-135M-Instruct.
-    model: Path | None = None
-    #: Prompt plus output must fit in this many tokens (default: the model's own).
-    max_model_len: int | None = None
-    enforce_eager: bool = True
-    prefix_caching: bool = True
-    #: vLLM on CPU: KV cache in GiB; ``None``: a share of the memory available at start-up.
-    kv_cache_gib: float | None = None
-    #: vLLM on CPU: cores for the engine's threads, like ``"0-3"``; ``None``: the affinity mask.
-    cores: str | None = None
-    #: vLLM: ``float32`` or ``bfloat16``; ``None``: bfloat16 where the CPU (``avx512_bf16``, ``amx_bf16``) or GPU
-    #: has it, else float32 on a CPU and the weights' own on a GPU.
-    dtype: str | None = None
-    #: vLLM on a GPU: GPUs one model is split across; ``None``: vLLM's default (1).
-    tensor_parallel_size: int | None = None
-    #: vLLM on a GPU: share of each GPU's memory the engine may take, in (0, 1]; ``None``: vLLM's default.
-    gpu_memory_utilization: float | None = None
-    #: Show the engine's own log lines and the settings read off the machine.
-    verbose: bool = False
-    seed: int = 0
-    #: Top log-probabilities per generated token (for decision probabilities); 0 turns them off.
-    top_logprobs: int = 8
-    #: openai: the server's address, like ``http://127.0.0.1:8001`` (``/v1`` is added).
-    base_url: str | None = None
-    #: openai: a file holding the server's API key (sent as a bearer token).
-    api_key_file: Path | None = None
-    #: openai: a local tokenizer folder; ``None``: the server's ``/tokenize`` route.
-    tokenizer: Path | None = None
-    #: openai: the model name on the server; ``None``: the server's only model.
-    served_model: str | None = None
-    #: openai: requests in flight at once (across all callers of one engine); ``None``: 32.
-    max_concurrency: int | None = None
-    #: openai: seconds one HTTP call may take before it is retried.
-    request_timeout: float = 300.0
-    #: openai: retries of a call that failed in a way a retry can fix (connection, 5xx, 429).
-    retries: int = 3
-    #: openai: the proxy to reach the server through, like ``http://proxy:3128``; ``None``: none.  Never taken from
-    #: HTTP_PROXY, HTTPS_PROXY or ALL_PROXY: a proxy set for other tools would get the key and every prompt.
-    proxy: str | None = None
-    #: openai: allow plain ``http://`` to a host other than this machine (the key and the prompts travel unencrypted).
-    allow_insecure_http: bool = False
+    kind: str = setting(
+        "vllm",
+        "vllm (in-process), transformers (where vLLM cannot run) or openai (an existing vLLM server)",
+        flag="--engine",
+        dest="engine",
+        label="engine",
+        choices=ENGINES,
+        in_process=True,
+        verdict=True,
+        record="engine",
+    )
+    backend: str | None = setting(
+        None,
+        f"structured-output backend (vllm engine; default {DEFAULT_BACKEND})",
+        choices=BACKENDS,
+        engines=("vllm",),
+        instead="the transformers engine always uses Outlines; a server's backend is set where it starts",
+        in_process=True,
+        verdict=True,
+    )
+    model: Path | None = setting(
+        None,
+        "local Hugging Face model folder (default: embedded SmolLM2-135M-Instruct)",
+        engines=("vllm", "transformers"),
+        instead="a server serves its own model: name it with served_model",
+        in_process=True,
+        verdict=True,
+    )
+    max_model_len: int | None = setting(
+        None,
+        "context window: prompt plus output must fit in this many tokens (default: the model's)",
+        minimum=1024,
+        unit=" tokens",
+        in_process=True,
+        verdict=True,
+        vllm="max_model_len",
+    )
+    enforce_eager: bool = setting(
+        True,
+        "let vLLM compile the model (slower start, faster decode)",
+        flag="--compile",
+        dest="compile",
+        negate=True,
+        engines=("vllm",),
+        instead="vLLM only",
+        in_process=True,
+        vllm="enforce_eager",
+    )
+    prefix_caching: bool = setting(
+        True,
+        "vLLM's prefix cache (prompts sharing a start are read once)",
+        flag="",
+        engines=("vllm",),
+        instead="vLLM only",
+        vllm="enable_prefix_caching",
+    )
+    cores: str | None = setting(
+        None,
+        "CPU build only: cores for the engine's threads, e.g. 0-3 (default: all allowed)",
+        engines=("vllm",),
+        instead="only an in-process vLLM engine binds threads",
+        build="cpu",
+        in_process=True,
+    )
+    kv_cache_gib: float | None = setting(
+        None,
+        "CPU build only: KV cache in GiB (default: 20% of available memory)",
+        whole=True,
+        minimum=1,
+        unit=" (GiB)",
+        engines=("vllm",),
+        instead="only an in-process vLLM engine has a KV cache to size",
+        build="cpu",
+        in_process=True,
+    )
+    dtype: str | None = setting(
+        None,
+        "vllm engine: compute dtype (default: bfloat16 where the CPU or GPU has it natively, else float32; "
+        "float32 repeats decision probabilities to the last digits)",
+        choices=DTYPES,
+        engines=("vllm",),
+        instead="only the in-process vLLM engine's compute dtype is chosen here",
+        in_process=True,
+        verdict=True,
+    )
+    tensor_parallel_size: int | None = setting(
+        None,
+        "GPU build only: split the model across N GPUs (default 1)",
+        metavar="N",
+        minimum=1,
+        unit=" (GPUs)",
+        engines=("vllm",),
+        instead="only an in-process vLLM engine splits a model across GPUs; a server's is set where it starts",
+        build="gpu",
+        in_process=True,
+        # Tensor parallelism can change bf16 sums, so a verdict.
+        verdict=True,
+        vllm="tensor_parallel_size",
+    )
+    gpu_memory_utilization: float | None = setting(
+        None,
+        "GPU build only: share of each GPU's memory vLLM may take, in (0, 1] (default: vLLM's)",
+        metavar="F",
+        above=0,
+        maximum=1,
+        unit=" (a share)",
+        engines=("vllm",),
+        instead="only an in-process vLLM engine reserves GPU memory; a server's is set where it starts",
+        build="gpu",
+        in_process=True,
+        vllm="gpu_memory_utilization",
+    )
+    base_url: str | None = setting(
+        None,
+        "openai engine: the server, e.g. http://127.0.0.1:8001 (/v1 is added)",
+        engines=("openai",),
+        instead=_SERVER,
+        in_process=True,
+        verdict=True,
+        record="weights",
+    )
+    api_key_file: Path | None = setting(
+        None,
+        "file holding the key of the server judged through: the openai engine's (with judge --server: the "
+        "service's bearer token)",
+        flag="--api-key-file",
+        dest="engine_key_file",
+        engines=("openai",),
+        instead=_SERVER,
+    )
+    tokenizer: Path | None = setting(
+        None,
+        "openai engine: local tokenizer folder (default: the server's /tokenize)",
+        engines=("openai",),
+        instead="the in-process engines use the model folder's tokenizer",
+        in_process=True,
+    )
+    served_model: str | None = setting(
+        None,
+        "openai engine: model name on the server (default: its only)",
+        engines=("openai",),
+        instead="the in-process engines take a local folder (model)",
+        in_process=True,
+        verdict=True,
+        record="model",
+    )
+    max_concurrency: int | None = setting(
+        None,
+        f"openai engine: requests in flight, across all callers of one engine (default {DEFAULT_CONCURRENCY})",
+        minimum=1,
+        maximum=1024,
+        engines=("openai",),
+        instead="the in-process engines batch every request they are given",
+        in_process=True,
+    )
+    request_timeout: float = setting(
+        300.0,
+        "openai engine: seconds one HTTP call may take before it is retried",
+        flag="",
+        # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError).
+        above=0,
+        maximum=MAX_REQUEST_TIMEOUT,
+        unit=" seconds (a day)",
+    )
+    retries: int = setting(
+        3,
+        "openai engine: retries of a call that failed in a way a retry can fix (connection, 5xx, 429)",
+        flag="",
+        minimum=0,
+        maximum=10,
+    )
+    proxy: str | None = setting(
+        None,
+        "openai engine: reach the server through this proxy (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are ignored: a "
+        "proxy set for other tools would get the key and every prompt)",
+        metavar="URL",
+        engines=("openai",),
+        instead=_SERVER,
+        in_process=True,
+    )
+    allow_insecure_http: bool = setting(
+        False,
+        "openai engine (and judge --server): allow a plain http:// address on another machine with a key (the key "
+        "and prompts go unencrypted)",
+        engines=("openai",),
+        instead="openai only",
+    )
+    seed: int = setting(0, "vLLM's sampling seed", flag="", vllm="seed")
+    top_logprobs: int = setting(
+        8,
+        "top log-probabilities per generated token (for decision probabilities); 0 turns them off",
+        flag="",
+        minimum=0,
+        maximum=20,
+    )
+    verbose: bool = setting(False, "show the engine's own log and its settings", also=("-v",))
 
     def __post_init__(self) -> None:
-        for name in ("model", "api_key_file", "tokenizer"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, Path):
-                object.__setattr__(self, name, Path(value))
-        if self.kind not in ENGINES:
-            raise ConfigError("engine", self.kind, f"must be one of {', '.join(ENGINES)}")
-        if self.backend is not None and self.backend not in BACKENDS:
-            raise ConfigError("backend", self.backend, f"must be one of {', '.join(BACKENDS)}")
-        for name, engines, instead in _ONLY_FOR:
-            value = getattr(self, name)
-            if value is not None and self.kind not in engines:
-                raise ConfigError(name, str(value), f"not used by the {self.kind} engine: {instead}")
-        if self.kind != "vllm":
-            for name in ("enforce_eager", "prefix_caching"):
-                if not getattr(self, name):
-                    raise ConfigError(name, False, f"not used by the {self.kind} engine (vLLM only)")
+        check(self)  # types, choices and bounds, in field order (the engine first)
+        check_engine(self, self.kind)
         if self.kind == "openai":
             if self.base_url is None:
                 raise ConfigError("base_url", None, "the openai engine needs the server's address")
@@ -131,33 +250,6 @@ class EngineConfig:
                 )
             if self.proxy is not None:
                 check_url("proxy", self.proxy, PROXY_SCHEMES, "use a proxy that needs none")
-        elif self.allow_insecure_http:
-            raise ConfigError("allow_insecure_http", True, f"not used by the {self.kind} engine (openai only)")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ConfigError("dtype", self.dtype, f"must be one of {', '.join(DTYPES)}")
-        if self.max_model_len is not None and self.max_model_len < 1024:
-            raise ConfigError("max_model_len", self.max_model_len, "must be at least 1024 tokens")
-        if self.kv_cache_gib is not None and not (self.kv_cache_gib >= 1 and float(self.kv_cache_gib).is_integer()):
-            raise ConfigError("kv_cache_gib", self.kv_cache_gib, "must be a whole number of GiB, at least 1")
-        if self.tensor_parallel_size is not None and not self.tensor_parallel_size >= 1:
-            raise ConfigError("tensor_parallel_size", self.tensor_parallel_size, "must be at least 1 (GPUs)")
-        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(
-                "gpu_memory_utilization", self.gpu_memory_utilization, "must be more than 0 and at most 1 (a share)"
-            )
-        if not 0 <= self.top_logprobs <= 20:
-            raise ConfigError("top_logprobs", self.top_logprobs, "must be between 0 and 20")
-        if self.max_concurrency is not None and not 1 <= self.max_concurrency <= 1024:
-            raise ConfigError("max_concurrency", self.max_concurrency, "must be between 1 and 1024")
-        if not 0 < self.request_timeout <= MAX_REQUEST_TIMEOUT:
-            # A bound, not "no limit": the socket layer cannot wait 1e10 s (OverflowError).
-            raise ConfigError(
-                "request_timeout",
-                self.request_timeout,
-                f"must be more than 0 and at most {MAX_REQUEST_TIMEOUT:g} seconds (a day)",
-            )
-        if not 0 <= self.retries <= 10:
-            raise ConfigError("retries", self.retries, "must be between 0 and 10")
 
     @property
     def concurrency(self) -> int:
@@ -172,3 +264,16 @@ class EngineConfig:
         if self.kind == "transformers":
             return "outlines-transformers"
         return "server"
+
+    def recorded(self, settings: dict[str, str]) -> dict[str, str]:
+        """An engine's :meth:`~suffice.serving.base.Engine.settings_of` with every setting that can change a verdict
+        and is not recorded yet added, where it is set (so a new one is recorded without a line here)."""
+        return record_verdict_settings(self, self.kind, settings)
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        """The keywords of vLLM's ``LLM`` taken from these settings as they are (those set)."""
+        return {
+            d.spec.vllm: getattr(self, d.name)
+            for d in tagged(type(self))
+            if d.spec.vllm is not None and getattr(self, d.name) is not None
+        }

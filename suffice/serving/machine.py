@@ -20,6 +20,7 @@ from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import open_output
 from suffice.serving.cgroups import cgroup_limits
 from suffice.serving.engine_config import EngineConfig
+from suffice.settings import tagged
 
 #: Share of the memory available at start-up given to the KV cache, and its bounds.
 KV_SHARE = 0.2
@@ -65,15 +66,11 @@ def gpu_build() -> bool:
     return bool(torch.cuda.is_available())
 
 
-#: Settings for vLLM's CPU build, and for its GPU build (given above 1 for tensor_parallel_size).
-CPU_ONLY = ("kv_cache_gib", "cores")
-GPU_ONLY = ("tensor_parallel_size", "gpu_memory_utilization")
-
-
 def check_build(config: EngineConfig, *, gpu: bool) -> None:
     """Refuse settings the installed vLLM build cannot use (known only on the machine that starts the engine)."""
+    # Settings for vLLM's CPU build, and for its GPU build (given above 1 for tensor_parallel_size): tagged so.
     if gpu:
-        for name in CPU_ONLY:
+        for name in (d.name for d in tagged(type(config), build="cpu")):
             value = getattr(config, name)
             if value is not None:
                 raise ConfigError(
@@ -83,7 +80,7 @@ def check_build(config: EngineConfig, *, gpu: bool) -> None:
                     "(size its memory with gpu_memory_utilization instead)",
                 )
         return
-    for name in GPU_ONLY:
+    for name in (d.name for d in tagged(type(config), build="gpu")):
         value = getattr(config, name)
         if value is not None and not (name == "tensor_parallel_size" and value == 1):
             raise ConfigError(

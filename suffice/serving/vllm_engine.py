@@ -379,21 +379,13 @@ def llm_kwargs(config: EngineConfig, settings: MachineSettings, ref: ModelRef) -
         "model": str(ref.path),
         "tokenizer": str(ref.path),
         "structured_outputs_config": {"backend": config.backend_name},
-        "enable_prefix_caching": config.prefix_caching,
-        "enforce_eager": config.enforce_eager,
-        "seed": config.seed,
         "dtype": settings.dtype,
         # Requests are served in their sequence's order, not their own (_Sequence.rank).
         "scheduling_policy": "priority",
+        **config.vllm_kwargs(),
     }
     if settings.block_size is not None:
         kwargs["block_size"] = settings.block_size
-    if config.max_model_len is not None:
-        kwargs["max_model_len"] = config.max_model_len
-    if config.tensor_parallel_size is not None:
-        kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-    if config.gpu_memory_utilization is not None:
-        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
     return kwargs
 
 
@@ -457,9 +449,6 @@ class VLLMEngine(TokenizerMixin, Engine):
         settings.pop("dtype", None)
         if dtype != "float32":
             settings["dtype"] = dtype
-        # Only when set.  Tensor parallelism can change bf16 sums, so a verdict; memory utilisation cannot.
-        if config.tensor_parallel_size is not None:
-            settings["tensor_parallel_size"] = str(config.tensor_parallel_size)
         return settings
 
     def check_alive(self) -> None:

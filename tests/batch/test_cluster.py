@@ -494,3 +494,45 @@ def test_a_dataset_worker_whose_engine_cannot_reopen_raises_that_error_typed():
     worker = _DatasetWorker(CONFIG, "suffice", {}, functools.partial(reopening_fails, state={}))
     with pytest.raises(ModelNotFoundError):
         worker._judged([record(0)], 4)
+
+
+def test_a_ray_judge_is_a_judge_protocol_giving_the_in_process_judges_results(local_ray):
+    """The Ray pool as a judge: the same calls and keywords as ``Judge``, the same results, and an integration's
+    gate takes it as it takes any judge."""
+    import asyncio
+
+    from suffice import JudgeProtocol
+    from suffice.batch import RayJudge
+    from suffice.integrations.gating import DocumentGate, Evidence
+
+    records = [record(i) for i in range(7)] + [{"id": "bad", "chunks": []}]
+    local = Judge(ScriptedEngine(good), config=CONFIG)
+    same = {"max_useful_chunks": 4}
+    docs = [Evidence("Ada wrote 1.", id="a"), Evidence("Noise.", id="b")]
+
+    async def awaited(judge: JudgeProtocol):
+        return await judge.ajudge_batch(records[:3], options=same), await judge.ajudge(records[0])
+
+    with RayJudge(CONFIG, RayOptions(address="local", actors=2), batch_size=3, open_judge=fast_opener) as judge:
+        assert isinstance(judge, JudgeProtocol)
+        got = judge.judge_batch(records)
+        one = judge.judge(records[1], gate="sufficiency")
+        batch, first = asyncio.run(awaited(judge))
+        kept, outcome = DocumentGate(judge, on_insufficient="keep").select("Who wrote 1?", docs)
+        assert judge.settings_for(options=same)["max_useful_chunks"] == "4"
+        with pytest.raises(ConfigError) as caught:
+            judge.judge_batch(records, options={"no_such_option": 1})
+        assert caught.value.parameter == "no_such_option"
+
+    def same_as(results, expected) -> None:
+        assert [r.model_dump(exclude={"raw_text"}) for r in results] == [
+            r.model_dump(exclude={"raw_text"}) for r in expected
+        ]
+
+    same_as(got, local.judge_batch(records))
+    same_as([one, first], [local.judge(records[1]), local.judge(records[0])])
+    same_as(batch, local.judge_batch(records[:3], options=same))
+    assert got[-1].error is not None and got[-1].error.field == "question"
+    local_kept, local_outcome = DocumentGate(local, on_insufficient="keep").select("Who wrote 1?", docs)
+    assert outcome is not None and local_outcome is not None
+    assert (kept, outcome.verdict) == (local_kept, local_outcome.verdict)

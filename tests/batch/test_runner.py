@@ -635,7 +635,7 @@ def test_a_lone_surrogate_id_in_a_parquet_output_resumes(tmp_path):
 
 
 def test_a_lone_surrogate_id_reads_back_from_a_parquet_output_as_it_was(tmp_path):
-    from suffice.batch.parquet_output import unescape
+    from suffice.formats.files.parquet import unescape
     from suffice.tables import iter_parquet
 
     source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
@@ -647,7 +647,7 @@ def test_a_lone_surrogate_id_reads_back_from_a_parquet_output_as_it_was(tmp_path
 def test_a_string_that_looks_escaped_reads_back_from_parquet_as_it_was(tmp_path):
     """The escape's mark is escaped itself: a real id that begins with it is not
     mistaken for an escaped one."""
-    from suffice.batch.parquet_output import ESCAPED, unescape
+    from suffice.formats.files.parquet import ESCAPED, unescape
     from suffice.tables import iter_parquet
 
     source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
@@ -658,7 +658,7 @@ def test_a_string_that_looks_escaped_reads_back_from_parquet_as_it_was(tmp_path)
 
 
 def test_a_journal_row_parquet_cannot_hold_is_a_typed_error_naming_the_output_format(tmp_path):
-    from suffice.batch.parquet_output import parquet_from_journal
+    from suffice.formats.files.parquet import parquet_from_journal
 
     source, jsonl = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(0)).encode()])

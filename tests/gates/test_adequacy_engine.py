@@ -66,6 +66,7 @@ def test_rubric_and_input_errors_are_per_item(adequacy_judged):
     }
 
 
+@pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
 def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
     judge, store, records, results = adequacy_judged
     verdicts = [(rec, r) for rec, r in zip(records, results, strict=True) if r.verdict is not None]
@@ -92,6 +93,7 @@ def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
 
 
+@pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
 def test_a_rubric_with_its_own_dimensions_yields_exactly_them(engine, tmp_path):
     """The model writes the rubric's own dimension names (the constraint generates them),
     and the composite is computed over them."""

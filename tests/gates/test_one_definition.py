@@ -5,6 +5,7 @@ boolean kept beside it)."""
 from __future__ import annotations
 
 from suffice.audit.recording import audit_values
+from suffice.formats.verdicts import export
 from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
@@ -46,19 +47,19 @@ def test_the_audit_row_records_the_calibrated_decision():
 
 
 def test_the_ragflow_export_carries_the_calibrated_decision():
-    assert GATE.export(VERDICT, "ragflow")["verdict"]["Sufficient Context"] is False
+    assert export(GATE, VERDICT, "ragflow")["verdict"]["Sufficient Context"] is False
 
 
 def test_the_ragflow_export_keeps_both_seed_keys_in_agreement():
-    assert GATE.export(VERDICT, "ragflow")["verdict"]["is_sufficient"] is False
+    assert export(GATE, VERDICT, "ragflow")["verdict"]["is_sufficient"] is False
 
 
 def test_the_ragflow_export_keeps_the_models_own_boolean_beside_it():
-    assert GATE.export(VERDICT, "ragflow")["model_is_sufficient"] is True
+    assert export(GATE, VERDICT, "ragflow")["model_is_sufficient"] is True
 
 
 def test_the_suffice_export_keeps_the_verdict_with_its_decision():
-    assert GATE.export(VERDICT, "suffice")["verdict"]["decision"]["sufficient"] is False
+    assert export(GATE, VERDICT, "suffice")["verdict"]["decision"]["sufficient"] is False
 
 
 def test_decision_mode_refuses_a_gate_config(tmp_path):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import pytest
 from pydantic import ValidationError
 
+from suffice.formats.verdicts import export
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict, parse_citations
@@ -291,5 +292,5 @@ def test_the_seed_export_writes_the_seed_harness_names():
 
 def test_the_seed_format_row_carries_the_seed_names():
     gate = RecoveryGate(SufficiencyThreshold.loose())
-    row = gate.export(judged(INSUFFICIENT, SufficiencyThreshold.loose()), "seed")
+    row = export(gate, judged(INSUFFICIENT, SufficiencyThreshold.loose()), "seed")
     assert {"sufficiency_verdict", "gap_description", "retrieval_queries"} <= set(row["verdict"])

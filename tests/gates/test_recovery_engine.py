@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from suffice.config import JudgeConfig
+from suffice.formats.verdicts import export
 from suffice.gates.recovery.decision import decide
 from suffice.gates.recovery.grammar import (
     SEED_SCHEMA,
@@ -86,6 +87,7 @@ def test_bad_input_errors_name_the_field(recovery_judged):
     assert errors == {"no-response": "response", "dup": "chunks[1].id"}
 
 
+@pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
 def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
     judge, records, results = recovery_judged
     for record, result in zip(records, results, strict=True):
@@ -163,7 +165,7 @@ def test_a_long_response_is_checked_only_in_part_and_never_delivered_as_checked(
         assert v.decision.route == "human_review"
         assert v.decision.rule == "response_not_fully_checked"
         assert v.decision.reason.startswith(f"only {v.response_chars_checked} of")
-    row = judge.gate.export(v, "seed")
+    row = export(judge.gate, v, "seed")
     assert row["fitting"]["response_chars"] == len(LONG_RESPONSE)
     assert row["fitting"]["response_chars_checked"] == v.response_chars_checked
     print(

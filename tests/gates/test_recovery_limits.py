@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.formats.verdicts import export
 from suffice.gates import roles
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
@@ -101,7 +102,7 @@ def test_a_response_longer_than_max_response_tokens_goes_to_a_person_with_what_w
 @pytest.mark.parametrize("fmt", ["suffice", "seed"])
 def test_every_row_says_how_much_of_the_response_was_checked(fmt):
     judge, verdict, _ = judged(SUFFICIENT, LONG, {"threshold": "min_passages=1"}, max_response_tokens=16)
-    row = judge.gate.export(verdict, fmt)
+    row = export(judge.gate, verdict, fmt)
     where = row["verdict"] if fmt == "suffice" else row["fitting"]
     assert where["response_chars"] == len(LONG)
     assert 0 < where["response_chars_checked"] < len(LONG)
@@ -135,7 +136,7 @@ def test_a_full_answer_reports_its_cited_sentences_at_their_limit():
     answer = {**SUFFICIENT, "answer": "One [CITATION:0]Two [CITATION:0]"}
     _, verdict, _ = judged(answer, SHORT, {"threshold": "min_passages=1", "max_cited_sentences": 2})
     assert verdict.at_limit == ["answer"]
-    row = RecoveryGate(bounds=RecoveryBounds(sentences=2)).export(verdict, "seed")
+    row = export(RecoveryGate(bounds=RecoveryBounds(sentences=2)), verdict, "seed")
     assert row["at_limit"] == ["answer"]
 
 

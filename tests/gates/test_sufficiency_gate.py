@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from suffice.exceptions import ConfigError, VerdictError
+from suffice.formats.verdicts import export
 from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate, SufficiencyOptions
 from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyVerdict
@@ -81,11 +82,11 @@ def test_a_verdict_at_a_limit_says_so_in_the_row():
     g = gate(max_entities=5)
     verdict = g.parse(output(required_entities=entities(5)), fitted(g, 3), ITEM)
     assert verdict.at_limit == ["required_entities"]
-    assert g.export(verdict, "suffice")["verdict"]["at_limit"] == ["required_entities"]
-    assert g.export(verdict, "ragflow")["at_limit"] == ["required_entities"]
+    assert export(g, verdict, "suffice")["verdict"]["at_limit"] == ["required_entities"]
+    assert export(g, verdict, "ragflow")["at_limit"] == ["required_entities"]
     below = g.parse(output(required_entities=entities(4)), fitted(g, 3), ITEM)
     assert below.at_limit == []
-    assert "at_limit" not in g.export(below, "ragflow")
+    assert "at_limit" not in export(g, below, "ragflow")
 
 
 def test_parse_refuses_an_insufficient_verdict_naming_only_commas():
@@ -126,7 +127,7 @@ def test_routing_still_uses_the_forced_decision():
     route = g.route(verdict)
     assert route.route == "retrieve_more"
     assert route.scores["p_sufficient"] == 0.95
-    row = g.export(verdict, "ragflow")
+    row = export(g, verdict, "ragflow")
     assert row["verdict"]["is_sufficient"] is False
     assert (row["forced_by"], row["p_sufficient"]) == ("uncovered_entity", 0.95)
 

@@ -302,7 +302,7 @@ def test_the_async_path_never_runs_the_blocking_one(judge: Judge, monkeypatch: p
 
 
 def test_an_async_client_keeps_the_useful_document(service: str):
-    """An AsyncClient serves no blocking call: this only passes on the async path."""
+    """The async path awaits the AsyncClient's own ``ajudge``."""
 
     async def main() -> list[Document]:
         async with AsyncClient(service) as client:

@@ -326,8 +326,8 @@ def test_the_async_hook_raises_what_the_blocking_one_raises(scripted_judge: Judg
 
 
 def test_the_async_hook_awaits_an_async_client_natively():
-    """An AsyncClient serves async calls only: the blocking hook on a thread (LlamaIndex's default
-    async hook) could not use it."""
+    """The async hook awaits the AsyncClient's own ``ajudge`` (LlamaIndex's default async hook would run the
+    blocking one on a thread)."""
 
     async def kept(url: str) -> list[str]:
         async with AsyncClient(url) as client:

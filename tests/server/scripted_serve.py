@@ -3,7 +3,9 @@
 Everything but the engine is the real thing: the command line, the settings, the uvicorn server
 and its protocol, the guards and the routes.  Run as
 ``python -m tests.server.scripted_serve serve --port N ...``; ``SCRIPTED_GENERATION_S`` (default
-0.05) is what one generation takes, so a judge request costs about what a small real one does.
+0.05) is what one generation takes, so a judge request costs about what a small real one does;
+``SCRIPTED_START_S`` (default 0) is what the engine's start takes, and ``SCRIPTED_START_FAILS`` set makes
+the start fail with a :class:`~suffice.exceptions.ConfigError` naming ``model``.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import sys
 import time
 
 from suffice.cli.main import main
+from suffice.exceptions import ConfigError
 from suffice.server import service
 from suffice.serving.base import GenerationRequest
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 
 GENERATION_S = float(os.environ.get("SCRIPTED_GENERATION_S", "0.05"))
+START_S = float(os.environ.get("SCRIPTED_START_S", "0"))
+START_FAILS = bool(os.environ.get("SCRIPTED_START_FAILS"))
 
 
 def _slow_good(request: GenerationRequest) -> str:
@@ -26,8 +31,15 @@ def _slow_good(request: GenerationRequest) -> str:
     return good(request)
 
 
+def _start(config: object) -> ScriptedEngine:
+    time.sleep(START_S)
+    if START_FAILS:
+        raise ConfigError("model", "scripted", "the scripted engine was told to fail its start")
+    return ScriptedEngine(_slow_good)
+
+
 def run(argv: list[str]) -> int:
-    service.make_engine = lambda config: ScriptedEngine(_slow_good)  # type: ignore[assignment]
+    service.make_engine = _start  # type: ignore[assignment]
     service.engine_settings = ScriptedEngine.settings_of  # type: ignore[assignment]
     return main(argv)
 

@@ -473,7 +473,10 @@ def test_the_openapi_operation_ids_are_stable_names():
 def test_the_openapi_description_documents_the_body_as_an_item_or_a_list():
     spec = client_for().get("/openapi.json").json()
     body = spec["paths"]["/v1/judge/sufficiency"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert [option["type"] for option in body["oneOf"]] == ["object", "array"]
+    assert body == {"$ref": "#/components/schemas/SufficiencyRequest"}
+    shapes = spec["components"]["schemas"]["SufficiencyRequest"]["anyOf"]
+    assert shapes[:2] == [{"$ref": "#/components/schemas/Item"}, {"$ref": "#/components/schemas/ItemList"}]
+    assert shapes[2] == {"$ref": "#/components/schemas/SufficiencyItems"}
 
 
 def test_a_gate_config_for_a_gate_not_served_is_refused_naming_it(tmp_path: Path):
@@ -498,9 +501,9 @@ def test_a_rubric_without_the_adequacy_gate_served_is_refused_naming_it():
 
 
 def test_an_engine_that_dies_while_idle_is_noticed_without_a_request(monkeypatch):
-    import suffice.server.app as app_module
+    import suffice.server.readiness as readiness_module
 
-    monkeypatch.setattr(app_module, "HEALTH_INTERVAL", 0.05)
+    monkeypatch.setattr(readiness_module, "HEALTH_INTERVAL", 0.05)
     told: list[str] = []
     with client_for(DyingEngine(), on_fatal=told.append) as client:
         deadline = time.monotonic() + 10
@@ -678,16 +681,16 @@ def test_a_body_being_parsed_does_not_block_the_event_loop(monkeypatch):
     """On a real server (one event loop), /health answers while a body is parsed."""
     import httpx
 
-    from suffice.server import app as app_module
+    from suffice.server import admission
 
     release = threading.Event()
-    real = app_module.parse_line
+    real = admission.parse_line
 
     def slow_parse(raw: bytes, number: int) -> object:
         release.wait(10)
         return real(raw, number)
 
-    monkeypatch.setattr(app_module, "parse_line", slow_parse)
+    monkeypatch.setattr(admission, "parse_line", slow_parse)
     with live_server(ScriptedEngine(good)) as port:
         base = f"http://127.0.0.1:{port}"
         worker = threading.Thread(

@@ -23,7 +23,7 @@ from suffice.gates.adequacy.store import builtin_dir
 from suffice.judge import Judge
 from suffice.prompts.fitting import fit_prompt
 from suffice.records import Chunk, Item
-from suffice.server import app as app_module
+from suffice.server import readiness as readiness_module
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
@@ -256,7 +256,7 @@ class SlowProbe(ScriptedEngine):
 
 
 def test_three_hundred_concurrent_ready_calls_are_ready_and_probe_once(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(app_module, "PROBE_TIMEOUT", 1.0)
+    monkeypatch.setattr(readiness_module, "PROBE_TIMEOUT", 1.0)
     engine = SlowProbe()
     config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
     app = create_app(GateService(config, engine), config)

@@ -36,7 +36,7 @@ def test_serve_with_an_infinite_request_timeout_is_a_usage_error_before_the_engi
     assert "request_timeout" in capsys.readouterr().err
 
 
-def test_a_port_another_server_took_while_the_engine_loaded_is_refused_naming_it(
+def test_a_port_another_server_took_between_bind_and_listen_is_refused_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two servers started on one port both bind it (SO_REUSEADDR, neither listening
@@ -44,21 +44,19 @@ def test_a_port_another_server_took_while_the_engine_loaded_is_refused_naming_it
     listening (uvloop's create_server swallowed listen's EADDRINUSE), engine loaded."""
     import threading
 
-    from suffice.config import JudgeConfig
+    import suffice.server.app as app_module
     from suffice.server import run
-    from suffice.server.service import GateService
-    from tests.batch.test_runner import good
-    from tests.fakes import ScriptedEngine
 
     other = run.bind("127.0.0.1", 0)
     port = other.getsockname()[1]
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), port=port, request_timeout=1.0)
+    config = ServeConfig(gates=("sufficiency",), port=port, request_timeout=1.0)
+    real = app_module.create_app
 
-    def open_while_the_other_starts(config: ServeConfig) -> GateService:
-        other.listen()  # the other server's engine was up first
-        return GateService(config, ScriptedEngine(good))
+    def the_other_listens_first(*args: object, **kwargs: object) -> object:
+        other.listen()  # the other server got there between this one's bind and its listen
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(GateService, "open", staticmethod(open_while_the_other_starts))
+    monkeypatch.setattr(app_module, "create_app", the_other_listens_first)
     errors: list[BaseException] = []
 
     def serve() -> None:

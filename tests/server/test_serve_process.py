@@ -36,6 +36,8 @@ class Server:
     url: str
     audit_db: Path
     log: Path
+    #: What ``/ready`` answered while the server started, in order, repeats dropped: (status code, ``status``).
+    starting: list[tuple[int, str]]
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
@@ -65,13 +67,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     ]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    served = Server(process, f"http://127.0.0.1:{port}", folder / "audit.db", log)
+    served = Server(process, f"http://127.0.0.1:{port}", folder / "audit.db", log, [])
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         if process.poll() is not None:
             pytest.fail(f"suffice serve exited with {process.returncode}:\n{served.log_tail()}")
         try:
-            if httpx.get(served.url + "/ready", timeout=5).status_code == 200:
+            answer = httpx.get(served.url + "/ready", timeout=5)
+            seen = (answer.status_code, answer.json().get("status", ""))
+            if not served.starting or served.starting[-1] != seen:
+                served.starting.append(seen)
+            if answer.status_code == 200:
                 break
         except httpx.TransportError:
             pass
@@ -94,6 +100,11 @@ def judge(server: Server, gate: str, body: object, **params: str) -> httpx.Respo
 
 def squad(count: int, skip: int = 0) -> list[dict[str, object]]:
     return load_records("squad2.jsonl", count + skip)[skip:]
+
+
+def test_ready_answered_503_starting_while_the_engine_loaded_then_200(server: Server) -> None:
+    """The fixture's start, watched: the port answered before the engine was up."""
+    assert server.starting == [(503, "starting"), (200, "ready")], server.log_tail()
 
 
 def test_concurrent_clients_on_every_gate_get_valid_verdicts_in_order(server: Server) -> None:

@@ -2,6 +2,11 @@
 
 One batch mixes real labeled items with every kind of bad input the issue names;
 every verdict must be valid against its schema and the seed's requirements.
+
+Every engine test here runs on the default backend only (``any_backend``) except
+``test_one_small_generation_per_backend``: what a backend enforces is the grammar it compiles, checked for every
+gate with each backend and the real tokenizer in tests/grammars/test_backends.py, without the engine runs the
+matrix used to repeat (about a third of the engine tests' time on two cores).
 """
 
 from __future__ import annotations
@@ -98,6 +103,29 @@ def check_verdict(verdict: SufficiencyVerdict, record: dict) -> None:
     assert shown >= 1 or not verdict.model_called
 
 
+def test_one_small_generation_per_backend(engine):
+    """One real record, a full verdict and a decision, on each backend's engine: the grammar each compiles
+    (tests/grammars/test_backends.py) is the one vLLM runs, and its verdict and log-probabilities come back."""
+    [record] = load_records("squad2.jsonl", 1)
+    judge = Judge(engine, "sufficiency")
+    [full] = judge.judge_batch([record])
+    assert full.backend == engine.backend
+    assert isinstance(full.verdict, SufficiencyVerdict) and full.verdict.model_called, full.error
+    check_verdict(full.verdict, record)
+    raw = full.raw_text
+    assert raw is not None
+    jsonschema.validate(json.loads(raw), OUTPUT_SCHEMA)
+    assert sufficiency_constraint(len(record["chunks"])).matches(raw)
+    p = full.verdict.p_sufficient  # read from log-probabilities; a rare position vLLM gives none of leaves None
+    assert p is None or 0.0 <= p <= 1.0
+    [decision] = Judge(engine, DecisionGate(SufficiencyGate())).judge_batch([record])
+    assert isinstance(decision.verdict, DecisionVerdict)
+    assert decision.verdict.decision in ("true", "false")
+    assert decision.verdict.probability is not None
+    assert (decision.verdict.probability >= 0.5) == decision.verdict.positive
+    assert judge.stats.length_cutoffs == 0
+
+
 @pytest.fixture(scope="session")
 def judged(engine):
     records = mixed_batch(8, fitting=engine.backend == DEFAULT_BACKEND)
@@ -122,6 +150,7 @@ def test_bad_records_get_errors_naming_the_field(judged):
     assert errors == EXPECTED_ERRORS
 
 
+@pytest.mark.any_backend
 def test_every_verdict_is_valid_against_schema_and_seed_rules(judged):
     backend, judge, records, results = judged
     for record, result in zip(records, results, strict=False):
@@ -160,6 +189,7 @@ def test_special_items(judged):
 BFLOAT16_MARGIN = 0.125
 
 
+@pytest.mark.any_backend
 def test_decision_probability_from_logprobs(judged):
     _, judge, _, results = judged
     called = [r.verdict for r in results if r.verdict is not None and r.verdict.model_called]
@@ -200,6 +230,7 @@ def many_counts(engine):
     return judge, records, judge.judge_batch(records)
 
 
+@pytest.mark.any_backend
 def test_a_batch_over_many_chunk_counts_is_valid_and_shares_one_head(many_counts):
     judge, records, results = many_counts
     for record, result in zip(records, results, strict=True):
@@ -232,6 +263,7 @@ def decided(engine):
     return judge, records, judge.judge_batch(records)
 
 
+@pytest.mark.any_backend
 def test_decision_mode_writes_only_the_decision(decided):
     judge, _, results = decided
     constraint = judge.gate.constraint_for([])
@@ -247,6 +279,7 @@ def test_decision_mode_writes_only_the_decision(decided):
     assert results[-1].verdict.model_called is False
 
 
+@pytest.mark.any_backend
 def test_decision_mode_reads_the_probability(decided):
     _, _, results = decided
     called = [r.verdict for r in results if r.verdict.model_called]
@@ -260,6 +293,7 @@ def test_decision_mode_reads_the_probability(decided):
 LONG_PREFIX = '{"note":"' + "the quick brown fox jumps over the lazy dog " * 3 + '","answer":'
 
 
+@pytest.mark.any_backend
 def test_a_segment_prefix_is_prefilled_not_decoded(engine):
     head = Segment.from_rx(seq(alt(lit('"yes"'), lit('"no"')), lit("}")), key="test/prefixed", prefix=LONG_PREFIX)
     constraint = Constraint(
@@ -283,11 +317,13 @@ UP_TO_IDS = (
 CUT_BACK_MESSAGES = ({"role": "user", "content": "List two numbers."},)
 
 
+@pytest.mark.any_backend
 def test_a_speculative_segment_is_cut_back_and_continued(engine):
     (generation,) = engine.generate([GenerationRequest(CUT_BACK_MESSAGES, cut_back_constraint())])
     assert generation.text == "[2,3]"
 
 
+@pytest.mark.any_backend
 def test_a_cut_back_segment_still_counts_every_decoded_token(engine):
     (generation,) = engine.generate([GenerationRequest(CUT_BACK_MESSAGES, cut_back_constraint())])
     decoded = len(engine.text_ids("2,1]")) + len(engine.text_ids(",3]"))

@@ -164,15 +164,19 @@ class RecoveryGate(Gate):
             settings["retrieval_exhausted"] = "true"
         return settings
 
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        row = super().export(verdict, fmt)
-        if fmt != "suffice" and isinstance(verdict, RecoveryVerdict):
-            # Outside the seed's shape, beside it: how much of the response was checked, lists at their bound.
-            row["fitting"]["response_truncated"] = verdict.response_truncated
-            row["fitting"]["response_chars"] = verdict.response_chars
-            row["fitting"]["response_chars_checked"] = verdict.response_chars_checked
-            if verdict.at_limit:
-                row["at_limit"] = list(verdict.at_limit)
+    def seed_extras(self, verdict: BaseModel) -> dict[str, Any]:
+        """Beside the seed's shape: how much of the response was checked, lists at their bound."""
+        if not isinstance(verdict, RecoveryVerdict):
+            return {}
+        row: dict[str, Any] = {
+            "fitting": {
+                "response_truncated": verdict.response_truncated,
+                "response_chars": verdict.response_chars,
+                "response_chars_checked": verdict.response_chars_checked,
+            }
+        }
+        if verdict.at_limit:
+            row["at_limit"] = list(verdict.at_limit)
         return row
 
     def route(self, verdict: BaseModel) -> Routing:

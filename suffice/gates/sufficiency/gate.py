@@ -205,17 +205,19 @@ class SufficiencyGate(Gate):
             raise TypeError(f"the sufficiency gate cannot export a {type(verdict).__name__}")
         return verdict.to_ragflow(sufficient=self.is_positive(verdict))
 
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        row = super().export(verdict, fmt)
-        if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict) and verdict.decision is not None:
-            row["model_is_sufficient"] = verdict.is_sufficient  # the model's own, beside the calibrated one
-        if fmt != "suffice" and isinstance(verdict, SufficiencyVerdict):
-            # Outside the seed's shape, beside it: lists filled to their limit, a decision the constraint forced.
-            if verdict.at_limit:
-                row["at_limit"] = list(verdict.at_limit)
-            if verdict.forced_by is not None:
-                row["forced_by"] = verdict.forced_by
-                row["p_sufficient"] = verdict.p_sufficient
+    def seed_extras(self, verdict: BaseModel) -> dict[str, Any]:
+        """Beside the seed's shape: the model's own decision beside the calibrated one, lists filled to their
+        limit, a decision the constraint forced."""
+        if not isinstance(verdict, SufficiencyVerdict):
+            return {}
+        row: dict[str, Any] = {}
+        if verdict.decision is not None:
+            row["model_is_sufficient"] = verdict.is_sufficient
+        if verdict.at_limit:
+            row["at_limit"] = list(verdict.at_limit)
+        if verdict.forced_by is not None:
+            row["forced_by"] = verdict.forced_by
+            row["p_sufficient"] = verdict.p_sufficient
         return row
 
     def shortcut(self, item: Item) -> SufficiencyVerdict | None:

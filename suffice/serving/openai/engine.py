@@ -74,13 +74,15 @@ class OpenAIEngine(Engine):
 
     @classmethod
     def settings_of(cls, config: EngineConfig) -> dict[str, str]:
-        return {
-            "model": config.served_model or "the server's only model",
-            "weights": config.base_url or "",
-            "engine": config.kind,
-            "backend": config.backend_name,
-            "max_model_len": "server's own" if config.max_model_len is None else str(config.max_model_len),
-        }
+        return config.recorded(
+            {
+                "model": config.served_model or "the server's only model",
+                "weights": config.base_url or "",
+                "engine": config.kind,
+                "backend": config.backend_name,
+                "max_model_len": "server's own" if config.max_model_len is None else str(config.max_model_len),
+            }
+        )
 
     def served(self) -> dict[str, str]:
         """The model the server answered with at start: its name and what it loaded

@@ -1,0 +1,106 @@
+"""How many places a setting is written in: hand-written checks in the config dataclasses, and the files and lines
+that name one engine option, at a git ref ("before") and in the working tree ("after").
+
+    PYTHONPATH=. python benchmarks/bench_settings.py [BEFORE_REF]   # default: 6bff9d5 (main before issue 39)
+
+Prints a table and writes benchmarks/results/settings.json.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Helpers that are one range check each when called in a ``__post_init__``.
+CHECK_CALLS = {"whole_number", "finite_number", "check_url", "refuse_plain_http"}
+#: The files that declare, check, parse or pass on engine, serve and batch settings.
+SETTINGS_FILES = (
+    "suffice/settings.py",
+    "suffice/serving/engine_config.py",
+    "suffice/serving/machine.py",
+    "suffice/serving/vllm_engine.py",
+    "suffice/serving/base.py",
+    "suffice/serving/openai/engine.py",
+    "suffice/server/config.py",
+    "suffice/batch/options.py",
+    "suffice/cli/engine_args.py",
+    "suffice/cli/judge_cmd.py",
+    "suffice/cli/calibrate_cmd.py",
+    "suffice/cli/serve_cmd.py",
+    "suffice/cli/serve_settings.py",
+)
+#: Engine options whose every mention is counted.
+OPTIONS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
+
+
+def files(ref: str | None) -> dict[str, str]:
+    """``suffice/**/*.py`` at ``ref`` (``None``: the working tree), path -> source."""
+    if ref is None:
+        return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in (ROOT / "suffice").rglob("*.py")}
+    names = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", ref, "suffice"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return {
+        name: subprocess.run(["git", "show", f"{ref}:{name}"], cwd=ROOT, capture_output=True, text=True).stdout
+        for name in names
+        if name.endswith(".py")
+    }
+
+
+def checks(sources: dict[str, str]) -> dict[str, int]:
+    """Hand-written checks (``raise ConfigError`` and check helpers) in each ``__post_init__``, by class."""
+    found: dict[str, int] = {}
+    for path, source in sources.items():
+        for cls in ast.walk(ast.parse(source)):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__post_init__":
+                    count = 0
+                    for node in ast.walk(fn):
+                        if isinstance(node, ast.Raise) and "ConfigError" in ast.unparse(node.exc or node):
+                            count += 1
+                        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in CHECK_CALLS:
+                            count += 1
+                    if count:
+                        found[f"{path}:{cls.name}"] = count
+    return found
+
+
+def mentions(sources: dict[str, str], name: str) -> tuple[int, int]:
+    """(files, lines) of ``suffice/`` that name ``name``."""
+    hits = {path: sum(name in line for line in src.splitlines()) for path, src in sources.items()}
+    hits = {path: n for path, n in hits.items() if n}
+    return len(hits), sum(hits.values())
+
+
+def main(argv: list[str]) -> int:
+    before_ref = argv[0] if argv else "6bff9d5"
+    result: dict[str, dict[str, object]] = {}
+    for label, ref in (("before", before_ref), ("after", None)):
+        sources = files(ref)
+        found = checks(sources)
+        result[label] = {
+            "ref": ref or "working tree",
+            "hand_written_checks": sum(found.values()),
+            "by_class": found,
+            **{f"{name}_files_lines": mentions(sources, name) for name in OPTIONS},
+            "lines_of_settings_files": sum(len(sources.get(name, "").splitlines()) for name in SETTINGS_FILES),
+        }
+    print(f"{'measure':40} {'before':>12} {'after':>12}")
+    for key in ("hand_written_checks", *(f"{n}_files_lines" for n in OPTIONS), "lines_of_settings_files"):
+        print(f"{key:40} {result['before'][key]!s:>12} {result['after'][key]!s:>12}")
+    for label in ("before", "after"):
+        print(f"\n{label}: " + ", ".join(f"{k.split(':')[1]} {v}" for k, v in result[label]["by_class"].items()))  # type: ignore[union-attr]
+    out = ROOT / "benchmarks" / "results" / "settings.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,169 @@
+"""CI's wall time by phase, from what ``pytest --ci-phases PATH`` recorded (tests/phases.py).
+
+    python -m pytest -q --ci-phases out/phases.json ...      # any selection; `make test` writes one
+    python benchmarks/ci_phases.py out/phases.json            # one run: phases, engine starts, tests over 20 s
+    python benchmarks/ci_phases.py before.json after.json     # two runs side by side, with ratios
+
+Phases (their seconds add up to the sum of every test's setup, call and teardown):
+
+* **engine starts in shared fixtures**: setups of session- and module-scoped fixtures during which a vLLM engine
+  process appeared (the start, and whatever the fixture did after it);
+* **other shared fixtures of engine tests**: the batches judged once and shared by a module's tests, and the like;
+* **engine tests that start their own engine**: every test phase (outside those fixtures) in which an engine
+  process appeared: a ``suffice`` subprocess, a Ray actor, a fault test's restarts;
+* **other engine tests**: the rest of the tests marked ``engine``;
+* **fast tests**: everything not marked ``engine``.
+
+Engine starts are counted as engine processes (``VLLM::EngineCore``) that appeared under the pytest process: the
+count does not depend on the machine's load, which these shared machines make noisy; compare seconds as ratios.
+Prints a table and writes JSON to benchmarks/results/ci_phases.json (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: A test whose setup, call and teardown together pass this many seconds is listed by name.
+SLOW_S = 20.0
+
+PHASES = (
+    "engine starts in shared fixtures",
+    "other shared fixtures of engine tests",
+    "engine tests that start their own engine",
+    "other engine tests",
+    "fast tests",
+)
+
+
+def load(path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if record.get("format") != 1:
+        raise SystemExit(f"{path}: not a --ci-phases record (format {record.get('format')!r})")
+    return record
+
+
+def _in_window(start: dict[str, Any], fixture: dict[str, Any]) -> bool:
+    return fixture["began_s"] <= start["at_s"] <= fixture["began_s"] + fixture["seconds"] + 1.0
+
+
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """The phases' seconds, the engine starts by where they happened, and the slow tests."""
+    tests = {t["nodeid"]: t for t in record["tests"]}
+    starts = record["engine_starts"]
+    fixture_starts: list[tuple[dict[str, Any], int]] = []
+    claimed: set[int] = set()
+    for fixture in record["fixtures"]:
+        inside = [s["pid"] for s in starts if s["pid"] not in claimed and _in_window(s, fixture)]
+        claimed.update(inside)
+        fixture_starts.append((fixture, len(inside)))
+    seconds = dict.fromkeys(PHASES, 0.0)
+    for fixture, count in fixture_starts:
+        test = tests.get(fixture["test"], {})
+        if not test.get("engine", False):
+            continue  # a fast test's fixture counts with the fast tests' setups below
+        phase = PHASES[0] if count else PHASES[1]
+        seconds[phase] += fixture["seconds"]
+    fixture_seconds = Counter[str]()
+    for fixture, _ in fixture_starts:
+        fixture_seconds[fixture["test"]] += fixture["seconds"] if tests.get(fixture["test"], {}).get("engine") else 0
+    own: Counter[tuple[str, str]] = Counter()
+    for start in starts:
+        if start["pid"] not in claimed and start["test"]:
+            own[(start["test"], start["phase"])] += 1
+    for nodeid, test in tests.items():
+        total = sum(test.get(phase, 0.0) for phase in ("setup", "call", "teardown"))
+        if not test.get("engine", False):
+            seconds[PHASES[4]] += total
+            continue
+        rest = total - fixture_seconds[nodeid]
+        starting = sum(test.get(phase, 0.0) for phase in ("setup", "call", "teardown") if own[(nodeid, phase)])
+        starting = min(starting, max(rest, 0.0))
+        seconds[PHASES[2]] += starting
+        seconds[PHASES[3]] += max(rest - starting, 0.0)
+    by_fixture = Counter[str]()
+    for fixture, count in fixture_starts:
+        if count:
+            name = fixture["name"] + (f"[{fixture['param']}]" if fixture["param"] is not None else "")
+            by_fixture[f"fixture {name} ({fixture['test'].split('::')[0]})"] += count
+    for (nodeid, phase), count in own.items():
+        by_fixture[f"{phase} of {nodeid}"] += count
+    slow = sorted(
+        (
+            (round(sum(t.get(p, 0.0) for p in ("setup", "call", "teardown")), 1), n)
+            for n, t in tests.items()
+            if sum(t.get(p, 0.0) for p in ("setup", "call", "teardown")) > SLOW_S
+        ),
+        reverse=True,
+    )
+    start_fixtures = [f["seconds"] for f, count in fixture_starts if count == 1]
+    return {
+        "wall_s": record["wall_s"],
+        "tests": len(tests),
+        "engine_tests": sum(1 for t in tests.values() if t.get("engine")),
+        "phases_s": {k: round(v, 1) for k, v in seconds.items()},
+        "engine_starts": len(starts),
+        "engine_starts_by_where": dict(by_fixture.most_common()),
+        "median_fixture_start_s": round(statistics.median(start_fixtures), 1) if start_fixtures else None,
+        "tests_over_20_s": [{"seconds": s, "test": n} for s, n in slow],
+    }
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after")
+    parser.add_argument("--out", type=Path, default=RESULTS / "ci_phases.json")
+    args = parser.parse_args(argv)
+    if len(args.records) > 2:
+        parser.error("give one record, or two (before, after)")
+    summaries = [summarize(load(path)) for path in args.records]
+    names = ["before", "after"] if len(summaries) == 2 else ["run"]
+    rows = [["phase", *[f"{n} (s)" for n in names], *(["after/before"] if len(summaries) == 2 else [])]]
+    keys = [*PHASES, "sum of tests", "wall"]
+    for key in keys:
+        values = []
+        for s in summaries:
+            if key == "wall":
+                values.append(s["wall_s"])
+            elif key == "sum of tests":
+                values.append(sum(s["phases_s"].values()))
+            else:
+                values.append(s["phases_s"][key])
+        row = [key, *[f"{v:.0f}" for v in values]]
+        if len(values) == 2:
+            row.append(f"{values[1] / values[0]:.2f}" if values[0] else "-")
+        rows.append(row)
+    counts = [s["engine_starts"] for s in summaries]
+    rows.append(["engine starts (count)", *[str(c) for c in counts], *(["-"] if len(counts) == 2 else [])])
+    print(_table(rows))
+    for name, s in zip(names, summaries, strict=True):
+        print(f"\n{name}: {s['tests']} tests ({s['engine_tests']} engine); engine starts by where:")
+        for where, count in s["engine_starts_by_where"].items():
+            print(f"  {count} x {where}")
+        print(f"{name}: tests over {SLOW_S:.0f} s:")
+        for slow in s["tests_over_20_s"]:
+            print(f"  {slow['seconds']:7.1f} s  {slow['test']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "records": [str(p) for p in args.records],
+        **({"before": summaries[0], "after": summaries[1]} if len(summaries) == 2 else {"run": summaries[0]}),
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"\nwritten {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""``suffice bundle DIR``: wheels, a model and a manifest of SHA-256 digests, to carry across an air gap."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from suffice.bundle import MANIFEST, WHEELS, write_bundle
+from suffice.exceptions import ConfigError, ModelNotFoundError, OutputWriteError
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.text import terminal_text
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bundle",
+        help="write what an air-gapped site needs: wheels, a model, a manifest of digests",
+        description=(
+            "Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME "
+            "(with --model), DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the far side: "
+            'pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]", then `suffice models verify DIR`.'
+        ),
+    )
+    p.add_argument("folder", metavar="DIR", help="a new or empty folder")
+    p.add_argument(
+        "--extra",
+        dest="extras",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an extra to include (repeat: --extra cpu --extra langchain; none: the client-only set)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="embedded|PATH",
+        help="copy a model folder into the bundle: the embedded model, or a local Hugging Face folder",
+    )
+    p.add_argument(
+        "--find-links",
+        dest="find_links",
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="a local folder of wheels to take packages from (repeatable)",
+    )
+    p.add_argument("--no-index", action="store_true", help="take packages from --find-links folders only")
+    p.add_argument("--constraint", "-c", dest="constraints", default=None, metavar="FILE", help="pip constraints")
+    p.add_argument(
+        "--source",
+        default=None,
+        metavar="PATH",
+        help="suffice's project folder to build its wheel from (default: an editable install's)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        manifest = write_bundle(
+            args.folder,
+            args.extras,
+            find_links=args.find_links,
+            no_index=args.no_index,
+            constraints=args.constraints,
+            model=args.model,
+            source=args.source,
+        )
+    except (ConfigError, ModelNotFoundError) as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OutputWriteError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_FATAL
+    wheels = sum(1 for f in manifest.files if f.path.startswith(f"{WHEELS}/"))
+    size = sum(f.bytes for f in manifest.files)
+    print(
+        f"wrote {terminal_text(args.folder)}: {wheels} wheels for {manifest.requirement}"
+        + (f", {manifest.model}" if manifest.model else "")
+        + f", {len(manifest.files)} files, {size / (1 << 20):.1f} MiB, digests in {MANIFEST}",
+        file=sys.stderr,
+    )
+    return EXIT_OK

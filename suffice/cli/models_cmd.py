@@ -1,0 +1,45 @@
+"""``suffice models verify DIR``: a bundle's files against its manifest's SHA-256 digests."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from suffice.bundle import MANIFEST, verify_bundle
+from suffice.exceptions import InputError
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.text import terminal_text
+
+#: A file differs from the manifest, is missing or was added (as ``audit verify`` says of a tampered log).
+EXIT_TAMPERED = 4
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "models",
+        help="check a bundle's wheels and model against its manifest",
+        description="Model folders and bundles carried across an air gap.",
+    )
+    actions = p.add_subparsers(dest="models_action", required=True)
+    verify = actions.add_parser(
+        "verify",
+        help=f"check every file of a bundle against {MANIFEST} (exit 0 intact, 4 changed, missing or added, 2 usage)",
+    )
+    verify.add_argument("folder", metavar="DIR", help="the bundle's folder (as `suffice bundle DIR` wrote it)")
+    verify.set_defaults(run=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    try:
+        problems = verify_bundle(args.folder)
+    except InputError as exc:
+        print(f"error: {terminal_text(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    if problems:
+        for problem in problems:
+            print(f"FAILED {terminal_text(problem)}", file=sys.stderr)
+        print(f"{len(problems)} file(s) differ from {MANIFEST}: do not install this bundle", file=sys.stderr)
+        return EXIT_TAMPERED
+    print(f"ok: every file of {terminal_text(args.folder)} matches {MANIFEST}", file=sys.stderr)
+    return EXIT_OK

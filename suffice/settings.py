@@ -1,0 +1,310 @@
+"""Settings declared once: a dataclass field made with :func:`setting` carries its type, bounds, help text and tags
+(which engines take it, whether it runs only in this process, whether it changes verdicts), and everything else is
+derived from it: the checks (:func:`check`), each command's flags (:func:`add_flags`, :func:`from_args`), which
+engine takes what, the settings a resume must match, and the table in ``docs/settings.md`` (:func:`table`).
+
+vLLM's ``EngineArgs`` is the model: its flags come from its config's fields.  Here the checks and the docs do too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suffice.exceptions import ConfigError
+
+#: The dataclass field metadata key holding a field's :class:`Spec`.
+KEY = "suffice.setting"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What is said about one setting besides its name, type and default."""
+
+    help: str
+    #: Its command-line flag; ``None``: ``--`` and its name with dashes; ``""``: no flag (Python only).
+    flag: str | None = None
+    #: Other spellings of its flag (``-v``), given before it.
+    also: tuple[str, ...] = ()
+    #: The argparse destination of its flag (default: its name).
+    dest: str | None = None
+    #: The name errors give it (default: its name).
+    label: str | None = None
+    #: The flag switches it off (``--compile`` sets ``enforce_eager`` to false).
+    negate: bool = False
+    metavar: str | None = None
+    choices: tuple[Any, ...] | None = None
+    #: Bounds: at least ``minimum``, more than ``above``, at most ``maximum``.
+    minimum: float | None = None
+    above: float | None = None
+    maximum: float | None = None
+    #: A ``float`` that must hold a whole number (GiB).
+    whole: bool = False
+    #: Words after the bounds in an error (`` tokens``).
+    unit: str = ""
+    #: The engines that take it (``None``: all); set for another it is refused, with ``instead`` saying what to do.
+    engines: tuple[str, ...] | None = None
+    instead: str = ""
+    #: ``cpu`` or ``gpu``: only that vLLM build takes it (checked when the engine starts).
+    build: str | None = None
+    #: It sets what runs in this process: refused where another process judges (``judge --server``).
+    in_process: bool = False
+    #: It can change a verdict: recorded beside a batch output (under ``record``, default its name) when it
+    #: differs from its default, and a resume must match it.
+    verdict: bool = False
+    record: str | None = None
+    #: The keyword of vLLM's ``LLM`` it is passed to, when not ``None``.
+    vllm: str | None = None
+
+
+def setting(default: Any, help: str, **tags: Any) -> Any:
+    """A dataclass field declared as a setting (see :class:`Spec` for ``tags``)."""
+    return dataclasses.field(default=default, metadata={KEY: Spec(help=help, **tags)})
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared setting of a class: its field and its :class:`Spec`."""
+
+    name: str
+    type: type
+    optional: bool
+    default: Any
+    spec: Spec
+
+    @property
+    def flag(self) -> str | None:
+        if self.spec.flag == "":
+            return None
+        return self.spec.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.spec.dest or self.name
+
+    @property
+    def label(self) -> str:
+        return self.spec.label or self.name
+
+    def is_default(self, value: Any) -> bool:
+        return bool(value == self.default) if value is not None else self.default is None
+
+    def bounds(self) -> str:
+        """The bounds in words, or ``""``."""
+        s = self.spec
+        low = (
+            f"more than {s.above:g}"
+            if s.above is not None
+            else f"at least {s.minimum:g}"
+            if s.minimum is not None
+            else ""
+        )
+        if s.whole:
+            return f"a whole number{', ' + low if low else ''}{s.unit}"
+        if s.minimum is not None and s.maximum is not None:
+            return f"between {s.minimum:g} and {s.maximum:g}{s.unit}"
+        if low and s.maximum is not None:
+            return f"{low} and at most {s.maximum:g}{s.unit}"
+        if s.maximum is not None:
+            return f"at most {s.maximum:g}{s.unit}"
+        return f"{low}{s.unit}" if low else ""
+
+    def checked(self, value: Any) -> Any:
+        """``value`` as this setting holds it, or a :class:`ConfigError` naming it."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ConfigError(self.label, None, "must be given")
+        if self.type is Path:
+            return value if isinstance(value, Path) else Path(value)
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(self.label, value, "must be true or false")
+            return value
+        if self.type in (int, float):
+            number = (int, float) if self.type is float else (int,)
+            if isinstance(value, bool) or not isinstance(value, number):
+                raise ConfigError(
+                    self.label, value, "must be a whole number" if self.type is int else "must be a number"
+                )
+            if self.type is float and not math.isfinite(value) and self.spec.maximum is None:
+                raise ConfigError(self.label, value, "must be a finite number")
+            self._check_bounds(value)
+        elif not isinstance(value, self.type):
+            raise ConfigError(self.label, value, f"must be a {self.type.__name__}")
+        if self.spec.choices is not None and value not in self.spec.choices:
+            raise ConfigError(self.label, value, f"must be one of {', '.join(map(str, self.spec.choices))}")
+        return value
+
+    def _check_bounds(self, value: float) -> None:
+        s = self.spec
+        inside = (
+            (s.minimum is None or value >= s.minimum)
+            and (s.above is None or value > s.above)
+            and (s.maximum is None or value <= s.maximum)
+            and (not s.whole or float(value).is_integer())
+        )
+        if not inside:  # NaN is outside every bound
+            raise ConfigError(self.label, value, f"must be {self.bounds()}")
+
+
+def _base(annotation: Any) -> tuple[type, bool]:
+    """The type a field holds and whether it may be ``None``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+_DECLARED: dict[type, tuple[Declared, ...]] = {}
+
+
+def declared(cls: type) -> tuple[Declared, ...]:
+    """The settings declared on dataclass ``cls`` (and its bases), in field order."""
+    if cls in _DECLARED:
+        return _DECLARED[cls]
+    hints = typing.get_type_hints(cls)
+    found = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(KEY)
+        if spec is None:
+            continue
+        kind, optional = _base(hints[f.name])
+        found.append(Declared(f.name, kind, optional, f.default, spec))
+    _DECLARED[cls] = tuple(found)
+    return _DECLARED[cls]
+
+
+def check(obj: Any) -> None:
+    """Check (and convert: paths) every declared setting of dataclass instance ``obj``, in field order; the first
+    that is wrong raises :class:`ConfigError` naming it."""
+    for d in declared(type(obj)):
+        value = getattr(obj, d.name)
+        held = d.checked(value)
+        if held is not value:
+            object.__setattr__(obj, d.name, held)
+
+
+def check_engine(obj: Any, engine: str) -> None:
+    """Refuse a setting that ``engine`` does not take, set to anything but its default."""
+    for d in declared(type(obj)):
+        value = getattr(obj, d.name)
+        if d.spec.engines is not None and engine not in d.spec.engines and not d.is_default(value):
+            shown = value if isinstance(value, bool) else str(value)
+            raise ConfigError(d.label, shown, f"not used by the {engine} engine: {d.spec.instead}")
+
+
+def tagged(cls: type, **tags: Any) -> tuple[Declared, ...]:
+    """The settings of ``cls`` whose :class:`Spec` has every tag given (``in_process=True``, ``build="cpu"``)."""
+    return tuple(d for d in declared(cls) if all(getattr(d.spec, tag) == want for tag, want in tags.items()))
+
+
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    flags: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None,
+) -> None:
+    """A flag for every declared setting of ``cls`` that has one (of those named ``only``, in their order);
+    ``flags`` renames some (name -> flag)."""
+    flags = flags or {}
+    settings = {d.name: d for d in declared(cls)}
+    for d in settings.values() if only is None else (settings[name] for name in only):
+        flag = flags.get(d.name, d.flag)
+        if flag is None:
+            continue
+        text = d.spec.help.replace("%", "%%")  # argparse formats help with %
+        if d.type is bool:
+            parser.add_argument(*d.spec.also, flag, dest=d.dest, action="store_true", help=text)
+            continue
+        kind: Any = d.type if d.type in (int, float, Path) else None
+        parser.add_argument(
+            *d.spec.also,
+            flag,
+            dest=d.dest,
+            type=kind,
+            choices=d.spec.choices,
+            default=d.default,
+            metavar=d.spec.metavar,
+            help=text,
+        )
+
+
+def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
+    """An instance of ``cls`` from the flags :func:`add_flags` added (plus ``values``); its checks raise
+    :class:`ConfigError` naming the setting at fault."""
+    given: dict[str, Any] = {}
+    for d in declared(cls):
+        if d.flag is None or not hasattr(args, d.dest):
+            continue
+        value = getattr(args, d.dest)
+        given[d.name] = (not value) if d.spec.negate else value
+    return cls(**given, **values)
+
+
+def in_process_flags(cls: type) -> tuple[tuple[str, str], ...]:
+    """(argparse destination, flag) of every setting of ``cls`` tagged ``in_process`` that has a flag."""
+    return tuple((d.dest, d.flag) for d in tagged(cls, in_process=True) if d.flag is not None)
+
+
+def recorded(obj: Any, engine: str, settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` (what an engine records beside an output) with every setting tagged ``verdict`` that ``engine``
+    takes, set to other than its default and not recorded yet, as a string."""
+    for d in tagged(type(obj), verdict=True):
+        value = getattr(obj, d.name)
+        key = d.spec.record or d.name
+        taken = d.spec.engines is None or engine in d.spec.engines
+        if taken and key not in settings and not d.is_default(value):
+            settings[key] = str(value)
+    return settings
+
+
+#: What every environment variable of a setting starts with (``SUFFICE_MAX_MODEL_LEN`` for ``--max-model-len``).
+ENV_PREFIX = "SUFFICE_"
+
+
+def key_of(flag: str) -> str:
+    """The TOML key of a flag (``--max-model-len``: ``max_model_len``); its variable is :data:`ENV_PREFIX` and the
+    key in capitals."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
+    """The settings of ``cls`` as a Markdown table: flag, variable and key, type, default, bounds, engines, tags."""
+    flags = flags or {}
+    lines = [
+        "| setting | flag / variable / TOML key | type | default | allowed | engines | tags | what it does |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in declared(cls):
+        flag = flags.get(d.name, d.flag)
+        allowed = ", ".join(map(str, d.spec.choices)) if d.spec.choices else d.bounds()
+        tags = [
+            tag
+            for tag, on in (
+                ("in-process", d.spec.in_process),
+                ("verdict", d.spec.verdict),
+                (f"{d.spec.build} build", d.spec.build is not None),
+            )
+            if on
+        ]
+        where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`" if flag else "(Python only)"
+        cells = [
+            f"`{d.name}`",
+            where,
+            d.type.__name__ + (" or none" if d.optional else ""),
+            "none" if d.default is None else f"`{d.default}`",
+            allowed,
+            ", ".join(d.spec.engines) if d.spec.engines else "all",
+            ", ".join(tags),
+            d.spec.help.replace("|", "\\|"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

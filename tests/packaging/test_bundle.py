@@ -1,0 +1,171 @@
+"""``suffice bundle`` and ``suffice models verify`` across an air gap: the client-only set bundled from local
+wheels, installed into a fresh virtual environment and verified, all with the network cut (a network
+namespace with only loopback, ``unshare -rn``); a file changed, removed or added on the way is a non-zero
+exit naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.wheelhouse import ROOT
+from tests.setup_or_fail import need
+from tests.test_no_network import _jail
+
+SUFFICE = [sys.executable, "-m", "suffice.cli.main"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_CONSTRAINT", "PIP_FIND_LINKS", "PIP_INDEX_URL")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _offline(*command: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``command`` in a network namespace with only loopback."""
+    jail = _jail()
+    need(jail, "no network namespace with only loopback here (unshare from util-linux, ip from iproute2)")
+    return subprocess.run([*jail, *map(str, command)], capture_output=True, text=True, timeout=900, env=env or _env())
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local model folder as suffice reads one (config.json and weights; nothing is loaded here)."""
+    folder = tmp_path_factory.mktemp("models") / "tiny-model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "model.safetensors").write_bytes(os.urandom(1 << 16))
+    (folder / "sub" / "tokenizer.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory, client_wheels: Path, model_folder: Path) -> Path:
+    """The client-only set and a model, bundled offline from the local wheelhouse."""
+    folder = tmp_path_factory.mktemp("bundle") / "air"
+    done = _offline(
+        *SUFFICE, "bundle", folder, "--no-index", "--find-links", client_wheels, "--source", ROOT,
+        "--model", model_folder,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "digests in manifest.json" in done.stderr
+    return folder
+
+
+def test_the_manifest_lists_every_file_with_its_digest(bundle: Path):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    files = manifest["files"]
+    assert manifest["requirement"] == "suffice"
+    assert any(path.startswith("wheels/suffice-") for path in files)
+    assert not any("vllm" in path or "torch" in path for path in files)
+    assert {"model/tiny-model/config.json", "model/tiny-model/model.safetensors"} <= set(files)
+    on_disk = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
+    assert sorted(files) == [p for p in on_disk if p != "manifest.json"]
+    assert all(len(entry["sha256"]) == 64 for entry in files.values())
+
+
+def test_the_far_side_installs_and_verifies_with_the_network_cut(bundle: Path, tmp_path: Path):
+    venv = tmp_path / "venv"
+    script = (
+        f"{sys.executable} -m venv {venv} && "
+        f"{venv}/bin/pip install -q --no-index --find-links {bundle}/wheels suffice && "
+        f"{venv}/bin/suffice models verify {bundle} && "
+        f"{venv}/bin/python -c 'import suffice, importlib.util as u; suffice.Client; "
+        'assert u.find_spec("vllm") is None and u.find_spec("torch") is None\''
+    )
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    done = _offline("sh", "-c", script, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: every file" in done.stderr
+
+
+def _copy(bundle: Path, target: Path) -> Path:
+    subprocess.run(["cp", "-a", str(bundle), str(target)], check=True)
+    return target
+
+
+def _verify(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SUFFICE, "models", "verify", str(folder)], capture_output=True, text=True, env=_env())
+
+
+def test_an_intact_bundle_verifies(bundle: Path):
+    done = _verify(bundle)
+    assert (done.returncode, "ok: every file" in done.stderr) == (0, True), done.stderr
+
+
+def test_a_changed_wheel_fails_verification_naming_it(bundle: Path, tmp_path: Path):
+    copy = _copy(bundle, tmp_path / "b")
+    wheel = next((copy / "wheels").glob("suffice-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte changed
+    wheel.write_bytes(bytes(data))
+    done = _verify(copy)
+    assert done.returncode == 4
+    assert f"FAILED wheels/{wheel.name}: differs from the manifest (SHA-256)" in done.stderr
+
+
+def test_a_changed_model_file_fails_verification_naming_it(bundle: Path, tmp_path: Path):
+    copy = _copy(bundle, tmp_path / "b")
+    (copy / "model" / "tiny-model" / "model.safetensors").write_bytes(b"evil")
+    done = _verify(copy)
+    assert done.returncode == 4
+    assert "FAILED model/tiny-model/model.safetensors: is 4 bytes, the manifest says 65536" in done.stderr
+
+
+def test_a_missing_and_an_added_file_fail_verification(bundle: Path, tmp_path: Path):
+    copy = _copy(bundle, tmp_path / "b")
+    (copy / "model" / "tiny-model" / "sub" / "tokenizer.json").unlink()
+    (copy / "wheels" / "extra-1.0-py3-none-any.whl").write_bytes(b"planted")
+    done = _verify(copy)
+    assert done.returncode == 4
+    assert "FAILED model/tiny-model/sub/tokenizer.json: is missing" in done.stderr
+    assert "FAILED wheels/extra-1.0-py3-none-any.whl: is not in the manifest" in done.stderr
+
+
+def test_a_folder_without_a_manifest_is_a_usage_error(tmp_path: Path):
+    done = _verify(tmp_path)
+    assert done.returncode == 2
+    assert "manifest" in done.stderr
+
+
+def test_a_bundle_is_not_written_into_a_folder_with_files(tmp_path: Path):
+    (tmp_path / "keep.txt").write_text("mine")
+    done = subprocess.run([*SUFFICE, "bundle", str(tmp_path)], capture_output=True, text=True, env=_env())
+    assert done.returncode == 2
+    assert "folder" in done.stderr and "new or empty" in done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_no_index_without_a_wheel_folder_is_a_usage_error(tmp_path: Path):
+    done = subprocess.run(
+        [*SUFFICE, "bundle", str(tmp_path / "b"), "--no-index"], capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == 2
+    assert "find_links" in done.stderr
+
+
+def test_an_extra_that_is_not_a_name_is_a_usage_error(tmp_path: Path):
+    done = subprocess.run(
+        [*SUFFICE, "bundle", str(tmp_path / "b"), "--extra", "cpu]; rm -rf"], capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == 2
+    assert "extras" in done.stderr
+
+
+def test_a_converted_models_marker_is_not_carried(model_folder: Path, tmp_path: Path):
+    """The embedded model's folder holds the converter's ``.suffice-complete``: a fact of this machine's cache."""
+    from suffice.bundle import _copy_model
+    from suffice.serving.models import ModelRef
+
+    converted = tmp_path / "converted"
+    _copy(model_folder, converted)
+    (converted / ".suffice-complete").write_text("here\n")
+    _copy_model(ModelRef(converted, "m"), tmp_path / "out")
+    copied = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert copied == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (model_folder / "model.safetensors").read_bytes()

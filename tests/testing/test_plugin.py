@@ -1,0 +1,318 @@
+"""The pytest plugin as a team uses it: pytester runs a small test file that asserts with suffice's helpers.
+
+Against a scripted engine (the service's real app on loopback, and an in-process judge a conftest.py puts in
+place) the messages are checked word for word: a failing assertion names what the verdict says is missing or
+unsupported, and every verdict is a property in the JUnit XML report.  Once against the real engine, through
+the session's ``suffice serve``: whatever the small model decides, the test's outcome and its message follow
+its verdict.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from suffice import ConfigError, InputError, Judge
+from suffice.serving.base import GenerationRequest
+from suffice.testing import agreement, assert_agreement, assert_sufficient, judge_records
+from tests.fakes import ScriptedEngine
+from tests.test_client import serve
+
+pytest_plugins = ["pytester"]
+
+MISSING = "the launch date"
+UNSUPPORTED = "the launch was in 1969"
+
+
+def _first_matching(request: GenerationRequest, candidates: list[dict[str, object]]) -> str:
+    for candidate in candidates:
+        text = json.dumps(candidate, separators=(",", ":"))
+        if request.constraint.matches(text):
+            return text
+    raise AssertionError("no scripted verdict fits this request's constraint")
+
+
+def verdict_for(request: GenerationRequest) -> str:
+    """Sufficient (or SUFFICIENT) unless the question says ``unknown``; the gate is the one whose constraint
+    the text fits."""
+    bad = "unknown" in request.messages[-1]["content"]
+    sufficiency = {
+        "required_entities": [{"entity": "Apollo", "covered": not bad}],
+        "contradictions": [],
+        "reasoning": "No chunk gives the date." if bad else "Chunk 0 answers.",
+        "is_sufficient": not bad,
+        "missing_information": [MISSING] if bad else [],
+        "confidence": 0.9,
+        "useful_chunk_ids": [] if bad else [0],
+    }
+    recovery = (
+        {
+            "classification": "PARTIALLY_SUFFICIENT",
+            "supported_claims": ["Apollo 11 landed on the Moon"],
+            "unsupported_claims": [UNSUPPORTED],
+            "abstention_notice": "No passage gives the year.",
+            "suggested_retrieval_queries": ["Apollo 11 launch year"],
+        }
+        if bad
+        else {
+            "classification": "SUFFICIENT",
+            "supported_claims": ["Apollo 11 landed on the Moon"],
+            "unsupported_claims": [],
+            "answer": "Apollo 11 landed on the Moon [CITATION:0] [CITATION:1]",
+        }
+    )
+    return _first_matching(request, [sufficiency, recovery])
+
+
+def record(question: str, rid: str = "r1", **extra: object) -> dict[str, object]:
+    chunks = [{"id": 0, "text": "Apollo 11 landed on the Moon."}, {"id": 1, "text": "It carried three astronauts."}]
+    return {"id": rid, "question": question, "chunks": chunks, "response": "Apollo 11 landed on the Moon.", **extra}
+
+
+TEAM_TESTS = f"""
+import json
+
+GOOD = json.loads({json.dumps(json.dumps(record("Where did Apollo 11 land?", "good")))})
+BAD = json.loads({json.dumps(json.dumps(record("When was the unknown launch?", "bad")))})
+
+
+def test_sufficient_passes(suffice_gate):
+    suffice_gate.assert_sufficient(GOOD)
+
+
+def test_sufficient_fails(suffice_gate):
+    suffice_gate.assert_sufficient(BAD)
+
+
+def test_insufficient_passes(suffice_gate):
+    suffice_gate.assert_insufficient(BAD)
+
+
+def test_insufficient_fails(suffice_gate):
+    suffice_gate.assert_insufficient(GOOD)
+
+
+def test_supported_passes(suffice_gate):
+    suffice_gate.assert_supported(GOOD)
+
+
+def test_supported_fails(suffice_gate):
+    suffice_gate.assert_supported(BAD)
+
+
+def test_agreement_holds(suffice_gate):
+    suffice_gate.assert_agreement("labeled.jsonl", min_precision=1.0, min_recall=0.6)
+
+
+def test_agreement_drops(suffice_gate):
+    suffice_gate.assert_agreement("labeled.jsonl", min_agreement=0.9)
+"""
+
+EXPECTED = {
+    "test_sufficient_passes": "passed",
+    "test_sufficient_fails": "failed",
+    "test_insufficient_passes": "passed",
+    "test_insufficient_fails": "failed",
+    "test_supported_passes": "passed",
+    "test_supported_fails": "failed",
+    "test_agreement_holds": "passed",
+    "test_agreement_drops": "failed",
+}
+
+
+def _plugin_args() -> list[str]:
+    """Load the plugin by name unless its entry point (an install of this tree) already does."""
+    installed = any(ep.value == "suffice.testing.plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "suffice.testing.plugin"]
+
+
+def _labeled(pytester: pytest.Pytester) -> None:
+    rows = [
+        record("Where did Apollo 11 land?", "a", sufficient=True),
+        record("Who flew Apollo 11?", "b", sufficient=True),
+        record("When was the unknown launch?", "c", sufficient=False),
+        # Labeled sufficient, judged insufficient: one disagreement in four.
+        record("What was the unknown crew size?", "d", sufficient=True),
+        record("Not labeled", "e"),
+    ]
+    pytester.makefile(".jsonl", labeled="\n".join(json.dumps(r) for r in rows))
+
+
+def _outcomes(xml: Path) -> dict[str, tuple[str, str, list[tuple[str, str]]]]:
+    """Each test case of a JUnit XML report: outcome, failure message, properties."""
+    found = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        failure = case.find("failure")
+        properties = [(p.get("name", ""), p.get("value", "")) for p in case.iter("property")]
+        found[case.get("name", "")] = (
+            "failed" if failure is not None else "passed",
+            "" if failure is None else failure.get("message", "") + (failure.text or ""),
+            properties,
+        )
+    return found
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> dict[str, tuple[str, str, list[tuple[str, str]]]]:
+    pytester.makepyfile(test_team=TEAM_TESTS)
+    _labeled(pytester)
+    xml = pytester.path / "report.xml"
+    result = pytester.runpytest_subprocess(*_plugin_args(), f"--junitxml={xml}", "-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=4, failed=4)
+    return _outcomes(xml)
+
+
+def _check_words(found: dict[str, tuple[str, str, list[tuple[str, str]]]]) -> None:
+    assert {name: outcome for name, (outcome, _, _) in found.items()} == EXPECTED
+    assert f"missing: {MISSING}" in found["test_sufficient_fails"][1]
+    assert "not covered: Apollo" in found["test_sufficient_fails"][1]
+    assert "was judged sufficient: useful chunks: [0]" in found["test_insufficient_fails"][1]
+    assert f"unsupported claims: {UNSUPPORTED}" in found["test_supported_fails"][1]
+    message = found["test_agreement_drops"][1]
+    assert "agreement 0.750 < 0.900 over 4 labeled records" in message
+    assert f"d (labeled True, judged False: missing: {MISSING}" in message
+
+
+def _check_properties(found: dict[str, tuple[str, str, list[tuple[str, str]]]]) -> None:
+    name, value = found["test_sufficient_fails"][2][0]
+    assert name == "suffice.sufficiency"
+    verdict = json.loads(value)
+    assert (verdict["id"], verdict["passed"], verdict["route"]) == ("bad", False, "retrieve_more")
+    assert verdict["verdict"]["missing_information"] == [MISSING]
+    name, value = found["test_supported_passes"][2][0]
+    assert (name, json.loads(value)["passed"]) == ("suffice.recovery", True)
+    name, value = found["test_agreement_holds"][2][0]
+    assert name == "suffice.sufficiency.agreement"
+    assert json.loads(value) | {"path": ""} == {
+        "path": "",
+        "gate": "sufficiency",
+        "label": "sufficient",
+        "n": 4,
+        "agreement": 0.75,
+        "recall": 2 / 3,
+        "precision": 1.0,
+        "errors": 0,
+    }
+
+
+@pytest.fixture
+def scripted_url() -> Iterator[str]:
+    with serve(ScriptedEngine(verdict_for), gates=("sufficiency", "recovery")) as url:
+        yield url
+
+
+def test_through_a_service_the_assertions_fail_in_the_verdicts_words(pytester: pytest.Pytester, scripted_url: str):
+    found = _run(pytester, f"--suffice-server={scripted_url}")
+    _check_words(found)
+    _check_properties(found)
+
+
+IN_PROCESS_CONFTEST = """
+import pytest
+
+from suffice import Judge
+from tests.fakes import ScriptedEngine
+from tests.testing.test_plugin import verdict_for
+
+
+@pytest.fixture(scope="session")
+def suffice_judge():
+    with Judge(ScriptedEngine(verdict_for), "sufficiency") as judge:
+        yield judge
+"""
+
+
+def test_an_in_process_judge_a_conftest_gives_judges_every_gate(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    pytester.makeconftest(IN_PROCESS_CONFTEST)
+    root = str(Path(__file__).resolve().parents[2])  # the conftest imports tests.fakes
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    found = _run(pytester)
+    _check_words(found)
+    _check_properties(found)
+
+
+def test_the_options_show_in_pytest_help(pytester: pytest.Pytester):
+    result = pytester.runpytest_subprocess(*_plugin_args(), "--help")
+    result.stdout.fnmatch_lines(["*--suffice-server=URL*", "*--suffice-api-key=KEY*", "*--suffice-model=PATH*"])
+
+
+def test_a_bound_outside_0_to_1_is_a_config_error_naming_it(tmp_path: Path):
+    with Judge(ScriptedEngine(verdict_for), "sufficiency") as judge, pytest.raises(ConfigError, match="min_recall"):
+        assert_agreement(judge, tmp_path / "x.jsonl", min_recall=1.5)
+
+
+def test_no_bound_at_all_is_a_config_error(tmp_path: Path):
+    with Judge(ScriptedEngine(verdict_for), "sufficiency") as judge, pytest.raises(ConfigError, match="min_agreement"):
+        assert_agreement(judge, tmp_path / "x.jsonl")
+
+
+def test_a_label_that_is_not_a_bool_is_an_input_error_naming_the_line(tmp_path: Path):
+    path = tmp_path / "labeled.jsonl"
+    path.write_text(json.dumps(record("q", sufficient="yes")) + "\n")
+    with Judge(ScriptedEngine(verdict_for), "sufficiency") as judge, pytest.raises(InputError, match="line 1"):
+        agreement(judge, path)
+
+
+def test_a_file_without_labels_is_an_input_error(tmp_path: Path):
+    path = tmp_path / "labeled.jsonl"
+    path.write_text(json.dumps(record("q")) + "\n")
+    with Judge(ScriptedEngine(verdict_for), "sufficiency") as judge, pytest.raises(InputError, match="no record"):
+        agreement(judge, path)
+
+
+def test_a_judge_of_another_kind_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="judge"):
+        judge_records(object(), [record("q")])  # type: ignore[arg-type]
+
+
+def test_a_failed_generation_is_named_as_no_verdict():
+    judge = Judge(ScriptedEngine(lambda request: "not json"), "sufficiency")
+    with judge, pytest.raises(AssertionError, match="no verdict: "):
+        assert_sufficient(judge, record("Where did Apollo 11 land?"))
+
+
+@pytest.mark.engine
+def test_on_the_real_engine_the_outcome_follows_the_verdict(pytester: pytest.Pytester, suffice_server: str) -> None:
+    """Through the session's ``suffice serve``: the small model decides what it decides, and the test's outcome,
+    its message and its JUnit property say the same."""
+    from tests.conftest import load_records
+    from tests.vllm_server import SERVE_KEY
+
+    rows = load_records("squad2.jsonl", 4)
+    pytester.makefile(".jsonl", labeled="\n".join(json.dumps(r) for r in rows))
+    pytester.makepyfile(
+        test_real=f"""
+import json
+
+RECORD = json.loads({json.dumps(json.dumps(rows[0]))})
+
+
+def test_sufficient(suffice_gate):
+    suffice_gate.assert_sufficient(RECORD)
+
+
+def test_agreement(suffice_gate):
+    suffice_gate.assert_agreement("labeled.jsonl", min_agreement=0.0)
+"""
+    )
+    xml = pytester.path / "report.xml"
+    result = pytester.runpytest_subprocess(
+        *_plugin_args(), f"--junitxml={xml}", f"--suffice-server={suffice_server}", f"--suffice-api-key={SERVE_KEY}"
+    )
+    found = _outcomes(xml)
+    outcome, message, properties = found["test_sufficient"]
+    verdict = json.loads(dict(properties)["suffice.sufficiency"])
+    assert outcome == ("passed" if verdict["passed"] else "failed"), result.stdout.str()
+    if not verdict["passed"]:
+        for missing in verdict["verdict"]["missing_information"]:
+            assert missing in message
+    assert found["test_agreement"][0] == "passed", result.stdout.str()
+    measured = json.loads(dict(found["test_agreement"][2])["suffice.sufficiency.agreement"])
+    assert measured["n"] == sum(isinstance(r.get("sufficient"), bool) for r in rows)
