@@ -44,9 +44,6 @@ class CoreGate(Gate):
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> Said:
         return Said(supported=json.loads(text)["supported"], prompt_version=self.prompt_version)
 
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, object]:  # abstract on Gate until the seed format owns it
-        return verdict.model_dump()
-
     def route(self, verdict: BaseModel) -> Routing:
         assert isinstance(verdict, Said)
         score = 1.0 if verdict.supported else 0.0

@@ -88,9 +88,6 @@ class CitationGate(suffice.Gate):
             return suffice.Routing("deliver", why, scores=scores)
         return suffice.Routing("abstain", why, gap=uncited, queries=uncited, scores=scores)
 
-    def seed_verdict(self, verdict: BaseModel) -> dict[str, Any]:
-        return verdict.model_dump(mode="json", include={"citations", "passes"})
-
     def shortcut(self, item: suffice.Item) -> CitationVerdict | None:
         if item.has_evidence:
             return None
