@@ -19,7 +19,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.formats.verdicts import export, verdict_format, verdict_format_names
-from suffice.gates import DecisionGate, make_gate
+from suffice.gates import DecisionGate, make_gate, roles
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.judge import Judge
 from suffice.row_models import result_row_model
@@ -79,13 +79,13 @@ def test_a_gate_without_the_seed_role_is_refused_by_name_and_its_decision_only_m
     assert "sufficiency gate's verdicts have no seed shape" in str(seed.refuses(_NoSeed()))
     assert seed.refuses(DecisionGate(_NoSeed())) is None
     gate = DecisionGate(_NoSeed())
-    verdict = gate.shortcut(gate.parse_item({"id": "a", "question": "Who?", "chunks": []}))
+    verdict = roles.shortcut(gate, roles.parse_item(gate, {"id": "a", "question": "Who?", "chunks": []}))
     assert export(gate, verdict, "seed")["verdict"] == verdict.to_seed()
 
 
 def test_the_seed_rows_of_a_gate_are_its_role_plus_its_keys_beside_it():
     gate = make_gate("sufficiency")
-    verdict = gate.shortcut(gate.parse_item({"id": "a", "question": "Who?", "chunks": []}))
+    verdict = roles.shortcut(gate, roles.parse_item(gate, {"id": "a", "question": "Who?", "chunks": []}))
     row = export(gate, verdict, "seed")
     assert row["verdict"] == gate.seed_verdict(verdict)
     assert set(row["fitting"]) == {"prompt_version", "truncated_chunk_ids", "omitted_chunk_ids", "question_truncated"}
@@ -153,7 +153,7 @@ def test_an_entry_point_that_is_not_a_format_is_refused_naming_it(outside_format
 
 def test_gate_export_is_kept_one_release_as_a_deprecated_alias():
     gate = make_gate("sufficiency")
-    verdict = gate.shortcut(gate.parse_item({"id": "a", "question": "Who?", "chunks": []}))
+    verdict = roles.shortcut(gate, roles.parse_item(gate, {"id": "a", "question": "Who?", "chunks": []}))
     with pytest.warns(DeprecationWarning, match="suffice.formats.verdicts.export"):
         row = gate.export(verdict, "ragflow")
     assert row == export(gate, verdict, "ragflow")
