@@ -65,7 +65,7 @@ def test_a_new_engine_option_is_passed_to_vllm_recorded_for_resume_and_refused_o
     config = Extended(swap_space_gib=4)
     assert config.vllm_kwargs()["swap_space"] == 4
     assert "swap_space" not in Extended().vllm_kwargs()
-    assert config.recorded({})["swap_space_gib"] == "4"
+    assert config.recorded({})["swap_space_gib"] == "4.0"
     assert "swap_space_gib" not in Extended().recorded({})
     assert ("swap_space_gib", "--swap-space-gib") in in_process_flags(Extended)
     with pytest.raises(ConfigError, match="needs vLLM's GPU build") as caught:
