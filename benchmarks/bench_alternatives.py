@@ -6,6 +6,9 @@
    its per-item rate is reported as such.
 3. RAGFlow's method: unconstrained generation on the same vLLM engine with RAGFlow's
    prompt, parsed with ``json_repair``, up to two retries with the error appended.
+4. The peer a user would write on vLLM alone: RAGFlow's prompt with vLLM's own
+   JSON-schema structured outputs (the seed's schema, ``RAGFLOW_SCHEMA``, xgrammar),
+   the whole batch in one call, parsed with ``json.loads``; no retries.
 
 Also: constraint overhead (constrained vs unconstrained generation of the same
 length on the same engine) and prefix caching on vs off.  Validity is checked on
@@ -106,10 +109,9 @@ def run_suffice(items: list[dict[str, Any]], prefix_caching: bool = True) -> dic
     }
 
 
-def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Unconstrained generation on vLLM, json_repair, up to two retries (batched per attempt)."""
-    import json_repair
-    from vllm import LLM, SamplingParams
+def run_vllm_peers(items: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """RAGFlow's method and vLLM's own JSON-schema outputs, one engine (xgrammar for the schema)."""
+    from vllm import LLM
 
     from suffice.serving.machine import apply_settings, machine_settings
     from suffice.serving.vllm_engine import shutdown_llm
@@ -122,41 +124,86 @@ def run_ragflow(items: list[dict[str, Any]]) -> dict[str, Any]:
         enforce_eager=True,
         seed=0,
         dtype=settings.dtype,
+        structured_outputs_config={"backend": "xgrammar"},
     )
+    try:
+        return run_ragflow(llm, items), run_json_schema(llm, items)
+    finally:
+        shutdown_llm(llm)
+
+
+def run_json_schema(llm: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """vLLM's structured outputs with the seed's JSON schema: one batched call, ``json.loads``, no retries."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    params = SamplingParams(
+        temperature=0.0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(json=RAGFLOW_SCHEMA)
+    )
+    conversations = [[{"role": "user", "content": ragflow_prompt(r)}] for r in items]
+    llm.chat(conversations[:2], params, use_tqdm=False)  # warm-up: the schema's grammar compiled out of the timing
+    valid = parsed = tokens = 0
+    with PeakMemory() as memory:
+        began = time.perf_counter()
+        outputs = llm.chat(conversations, params, use_tqdm=False)
+        seconds = time.perf_counter() - began
+    for out, record in zip(outputs, items, strict=True):
+        tokens += len(out.outputs[0].token_ids)
+        try:
+            data = json.loads(out.outputs[0].text)
+        except ValueError:  # cut at max_tokens inside the object
+            continue
+        parsed += 1
+        valid += seed_valid(data, record)[0]
+    return {
+        "items": len(items),
+        "seconds": seconds,
+        "verdicts_per_s": len(items) / seconds,
+        "share_valid": valid / len(items),
+        "share_parsed": parsed / len(items),
+        "retries": 0,
+        "output_tokens_per_verdict": tokens / len(items),
+        "engine_calls": len(items),
+        "peak_rss_gib": memory.peak_gib,
+    }
+
+
+def run_ragflow(llm: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Unconstrained generation on vLLM, json_repair, up to two retries (batched per attempt)."""
+    import json_repair
+    from vllm import SamplingParams
+
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
     conversations = {i: [{"role": "user", "content": ragflow_prompt(r)}] for i, r in enumerate(items)}
     valid: dict[int, bool] = {}
     calls = retries = tokens = 0
-    try:
-        with PeakMemory() as memory:
-            began = time.perf_counter()
-            pending = list(conversations)
-            for attempt in range(3):
-                if not pending:
-                    break
-                outputs = llm.chat([conversations[i] for i in pending], params, use_tqdm=False)
-                calls += len(pending)
-                retries += len(pending) if attempt else 0
-                failed = []
-                for i, out in zip(pending, outputs, strict=True):
-                    text = out.outputs[0].text
-                    tokens += len(out.outputs[0].token_ids)
-                    ok, why = seed_valid(json_repair.loads(text), items[i])
-                    valid[i] = ok
-                    if not ok:
-                        conversations[i] = [
-                            *conversations[i],
-                            {"role": "assistant", "content": text},
-                            {
-                                "role": "user",
-                                "content": f"Your output failed validation: {why}. Return the JSON again.",
-                            },
-                        ]
-                        failed.append(i)
-                pending = failed
-            seconds = time.perf_counter() - began
-    finally:
-        shutdown_llm(llm)
+    with PeakMemory() as memory:
+        began = time.perf_counter()
+        pending = list(conversations)
+        for attempt in range(3):
+            if not pending:
+                break
+            outputs = llm.chat([conversations[i] for i in pending], params, use_tqdm=False)
+            calls += len(pending)
+            retries += len(pending) if attempt else 0
+            failed = []
+            for i, out in zip(pending, outputs, strict=True):
+                text = out.outputs[0].text
+                tokens += len(out.outputs[0].token_ids)
+                ok, why = seed_valid(json_repair.loads(text), items[i])
+                valid[i] = ok
+                if not ok:
+                    conversations[i] = [
+                        *conversations[i],
+                        {"role": "assistant", "content": text},
+                        {
+                            "role": "user",
+                            "content": f"Your output failed validation: {why}. Return the JSON again.",
+                        },
+                    ]
+                    failed.append(i)
+            pending = failed
+        seconds = time.perf_counter() - began
     return {
         "items": len(items),
         "seconds": seconds,
@@ -239,30 +286,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, default=120)
     parser.add_argument("--loop-items", type=int, default=12, help="items for the slow one-at-a-time loop")
+    parser.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="suffice against the vLLM peers only (no transformers loop, prefix caching off or constraint overhead)",
+    )
     args = parser.parse_args()
     items = load_items(args.items, seed=1)
     rows = []
     print(f"[suffice] {len(items)} items ...", file=sys.stderr)
     suffice = run_suffice(items)
     rows.append({"method": "suffice (vLLM, one batch, regex constraint)", **suffice})
-    print("[ragflow] ...", file=sys.stderr)
-    rows.append({"method": "RAGFlow: vLLM unconstrained + json_repair + 2 retries", **run_ragflow(items)})
-    print(f"[transformers loop] {args.loop_items} items ...", file=sys.stderr)
-    rows.append(
-        {
-            "method": f"transformers + Outlines JSON schema, one at a time ({args.loop_items} items)",
-            **run_transformers_loop(items[: args.loop_items]),
-        }
-    )
+    print("[ragflow, vLLM JSON schema] ...", file=sys.stderr)
+    ragflow, json_schema = run_vllm_peers(items)
+    rows.append({"method": "RAGFlow: vLLM unconstrained + json_repair + 2 retries", **ragflow})
+    rows.append({"method": "vLLM JSON-schema outputs (seed schema, one batch)", **json_schema})
+    if not args.peers_only:
+        print(f"[transformers loop] {args.loop_items} items ...", file=sys.stderr)
+        rows.append(
+            {
+                "method": f"transformers + Outlines JSON schema, one at a time ({args.loop_items} items)",
+                **run_transformers_loop(items[: args.loop_items]),
+            }
+        )
     base = rows[0]["verdicts_per_s"]
     for row in rows:
         row["speed_vs_suffice"] = row["verdicts_per_s"] / base
-    print("[prefix caching off] ...", file=sys.stderr)
-    no_cache = run_suffice(items, prefix_caching=False)
-    print("[constraint overhead] ...", file=sys.stderr)
+    no_cache: dict[str, Any] | None = None
+    overhead: dict[str, Any] | None = None
+    if not args.peers_only:
+        print("[prefix caching off] ...", file=sys.stderr)
+        no_cache = run_suffice(items, prefix_caching=False)
+        no_cache.pop("_completion_tokens")
+        print("[constraint overhead] ...", file=sys.stderr)
+        overhead = constraint_overhead(items)
     suffice.pop("_completion_tokens")
-    overhead = constraint_overhead(items)
-    no_cache.pop("_completion_tokens")
     columns = [
         ("method", "method", ""),
         ("items", "items", "d"),
@@ -274,17 +332,18 @@ def main() -> None:
         ("peak_rss_gib", "peak RSS GiB", ".1f"),
     ]
     print(table(rows, columns))
-    print()
-    print(
-        f"prefix caching: on {suffice['verdicts_per_s']:.3f} verdicts/s, off {no_cache['verdicts_per_s']:.3f} "
-        f"(on/off = {suffice['verdicts_per_s'] / no_cache['verdicts_per_s']:.2f})"
-    )
-    print(
-        f"constraint overhead: constrained {overhead['constrained_s']:.1f} s vs unconstrained same length "
-        f"{overhead['unconstrained_same_length_s']:.1f} s (ratio {overhead['overhead_ratio']:.2f})"
-    )
+    if no_cache is not None and overhead is not None:
+        print()
+        print(
+            f"prefix caching: on {suffice['verdicts_per_s']:.3f} verdicts/s, off {no_cache['verdicts_per_s']:.3f} "
+            f"(on/off = {suffice['verdicts_per_s'] / no_cache['verdicts_per_s']:.2f})"
+        )
+        print(
+            f"constraint overhead: constrained {overhead['constrained_s']:.1f} s vs unconstrained same length "
+            f"{overhead['unconstrained_same_length_s']:.1f} s (ratio {overhead['overhead_ratio']:.2f})"
+        )
     path = write_json(
-        "alternatives.json",
+        "alternatives-peers.json" if args.peers_only else "alternatives.json",
         {
             "command": " ".join(["benchmarks/bench_alternatives.py", *sys.argv[1:]]),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

@@ -3,6 +3,7 @@
     python -m pytest -q --ci-phases out/phases.json ...      # any selection; `make test` writes one
     python benchmarks/ci_phases.py out/phases.json            # one run: phases, engine starts, tests over 20 s
     python benchmarks/ci_phases.py before.json after.json     # two runs side by side, with ratios
+    python benchmarks/ci_phases.py --durations full.log       # an older run's `pytest --durations=N` log
 
 Phases (their seconds add up to the sum of every test's setup, call and teardown):
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -114,6 +118,53 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+)")
+_WALL = re.compile(r" in (\d+(?:\.\d+)?)s(?: \(|$)")
+
+
+def engine_tests(root: Path) -> set[str]:
+    """The node ids of the tests marked ``engine`` in the tree at ``root`` (collected, not run)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-m", "engine", "-p", "no:cacheprovider"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {line.strip() for line in done.stdout.splitlines() if "::" in line}
+
+
+def from_durations(log: Path, engine: set[str]) -> dict[str, Any]:
+    """What a plain ``pytest --durations=N`` log tells (an older run, recorded without ``--ci-phases``): setups of
+    engine tests over :data:`SLOW_S` (shared fixtures: engine starts and shared batches), the rest of the engine
+    tests listed, the fast tests listed, and the wall time the listed durations leave unexplained."""
+    listed: dict[str, dict[str, float]] = {}
+    wall = None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if found := _DURATION.match(line):
+            listed.setdefault(found[3], {})[found[2]] = float(found[1])
+        elif ("passed" in line or "failed" in line) and (found_wall := _WALL.search(line)):
+            wall = float(found_wall[1])
+    phases = {"engine-test setups over 20 s (engine starts, shared batches)": 0.0, "other engine time listed": 0.0}
+    phases["fast tests listed"] = 0.0
+    for nodeid, times in listed.items():
+        if nodeid in engine:
+            setup = times.get("setup", 0.0)
+            shared = setup if setup > SLOW_S else 0.0
+            phases["engine-test setups over 20 s (engine starts, shared batches)"] += shared
+            phases["other engine time listed"] += sum(times.values()) - shared
+        else:
+            phases["fast tests listed"] += sum(times.values())
+    if wall is not None:
+        phases["not listed (shorter durations)"] = wall - sum(phases.values())
+    slow = sorted(((round(sum(t.values()), 1), n) for n, t in listed.items() if sum(t.values()) > SLOW_S), reverse=True)
+    return {
+        "wall_s": wall,
+        "phases_s": {k: round(v, 1) for k, v in phases.items()},
+        "tests_over_20_s": [{"seconds": s, "test": n, "engine": n in engine} for s, n in slow],
+    }
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [" | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
@@ -125,7 +176,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after")
     parser.add_argument("--out", type=Path, default=RESULTS / "ci_phases.json")
+    parser.add_argument(
+        "--durations",
+        action="store_true",
+        help="the records are plain `pytest --durations=N` logs of older runs; engine tests are told by collecting "
+        "this tree (--root)",
+    )
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     args = parser.parse_args(argv)
+    if args.durations:
+        engine = engine_tests(args.root)
+        logs = {str(path): from_durations(path, engine) for path in args.records}
+        for name, summary in logs.items():
+            rows = [["phase", "seconds"], *[[k, f"{v:.0f}"] for k, v in summary["phases_s"].items()]]
+            rows.append(["wall", f"{summary['wall_s']:.0f}" if summary["wall_s"] is not None else "?"])
+            print(f"{name}:\n{_table(rows)}\ntests over {SLOW_S:.0f} s listed:")
+            for slow in summary["tests_over_20_s"]:
+                print(f"  {slow['seconds']:7.1f} s  {'engine' if slow['engine'] else 'fast  '}  {slow['test']}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"durations_logs": logs}, indent=1) + "\n", encoding="utf-8")
+        print(f"\nwritten {args.out}")
+        return 0
     if len(args.records) > 2:
         parser.error("give one record, or two (before, after)")
     summaries = [summarize(load(path)) for path in args.records]

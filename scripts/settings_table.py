@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from suffice.batch.options import BatchOptions, RayOptions
+from suffice.config import JudgeConfig
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import table
@@ -36,6 +37,12 @@ take is refused naming it.
 """
 
 SECTIONS = (
+    (
+        "Judge",
+        "`JudgeConfig` (`suffice/config.py`): `judge`, `calibrate` and `serve`; the gate's own options are in "
+        "[gates.md](gates.md).",
+        JudgeConfig,
+    ),
     (
         "Engine",
         "`EngineConfig` (`suffice/serving/engine_config.py`). `serve` spells the openai engine's key file "

@@ -12,6 +12,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates.base import Gate
 from suffice.gates.registry import DEFAULT_GATE, DETAILS, gate_class, make_gate
 from suffice.serving.engine_config import BACKENDS, DEFAULT_BACKEND, ENGINES, EngineConfig
+from suffice.settings import check, setting
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "DETAILS", "ENGINES", "JudgeConfig"]
 
@@ -34,14 +35,30 @@ class JudgeConfig:
     gate: str = DEFAULT_GATE
     engine: EngineConfig = field(default_factory=EngineConfig)
     options: Mapping[str, Any] = field(default_factory=dict)
-    detail: str = "full"
-    #: ``detail="auto"``: a delivered decision whose probability lies within this of the decision threshold (0.5)
-    #: gets a full verdict too (0 to 0.5; 0: only decisions that do not deliver, 0.5: every record).
-    auto_margin: float = 0.1
-    max_question_tokens: int = 512
-    max_response_tokens: int = 1024
-    min_chunk_tokens: int = 24
-    max_chunks: int = 128
+    detail: str = setting(
+        "full",
+        "full verdicts, or only the decision and its probability (one short step: for batch scoring), or "
+        "auto: the decision for every record and a full verdict where it does not deliver or is near the threshold",
+        choices=DETAILS,
+        verdict=True,
+    )
+    auto_margin: float = setting(
+        0.1,
+        "--detail auto: a delivered decision within this of the threshold 0.5 gets a full verdict too "
+        "(0 to 0.5, default 0.1; 0: only decisions that do not deliver, 0.5: every record)",
+        minimum=0,
+        maximum=0.5,
+        unit=" (a distance in probability)",
+        verdict=True,
+    )
+    max_question_tokens: int = setting(512, "the question is cut to this many tokens", flag="", minimum=16)
+    max_response_tokens: int = setting(
+        1024, "the recovery gate's response is cut to this many tokens", flag="", minimum=16
+    )
+    min_chunk_tokens: int = setting(
+        24, "the smallest share of the window, in tokens, a chunk is shown with", flag="", minimum=4
+    )
+    max_chunks: int = setting(128, "chunks shown at most", flag="", minimum=1, maximum=512)
     #: The verdict cache (:mod:`suffice.cache`): ``None`` reads ``$SUFFICE_VERDICT_CACHE`` (a path, or ``off``),
     #: else the file in suffice's cache folder; ``"off"`` (or ``False``) judges every record again; a path.
     cache: str | os.PathLike[str] | bool | None = None
@@ -56,20 +73,7 @@ class JudgeConfig:
             raise ConfigError("options", self.options, "must be a mapping of the gate's option names to values")
         object.__setattr__(self, "options", dict(self.options))
         options.parse(self.gate, self.options)
-        if self.detail not in DETAILS:
-            raise ConfigError("detail", self.detail, f"must be one of {', '.join(DETAILS)}")
-        margin = self.auto_margin
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0.0 <= margin <= 0.5:
-            raise ConfigError("auto_margin", margin, "must be a number from 0 to 0.5 (a distance in probability)")
-        object.__setattr__(self, "auto_margin", float(margin))
-        if self.max_question_tokens < 16:
-            raise ConfigError("max_question_tokens", self.max_question_tokens, "must be at least 16")
-        if self.max_response_tokens < 16:
-            raise ConfigError("max_response_tokens", self.max_response_tokens, "must be at least 16")
-        if self.min_chunk_tokens < 4:
-            raise ConfigError("min_chunk_tokens", self.min_chunk_tokens, "must be at least 4")
-        if not 1 <= self.max_chunks <= 512:
-            raise ConfigError("max_chunks", self.max_chunks, "must be between 1 and 512")
+        check(self)  # detail, the margin, the token budgets
         if self.cache is True:
             object.__setattr__(self, "cache", None)
         if not (self.cache is None or self.cache is False or isinstance(self.cache, (str, os.PathLike))):

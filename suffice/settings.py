@@ -137,6 +137,8 @@ class Declared:
             if self.type is float and not math.isfinite(value) and self.spec.maximum is None:
                 raise ConfigError(self.label, value, "must be a finite number")
             self._check_bounds(value)
+            if self.type is float:
+                value = float(value)  # 1 and 1.0 alike where a setting is recorded (repr)
         elif not isinstance(value, self.type):
             raise ConfigError(self.label, value, f"must be a {self.type.__name__}")
         if self.spec.choices is not None and value not in self.spec.choices:

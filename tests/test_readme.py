@@ -113,23 +113,33 @@ RUNNER = textwrap.dedent(
     import sys
 
     if __name__ == "__main__":   # vLLM's engine processes are spawned: they import this file again
+        import dataclasses
         import suffice.judge
 
         engines = {}
         starts = []
         make_engine = suffice.judge.make_engine
 
+        def close_all():
+            for engine, close in {id(e): (e, c) for e, c in engines.values()}.values():
+                close()
+            engines.clear()
+
         def shared(config):
             # one engine per engine config for all the blocks (a start is about a minute on two cores), and one
             # alive at a time: with the session's engines beside it, a second left too little memory for a KV cache
             key = repr(config)
             if key not in engines:
-                for _engine, close in engines.values():
-                    close()
-                engines.clear()
+                close_all()
                 starts.append(key)
                 engine = make_engine(config)
-                engines[key] = (engine, engine.close)
+                entry = (engine, engine.close)
+                engines[key] = entry
+                # No context window asked for is the model's own: asking for that same window is the same engine.
+                window = getattr(engine, "max_model_len", None)
+                if window is not None and config.max_model_len in (None, window):
+                    for value in (None, window):
+                        engines[repr(dataclasses.replace(config, max_model_len=value))] = entry
                 engine.close = lambda: None   # a block's `with` leaves it open for the next block
             return engines[key][0]
 
@@ -137,8 +147,7 @@ RUNNER = textwrap.dedent(
         for block in json.load(open(sys.argv[1], encoding="utf-8")):
             print(f"=== {block['name']}", flush=True)
             exec(compile(block["code"], block["name"], "exec"), {"__name__": "__main__"})
-        for engine, close in engines.values():
-            close()
+        close_all()
         print(f"=== all blocks ran on {len(starts)} engine start(s)", flush=True)
     """
 )

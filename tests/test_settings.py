@@ -65,7 +65,7 @@ def test_a_new_engine_option_is_passed_to_vllm_recorded_for_resume_and_refused_o
     config = Extended(swap_space_gib=4)
     assert config.vllm_kwargs()["swap_space"] == 4
     assert "swap_space" not in Extended().vllm_kwargs()
-    assert config.recorded({})["swap_space_gib"] == "4"
+    assert config.recorded({})["swap_space_gib"] == "4.0"
     assert "swap_space_gib" not in Extended().recorded({})
     assert ("swap_space_gib", "--swap-space-gib") in in_process_flags(Extended)
     with pytest.raises(ConfigError, match="needs vLLM's GPU build") as caught:
@@ -112,3 +112,20 @@ def test_the_settings_doc_is_the_code():
     assert (ROOT / "docs" / "settings.md").read_text(encoding="utf-8") == module.render(), (
         "docs/settings.md differs from the code: run `PYTHONPATH=. python scripts/settings_table.py`"
     )
+
+
+def test_a_whole_number_for_a_float_setting_is_held_as_a_float():
+    """auto_margin is recorded beside an output with repr: 0 and 0.0 must not make two runs differ."""
+    from suffice.config import JudgeConfig
+
+    assert repr(JudgeConfig(detail="auto", auto_margin=0).auto_margin) == "0.0"
+    assert isinstance(EngineConfig(gpu_memory_utilization=1).gpu_memory_utilization, float)
+
+
+@pytest.mark.parametrize("value", [True, "0.2", None])
+def test_a_value_of_the_wrong_type_is_refused_naming_the_setting(value: object):
+    from suffice.config import JudgeConfig
+
+    with pytest.raises(ConfigError) as caught:
+        JudgeConfig(auto_margin=value)  # type: ignore[arg-type]
+    assert caught.value.parameter == "auto_margin"

@@ -110,6 +110,9 @@ def running_server(folder: Path) -> Iterator[str]:
         "8192",
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar"}),
+        # As docs/engines.md tells users: continuations keep their request's place (the openai engine's priority).
+        "--scheduling-policy",
+        "priority",
     ]
     env = {
         **os.environ,
@@ -117,6 +120,8 @@ def running_server(folder: Path) -> Iterator[str]:
         "VLLM_CPU_OMP_THREADS_BIND": _cores(),
         "VLLM_NO_USAGE_STATS": "1",
         "HF_HUB_OFFLINE": "1",
+        # /server_info says the scheduling policy, so the openai engine can tell that it holds.
+        "VLLM_SERVER_DEV_MODE": "1",
     }
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:

@@ -18,7 +18,7 @@ from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
 from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
-from suffice.config import DETAILS, JudgeConfig
+from suffice.config import JudgeConfig
 from suffice.exceptions import (
     AuthenticationError,
     ConfigError,
@@ -48,26 +48,9 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     add_engine_args(p)
     add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
-    p.add_argument(
-        "--detail",
-        choices=DETAILS,
-        default="full",
-        help="full verdicts, or only the decision and its probability (one short step: for batch scoring), or "
-        "auto: the decision for every record and a full verdict where it does not deliver or is near the threshold",
-    )
-    add_auto_margin_arg(p)
+    add_flags(p, JudgeConfig, only=("detail", "auto_margin"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_cache_args(p)
-
-
-def add_auto_margin_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--auto-margin",
-        type=float,
-        default=0.1,
-        help="--detail auto: a delivered decision within this of the threshold 0.5 gets a full verdict too "
-        "(0 to 0.5, default 0.1)",
-    )
 
 
 def add_audit_args(p: argparse.ArgumentParser) -> None:

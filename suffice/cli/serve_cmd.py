@@ -14,9 +14,9 @@ from suffice.audit import AuditLog
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
-from suffice.cli.judge_cmd import add_audit_args, add_auto_margin_arg, audit_key_of
+from suffice.cli.judge_cmd import add_audit_args, audit_key_of
 from suffice.cli.serve_settings import CommandSettings, with_origin
-from suffice.config import DETAILS, JudgeConfig
+from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, InputError, SufficeError
 from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
 from suffice.gates import gate_names
@@ -39,10 +39,7 @@ def add_parser(sub: Any) -> None:
     )
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
-    p.add_argument(
-        "--detail", choices=DETAILS, default="full", help="full verdicts, only the decision, or auto (the cascade)"
-    )
-    add_auto_margin_arg(p)
+    add_flags(p, JudgeConfig, only=("detail", "auto_margin"))
     add_cache_args(p)
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts
     p.add_argument(

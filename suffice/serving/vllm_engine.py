@@ -20,6 +20,7 @@ from suffice import startup
 from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.serving import machine
+from suffice.serving.admission import KVBudget
 from suffice.serving.base import (
     Engine,
     Generation,
@@ -107,15 +108,7 @@ class _Driver:
     batch at the next step.  Only this thread touches the engine; since ``step()`` never returns once the engine core
     is killed, callers wait with a timeout and check the engine's processes every :data:`WATCH_INTERVAL`.
 
-    A segment's continuation is a new request that reads its prompt back from the prefix cache.  With more sequences
-    started than the KV cache holds, vLLM gives the blocks a finished segment leaves to queued prompts before the
-    continuation arrives, and the continuation computes its whole prompt again (``benchmarks/README.md``, "Where the
-    time goes").  So a sequence starts only while every started sequence's tokens fit in ``capacity`` (the KV cache,
-    in tokens; the first always starts): its prompt, less what it shares with the prompt started before it, and its
-    output, counted at the most its constraint allows until a sequence of the same constraint has finished, then at
-    1.25x the longest such output yet (a full verdict's bound is 2,428 tokens, its outputs 200-400: counted at the
-    bound, 46 of 240 sequences run at a time).  Should outputs outgrow that, vLLM preempts the
-    sequence started last.
+    Sequences start in the order they came, while they fit in the KV cache (:mod:`suffice.serving.admission`).
     """
 
     def __init__(self, engine: Any, submit: Any, absorb: Any, alive: Any, capacity: int | None = None) -> None:
@@ -123,7 +116,6 @@ class _Driver:
         self._submit = submit
         self._absorb = absorb
         self._alive = alive
-        self._capacity = capacity
         #: Jobs to start, and ``(job, error)`` for jobs to stop (their caller gave up).
         self._inbox: queue.Queue[_Job | tuple[_Job, BaseException]] = queue.Queue()
         self._running: dict[str, tuple[_Sequence, _Job]] = {}
@@ -131,11 +123,7 @@ class _Driver:
         self._waiting: deque[tuple[_Sequence, _Job]] = deque()
         #: Started sequences not finished: their job and the tokens they may hold.
         self._started: dict[int, tuple[_Job, int]] = {}
-        self._held = 0
-        #: The most tokens a finished sequence generated, by its constraint's key (equal keys: equal shapes).
-        self._longest: dict[str, int] = {}
-        #: The prompt last started: a prompt's prefix shared with it is in the cache once.
-        self._last_prompt: list[int] = []
+        self._budget = KVBudget(capacity)
         #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.startup`).
         self._first_token: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
@@ -173,8 +161,9 @@ class _Driver:
                 with contextlib.suppress(Exception):
                     self._engine.abort_request(list(self._running))
                 self._running.clear()
+                for _, cost in self._started.values():
+                    self._budget.drop(cost)
                 self._started.clear()
-                self._held = 0
                 for job in jobs.values():
                     job.fail(exc)
                 continue
@@ -271,26 +260,18 @@ class _Driver:
             if job.done.is_set():
                 self._waiting.popleft()
                 continue
-            shared = _shared_prefix(seq.prompt_ids, self._last_prompt)
-            bound = seq.constraint.max_completion_tokens
-            output = seq.constraint.max_tokens if bound is None else bound
-            longest = self._longest.get(seq.constraint.key)
-            if longest is not None:
-                output = min(output, longest + longest // 4)
-            cost = len(seq.prompt_ids) - shared + output
-            if self._started and self._capacity is not None and self._held + cost > self._capacity:
+            cost = self._budget.cost(seq.prompt_ids, seq.constraint)
+            if not self._budget.fits(cost):
                 return
             self._waiting.popleft()
             self._started[id(seq)] = (job, cost)
-            self._held += cost
-            self._last_prompt = seq.prompt_ids
+            self._budget.take(cost, seq.prompt_ids)
             self._add(job, [seq])
 
     def _release(self, seq: _Sequence) -> None:
-        _, cost = self._started.pop(id(seq), (None, 0))
-        self._held -= cost
-        key = seq.constraint.key
-        self._longest[key] = max(self._longest.get(key, 0), seq.completion_tokens + seq.prefilled)
+        entry = self._started.pop(id(seq), None)
+        if entry is not None:
+            self._budget.finish(entry[1], seq.constraint.key, seq.completion_tokens + seq.prefilled)
 
     def _add(self, job: _Job, sequences: list[_Sequence]) -> None:
         try:
@@ -311,18 +292,8 @@ class _Driver:
             with contextlib.suppress(Exception):
                 self._engine.abort_request(mine)
         for key in [key for key, (owner, _) in self._started.items() if owner is job]:
-            self._held -= self._started.pop(key)[1]
+            self._budget.drop(self._started.pop(key)[1])
         job.fail(error)
-
-
-def _shared_prefix(first: list[int], second: list[int]) -> int:
-    """How many leading token ids two prompts share."""
-    shared = 0
-    for a, b in zip(first, second, strict=False):
-        if a != b:
-            break
-        shared += 1
-    return shared
 
 
 def _kv_capacity(llm: Any) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import re
 import socket
@@ -85,8 +86,13 @@ class FakeServer:
         finish_reason: str = "stop",
         delay: float = 0.0,
         tokens: Callable[[str], list[int]] = encode,
+        metrics: str | None = None,
+        policy: str | None = None,
     ) -> None:
         self.answer = answer
+        #: ``/metrics``'s text and ``/server_info``'s scheduling policy (None: no such route).
+        self.metrics = metrics
+        self.policy = policy
         #: How the server tokenizes a text (``/tokenize`` with a prompt): by code point.
         self.tokens = tokens
         self.models = models if models is not None else [{"id": "smollm2", "root": "/m", "max_model_len": 1_000_000}]
@@ -123,6 +129,12 @@ class FakeServer:
             return httpx.Response(200, json={"object": "list", "data": self.models})
         if path == "/health":
             return httpx.Response(200)
+        if path == "/metrics" and self.metrics is not None:
+            return httpx.Response(200, text=self.metrics)
+        if path == "/server_info" and self.policy is not None:
+            return httpx.Response(200, json={"vllm_config": {"scheduler_config": {"policy": self.policy}}})
+        if path in ("/metrics", "/server_info"):
+            return httpx.Response(404, json={"detail": "Not Found"})
         assert body is not None
         if path == "/tokenize":
             ids = encode(chat(body["messages"])) if "messages" in body else self.tokens(body["prompt"])
@@ -685,6 +697,101 @@ def test_progress_is_called_once_per_request():
     assert done == [1] * 5
 
 
+# -- scheduling: the in-process engine's order and admission rules, on a server ------
+
+
+def cache_info(blocks: int, block_size: int, engines: int = 1) -> str:
+    """``/metrics`` as vLLM writes its cache configuration (one line per engine)."""
+    lines = ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig"]
+    lines += [
+        f'vllm:cache_config_info{{block_size="{block_size}",cache_dtype="auto",engine="{e}",'
+        f'num_gpu_blocks="{blocks}",prefix_caching_hash_algo="sha256"}} 1.0'
+        for e in range(engines)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_every_segment_of_a_request_carries_its_requests_priority():
+    server = FakeServer(lambda chat_text: '{"a":true}', policy="priority")
+    make(server, max_concurrency=1).generate([request(f"n {i}", two_segments()) for i in range(3)])
+    priorities = [body["priority"] for body in server.completions()]
+    assert priorities == [0, 0, 1, 1, 2, 2]
+
+
+def test_requests_are_ranked_in_the_order_they_started_across_calls():
+    server = FakeServer(numbered, policy="priority")
+    engine = make(server, max_concurrency=1)
+    engine.generate([request("n 1", one_segment("[0-9]+"))])
+    engine.generate([request("n 2", one_segment("[0-9]+"))])
+    assert [body["priority"] for body in server.completions()] == [0, 1]
+
+
+def test_a_server_that_schedules_first_come_first_served_gets_no_priority_and_is_named(
+    caplog: pytest.LogCaptureFixture,
+):
+    server = FakeServer(numbered, policy="fcfs", metrics=cache_info(10, 16))
+    with caplog.at_level(logging.WARNING):
+        engine = make(server)
+    engine.generate([request("n 1", one_segment("[0-9]+"))])
+    assert "priority" not in server.completions()[0]
+    assert engine.scheduling.notes == [
+        f"the server at {URL} schedules fcfs, not by priority: a verdict's continuations may wait behind new "
+        "prompts and compute theirs again under load (start it with --scheduling-policy priority)"
+    ]
+    assert "schedules fcfs" in caplog.text
+
+
+def test_a_server_that_says_nothing_is_said_to_be_unknown():
+    engine = make(FakeServer())
+    assert engine.scheduling.policy is None and engine.scheduling.capacity is None
+    assert "does not say how it schedules" in engine.scheduling.notes[0]
+    assert "does not report its KV cache" in engine.scheduling.notes[1]
+
+
+def test_a_server_that_says_both_leaves_nothing_to_say():
+    engine = make(FakeServer(policy="priority", metrics=cache_info(10, 16, engines=2)))
+    assert engine.scheduling.notes == []
+    assert engine.scheduling.capacity == 2 * 10 * 16
+
+
+def test_a_server_that_refuses_priorities_is_asked_again_without_them():
+    def refuse(path: str, body: dict[str, object] | None) -> Reply:
+        if path == "/v1/completions" and body is not None and "priority" in body:
+            return httpx.Response(400, json={"message": "Got priority 1 but Priority scheduling is not enabled."})
+        return None
+
+    server = FakeServer(numbered, fail=refuse)
+    engine = make(server, max_concurrency=1)
+    generations = engine.generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(3)])
+    assert [g.text for g in generations] == ["0", "1", "2"]
+    sent = server.completions()
+    assert ["priority" in body for body in sent] == [True, False, False, False]
+    assert "refused request priorities" in engine.scheduling.notes[-1]
+
+
+def test_requests_start_only_while_the_servers_kv_cache_holds_them():
+    # A request holds its prompt (70 ids, 6 shared with the one before) and its bound (20): 90 + 84 fit in 200
+    # tokens, a third does not.  Every output as long as the bound: what finished teaches no smaller estimate.
+    server = FakeServer(lambda chat_text: numbered(chat_text) * 20, delay=0.05, metrics=cache_info(20, 10))
+    requests = [request(f"{i} " + "x" * 60, one_segment("[0-9]+")) for i in range(8)]
+    generations = make(server, max_concurrency=8).generate(requests)
+    assert [g.text for g in generations] == [str(i) * 20 for i in range(8)]
+    assert server.max_in_flight == 2
+
+
+def test_without_a_known_cache_the_concurrency_is_the_only_bound():
+    server = FakeServer(numbered, delay=0.05)
+    make(server, max_concurrency=8).generate([request(f"{i} " + "x" * 60, one_segment("[0-9]+")) for i in range(8)])
+    assert server.max_in_flight > 2
+
+
+def test_a_request_larger_than_the_cache_still_starts_alone():
+    server = FakeServer(numbered, delay=0.01, metrics=cache_info(blocks=1, block_size=4))
+    generations = make(server, max_concurrency=4).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(3)])
+    assert [g.text for g in generations] == ["0", "1", "2"]
+    assert server.max_in_flight == 1
+
+
 # -- start-up -------------------------------------------------------------------------
 
 
@@ -767,7 +874,7 @@ def test_a_missing_tokenizer_folder_is_a_config_error(tmp_path: Path):
 def test_base_url_may_end_in_v1():
     server = FakeServer()
     OpenAIEngine(EngineConfig(kind="openai", base_url=URL + "/v1/"), transport=httpx.MockTransport(server))
-    assert server.paths() == ["/v1/models", "/tokenize"]
+    assert server.paths() == ["/v1/models", "/tokenize", "/metrics", "/server_info"]
 
 
 def test_settings_are_known_without_the_server():

@@ -79,6 +79,14 @@ def test_the_engine_reads_the_servers_context_window(vllm_server: str):
         assert engine.max_model_len == 8192
 
 
+def test_the_engine_reads_the_servers_scheduling_and_kv_cache(vllm_server: str):
+    """Both of the in-process engine's scheduling rules hold on the server: it says so, and nothing is noted."""
+    with OpenAIEngine(EngineConfig(kind="openai", base_url=vllm_server)) as engine:
+        assert engine.scheduling.policy == "priority"
+        assert engine.scheduling.capacity is not None and engine.scheduling.capacity >= 8192
+        assert engine.scheduling.notes == []
+
+
 def test_the_servers_tokenizer_counts_tokens(vllm_server: str):
     with OpenAIEngine(EngineConfig(kind="openai", base_url=vllm_server)) as engine:
         assert engine.count_tokens([""]) == [0]

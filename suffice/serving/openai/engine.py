@@ -23,6 +23,7 @@ from suffice.exceptions import (
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai.client import Client, ServerError
+from suffice.serving.openai.scheduling import Given, Scheduling
 from suffice.serving.openai.segments import Aborted, SegmentGenerator
 from suffice.serving.openai.startup import check_tokenizer, pick_model
 from suffice.serving.openai.tokens import LocalTokenizer, Tokens
@@ -67,7 +68,8 @@ class OpenAIEngine(Engine):
             self.max_model_len = min(server_max_len, config.max_model_len or server_max_len)
             self._tokens = Tokens(self._client, local, self.model_id)
             check_tokenizer(self._client, self._tokens, config.tokenizer)
-            self._segments = SegmentGenerator(self._client, self._tokens, config, server_max_len)
+            self.scheduling = Scheduling(self._client)
+            self._segments = SegmentGenerator(self._client, self._tokens, config, server_max_len, self.scheduling)
         except BaseException:
             self.close()
             raise
@@ -159,7 +161,15 @@ class OpenAIEngine(Engine):
         if aborted.is_set():
             raise Aborted
         try:
-            generation = self._segments.generate(request, aborted)
+            prompt = self._tokens.prompt_ids(request.messages)
+            with self.scheduling.turn(prompt, request.constraint, lambda: aborted.is_set() or self._closed) as (
+                priority,
+                finished,
+            ):
+                generation = self._segments.generate(request, aborted, prompt, priority)
+                finished(generation.completion_tokens + generation.prompt_tokens - len(prompt))
+        except Given:
+            raise Aborted from None
         except ServerError as exc:
             self._count_refused(exc)
             raise

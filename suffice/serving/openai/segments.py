@@ -17,6 +17,7 @@ from suffice.grammars.constraint import Segment
 from suffice.serving.base import Generation, GenerationRequest
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai.client import QUOTE_CHARS, Client, ServerError
+from suffice.serving.openai.scheduling import Scheduling
 from suffice.serving.openai.tokens import Tokens
 
 
@@ -27,16 +28,21 @@ class Aborted(Exception):
 class SegmentGenerator:
     """Requests generated on a server whose context window is ``server_max_len`` tokens."""
 
-    def __init__(self, client: Client, tokens: Tokens, config: EngineConfig, server_max_len: int) -> None:
+    def __init__(
+        self, client: Client, tokens: Tokens, config: EngineConfig, server_max_len: int, scheduling: Scheduling
+    ) -> None:
         self._client = client
+        self._scheduling = scheduling
         self._tokens = tokens
         self._config = config
         self._server_max_len = server_max_len
         self._server = f"the server at {client.base_url}"
 
-    def generate(self, request: GenerationRequest, aborted: threading.Event) -> Generation:
-        """Every segment of ``request``, unless ``aborted`` is set or the client closed first."""
-        prompt = self._tokens.prompt_ids(request.messages)
+    def generate(
+        self, request: GenerationRequest, aborted: threading.Event, prompt: list[int], priority: int
+    ) -> Generation:
+        """Every segment of ``request`` (its chat-templated ``prompt``), each sent with ``priority``, unless
+        ``aborted`` is set or the client closed first."""
         generated: list[int] = []
         text = ""
         tokens: list[str] = []
@@ -63,7 +69,7 @@ class SegmentGenerator:
             if room <= 0:
                 finish = "length"
                 break
-            choice = self._complete(prompt + generated, segment, min(segment.max_tokens, room))
+            choice = self._complete(prompt + generated, segment, min(segment.max_tokens, room), priority)
             piece = choice["text"]
             finish = choice.get("finish_reason")
             ids = choice.get("token_ids")
@@ -119,7 +125,7 @@ class SegmentGenerator:
             top_logprobs=tuple(tops) if logprobs_ok else None,
         )
 
-    def _complete(self, ids: list[int], segment: Segment, max_tokens: int) -> dict[str, Any]:
+    def _complete(self, ids: list[int], segment: Segment, max_tokens: int, priority: int) -> dict[str, Any]:
         """One segment: the server's only choice."""
         body: dict[str, Any] = {
             "model": self._tokens.model_id,
@@ -134,8 +140,17 @@ class SegmentGenerator:
         }
         if segment.logprobs and self._config.top_logprobs > 0:
             body["logprobs"] = self._config.top_logprobs
+        if self._scheduling.send_priority:
+            body["priority"] = priority
         try:
-            data = self._client.call("POST", "/v1/completions", body).json()
+            try:
+                data = self._client.call("POST", "/v1/completions", body).json()
+            except ServerError as exc:
+                if exc.status != 400 or "priority" not in body or "priorit" not in str(exc).lower():
+                    raise
+                self._scheduling.refused_priority(str(exc))
+                del body["priority"]
+                data = self._client.call("POST", "/v1/completions", body).json()
         except ServerError as exc:
             if exc.status == 404:  # the route or the model is gone: no request can succeed
                 raise EngineFatalError(f"{exc} (did the server restart with another model?)") from exc
