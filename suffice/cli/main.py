@@ -24,6 +24,7 @@ from suffice.cli import (
     schema_cmd,
     serve_cmd,
 )
+from suffice.cli.errors import reports_errors
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "verbose", False):
         logger.setLevel(logging.INFO)
     try:
-        code: int = args.run(args)
+        code: int = reports_errors(args.run)(args)  # a gate's own commands too
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
