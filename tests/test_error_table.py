@@ -38,6 +38,8 @@ SAID_HERE = {
     ("review_cmd", "OutputWriteError"),
     ("calibrate_cmd", "InputError"),
     ("calibrate_cmd", "OutputWriteError"),
+    ("bundle_cmd", "ModelNotFoundError"),  # --model names a folder to copy: usage, where a run's missing model is 1
+    ("bundle_cmd", "OutputWriteError"),  # a bundle is written anew: nothing to resume
 }
 
 
