@@ -64,10 +64,16 @@ def option_names(name: str) -> frozenset[str]:
     return frozenset(gate_class(name).options_model.model_fields)
 
 
-def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str = "full") -> Gate:
-    """Gate ``name`` built from its options (each checked: errors name the option)."""
+def check_detail(detail: object) -> None:
+    """The one check of a ``detail`` (a gate built, a row's schema): one of :data:`DETAILS`, else a
+    :class:`ConfigError` naming it."""
     if detail not in DETAILS:
         raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
+
+
+def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str = "full") -> Gate:
+    """Gate ``name`` built from its options (each checked: errors name the option)."""
+    check_detail(detail)
     cls = gate_class(name)
     gate = cls.from_options(cls.options_model.parse(name, options or {}))
     # The cascade decides every record decision-only first: a gate that cannot judge so cannot cascade.
