@@ -43,7 +43,7 @@ from suffice.exceptions import (
 )
 from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.grammars.decision import DecisionVerdict
-from suffice.network import check_url, redact_url, refuse_plain_http
+from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
 from suffice.records import record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
@@ -472,14 +472,6 @@ def _detail(response: httpx.Response) -> tuple[str, str | None]:
     return str(detail), None
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _results(response: httpx.Response, gate: str, count: int) -> list[JudgeResult]:
     """The results of a 200; a typed error for any other status (:class:`_Retry` for a 429/503 that may wait)."""
     status = response.status_code
@@ -497,7 +489,7 @@ def _refusal(response: httpx.Response) -> ServiceError | _Retry:
     detail, field = _detail(response)
     if status in (429, 503):
         error = ServiceUnavailableError(detail, status)
-        wait = _retry_after(response)
+        wait = retry_after(response.headers.get("retry-after"))  # uncapped: max_wait refuses a longer one
         return error if wait is None else _Retry(wait, error)
     if status == 401:
         return AuthenticationError(detail, status)

@@ -12,7 +12,9 @@ The tree::
     │       │   └── EngineUnreachableError  a server cannot be reached or says it is unhealthy
     │       └── ConstraintNotEnforcedError  a server returned text outside the constraint
     ├── AuditError                  an audit database or anchor cannot be used as asked
-    │   └── AuditBrokenError        the chains do not verify (``audit anchor`` exits 4, not 2)
+    │   ├── AuditBrokenError        the chains do not verify (``audit anchor`` exits 4, not 2)
+    │   ├── ReviewNotFoundError     no review has that id (404)
+    │   └── ReviewConflictError     the review is resolved already, or this reviewer decided it (409)
     ├── OutputMismatchError         an existing output has other settings, or is the input (exit 2)
     ├── OutputWriteError            an output file cannot be written: stop, rerun to resume
     ├── OutputBusyError             another suffice run is writing that output
@@ -39,11 +41,16 @@ The tree::
             └── RewriteError
 
 An ``ItemError`` never stops a batch (its item gets an error record); ``EngineFatalError`` always does.
+
+What each error means to its caller (the command's exit status, the service's HTTP status, what to do next) is
+written once, in :data:`STATUS` at the end; ``suffice``'s commands and ``suffice serve`` both read it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_TAMPERED, EXIT_USAGE
 
 
 def _rebuild(cls: type[SufficeError], args: tuple[Any, ...], state: dict[str, Any]) -> SufficeError:
@@ -232,6 +239,14 @@ class AuditBrokenError(AuditError):
         super().__init__(f"refusing to anchor {path}: {reason}")
 
 
+class ReviewNotFoundError(AuditError):
+    """No review in the audit log has the id asked for."""
+
+
+class ReviewConflictError(AuditError):
+    """The review cannot take this decision: it is resolved already, or this reviewer decided it already."""
+
+
 class ItemError(SufficeError):
     """An error confined to one item of a batch."""
 
@@ -298,3 +313,65 @@ class RewriteError(StepError):
     """Query rewriting raised or returned the wrong number of results."""
 
     step = "rewrite"
+
+
+class Status(NamedTuple):
+    """What an error means to whoever asked: ``exit``, the ``suffice`` command's exit status
+    (:mod:`suffice.exit_codes`); ``http``, the status ``suffice serve`` answers with; ``then``, what the caller
+    can do about it, said after the message ("" when the message says it already)."""
+
+    exit: int
+    http: int
+    then: str = ""
+
+
+_RESUME_ONCE_ANSWERED = "rerun the same command to resume once the service answers"
+
+#: Every suffice error's :class:`Status`: the one table the command line and the service read (a test checks
+#: that each class is here).  An error outside it is looked up by its nearest listed base class.
+STATUS: dict[type[SufficeError], Status] = {
+    SufficeError: Status(EXIT_FATAL, 500),
+    ConfigError: Status(EXIT_USAGE, 500),  # the service's own settings: not the client's fault
+    ModelNotFoundError: Status(EXIT_FATAL, 500),
+    EngineError: Status(EXIT_FATAL, 500),
+    PartialBatchError: Status(EXIT_FATAL, 500),
+    EngineFatalError: Status(EXIT_FATAL, 503),
+    EngineDeadError: Status(EXIT_FATAL, 503),
+    EngineUnreachableError: Status(EXIT_FATAL, 503),
+    ConstraintNotEnforcedError: Status(EXIT_FATAL, 503),
+    AuditError: Status(EXIT_USAGE, 503),
+    AuditBrokenError: Status(EXIT_TAMPERED, 503),
+    ReviewNotFoundError: Status(EXIT_USAGE, 404),
+    ReviewConflictError: Status(EXIT_FATAL, 409),
+    OutputMismatchError: Status(EXIT_USAGE, 500),
+    OutputWriteError: Status(EXIT_FATAL, 500, "fix the cause, then rerun the same command to resume"),
+    OutputBusyError: Status(EXIT_BUSY, 409),
+    CitationError: Status(EXIT_FATAL, 500),
+    CancelledError: Status(EXIT_FATAL, 499),
+    InsufficientContextError: Status(EXIT_FATAL, 500),
+    GateFailedError: Status(EXIT_FATAL, 500),
+    ServiceError: Status(EXIT_FATAL, 502, _RESUME_ONCE_ANSWERED),
+    AuthenticationError: Status(EXIT_USAGE, 401, "the service refused the key: check --api-key-file"),
+    RequestTooLargeError: Status(EXIT_FATAL, 413, "lower --batch-size, then rerun the same command to resume"),
+    InvalidRequestError: Status(EXIT_FATAL, 422, _RESUME_ONCE_ANSWERED),
+    ServiceTimeoutError: Status(EXIT_FATAL, 504, _RESUME_ONCE_ANSWERED),
+    ServiceUnavailableError: Status(EXIT_FATAL, 503, _RESUME_ONCE_ANSWERED),
+    ItemError: Status(EXIT_FATAL, 500),
+    InputError: Status(EXIT_USAGE, 422),
+    RubricError: Status(EXIT_USAGE, 422),
+    PromptTooLongError: Status(EXIT_FATAL, 422),
+    PreparationError: Status(EXIT_FATAL, 500),
+    GenerationError: Status(EXIT_FATAL, 500),
+    VerdictError: Status(EXIT_FATAL, 500),
+    StepError: Status(EXIT_FATAL, 500),
+    RetrievalError: Status(EXIT_FATAL, 500),
+    RewriteError: Status(EXIT_FATAL, 500),
+}
+
+
+def status_of(error: SufficeError) -> Status:
+    """``error``'s :class:`Status`: its class's entry in :data:`STATUS`, else its nearest listed base class's."""
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return STATUS[SufficeError]

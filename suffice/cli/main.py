@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import logging
 import signal
 import sys
@@ -24,22 +23,16 @@ from suffice.cli import (
     schema_cmd,
     serve_cmd,
 )
+from suffice.cli.errors import reports_errors
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 from suffice.gates.roles import add_commands
-
-
-def _version() -> str:
-    """The installed distribution's version (the package top is a layer above the command line)."""
-    try:
-        return importlib.metadata.version("suffice")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
-        return "unknown (not installed)"
+from suffice.network import version
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suffice", description="Local evidence gates for RAG.")
-    parser.add_argument("--version", action="version", version=f"suffice {_version()}")
+    parser.add_argument("--version", action="version", version=f"suffice {version() or 'unknown (not installed)'}")
     sub = parser.add_subparsers(dest="command", required=True)
     judge_cmd.add_parser(sub)
     demo_cmd.add_parser(sub)
@@ -86,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "verbose", False):
         logger.setLevel(logging.INFO)
     try:
-        code: int = args.run(args)
+        code: int = reports_errors(args.run)(args)  # a gate's own commands too
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

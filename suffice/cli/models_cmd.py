@@ -7,12 +7,9 @@ import sys
 from typing import Any
 
 from suffice.bundle import MANIFEST, verify_bundle
-from suffice.exceptions import InputError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.cli.errors import reports_errors
+from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED
 from suffice.text import terminal_text
-
-#: A file differs from the manifest, is missing or was added (as ``audit verify`` says of a tampered log).
-EXIT_TAMPERED = 4
 
 
 def add_parser(sub: Any) -> None:
@@ -30,12 +27,9 @@ def add_parser(sub: Any) -> None:
     verify.set_defaults(run=run_verify)
 
 
+@reports_errors
 def run_verify(args: argparse.Namespace) -> int:
-    try:
-        problems = verify_bundle(args.folder)
-    except InputError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    problems = verify_bundle(args.folder)  # an unreadable manifest: InputError, said by reports_errors
     if problems:
         for problem in problems:
             print(f"FAILED {terminal_text(problem)}", file=sys.stderr)

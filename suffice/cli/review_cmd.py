@@ -19,8 +19,9 @@ from typing import Any
 from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
 from suffice.cli.audit_cmd import _KEY_HELP, _login_name, _onto_the_log, _open
-from suffice.exceptions import SufficeError
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.cli.errors import reports_errors
+from suffice.exceptions import OutputWriteError
+from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
 from suffice.text import terminal_text
 
@@ -81,15 +82,13 @@ def _parsed(row: dict[str, Any], db: Path) -> dict[str, Any] | None:
     return {**row, "payload": payload, "decisions": decisions_of(row), "state": state_of(row)}
 
 
+@reports_errors
 def run_list(args: argparse.Namespace) -> int:
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
     try:
         rows = log.reviews(None if args.all else "open")
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
     finally:
         log.close()
     if args.json:
@@ -117,15 +116,13 @@ def run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@reports_errors
 def run_show(args: argparse.Namespace) -> int:
     log = _open(args.db)
     if log is None:
         return EXIT_USAGE
     try:
         row = log.review(args.id)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
     finally:
         log.close()
     review = _parsed(row, args.db)
@@ -169,6 +166,7 @@ def _text(review: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@reports_errors
 def run_decide(args: argparse.Namespace) -> int:
     by = args.by or _login_name()
     if by is None:
@@ -179,9 +177,6 @@ def run_decide(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         done = log.resolve_review(args.id, decision=args.decision, by=by, note=args.note, label=args.label)
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_FATAL
     finally:
         log.close()
     print(terminal_text(f"{done.summary()}: {args.decision} by {by}"))
@@ -216,6 +211,7 @@ def labeled_record(review: dict[str, Any]) -> dict[str, Any] | None:
     return record
 
 
+@reports_errors
 def run_export(args: argparse.Namespace) -> int:
     if _onto_the_log(args.db, args.labels):
         return EXIT_USAGE
@@ -224,9 +220,6 @@ def run_export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         rows = [row for row in log.reviews("resolved") if args.gate is None or row["gate"] == args.gate]
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
     finally:
         log.close()
     reviews = [_parsed(row, args.db) for row in rows]
@@ -256,7 +249,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     try:
         replace_atomically(args.labels, lines(), mode=0o600)  # it holds the reviewed questions and context
-    except SufficeError as exc:
+    except OutputWriteError as exc:  # written whole or not at all: nothing to resume, --labels must change
         print(f"error: {terminal_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     print(terminal_text(export_summary(per, overrides, len(records), left_out, args.labels)), file=sys.stderr)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
+from suffice.cli.errors import reports_errors
 from suffice.config import DETAILS
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exit_codes import EXIT_OK
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_names
 from suffice.gates import DEFAULT_GATE
 from suffice.row_models import result_row_schema
-from suffice.text import terminal_text
 
 
 def add_parser(sub: Any) -> None:
@@ -42,11 +40,8 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
-    try:
-        schema = result_row_schema(args.gate, args.detail, args.format, "index" if args.served else "line")
-    except ConfigError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    schema = result_row_schema(args.gate, args.detail, args.format, "index" if args.served else "line")
     print(json.dumps(schema, indent=2, ensure_ascii=False))
     return EXIT_OK

@@ -13,17 +13,16 @@ from typing import Any
 from suffice.audit import AuditLog
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
+from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, audit_key_of
 from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, InputError, SufficeError
-from suffice.exit_codes import EXIT_FATAL, EXIT_USAGE
+from suffice.exceptions import ConfigError, SufficeError
 from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import add_flags, from_args
-from suffice.text import terminal_text
 
 
 def add_parser(sub: Any) -> None:
@@ -100,31 +99,24 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     return served
 
 
+@reports_errors
 def run(args: argparse.Namespace) -> int:
     from suffice.server.run import serve
 
     def notify(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    try:
-        config = config_from_args(args)
-    except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    config = config_from_args(args)
     try:
         status = serve(config, notify)
-    except (ConfigError, InputError) as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        status = EXIT_USAGE
-    except SufficeError as exc:
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        status = EXIT_FATAL
+    except SufficeError as exc:  # the anchor below is still written
+        status = fail(exc)
     if config.anchor_file is not None and config.audit_db is not None and config.audit_db.is_file():
         # At shutdown, once the service has closed the log: the anchor covers every row it recorded.
         try:
             with closing(AuditLog(config.audit_db, key=config.audit_key, create=False)) as log:
                 log.save_anchor(config.anchor_file)
         except SufficeError as exc:
-            print(f"error: no audit anchor written: {terminal_text(exc)}", file=sys.stderr)
-            status = status or EXIT_FATAL
+            failed = fail(exc, doing="no audit anchor written")
+            status = status or failed
     return status

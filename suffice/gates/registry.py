@@ -13,9 +13,9 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from suffice.exceptions import ConfigError
+from suffice.gates import roles
 from suffice.gates.base import Gate
 from suffice.gates.decision import AutoGate, DecisionGate
-from suffice.gates.roles import check_detail
 
 ENTRY_POINT_GROUP = "suffice.gates"
 #: The gate a judge uses when none is named.
@@ -65,14 +65,20 @@ def option_names(name: str) -> frozenset[str]:
     return frozenset(gate_class(name).options_model.model_fields)
 
 
-def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str = "full") -> Gate:
-    """Gate ``name`` built from its options (each checked: errors name the option)."""
+def check_detail(detail: object) -> None:
+    """The one check of a ``detail`` (a gate built, a row's schema): one of :data:`DETAILS`, else a
+    :class:`ConfigError` naming it."""
     if detail not in DETAILS:
         raise ConfigError("detail", detail, f"must be one of {', '.join(DETAILS)}")
+
+
+def make_gate(name: str, options: Mapping[str, Any] | None = None, detail: str = "full") -> Gate:
+    """Gate ``name`` built from its options (each checked: errors name the option)."""
+    check_detail(detail)
     cls = gate_class(name)
     gate = cls.from_options(cls.options_model.parse(name, options or {}))
     # The cascade decides every record decision-only first: a gate that cannot judge so cannot cascade.
-    check_detail(gate, "decision" if detail == "auto" else detail)
+    roles.check_detail(gate, "decision" if detail == "auto" else detail)
     if detail == "auto":
         return AutoGate(gate)
     return DecisionGate(gate) if detail == "decision" else gate

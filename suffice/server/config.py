@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suffice.audit.keys import read_key_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
 from suffice.gates.registry import option_names
-from suffice.network import is_loopback
+from suffice.network import is_loopback, read_key_file
 from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.settings import check, setting
 
@@ -148,15 +147,9 @@ def host_names(config: ServeConfig) -> frozenset[str]:
 
 def read_api_key(path: Path, *, private: bool = True) -> bytes:
     """The bearer token in ``path`` (surrounding whitespace removed); errors name the option.  ``private``: a file
-    group or others may read is refused, as an audit key is (:func:`~suffice.audit.keys.read_key_file`), since
+    group or others may read is refused, as an audit key is (:func:`~suffice.network.read_key_file`), since
     whoever reads it can call the service; a client's copy of the key (``judge --server``) is not checked."""
-    if private:
-        key = read_key_file(path, "api_key_file", forging="call the service as its clients")
-    else:
-        try:
-            key = path.read_bytes().strip()
-        except OSError as exc:
-            raise ConfigError("api_key_file", str(path), f"cannot be read: {exc.strerror or exc}") from exc
+    key = read_key_file(path, "api_key_file", forging="call the service as its clients" if private else None)
     if len(key) < 16:
         raise ConfigError("api_key_file", str(path), "holds fewer than 16 characters: use a long random token")
     if any(byte < 0x21 or byte > 0x7E for byte in key):

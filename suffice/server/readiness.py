@@ -8,7 +8,6 @@ judge request is refused the same way, until :meth:`Readiness.started` hands ove
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +18,7 @@ from fastapi.responses import Response
 
 from suffice.exceptions import EngineFatalError
 from suffice.gates import gate_class
+from suffice.network import version
 from suffice.server.metrics import Metrics
 from suffice.server.responses import Health, JSONResponse, NotReady, Ready, public_model_name
 
@@ -32,18 +32,10 @@ READY_CACHE_S = 1.0
 STARTING_RETRY_AFTER_S = 5
 
 
-def _version() -> str:
-    """suffice's version as installed (``unknown`` when run from a source tree that is not)."""
-    try:
-        return importlib.metadata.version("suffice")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def build_info(engine: Any | None, gates: Sequence[str]) -> dict[str, str | None]:
     """The labels of ``suffice_build_info``: model and backend are ``None`` while the engine starts."""
     return {
-        "version": _version(),
+        "version": version() or "unknown",
         "model": None if engine is None else public_model_name(engine.model_id),
         "backend": None if engine is None else engine.backend,
         "gates": ",".join(gates),

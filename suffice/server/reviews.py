@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from suffice.audit import LABELS, REVIEW_DECISIONS, AuditLog, load_key
 from suffice.audit.reviewing import decisions_of, state_of
-from suffice.exceptions import ConfigError, SufficeError
+from suffice.exceptions import ConfigError, SufficeError, status_of
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
@@ -544,9 +544,10 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         )
 
     def refused(exc: SufficeError) -> JSONResponse:
-        text = str(exc)
-        status = 404 if "no such review" in text else 409 if ("already" in text) else 503
-        return JSONResponse({"detail": text if status != 503 else "the audit log cannot be used"}, status)
+        status = status_of(exc).http
+        if status < 500:  # about the review asked for: said; the log's own trouble is not the client's to read
+            return JSONResponse({"detail": str(exc)}, status)
+        return JSONResponse({"detail": "the audit log cannot be used"}, 503)
 
     # -- JSON ----------------------------------------------------------------------------------------------------
     @app.get(
@@ -676,7 +677,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
             await decide(review_id, session.reviewer, body)
         except SufficeError as exc:
             page = _page("Refused", f"<section>{e(exc)}</section>", session.reviewer, session.csrf)
-            page.status_code = 404 if "no such review" in str(exc) else 409
+            page.status_code = 404 if status_of(exc).http == 404 else 409
             return page
         return RedirectResponse(f"{PAGE}/{review_id}?recorded=1", status_code=303)
 

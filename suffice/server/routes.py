@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel
 
-from suffice.exceptions import AuditError, EngineFatalError
+from suffice.exceptions import EngineFatalError, SufficeError, status_of
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
 from suffice.server.admission import Admission, Admitted
 from suffice.server.config import ServeConfig
@@ -146,19 +146,17 @@ class Routes:
         except RequestError as exc:
             field = exc.field or ""
             return unprocessable(admitted.where.get(field, ["query", field or "query"]), str(exc))
-        except EngineFatalError as exc:
-            self.readiness.fatal(str(exc))
-            return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=503)
-        except AuditError as exc:
+        except SufficeError as exc:
+            status = status_of(exc).http  # the one table the command line reads too
+            if status >= 500 and status != 503:
+                return _internal_error()
+            if isinstance(exc, EngineFatalError):
+                self.readiness.fatal(str(exc))
+                return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=status)
             # Judged, but not answered: a verdict the audit log does not hold is not given.
-            return JSONResponse({"detail": f"not answered: {exc}"}, status_code=503)
+            return JSONResponse({"detail": f"not answered: {exc}"}, status_code=status)
         except Exception:
-            # The cause goes to the log only: exception text names files and settings of the server.
-            error_id = uuid.uuid4().hex[:16]
-            _log.exception("suffice serve: request failed (error id %s)", error_id)
-            return JSONResponse(
-                {"detail": f"internal error (id {error_id} in the server's log)", "error_id": error_id}, 500
-            )
+            return _internal_error()
         finally:
             metrics.waiting.dec()
         metrics.observe(gate, outcome.results, outcome.seconds, outcome.gate)
@@ -239,3 +237,11 @@ class Routes:
                 **error_responses({401: "missing or wrong bearer token (unless --metrics-without-auth)"}),
             },
         )
+
+
+def _internal_error() -> JSONResponse:
+    """500 for the exception being handled: its cause goes to the log only, since exception text names files and
+    settings of the server."""
+    error_id = uuid.uuid4().hex[:16]
+    _log.exception("suffice serve: request failed (error id %s)", error_id)
+    return JSONResponse({"detail": f"internal error (id {error_id} in the server's log)", "error_id": error_id}, 500)

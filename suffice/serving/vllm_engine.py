@@ -14,8 +14,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from suffice import startup
 from suffice.exceptions import CancelledError, EngineDeadError, EngineError
 from suffice.grammars.constraint import Constraint, Segment
@@ -30,6 +28,7 @@ from suffice.serving.base import (
     local_settings,
     report_read,
 )
+from suffice.serving.decoding import TokenTrail, eos_ids, merge_by_text
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import (
     MachineSettings,
@@ -47,26 +46,18 @@ _log = logging.getLogger(__name__)
 
 def _token_logprobs(
     token_ids: Sequence[int], logprobs: Any
-) -> tuple[tuple[str, ...] | None, tuple[dict[str, float], ...] | None]:
-    """Token texts and top log-probabilities by text (ids decoding alike are merged)."""
+) -> tuple[tuple[str, ...], tuple[dict[str, float], ...]] | None:
+    """Token texts and top log-probabilities by text, or ``None`` unless each generated id has its entry."""
     if not logprobs or len(logprobs) != len(token_ids):
-        return None, None
+        return None
     tokens: list[str] = []
     tops: list[dict[str, float]] = []
     for token_id, position in zip(token_ids, logprobs, strict=True):
         chosen = position.get(token_id)
         if chosen is None or chosen.decoded_token is None:
-            return None, None
+            return None
         tokens.append(chosen.decoded_token)
-        top: dict[str, float] = {}
-        for entry in position.values():
-            if entry.decoded_token is None:
-                continue
-            previous = top.get(entry.decoded_token)
-            top[entry.decoded_token] = (
-                entry.logprob if previous is None else float(np.logaddexp(previous, entry.logprob))
-            )
-        tops.append(top)
+        tops.append(merge_by_text((entry.decoded_token, entry.logprob) for entry in position.values()))
     return tuple(tokens), tuple(tops)
 
 
@@ -328,9 +319,7 @@ class _Sequence:
     segment: Segment
     generated_ids: list[int] = field(default_factory=list)
     text: str = ""
-    tokens: list[str] = field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = field(default_factory=list)
-    logprobs_ok: bool = True
+    trail: TokenTrail = field(default_factory=lambda: TokenTrail(wanted=True))
     #: Prefix tokens appended to the sequence (prefilled: counted with the prompt).
     prefilled: int = 0
     completion_tokens: int = 0
@@ -398,7 +387,9 @@ class VLLMEngine(TokenizerMixin, Engine):
         self.tokenizer = self._llm.get_tokenizer()
         self.max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.logprobs = config.top_logprobs
-        self._eos_ids = _eos_ids(self.tokenizer, self._llm)
+        self._eos_ids = eos_ids(
+            self.tokenizer, getattr(getattr(self._llm.llm_engine.model_config, "hf_config", None), "eos_token_id", None)
+        )
         self._prefixes: dict[str, list[int]] = {}
         self._request_ids = itertools.count()
         self._ranks = itertools.count()
@@ -456,7 +447,13 @@ class VLLMEngine(TokenizerMixin, Engine):
         if not requests:
             return []
         sequences = [
-            _Sequence(i, self.prompt_ids(r.messages), r.constraint, r.constraint.first_segment())
+            _Sequence(
+                i,
+                self.prompt_ids(r.messages),
+                r.constraint,
+                r.constraint.first_segment(),
+                trail=TokenTrail(wanted=self.logprobs > 0),
+            )
             for i, r in enumerate(requests)
         ]
         try:
@@ -472,8 +469,8 @@ class VLLMEngine(TokenizerMixin, Engine):
                 finish_reason=seq.finish_reason,
                 prompt_tokens=len(seq.prompt_ids) + seq.prefilled,
                 completion_tokens=seq.completion_tokens,
-                tokens=tuple(seq.tokens) if seq.logprobs_ok and self.logprobs else None,
-                top_logprobs=tuple(seq.top_logprobs) if seq.logprobs_ok and self.logprobs else None,
+                tokens=seq.trail.result()[0],
+                top_logprobs=seq.trail.result()[1],
             )
             for seq in sequences
         ]
@@ -503,8 +500,7 @@ class VLLMEngine(TokenizerMixin, Engine):
                 seq.generated_ids.extend(prefix)
                 seq.prefilled += len(prefix)
                 seq.text += seq.segment.prefix
-                seq.tokens.append(seq.segment.prefix)
-                seq.top_logprobs.append({})
+                seq.trail.stand_in(seq.segment.prefix)
             yield request_id, seq
 
     def _prefix_ids(self, prefix: str) -> list[int]:
@@ -521,22 +517,16 @@ class VLLMEngine(TokenizerMixin, Engine):
         """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""
         token_ids = list(completion.token_ids)
         seq.completion_tokens += len(token_ids)
-        tokens, top = _token_logprobs(token_ids, completion.logprobs)
         kept = len(token_ids)
         while kept and token_ids[kept - 1] in self._eos_ids:
             kept -= 1
         start_text, start_ids = len(seq.text), len(seq.generated_ids)
         seq.generated_ids.extend(token_ids[:kept])
         seq.finish_reason = completion.finish_reason
-        if not seq.segment.logprobs:
-            # One stand-in token for the whole segment: positions stay aligned with the text.
-            seq.tokens.append(completion.text)
-            seq.top_logprobs.append({})
-        elif tokens is None or top is None:
-            seq.logprobs_ok = False
-        else:
-            seq.tokens.extend(tokens[:kept])
-            seq.top_logprobs.extend(top[:kept])
+        scored = seq.segment.logprobs
+        seq.trail.add(
+            completion.text, scored, _token_logprobs(token_ids, completion.logprobs) if scored else None, kept
+        )
         seq.text += completion.text
         if seq.segment.speculative and completion.finish_reason == "stop":
             # Only a whole list is cut: one ended early ("error", "length") ends the request as it is.
@@ -545,7 +535,7 @@ class VLLMEngine(TokenizerMixin, Engine):
                 # Cut back: the sequence continues from the kept text, re-encoded.
                 piece = settled[start_text:]
                 seq.generated_ids[start_ids:] = [int(i) for i in self.text_ids(piece)]
-                seq.tokens[-1] = piece
+                seq.trail.cut_back(piece)
                 seq.text = settled
 
     def close(self) -> None:
@@ -583,16 +573,3 @@ def _kill(processes: list[Any]) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.kill()
-
-
-def _eos_ids(tokenizer: Any, llm: Any) -> set[int]:
-    ids: set[int] = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    generation = getattr(llm.llm_engine.model_config, "hf_config", None)
-    extra = getattr(generation, "eos_token_id", None)
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif isinstance(extra, list):
-        ids.update(int(i) for i in extra)
-    return ids

@@ -26,6 +26,7 @@ from suffice.batch import BatchOptions, judge_file
 from suffice.cli import judge_cmd
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputBusyError
+from suffice.exit_codes import EXIT_BUSY
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine
@@ -124,7 +125,7 @@ def test_the_cli_exits_4_naming_the_pid_of_the_run_writing_the_output(files, mon
     monkeypatch.setattr(Judge, "open", classmethod(lambda cls, config: Judge(ScriptedEngine(good), config=config)))
     with _stalled_run(source, out) as first:
         status = judge_cmd.judge_file(JudgeConfig(), source, out, BatchOptions(), progress=False)
-    assert status == judge_cmd.EXIT_BUSY
+    assert status == EXIT_BUSY
     assert f"pid {first.pid}" in capsys.readouterr().err
 
 

@@ -334,8 +334,7 @@ def test_a_cut_back_segment_still_counts_every_decoded_token(engine):
 def test_the_sequence_continues_from_the_kept_text_re_encoded(engine):
     constraint = cut_back_constraint()
     seq = _Sequence(0, [1, 2], constraint, constraint.first_segment(), generated_ids=engine.text_ids("["), text="[")
-    seq.tokens.append("[")
-    seq.top_logprobs.append({})
+    seq.trail.stand_in("[")
     eos = sorted(engine._eos_ids)[0]
     completion = SimpleNamespace(
         token_ids=[*engine.text_ids("2,1]"), eos], logprobs=None, finish_reason="stop", text="2,1]"
@@ -343,7 +342,7 @@ def test_the_sequence_continues_from_the_kept_text_re_encoded(engine):
     engine._absorb(seq, completion)
     assert seq.generated_ids == engine.text_ids("[") + engine.text_ids("2")
     assert seq.text == "[2"
-    assert seq.tokens == ["[", "2"]
+    assert seq.trail.tokens == ["[", "2"]
 
 
 @pytest.mark.any_backend

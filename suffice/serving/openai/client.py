@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from suffice.exceptions import ConfigError, EngineDeadError, EngineError, EngineFatalError, EngineUnreachableError
+from suffice.network import read_key_file, retry_after
 from suffice.serving.engine_config import EngineConfig
 
 #: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
@@ -147,7 +148,7 @@ class Client:
                     raise ServerError(status, f"HTTP {status} from the server at {self.base_url}{path}: {message}")
                 failure = f"HTTP {status}: {message}"
                 reachable = True
-                delay = _retry_after(response) or delay
+                delay = retry_after(response.headers.get("Retry-After"), MAX_RETRY_AFTER) or delay
             if attempt >= retries or self.closed:
                 break
             time.sleep(delay)
@@ -242,9 +243,10 @@ class Client:
 
 def _read_key(path: Path) -> str:
     """The key (UTF-8, BOM dropped), refused naming ``api_key_file`` unless it is one line of printable ASCII."""
+    raw = read_key_file(path, "api_key_file", forging=None)  # the server's key: its mode is the operator's business
     try:
-        key = path.read_text(encoding="utf-8-sig").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        key = raw.decode("utf-8-sig").strip()
+    except UnicodeDecodeError as exc:
         raise ConfigError("api_key_file", str(path), f"cannot be read: {exc}") from exc
     if not key:
         raise ConfigError("api_key_file", str(path), "is empty")
@@ -272,13 +274,3 @@ def _server_message(response: httpx.Response, key: str | None) -> str:
         message = response.text.strip() or response.reason_phrase
     text = message if isinstance(message, str) else json.dumps(message)
     return (text.replace(key, "***") if key else text)[:QUOTE_CHARS]
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """The seconds a server asks to wait, at most :data:`MAX_RETRY_AFTER` (capped, not ignored)."""
-    value = response.headers.get("Retry-After")
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return min(seconds, MAX_RETRY_AFTER) if seconds is not None and seconds >= 0 else None

@@ -15,6 +15,7 @@ from typing import Any
 from suffice.exceptions import ConstraintNotEnforcedError, EngineError, EngineFatalError
 from suffice.grammars.constraint import Segment
 from suffice.serving.base import Generation, GenerationRequest
+from suffice.serving.decoding import TokenTrail, merge_by_text
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai.client import QUOTE_CHARS, Client, ServerError
 from suffice.serving.openai.scheduling import Scheduling
@@ -45,9 +46,7 @@ class SegmentGenerator:
         ``aborted`` is set or the client closed first."""
         generated: list[int] = []
         text = ""
-        tokens: list[str] = []
-        tops: list[dict[str, float]] = []
-        logprobs_ok = self._config.top_logprobs > 0
+        trail = TokenTrail(wanted=self._config.top_logprobs > 0)
         completion_tokens = 0
         prefilled = 0  # prefix tokens: prefilled, counted with the prompt
         finish: str | None = None
@@ -63,8 +62,7 @@ class SegmentGenerator:
                 generated.extend(prefix_ids)
                 prefilled += len(prefix_ids)
                 text += segment.prefix
-                tokens.append(segment.prefix)
-                tops.append({})
+                trail.stand_in(segment.prefix)
             room = self._server_max_len - len(prompt) - len(generated)
             if room <= 0:
                 finish = "length"
@@ -94,17 +92,8 @@ class SegmentGenerator:
             kept = len(ids) - self._tokens.ends_with_stop_token(ids, piece, finish, choice.get("stop_reason"))
             start_text, start_ids = len(text), len(generated)
             generated.extend(int(i) for i in ids[:kept])
-            if not segment.logprobs:
-                # One stand-in token for the whole segment: positions stay aligned with the text.
-                tokens.append(piece)
-                tops.append({})
-            elif logprobs_ok:
-                mapped = _token_logprobs(choice.get("logprobs"), len(ids))
-                if mapped is None:
-                    logprobs_ok = False
-                else:
-                    tokens.extend(mapped[0][:kept])
-                    tops.extend(mapped[1][:kept])
+            scored = segment.logprobs
+            trail.add(piece, scored, _token_logprobs(choice.get("logprobs"), len(ids)) if scored else None, kept)
             text += piece
             if finish == "length":
                 break
@@ -113,7 +102,7 @@ class SegmentGenerator:
                 if settled != text:
                     # Cut back: the sequence continues from the kept text, re-encoded.
                     generated[start_ids:] = self._tokens.encode(settled[start_text:])
-                    tokens[-1] = settled[start_text:]
+                    trail.cut_back(settled[start_text:])
                     text = settled
             segment = request.constraint.next_segment(text)
         return Generation(
@@ -121,8 +110,8 @@ class SegmentGenerator:
             finish_reason=finish,
             prompt_tokens=len(prompt) + prefilled,
             completion_tokens=completion_tokens,
-            tokens=tuple(tokens) if logprobs_ok else None,
-            top_logprobs=tuple(tops) if logprobs_ok else None,
+            tokens=trail.result()[0],
+            top_logprobs=trail.result()[1],
         )
 
     def _complete(self, ids: list[int], segment: Segment, max_tokens: int, priority: int) -> dict[str, Any]:
@@ -179,6 +168,6 @@ def _token_logprobs(logprobs: object, count: int) -> tuple[list[str], list[dict[
     for token, top in zip(tokens, tops, strict=True):
         if not isinstance(token, str) or not isinstance(top, dict):
             return None
-        # Keyed by text already: the server merged tokens that decode alike (decision values are ASCII).
-        out.append({str(text): float(logprob) for text, logprob in top.items()})
+        # Keyed by text already (the server merged tokens that decode alike): merged as the in-process engine's.
+        out.append(merge_by_text((str(text), float(logprob)) for text, logprob in top.items()))
     return list(tokens), out

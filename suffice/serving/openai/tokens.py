@@ -9,10 +9,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from suffice.exceptions import ConfigError, EngineError
 from suffice.serving.base import TOKENIZER_LOCK, Message, TokenizerMixin
+from suffice.serving.decoding import eos_ids
 from suffice.serving.offline import force_offline
 from suffice.serving.openai.client import Client
 
@@ -34,7 +34,7 @@ class LocalTokenizer(TokenizerMixin):
             self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except Exception as exc:
             raise ConfigError("tokenizer", str(folder), f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
-        self.eos_ids = _eos_ids(self.tokenizer, folder)
+        self.eos_ids = eos_ids(self.tokenizer, _generation_eos(folder))
 
     def decode(self, ids: Sequence[int]) -> str:
         with TOKENIZER_LOCK:
@@ -42,18 +42,11 @@ class LocalTokenizer(TokenizerMixin):
         return text
 
 
-def _eos_ids(tokenizer: Any, folder: Path) -> frozenset[int]:
-    """The tokenizer's end-of-sequence id and those of the folder's generation config."""
-    ids: set[int] = set()
-    if isinstance(getattr(tokenizer, "eos_token_id", None), int):
-        ids.add(int(tokenizer.eos_token_id))
-    with contextlib.suppress(OSError, ValueError):
-        extra = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
-        if isinstance(extra, int):
-            ids.add(extra)
-        elif isinstance(extra, list):
-            ids.update(int(i) for i in extra if isinstance(i, int))
-    return frozenset(ids)
+def _generation_eos(folder: Path) -> object:
+    """The ``eos_token_id`` of the folder's generation config, if it has one."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+    return None
 
 
 class Tokens:

@@ -1,0 +1,41 @@
+"""The one place a command turns a suffice error into its message and exit status, both read from
+:data:`suffice.exceptions.STATUS`."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from suffice.exceptions import SufficeError, status_of
+from suffice.exit_codes import EXIT_FATAL
+from suffice.text import terminal_text
+
+
+def fail(error: SufficeError, results_in: Path | None = None, doing: str = "") -> int:
+    """Say ``error`` on stderr, with what the caller can do, and return its exit status.  ``results_in``: the
+    output a run that stopped part way has written; named when the run cannot go on (exit 1), not when the command
+    must change first.  ``doing``: what failed, said before the error when the command did more than one thing."""
+    status = status_of(error)
+    text = terminal_text(error if not doing else f"{doing}: {error}")
+    if status.exit == EXIT_FATAL and results_in is not None:
+        then = f"; {status.then}" if status.then else ""
+        print(f"\nerror: {text}\nresults so far are in {terminal_text(results_in)}{then}", file=sys.stderr)
+    else:
+        print(f"error: {text}" + (f" ({status.then})" if status.then else ""), file=sys.stderr)
+    return status.exit
+
+
+def reports_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``run`` (a command) with any suffice error it raises said by :func:`fail`, its exit status returned."""
+
+    @functools.wraps(run)
+    def reporting(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except SufficeError as exc:
+            return fail(exc)
+
+    return reporting
