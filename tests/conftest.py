@@ -11,7 +11,6 @@ import pytest
 from tests.phases import (  # noqa: F401
     pytest_addoption,
     pytest_configure,
-    pytest_fixture_setup,
     pytest_runtest_call,
     pytest_runtest_protocol,
     pytest_runtest_setup,

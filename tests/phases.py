@@ -91,7 +91,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--ci-phases", default=None)
     if path and not hasattr(config, "workerinput"):
-        config.stash[_KEY] = _Recorder(Path(path))
+        recorder = _Recorder(Path(path))
+        config.stash[_KEY] = recorder
+        config.pluginmanager.register(_FixtureTimer(recorder), "ci-phases-fixtures")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -136,27 +138,34 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return (yield from _phase(item, "teardown"))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(
-    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
-) -> Generator[None, Any, Any]:
-    recorder = request.config.stash.get(_KEY, None)
-    if recorder is None or fixturedef.scope not in ("session", "package", "module"):
-        return (yield)
-    began = time.monotonic()
-    try:
-        return (yield)
-    finally:
-        seconds = time.monotonic() - began
-        if seconds >= FIXTURE_MIN_S:
-            param = getattr(request, "param", None)
-            recorder.fixtures.append(
-                {
-                    "name": fixturedef.argname,
-                    "scope": fixturedef.scope,
-                    "param": None if param is None else str(param),
-                    "seconds": round(seconds, 3),
-                    "test": recorder.where[0],
-                    "began_s": round(began - recorder.started, 1),
-                }
-            )
+class _FixtureTimer:
+    """Registered as a plugin, not a conftest hook: pytest calls a session-scoped fixture's ``pytest_fixture_setup``
+    with the session's hooks, which leave out tests/conftest.py (it applies below tests/ only)."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, Any, Any]:
+        recorder = self.recorder
+        if fixturedef.scope not in ("session", "package", "module"):
+            return (yield)
+        began = time.monotonic()
+        try:
+            return (yield)
+        finally:
+            seconds = time.monotonic() - began
+            if seconds >= FIXTURE_MIN_S:
+                param = getattr(request, "param", None)
+                recorder.fixtures.append(
+                    {
+                        "name": fixturedef.argname,
+                        "scope": fixturedef.scope,
+                        "param": None if param is None else str(param),
+                        "seconds": round(seconds, 3),
+                        "test": recorder.where[0],
+                        "began_s": round(began - recorder.started, 1),
+                    }
+                )
