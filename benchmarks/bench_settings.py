@@ -62,10 +62,9 @@ def checks(sources: dict[str, str]) -> dict[str, int]:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "__post_init__":
                     count = 0
                     for node in ast.walk(fn):
-                        if isinstance(node, ast.Raise) and "ConfigError" in ast.unparse(node.exc or node):
-                            count += 1
-                        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in CHECK_CALLS:
-                            count += 1
+                        raises = isinstance(node, ast.Raise) and "ConfigError" in ast.unparse(node.exc or node)
+                        calls = isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in CHECK_CALLS
+                        count += raises or calls
                     if count:
                         found[f"{path}:{cls.name}"] = count
     return found

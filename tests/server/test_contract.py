@@ -42,11 +42,18 @@ def resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def result_rows(spec: dict[str, Any], results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row schemas of a results array's items: one per verdict format the gate has (a gate with one
+    format, like the example citation gate, has a single kind, not a union of one)."""
+    kinds = results.get("anyOf", [results])
+    return [resolve(spec, row) for kind in kinds for row in resolve(spec, kind)["anyOf"]]
+
+
 def served_verdicts(spec: dict[str, Any], gate: str) -> list[dict[str, Any]]:
     """The verdict schemas the rows of ``gate``'s 200 answer may hold, in the suffice format."""
     answer = spec["paths"][f"/v1/judge/{gate}"]["post"]["responses"]["200"]["content"]["application/json"]
     results = resolve(spec, answer["schema"])["properties"]["results"]["items"]
-    rows = [resolve(spec, row) for kind in results["anyOf"] for row in resolve(spec, kind)["anyOf"]]
+    rows = result_rows(spec, results)
     verdicts = [row["properties"]["verdict"] for row in rows]
     return [resolve(spec, verdict) for verdict in verdicts if "$ref" in verdict]
 
@@ -117,7 +124,7 @@ def test_each_gates_answer_names_the_gate(spec: dict[str, Any], gate: str) -> No
 def test_each_gates_error_row_is_typed(spec: dict[str, Any], gate: str) -> None:
     answer = spec["paths"][f"/v1/judge/{gate}"]["post"]["responses"]["200"]["content"]["application/json"]
     results = resolve(spec, answer["schema"])["properties"]["results"]["items"]
-    rows = [resolve(spec, row) for kind in results["anyOf"] for row in resolve(spec, kind)["anyOf"]]
+    rows = result_rows(spec, results)
     errors = [resolve(spec, row["properties"]["error"]) for row in rows if "$ref" in row["properties"]["error"]]
     assert {"type", "message", "field"} <= set(errors[0]["properties"])
 
