@@ -34,6 +34,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=24)
     parser.add_argument("--detail", choices=("full", "decision"), default="full")
     parser.add_argument("--serve", type=int, default=0, metavar="N", help="then N repeated requests to suffice serve")
+    parser.add_argument(
+        "--no-off-leg",
+        action="store_true",
+        help="skip the third leg (cache off): on 240 items it is another full run of the first's cost",
+    )
     args = parser.parse_args()
     items = load_items(args.items + (1 if args.serve else 0))
     unseen = items.pop() if args.serve else None
@@ -43,11 +48,10 @@ def main() -> None:
             cached = JudgeConfig(detail=args.detail, cache=Path(folder) / "verdicts.sqlite3")
             legs = []
             outputs = {}
-            for leg, config in (
-                ("first (empty cache)", cached),
-                ("second (same file)", cached),
-                ("cache off", JudgeConfig(detail=args.detail, cache=False)),
-            ):
+            runs = [("first (empty cache)", cached), ("second (same file)", cached)]
+            if not args.no_off_leg:
+                runs.append(("cache off", JudgeConfig(detail=args.detail, cache=False)))
+            for leg, config in runs:
                 judge = Judge(engine, config=config)
                 start = time.perf_counter()
                 results = judge.judge_batch(items)
