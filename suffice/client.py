@@ -10,8 +10,11 @@ swapping one object.
 
 A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
 each wait at most ``max_wait`` s); other refusals are typed errors under
-:class:`~suffice.exceptions.ServiceError`.  The proxy settings of the environment are not read
-(``trust_env=False``): the key goes to the service named and nowhere else.  The address is checked when
+:class:`~suffice.exceptions.ServiceError`, except a gate, option or value refused: that is the error the
+in-process judge raises for the same mistake (a :class:`~suffice.exceptions.ConfigError` naming the option, a
+:class:`~suffice.exceptions.RubricError`), rebuilt from the type the service's answer names, with the
+:class:`~suffice.exceptions.InvalidRequestError` as its ``__cause__``.  The proxy settings of the environment
+are not read (``trust_env=False``): the key goes to the service named and nowhere else.  The address is checked when
 a client is made, by the openai engine's rules (:mod:`suffice.network`): http or https with a host, no
 ``user:password@`` in it, and no key over plain ``http://`` to another machine unless
 ``allow_insecure_http=True``.  Each request carries
@@ -28,18 +31,22 @@ import warnings
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import (
     AuthenticationError,
+    ConfigError,
     InputError,
     InvalidRequestError,
     RequestTooLargeError,
     ServiceError,
     ServiceTimeoutError,
     ServiceUnavailableError,
+    SufficeError,
+    refused_as,
 )
 from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.grammars.decision import DecisionVerdict
@@ -88,14 +95,23 @@ class _Base:
         """The HTTP client (blocking or asyncio) the subclass sends with."""
         raise NotImplementedError
 
+    def _call(self, gate: object, options: object) -> tuple[str, dict[str, Any]]:
+        """The gate and options of a call, checked as the in-process judge checks them (a ConfigError naming
+        ``gate`` or ``options``); the service checks what they hold."""
+        if gate is not None and not isinstance(gate, str):
+            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        return gate or self.gate, dict(options or {})
+
     def _request(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
-    ) -> tuple[str, str, object]:
-        """The gate, the URL and the JSON body of one call."""
-        name = gate or self.gate
+    ) -> tuple[str, str, object, dict[str, Any]]:
+        """The gate, the URL and the JSON body of one call, and what it sent by name (to rebuild a refusal)."""
+        name, values = self._call(gate, options)
         items = list(records)
-        body: object = {"items": items, "options": dict(options)} if options else items
-        return name, f"{self.base_url}/v1/judge/{name}", body
+        body: object = {"items": items, "options": values} if values else items
+        return name, f"{self.base_url}/v1/judge/{quote(name, safe='')}", body, {**values, "gate": name}
 
     def _unsent_results(
         self,
@@ -172,7 +188,8 @@ class Client(_Base):
     ) -> list[JudgeResult]:
         """One result per record, in order, as ``Judge.judge_batch`` returns them; ``options``: the gate's
         per-request options; ``timeout``: seconds this call may take (default: the client's).
-        Raises a :class:`~suffice.exceptions.ServiceError` for a refused request."""
+        Raises a :class:`~suffice.exceptions.ServiceError` for a refused request, and for a gate or option refused
+        the error ``Judge.judge_batch`` raises (a :class:`~suffice.exceptions.ConfigError` naming it)."""
         unsent = _unsendable(records)
         if not unsent:
             return self._send(records, gate, options, timeout)
@@ -184,7 +201,7 @@ class Client(_Base):
     def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
-        name, url, body = self._request(records, gate, options)
+        name, url, body, sent = self._request(records, gate, options)
         attempt = 0
         while True:
             try:
@@ -192,7 +209,7 @@ class Client(_Base):
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _results(response, name, len(records))
+                return _results(response, name, len(records), sent)
             except _Retry as retry:
                 time.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -239,13 +256,13 @@ class Client(_Base):
         """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
         the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
         extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does."""
-        name = gate or self.gate
-        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in (options or {}).items()}
+        name, values = self._call(gate, options)
+        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
         try:
-            response = self._http.get(f"{self.base_url}/v1/settings/{name}", params=query)
+            response = self._http.get(f"{self.base_url}/v1/settings/{quote(name, safe='')}", params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response)
+        return _settings(response, {**values, "gate": name})
 
     def close(self) -> None:
         self._http.close()
@@ -353,18 +370,18 @@ class AsyncClient(_Base):
 
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
-        name = gate or self.gate
-        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in (options or {}).items()}
+        name, values = self._call(gate, options)
+        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
         try:
-            response = await self._http.get(f"{self.base_url}/v1/settings/{name}", params=query)
+            response = await self._http.get(f"{self.base_url}/v1/settings/{quote(name, safe='')}", params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response)
+        return _settings(response, {**values, "gate": name})
 
     async def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
-        name, url, body = self._request(records, gate, options)
+        name, url, body, sent = self._request(records, gate, options)
         attempt = 0
         while True:
             try:
@@ -372,7 +389,7 @@ class AsyncClient(_Base):
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _results(response, name, len(records))
+                return _results(response, name, len(records), sent)
             except _Retry as retry:
                 await asyncio.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -422,10 +439,10 @@ def _per_call(timeout: float | None) -> Any:
     return httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
 
 
-def _settings(response: httpx.Response) -> dict[str, str]:
+def _settings(response: httpx.Response, sent: Mapping[str, Any]) -> dict[str, str]:
     """The values of a ``GET /v1/settings/{gate}`` answer; a typed error for any status but 200."""
     if response.status_code != 200:
-        refusal = _refusal(response)
+        refusal = _refusal(response, sent)
         raise refusal.error if isinstance(refusal, _Retry) else refusal
     values = response.json()["settings"]
     return {str(key): str(value) for key, value in values.items()}
@@ -457,22 +474,28 @@ def _json_error(record: object) -> InputError:
     return InputError("record", "cannot be sent to the service as JSON")
 
 
-def _detail(response: httpx.Response) -> tuple[str, str | None]:
-    """The service's message and, for a 422, the field its ``loc`` names last."""
+def _detail(response: httpx.Response, sent: Mapping[str, Any]) -> tuple[str, str | None, SufficeError | None]:
+    """The service's message, the field it names (for a 422, the last part of ``loc``) and the error a judge in
+    process raises for the same mistake, where the body names its type (``error``)."""
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip() or response.reason_phrase, None
+        return response.text.strip() or response.reason_phrase, None, None
     detail = body.get("detail") if isinstance(body, dict) else body
     if isinstance(detail, list) and detail and isinstance(detail[0], dict):
         loc = [str(part) for part in detail[0].get("loc", ()) if isinstance(part, str)]
         field = loc[-1] if loc else None
         where = ".".join(loc)
-        return f"{where}: {detail[0].get('msg', '')}" if where else str(detail[0].get("msg", "")), field
-    return str(detail), None
+        message = str(detail[0].get("msg", ""))
+        typed = refused_as(detail[0].get("error"), field, message, sent.get(field)) if field else None
+        return f"{where}: {message}" if where else message, field, typed
+    field = body.get("field") if isinstance(body, dict) else None
+    if not isinstance(field, str):
+        return str(detail), None, None
+    return str(detail), field, refused_as(body.get("error"), field, str(detail), sent.get(field))
 
 
-def _results(response: httpx.Response, gate: str, count: int) -> list[JudgeResult]:
+def _results(response: httpx.Response, gate: str, count: int, sent: Mapping[str, Any]) -> list[JudgeResult]:
     """The results of a 200; a typed error for any other status (:class:`_Retry` for a 429/503 that may wait)."""
     status = response.status_code
     if status == 200:
@@ -480,13 +503,16 @@ def _results(response: httpx.Response, gate: str, count: int) -> list[JudgeResul
         if len(rows) != count:
             raise ServiceError(f"{len(rows)} results for {count} records", status)
         return [_result(row, gate) for row in rows]
-    raise _refusal(response)
+    raise _refusal(response, sent)
 
 
-def _refusal(response: httpx.Response) -> ServiceError | _Retry:
-    """The typed error of a request the service did not answer with 200 (:class:`_Retry`: a 429/503 that may wait)."""
+def _refusal(response: httpx.Response, sent: Mapping[str, Any]) -> SufficeError | _Retry:
+    """The typed error of a request the service did not answer with 200 (:class:`_Retry`: a 429/503 that may wait).
+    A gate, option or field refused is the error the in-process judge raises for it (a ConfigError naming the
+    option, ...), its cause the :class:`InvalidRequestError` with the HTTP status; ``sent``: the call's gate
+    and options by name."""
     status = response.status_code
-    detail, field = _detail(response)
+    detail, field, typed = _detail(response, sent)
     if status in (429, 503):
         error = ServiceUnavailableError(detail, status)
         wait = retry_after(response.headers.get("retry-after"))  # uncapped: max_wait refuses a longer one
@@ -496,7 +522,11 @@ def _refusal(response: httpx.Response) -> ServiceError | _Retry:
     if status == 413:
         return RequestTooLargeError(detail, status)
     if status in (404, 415, 422):
-        return InvalidRequestError(detail, status, field)
+        invalid = InvalidRequestError(detail, status, field)
+        if typed is None:
+            return invalid
+        typed.__cause__ = invalid
+        return typed
     if status == 504:
         return ServiceTimeoutError(detail, status)
     return ServiceError(detail, status)

@@ -180,7 +180,9 @@ class RequestTooLargeError(ServiceError):
 
 class InvalidRequestError(ServiceError, ValueError):
     """422 (or 404, 415): the service refused the request as malformed; ``field`` names where (the last
-    part of the 422's ``loc``: an option, ``body``, an item's field), ``None`` when it does not say."""
+    part of the 422's ``loc``: an option, ``body``, an item's field), ``None`` when it does not say.  Where the
+    answer names the error a judge in process raises for the same mistake (a gate or option refused), a client
+    raises that error instead, with this one as its ``__cause__`` (:func:`refused_as`)."""
 
     def __init__(self, detail: str, status: int | None = None, field: str | None = None) -> None:
         self.field = field
@@ -375,3 +377,26 @@ def status_of(error: SufficeError) -> Status:
         if cls in STATUS:
             return STATUS[cls]
     return STATUS[SufficeError]
+
+
+def listed_name(error: SufficeError) -> str:
+    """The name of ``error``'s nearest class in :data:`STATUS`: how a refusal's body names its type, so that a
+    client finds the class in the same table (:func:`refused_as`)."""
+    return next(cls.__name__ for cls in type(error).__mro__ if cls in STATUS)
+
+
+def refused_as(name: object, field: str, message: str, value: object = None) -> SufficeError | None:
+    """The error a judge in process raises for the mistake a service refused, rebuilt from the refusal: ``name``
+    the class its body names (found in :data:`STATUS`, no other list), ``field`` the option or field at fault,
+    ``message`` the service's words (``"FIELD: ..."``), ``value`` what the caller sent there.  Only a caller's
+    mistake that names its field is rebuilt (a :class:`ConfigError`, an :class:`InputError`); ``None`` for any
+    other name, which stays the client's :class:`ServiceError`."""
+    cls = next((listed for listed in STATUS if listed.__name__ == name), None)
+    reason = message.removeprefix(f"{field}: ")
+    if cls is not None and issubclass(cls, ConfigError):
+        # Worded as ConfigError words it, "FIELD=VALUE: why", where the service's words are not already.
+        said = reason if reason.startswith(f"{field}=") else f"{field}={value!r}: {reason}"
+        return _rebuild(cls, (said,), {"parameter": field, "value": value})
+    if cls is not None and issubclass(cls, InputError):
+        return _rebuild(cls, (f"{field}: {reason}",), {"field": field, "reason": reason})
+    return None

@@ -7,7 +7,9 @@ Ray actors, is swapping one object.  Each call returns one
 :class:`~suffice.results.JudgeResult` per record, in order, with a record's
 failure as its ``error``; a call that cannot be answered at all raises a
 :class:`~suffice.exceptions.SufficeError` (a :class:`~suffice.exceptions.ServiceError` from a client, an
-:class:`~suffice.exceptions.EngineError` from an engine).
+:class:`~suffice.exceptions.EngineError` from an engine).  The same mistake in a call raises the same error from
+each kind, naming the same field: a gate or an option refused is a :class:`~suffice.exceptions.ConfigError` (an
+unknown rubric a :class:`~suffice.exceptions.RubricError`), through a service too (tests/test_judge_errors.py).
 """
 
 from __future__ import annotations

@@ -293,11 +293,12 @@ def test_the_environments_proxy_never_sees_the_request(monkeypatch):
         assert Client(url, api_key=KEY).judge(record(0)).ok
 
 
-def test_an_option_the_gate_does_not_take_is_an_invalid_request_naming_it():
-    with serve(ScriptedEngine(good)) as url, Client(url) as client, pytest.raises(InvalidRequestError) as caught:
+def test_an_option_the_gate_does_not_take_is_the_in_process_judges_config_error_naming_it():
+    with serve(ScriptedEngine(good)) as url, Client(url) as client, pytest.raises(ConfigError) as caught:
         client.judge(record(0), options={"no_such_option": 1})
-    assert caught.value.field == "no_such_option"
-    assert caught.value.status == 422
+    assert caught.value.parameter == "no_such_option"
+    refusal = caught.value.__cause__
+    assert isinstance(refusal, InvalidRequestError) and (refusal.status, refusal.field) == (422, "no_such_option")
 
 
 def test_a_body_over_the_limit_is_request_too_large():

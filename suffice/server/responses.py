@@ -9,7 +9,9 @@ import re
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse as _Utf8JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from suffice.exceptions import SufficeError, listed_name
 
 Location = list[str | int]
 
@@ -24,14 +26,25 @@ class JSONResponse(_Utf8JSONResponse):
             return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def unprocessable(location: Location, message: str) -> JSONResponse:
-    """422 in FastAPI's own shape, so clients parse one error format."""
-    return JSONResponse({"detail": [{"loc": location, "msg": message, "type": "value_error"}]}, status_code=422)
+def unprocessable(location: Location, message: str, error: SufficeError | None = None) -> JSONResponse:
+    """422 in FastAPI's own shape, so clients parse one error format; ``error``: the error a judge in process
+    raises for the same mistake, named in the entry so that a client raises it too."""
+    entry: dict[str, Any] = {"loc": location, "msg": message, "type": "value_error"}
+    if error is not None:
+        entry["error"] = listed_name(error)
+    return JSONResponse({"detail": [entry]}, status_code=422)
 
 
-def refused(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """Any other refusal: ``{"detail": ...}``."""
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+def refused(
+    status: int, detail: str, headers: dict[str, str] | None = None, error: SufficeError | None = None
+) -> JSONResponse:
+    """Any other refusal: ``{"detail": ...}``, with ``error`` named as :func:`unprocessable` names it (and the
+    field it names)."""
+    body: dict[str, Any] = {"detail": detail}
+    if error is not None:
+        body["error"] = listed_name(error)
+        body["field"] = getattr(error, "parameter", None) or getattr(error, "field", None)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
@@ -53,6 +66,12 @@ def public_model_name(model_id: str) -> str:
     return parts[-1] if parts else "model"
 
 
+_ERROR = (
+    "the suffice error a judge in process raises for the same mistake (ConfigError, RubricError, ...): "
+    "suffice's clients raise it too"
+)
+
+
 class Error(BaseModel):
     """A refusal: what went wrong (``status`` on a 503 while the engine starts; ``error_id`` on a 500, to find
     the cause in the server's log)."""
@@ -60,6 +79,8 @@ class Error(BaseModel):
     detail: str
     status: str | None = None
     error_id: str | None = None
+    error: str | None = Field(default=None, description=_ERROR)
+    field: str | None = Field(default=None, description="the option or field that ``error`` names")
 
 
 class FieldError(BaseModel):
@@ -68,6 +89,7 @@ class FieldError(BaseModel):
     loc: list[str | int]
     msg: str
     type: str
+    error: str | None = Field(default=None, description=_ERROR)
 
 
 class ValidationErrors(BaseModel):

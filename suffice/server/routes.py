@@ -18,14 +18,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel
 
-from suffice.exceptions import EngineFatalError, SufficeError, status_of
+from suffice.exceptions import ConfigError, EngineFatalError, SufficeError, status_of
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
 from suffice.server.admission import Admission, Admitted
 from suffice.server.config import ServeConfig
 from suffice.server.contract import format_parameter, query_parameters, request_body, response_model
 from suffice.server.metrics import JUDGE_PATH, Metrics
 from suffice.server.readiness import Readiness
-from suffice.server.responses import JSONResponse, error_responses, public_model_name, unprocessable
+from suffice.server.responses import JSONResponse, error_responses, public_model_name, refused, unprocessable
 from suffice.server.service import Options, RequestError
 from suffice.telemetry import attached, request_context
 
@@ -68,7 +68,14 @@ def _retrieve(work: asyncio.Future[Any]) -> None:
 
 
 def _not_served(gate: str, gates: tuple[str, ...]) -> Response:
-    return JSONResponse({"detail": f"gate {gate!r} is not served (served: {', '.join(gates)})"}, 404)
+    error = ConfigError("gate", gate, f"is not served (served: {', '.join(gates)})")
+    return refused(404, str(error), error=error)
+
+
+def _refused_request(exc: RequestError, location: list[str | int]) -> Response:
+    """The 422 of a request parameter refused, naming the error a judge in process raises for it (its cause)."""
+    cause = exc.__cause__
+    return unprocessable(location, str(exc), cause if isinstance(cause, SufficeError) else None)
 
 
 class Routes:
@@ -145,7 +152,7 @@ class Routes:
             raise
         except RequestError as exc:
             field = exc.field or ""
-            return unprocessable(admitted.where.get(field, ["query", field or "query"]), str(exc))
+            return _refused_request(exc, admitted.where.get(field, ["query", field or "query"]))
         except SufficeError as exc:
             status = status_of(exc).http  # the one table the command line reads too
             if status >= 500 and status != 503:
@@ -181,7 +188,7 @@ class Routes:
         try:
             values = await self.in_thread(service.settings, gate, Options(values=dict(request.query_params)))
         except RequestError as exc:
-            return unprocessable(["query", exc.field or "query"], str(exc))
+            return _refused_request(exc, ["query", exc.field or "query"])
         if "model" in values:
             values["model"] = public_model_name(values["model"])
         return JSONResponse(GateSettings(gate=gate, settings=values).model_dump())

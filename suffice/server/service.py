@@ -53,7 +53,8 @@ def judge_config(config: ServeConfig, gate: str, request: Mapping[str, Any]) -> 
 
 
 class RequestError(InputError):
-    """A request parameter the service refuses (names the parameter; answered 422)."""
+    """A request parameter the service refuses (names the parameter; answered 422).  Its cause, where it has one,
+    is the error a judge in process raises for the same mistake: the 422 names its type, and a client raises it."""
 
 
 #: An absolute path (POSIX, or Windows with a drive), up to a space, quote, comma or semicolon.
@@ -188,7 +189,9 @@ class GateService:
         for name in options.values:
             if name not in allowed:
                 settable = ", ".join(sorted(allowed)) or "none"
-                raise RequestError(name, f"the {gate} gate takes no option {name!r} per request (settable: {settable})")
+                message = f"the {gate} gate takes no option {name!r} per request (settable: {settable})"
+                # Its cause names the error a judge in process raises for an option it refuses, for the 422 to name.
+                raise RequestError(name, message) from ConfigError(name, options.values[name], message)
         return (gate, tuple(sorted((k, repr(v)) for k, v in options.values.items())))
 
     def _build(self, gate: str, options: Options) -> Judge:

@@ -15,7 +15,7 @@ from suffice import Client
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, InvalidRequestError, OutputMismatchError, ServiceUnavailableError
+from suffice.exceptions import ConfigError, OutputMismatchError, ServiceUnavailableError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.run_settings import settings_path
 from suffice.serving.engine_config import EngineConfig
@@ -285,6 +285,6 @@ def test_the_settings_a_service_reports_name_its_model_folder_without_its_path(t
 
 
 def test_an_option_the_gate_does_not_take_is_refused_by_the_settings_route_naming_it():
-    with serve(ScriptedEngine(good)) as url, Client(url) as client, pytest.raises(InvalidRequestError) as caught:
+    with serve(ScriptedEngine(good)) as url, Client(url) as client, pytest.raises(ConfigError) as caught:
         client.settings(options={"no_such_option": 1})
-    assert caught.value.field == "no_such_option"
+    assert caught.value.parameter == "no_such_option"

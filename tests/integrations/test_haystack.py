@@ -250,9 +250,10 @@ def test_the_gates_options_reach_the_judge(scripted_judge: Judge, tmp_path: Path
 
 def test_the_gates_options_travel_with_a_clients_request(scripted_client: Client):
     """The service takes no per-request option of the sufficiency gate: it refuses this one by name."""
-    with pytest.raises(InvalidRequestError) as caught:
+    with pytest.raises(ConfigError) as caught:
         outputs(SufficiencyRouter(scripted_client, options={"max_useful_chunks": 4}), SUFFICIENT)
-    assert "max_useful_chunks" in str(caught.value)
+    assert caught.value.parameter == "max_useful_chunks"
+    assert isinstance(caught.value.__cause__, InvalidRequestError)
 
 
 def test_a_judge_that_is_none_of_suffices_is_a_config_error():
