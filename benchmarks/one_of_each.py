@@ -79,15 +79,36 @@ def detail_checks(mods: list[Module]) -> list[str]:
 
 
 def aggregations(mods: list[Module]) -> list[str]:
-    """Places that count judged results into statistics of their own."""
-    wanted = {("JudgeStats", "add"), ("RunSummary", "add"), ("Metrics", "observe")}
+    """Places that feed judged results to statistics of their own by hand (a judge's outcome counters, a run's
+    summary, the service's metrics), not through the results stream."""
+    outcomes = {"items", "verdicts", "errors"}
+    found = []
+    for m, tree in mods:
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver, name = source_of(node.func.value), node.func.attr
+            first = node.args[0] if node.args else None
+            counts_an_outcome = isinstance(first, ast.Constant) and first.value in outcomes
+            if (
+                (name == "add" and receiver.endswith("summary"))
+                or (name == "add" and receiver.endswith("stats") and counts_an_outcome)
+                or (name == "observe" and receiver.endswith("metrics"))
+            ):
+                found.append(f"{m}:{node.lineno}")
+    return found
+
+
+def publishes(mods: list[Module]) -> list[str]:
+    """Places that publish judged results to a results stream (what a judge, a run and the service count)."""
     return [
-        f"{m}:{cls.name}.{f.name}"
+        f"{m}:{node.lineno}"
         for m, tree in mods
-        for cls in ast.walk(tree)
-        if isinstance(cls, ast.ClassDef)
-        for f in cls.body
-        if isinstance(f, ast.FunctionDef) and (cls.name, f.name) in wanted
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "publish"
+        and "Judged(" in source_of(node)
     ]
 
 
@@ -140,7 +161,8 @@ COUNTS: dict[str, Callable[[list[Module]], list[str]]] = {
     "Retry-After parsers": defs(_parses_retry_after),
     "key-file readers": defs(_reads_a_key_file),
     "version() lookups": defs(_reads_version),
-    "results aggregations": aggregations,
+    "results fed to an aggregate by hand": aggregations,
+    "results stream publishes": publishes,
     "logprob merges": defs(_merges_logprobs),
     "EOS look-ups": defs(_eos),
     "detail checks": detail_checks,

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import functools
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -40,7 +41,7 @@ from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
-from suffice.results import Cascade, ErrorInfo, JudgeResult, TokenCounts
+from suffice.results import Cascade, ErrorInfo, Judged, JudgeResult, ResultsStream, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
 from suffice.serving.factory import engine_settings, make_engine
@@ -59,7 +60,12 @@ DERIVED_JUDGES = 16
 
 @dataclass
 class JudgeStats:
-    """Counters over the judge's lifetime; retries should stay at zero under a constraint."""
+    """Counters over the judge's lifetime; retries should stay at zero under a constraint.
+
+    The outcomes (``items``, ``verdicts``, ``errors`` and ``error_types``) are counted off the judge's results
+    stream (:meth:`on_judged`, once per record); the work behind them (retries, cache hits, cut-offs, tokens
+    generated) by the judge as it does it, with :meth:`add`, since a result does not show all of it (a retried
+    generation's first output, a cascade pass's cache hit)."""
 
     items: int = 0
     verdicts: int = 0
@@ -81,17 +87,28 @@ class JudgeStats:
             if error_type is not None:
                 self.error_types[error_type] = self.error_types.get(error_type, 0) + 1
 
+    def on_judged(self, judged: Judged) -> None:
+        """A :class:`~suffice.results.ResultsObserver`: count each result's outcome."""
+        with self._lock:
+            self.items += len(judged.results)
+            for result in judged.results:
+                if result.error is None:
+                    self.verdicts += 1
+                else:
+                    self.errors += 1
+                    self.error_types[result.error.type] = self.error_types.get(result.error.type, 0) + 1
+
 
 @dataclass
 class _PassStats(JudgeStats):
     """A cascade pass's counters: the work it did counts in the cascade judge's stats, the records and their
-    outcomes only once, by the cascade judge itself."""
+    outcomes only once, off the cascade judge's own results stream."""
 
     parent: JudgeStats | None = None
 
     def add(self, counter: str, n: int = 1, error_type: str | None = None) -> None:
         super().add(counter, n, error_type)
-        if self.parent is not None and counter not in ("items", "verdicts", "errors"):
+        if self.parent is not None:
             self.parent.add(counter, n)
 
 
@@ -111,7 +128,10 @@ class Judge:
     A :class:`~suffice.JudgeProtocol`: ``judge``, ``judge_batch``, ``ajudge`` and ``ajudge_batch`` take
     ``gate=`` and ``options=`` as :class:`~suffice.Client` does; a judge for another gate or other options is
     built once on the same engine and kept (the last :data:`DERIVED_JUDGES`), its counters in this one's
-    ``stats``."""
+    ``stats``.
+
+    Every batch judged is published once to :attr:`stream` (a :class:`~suffice.results.ResultsStream`), which
+    :attr:`stats` observes; subscribe another observer there to count the same results."""
 
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
         """``gate`` defaults to the one ``config`` names (built with its options)."""
@@ -125,6 +145,7 @@ class Judge:
         if self.config.detail == "auto" and not isinstance(self.gate, AutoGate | DecisionGate):
             self.gate = AutoGate(self.gate)  # a full gate given under the cascade's config: cascade it
         self.stats = JudgeStats()
+        self.stream = ResultsStream([self.stats])
         self._derived: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Judge] = OrderedDict()
         self._derived_lock = threading.Lock()
         self._passes: tuple[Judge, Judge] | None = None
@@ -143,6 +164,7 @@ class Judge:
         """One pass of the cascade: a judge at ``detail`` on this engine, with its own cache keys."""
         judge = Judge(self.engine, gate, dataclasses.replace(self.config, detail=detail))
         judge.stats = _PassStats(parent=self.stats)
+        judge.stream = ResultsStream([judge.stats])
         return judge
 
     def _open_cache(self) -> tuple[VerdictCache | None, str]:
@@ -303,7 +325,7 @@ class Judge:
                 return judge
         config = dataclasses.replace(self.config, gate=name, options=merged)
         judge = Judge(self.engine, config.make_gate(), config)
-        judge._count_in(self.stats)
+        judge._count_in(self.stats, self.stream)
         with self._derived_lock:
             judge = self._derived.setdefault(key, judge)
             self._derived.move_to_end(key)
@@ -311,9 +333,11 @@ class Judge:
                 self._derived.popitem(last=False)
         return judge
 
-    def _count_in(self, stats: JudgeStats) -> None:
-        """Count this judge's work in ``stats`` (a judge derived for other options counts in its parent's)."""
+    def _count_in(self, stats: JudgeStats, stream: ResultsStream) -> None:
+        """Count this judge's work in ``stats`` and publish its results to ``stream`` (a judge derived for other
+        options counts in its parent's)."""
         self.stats = stats
+        self.stream = stream
         for part in self._passes or ():
             assert isinstance(part.stats, _PassStats)
             part.stats.parent = stats
@@ -342,10 +366,14 @@ class Judge:
         judge = self._for(gate, options)
         if judge is not self:
             return judge.judge_batch(records, progress, cancel)
+        began = time.perf_counter()
         with BatchTrace(self.gate, self.engine, len(records)) as trace:
             if self._passes is not None:
-                return self._cascade(records, progress, cancel, trace)
-            return self._judge_batch(records, progress, cancel, trace)
+                final = self._cascade(records, progress, cancel, trace)
+            else:
+                final = self._judge_batch(records, progress, cancel, trace)
+        self.stream.publish(Judged(records, final, time.perf_counter() - began, self.gate, self.gate.name))
+        return final
 
     def _cascade(
         self,
@@ -385,12 +413,6 @@ class Judge:
                 completion=result.tokens.completion + second.tokens.completion,
             )
             final.append(second.model_copy(update={"cascade": cascade, "tokens": tokens}))
-        self.stats.add("items", len(final))
-        for result in final:
-            if result.error is not None:
-                self.stats.add("errors", 1, error_type=result.error.type)
-            else:
-                self.stats.add("verdicts", 1)
         p_positive = {i: r.verdict.probability for i, r in enumerate(decided) if isinstance(r.verdict, DecisionVerdict)}
         # Each pass's judge wrote the records' inference spans under this batch's.
         trace.finish(final, {i: p for i, p in p_positive.items() if p is not None}, inference_spans=False)
@@ -418,7 +440,6 @@ class Judge:
                     hit = self.cache.get(keys[index], self.gate)
                     if hit is not None:
                         self.stats.add("cache_hits", 1)
-                        self.stats.add("verdicts", 1)
                         results[index] = hit.model_copy(update={"id": item.id})
                         continue
                 pending.append(_Pending(index, item, prepared))
@@ -451,7 +472,6 @@ class Judge:
             self.cache.put_many([(key, result) for key, result in fresh if result is not None])
         final = [r for r in results if r is not None]
         assert len(final) == len(records), "every item gets exactly one result"
-        self.stats.add("items", len(final))
         trace.finish(final, {p.index: p.p_positive for p in (*pending, *retry) if p.p_positive is not None})
         return final
 
@@ -565,7 +585,6 @@ class Judge:
         raw_text: str | None = None,
         fence: str | None = None,
     ) -> JudgeResult:
-        self.stats.add("verdicts", 1)
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,
@@ -580,7 +599,6 @@ class Judge:
         )
 
     def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:
-        self.stats.add("errors", 1, error_type=type(exc).__name__)
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,

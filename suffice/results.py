@@ -1,8 +1,13 @@
-"""One result per input item: a verdict or an error, plus what produced it."""
+"""One result per input item: a verdict or an error, plus what produced it; and the results stream, where each judged
+batch is published once to everything that counts results (the judge's statistics, a batch run's summary, the
+service's ``/metrics``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
@@ -83,3 +88,50 @@ class JudgeResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judged batch as the results stream publishes it: the records, one result each in their order, the seconds
+    they took, and the gate that judged them (it routes each verdict; ``None``: not known to the publisher)."""
+
+    records: Sequence[object]
+    results: Sequence[JudgeResult]
+    seconds: float = 0.0
+    #: A ``suffice.gates.Gate`` (typed loosely: the gates sit above this module).
+    gate: Any = None
+    #: The name the results are counted under (the gate asked for).
+    name: str = ""
+
+
+class ResultsObserver(Protocol):
+    """What counts results: told each judged batch once, on the thread that judged it (so it counts under a lock
+    of its own where batches are judged at once)."""
+
+    def on_judged(self, judged: Judged) -> None: ...
+
+
+class ResultsStream:
+    """The one place a judge, a batch run or the service publishes its results; every observer subscribed hears each
+    batch once, in the order subscribed."""
+
+    def __init__(self, observers: Iterable[ResultsObserver] = ()) -> None:
+        self._observers: tuple[ResultsObserver, ...] = tuple(observers)
+        self._lock = threading.Lock()
+
+    def subscribe(self, observer: ResultsObserver) -> None:
+        with self._lock:
+            if not any(o is observer for o in self._observers):
+                self._observers = (*self._observers, observer)
+
+    def unsubscribe(self, observer: ResultsObserver) -> None:
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
+
+    @property
+    def observers(self) -> tuple[ResultsObserver, ...]:
+        return self._observers
+
+    def publish(self, judged: Judged) -> None:
+        for observer in self._observers:  # a tuple replaced, never changed: no lock held while observers count
+            observer.on_judged(judged)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from suffice.results import JudgeResult
+from suffice.results import Judged, JudgeResult
 
 #: Every route a verdict can take, in the order they are shown (``suffice.grammars.routes.Route``).
 ROUTES = ("deliver", "retrieve_more", "abstain", "human_review")
@@ -61,7 +61,10 @@ class RunSummary:
     """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted.
     ``route`` names where a verdict goes (``Gate.route(verdict).route``) and ``model_positive`` the
     model's own decision beside the routed one (``suffice.gates.roles.model_positive``; ``None``: no separate one).
-    A verdict whose routed decision differs from the model's own is an override."""
+    A verdict whose routed decision differs from the model's own is an override.
+
+    A :class:`~suffice.results.ResultsObserver`: a batch run publishes each batch it writes to it (:meth:`on_judged`).
+    ``seconds`` is the run's, set by the run."""
 
     gate: str = ""
     positive: Callable[[BaseModel], bool] = _never
@@ -87,7 +90,11 @@ class RunSummary:
     cache_hits: int = 0
 
     def add(self, records: Sequence[object], results: Sequence[JudgeResult]) -> None:
-        for record, result in zip(records, results, strict=True):
+        """Count ``results`` (one per record) as if published (:meth:`on_judged`)."""
+        self.on_judged(Judged(records, results))
+
+    def on_judged(self, judged: Judged) -> None:
+        for record, result in zip(judged.records, judged.results, strict=True):
             self.items += 1
             hit = result.cached is not None
             self.cache_hits += hit

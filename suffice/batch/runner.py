@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +49,7 @@ from suffice.jsonl import SourceLine
 from suffice.judge import Judge
 from suffice.protocol import JudgeProtocol
 from suffice.records import record_id
-from suffice.results import ErrorInfo, JudgeResult
+from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, ResultsStream
 from suffice.rows import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
 from suffice.serving.base import Progress
@@ -120,6 +120,7 @@ def judge_file(
     open_judge: Callable[[JudgeConfig], Judge] | None = None,
     client: JudgeProtocol | None = None,
     judge: JudgeProtocol | None = None,
+    observers: Sequence[ResultsObserver] = (),
 ) -> BatchReport:
     """Judge every record of ``source`` into ``output``, resuming it.
 
@@ -127,7 +128,8 @@ def judge_file(
     serve``, a :class:`~suffice.Judge` already open, ...) instead of opening an engine here (``config``'s gate,
     options and detail count, its engine settings do not); the output, resume and settings check are the same,
     the settings being those the judge reports (``settings_for``).  Not with Ray or an audit log (a service keeps
-    its own).  ``client``: the same, under its older name.
+    its own).  ``client``: the same, under its older name.  ``observers``: told each batch written (its
+    records and results, :class:`~suffice.results.Judged`) after the run's summary, as the summary is.
 
     Raises :class:`OutputBusyError`, :class:`OutputMismatchError`, :class:`ConfigError`, :class:`EngineDeadError`
     (rerun to resume), a :class:`ServiceError` of the client, and other :class:`SufficeError` for what stops the
@@ -185,7 +187,19 @@ def judge_file(
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
         report = _judge_locked(
-            config, gate, inputs, output, journal, out_format, settings, options, notify, progress, open_judge, judge
+            config,
+            gate,
+            inputs,
+            output,
+            journal,
+            out_format,
+            settings,
+            options,
+            notify,
+            progress,
+            open_judge,
+            judge,
+            observers,
         )
     return report
 
@@ -203,6 +217,7 @@ def _judge_locked(
     progress: ProgressFactory | None,
     open_judge: Callable[[JudgeConfig], Judge],
     judge: JudgeProtocol | None,
+    observers: Sequence[ResultsObserver] = (),
 ) -> BatchReport:
     """The run itself, with the output's lock held (:func:`judge_file`)."""
     with ExitStack() as stack:
@@ -251,7 +266,8 @@ def _judge_locked(
         stack.callback(scorer.close)
         report = BatchReport(total=0, skipped=0, summary=_summary_for(gate), redone=results.redo)
         errors_before = index.done_errors
-        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output)
+        stream = ResultsStream([report.summary, *observers])
+        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output, stream)
         anchor = options.anchor_file if audit is not None else None
         try:
             run.go(inputs, progress)
@@ -312,8 +328,11 @@ class _Run:
         report: BatchReport,
         suspects: Suspects,
         output: Path,
+        stream: ResultsStream,
     ) -> None:
         self.scorer = scorer
+        #: Where each batch written is published: the run's summary observes it.
+        self.stream = stream
         self.suspects = suspects
         self.gate = gate
         self.options = options
@@ -479,7 +498,7 @@ class _Run:
         self.results.write(
             result_row(r, self.gate, self.options.fmt, line.line) for r, line in zip(judged, batch, strict=True)
         )
-        self.report.summary.add(records, judged)
+        self.stream.publish(Judged(records, judged, latency_ms / 1000, self.gate, self.gate.name))
 
 
 #: Run settings that shape the output file, not the verdicts in it.
