@@ -3,6 +3,7 @@
     python -m pytest -q --ci-phases out/phases.json ...      # any selection; `make test` writes one
     python benchmarks/ci_phases.py out/phases.json            # one run: phases, engine starts, tests over 20 s
     python benchmarks/ci_phases.py before.json after.json     # two runs side by side, with ratios
+    python benchmarks/ci_phases.py fast.json+engine.json       # one run made of parts run one after the other
     python benchmarks/ci_phases.py --durations full.log       # an older run's `pytest --durations=N` log
 
 Phases (their seconds add up to the sum of every test's setup, call and teardown):
@@ -50,6 +51,20 @@ def load(path: Path) -> dict[str, Any]:
     if record.get("format") != 1:
         raise SystemExit(f"{path}: not a --ci-phases record (format {record.get('format')!r})")
     return record
+
+
+def load_run(spec: Path) -> dict[str, Any]:
+    """One run's record; ``A+B`` joins the records of parts run one after the other (``make test`` runs the fast
+    tests on two workers, then the engine tests on one), each part's times shifted past the parts before it."""
+    parts = [load(Path(part)) for part in str(spec).split("+")]
+    joined: dict[str, Any] = {"format": 1, "wall_s": 0.0, "tests": [], "fixtures": [], "engine_starts": []}
+    for part in parts:
+        shift = joined["wall_s"]
+        joined["tests"] += part["tests"]
+        joined["fixtures"] += [{**f, "began_s": round(f["began_s"] + shift, 1)} for f in part["fixtures"]]
+        joined["engine_starts"] += [{**e, "at_s": round(e["at_s"] + shift, 1)} for e in part["engine_starts"]]
+        joined["wall_s"] = round(shift + part["wall_s"], 2)
+    return joined
 
 
 def _in_window(start: dict[str, Any], fixture: dict[str, Any]) -> bool:
@@ -174,7 +189,7 @@ def _table(rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after")
+    parser.add_argument("records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after (A+B: parts of one run)")
     parser.add_argument("--out", type=Path, default=RESULTS / "ci_phases.json")
     parser.add_argument(
         "--durations",
@@ -199,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args.records) > 2:
         parser.error("give one record, or two (before, after)")
-    summaries = [summarize(load(path)) for path in args.records]
+    summaries = [summarize(load_run(path)) for path in args.records]
     names = ["before", "after"] if len(summaries) == 2 else ["run"]
     rows = [["phase", *[f"{n} (s)" for n in names], *(["after/before"] if len(summaries) == 2 else [])]]
     keys = [*PHASES, "sum of tests", "wall"]

@@ -56,8 +56,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``test_one_small_generation_per_backend`` keeps one real generation per backend.
     Why: the matrix took 25 of the engine tests' 66 minutes on two cores (2026-12-01).
 
-    Then the tests that use the session's vLLM server (``vllm_server``) go last, in
-    their order: the server lives from its first user to the session's end, and
+    Then the modules whose tests use the session's vLLM server (``vllm_server``) go
+    last, in their order: the server lives from its first user to the session's end, and
     should not hold its memory (about 3 GB) beside the engines other tests start.
     ``trylast``: after pytest has grouped the tests by their session parameters."""
     from suffice.serving.engine_config import DEFAULT_BACKEND
@@ -73,7 +73,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
         gone = {id(item) for item in dropped}
         items[:] = [item for item in items if id(item) not in gone]
-    server = [item for item in items if "vllm_server" in getattr(item, "fixturenames", ())]
+    # A whole module moves with its users: a test that reaches the server through ``request.getfixturevalue`` does
+    # not name it, and left behind it built the module's shared verdicts a second time (55 s, 2026-12-04).
+    modules = {item.nodeid.split("::")[0] for item in items if "vllm_server" in getattr(item, "fixturenames", ())}
+    server = [item for item in items if item.nodeid.split("::")[0] in modules]
     if server:
         users = {id(item) for item in server}
         items[:] = [item for item in items if id(item) not in users] + server

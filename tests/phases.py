@@ -93,7 +93,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if path and not hasattr(config, "workerinput"):
         recorder = _Recorder(Path(path))
         config.stash[_KEY] = recorder
-        config.pluginmanager.register(_FixtureTimer(recorder), "ci-phases-fixtures")
+        if config.getoption("numprocesses", default=None):
+            # Under pytest-xdist the tests run in the workers; the controller hears each phase's report.
+            config.pluginmanager.register(_ReportTimer(recorder), "ci-phases-reports")
+        else:
+            config.pluginmanager.register(_FixtureTimer(recorder), "ci-phases-fixtures")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -169,3 +173,15 @@ class _FixtureTimer:
                         "began_s": round(began - recorder.started, 1),
                     }
                 )
+
+
+class _ReportTimer:
+    """Each test's phases from the reports an xdist worker sends the controller (no fixture or engine-start record:
+    the fast tests run this way, and they start no engine)."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        self.recorder = recorder
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        test = self.recorder.tests.setdefault(report.nodeid, {"engine": "engine" in report.keywords})
+        test[report.when] = round(report.duration, 3)

@@ -230,11 +230,13 @@ def delay_beside(big: object, **settings: object) -> tuple[float, float]:
     return alone, beside
 
 
+@pytest.mark.serial
 def test_an_item_of_two_hundred_thousand_chunks_does_not_stall_a_small_request():
     alone, beside = delay_beside(item_of(200_000))
     assert beside < 2 * alone, f"alone {alone:.2f} s, beside {beside:.2f} s"
 
 
+@pytest.mark.serial
 def test_a_request_of_the_largest_allowed_size_delays_a_small_one_by_less_than_its_engine_time():
     caps = {"max_items": 16, "max_chunks_per_item": 512, "max_pending_chunks": 16 * 513 + 2}
     big = [{**item_of(512, "Ada wrote it."), "id": f"big{i}"} for i in range(16)]

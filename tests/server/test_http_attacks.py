@@ -300,6 +300,7 @@ def _hostile(port: int, seconds: float, started: Any) -> None:
         thread.join(seconds + 30)
 
 
+@pytest.mark.serial
 def test_authenticated_latency_stays_within_twice_its_baseline_while_hostile_clients_run(served: Served):
     baseline = judge_seconds(served)
     rss = served.ps.memory_info().rss

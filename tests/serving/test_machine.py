@@ -55,15 +55,21 @@ def test_cores_outside_the_affinity_mask_are_refused():
     assert info.value.parameter == "cores"
 
 
+def _sorted(flags: set[str]) -> str:
+    """A set's id in a stable order: str() of a set follows the process's hash seed, and pytest-xdist's workers must
+    collect the same ids."""
+    return "+".join(sorted(flags)) or "none"
+
+
 @pytest.mark.parametrize(
-    "flags", [{"avx512f", "avx512_bf16"}, {"amx_bf16", "amx_tile"}, {"avx512_bf16", "amx_bf16"}], ids=str
+    "flags", [{"avx512f", "avx512_bf16"}, {"amx_bf16", "amx_tile"}, {"avx512_bf16", "amx_bf16"}], ids=_sorted
 )
 def test_a_cpu_with_native_bfloat16_computes_in_it_by_default(monkeypatch, flags):
     monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
     assert machine.compute_dtype(gpu=False)[0] == "bfloat16"
 
 
-@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx512f", "avx512bw"}, set()], ids=str)
+@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx512f", "avx512bw"}, set()], ids=_sorted)
 def test_a_cpu_without_native_bfloat16_computes_in_float32_by_default(monkeypatch, flags):
     # Emulated bfloat16 took twice float32's time.
     monkeypatch.setattr(machine, "cpu_flags", lambda: flags)

@@ -3,7 +3,8 @@
 Its own small module (the vLLM matrix runs every gate on three backends): this engine
 re-encodes the whole prompt for every segment, and in the full matrix it took 17.6 of
 the suite's 55 minutes on two cores.  Here: real records on two gates, plus the
-hostile-text item, each verdict checked like the vLLM ones.
+hostile-text item, each verdict checked like the vLLM ones (one real record for sufficiency: each took about 19 s
+of a CI run, and the vLLM matrix judges many).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def transformers_engine() -> Iterator[TransformersEngine]:
 
 def test_sufficiency_verdicts_are_valid(transformers_engine: TransformersEngine) -> None:
     records = [
-        *load_records("squad2.jsonl", 2),
+        *load_records("squad2.jsonl", 1),
         {"id": "hostile", "question": 'Is "東京" \\ {x} the capital?', "chunks": [{"id": "a", "text": HOSTILE}]},
     ]
     results = Judge(transformers_engine, "sufficiency").judge_batch(records)
