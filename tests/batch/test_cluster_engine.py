@@ -1,11 +1,13 @@
-"""Ray on this machine with the embedded model: the same verdicts as the in-process
-run, an actor killed mid-run replaced without loss, no engine process left behind,
-and the Ray Data entry.  One module fixture does all the runs (engines start once each).
+"""Ray on this machine with the embedded model: the same verdicts as a run without Ray,
+an actor killed mid-run replaced without loss, no engine process left behind, and the
+Ray Data entry.  One module fixture does all the runs (engines start once each).
 
 Every engine here computes in float32: that Ray changes no verdict is the subject, and
 bfloat16 moves decision probabilities, and with them tokens, with the batch a request
 shares and with what the prefix cache holds (tests/serving/test_dtype_engine.py); under
-bfloat16 the Ray Data entry's verdicts differed from the in-process run's."""
+bfloat16 the Ray Data entry's verdicts differed from the in-process run's.  The run
+without Ray judges through the session's float32 vLLM server (``vllm_server``): the same
+weights, dtype and prompts, and no engine start of its own (about 40 s of a CI run)."""
 
 from __future__ import annotations
 
@@ -51,15 +53,16 @@ def _rows(path: Path) -> list[dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, vllm_server):
     tmp = tmp_path_factory.mktemp("ray")
     source = tmp / "in.jsonl"
     records = load_records("squad2.jsonl", ITEMS)
     source.write_text("".join(json.dumps(r) + "\n" for r in records))
     found: dict[str, object] = {"records": records, "cores_before": _engine_cores()}
 
-    # In process, on an engine of its own: the session's computes in the machine's default dtype.
-    judge_file(CONFIG, source, tmp / "local.jsonl", BatchOptions(batch_size=2))
+    # Without Ray: the session's vLLM server, in float32 as the actors' engines are.
+    served = JudgeConfig(engine=EngineConfig(kind="openai", base_url=vllm_server))
+    judge_file(served, source, tmp / "local.jsonl", BatchOptions(batch_size=2))
     found["local"] = _rows(tmp / "local.jsonl")
 
     killed: list[str] = []
