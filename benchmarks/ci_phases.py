@@ -57,7 +57,14 @@ def load_run(spec: Path) -> dict[str, Any]:
     """One run's record; ``A+B`` joins the records of parts run one after the other (``make test`` runs the fast
     tests on two workers, then the engine tests on one), each part's times shifted past the parts before it."""
     parts = [load(Path(part)) for part in str(spec).split("+")]
-    joined: dict[str, Any] = {"format": 1, "wall_s": 0.0, "tests": [], "fixtures": [], "engine_starts": []}
+    joined: dict[str, Any] = {
+        "format": 1,
+        "wall_s": 0.0,
+        "parts_wall_s": [part["wall_s"] for part in parts],
+        "tests": [],
+        "fixtures": [],
+        "engine_starts": [],
+    }
     for part in parts:
         shift = joined["wall_s"]
         joined["tests"] += part["tests"]
@@ -123,6 +130,8 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     start_fixtures = [f["seconds"] for f, count in fixture_starts if count == 1]
     return {
         "wall_s": record["wall_s"],
+        # A part on several workers sums more test seconds than its wall: each part's wall says what it took.
+        "parts_wall_s": record.get("parts_wall_s", [record["wall_s"]]),
         "tests": len(tests),
         "engine_tests": sum(1 for t in tests.values() if t.get("engine")),
         "phases_s": {k: round(v, 1) for k, v in seconds.items()},
@@ -189,7 +198,9 @@ def _table(rows: list[list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after (A+B: parts of one run)")
+    parser.add_argument(
+        "records", nargs="+", type=Path, help="one --ci-phases record, or two: before and after (A+B: parts of one run)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "ci_phases.json")
     parser.add_argument(
         "--durations",
@@ -231,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         if len(values) == 2:
             row.append(f"{values[1] / values[0]:.2f}" if values[0] else "-")
         rows.append(row)
+    parts = max(len(s["parts_wall_s"]) for s in summaries)
+    if parts > 1:
+        for i in range(parts):
+            values = [s["parts_wall_s"][i] if i < len(s["parts_wall_s"]) else None for s in summaries]
+            row = [f"wall of part {i + 1}", *["-" if v is None else f"{v:.0f}" for v in values]]
+            if len(values) == 2:
+                row.append(f"{values[1] / values[0]:.2f}" if values[0] and values[1] else "-")
+            rows.append(row)
     counts = [s["engine_starts"] for s in summaries]
     rows.append(["engine starts (count)", *[str(c) for c in counts], *(["-"] if len(counts) == 2 else [])])
     print(_table(rows))
