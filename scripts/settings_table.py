@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 from suffice.batch.options import BatchOptions, RayOptions
+from suffice.cli.cache_cmd import CacheFlags
+from suffice.cli.calibrate_cmd import CalibrateFlags
+from suffice.cli.judge_cmd import AuditFlags, JudgeFlags
 from suffice.config import JudgeConfig
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
@@ -32,8 +35,10 @@ setting from its flag, then its `SUFFICE_*` variable, then the `--config` TOML f
 Tags: **in-process**: sets what runs in this process, refused by `judge --server` (the service
 judges on its own engine); **verdict**: can change a verdict, recorded beside a batch output
 (`OUTPUT.settings.json`) when set, and a resume must match it; **cpu build** / **gpu build**:
-only that vLLM build takes it (checked when the engine starts).  A setting an engine does not
-take is refused naming it.
+only that vLLM build takes it (checked when the engine starts); **per request**: a request to
+`suffice serve` may set it for itself, as a query parameter (`?max_chunks=32`) or in the body's
+`options`, described in `/openapi.json` and by `suffice schema --request` with the bounds and text
+below.  A setting an engine does not take is refused naming it.
 """
 
 SECTIONS = (
@@ -56,6 +61,14 @@ SECTIONS = (
         BatchOptions,
     ),
     ("Ray", "`RayOptions` (`suffice/batch/options.py`): `suffice judge --ray`; the others from Python.", RayOptions),
+    (
+        "Judge command",
+        "`JudgeFlags` (`suffice/cli/judge_cmd.py`): `suffice judge`'s own (`--no-progress` also calibrate's).",
+        JudgeFlags,
+    ),
+    ("Calibrate", "`CalibrateFlags` (`suffice/cli/calibrate_cmd.py`): `suffice calibrate`'s own.", CalibrateFlags),
+    ("Audit log", "`AuditFlags` (`suffice/cli/judge_cmd.py`): `judge`, `calibrate` and `serve`.", AuditFlags),
+    ("Verdict cache", "`CacheFlags` (`suffice/cli/cache_cmd.py`): `judge`, `calibrate` and `serve`.", CacheFlags),
 )
 
 

@@ -50,15 +50,18 @@ class JudgeConfig:
         maximum=0.5,
         unit=" (a distance in probability)",
         verdict=True,
+        per_request=True,
     )
-    max_question_tokens: int = setting(512, "the question is cut to this many tokens", flag="", minimum=16)
+    max_question_tokens: int = setting(
+        512, "the question is cut to this many tokens", flag="", minimum=16, per_request=True
+    )
     max_response_tokens: int = setting(
-        1024, "the recovery gate's response is cut to this many tokens", flag="", minimum=16
+        1024, "the recovery gate's response is cut to this many tokens", flag="", minimum=16, per_request=True
     )
     min_chunk_tokens: int = setting(
-        24, "the smallest share of the window, in tokens, a chunk is shown with", flag="", minimum=4
+        24, "the smallest share of the window, in tokens, a chunk is shown with", flag="", minimum=4, per_request=True
     )
-    max_chunks: int = setting(128, "chunks shown at most", flag="", minimum=1, maximum=512)
+    max_chunks: int = setting(128, "chunks shown at most", flag="", minimum=1, maximum=512, per_request=True)
     #: The verdict cache (:mod:`suffice.cache`): ``None`` reads ``$SUFFICE_VERDICT_CACHE`` (a path, or ``off``),
     #: else the file in suffice's cache folder; ``"off"`` (or ``False``) judges every record again; a path.
     cache: str | os.PathLike[str] | bool | None = None

@@ -1,7 +1,8 @@
 """Settings declared once: a dataclass field made with :func:`setting` carries its type, bounds, help text and tags
 (which engines take it, whether it runs only in this process, whether it changes verdicts), and everything else is
 derived from it: the checks (:func:`check`), each command's flags (:func:`add_flags`, :func:`from_args`), which
-engine takes what, the settings a resume must match, and the table in ``docs/settings.md`` (:func:`table`).
+engine takes what, the settings a resume must match, the JSON Schema of those a request may set (:func:`json_schema`,
+for the OpenAPI description and ``suffice schema --request``), and the table in ``docs/settings.md`` (:func:`table`).
 
 vLLM's ``EngineArgs`` is the model: its flags come from its config's fields.  Here the checks and the docs do too.
 """
@@ -13,7 +14,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ class Spec:
     help: str
     #: Its command-line flag; ``None``: ``--`` and its name with dashes; ``""``: no flag (Python only).
     flag: str | None = None
-    #: Other spellings of its flag (``-v``), given before it.
+    #: Other spellings of its flag (``-v``, ``--cache``); its variable and TOML key come from the flag itself.
     also: tuple[str, ...] = ()
     #: The argparse destination of its flag (default: its name).
     dest: str | None = None
@@ -40,7 +41,10 @@ class Spec:
     #: The flag switches it off (``--compile`` sets ``enforce_eager`` to false).
     negate: bool = False
     metavar: str | None = None
-    choices: tuple[Any, ...] | None = None
+    #: The values it may take; a function giving them where a registry decides (read when asked, not at import).
+    choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None
+    #: Its flag may be given without a value, which then sets this (``--save`` alone: where the gate keeps it).
+    const: Any = None
     #: Bounds: at least ``minimum``, more than ``above``, at most ``maximum``.
     minimum: float | None = None
     above: float | None = None
@@ -62,6 +66,8 @@ class Spec:
     record: str | None = None
     #: The keyword of vLLM's ``LLM`` it is passed to, when not ``None``.
     vllm: str | None = None
+    #: A client of ``suffice serve`` may set it for one request (a query parameter or the body's ``options``).
+    per_request: bool = False
 
 
 def setting(default: Any, help: str, **tags: Any) -> Any:
@@ -92,6 +98,19 @@ class Declared:
     @property
     def label(self) -> str:
         return self.spec.label or self.name
+
+    @property
+    def choices(self) -> tuple[Any, ...] | None:
+        chosen = self.spec.choices
+        return tuple(chosen()) if callable(chosen) else chosen
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Its flag's spellings for argparse: short ones, the flag, then long ones (argparse's first long one names
+        the variable and the TOML key)."""
+        assert self.flag is not None
+        short = tuple(a for a in self.spec.also if not a.startswith("--"))
+        return (*short, self.flag, *(a for a in self.spec.also if a.startswith("--")))
 
     def is_default(self, value: Any) -> bool:
         return bool(value == self.default) if value is not None else self.default is None
@@ -141,9 +160,27 @@ class Declared:
                 value = float(value)  # 1 and 1.0 alike where a setting is recorded (repr)
         elif not isinstance(value, self.type):
             raise ConfigError(self.label, value, f"must be a {self.type.__name__}")
-        if self.spec.choices is not None and value not in self.spec.choices:
-            raise ConfigError(self.label, value, f"must be one of {', '.join(map(str, self.spec.choices))}")
+        choices = self.choices
+        if choices is not None and value not in choices:
+            raise ConfigError(self.label, value, f"must be one of {', '.join(map(str, choices))}")
         return value
+
+    def parsed(self, value: Any) -> Any:
+        """``value`` as :meth:`checked` holds it, read from text where it is text (a query parameter: ``0.2``,
+        ``true``); a :class:`ConfigError` names it."""
+        if isinstance(value, str) and self.type in (int, float, bool):
+            text = value.strip()
+            if self.type is bool:
+                if text.lower() not in ("true", "false"):
+                    raise ConfigError(self.label, value, "must be true or false")
+                value = text.lower() == "true"
+            else:
+                try:
+                    value = self.type(text)
+                except ValueError:
+                    kind = "a whole number" if self.type is int else "a number"
+                    raise ConfigError(self.label, value, f"must be {kind}") from None
+        return self.checked(value)
 
     def _check_bounds(self, value: float) -> None:
         s = self.spec
@@ -223,19 +260,21 @@ def add_flags(
         if flag is None:
             continue
         text = d.spec.help.replace("%", "%%")  # argparse formats help with %
+        spellings = tuple(flag if spelling == d.flag else spelling for spelling in d.spellings)
         if d.type is bool:
-            parser.add_argument(*d.spec.also, flag, dest=d.dest, action="store_true", help=text)
+            parser.add_argument(*spellings, dest=d.dest, action="store_true", help=text)
             continue
         kind: Any = d.type if d.type in (int, float, Path) else None
+        optional_value = {"nargs": "?", "const": d.spec.const} if d.spec.const is not None else {}
         parser.add_argument(
-            *d.spec.also,
-            flag,
+            *spellings,
             dest=d.dest,
             type=kind,
-            choices=d.spec.choices,
+            choices=d.choices,
             default=d.default,
             metavar=d.spec.metavar,
             help=text,
+            **optional_value,
         )
 
 
@@ -249,6 +288,41 @@ def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
         value = getattr(args, d.dest)
         given[d.name] = (not value) if d.spec.negate else value
     return cls(**given, **values)
+
+
+def values_of(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The values of ``cls``'s settings that ``args`` holds (by their flags' destinations), checked, by name; the
+    first that is wrong raises :class:`ConfigError` naming it."""
+    return {
+        d.name: d.checked((not value) if d.spec.negate else value)
+        for d in declared(cls)
+        if d.flag is not None and hasattr(args, d.dest)
+        for value in (getattr(args, d.dest),)
+    }
+
+
+#: JSON Schema's name of each type a setting may hold.
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "string"}
+
+
+def json_schema(d: Declared) -> dict[str, Any]:
+    """The JSON Schema of setting ``d``: its type, default, bounds or values, and its help as the description (for
+    the OpenAPI description of a request and ``suffice schema --request``)."""
+    s = d.spec
+    schema: dict[str, Any] = {"type": _JSON_TYPES[d.type]}
+    if d.choices is not None:
+        schema["enum"] = list(d.choices)
+    for key, bound in (("minimum", s.minimum), ("exclusiveMinimum", s.above), ("maximum", s.maximum)):
+        if bound is not None:
+            schema[key] = int(bound) if d.type is int else bound
+    if d.optional:
+        schema = {"anyOf": [schema, {"type": "null"}]}
+    return {**schema, "default": d.default, "description": s.help}
+
+
+def per_request(cls: type) -> tuple[Declared, ...]:
+    """The settings of ``cls`` a request to ``suffice serve`` may set (tagged ``per_request``)."""
+    return tagged(cls, per_request=True)
 
 
 def in_process_flags(cls: type) -> tuple[tuple[str, str], ...]:
@@ -287,17 +361,24 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
     ]
     for d in declared(cls):
         flag = flags.get(d.name, d.flag)
-        allowed = ", ".join(map(str, d.spec.choices)) if d.spec.choices else d.bounds()
+        choices = d.choices
+        allowed = ", ".join(map(str, choices)) if choices else d.bounds()
         tags = [
             tag
             for tag, on in (
                 ("in-process", d.spec.in_process),
                 ("verdict", d.spec.verdict),
+                ("per request", d.spec.per_request),
                 (f"{d.spec.build} build", d.spec.build is not None),
             )
             if on
         ]
         where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`" if flag else "(Python only)"
+        also = [a for a in d.spec.also if a.startswith("--")]
+        if flag and also:
+            where += " (also " + ", ".join(f"`{a}`" for a in also) + ")"
+        if d.spec.per_request:
+            where += f"; per request: `?{d.name}=`"
         cells = [
             f"`{d.name}`",
             where,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from suffice.cache import DEFAULT_MAX_BYTES, VerdictCache
@@ -13,6 +14,7 @@ from suffice.cli.errors import reports_errors
 from suffice.config import CACHE_ENV, JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.exit_codes import EXIT_OK
+from suffice.settings import add_flags, check, from_args, setting
 from suffice.text import terminal_text
 
 _MIB = 1 << 20
@@ -22,36 +24,48 @@ def _add_path(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--verdict-cache", "--cache", dest="verdict_cache", default=None, metavar="PATH", help=help)
 
 
-def add_cache_args(p: argparse.ArgumentParser) -> None:
-    """The verdict cache's flags (``serve`` reads them from ``SUFFICE_VERDICT_CACHE``, ``SUFFICE_NO_VERDICT_CACHE``
-    and ``SUFFICE_VERDICT_CACHE_MIB`` too)."""
-    _add_path(
-        p,
+@dataclass(frozen=True)
+class CacheFlags:
+    """The verdict cache's settings of ``judge``, ``calibrate`` and ``serve`` (``JudgeConfig``'s ``cache`` and
+    ``cache_max_bytes`` as a command line says them)."""
+
+    verdict_cache: str | None = setting(
+        None,
         "the verdict cache file: a record judged before under the same model, settings and prompt is answered "
         f"from it (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder; off: none)",
+        also=("--cache",),
+        metavar="PATH",
+        in_process=True,
     )
-    p.add_argument(
-        "--no-verdict-cache", "--no-cache", dest="no_verdict_cache", action="store_true", help="judge every record"
-    )
-    p.add_argument(
-        "--verdict-cache-mib",
-        dest="verdict_cache_mib",
-        type=int,
-        default=DEFAULT_MAX_BYTES // _MIB,
+    no_verdict_cache: bool = setting(False, "judge every record", also=("--no-cache",), in_process=True)
+    verdict_cache_mib: int = setting(
+        DEFAULT_MAX_BYTES // _MIB,
+        f"the cache's bound; past it the least recently used verdicts go (default {DEFAULT_MAX_BYTES // _MIB})",
+        minimum=1,
+        unit=" MiB",
         metavar="MIB",
-        help=f"the cache's bound; past it the least recently used verdicts go (default {DEFAULT_MAX_BYTES // _MIB})",
     )
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.no_verdict_cache and self.verdict_cache is not None:
+            raise ConfigError("no_verdict_cache", True, "--no-cache and --cache PATH contradict each other")
+
+    def judge_settings(self) -> dict[str, Any]:
+        """``JudgeConfig``'s ``cache`` and ``cache_max_bytes``."""
+        cache = False if self.no_verdict_cache else self.verdict_cache
+        return {"cache": cache, "cache_max_bytes": self.verdict_cache_mib * _MIB}
+
+
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    """The verdict cache's flags (:class:`CacheFlags`)."""
+    add_flags(p, CacheFlags)
 
 
 def cache_settings(args: argparse.Namespace) -> dict[str, Any]:
     """``JudgeConfig``'s ``cache`` and ``cache_max_bytes`` from the flags."""
-    if not isinstance(args.verdict_cache_mib, int) or args.verdict_cache_mib < 1:
-        raise ConfigError("verdict_cache_mib", args.verdict_cache_mib, "must be a whole number of MiB, at least 1")
-    if args.no_verdict_cache:
-        if args.verdict_cache is not None:
-            raise ConfigError("no_verdict_cache", True, "--no-cache and --cache PATH contradict each other")
-        return {"cache": False, "cache_max_bytes": args.verdict_cache_mib * _MIB}
-    return {"cache": args.verdict_cache, "cache_max_bytes": args.verdict_cache_mib * _MIB}
+    flags: CacheFlags = from_args(CacheFlags, args)
+    return flags.judge_settings()
 
 
 def add_parser(sub: Any) -> None:

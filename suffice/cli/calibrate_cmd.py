@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from suffice.gates.base import fitted_under
 from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
 from suffice.jsonl import dump_line, read_records
 from suffice.run_settings import settings_path
+from suffice.settings import add_flags, check, from_args, setting
 from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see suffice.gates.roles.save_calibration).
@@ -35,6 +36,35 @@ SEED_MINIMUM_GOLDEN = 100
 CHOICES = ("best-f1", "precision-target", "f-beta", "cost")
 
 
+@dataclass(frozen=True)
+class CalibrateFlags:
+    """``suffice calibrate``'s own settings."""
+
+    limit: int | None = setting(None, "use the first N records only", minimum=0, metavar="N")
+    overwrite: bool = setting(False, "judge again instead of resuming verdicts.jsonl")
+    precision_target: float = setting(0.9, "precision for the high-stakes threshold", above=0, maximum=1)
+    score: str | None = setting(None, "which score's threshold to save (default: best AUC)")
+    choose: str | None = setting(
+        None,
+        "which threshold to save: best F1, the precision target's, best F-beta (--beta), or the least "
+        "expected cost (--fp-cost, --fn-cost); default: the gate's (best-f1; f-beta for a HIGH-risk rubric)",
+        choices=CHOICES,
+    )
+    beta: float = setting(0.5, "F-beta's beta (< 1 favours precision; default 0.5)", above=0)
+    fp_cost: float | None = setting(None, "--choose cost: a false positive's cost (default 1)", minimum=0)
+    fn_cost: float | None = setting(None, "--choose cost: a false negative's cost (default 1)", minimum=0)
+    save: Path | None = setting(
+        None,
+        "save the chosen threshold where the gate reads it (sufficiency: a gate config file PATH; "
+        "adequacy: the rubric's next version, in PATH or the rubric folder)",
+        const=SAVE_WHERE_THE_GATE_KEEPS_IT,
+        metavar="PATH",
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "calibrate",
@@ -44,31 +74,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("golden", type=Path, help="labeled JSONL (the ../shared/data format)")
     p.add_argument("-o", "--output", type=Path, required=True, help="report folder (verdicts.jsonl resumes there)")
     judge_cmd.add_judge_args(p)
-    p.add_argument("--limit", type=int, default=None, help="use the first N records only")
-    p.add_argument("--overwrite", action="store_true", help="judge again instead of resuming verdicts.jsonl")
     judge_cmd.add_audit_args(p)
-    p.add_argument("--precision-target", type=float, default=0.9, help="precision for the high-stakes threshold")
-    p.add_argument("--score", default=None, help="which score's threshold to save (default: best AUC)")
-    p.add_argument(
-        "--choose",
-        choices=CHOICES,
-        default=None,
-        help="which threshold to save: best F1, the precision target's, best F-beta (--beta), or the least "
-        "expected cost (--fp-cost, --fn-cost); default: the gate's (best-f1; f-beta for a HIGH-risk rubric)",
-    )
-    p.add_argument("--beta", type=float, default=0.5, help="F-beta's beta (< 1 favours precision; default 0.5)")
-    p.add_argument("--fp-cost", type=float, default=None, help="--choose cost: a false positive's cost (default 1)")
-    p.add_argument("--fn-cost", type=float, default=None, help="--choose cost: a false negative's cost (default 1)")
-    p.add_argument(
-        "--save",
-        nargs="?",
-        type=Path,
-        const=SAVE_WHERE_THE_GATE_KEEPS_IT,
-        default=None,
-        metavar="PATH",
-        help="save the chosen threshold where the gate reads it (sufficiency: a gate config file PATH; "
-        "adequacy: the rubric's next version, in PATH or the rubric folder)",
-    )
+    add_flags(p, CalibrateFlags)
+    # Two more spellings of --save: with a path, and without one.
     p.add_argument("--save-config", dest="save", type=Path, help="the same as --save PATH")
     p.add_argument(
         "--save-rubric", dest="save", action="store_const", const=SAVE_WHERE_THE_GATE_KEEPS_IT, help="--save, no PATH"
@@ -79,18 +87,16 @@ def add_parser(sub: Any) -> None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     judge_cmd.read_settings(args)
-    if not 0 < args.precision_target <= 1:
-        print(f"error: --precision-target must be in (0, 1], got {args.precision_target}", file=sys.stderr)
-        return EXIT_USAGE
+    try:
+        from_args(CalibrateFlags, args)  # the bounds of what a flag, a variable or the file gave
+    except ConfigError as exc:
+        raise judge_cmd.named(exc, args) from None
     problem = _choice_problem(args)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if not args.golden.is_file():
         print(f"error: golden file {str(args.golden)!r} is not a file", file=sys.stderr)
-        return EXIT_USAGE
-    if args.limit is not None and args.limit < 0:
-        print(f"error: --limit must be 0 or more, got {args.limit}", file=sys.stderr)
         return EXIT_USAGE
     if args.output.exists() and not args.output.is_dir():
         print(f"error: -o {str(args.output)!r} is a file; calibrate writes a report folder there", file=sys.stderr)
@@ -174,15 +180,10 @@ def _destination(args: argparse.Namespace) -> Path | None:
 
 
 def _choice_problem(args: argparse.Namespace) -> str | None:
-    """A --beta or cost that no threshold can be chosen by; costs given without
-    --choose choose by cost."""
+    """Costs that no threshold can be chosen by (each is in its bounds: :class:`CalibrateFlags`); costs given
+    without --choose choose by cost."""
     if args.choose is None and (args.fp_cost is not None or args.fn_cost is not None):
         args.choose = "cost"
-    if not (math.isfinite(args.beta) and args.beta > 0):
-        return f"--beta must be a positive number, got {args.beta}"
-    for flag, cost in (("--fp-cost", args.fp_cost), ("--fn-cost", args.fn_cost)):
-        if cost is not None and not (math.isfinite(cost) and cost >= 0):
-            return f"{flag} must be a number of 0 or more, got {cost}"
     fp_cost = 1.0 if args.fp_cost is None else args.fp_cost
     fn_cost = 1.0 if args.fn_cost is None else args.fn_cost
     if args.choose == "cost" and fp_cost == fn_cost == 0:

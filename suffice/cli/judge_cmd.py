@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suffice import batch
 from suffice.audit import load_key
 from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
-from suffice.cli.cache_cmd import add_cache_args, cache_settings
+from suffice.cli.cache_cmd import CacheFlags, add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
@@ -32,8 +33,73 @@ from suffice.network import check_url, refuse_plain_http
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_settings
-from suffice.settings import add_flags, in_process_flags, tagged
+from suffice.settings import add_flags, check, from_args, in_process_flags, setting, tagged, values_of
 from suffice.text import terminal_text
+
+
+@dataclass(frozen=True)
+class AuditFlags:
+    """The audit log's settings of ``judge``, ``calibrate`` and ``serve``."""
+
+    audit_db: Path | None = setting(None, "record every evaluation in this audit database", in_process=True)
+    audit_key: Path | None = setting(
+        None, "key file (suffice audit keygen) for the audit log's keyed MAC chain", in_process=True
+    )
+    anchor_file: Path | None = setting(
+        None,
+        "when the run ends (serve: at shutdown), write an anchor of the audit log to PATH; keep it where the "
+        "log's writers cannot reach, and check with `suffice audit verify --anchor-file PATH`",
+        metavar="PATH",
+        in_process=True,
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def key(self) -> bytes | None:
+        """The audit key's bytes; a key without a database is a usage error (ConfigError)."""
+        if self.audit_key is None:
+            return None
+        if self.audit_db is None:
+            raise ConfigError("audit_key", str(self.audit_key), "needs --audit-db")
+        return load_key(self.audit_key)
+
+
+def _verdict_formats_help() -> str:
+    return "verdict format in OUTPUT: " + "; ".join(f"{f.name}: {f.help}" for f in VERDICT_FORMATS.all())
+
+
+@dataclass(frozen=True)
+class JudgeFlags:
+    """``suffice judge``'s own settings (``--no-progress``: ``calibrate``'s too)."""
+
+    no_progress: bool = setting(False, "no progress bar on stderr")
+    overwrite: bool = setting(False, "start over instead of resuming OUTPUT")
+    retry_errors: bool = setting(False, "when resuming, judge again every record whose line is an error")
+    format: str = setting(DEFAULT_VERDICT_FORMAT, _verdict_formats_help(), choices=verdict_format_names)
+    input_format: str | None = setting(None, "input format (default: by extension)", choices=file_format_names)
+    output_format: str | None = setting(None, "output format (default: by extension)", choices=file_format_names)
+    shard: str | None = setting(
+        None,
+        "judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
+        metavar="K/N",
+    )
+    server: str | None = setting(
+        None,
+        "judge through a running `suffice serve` at URL (its engine already started; --api-key-file: its "
+        "bearer token) into the same output, with the same resume and settings check",
+        metavar="URL",
+    )
+    timeout: float | None = setting(
+        None,
+        f"--server: seconds one request may take (default {DEFAULT_TIMEOUT_S:g})",
+        above=0,
+        unit=" seconds",
+        metavar="SECONDS",
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
@@ -42,36 +108,29 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     add_engine_args(p)
     add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
-    add_flags(p, JudgeConfig, only=("detail", "auto_margin"))
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_judge_settings(p)
+    add_flags(p, JudgeFlags, only=("no_progress",))
     add_cache_args(p)
 
 
+def add_judge_settings(p: argparse.ArgumentParser, config: type[JudgeConfig] = JudgeConfig) -> None:
+    """A flag for every setting ``config`` declares with one (``--detail``, ``--auto-margin``)."""
+    add_flags(p, config)
+
+
+def judge_settings_from_args(args: argparse.Namespace, config: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:
+    """``config``'s settings the flags (or their variables and file) gave, by name."""
+    return values_of(config, args)
+
+
 def add_audit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--audit-db", type=Path, default=None, help="record every evaluation in this audit database")
-    p.add_argument(
-        "--audit-key",
-        type=Path,
-        default=None,
-        help="key file (suffice audit keygen) for the audit log's keyed MAC chain",
-    )
-    p.add_argument(
-        "--anchor-file",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="when the run ends (serve: at shutdown), write an anchor of the audit log to PATH; keep it where the "
-        "log's writers cannot reach, and check with `suffice audit verify --anchor-file PATH`",
-    )
+    add_flags(p, AuditFlags)
 
 
 def audit_key_of(args: argparse.Namespace) -> bytes | None:
     """The audit key's bytes; a key without a database is a usage error (ConfigError)."""
-    if args.audit_key is None:
-        return None
-    if args.audit_db is None:
-        raise ConfigError("audit_key", str(args.audit_key), "needs --audit-db")
-    return load_key(args.audit_key)
+    flags: AuditFlags = from_args(AuditFlags, args)
+    return flags.key()
 
 
 def add_parser(sub: Any) -> None:
@@ -85,23 +144,8 @@ def add_parser(sub: Any) -> None:
         "-o", "--output", type=Path, required=True, help="JSONL or Parquet results (rows written as batches finish)"
     )
     add_judge_args(p)
-    p.add_argument("--overwrite", action="store_true", help="start over instead of resuming OUTPUT")
-    p.add_argument(
-        "--retry-errors", action="store_true", help="when resuming, judge again every record whose line is an error"
-    )
-    p.add_argument(
-        "--format",
-        choices=verdict_format_names(),
-        default=DEFAULT_VERDICT_FORMAT,
-        help="verdict format in OUTPUT: " + "; ".join(f"{f.name}: {f.help}" for f in VERDICT_FORMATS.all()),
-    )
-    p.add_argument(
-        "--input-format", choices=file_format_names(), default=None, help="input format (default: by extension)"
-    )
+    add_flags(p, JudgeFlags, only=("overwrite", "retry_errors", "format", "input_format", "output_format"))
     add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))
-    p.add_argument(
-        "--output-format", choices=file_format_names(), default=None, help="output format (default: by extension)"
-    )
     p.add_argument(
         "--field",
         action="append",
@@ -118,26 +162,7 @@ def add_parser(sub: Any) -> None:
         help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
     )
     add_flags(p, RayOptions, only=("actors",))
-    p.add_argument(
-        "--shard",
-        default=None,
-        metavar="K/N",
-        help="judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
-    )
-    p.add_argument(
-        "--server",
-        default=None,
-        metavar="URL",
-        help="judge through a running `suffice serve` at URL (its engine already started; --api-key-file: its "
-        "bearer token) into the same output, with the same resume and settings check",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help=f"--server: seconds one request may take (default {DEFAULT_TIMEOUT_S:g})",
-    )
+    add_flags(p, JudgeFlags, only=("shard", "server", "timeout"))
     add_audit_args(p)
     p.set_defaults(run=run, command_settings=CommandSettings(p, "judge", "batch_size = 64"))
 
@@ -162,11 +187,8 @@ IN_PROCESS = (
     *in_process_flags(EngineConfig),
     *in_process_flags(RayOptions),
     ("ray", "--ray"),
-    ("audit_db", "--audit-db"),
-    ("audit_key", "--audit-key"),
-    ("anchor_file", "--anchor-file"),
-    ("verdict_cache", "--cache"),
-    ("no_verdict_cache", "--no-cache"),
+    *in_process_flags(AuditFlags),
+    *in_process_flags(CacheFlags),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
 _DEFAULTS = {d.dest: d.default for d in tagged(EngineConfig, in_process=True) if d.type is not bool}
@@ -194,8 +216,7 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         gate=args.gate,
         engine=engine_config_from_args(args),
         options=gate_options_from_args(args),
-        detail=args.detail,
-        auto_margin=args.auto_margin,
+        **judge_settings_from_args(args),
         **cache_settings(args),
     )
     config.make_gate()
@@ -218,11 +239,7 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
     parts = check_url("server", args.server, ("http", "https"), "give the service's key with --api-key-file")
     if args.engine_key_file is not None and not args.allow_insecure_http:
         refuse_plain_http("server", args.server, parts, "the service's key and every record", "--allow-insecure-http")
-    if args.timeout is not None and not (0 < args.timeout < float("inf")):
-        raise ConfigError("timeout", args.timeout, "must be a number of seconds above 0")
-    return JudgeConfig(
-        gate=args.gate, options=gate_options_from_args(args), detail=args.detail, auto_margin=args.auto_margin
-    )
+    return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), **judge_settings_from_args(args))
 
 
 @reports_errors
@@ -232,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         read_settings(args)
+        flags: JudgeFlags = from_args(JudgeFlags, args)  # the bounds of what a variable or the file gave too
         if args.server is not None:
             config = server_config_from_args(args)
             key = (
@@ -247,30 +265,30 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("actors", args.actors, "needs --ray")
         options = BatchOptions(
             batch_size=args.batch_size,
-            fmt=args.format,
-            overwrite=args.overwrite,
-            retry_errors=args.retry_errors,
+            fmt=flags.format,
+            overwrite=flags.overwrite,
+            retry_errors=flags.retry_errors,
             audit_db=args.audit_db,
             audit_key=audit_key_of(args),
             anchor_file=args.anchor_file,
-            input_format=args.input_format,
-            output_format=args.output_format,
+            input_format=flags.input_format,
+            output_format=flags.output_format,
             fields=FieldMap.parse(args.field),
             ray=None if args.ray is None else RayOptions(address=args.ray, actors=args.actors),
-            shard=None if args.shard is None else Shard.parse(args.shard),
+            shard=None if flags.shard is None else Shard.parse(flags.shard),
             max_field_chars=args.max_field_chars,
             max_chunks_per_item=args.max_chunks_per_item,
         )
     except ConfigError as exc:
         raise named(exc, args) from None  # said by reports_errors, with the table's exit status
     if args.server is None:
-        return judge_file(config, args.input, args.output, options, progress=not args.no_progress)
-    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
+        return judge_file(config, args.input, args.output, options, progress=not flags.no_progress)
+    timeout = DEFAULT_TIMEOUT_S if flags.timeout is None else flags.timeout
     client = Client(
         args.server, api_key=key, timeout=timeout, gate=args.gate, allow_insecure_http=args.allow_insecure_http
     )
     with client:
-        return judge_file(config, args.input, args.output, options, progress=not args.no_progress, client=client)
+        return judge_file(config, args.input, args.output, options, progress=not flags.no_progress, client=client)
 
 
 def judge_file(

@@ -1,4 +1,5 @@
-"""``suffice schema``: the JSON Schema of a gate's result row (see :mod:`suffice.row_models`)."""
+"""``suffice schema``: the JSON Schema of a gate's result row (see :mod:`suffice.row_models`), or of the options a
+request to ``suffice serve`` may set on it (see :mod:`suffice.server.contract`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 from typing import Any
 
 from suffice.cli.errors import reports_errors
-from suffice.config import DETAILS
+from suffice.config import JudgeConfig
 from suffice.exit_codes import EXIT_OK
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_names
 from suffice.gates import DEFAULT_GATE
-from suffice.row_models import result_row_schema
+from suffice.row_models import DIALECT, result_row_schema
+from suffice.server.contract import request_options_schema
+from suffice.settings import add_flags
 
 
 def add_parser(sub: Any) -> None:
@@ -19,13 +22,13 @@ def add_parser(sub: Any) -> None:
         "schema",
         help="print the JSON Schema of a gate's result row",
         description="Print the JSON Schema of one result row of a gate: a verdict typed by the gate's "
-        "verdict model, or that record's error.",
+        "verdict model, or that record's error (--detail left out: a row of either); or, with --request, of the "
+        "options a request to `suffice serve` may set on the gate.",
     )
     # Not argparse's choices: an unknown gate is the registry's error, which names the gates there are.
     p.add_argument("--gate", default=DEFAULT_GATE, help=f"any registered gate (default {DEFAULT_GATE})")
-    p.add_argument(
-        "--detail", choices=DETAILS, default=None, help="full verdicts or decision-only ones (default: a row of either)"
-    )
+    add_flags(p, JudgeConfig, only=("detail",))
+    p.set_defaults(detail=None)
     p.add_argument(
         "--format",
         choices=verdict_format_names(),
@@ -37,11 +40,19 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="the rows `suffice serve` answers with: `index` (the item's position in the request) for `line`",
     )
+    p.add_argument(
+        "--request",
+        action="store_true",
+        help="the options a request may set on the gate instead (its <Gate>Options in /openapi.json)",
+    )
     p.set_defaults(run=run)
 
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    schema = result_row_schema(args.gate, args.detail, args.format, "index" if args.served else "line")
+    if args.request:
+        schema = {"$schema": DIALECT, **request_options_schema(args.gate)}
+    else:
+        schema = result_row_schema(args.gate, args.detail, args.format, "index" if args.served else "line")
     print(json.dumps(schema, indent=2, ensure_ascii=False))
     return EXIT_OK

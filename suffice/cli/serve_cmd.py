@@ -7,7 +7,6 @@ import argparse
 import sys
 from collections.abc import Mapping
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 from suffice.audit import AuditLog
@@ -15,7 +14,7 @@ from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
-from suffice.cli.judge_cmd import add_audit_args, audit_key_of
+from suffice.cli.judge_cmd import add_audit_args, add_judge_settings, audit_key_of, judge_settings_from_args
 from suffice.cli.serve_settings import CommandSettings, with_origin
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, SufficeError
@@ -38,9 +37,9 @@ def add_parser(sub: Any) -> None:
     )
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
-    add_flags(p, JudgeConfig, only=("detail", "auto_margin"))
+    add_judge_settings(p)
     add_cache_args(p)
-    add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts
+    add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
     p.add_argument(
         "--allowed-host",
         action="append",
@@ -48,13 +47,6 @@ def add_parser(sub: Any) -> None:
         help="a name the Host header may carry besides the bound address and localhost (repeat; '*': any)",
     )
     add_audit_args(p)
-    p.add_argument(
-        "--reviewer-keys",
-        type=Path,
-        default=None,
-        help="folder of NAME.key files (suffice audit keygen), one per reviewer of the review page at /reviews "
-        "(needs --audit-db)",
-    )
     p.set_defaults(run=run, serve_settings=CommandSettings(p, "serve"))
 
 
@@ -84,15 +76,12 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     served: ServeConfig = from_args(
         ServeConfig,
         args,
-        judge=JudgeConfig(
-            gate=gates[0], engine=engine, detail=args.detail, auto_margin=args.auto_margin, **cache_settings(args)
-        ),
+        judge=JudgeConfig(gate=gates[0], engine=engine, **judge_settings_from_args(args), **cache_settings(args)),
         gates=gates,
         options=gate_options_from_args(args),
         audit_db=args.audit_db,
         audit_key=audit_key_of(args),
         anchor_file=args.anchor_file,
-        reviewer_keys=args.reviewer_keys,
         allowed_hosts=tuple(args.allowed_host),
         verbose=args.verbose,
     )

@@ -113,7 +113,8 @@ def create_app(
 
     # Replacing app.openapi is FastAPI's documented way to extend the generated document.
     tokens = keyed if api_key is not None or desk is not None else None
-    app.openapi = _completed(app.openapi, request_schemas(gates), tokens)  # type: ignore[method-assign]
+    schemas = request_schemas(gates, type(config.judge))
+    app.openapi = _completed(app.openapi, schemas, tokens)  # type: ignore[method-assign]
     limited: Any = BodyLimit(app, config.max_body_bytes, config.request_timeout, OPEN_PATHS | {"/metrics"})
     guarded = limited
     if api_key is not None:

@@ -41,7 +41,11 @@ class ServeConfig:
     #: Where ``suffice serve`` writes an anchor of the audit log when it shuts down.
     anchor_file: Path | None = None
     #: A folder of ``NAME.key`` files, one per reviewer of the review page (see :mod:`suffice.server.reviews`).
-    reviewer_keys: Path | None = None
+    reviewer_keys: Path | None = setting(
+        None,
+        "folder of NAME.key files (suffice audit keygen), one per reviewer of the review page at /reviews "
+        "(needs --audit-db)",
+    )
     max_body_bytes: int = setting(16 * 2**20, "largest request body; larger gets 413 (default 16 MiB)", minimum=1024)
     max_items: int = setting(1024, "most items per request; more gets 422 (default 1024)", minimum=1)
     # Fitting tokenizes every chunk under the tokenizer lock all requests share, so this bounds how long one item

@@ -18,10 +18,12 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from suffice.config import JudgeConfig
 from suffice.formats.verdicts import verdict_format, verdict_format_names
 from suffice.gates import gate_class
 from suffice.gates.base import Gate
 from suffice.row_models import name_part, result_row_model
+from suffice.settings import json_schema, per_request
 
 #: Where the named request schemas live in the document.
 REF = "#/components/schemas/"
@@ -53,14 +55,33 @@ _ITEM_SCHEMA: dict[str, Any] = {
 _EXAMPLE = {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a play by Shakespeare."]}
 
 
-def per_request_options(gate: str) -> dict[str, Any]:
-    """The JSON Schema of each option a request may set on ``gate``, by name."""
+def settable(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> tuple[str, ...]:
+    """What a request may set on ``gate``: the gate's per-request options and the judge settings ``judge`` tags
+    ``per_request`` (``auto_margin``, the token budgets), by name."""
+    return tuple(sorted({*gate_class(gate).options_model.per_request, *(d.name for d in per_request(judge))}))
+
+
+def per_request_options(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:
+    """The JSON Schema of each option a request may set on ``gate``, by name: a gate option's from its options
+    model, a judge setting's from its declaration (:func:`suffice.settings.json_schema`)."""
     model = gate_class(gate).options_model
     schema = model.model_json_schema()["properties"]
-    return {key: schema[key] for key in sorted(model.per_request)}
+    settings = {d.name: json_schema(d) for d in per_request(judge)}
+    return {key: settings[key] if key in settings else schema[key] for key in settable(gate, judge)}
 
 
-def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
+def request_options_schema(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:
+    """The JSON Schema of the options a request may set on ``gate`` (``<Gate>Options`` in the OpenAPI
+    description; ``suffice schema --request``)."""
+    return {
+        "type": "object",
+        "description": f"The {gate} gate's options a request may set, for that request only",
+        "properties": per_request_options(gate, judge),
+        "additionalProperties": False,
+    }
+
+
+def request_schemas(gates: Sequence[str], judge: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:
     """The named schemas the judge routes' bodies are made of, for ``components.schemas``: ``Item``,
     ``ItemList`` and ``Chunk``, and per gate ``<Gate>Options`` (the options it takes per request),
     ``<Gate>Items`` (the items with those options) and ``<Gate>Request`` (one item, a list of items, or
@@ -72,12 +93,7 @@ def request_schemas(gates: Sequence[str]) -> dict[str, Any]:
     }
     for gate in gates:
         name = name_part(gate)
-        schemas[f"{name}Options"] = {
-            "type": "object",
-            "description": f"The {gate} gate's options a request may set, for that request only",
-            "properties": per_request_options(gate),
-            "additionalProperties": False,
-        }
+        schemas[f"{name}Options"] = request_options_schema(gate, judge)
         items = {"$ref": f"{REF}ItemList"}
         schemas[f"{name}Items"] = {
             "type": "object",
@@ -116,11 +132,11 @@ def format_parameter() -> Any:
     return cast(Any, Literal)[verdict_format_names()]
 
 
-def query_parameters(gate: str) -> list[dict[str, Any]]:
+def query_parameters(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> list[dict[str, Any]]:
     """The options a request may set on ``gate``, as OpenAPI query parameters."""
     return [
         {"name": key, "in": "query", "required": False, "schema": schema, "description": schema.get("description", "")}
-        for key, schema in per_request_options(gate).items()
+        for key, schema in per_request_options(gate, judge).items()
     ]
 
 

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from suffice.exceptions import EngineFatalError
-from suffice.gates import gate_class
 from suffice.network import version
+from suffice.server.contract import settable
 from suffice.server.metrics import Metrics
 from suffice.server.responses import Health, JSONResponse, NotReady, Ready, public_model_name
 
@@ -196,6 +196,6 @@ class Readiness:
                     "model": public_model_name(engine.model_id),
                     "backend": engine.backend,
                     "max_model_len": engine.max_model_len,
-                    "options": {gate: sorted(gate_class(gate).options_model.per_request) for gate in self.gates},
+                    "options": {gate: list(settable(gate, type(self.service.config.judge))) for gate in self.gates},
                 }
             )

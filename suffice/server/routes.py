@@ -205,7 +205,10 @@ class Routes:
                 self._route_of(gate),
                 methods=["POST"],
                 response_model=response_model(gate, self.config.judge.detail),
-                openapi_extra={"requestBody": request_body(gate), "parameters": query_parameters(gate)},
+                openapi_extra={
+                    "requestBody": request_body(gate),
+                    "parameters": query_parameters(gate, type(self.config.judge)),
+                },
                 summary=f"Judge one item or a list of items with the {gate} gate",
                 description=Routes.judge.__doc__ or "",
                 operation_id=f"judge_{gate}",

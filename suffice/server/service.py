@@ -25,14 +25,16 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
 from suffice.fields import FieldMap
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format, verdict_format_names
-from suffice.gates import Gate, gate_class
+from suffice.gates import Gate
 from suffice.judge import Judge
 from suffice.records import Item
 from suffice.results import JudgeResult
 from suffice.rows import result_row
 from suffice.server.config import ServeConfig, options_for
+from suffice.server.contract import settable
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.settings import per_request
 from suffice.telemetry import engine_start
 
 logger = logging.getLogger(__name__)
@@ -48,8 +50,12 @@ def check_served(config: ServeConfig) -> None:
 
 
 def judge_config(config: ServeConfig, gate: str, request: Mapping[str, Any]) -> JudgeConfig:
-    """The config of ``gate``'s judge: the served options it declares, then the request's."""
-    return dataclasses.replace(config.judge, gate=gate, options={**options_for(config, gate), **request})
+    """The config of ``gate``'s judge: the served options it declares, then the request's; a judge setting the
+    request may set (declared ``per_request``) is read as its declaration says (a query parameter is text)."""
+    settings = {d.name: d for d in per_request(type(config.judge))}
+    chosen = {key: settings[key].parsed(value) for key, value in request.items() if key in settings}
+    options = {key: value for key, value in request.items() if key not in settings}
+    return dataclasses.replace(config.judge, gate=gate, options={**options_for(config, gate), **options}, **chosen)
 
 
 class RequestError(InputError):
@@ -183,13 +189,12 @@ class GateService:
                 self._judges.popitem(last=False)
         return judge
 
-    @staticmethod
-    def _key(gate: str, options: Options) -> tuple[str, tuple[tuple[str, str], ...]]:
-        allowed = gate_class(gate).options_model.per_request
+    def _key(self, gate: str, options: Options) -> tuple[str, tuple[tuple[str, str], ...]]:
+        allowed = settable(gate, type(self.config.judge))
         for name in options.values:
             if name not in allowed:
-                settable = ", ".join(sorted(allowed)) or "none"
-                message = f"the {gate} gate takes no option {name!r} per request (settable: {settable})"
+                named = ", ".join(allowed) or "none"
+                message = f"the {gate} gate takes no option {name!r} per request (settable: {named})"
                 # Its cause names the error a judge in process raises for an option it refuses, for the 422 to name.
                 raise RequestError(name, message) from ConfigError(name, options.values[name], message)
         return (gate, tuple(sorted((k, repr(v)) for k, v in options.values.items())))
@@ -229,7 +234,9 @@ class GateService:
             if self._engine_settings is None:
                 self._engine_settings = engine_settings(self.config.judge.engine)
             engine = self._engine_settings
-        return {**judge.gate.settings(), **engine}
+        # A judge setting the request set decides its rows as a gate option does: named as the gate's are.
+        chosen = {d.name: repr(getattr(judge.config, d.name)) for d in per_request(type(self.config.judge))}
+        return {**judge.gate.settings(), **{k: v for k, v in chosen.items() if k in options.values}, **engine}
 
     def judge(
         self, gate: str, records: Sequence[object], options: Options, cancel: threading.Event | None = None

@@ -96,7 +96,9 @@ def test_calibrate_takes_a_setting_from_the_file(tmp_path: Path, capsys: pytest.
     assert (
         main(["calibrate", str(tmp_path / "g.jsonl"), "-o", str(tmp_path / "r"), "--config", str(file)]) == EXIT_USAGE
     )
-    assert "--precision-target must be in (0, 1], got 2.0" in capsys.readouterr().err
+    assert "precision_target=2.0: must be more than 0 and at most 1 (set as precision_target in" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_unknown_key_of_judges_file_names_the_command(tmp_path: Path) -> None:

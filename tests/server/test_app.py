@@ -428,8 +428,13 @@ def test_the_openapi_description_lists_a_route_per_served_gate():
     ]
 
 
+#: The judge settings every route takes per request (declared ``per_request`` in ``JudgeConfig``).
+_JUDGE = {"auto_margin", "max_question_tokens", "max_response_tokens", "min_chunk_tokens", "max_chunks"}
+
+
 @pytest.mark.parametrize(
-    ("gate", "expected"), [("recovery", {"threshold", "retrieval_exhausted", "format"}), ("sufficiency", {"format"})]
+    ("gate", "expected"),
+    [("recovery", {"threshold", "retrieval_exhausted", "format", *_JUDGE}), ("sufficiency", {"format", *_JUDGE})],
 )
 def test_the_openapi_description_lists_the_options_each_gate_takes_per_request(gate, expected):
     """Recovery's threshold on recovery's route, not on the others."""

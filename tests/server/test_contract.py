@@ -22,6 +22,7 @@ from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.contract import response_model
 from suffice.server.service import GateService
+from suffice.settings import per_request
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 from tests.server.test_app import record
@@ -134,7 +135,11 @@ def test_each_gates_request_lists_only_its_own_options(spec: dict[str, Any], gat
     body = spec["paths"][f"/v1/judge/{gate}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     name = body["$ref"].rsplit("/", 1)[1].removesuffix("Request")
     options = spec["components"]["schemas"][f"{name}Items"]["properties"]["options"]["$ref"].rsplit("/", 1)[1]
-    assert set(spec["components"]["schemas"][options]["properties"]) == set(gate_class(gate).options_model.per_request)
+    judge = {d.name for d in per_request(JudgeConfig)}
+    assert (
+        set(spec["components"]["schemas"][options]["properties"])
+        == set(gate_class(gate).options_model.per_request) | judge
+    )
 
 
 def test_a_decision_only_server_types_its_verdicts_as_decisions() -> None:
