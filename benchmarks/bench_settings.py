@@ -1,5 +1,6 @@
-"""How many places a setting is written in: hand-written checks in the config dataclasses, and the files and lines
-that name one engine option, at a git ref ("before") and in the working tree ("after").
+"""How many places a setting is written in: hand-written checks in the config dataclasses, hand-written argparse
+flags (``add_argument`` calls) and range checks in ``suffice/cli``, and the files and lines that name one engine
+option, at a git ref ("before") and in the working tree ("after").
 
     PYTHONPATH=. python benchmarks/bench_settings.py [BEFORE_REF]   # default: 6bff9d5 (main before issue 39)
 
@@ -70,6 +71,35 @@ def checks(sources: dict[str, str]) -> dict[str, int]:
     return found
 
 
+def cli_flags(sources: dict[str, str]) -> int:
+    """``add_argument(`` calls written in ``suffice/cli`` (``grep -c``): flags not derived from a declaration."""
+    return sum(src.count("add_argument(") for path, src in sources.items() if path.startswith("suffice/cli/"))
+
+
+def cli_range_checks(sources: dict[str, str]) -> int:
+    """Range checks written in ``suffice/cli``: comparisons of a value with a number (``args.beta > 0``,
+    ``0 < args.timeout < float("inf")``) and ``isfinite`` calls."""
+    count = 0
+    for path, source in sources.items():
+        if not path.startswith("suffice/cli/"):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE) for op in node.ops
+            ):
+                operands = [node.left, *node.comparators]
+                numbers = [
+                    o
+                    for o in operands
+                    if (isinstance(o, ast.Constant) and type(o.value) in (int, float))
+                    or ast.unparse(o) == "float('inf')"
+                ]
+                count += bool(numbers)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "isfinite":
+                count += 1
+    return count
+
+
 def mentions(sources: dict[str, str], name: str) -> tuple[int, int]:
     """(files, lines) of ``suffice/`` that name ``name``."""
     hits = {path: sum(name in line for line in src.splitlines()) for path, src in sources.items()}
@@ -86,12 +116,20 @@ def main(argv: list[str]) -> int:
         result[label] = {
             "ref": ref or "working tree",
             "hand_written_checks": sum(found.values()),
+            "cli_add_argument_calls": cli_flags(sources),
+            "cli_range_checks": cli_range_checks(sources),
             "by_class": found,
             **{f"{name}_files_lines": mentions(sources, name) for name in OPTIONS},
             "lines_of_settings_files": sum(len(sources.get(name, "").splitlines()) for name in SETTINGS_FILES),
         }
     print(f"{'measure':40} {'before':>12} {'after':>12}")
-    for key in ("hand_written_checks", *(f"{n}_files_lines" for n in OPTIONS), "lines_of_settings_files"):
+    for key in (
+        "hand_written_checks",
+        "cli_add_argument_calls",
+        "cli_range_checks",
+        *(f"{n}_files_lines" for n in OPTIONS),
+        "lines_of_settings_files",
+    ):
         print(f"{key:40} {result['before'][key]!s:>12} {result['after'][key]!s:>12}")
     for label in ("before", "after"):
         print(f"\n{label}: " + ", ".join(f"{k.split(':')[1]} {v}" for k, v in result[label]["by_class"].items()))  # type: ignore[union-attr]

@@ -1,23 +1,28 @@
 """Settings declared once (suffice.settings): what is derived from a declaration, and docs/settings.md read from it.
 
 The fixture ``Extended`` adds one engine option the way a new one is added: one field in the config, nothing
-else; its flag, check, engine rule, in-process rule, vLLM keyword, resume record and table row follow."""
+else; its flag, check, engine rule, in-process rule, vLLM keyword, resume record and table row follow.
+``ExtendedJudge`` adds a judge setting a request may set: its flag, variable, TOML key, HTTP parameter and OpenAPI
+entry follow."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.judge_cmd import IN_PROCESS
+from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
-from suffice.settings import declared, in_process_flags, setting, table, tagged
+from suffice.settings import Declared, declared, in_process_flags, per_request, setting, table, tagged
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,3 +134,231 @@ def test_a_value_of_the_wrong_type_is_refused_naming_the_setting(value: object):
     with pytest.raises(ConfigError) as caught:
         JudgeConfig(auto_margin=value)  # type: ignore[arg-type]
     assert caught.value.parameter == "auto_margin"
+
+
+# A judge-level setting a request may set: declared once, it is a flag, a variable, a TOML key, an HTTP parameter
+# and an OpenAPI entry, with the bounds and text of its declaration.
+
+
+@dataclass(frozen=True)
+class ExtendedJudge(JudgeConfig):
+    min_shown_chunks: int = setting(
+        1, "chunks a prompt shows at least", minimum=1, maximum=64, verdict=True, per_request=True
+    )
+
+
+def _served(judge: JudgeConfig) -> Any:
+    from fastapi.testclient import TestClient
+
+    from suffice.server.app import create_app
+    from suffice.server.config import ServeConfig
+    from suffice.server.service import GateService
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    config = ServeConfig(judge=judge, gates=("sufficiency", "recovery"))
+    return TestClient(create_app(GateService(config, ScriptedEngine(good)), config, None), base_url="http://127.0.0.1")
+
+
+ITEM = {"id": "q", "question": "Who wrote it?", "chunks": [{"id": "c0", "text": "Ada wrote it."}]}
+
+
+def _bounds(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's JSON Schema keywords that a declaration decides."""
+    keys = ("type", "enum", "minimum", "exclusiveMinimum", "maximum", "default", "description")
+    return {key: entry[key] for key in keys if key in entry}
+
+
+def _declared_bounds(d: Declared) -> dict[str, Any]:
+    s = d.spec
+    expected: dict[str, Any] = {"type": {int: "integer", float: "number", str: "string"}[d.type]}
+    if d.choices is not None:
+        expected["enum"] = list(d.choices)
+    for key, bound in (("minimum", s.minimum), ("exclusiveMinimum", s.above), ("maximum", s.maximum)):
+        if bound is not None:
+            expected[key] = bound
+    return {**expected, "default": d.default, "description": s.help}
+
+
+def test_a_new_judge_setting_is_a_flag_a_variable_and_a_toml_key(tmp_path: Path):
+    from suffice.cli.judge_cmd import add_judge_settings, judge_settings_from_args
+    from suffice.cli.serve_settings import CommandSettings
+
+    parser = argparse.ArgumentParser()
+    add_judge_settings(parser, ExtendedJudge)
+    settings = CommandSettings(parser, "judge")
+    file = tmp_path / "s.toml"
+    file.write_text("min_shown_chunks = 5\n", encoding="utf-8")
+    for argv, environ, want in (
+        (["--min-shown-chunks", "3"], {"SUFFICE_MIN_SHOWN_CHUNKS": "4"}, 3),
+        (["--config", str(file)], {"SUFFICE_MIN_SHOWN_CHUNKS": "4"}, 4),
+        (["--config", str(file)], {}, 5),
+        ([], {}, 1),
+    ):
+        args = parser.parse_args(argv)
+        settings.resolve(args, environ)
+        assert ExtendedJudge(**judge_settings_from_args(args, ExtendedJudge)).min_shown_chunks == want  # type: ignore[attr-defined]
+    args = parser.parse_args([])
+    settings.resolve(args, {"SUFFICE_MIN_SHOWN_CHUNKS": "65"})
+    with pytest.raises(ConfigError, match="must be between 1 and 64") as caught:
+        judge_settings_from_args(args, ExtendedJudge)
+    assert caught.value.parameter == "min_shown_chunks"
+    assert "`--min-shown-chunks` `SUFFICE_MIN_SHOWN_CHUNKS` `min_shown_chunks`; per request: `?min_shown_chunks=`" in (
+        table(ExtendedJudge)
+    )
+
+
+def test_a_new_judge_setting_is_an_http_parameter_and_an_openapi_entry():
+    client = _served(ExtendedJudge())
+    spec = client.get("/openapi.json").json()
+    [parameter] = [
+        p for p in spec["paths"]["/v1/judge/recovery"]["post"]["parameters"] if p["name"] == "min_shown_chunks"
+    ]
+    [d] = [d for d in declared(ExtendedJudge) if d.name == "min_shown_chunks"]
+    assert _bounds(parameter["schema"]) == _declared_bounds(d)
+    assert parameter["description"] == d.spec.help
+    body = spec["components"]["schemas"]["SufficiencyOptions"]["properties"]["min_shown_chunks"]
+    assert _bounds(body) == _declared_bounds(d)
+    assert client.post("/v1/judge/sufficiency?min_shown_chunks=3", json=[ITEM]).status_code == 200
+    answer = client.post("/v1/judge/sufficiency", json={"items": [ITEM], "options": {"min_shown_chunks": 65}})
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"] == ["body", "options", "min_shown_chunks"]
+    assert "must be between 1 and 64" in answer.json()["detail"][0]["msg"]
+    settings = client.get("/v1/settings/sufficiency?min_shown_chunks=3").json()["settings"]
+    assert settings["min_shown_chunks"] == "3"
+    assert "min_shown_chunks" not in client.get("/v1/settings/sufficiency").json()["settings"]
+    # Not a setting of the plain config: refused there, naming it.
+    plain = _served(JudgeConfig()).post("/v1/judge/sufficiency?min_shown_chunks=3", json=[ITEM])
+    assert plain.status_code == 422 and plain.json()["detail"][0]["loc"] == ["query", "min_shown_chunks"]
+
+
+def test_the_openapi_entries_of_the_judge_settings_are_their_declarations():
+    spec = _served(JudgeConfig()).get("/openapi.json").json()
+    settable = per_request(JudgeConfig)
+    assert {d.name for d in settable} >= {"auto_margin", "max_chunks", "max_question_tokens"}
+    for gate in ("sufficiency", "recovery"):
+        parameters = {p["name"]: p for p in spec["paths"][f"/v1/judge/{gate}"]["post"]["parameters"]}
+        options = spec["components"]["schemas"][f"{gate.capitalize()}Options"]["properties"]
+        for d in settable:
+            assert _bounds(parameters[d.name]["schema"]) == _declared_bounds(d), (gate, d.name)
+            assert parameters[d.name]["description"] == d.spec.help
+            assert _bounds(options[d.name]) == _declared_bounds(d), (gate, d.name)
+
+
+@pytest.mark.parametrize("gate", ["sufficiency", "recovery", "adequacy"])
+def test_suffice_schema_request_prints_the_declarations(gate: str, capsys: pytest.CaptureFixture[str]):
+    from suffice.cli.main import main
+    from suffice.gates import gate_class
+
+    assert main(["schema", "--gate", gate, "--request"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False
+    for d in per_request(JudgeConfig):
+        assert _bounds(schema["properties"][d.name]) == _declared_bounds(d), d.name
+    assert set(schema["properties"]) == {d.name for d in per_request(JudgeConfig)} | set(
+        gate_class(gate).options_model.per_request
+    )
+
+
+def test_suffice_schema_detail_is_the_declared_one():
+    from suffice.cli.schema_cmd import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    [detail] = [d for d in declared(JudgeConfig) if d.name == "detail"]
+    action = next(
+        a
+        for sub in parser._subparsers._group_actions[0].choices.values()
+        for a in sub._actions
+        if a.dest == "detail"  # type: ignore[union-attr]
+    )
+    assert tuple(action.choices) == detail.choices and action.default is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "named", "reason"),
+    [
+        ("max_chunks=0", "max_chunks", "must be between 1 and 512"),
+        ("auto_margin=0.7", "auto_margin", "must be between 0 and 0.5"),
+        ("auto_margin=wide", "auto_margin", "must be a number"),
+        ("max_question_tokens=1.5", "max_question_tokens", "must be a whole number"),
+    ],
+)
+def test_a_judge_setting_a_request_gets_wrong_is_a_422_naming_it(query: str, named: str, reason: str):
+    answer = _served(JudgeConfig()).post(f"/v1/judge/sufficiency?{query}", json=[ITEM])
+    assert answer.status_code == 422
+    [error] = answer.json()["detail"]
+    assert error["loc"] == ["query", named] and reason in error["msg"]
+
+
+def test_a_judge_setting_a_request_sets_is_its_settings_and_judges():
+    assert (
+        _served(JudgeConfig()).post("/v1/judge/sufficiency?auto_margin=0.3&max_chunks=8", json=[ITEM]).status_code
+        == 200
+    )
+    client = _served(JudgeConfig(detail="auto"))
+    settings = client.get("/v1/settings/sufficiency?auto_margin=0.3").json()["settings"]
+    assert settings["auto_margin"] == "0.3" and settings["detail"] == "auto"
+    ready = client.get("/ready").json()
+    assert set(ready["options"]["sufficiency"]) == {d.name for d in per_request(JudgeConfig)}
+
+
+# The command-line settings of judge, calibrate and serve: declared, so checked wherever their value came from.
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "named"),
+    [
+        (["calibrate", "G", "-o", "R", "--beta", "0"], {}, "beta=0.0: must be more than 0"),
+        (["calibrate", "G", "-o", "R", "--fp-cost", "-1"], {}, "fp_cost=-1.0: must be at least 0"),
+        (["calibrate", "G", "-o", "R", "--limit", "-2"], {}, "limit=-2: must be at least 0"),
+        (["calibrate", "G", "-o", "R"], {"SUFFICE_PRECISION_TARGET": "0"}, "SUFFICE_PRECISION_TARGET=0.0"),
+        (["judge", "IN", "-o", "OUT", "--timeout", "0"], {}, "timeout=0.0: must be more than 0 seconds"),
+        (["judge", "IN", "-o", "OUT"], {"SUFFICE_VERDICT_CACHE_MIB": "0"}, "SUFFICE_VERDICT_CACHE_MIB=0: must be at"),
+        (["judge", "IN", "-o", "OUT", "--cache", "c", "--no-cache"], {}, "--no-cache and --cache PATH contradict"),
+    ],
+)
+def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    environ: dict[str, str],
+    named: str,
+):
+    from suffice.cli.main import main
+    from suffice.exit_codes import EXIT_USAGE
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(ITEM) + "\n", encoding="utf-8")
+    places = {"G": str(source), "IN": str(source), "R": str(tmp_path / "r"), "OUT": str(tmp_path / "out.jsonl")}
+    for variable, text in environ.items():
+        monkeypatch.setenv(variable, text)
+    assert main([places.get(a, a) for a in argv]) == EXIT_USAGE
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_every_command_line_setting_has_its_flag_on_its_commands():
+    """Nothing declared is left off a command, and the declared flags keep their names."""
+    from suffice.cli.cache_cmd import CacheFlags
+    from suffice.cli.calibrate_cmd import CalibrateFlags
+    from suffice.cli.judge_cmd import AuditFlags, JudgeFlags
+    from suffice.cli.main import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    flags = {name: {o for a in p._actions for o in a.option_strings} for name, p in commands.items()}
+    wanted = {
+        "judge": (JudgeFlags, AuditFlags, CacheFlags, JudgeConfig),
+        "calibrate": (CalibrateFlags, AuditFlags, CacheFlags, JudgeConfig),
+        "serve": (AuditFlags, CacheFlags, JudgeConfig),
+    }
+    for command, classes in wanted.items():
+        for cls in classes:
+            for d in declared(cls):
+                if d.flag is None or (cls is JudgeFlags and command != "judge"):
+                    continue
+                assert set(d.spellings) <= flags[command], (command, d.name)
+    assert {"--cache", "--no-cache", "--audit-db", "--format", "--save", "--save-config", "--save-rubric"} <= (
+        flags["judge"] | flags["calibrate"]
+    )
