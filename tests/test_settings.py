@@ -291,6 +291,13 @@ def test_a_judge_setting_a_request_gets_wrong_is_a_422_naming_it(query: str, nam
     assert error["loc"] == ["query", named] and reason in error["msg"]
 
 
+def test_a_budget_whose_prompt_cannot_fit_the_window_is_a_422_naming_it_not_the_servers_window():
+    answer = _served(JudgeConfig()).post("/v1/judge/sufficiency?min_chunk_tokens=100000", json=[ITEM])
+    assert answer.status_code == 422
+    [error] = answer.json()["detail"]
+    assert error["loc"] == ["query", "min_chunk_tokens"] and "does not fit" in error["msg"]
+
+
 def test_a_judge_setting_a_request_sets_is_its_settings_and_judges():
     assert (
         _served(JudgeConfig()).post("/v1/judge/sufficiency?auto_margin=0.3&max_chunks=8", json=[ITEM]).status_code

@@ -213,7 +213,9 @@ class GateService:
         except ConfigError as exc:  # these options' prompt cannot fit the window
             if not options.values:
                 raise  # the gate's own judge (built at start-up): the service cannot serve it
-            raise RequestError(exc.parameter, without_paths(str(exc))) from exc
+            # It names the server's window (max_model_len); the 422 names what the request set (min_chunk_tokens).
+            field = exc.parameter if exc.parameter in options.values else min(options.values)
+            raise RequestError(field, without_paths(str(exc))) from exc
 
     def settings(self, gate: str, options: Options) -> dict[str, str]:
         """What decides the rows ``gate`` gives with these options: the values ``suffice judge`` records beside
