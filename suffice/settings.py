@@ -84,6 +84,8 @@ class Declared:
     optional: bool
     default: Any
     spec: Spec
+    #: A tuple of ``type`` (``tuple[str, ...]``): its flag may be repeated, each adding one.
+    repeated: bool = False
 
     @property
     def flag(self) -> str | None:
@@ -137,6 +139,11 @@ class Declared:
 
     def checked(self, value: Any) -> Any:
         """``value`` as this setting holds it, or a :class:`ConfigError` naming it."""
+        if self.repeated and value is not None:
+            if isinstance(value, str) or not isinstance(value, list | tuple):
+                raise ConfigError(self.label, value, f"must be a list of {self.type.__name__}")
+            one = dataclasses.replace(self, repeated=False, optional=False)
+            return tuple(one.checked(item) for item in value)
         if value is None:
             if self.optional:
                 return None
@@ -194,12 +201,15 @@ class Declared:
             raise ConfigError(self.label, value, f"must be {self.bounds()}")
 
 
-def _base(annotation: Any) -> tuple[type, bool]:
-    """The type a field holds and whether it may be ``None``."""
+def _base(annotation: Any) -> tuple[type, bool, bool]:
+    """The type a field holds (of each item, for a tuple), whether it may be ``None`` and whether it is a tuple."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return args[0], len(args) < len(typing.get_args(annotation))
-    return annotation, False
+        kind, _, repeated = _base(args[0])
+        return kind, len(args) < len(typing.get_args(annotation)), repeated
+    if typing.get_origin(annotation) is tuple:
+        return typing.get_args(annotation)[0], False, True
+    return annotation, False, False
 
 
 _DECLARED: dict[type, tuple[Declared, ...]] = {}
@@ -215,8 +225,8 @@ def declared(cls: type) -> tuple[Declared, ...]:
         spec = f.metadata.get(KEY)
         if spec is None:
             continue
-        kind, optional = _base(hints[f.name])
-        found.append(Declared(f.name, kind, optional, f.default, spec))
+        kind, optional, repeated = _base(hints[f.name])
+        found.append(Declared(f.name, kind, optional, f.default, spec, repeated))
     _DECLARED[cls] = tuple(found)
     return _DECLARED[cls]
 
@@ -266,12 +276,14 @@ def add_flags(
             continue
         kind: Any = d.type if d.type in (int, float, Path) else None
         optional_value = {"nargs": "?", "const": d.spec.const} if d.spec.const is not None else {}
+        if d.repeated:
+            optional_value = {"action": "append"}
         parser.add_argument(
             *spellings,
             dest=d.dest,
             type=kind,
             choices=d.choices,
-            default=d.default,
+            default=list(d.default) if d.repeated else d.default,
             metavar=d.spec.metavar,
             help=text,
             **optional_value,
@@ -315,6 +327,8 @@ def json_schema(d: Declared) -> dict[str, Any]:
     for key, bound in (("minimum", s.minimum), ("exclusiveMinimum", s.above), ("maximum", s.maximum)):
         if bound is not None:
             schema[key] = int(bound) if d.type is int else bound
+    if d.repeated:
+        schema = {"type": "array", "items": schema}
     if d.optional:
         schema = {"anyOf": [schema, {"type": "null"}]}
     return {**schema, "default": d.default, "description": s.help}
@@ -363,6 +377,8 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
         flag = flags.get(d.name, d.flag)
         choices = d.choices
         allowed = ", ".join(map(str, choices)) if choices else d.bounds()
+        if callable(d.spec.choices):  # a registry's names: what is installed here, not what the code says
+            allowed = f"a name `{d.spec.choices.__name__}()` gives"
         tags = [
             tag
             for tag, on in (
@@ -382,8 +398,8 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
         cells = [
             f"`{d.name}`",
             where,
-            d.type.__name__ + (" or none" if d.optional else ""),
-            "none" if d.default is None else f"`{d.default}`",
+            ("list of " if d.repeated else "") + d.type.__name__ + (" or none" if d.optional else ""),
+            "none" if d.default is None else f"`{list(d.default) if d.repeated else d.default}`",
             allowed,
             ", ".join(d.spec.engines) if d.spec.engines else "all",
             ", ".join(tags),

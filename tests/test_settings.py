@@ -20,6 +20,7 @@ from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.judge_cmd import IN_PROCESS
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.server.config import ServeConfig
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import Declared, declared, in_process_flags, per_request, setting, table, tagged
@@ -358,7 +359,7 @@ def test_every_command_line_setting_has_its_flag_on_its_commands():
     wanted = {
         "judge": (JudgeFlags, AuditFlags, CacheFlags, JudgeConfig),
         "calibrate": (CalibrateFlags, AuditFlags, CacheFlags, JudgeConfig),
-        "serve": (AuditFlags, CacheFlags, JudgeConfig),
+        "serve": (AuditFlags, CacheFlags, JudgeConfig, ServeConfig),
     }
     for command, classes in wanted.items():
         for cls in classes:
@@ -369,3 +370,21 @@ def test_every_command_line_setting_has_its_flag_on_its_commands():
     assert {"--cache", "--no-cache", "--audit-db", "--format", "--save", "--save-config", "--save-rubric"} <= (
         flags["judge"] | flags["calibrate"]
     )
+
+
+def test_a_repeated_setting_is_a_repeatable_flag_a_list_variable_and_a_tuple():
+    from suffice.cli.main import build_parser
+    from suffice.cli.serve_cmd import config_from_args
+
+    args = build_parser().parse_args(["serve", "--allowed-host", "A.example", "--allowed-host", "b.example"])
+    assert config_from_args(args, {}).allowed_hosts == ("a.example", "b.example")
+    args = build_parser().parse_args(["serve"])
+    assert config_from_args(args, {"SUFFICE_ALLOWED_HOST": "a.example, c.example"}).allowed_hosts == (
+        "a.example",
+        "c.example",
+    )
+    [d] = [d for d in declared(ServeConfig) if d.name == "allowed_hosts"]
+    assert d.repeated and d.type is str
+    with pytest.raises(ConfigError, match="must be a list of str") as caught:
+        ServeConfig(allowed_hosts="a.example")  # type: ignore[arg-type]
+    assert caught.value.parameter == "allowed_hosts"

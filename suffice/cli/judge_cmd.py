@@ -71,14 +71,27 @@ def _verdict_formats_help() -> str:
 
 @dataclass(frozen=True)
 class JudgeFlags:
-    """``suffice judge``'s own settings (``--no-progress``: ``calibrate``'s too)."""
+    """``suffice judge``'s own settings (``--gate`` and ``--no-progress``: ``calibrate``'s too)."""
 
+    gate: str = setting(DEFAULT_GATE, f"the gate that judges (default {DEFAULT_GATE})", choices=gate_names)
     no_progress: bool = setting(False, "no progress bar on stderr")
     overwrite: bool = setting(False, "start over instead of resuming OUTPUT")
     retry_errors: bool = setting(False, "when resuming, judge again every record whose line is an error")
     format: str = setting(DEFAULT_VERDICT_FORMAT, _verdict_formats_help(), choices=verdict_format_names)
     input_format: str | None = setting(None, "input format (default: by extension)", choices=file_format_names)
     output_format: str | None = setting(None, "output format (default: by extension)", choices=file_format_names)
+    field: tuple[str, ...] = setting(
+        (),
+        "read suffice's FIELD (id, question, chunks, response, rubric) from the input's NAME; repeatable",
+        metavar="FIELD=NAME",
+    )
+    ray: str | None = setting(
+        None,
+        "judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
+        const="auto",
+        metavar="ADDRESS",
+        in_process=True,
+    )
     shard: str | None = setting(
         None,
         "judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
@@ -104,7 +117,7 @@ class JudgeFlags:
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
-    p.add_argument("--gate", choices=gate_names(), default=DEFAULT_GATE)
+    add_flags(p, JudgeFlags, only=("gate",))
     add_engine_args(p)
     add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
@@ -146,21 +159,7 @@ def add_parser(sub: Any) -> None:
     add_judge_args(p)
     add_flags(p, JudgeFlags, only=("overwrite", "retry_errors", "format", "input_format", "output_format"))
     add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))
-    p.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        metavar="FIELD=NAME",
-        help="read suffice's FIELD (id, question, chunks, response, rubric) from the input's NAME; repeatable",
-    )
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const="auto",
-        default=None,
-        metavar="ADDRESS",
-        help="judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
-    )
+    add_flags(p, JudgeFlags, only=("field", "ray"))
     add_flags(p, RayOptions, only=("actors",))
     add_flags(p, JudgeFlags, only=("shard", "server", "timeout"))
     add_audit_args(p)
@@ -186,7 +185,7 @@ def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
 IN_PROCESS = (
     *in_process_flags(EngineConfig),
     *in_process_flags(RayOptions),
-    ("ray", "--ray"),
+    *in_process_flags(JudgeFlags),
     *in_process_flags(AuditFlags),
     *in_process_flags(CacheFlags),
 )
@@ -261,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
             if args.timeout is not None:
                 raise ConfigError("timeout", args.timeout, "needs --server")
             config = config_from_args(args)
-        if args.actors is not None and args.ray is None:
+        if args.actors is not None and flags.ray is None:
             raise ConfigError("actors", args.actors, "needs --ray")
         options = BatchOptions(
             batch_size=args.batch_size,
@@ -273,8 +272,8 @@ def run(args: argparse.Namespace) -> int:
             anchor_file=args.anchor_file,
             input_format=flags.input_format,
             output_format=flags.output_format,
-            fields=FieldMap.parse(args.field),
-            ray=None if args.ray is None else RayOptions(address=args.ray, actors=args.actors),
+            fields=FieldMap.parse(flags.field),
+            ray=None if flags.ray is None else RayOptions(address=flags.ray, actors=args.actors),
             shard=None if flags.shard is None else Shard.parse(flags.shard),
             max_field_chars=args.max_field_chars,
             max_chunks_per_item=args.max_chunks_per_item,

@@ -40,12 +40,6 @@ def add_parser(sub: Any) -> None:
     add_judge_settings(p)
     add_cache_args(p)
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
-    p.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        help="a name the Host header may carry besides the bound address and localhost (repeat; '*': any)",
-    )
     add_audit_args(p)
     p.set_defaults(run=run, serve_settings=CommandSettings(p, "serve"))
 
@@ -82,7 +76,6 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
         audit_db=args.audit_db,
         audit_key=audit_key_of(args),
         anchor_file=args.anchor_file,
-        allowed_hosts=tuple(args.allowed_host),
         verbose=args.verbose,
     )
     return served

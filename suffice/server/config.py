@@ -91,7 +91,12 @@ class ServeConfig:
     )
     #: Host names the ``Host`` header may carry besides the bound address and loopback's
     #: (``*``: any), so a web page cannot reach the service by DNS rebinding.
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        "a name the Host header may carry besides the bound address and localhost (repeat; '*': any)",
+        flag="--allowed-host",
+        dest="allowed_host",
+    )
     insecure_no_auth: bool = setting(False, "serve without --api-key-file on an address other machines reach")
     metrics_without_auth: bool = setting(
         False,
