@@ -213,7 +213,7 @@ class GateService:
         except ConfigError as exc:  # these options' prompt cannot fit the window
             if not options.values:
                 raise  # the gate's own judge (built at start-up): the service cannot serve it
-            # It names the server's window (max_model_len); the 422 names what the request set (min_chunk_tokens).
+            # It names the server's context window; the 422 names what the request set (min_chunk_tokens).
             field = exc.parameter if exc.parameter in options.values else min(options.values)
             raise RequestError(field, without_paths(str(exc))) from exc
 
