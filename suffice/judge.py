@@ -43,7 +43,7 @@ from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records import Chunk, Item, record_id
 from suffice.results import Cascade, ErrorInfo, Judged, JudgeResult, ResultsStream, TokenCounts
 from suffice.scores import decision_probabilities
-from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress
+from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress
 from suffice.serving.factory import engine_settings, make_engine
 from suffice.telemetry import BatchTrace, engine_start
 
@@ -357,12 +357,14 @@ class Judge:
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress`` is called with records as they finish, one in all per
-        record (and, if it is a :class:`~suffice.serving.base.ReadProgress`, with prompts as the engine reads
-        them).  Setting ``cancel`` stops the engine's work and raises :class:`~suffice.exceptions.CancelledError`.
-        ``gate`` / ``options``: another gate, or options over this judge's own (see the class docstring).
+        """One result per record, in order; ``progress`` (a :class:`~suffice.serving.base.Progress`; a plain function
+        as ``OnRecords(fn)``) is called with records as they finish, one in all per record, and told prompts as the
+        engine reads them.  Setting ``cancel`` stops the engine's work and raises
+        :class:`~suffice.exceptions.CancelledError`.  ``gate`` / ``options``: another gate, or options over this
+        judge's own (see the class docstring).
         Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
         and one per record, under the caller's current span)."""
+        progress = checked_progress(progress)
         judge = self._for(gate, options)
         if judge is not self:
             return judge.judge_batch(records, progress, cancel)
@@ -487,6 +489,7 @@ class Judge:
         running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
         engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
         runs it in a copy of the awaiting task's context, so its spans join the task's trace."""
+        progress = checked_progress(progress)
         judge = self._for(gate, options)  # a refused gate or option is raised here, not on the thread
         cancel = threading.Event()
         work = asyncio.ensure_future(asyncio.to_thread(judge.judge_batch, list(records), progress, cancel))

@@ -10,7 +10,7 @@ from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.judge import Judge
-from suffice.serving.base import CappedProgress, Generation, GenerationRequest, report_read
+from suffice.serving.base import CappedProgress, Generation, GenerationRequest, OnRecords, report_read
 from tests.fakes import ScriptedEngine
 
 GOOD = {
@@ -148,7 +148,7 @@ def test_progress_counts_every_record_once():
     judge = Judge(engine, SufficiencyGate())
     seen: list[int] = []
     records = [rec(0), {"question": "no id"}, rec(2, chunks=[]), rec(3), rec(4)]
-    judge.judge_batch(records, progress=seen.append)
+    judge.judge_batch(records, progress=OnRecords(seen.append))
     assert sum(seen) == len(records)
     assert len(seen) == 4  # the two without a model call at once, then each request as it completes
 
@@ -178,6 +178,9 @@ class Recorder:
 
     def read(self, prompts):
         self.prompts.append(prompts)
+
+    def skipped(self, records):
+        self.done.append(records)
 
 
 def test_progress_never_passes_the_records_when_a_failed_batch_is_split():
@@ -219,7 +222,7 @@ def test_progress_is_called_with_whole_records_only():
 
 def test_capped_progress_passes_on_no_more_than_it_owes():
     seen: list[int] = []
-    credit = CappedProgress(seen.append, 2)
+    credit = CappedProgress(OnRecords(seen.append), 2)
     for _ in range(3):
         credit(1)
     assert seen == [1, 1]
@@ -227,7 +230,7 @@ def test_capped_progress_passes_on_no_more_than_it_owes():
 
 def test_capped_progress_settles_what_is_still_owed():
     seen: list[int] = []
-    credit = CappedProgress(seen.append, 3)
+    credit = CappedProgress(OnRecords(seen.append), 3)
     credit(1)
     credit.settle()
     assert seen == [1, 2]
@@ -241,10 +244,13 @@ def test_capped_progress_passes_on_no_more_prompts_read_than_it_owes():
     assert seen.prompts == [1, 1]
 
 
-def test_capped_progress_reports_no_prompts_to_a_plain_callable():
+def test_a_plain_function_of_records_hears_no_prompts_read_and_skipped_records_as_done():
     seen: list[int] = []
-    CappedProgress(seen.append, 2).read(1)
+    credit = CappedProgress(OnRecords(seen.append), 2)
+    credit.read(1)
     assert seen == []
+    credit.skipped(3)  # not the batch's to cap: the engine never saw them
+    assert seen == [3]
 
 
 class CountingFails(ScriptedEngine):

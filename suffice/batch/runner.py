@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
@@ -52,24 +51,12 @@ from suffice.records import record_id
 from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, ResultsStream
 from suffice.rows import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
-from suffice.serving.base import Progress
+from suffice.serving.base import Progress, checked_progress
 from suffice.summary import RunSummary
 
-#: Called once with (total or ``None``, already done: 0); returns the progress callback (records done, whole) and a
-#: function that closes it.
+#: Called once with (total or ``None``, already done: 0); returns the :class:`~suffice.serving.base.Progress` (records
+#: done, prompts read, records answered without the engine) and a function that closes it.
 ProgressFactory = Callable[[int | None, int], tuple[Progress, Callable[[], None]]]
-
-
-@runtime_checkable
-class SkipProgress(Protocol):
-    """A :data:`~suffice.serving.base.Progress` told apart about the records answered without the engine (a row kept
-    from an earlier run, a repeated id, a record known to stop the engine), so a rate of the records judged leaves
-    them out."""
-
-    def __call__(self, records: int) -> None: ...
-
-    def skipped(self, records: int) -> None:
-        """``records`` more records were answered without the engine."""
 
 
 #: Input records looked up in the key index at a time.
@@ -354,7 +341,13 @@ class _Run:
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
         # From 0, advanced as answered records are met (:meth:`_todo`): the output's row count would overshoot.
-        self.update, close_progress = progress(inputs.count, 0) if progress else (None, None)
+        update, close_progress = progress(inputs.count, 0) if progress else (None, None)
+        try:
+            self.update = checked_progress(update, "progress")
+        except ConfigError:
+            if close_progress is not None:
+                close_progress()
+            raise
         start = time.perf_counter()
         sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
         written = 0  # batches written, so sent[0] is batch number `written`
@@ -406,12 +399,8 @@ class _Run:
 
     def _skipped(self, records: int) -> None:
         """Count ``records`` answered without the engine (a row kept, a repeated id, a known culprit)."""
-        if not records or self.update is None:
-            return
-        if isinstance(self.update, SkipProgress):
+        if records and self.update is not None:
             self.update.skipped(records)
-        else:
-            self.update(records)
 
     def _crashed(self, record: object) -> JudgeResult:
         v = self.settings.values

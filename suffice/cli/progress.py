@@ -1,13 +1,13 @@
 """The progress bar of ``suffice judge``, ``calibrate`` and ``demo``: whole records, with a rate and an ETA.
 
 - It counts records, never parts of one.  The engine reports prompts read (prefill done) apart from records finished
-  (:class:`~suffice.serving.base.ReadProgress`); they show after the bar ("prompts read 37"), so a large batch that
+  (:meth:`~suffice.serving.base.Progress.read`); they show after the bar ("prompts read 37"), so a large batch that
   is still reading its prompts moves the line without moving the count.
 - The rate and the ETA are measured from the engine's first sign of work (a prompt read, or else the first records
   finished, which are then left out of the rate), so the engine's start-up (tens of seconds) is not in them; and
   they are shown only once a record has finished since then, as before that there is nothing to measure them by.
-- Records answered without the engine (a row from an earlier run, a repeated id: :class:`SkipProgress`) advance the
-  count but are not in the rate.
+- Records answered without the engine (a row from an earlier run, a repeated id:
+  :meth:`~suffice.serving.base.Progress.skipped`) advance the count but are not in the rate.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ _UNKNOWN_TOTAL = "{n_fmt} rec [{elapsed}{postfix}]"
 class RecordBar:
     """A tqdm bar on ``file`` (stderr) for ``total`` records (``None``: unknown), ``done`` of them already done.
 
-    A :data:`~suffice.serving.base.Progress` (called with records finished), a
-    :class:`~suffice.serving.base.ReadProgress` and a :class:`~suffice.batch.runner.SkipProgress`.  ``clock``
+    A :class:`~suffice.serving.base.Progress`: called with records finished, told prompts read and records
+    answered without the engine.  ``clock``
     (seconds) measures the rate; ``mininterval`` is the least time between redraws.
     """
 

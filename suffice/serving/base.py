@@ -9,35 +9,73 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
+from suffice.exceptions import ConfigError
 from suffice.grammars.constraint import Constraint
 from suffice.serving.engine_config import EngineConfig
 from suffice.text import defuse
 
 Message = dict[str, str]
-#: Called with how many requests (records) just finished: whole numbers, one in all per request.
-Progress = Callable[[int], None]
 
 
 @runtime_checkable
-class ReadProgress(Protocol):
-    """A :data:`Progress` that also hears when a request's prompt has been read (its prefill is done), so a display
-    can show a large batch reading its prompts apart from the records finished: prefill is 56 % of a request's time
-    (48-item benchmark), and a bar moved only on completion sat at 0 % for 7 of the demo's 8.4 minutes."""
+class Progress(Protocol):
+    """How a batch moves on, told to what shows it (the command line's bar): whole numbers, and every method
+    implemented (:class:`OnRecords` makes one of a plain function of records finished).
 
-    def __call__(self, records: int) -> None: ...
+    Prompts read are told apart from records finished, so a display can show a large batch reading its prompts:
+    prefill is 56 % of a request's time (48-item benchmark), and a bar moved only on completion sat at 0 % for 7 of
+    the demo's 8.4 minutes.  Records answered without the engine are told apart too, so a rate of the records
+    judged leaves them out."""
+
+    def __call__(self, records: int) -> None:
+        """``records`` more records finished: one in all per record."""
 
     def read(self, prompts: int) -> None:
-        """``prompts`` more requests have had their prompts read."""
+        """``prompts`` more requests have had their prompts read (their prefill is done)."""
+
+    def skipped(self, records: int) -> None:
+        """``records`` more records were answered without the engine (a row kept from an earlier run, a repeated
+        id, a record known to stop the engine)."""
+
+
+class OnRecords:
+    """A :class:`Progress` of a plain function of records finished: it is not told prompts read, and records answered
+    without the engine count as finished (a count, not a rate)."""
+
+    def __init__(self, records: Callable[[int], None]) -> None:
+        self._records = records
+
+    def __call__(self, records: int) -> None:
+        self._records(records)
+
+    def read(self, prompts: int) -> None:
+        """A prompt read is not a record finished: nothing to count."""
+
+    def skipped(self, records: int) -> None:
+        self._records(records)
+
+
+def checked_progress(progress: object, parameter: str = "progress") -> Progress | None:
+    """``progress`` (or ``None``) once it is a whole :class:`Progress`: a :class:`~suffice.exceptions.ConfigError`
+    naming ``parameter`` for anything less, before any record is judged, not from the engine's loop mid-batch."""
+    if progress is None or isinstance(progress, Progress):
+        return progress
+    raise ConfigError(
+        parameter,
+        type(progress).__name__,
+        "must be a suffice.serving.base.Progress (called with records finished, read, skipped); "
+        "a plain function of records finished is OnRecords(fn)",
+    )
 
 
 def report_read(progress: Progress | None, prompts: int) -> None:
-    """Tell ``progress`` that ``prompts`` more prompts have been read, if it listens for that."""
-    if isinstance(progress, ReadProgress):
+    """Tell ``progress`` (if any) that ``prompts`` more prompts have been read."""
+    if progress is not None:
         progress.read(prompts)
 
 
 class CappedProgress:
-    """A :data:`Progress` that passes on at most ``owed`` records and prompts read in all (a split, retried batch
+    """A :class:`Progress` that passes on at most ``owed`` records and prompts read in all (a split, retried batch
     credits twice); :meth:`settle` tops the records up to exactly that."""
 
     def __init__(self, progress: Progress, owed: int) -> None:
@@ -56,7 +94,11 @@ class CappedProgress:
         prompts = min(prompts, self._owed - self.prompts)
         if prompts > 0:
             self.prompts += prompts
-            report_read(self._progress, prompts)
+            self._progress.read(prompts)
+
+    def skipped(self, records: int) -> None:
+        """Records the engine never saw are not what this batch owes: passed on as they are."""
+        self._progress.skipped(records)
 
     def settle(self) -> None:
         self(self._owed - self.given)

@@ -196,7 +196,7 @@ class _Driver:
                     self._add(job, [seq])
 
     def _credit_read(self) -> None:
-        """Report every sequence whose prompt the engine has now read (:class:`~suffice.serving.base.ReadProgress`).
+        """Report every sequence whose prompt the engine has now read (:meth:`~suffice.serving.base.Progress.read`).
 
         Reads vLLM's per-request ``RequestState.is_prefilling`` (streaming the first segment instead cost 4-7 % of
         generation time); without that flag a request is credited when it completes.

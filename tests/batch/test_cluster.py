@@ -26,6 +26,7 @@ from suffice.exceptions import (
 )
 from suffice.judge import Judge
 from suffice.run_settings import settings_path
+from suffice.serving.base import OnRecords
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
 
@@ -87,7 +88,7 @@ def test_an_actor_killed_mid_run_is_replaced_and_nothing_is_lost_or_repeated(loc
                         ray.kill(ray.get_actor(name, namespace="suffice"))
                         killed.append(name)
 
-        return update, (lambda: None)
+        return OnRecords(update), (lambda: None)
 
     options = BatchOptions(batch_size=3, ray=RayOptions(address="local", actors=1, queue_per_actor=2))
     judge_file(CONFIG, source, out, options, open_judge=slow_opener, progress=progress, notify=messages.append)
@@ -444,7 +445,7 @@ def interrupting(total: int | None, done: int):
     def update(amount: float) -> None:
         raise KeyboardInterrupt
 
-    return update, lambda: None
+    return OnRecords(update), lambda: None
 
 
 def test_a_stopped_ray_run_does_not_judge_the_batches_queued_on_its_actors(local_ray, tmp_path):

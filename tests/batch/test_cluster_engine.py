@@ -20,6 +20,7 @@ import pytest
 
 from suffice.batch import BatchOptions, RayOptions, judge_file
 from suffice.config import JudgeConfig
+from suffice.serving.base import OnRecords
 from suffice.serving.engine_config import EngineConfig
 from tests.conftest import load_records
 
@@ -90,7 +91,7 @@ def runs(tmp_path_factory, vllm_server):
                     ray.kill(ray.get_actor(named["name"], namespace="suffice"))
                     killed.append(named["name"])
 
-        return update, (lambda: None)
+        return OnRecords(update), (lambda: None)
 
     options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1, queue_per_actor=2))
     watcher = threading.Thread(target=watch, daemon=True)

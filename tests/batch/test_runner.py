@@ -17,7 +17,7 @@ from suffice.batch import BatchOptions, judge_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, OutputMismatchError
 from suffice.judge import Judge
-from suffice.serving.base import GenerationRequest, Progress
+from suffice.serving.base import GenerationRequest, OnRecords, Progress
 from suffice.serving.engine_config import EngineConfig
 from tests.fakes import ScriptedEngine
 from tests.test_judge import GOOD as JUDGE_GOOD
@@ -415,7 +415,7 @@ def test_ragas_parquet_input_gets_one_row_per_record_and_progress_knows_the_tota
 
     def progress(total, done):
         totals.append((total, done))
-        return (lambda n: None), (lambda: None)
+        return OnRecords(lambda n: None), (lambda: None)
 
     judge_file(CONFIG, source, out, progress=progress, open_judge=opener(ScriptedEngine(good)))
     got = rows(out)
@@ -685,7 +685,7 @@ class _Bar:
         def advance(n: float) -> None:
             self.position += n
 
-        return advance, lambda: None
+        return OnRecords(advance), lambda: None
 
 
 @pytest.fixture

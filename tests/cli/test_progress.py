@@ -8,10 +8,13 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from suffice.batch import judge_file
 from suffice.cli.progress import RecordBar
+from suffice.exceptions import ConfigError
 from suffice.judge import Judge
-from suffice.serving.base import report_read
+from suffice.serving.base import CappedProgress, OnRecords, Progress, report_read
 from tests.batch.test_runner import CONFIG, good, record, write_lines
 from tests.fakes import ScriptedEngine
 
@@ -132,3 +135,29 @@ def test_a_bar_of_unknown_total_shows_a_rate_and_no_eta():
     bar(2)
     bar.close()
     assert re.search(r"2 rec \[.*0\.50 rec/s, prompts read 2\]", screen.getvalue())
+
+
+def test_every_progress_of_suffice_implements_the_whole_protocol():
+    """One protocol, every method implemented: no caller asks a progress what it can do."""
+    methods = {"__call__"} | {name for name in vars(Progress) if not name.startswith("_")}
+    assert methods == {"__call__", "read", "skipped"}
+    for kind in (RecordBar, CappedProgress, OnRecords):
+        assert all(callable(getattr(kind, name, None)) for name in methods), kind.__name__
+
+
+def test_a_progress_that_is_not_whole_is_refused_before_anything_is_judged(tmp_path: Path) -> None:
+    engine = ScriptedEngine(good)
+    with pytest.raises(ConfigError, match=r"progress=.*OnRecords"):
+        Judge(engine, config=CONFIG).judge_batch([record(0)], progress=[].append)  # type: ignore[arg-type]
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_lines(source, [json.dumps(record(0)).encode()])
+    closed: list[bool] = []
+    with pytest.raises(ConfigError, match="progress="):
+        judge_file(
+            CONFIG,
+            source,
+            out,
+            progress=lambda total, done: ((lambda n: None), lambda: closed.append(True)),  # type: ignore[arg-type,return-value]
+            open_judge=lambda config: Judge(engine, config=config),
+        )
+    assert engine.calls == [] and closed == [True]

@@ -387,6 +387,9 @@ class _Events:
     def read(self, prompts: int) -> None:
         self.events.append(("read", prompts))
 
+    def skipped(self, records: int) -> None:
+        self.events.append(("skipped", records))
+
 
 @pytest.mark.any_backend
 def test_progress_hears_a_prompt_read_then_a_whole_record_done(engine):

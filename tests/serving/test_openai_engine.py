@@ -41,7 +41,7 @@ from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import HEAD_PREFIX
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.judge import Judge
-from suffice.serving.base import GenerationRequest
+from suffice.serving.base import GenerationRequest, OnRecords
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.models import cache_root
 from suffice.serving.openai import OpenAIEngine, client
@@ -654,7 +654,7 @@ def test_progress_counts_each_record_once_when_the_batch_is_split():
     text = json.dumps(GOOD, separators=(",", ":"))
     done: list[int] = []
     Judge(make(FakeServer(lambda c: text, fail=bad_question)), SufficiencyGate()).judge_batch(
-        [rec(0), rec(1), rec(2)], progress=done.append
+        [rec(0), rec(1), rec(2)], progress=OnRecords(done.append)
     )
     assert sum(done) == 3
 
@@ -693,7 +693,8 @@ def test_results_come_back_in_input_order():
 
 def test_progress_is_called_once_per_request():
     done: list[int] = []
-    make(FakeServer(numbered)).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(5)], done.append)
+    requests = [request(f"n {i}", one_segment("[0-9]+")) for i in range(5)]
+    make(FakeServer(numbered)).generate(requests, OnRecords(done.append))
     assert done == [1] * 5
 
 
