@@ -145,10 +145,19 @@ def test_every_progress_of_suffice_implements_the_whole_protocol():
         assert all(callable(getattr(kind, name, None)) for name in methods), kind.__name__
 
 
-def test_a_progress_that_is_not_whole_is_refused_before_anything_is_judged(tmp_path: Path) -> None:
+def test_a_plain_function_still_counts_records_for_one_release_with_a_warning() -> None:
+    """Earlier releases took a plain function of records finished: it keeps working until 0.2, and says so."""
+    counted: list[int] = []
+    with pytest.warns(DeprecationWarning, match=r"OnRecords\(fn\)"):
+        judge = Judge(ScriptedEngine(good), config=CONFIG)
+        results = judge.judge_batch([record(0), record(1)], progress=counted.append)
+    assert all(r.ok for r in results) and sum(counted) == 2
+
+
+def test_a_progress_that_is_not_a_function_is_refused_before_anything_is_judged(tmp_path: Path) -> None:
     engine = ScriptedEngine(good)
     with pytest.raises(ConfigError, match=r"progress=.*OnRecords"):
-        Judge(engine, config=CONFIG).judge_batch([record(0)], progress=[].append)  # type: ignore[arg-type]
+        Judge(engine, config=CONFIG).judge_batch([record(0)], progress=7)  # type: ignore[arg-type]
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_lines(source, [json.dumps(record(0)).encode()])
     closed: list[bool] = []
@@ -157,7 +166,7 @@ def test_a_progress_that_is_not_whole_is_refused_before_anything_is_judged(tmp_p
             CONFIG,
             source,
             out,
-            progress=lambda total, done: ((lambda n: None), lambda: closed.append(True)),  # type: ignore[arg-type,return-value]
+            progress=lambda total, done: ("not a progress", lambda: closed.append(True)),  # type: ignore[arg-type,return-value]
             open_judge=lambda config: Judge(engine, config=config),
         )
     assert engine.calls == [] and closed == [True]
