@@ -24,7 +24,7 @@ from common import load_items, report, write_json
 
 from suffice.config import JudgeConfig
 from suffice.judge import Judge
-from suffice.rows import result_row
+from suffice.rows.shaping import result_row
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.vllm_engine import VLLMEngine
 

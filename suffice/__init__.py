@@ -58,9 +58,9 @@ from suffice.judge import Judge  # noqa: E402
 from suffice.prompts.fitting import FittedPrompt  # noqa: E402
 from suffice.prompts.templates import PromptTemplate, load_prompt  # noqa: E402
 from suffice.protocol import JudgeProtocol  # noqa: E402
-from suffice.records import Chunk, Item  # noqa: E402
+from suffice.records.item import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
-from suffice.row_models import result_row_model, result_row_schema  # noqa: E402
+from suffice.rows.models import result_row_model, result_row_schema  # noqa: E402
 from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"

@@ -31,7 +31,7 @@ from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import create_private
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
-from suffice.records import Item
+from suffice.records.item import Item
 from suffice.results import CacheHit, JudgeResult
 
 #: Written into the file's ``meta``; another format is refused (a newer suffice's cache is not overwritten).

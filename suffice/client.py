@@ -51,7 +51,7 @@ from suffice.exceptions import (
 from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
-from suffice.records import record_id
+from suffice.records.item import record_id
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 

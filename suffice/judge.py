@@ -40,7 +40,7 @@ from suffice.gates.decision import AutoGate, DecisionGate
 from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
-from suffice.records import Chunk, Item, record_id
+from suffice.records.item import Chunk, Item, record_id
 from suffice.results import Cascade, ErrorInfo, Judged, JudgeResult, ResultsStream, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress

@@ -19,7 +19,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.judge import Judge
-from suffice.rows import result_row
+from suffice.rows.shaping import result_row
 from suffice.serving.base import Generation, GenerationRequest
 from tests.fakes import ScriptedEngine
 from tests.test_judge import GOOD, good, rec

@@ -7,7 +7,7 @@ import pytest
 
 from suffice.config import JudgeConfig
 from suffice.judge import Judge
-from suffice.rows import result_row
+from suffice.rows.shaping import result_row
 from tests.conftest import load_records
 
 pytestmark = [pytest.mark.engine, pytest.mark.any_backend]

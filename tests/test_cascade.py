@@ -17,8 +17,8 @@ from suffice.gates.decision import AutoGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.grammars.decision import DecisionVerdict
 from suffice.judge import Judge
-from suffice.row_models import result_row_model
-from suffice.rows import result_row
+from suffice.rows.models import result_row_model
+from suffice.rows.shaping import result_row
 from suffice.serving.base import Generation, GenerationRequest
 from tests.fakes import ScriptedEngine
 from tests.test_judge import GOOD, rec

@@ -13,7 +13,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import InputError
 from suffice.gates import gate_class, gate_names, roles
 from suffice.prompts.fitting import fit_prompt
-from suffice.records import METADATA_MAX_KEYS, parse_record
+from suffice.records.item import METADATA_MAX_KEYS, parse_record
 from tests.fakes import ScriptedEngine
 
 

@@ -19,7 +19,7 @@ from suffice import AsyncClient, Client, ConfigError, Judge, JudgeProtocol, Judg
 from suffice.gates import Gate
 from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig
 from suffice.integrations.gating import DocumentGate, Evidence
-from suffice.records import item_record, parse_record
+from suffice.records.item import item_record, parse_record
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 from tests.harness.hotpot import hotpot_retriever, load_pairs, questions

@@ -11,7 +11,7 @@ from suffice.audit.log import AuditLog
 from suffice.exceptions import SufficeError
 from suffice.gates.base import Gate
 from suffice.gates.roles import high_stakes
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.results import JudgeResult
 from suffice.serving.models import ModelRef
 

@@ -7,8 +7,8 @@ from suffice.batch.options import BatchOptions, RayOptions
 from suffice.batch.ray_data import judge_dataset
 from suffice.batch.ray_scorer import RayJudge
 from suffice.batch.runner import BatchReport, journal_path, judge_file
-from suffice.fields import FieldMap
-from suffice.rows import result_row
+from suffice.records.fields import FieldMap
+from suffice.rows.shaping import result_row
 
 __all__ = [
     "BatchOptions",

@@ -1,5 +1,5 @@
 """Batch input: a file in any file format (:mod:`suffice.formats.files`), read once and in pieces, with other schemas
-mapped in (only renamed) by :class:`suffice.fields.FieldMap`."""
+mapped in (only renamed) by :class:`suffice.records.fields.FieldMap`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suffice.exceptions import ConfigError
-from suffice.fields import FieldMap
 from suffice.formats.files import file_format_of, format_of
-from suffice.jsonl import SourceLine
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord, over_caps
+from suffice.records.fields import FieldMap
+from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord, over_caps
+from suffice.records.jsonl import SourceLine
 
 __all__ = ["InputFile", "Shard", "format_of"]
 

@@ -19,7 +19,7 @@ from typing import IO, Any
 from suffice.batch.keys import DoneRow, KeyIndex, line_key, record_key
 from suffice.exceptions import OutputMismatchError, OutputWriteError
 from suffice.files import open_output, replace_atomically, write_error, writing
-from suffice.jsonl import dump_line
+from suffice.records.jsonl import dump_line
 
 #: Error types a resumed run judges again even without ``retry_errors`` (rows without ``final``).
 _NOT_FINAL = frozenset({"GenerationError"})

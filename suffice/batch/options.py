@@ -8,10 +8,10 @@ from pathlib import Path
 
 from suffice.batch.inputs import Shard
 from suffice.exceptions import ConfigError
-from suffice.fields import FieldMap
 from suffice.formats.files import file_format
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
+from suffice.records.fields import FieldMap
+from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.settings import check, setting
 
 

@@ -14,14 +14,14 @@ from suffice.batch.options import finite_number, whole_number
 from suffice.batch.ray_pool import JudgeWorker, ray_module
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError
-from suffice.fields import FieldMap
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
 from suffice.gates.registry import gate_class
 from suffice.isolation import isolate
 from suffice.judge import Judge
-from suffice.records import record_id
+from suffice.records.fields import FieldMap
+from suffice.records.item import record_id
 from suffice.results import JudgeResult
-from suffice.rows import crash_result, result_row
+from suffice.rows.shaping import crash_result, result_row
 
 #: Times Ray Data may restart a :func:`judge_dataset` actor whose process died, and retry
 #: its batch.  Ray Data's default is for ever: a record that kills its actor restarts it

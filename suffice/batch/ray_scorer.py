@@ -28,9 +28,9 @@ from suffice.gates import gate_names
 from suffice.gates.base import Gate
 from suffice.isolation import Bisection, halves
 from suffice.judge import Judge
-from suffice.records import record_id
+from suffice.records.item import record_id
 from suffice.results import JudgeResult
-from suffice.rows import crash_result
+from suffice.rows.shaping import crash_result
 from suffice.serving.base import Progress
 from suffice.serving.factory import engine_settings
 

@@ -44,12 +44,11 @@ from suffice.formats.files import FileFormat, file_format_of
 from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.gates.roles import model_positive
-from suffice.jsonl import SourceLine
 from suffice.judge import Judge
 from suffice.protocol import JudgeProtocol
-from suffice.records import record_id
+from suffice.records.item import record_id
 from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, ResultsStream
-from suffice.rows import crash_result, error_result, result_row
+from suffice.rows.shaping import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
 from suffice.serving.base import Progress, checked_progress
 from suffice.summary import RunSummary

@@ -18,7 +18,7 @@ from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.gates.base import Gate
 from suffice.gates.roles import parse_item
 from suffice.judge import Judge
-from suffice.records import Item
+from suffice.records.item import Item
 from suffice.results import JudgeResult
 from suffice.serving.base import Progress
 

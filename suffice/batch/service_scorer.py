@@ -25,9 +25,9 @@ from suffice.gates import Gate, make_gate
 from suffice.gates.roles import parse_item
 from suffice.isolation import isolate
 from suffice.protocol import JudgeProtocol
-from suffice.records import record_id
+from suffice.records.item import record_id
 from suffice.results import ErrorInfo, JudgeResult
-from suffice.rows import error_result
+from suffice.rows.shaping import error_result
 from suffice.serving.base import Progress
 
 

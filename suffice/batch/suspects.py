@@ -1,7 +1,7 @@
 """Records in flight when the engine died, kept in ``OUTPUT.suspects.json`` for the rerun.
 
 The rerun judges each suspect alone; one that stops the engine alone is a culprit and the next run writes its
-``EngineCrashError`` row (:func:`suffice.rows.crash_result`) without the engine.  Each key carries its record's
+``EngineCrashError`` row (:func:`suffice.rows.shaping.crash_result`) without the engine.  Each key carries its record's
 digest, and its status holds only while the record at that key has it (position keys can change records).
 """
 

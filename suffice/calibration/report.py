@@ -17,9 +17,9 @@ from suffice.calibration.metrics import (
     set_agreement,
 )
 from suffice.exceptions import InputError
-from suffice.fields import FieldMap
 from suffice.files import replace_atomically, writing
 from suffice.gates.roles import calibration_scores, useful_chunk_ids
+from suffice.records.fields import FieldMap
 from suffice.summary import OutputTokens
 
 if TYPE_CHECKING:

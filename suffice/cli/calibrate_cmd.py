@@ -21,7 +21,7 @@ from suffice.files import replace_atomically
 from suffice.gates import CalibrationChoice, Gate
 from suffice.gates.base import fitted_under
 from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
-from suffice.jsonl import dump_line, read_records
+from suffice.records.jsonl import dump_line, read_records
 from suffice.run_settings import settings_path
 from suffice.settings import add_flags, check, from_args, setting
 from suffice.text import terminal_text

@@ -19,7 +19,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 
 
 class GateOptions(BaseModel):

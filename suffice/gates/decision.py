@@ -22,7 +22,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 
 
 class FromInner:

@@ -33,7 +33,7 @@ from suffice.exceptions import ConfigError
 from suffice.files import replace_atomically
 from suffice.gates.base import CalibrationChoice, Gate
 from suffice.grammars.decision import decision_marker as marker_of
-from suffice.records import Chunk, Item, parse_record
+from suffice.records.item import Chunk, Item, parse_record
 
 if TYPE_CHECKING:
     from suffice.grammars.constraint import Constraint

@@ -27,7 +27,7 @@ from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, mer
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.isolation import step_outcomes
 from suffice.protocol import JudgeProtocol
-from suffice.records import Chunk, Item, item_record, record_id
+from suffice.records.item import Chunk, Item, item_record, record_id
 from suffice.results import JudgeResult
 
 #: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from suffice.exceptions import InputError
-from suffice.records import Chunk, check_sources, parse_chunk
+from suffice.records.item import Chunk, check_sources, parse_chunk
 
 
 @dataclass(frozen=True)

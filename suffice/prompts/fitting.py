@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from suffice.exceptions import CancelledError, PromptTooLongError
 from suffice.grammars.constraint import Constraint
 from suffice.prompts.templates import Message, PromptTemplate, fence_seed
-from suffice.records import Chunk, ChunkId, Item
+from suffice.records.item import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
 from suffice.text import normalise
 

@@ -16,8 +16,8 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
-from suffice.jsonl import parse_line
-from suffice.records import InvalidRecord
+from suffice.records.item import InvalidRecord
+from suffice.records.jsonl import parse_line
 from suffice.server.config import ServeConfig
 from suffice.server.metrics import Metrics
 from suffice.server.responses import JSONResponse, Location, unprocessable

@@ -12,7 +12,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
 from suffice.gates.registry import option_names
 from suffice.network import is_loopback, read_key_file
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
+from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.settings import check, setting
 
 #: The longest ``header_timeout`` taken: a head that may take longer holds a connection as long.

@@ -23,13 +23,13 @@ from suffice.audit import AuditLog
 from suffice.audit.recording import audit_values, record_results, review_rule, weights_hash
 from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, InputError
-from suffice.fields import FieldMap
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format, verdict_format_names
 from suffice.gates import Gate
 from suffice.judge import Judge
-from suffice.records import Item
+from suffice.records.fields import FieldMap
+from suffice.records.item import Item
 from suffice.results import JudgeResult
-from suffice.rows import result_row
+from suffice.rows.shaping import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.server.contract import settable
 from suffice.serving.base import Engine

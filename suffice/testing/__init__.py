@@ -24,9 +24,9 @@ from suffice.calibration.metrics import point
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates import Gate
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
-from suffice.jsonl import read_records
 from suffice.protocol import JudgeProtocol
-from suffice.records import InvalidRecord
+from suffice.records.item import InvalidRecord
+from suffice.records.jsonl import read_records
 from suffice.results import JudgeResult
 
 __all__ = [

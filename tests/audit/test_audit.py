@@ -26,7 +26,7 @@ from suffice.audit.schema import COLUMNS, EVALUATIONS, REVIEW_EVENTS, Chain
 from suffice.exceptions import AuditError, ConfigError, SufficeError
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.results import ErrorInfo, JudgeResult
 
 KEY = bytes.fromhex("5a" * 32)

@@ -33,7 +33,7 @@ from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.gates import gate_class, roles
 from suffice.harness.pipeline import Pipeline
 from suffice.judge import Judge
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService

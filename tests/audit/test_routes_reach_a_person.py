@@ -227,7 +227,7 @@ def test_an_audit_log_needs_an_in_process_judge(tmp_path):
 
 def test_a_bad_retrieval_exhausted_names_the_field():
     from suffice.exceptions import InputError
-    from suffice.records import parse_record
+    from suffice.records.item import parse_record
 
     with pytest.raises(InputError) as caught:
         parse_record(record(retrieval_exhausted="yes"))

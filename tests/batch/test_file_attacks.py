@@ -13,7 +13,7 @@ import pytest
 from suffice.audit import save_anchor
 from suffice.exceptions import OutputWriteError
 from suffice.files import lock_path, output_lock, replace_atomically
-from suffice.tables import ParquetRows
+from suffice.rows.tables import ParquetRows
 
 
 @pytest.fixture

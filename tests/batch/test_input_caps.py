@@ -17,7 +17,7 @@ from suffice.batch import BatchOptions, judge_file
 from suffice.batch.inputs import InputFile
 from suffice.cli.main import build_parser
 from suffice.exceptions import ConfigError, InputError
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, parse_record
+from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, parse_record
 from suffice.server.config import ServeConfig
 from tests.batch.test_runner import CONFIG, good, opener, record, rows
 from tests.fakes import ScriptedEngine
@@ -93,7 +93,7 @@ from pathlib import Path
 import pyarrow as pa
 from suffice.batch.inputs import InputFile
 from suffice.exceptions import InputError
-from suffice.records import parse_record
+from suffice.records.item import parse_record
 tracemalloc.start()
 errors = 0
 for source in InputFile(Path(sys.argv[1])):

@@ -10,8 +10,8 @@ import pytest
 
 from suffice.batch.inputs import InputFile, format_of
 from suffice.exceptions import ConfigError, InputError
-from suffice.fields import FieldMap
-from suffice.records import parse_record
+from suffice.records.fields import FieldMap
+from suffice.records.item import parse_record
 
 RAGAS = {
     "user_input": "Who wrote Emma?",

@@ -562,7 +562,7 @@ def test_the_same_records_as_parquet_and_as_jsonl_get_the_same_rows(tmp_path):
 
 
 def test_parquet_output_reads_back_to_the_jsonl_rows_but_for_chunk_ids_as_strings(tmp_path):
-    from suffice.tables import iter_parquet
+    from suffice.rows.tables import iter_parquet
 
     source = tmp_path / "in.jsonl"
     write_lines(source, [json.dumps(record(i)).encode() for i in range(4)])
@@ -636,7 +636,7 @@ def test_a_lone_surrogate_id_in_a_parquet_output_resumes(tmp_path):
 
 def test_a_lone_surrogate_id_reads_back_from_a_parquet_output_as_it_was(tmp_path):
     from suffice.formats.files.parquet import unescape
-    from suffice.tables import iter_parquet
+    from suffice.rows.tables import iter_parquet
 
     source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
     write_lines(source, [json.dumps(record(0)).encode(), LONE_SURROGATE_ID])
@@ -648,7 +648,7 @@ def test_a_string_that_looks_escaped_reads_back_from_parquet_as_it_was(tmp_path)
     """The escape's mark is escaped itself: a real id that begins with it is not
     mistaken for an escaped one."""
     from suffice.formats.files.parquet import ESCAPED, unescape
-    from suffice.tables import iter_parquet
+    from suffice.rows.tables import iter_parquet
 
     source, out = tmp_path / "in.jsonl", tmp_path / "out.parquet"
     tricky = ESCAPED + '"x"'

@@ -14,7 +14,7 @@ from suffice.batch.suspects import suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineUnreachableError
 from suffice.judge import Judge
-from suffice.rows import ENGINE_CRASH
+from suffice.rows.shaping import ENGINE_CRASH
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine
 

@@ -14,7 +14,7 @@ from suffice.cli import calibrate_cmd
 from suffice.cli.main import main
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK
 from suffice.gates import gate_class, roles
-from suffice.jsonl import read_records
+from suffice.records.jsonl import read_records
 
 CHUNKS = [{"id": "d1", "text": "Ada wrote it.", "source": "a.txt", "score": None}, {"id": "d2", "text": "In 1843."}]
 

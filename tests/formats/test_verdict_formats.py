@@ -22,7 +22,7 @@ from suffice.formats.verdicts import export, verdict_format, verdict_format_name
 from suffice.gates import DecisionGate, make_gate, roles
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.judge import Judge
-from suffice.row_models import result_row_model
+from suffice.rows.models import result_row_model
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService

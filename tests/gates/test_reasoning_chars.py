@@ -13,7 +13,7 @@ from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.adequacy.grammar import DIMENSIONS
 from suffice.gates.base import REASONING_CHARS, REASONING_CHARS_RANGE
 from suffice.gates.sufficiency.gate import SufficiencyGate
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from tests.gates.test_sufficiency_gate import fitted
 from tests.grammars.test_sufficiency import output
 

@@ -21,7 +21,7 @@ from suffice.gates.recovery.grammar import (
 )
 from suffice.judge import Judge
 from suffice.prompts.fitting import ShownChunk, source_labels
-from suffice.records import parse_record
+from suffice.records.item import parse_record
 from tests.conftest import load_records
 
 pytestmark = pytest.mark.engine

@@ -25,7 +25,7 @@ from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
 from suffice.gates.recovery.grammar import RecoveryBounds, RecoveryOutput, RecoveryVerdict, recovery_constraint
 from suffice.gates.registry import gate_class, gate_names
 from suffice.judge import Judge
-from suffice.records import Chunk
+from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
 

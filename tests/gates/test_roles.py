@@ -20,7 +20,7 @@ from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.grammars import Constraint, alt, lit
 from suffice.judge import Judge
 from suffice.prompts.fitting import FittedPrompt
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from tests.fakes import ScriptedEngine
 
 

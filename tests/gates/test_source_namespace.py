@@ -17,7 +17,7 @@ from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.retrieval import merge_chunks
 from suffice.judge import Judge
-from suffice.records import Chunk, Item, parse_record
+from suffice.records.item import Chunk, Item, parse_record
 from tests.fakes import ScriptedEngine
 
 CITING_SOURCE_0 = json.dumps(

@@ -14,7 +14,7 @@ from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate, SufficiencyOptions
 from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyVerdict
 from suffice.prompts.fitting import FittedPrompt, ShownChunk
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from tests.grammars.test_sufficiency import output
 
 

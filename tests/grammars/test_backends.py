@@ -31,7 +31,7 @@ from suffice.gates.adequacy.grammar import adequacy_constraint
 from suffice.gates.recovery import RecoveryGate
 from suffice.gates.sufficiency import SufficiencyGate
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.records import Chunk
+from suffice.records.item import Chunk
 from tests.grammars.drawing import narrowed
 from tests.grammars.segments import cut_back_constraint
 

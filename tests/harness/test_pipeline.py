@@ -20,7 +20,7 @@ from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig, StepFail
 from suffice.harness.retrieval import FunctionRetriever, RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.judge import Judge
-from suffice.records import Chunk
+from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
 from tests.fakes import Script, ScriptedEngine

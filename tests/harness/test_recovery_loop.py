@@ -22,7 +22,7 @@ from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.pipeline import Pipeline, PipelineConfig
 from suffice.harness.retrieval import FunctionRetriever, RetrievalRequest
 from suffice.judge import Judge
-from suffice.records import Chunk
+from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine
 

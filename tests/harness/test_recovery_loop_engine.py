@@ -15,7 +15,7 @@ from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.pipeline import Pipeline, PipelineConfig
 from suffice.harness.retrieval import FunctionRetriever
 from suffice.judge import Judge
-from suffice.records import Chunk
+from suffice.records.item import Chunk
 
 pytestmark = [pytest.mark.engine, pytest.mark.any_backend]
 

@@ -24,7 +24,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import InputError
 from suffice.gates.registry import make_gate
 from suffice.judge import Judge
-from suffice.records import parse_record
+from suffice.records.item import parse_record
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService

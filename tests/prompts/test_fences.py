@@ -37,7 +37,7 @@ from suffice.prompts.templates import (
     fence_words,
     load_prompt,
 )
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.text import WORD_JOINER, normalise
 from tests.fakes import ScriptedEngine
 

@@ -4,7 +4,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import PromptTooLongError
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.prompts.fitting import CHARS_PER_TOKEN_MAX, TRUNCATION_MARK, fit_prompt, water_level
-from suffice.records import parse_record
+from suffice.records.item import parse_record
 from tests.fakes import ScriptedEngine
 
 

@@ -22,7 +22,7 @@ from suffice.exit_codes import EXIT_USAGE
 from suffice.gates.adequacy.store import builtin_dir
 from suffice.judge import Judge
 from suffice.prompts.fitting import fit_prompt
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.server import readiness as readiness_module
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig

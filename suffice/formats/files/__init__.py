@@ -1,5 +1,5 @@
 """File formats: what ``suffice judge`` reads records from and writes rows to (``--input-format``,
-``--output-format``, or by the file's extension; a compressed input is read through :mod:`suffice.compressed`
+``--output-format``, or by the file's extension; a compressed input is read through :mod:`suffice.records.compressed`
 whatever its format), and what ``suffice audit export`` streams rows into (``--format``: the :class:`RowLines` role).
 
 A format is an object with the attributes and methods of :class:`FileFormat`, listed in ``FORMATS`` of a module of
@@ -16,12 +16,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from suffice import compressed
 from suffice.exceptions import ConfigError
 from suffice.formats.registry import Registry
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
-from suffice.jsonl import SourceLine
+from suffice.records import compressed
+from suffice.records.jsonl import SourceLine
 
 ENTRY_POINT_GROUP = "suffice.file_formats"
 #: The format of a file when neither a flag nor an extension says (JSON Lines).
@@ -48,8 +48,8 @@ class FileFormat(Protocol):
 
     def records(self, path: Path, caps: tuple[int, int]) -> Iterator[SourceLine]:
         """Every record of ``path`` with its position from 1; one that cannot be read is an
-        :class:`~suffice.records.InvalidRecord` (``caps``: a string's characters, a list's entries, for a reader that
-        can measure a record before converting it)."""
+        :class:`~suffice.records.item.InvalidRecord` (``caps``: a string's characters, a list's entries, for a reader
+        that can measure a record before converting it)."""
 
     def refuses(self, verdicts: VerdictFormat, detail: str) -> ConfigError | None:
         """Why an output in this format cannot hold rows of ``verdicts`` at ``detail`` (``None``: it can)."""

@@ -10,12 +10,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from suffice import compressed
 from suffice.exceptions import ConfigError
 from suffice.formats.files import DEFAULT_FILE_FORMAT
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
-from suffice.jsonl import SourceLine, parse_line, read_lines
+from suffice.records import compressed
+from suffice.records.jsonl import SourceLine, parse_line, read_lines
 
 
 class JsonLines:

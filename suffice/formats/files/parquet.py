@@ -1,5 +1,5 @@
 """``parquet``: Apache Parquet (``.parquet``, ``.pq``), read in row groups; an output has typed columns
-(:mod:`suffice.tables`) and is written from the run's journal.
+(:mod:`suffice.rows.tables`) and is written from the run's journal.
 
 A Parquet file cannot be appended to, so the run writes ``OUTPUT.journal.jsonl`` and, when it ends, the Parquet file
 from it in input order (atomically), in row groups; a rerun turns a finished output back into a journal first.
@@ -19,8 +19,8 @@ from suffice.exceptions import ConfigError, OutputMismatchError, OutputWriteErro
 from suffice.files import replace_atomically, write_error
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
-from suffice.jsonl import SourceLine, dump_line, read_lines
-from suffice.records import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord
+from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord
+from suffice.records.jsonl import SourceLine, dump_line, read_lines
 
 
 class Parquet:
@@ -107,7 +107,7 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
     change (a JSONL output holds any row)."""
     import pyarrow as pa
 
-    from suffice.tables import ParquetRows, RowError, result_schema
+    from suffice.rows.tables import ParquetRows, RowError, result_schema
 
     schema = result_schema(gate.verdict_model)
     try:
@@ -130,7 +130,7 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
 
 
 def _output_rows(output: Path) -> Iterator[bytes]:
-    from suffice.tables import iter_parquet
+    from suffice.rows.tables import iter_parquet
 
     for row in iter_parquet(output):
         yield dump_line(unescape(row))

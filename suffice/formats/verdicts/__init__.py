@@ -25,7 +25,7 @@ DEFAULT_VERDICT_FORMAT = "suffice"
 
 @dataclass(frozen=True)
 class RowShape:
-    """What a format puts in a row's typed model (:mod:`suffice.row_models`): the verdict's type, described, the
+    """What a format puts in a row's typed model (:mod:`suffice.rows.models`): the verdict's type, described, the
     fields beside it, and whether a row may hold keys no field names."""
 
     verdict: Any
@@ -74,5 +74,5 @@ def verdict_format_names() -> tuple[str, ...]:
 
 
 def export(gate: Gate, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-    """The row's verdict fields of ``verdict`` in format ``fmt`` (what :func:`suffice.rows.result_row` adds)."""
+    """The row's verdict fields of ``verdict`` in format ``fmt`` (what :func:`suffice.rows.shaping.result_row` adds)."""
     return verdict_format(fmt).fields(gate, verdict)

@@ -28,7 +28,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
-from suffice.records import Chunk, Item, parse_record
+from suffice.records.item import Chunk, Item, parse_record
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -30,7 +30,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
 from suffice.prompts.templates import load_prompt, normalise
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 
 TEMPLATES = Path(__file__).parent / "templates"
 

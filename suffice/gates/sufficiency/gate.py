@@ -25,7 +25,7 @@ from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 
 TEMPLATES = Path(__file__).parent / "templates"
 

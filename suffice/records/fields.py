@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suffice.exceptions import ConfigError
-from suffice.records import carry_repeats
+from suffice.records.item import carry_repeats
 
 #: Suffice's record fields a mapping can fill.
 FIELDS = ("id", "question", "chunks", "response", "rubric")

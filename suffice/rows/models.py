@@ -1,6 +1,6 @@
 """The typed result rows of a gate: the models behind ``suffice schema`` and the service's OpenAPI.
 
-A row is what :func:`suffice.rows.result_row` writes: a verdict or that record's error, with the
+A row is what :func:`suffice.rows.shaping.result_row` writes: a verdict or that record's error, with the
 model, backend, prompt version, tokens and retries.  Its verdict is typed by the gate class's
 ``verdict_model`` (or the decision-only :class:`~suffice.grammars.decision.DecisionVerdict`), read
 from the registry, so a gate installed from another package gets typed rows with no code naming it.

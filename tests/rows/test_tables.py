@@ -19,7 +19,7 @@ from suffice.gates.recovery.grammar import Classification
 from suffice.gates.sufficiency.grammar import CalibratedDecision, ChunkId, SufficiencyVerdict
 from suffice.grammars.decision import DecisionVerdict
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
-from suffice.tables import (
+from suffice.rows.tables import (
     ParquetRows,
     RowError,
     arrow_type,

@@ -1,7 +1,7 @@
 import pytest
 
 from suffice.exceptions import InputError
-from suffice.records import InvalidRecord, RepeatedKeys, clean_text, parse_record, record_id
+from suffice.records.item import InvalidRecord, RepeatedKeys, clean_text, parse_record, record_id
 
 
 def rec(**kw):

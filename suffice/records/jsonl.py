@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suffice.compressed import numbered_lines
-from suffice.records import InvalidRecord, RepeatedKeys
+from suffice.records.compressed import numbered_lines
+from suffice.records.item import InvalidRecord, RepeatedKeys
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -35,7 +35,7 @@ class SourceLine:
 def _marking_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads`` keeps the last of two equal keys (``{"id": "b", "id": "c"}``
     would be judged as ``c``), so such an object is marked
-    (:class:`~suffice.records.RepeatedKeys`), and reading a record or chunk from it
+    (:class:`~suffice.records.item.RepeatedKeys`), and reading a record or chunk from it
     is that record's error (42 us a line more on the bundled records, against
     seconds a verdict; an HTTP body of many items still judges the others)."""
     out = dict(pairs)
