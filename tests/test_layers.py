@@ -14,6 +14,8 @@ from pathlib import Path
 
 import suffice
 
+LAYOUT = Path(__file__).parent.parent / "docs" / "layout.md"
+
 #: Module prefixes under ``suffice.``, lowest layer first.  A module belongs to the
 #: layer of the longest prefix naming it or a package above it, and imports only
 #: from its own layer and those below.  The root package (the public facade) is above
@@ -49,6 +51,9 @@ LAYERS: list[list[str]] = [
     ["testing"],
     ["server"],
     ["cli"],
+    # Deprecated aliases of the modules that moved into records/ and rows/ (tests/test_moved_modules.py), gone after
+    # one release.  Above everything, so that importing one from suffice is an upward import.
+    ["compressed", "fields", "jsonl", "row_models", "tables"],
 ]
 
 #: Imports allowed against the layer order while they are being moved: ``Gate.export``, a deprecated alias for one
@@ -208,3 +213,40 @@ def test_the_check_finds_cycles_upward_imports_unlayered_modules_and_stale_allow
         "import cycle: app.mid.loop (layer 0: base, mid, stray, top) -> app.mid.more (layer 0: base, mid, "
         "stray, top) -> app.mid.loop (layer 0: base, mid, stray, top)"
     ]
+
+
+def layout_map(text: str) -> dict[str, str]:
+    """docs/layout.md's map: each entry (``name.py``, ``name/``, ``package/module.py``) -> the layer written beside
+    it or above it (the first column)."""
+    block = text.split("```\nlayer  suffice/\n", 1)[1].split("```", 1)[0]
+    found: dict[str, str] = {}
+    layer = ""
+    for line in block.splitlines():
+        layer = line[:7].strip() or layer
+        if line[7:8].strip():
+            entry = line[7:].split()[0]
+            found[entry.removesuffix(".py").removesuffix("/").replace("/", ".")] = layer
+    return found
+
+
+def test_the_layout_map_names_every_package_and_module_in_its_layer() -> None:
+    root = Path(suffice.__file__).parent
+    modules = sources(root.parent, "suffice")
+    written = layout_map(LAYOUT.read_text(encoding="utf-8"))
+    named = {e: "suffice" if e == "__init__" else f"suffice.{e}" for e in written}
+    top = {p.stem for p in root.glob("*.py")} | {
+        p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"
+    }
+    assert sorted(top - set(written)) == [], "add them to docs/layout.md"
+    assert sorted({p for layer in LAYERS for p in layer} - set(written)) == [], "add them to docs/layout.md"
+    assert sorted(e for e in written if named[e] not in modules and not (root / e).is_dir()) == [], "gone from suffice/"
+    layers = {e: written[e] for e in written if named[e] in modules}
+    assert layers == {e: "top" if e == "__init__" else str(layer_of(named[e], LAYERS, "suffice")) for e in layers}
+
+
+def test_the_layout_map_is_read_by_its_columns() -> None:
+    text = (
+        "# Layout\n```\nlayer  suffice/\n 3     serving/   engines\n                 more words: x.py\n"
+        "       x.py       y\n12     a/b.py     c\ntop    __init__.py\n -     data/\n```\nafter.py\n"
+    )
+    assert layout_map(text) == {"serving": "3", "x": "3", "a.b": "12", "__init__": "top", "data": "-"}
