@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import pkgutil
 import warnings
 from typing import Any
 
 #: This package's modules: an attribute of that name is the module, never a moved name.
-_PARTS = frozenset({"shaping", "models", "tables"})
+_PARTS = frozenset(part.name for part in pkgutil.iter_modules(__path__))
 
 
 def __getattr__(name: str) -> Any:
