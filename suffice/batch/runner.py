@@ -47,6 +47,7 @@ from suffice.gates.roles import model_positive
 from suffice.judge import Judge
 from suffice.protocol import JudgeProtocol
 from suffice.records.item import record_id
+from suffice.records.jsonl import SourceLine
 from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, ResultsStream
 from suffice.rows.shaping import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
