@@ -89,6 +89,16 @@ class _Base:
         self.retries = retries
         self.max_wait = max_wait
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
+        # What AsyncClient makes its blocking Client with.
+        self._made_with: dict[str, Any] = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "timeout": timeout,
+            "gate": gate,
+            "retries": retries,
+            "max_wait": max_wait,
+            "allow_insecure_http": allow_insecure_http,
+        }
         self._http = self._connect()
 
     def _connect(self) -> Any:
@@ -112,6 +122,14 @@ class _Base:
         items = list(records)
         body: object = {"items": items, "options": values} if values else items
         return name, f"{self.base_url}/v1/judge/{quote(name, safe='')}", body, {**values, "gate": name}
+
+    def _settings_request(
+        self, gate: str | None, options: Mapping[str, Any] | None
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """The URL and query of ``GET /v1/settings/{gate}``, and what it sent by name (to rebuild a refusal)."""
+        name, values = self._call(gate, options)
+        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
+        return f"{self.base_url}/v1/settings/{quote(name, safe='')}", query, {**values, "gate": name}
 
     def _unsent_results(
         self,
@@ -256,13 +274,12 @@ class Client(_Base):
         """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
         the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
         extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does."""
-        name, values = self._call(gate, options)
-        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
+        url, query, sent = self._settings_request(gate, options)
         try:
-            response = self._http.get(f"{self.base_url}/v1/settings/{quote(name, safe='')}", params=query)
+            response = self._http.get(url, params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response, {**values, "gate": name})
+        return _settings(response, sent)
 
     def close(self) -> None:
         self._http.close()
@@ -286,27 +303,8 @@ class AsyncClient(_Base):
     client.judge(record)``, their meaning before the protocol) return the awaitable of ``ajudge`` /
     ``ajudge_batch`` with a :class:`DeprecationWarning`: code that awaits them runs as it did."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        gate: str | None = None,
-        retries: int = 3,
-        max_wait: float = 30.0,
-        allow_insecure_http: bool = False,
-    ) -> None:
-        super().__init__(base_url, api_key, timeout, gate, retries, max_wait, allow_insecure_http)
-        self._made_with: dict[str, Any] = {
-            "base_url": base_url,
-            "api_key": api_key,
-            "timeout": timeout,
-            "gate": gate,
-            "retries": retries,
-            "max_wait": max_wait,
-            "allow_insecure_http": allow_insecure_http,
-        }
-        self._blocking_client: Client | None = None
+    #: The blocking client of the sync calls, made at the first such call.
+    _blocking_client: Client | None = None
 
     def _connect(self) -> httpx.AsyncClient:
         transport = traced_async_transport(httpx.AsyncHTTPTransport())
@@ -370,13 +368,12 @@ class AsyncClient(_Base):
 
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
-        name, values = self._call(gate, options)
-        query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
+        url, query, sent = self._settings_request(gate, options)
         try:
-            response = await self._http.get(f"{self.base_url}/v1/settings/{quote(name, safe='')}", params=query)
+            response = await self._http.get(url, params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response, {**values, "gate": name})
+        return _settings(response, sent)
 
     async def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
