@@ -9,30 +9,6 @@
 :class:`DeprecationWarning` naming the new path, for one release.
 """
 
-from __future__ import annotations
+from suffice.records._moved import moved_names
 
-import pkgutil
-import warnings
-from typing import Any
-
-#: This package's modules: an attribute of that name is the module, never a moved name.
-_PARTS = frozenset(part.name for part in pkgutil.iter_modules(__path__))
-
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__") or name in _PARTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from suffice.records import item
-
-    try:
-        value = getattr(item, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    warnings.warn(
-        f"suffice.records.{name} moved to suffice.records.item.{name} (the old name goes in the next release)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    # Kept, so that ``from suffice.records import X`` (which looks the name up twice) warns once.
-    globals()[name] = value
-    return value
+__getattr__ = moved_names(__name__, __path__, "item")
