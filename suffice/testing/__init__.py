@@ -151,6 +151,24 @@ def _judged(
     return reader, result, positive
 
 
+def _require_positive(
+    judge: JudgeLike,
+    record: object,
+    gate: str | None,
+    options: Mapping[str, Any] | None,
+    record_property: RecordProperty | None,
+    failed: str,
+) -> JudgeResult:
+    """The result of ``record``, or an AssertionError unless its decision is positive: ``suffice <gate>: <failed,
+    ``{}`` the question>: <what the verdict says>``."""
+    reader, result, positive = _judged(judge, record, gate, options, record_property)
+    if not positive:
+        raise AssertionError(
+            f"suffice {reader.name}: {failed.format(_question(record))}: {_describe_failure(reader, result)}"
+        )
+    return result
+
+
 def assert_passes(
     judge: JudgeLike,
     record: object,
@@ -160,12 +178,7 @@ def assert_passes(
     record_property: RecordProperty | None = None,
 ) -> JudgeResult:
     """Judge ``record`` with ``gate`` (any gate, yours too) and fail unless its decision is positive."""
-    reader, result, positive = _judged(judge, record, gate, options, record_property)
-    if not positive:
-        raise AssertionError(
-            f"suffice {reader.name}: {_question(record)} did not pass: {_describe_failure(reader, result)}"
-        )
-    return result
+    return _require_positive(judge, record, gate, options, record_property, "{} did not pass")
 
 
 def assert_sufficient(
@@ -177,13 +190,9 @@ def assert_sufficient(
 ) -> JudgeResult:
     """Fail unless the sufficiency gate finds the chunks enough to answer the question; the message names what
     the verdict says is missing, the entities no chunk covers and any contradiction."""
-    reader, result, positive = _judged(judge, record, SUFFICIENCY, options, record_property)
-    if not positive:
-        raise AssertionError(
-            f"suffice sufficiency: the context for {_question(record)} is not sufficient: "
-            f"{_describe_failure(reader, result)}"
-        )
-    return result
+    return _require_positive(
+        judge, record, SUFFICIENCY, options, record_property, "the context for {} is not sufficient"
+    )
 
 
 def assert_insufficient(
@@ -221,11 +230,7 @@ def assert_supported(
 ) -> JudgeResult:
     """Fail unless the recovery gate delivers the record's ``response`` as supported by its chunks, and (unless
     ``allow_unsupported``) no claim of it is unsupported; the message names the unsupported claims."""
-    reader, result, positive = _judged(judge, record, RECOVERY, options, record_property)
-    if not positive:
-        raise AssertionError(
-            f"suffice recovery: the answer to {_question(record)} is not supported: {_describe_failure(reader, result)}"
-        )
+    result = _require_positive(judge, record, RECOVERY, options, record_property, "the answer to {} is not supported")
     assert result.verdict is not None
     unsupported = list(getattr(result.verdict, "unsupported_claims", []) or [])
     if unsupported and not allow_unsupported:
@@ -245,13 +250,7 @@ def assert_adequate(
 ) -> JudgeResult:
     """Fail unless the adequacy gate's computed decision is PASS; the message names the dimensions under their
     minimum, the failed critical ones, what is missing and the rationale."""
-    reader, result, positive = _judged(judge, record, ADEQUACY, options, record_property)
-    if not positive:
-        raise AssertionError(
-            f"suffice adequacy: the context for {_question(record)} is not adequate: "
-            f"{_describe_failure(reader, result)}"
-        )
-    return result
+    return _require_positive(judge, record, ADEQUACY, options, record_property, "the context for {} is not adequate")
 
 
 @dataclass(frozen=True)
