@@ -89,13 +89,8 @@ class AuditLog(Database):
 
     def evaluation(self, seq: int) -> dict[str, Any] | None:
         """The evaluation row ``seq`` as stored (``None``: there is none)."""
-        try:
-            cur = self._db.execute("SELECT * FROM evaluations WHERE seq = ?", (seq,))
-            names = [d[0] for d in cur.description]
-            row = cur.fetchone()
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
-        return None if row is None else dict(zip(names, row, strict=True))
+        found = list(self._select("SELECT * FROM evaluations WHERE seq = ?", (seq,)))
+        return found[0] if found else None
 
     def _append_rows(self, chain: Chain, rows: Iterable[Mapping[str, Any]], what: str) -> list[int]:
         """Check and encode ``rows`` for ``chain``, then append them in one transaction (a bad value writes none)."""
@@ -122,12 +117,7 @@ class AuditLog(Database):
 
     def retrievals(self) -> list[dict[str, Any]]:
         """Every retrieval attempt in sequence order, JSON columns parsed."""
-        try:
-            cur = self._db.execute(f"SELECT seq, {', '.join(RETRIEVAL_COLUMN_NAMES)} FROM retrievals ORDER BY seq")
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, values, strict=True)) for values in cur]
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
+        rows = list(self._select(f"SELECT seq, {', '.join(RETRIEVAL_COLUMN_NAMES)} FROM retrievals ORDER BY seq", ()))
         for row in rows:
             for key in RETRIEVAL_JSON_COLUMNS:
                 if row.get(key):
@@ -307,24 +297,14 @@ class AuditLog(Database):
     def reviews(self, status: str | None = "open") -> list[dict[str, Any]]:
         """The review queue (``status=None``: resolved reviews too)."""
         query = "SELECT * FROM reviews" + (" WHERE status = ?" if status else "") + " ORDER BY id"
-        try:
-            cur = self._db.execute(query, (status,) if status else ())
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, values, strict=True)) for values in cur]
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
+        return list(self._select(query, (status,) if status else ()))
 
     def review(self, review_id: int) -> dict[str, Any]:
         """One review as stored; :class:`AuditError` ("no such review") if there is none."""
-        try:
-            cur = self._db.execute("SELECT * FROM reviews WHERE id = ?", (review_id,))
-            names = [d[0] for d in cur.description]
-            row = cur.fetchone()
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
-        if row is None:
+        found = list(self._select("SELECT * FROM reviews WHERE id = ?", (review_id,)))
+        if not found:
             raise ReviewNotFoundError(f"review {review_id}: no such review")
-        return dict(zip(names, row, strict=True))
+        return found[0]
 
     def review_counts(self) -> list[dict[str, Any]]:
         """Per gate, rule and status: how many reviews, and of the resolved how many overrode the machine

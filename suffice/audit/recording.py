@@ -150,6 +150,17 @@ def review_rule(gate: Gate, result: JudgeResult) -> str | None:
     return None
 
 
+def review_record(item: Item | None) -> dict[str, Any]:
+    """The record as a review's payload shows it: question, response and chunks (empty where it is not an item)."""
+    return {
+        "question": item.question if item else None,
+        "response": item.response if item else None,
+        "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
+        if item
+        else [],
+    }
+
+
 def review_entry(
     result: JudgeResult,
     item: Item | None,
@@ -165,11 +176,7 @@ def review_entry(
         return None
     payload: dict[str, Any] = {
         "rule": rule,
-        "question": item.question if item else None,
-        "response": item.response if item else None,
-        "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
-        if item
-        else [],
+        **review_record(item),
         "settings": dict(settings or {}),
     }
     if gate is not None and item is not None:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
-from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, weights_hash
+from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, review_record, weights_hash
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
 from suffice.gates.roles import high_stakes, parse_item
 from suffice.grammars.routes import Routing
@@ -387,11 +387,7 @@ class Pipeline:
         payload = {
             "rule": rule,
             "why": reason,
-            "question": item.question if item else None,
-            "response": item.response if item else None,
-            "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
-            if item
-            else [],
+            **review_record(item),
             "verdict": verdict,
             "gap": gap,
             "queries": list(queries),
