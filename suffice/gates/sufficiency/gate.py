@@ -34,6 +34,8 @@ B = SufficiencyBounds
 
 
 class SufficiencyOptions(ReasoningOptions):
+    per_request = frozenset({"max_retrieval_queries"})
+
     gate_config: Path | None = Field(
         default=None, description="a calibrated threshold file written by `suffice calibrate --save PATH`"
     )
@@ -57,10 +59,24 @@ class SufficiencyOptions(ReasoningOptions):
         ),
     )
 
+    max_retrieval_queries: int = Field(
+        default=B.QUERIES_MAX,
+        ge=B.QUERIES_RANGE[0],
+        le=B.QUERIES_RANGE[1],
+        description=(
+            f"search queries for the missing information an insufficient verdict lists ({B.QUERIES_RANGE[0]}-"
+            f"{B.QUERIES_RANGE[1]}, each at most {B.QUERY_CHARS} characters; default {B.QUERIES_MAX}: off, the "
+            "verdict has no retrieval_queries); they become the route's queries"
+        ),
+    )
+
     @property
     def bounds(self) -> SufficiencyBounds:
         return SufficiencyBounds(
-            entities_max=self.max_entities, useful_max=self.max_useful_chunks, reasoning_chars=self.reasoning_chars
+            entities_max=self.max_entities,
+            useful_max=self.max_useful_chunks,
+            reasoning_chars=self.reasoning_chars,
+            queries_max=self.max_retrieval_queries,
         )
 
 
@@ -154,6 +170,8 @@ class SufficiencyGate(Gate):
             settings["max_useful_chunks"] = str(self.bounds.useful_max)
         if self.bounds.reasoning_chars != B.REASONING_CHARS:
             settings["reasoning_chars"] = str(self.bounds.reasoning_chars)
+        if self.bounds.queries_max != B.QUERIES_MAX:
+            settings["max_retrieval_queries"] = str(self.bounds.queries_max)
         return settings
 
     def is_positive(self, verdict: BaseModel) -> bool:
@@ -165,9 +183,9 @@ class SufficiencyGate(Gate):
 
     def route(self, verdict: BaseModel) -> Routing:
         """The seed's rule: sufficient -> deliver the evidence; otherwise retrieve more, the missing
-        information as the gap.  A calibrated decision, when set, decides.  ``queries`` stay empty: a
-        description of what is missing is not a retrieval query, and a caller reading both would get the
-        gap twice."""
+        information as the gap.  A calibrated decision, when set, decides.  ``queries`` are the verdict's
+        ``retrieval_queries`` (``max_retrieval_queries`` > 0), else empty: a description of what is missing is
+        not a retrieval query, and a caller reading both would get the gap twice."""
         if not isinstance(verdict, SufficiencyVerdict):
             raise TypeError(f"the sufficiency gate cannot route a {type(verdict).__name__}")
         scores: dict[str, Any] = {"confidence": verdict.confidence, "p_sufficient": verdict.p_sufficient}
@@ -180,7 +198,8 @@ class SufficiencyGate(Gate):
             )
         gap = list(verdict.missing_information) or ["evidence for the question"]
         why = "the context is insufficient" if decision is None else decision.reason
-        return Routing("retrieve_more", why, gap=gap, scores=scores)
+        queries = list(verdict.retrieval_queries or [])
+        return Routing("retrieve_more", why, queries=queries, gap=gap, scores=scores)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
         """``p_sufficient`` is the model's own probability, also when the constraint forced ``false``
@@ -215,6 +234,8 @@ class SufficiencyGate(Gate):
             row["model_is_sufficient"] = verdict.is_sufficient
         if verdict.at_limit:
             row["at_limit"] = list(verdict.at_limit)
+        if verdict.retrieval_queries is not None:
+            row["retrieval_queries"] = list(verdict.retrieval_queries)
         if verdict.forced_by is not None:
             row["forced_by"] = verdict.forced_by
             row["p_sufficient"] = verdict.p_sufficient
@@ -228,6 +249,8 @@ class SufficiencyGate(Gate):
             required_entities=[],
             coverage={},
             missing_information=["No content was retrieved for this question."],
+            # Nothing was retrieved: the question itself is the query to search again with.
+            retrieval_queries=[item.question[: B.QUERY_CHARS]] if self.bounds.queries_max else None,
             contradictions=[],
             confidence=1.0,
             reasoning="No chunk holds any text, so no answer can be inferred; the model was not called.",

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
 from suffice.gates.base import REASONING_CHARS, REASONING_CHARS_RANGE
 from suffice.grammars.constraint import Constraint, Segment
@@ -47,8 +55,9 @@ def ascending(ids: list[int]) -> bool:
 class SufficiencyBounds:
     """Every string and list the model writes is bounded; these are the bounds.
 
-    Three are gate options (``max_entities``, ``max_useful_chunks``, ``reasoning_chars``): an instance holds
-    them, and the upper-case names are their defaults.  Defaults measured on the labeled data in ``shared/data``
+    Four are gate options (``max_entities``, ``max_useful_chunks``, ``reasoning_chars``,
+    ``max_retrieval_queries``): an instance holds them, and the upper-case names are their defaults.
+    Defaults measured on the labeled data in ``shared/data``
     (``scripts/measure_sufficiency_bounds.py``; see docs/gates.md): 5 entities cover 99.25% of all
     questions (HotpotQA's p90), 8 useful chunks cover 100% (the most labeled is 4).
     """
@@ -67,16 +76,23 @@ class SufficiencyBounds:
     #: Default of ``max_useful_chunks``: the list's cost is its length, and the seed asks only for the useful ones.
     USEFUL_MAX: ClassVar[int] = 8
     USEFUL_RANGE: ClassVar[tuple[int, int]] = (1, 64)
+    #: Default of ``max_retrieval_queries``: off, so the verdict and its constraint stay as they were.
+    QUERIES_MAX: ClassVar[int] = 0
+    QUERIES_RANGE: ClassVar[tuple[int, int]] = (0, 5)
+    #: A query is a search string, as short as the recovery gate's and the rewriter's.
+    QUERY_CHARS: ClassVar[int] = 64
 
     entities_max: int = 5
     useful_max: int = 8
     reasoning_chars: int = REASONING_CHARS
+    queries_max: int = 0
 
     def __post_init__(self) -> None:
         for name, value, (lo, hi) in (
             ("max_entities", self.entities_max, self.ENTITIES_RANGE),
             ("max_useful_chunks", self.useful_max, self.USEFUL_RANGE),
             ("reasoning_chars", self.reasoning_chars, self.REASONING_RANGE),
+            ("max_retrieval_queries", self.queries_max, self.QUERIES_RANGE),
         ):
             if not lo <= value <= hi:
                 raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
@@ -89,10 +105,15 @@ class SufficiencyBounds:
         return entities + reasoning
 
     @property
+    def queries_suffix(self) -> str:
+        """What ``max_retrieval_queries`` adds to the key of a form holding the branch after the decision."""
+        return "" if self.queries_max == self.QUERIES_MAX else f"/q{self.queries_max}"
+
+    @property
     def suffix(self) -> str:
         """What the bounds add to a compiled form's key: nothing at the defaults."""
         useful = "" if self.useful_max == self.USEFUL_MAX else f"/u{self.useful_max}"
-        return self.head_suffix + useful
+        return self.head_suffix + useful + self.queries_suffix
 
     def for_prompt(self) -> dict[str, int]:
         """The bounds by the names the templates use."""
@@ -105,6 +126,8 @@ class SufficiencyBounds:
             "CONTRADICTION_CHARS": self.CONTRADICTION_CHARS,
             "REASONING_CHARS": self.reasoning_chars,
             "USEFUL_MAX": self.useful_max,
+            "QUERIES_MAX": self.queries_max,
+            "QUERY_CHARS": self.QUERY_CHARS,
         }
 
 
@@ -206,6 +229,8 @@ class SufficiencyOutput(BaseModel):
     reasoning: str = Field(min_length=1, max_length=B.REASONING_RANGE[1])
     is_sufficient: bool
     missing_information: list[str] = Field(max_length=B.MISSING_MAX)
+    #: Search queries for what is missing: only under ``max_retrieval_queries`` > 0 (absent, not empty, when off).
+    retrieval_queries: list[str] | None = Field(default=None, max_length=B.QUERIES_RANGE[1])
     confidence: float = Field(ge=0.0, le=1.0)
     #: Prompt labels (``0..n-1``) of the useful chunks, ascending.
     useful_chunk_ids: list[int] = Field(max_length=B.USEFUL_RANGE[1])
@@ -223,6 +248,7 @@ class SufficiencyOutput(BaseModel):
             raise ValueError(f"more than max_useful_chunks={bounds.useful_max} useful chunk ids")
         if len(self.reasoning) > bounds.reasoning_chars:
             raise ValueError(f"reasoning longer than reasoning_chars={bounds.reasoning_chars}")
+        self._check_queries(bounds)
         for item in self.required_entities:
             _worded(item.entity, "entity")
         for text in self.missing_information:
@@ -242,6 +268,25 @@ class SufficiencyOutput(BaseModel):
         if any(i < 0 for i in ids) or not ascending(ids):
             raise ValueError(f"useful_chunk_ids must be distinct labels in ascending order, got {ids}")
         return self
+
+    def _check_queries(self, bounds: SufficiencyBounds) -> None:
+        queries = self.retrieval_queries
+        if bounds.queries_max == 0:
+            if queries is not None:
+                raise ValueError("retrieval_queries given, but max_retrieval_queries is 0 (off)")
+            return
+        if queries is None:
+            raise ValueError(f"retrieval_queries missing (max_retrieval_queries={bounds.queries_max})")
+        if len(queries) > bounds.queries_max:
+            raise ValueError(f"more than max_retrieval_queries={bounds.queries_max} retrieval queries")
+        for text in queries:
+            if not 1 <= len(text) <= B.QUERY_CHARS:
+                raise ValueError(f"a retrieval query holds 1 to {B.QUERY_CHARS} characters, got {len(text)}")
+            _worded(text, "retrieval query")
+        if self.is_sufficient and queries:
+            raise ValueError("a sufficient verdict has no retrieval_queries")
+        if not self.is_sufficient and not queries:
+            raise ValueError("an insufficient verdict under max_retrieval_queries lists at least one query")
 
 
 class CalibratedDecision(BaseModel):
@@ -265,6 +310,9 @@ class SufficiencyVerdict(BaseModel):
     required_entities: list[str]
     coverage: dict[str, bool]
     missing_information: list[str]
+    #: Search queries for the missing information (``max_retrieval_queries`` > 0); ``None`` when the option is off,
+    #: and then left out of the verdict's JSON, which stays as it was without the option.
+    retrieval_queries: list[str] | None = None
     contradictions: list[str]
     confidence: float = Field(ge=0.0, le=1.0)
     reasoning: str
@@ -284,6 +332,14 @@ class SufficiencyVerdict(BaseModel):
     #: The lists the model filled to their limit (``max_entities``, ``max_useful_chunks``, ...): it may have
     #: had more to name.
     at_limit: list[str] = Field(default_factory=list)
+
+    # No return annotation: pydantic would take it for the serialized schema and lose the fields' own.
+    @model_serializer(mode="wrap")
+    def _without_queries_when_off(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
+        if self.retrieval_queries is None:
+            data.pop("retrieval_queries", None)
+        return data
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
@@ -319,6 +375,15 @@ UNCOVERED = '"covered":false'
 HEAD_PREFIX = '{"required_entities":['
 #: What follows each decision value up to the first thing the model chooses.
 AFTER_PREFIX = {True: ',"missing_information":[],"confidence":', False: ',"missing_information":'}
+#: The same under ``max_retrieval_queries`` > 0: a sufficient verdict's query list is empty.
+AFTER_PREFIX_QUERIES = {
+    True: ',"missing_information":[],"retrieval_queries":[],"confidence":',
+    False: AFTER_PREFIX[False],
+}
+
+
+def after_prefix(decision: bool, bounds: SufficiencyBounds) -> str:
+    return (AFTER_PREFIX_QUERIES if bounds.queries_max else AFTER_PREFIX)[decision]
 
 
 def _entity(covered: Rx) -> Rx:
@@ -355,18 +420,22 @@ def _head(all_covered: bool | None, bounds: SufficiencyBounds) -> Rx:
     return lit(HEAD_PREFIX) + _head_body(all_covered, bounds)
 
 
-def _after_body(decision: bool) -> Rx:
-    """What follows :data:`AFTER_PREFIX` up to the id list.  ``false`` names what is missing: at least one
-    item, each with a word (:func:`word_string`), whether or not an entity is uncovered."""
+def _after_body(decision: bool, bounds: SufficiencyBounds) -> Rx:
+    """What follows :func:`after_prefix` up to the id list.  ``false`` names what is missing: at least one
+    item, each with a word (:func:`word_string`), whether or not an entity is uncovered; under
+    ``max_retrieval_queries`` > 0, then 1 to that many search queries for it."""
     ids = lit("," + IDS_KEY)
     if decision:
         return seq(UNIT_INTERVAL, ids)
     missing = _string_list(B.MISSING_MAX, B.MISSING_CHARS, min_items=1)
-    return seq(missing, lit(","), json_members([("confidence", UNIT_INTERVAL)]), ids)
+    members: list[tuple[str, Rx]] = [("confidence", UNIT_INTERVAL)]
+    if bounds.queries_max:
+        members.insert(0, ("retrieval_queries", _string_list(bounds.queries_max, B.QUERY_CHARS, min_items=1)))
+    return seq(missing, lit(","), json_members(members), ids)
 
 
-def _after(decision: bool) -> Rx:
-    return lit(AFTER_PREFIX[decision]) + _after_body(decision)
+def _after(decision: bool, bounds: SufficiencyBounds) -> Rx:
+    return lit(after_prefix(decision, bounds)) + _after_body(decision, bounds)
 
 
 def _label(lo: int, n_chunks: int) -> Rx:
@@ -387,10 +456,10 @@ def _ids(n_chunks: int, at_least_one: bool, useful_max: int) -> Rx:
 def _whole(n_chunks: int, bounds: SufficiencyBounds) -> Rx:
     """Every output the segments can produce but for the ids' order, in one pattern."""
     useful = bounds.useful_max
-    insufficient = seq(lit("false"), _after(False), _ids(n_chunks, at_least_one=False, useful_max=useful))
+    insufficient = seq(lit("false"), _after(False, bounds), _ids(n_chunks, at_least_one=False, useful_max=useful))
     if n_chunks == 0:  # nothing to rest an answer on
         return seq(_head(None, bounds), insufficient)
-    sufficient = seq(lit("true"), _after(True), _ids(n_chunks, at_least_one=True, useful_max=useful))
+    sufficient = seq(lit("true"), _after(True, bounds), _ids(n_chunks, at_least_one=True, useful_max=useful))
     return alt(
         seq(_head(True, bounds), alt(sufficient, insufficient)),
         seq(_head(False, bounds), insufficient),
@@ -400,16 +469,21 @@ def _whole(n_chunks: int, bounds: SufficiencyBounds) -> Rx:
 @lru_cache(maxsize=16)
 def _segments(bounds: SufficiencyBounds) -> dict[str, Segment]:
     """The request-independent segments: compiled once per engine and bounds, whatever the input.
-    Only the head depends on the bounds (``max_entities``, ``reasoning_chars``): its key names them unless they are
-    the defaults."""
+    The head depends on ``max_entities`` and ``reasoning_chars``, the branches after the decision on
+    ``max_retrieval_queries``: their keys name them unless they are the defaults."""
+    queries = bounds.queries_suffix
     return {
         "head": Segment.from_rx(
             _head_body(None, bounds), key="sufficiency/head" + bounds.head_suffix, prefix=HEAD_PREFIX
         ),
         "decision": Segment.from_rx(JSON_BOOL, key="sufficiency/decision", logprobs=True),
         "forced-false": Segment.from_rx(lit("false"), key="sufficiency/forced-false", logprobs=True),
-        "true": Segment.from_rx(_after_body(True), key="sufficiency/after-true", prefix=AFTER_PREFIX[True]),
-        "false": Segment.from_rx(_after_body(False), key="sufficiency/after-false", prefix=AFTER_PREFIX[False]),
+        "true": Segment.from_rx(
+            _after_body(True, bounds), key="sufficiency/after-true" + queries, prefix=after_prefix(True, bounds)
+        ),
+        "false": Segment.from_rx(
+            _after_body(False, bounds), key="sufficiency/after-false" + queries, prefix=after_prefix(False, bounds)
+        ),
     }
 
 
@@ -535,20 +609,23 @@ def _completion_bound(n_chunks: int, bounds: SufficiencyBounds) -> int:
 def _coarse_head(bounds: SufficiencyBounds) -> Segment:
     """For engines without a KV cache across calls: everything up to the id list in one segment."""
     rx = alt(
-        seq(_head_body(True, bounds), alt(lit("true") + _after(True), lit("false") + _after(False))),
-        seq(_head_body(False, bounds), lit("false") + _after(False)),
+        seq(_head_body(True, bounds), alt(lit("true") + _after(True, bounds), lit("false") + _after(False, bounds))),
+        seq(_head_body(False, bounds), lit("false") + _after(False, bounds)),
     )
-    return Segment.from_rx(rx, key="sufficiency/coarse-head" + bounds.head_suffix, logprobs=True, prefix=HEAD_PREFIX)
+    key = "sufficiency/coarse-head" + bounds.head_suffix + bounds.queries_suffix
+    return Segment.from_rx(rx, key=key, logprobs=True, prefix=HEAD_PREFIX)
 
 
 def at_limit(output: SufficiencyOutput, bounds: SufficiencyBounds = DEFAULT_BOUNDS) -> list[str]:
     """The lists ``output`` filled to their bound: the model may have had more to name."""
-    sizes = (
+    sizes = [
         ("required_entities", len(output.required_entities), bounds.entities_max),
         ("contradictions", len(output.contradictions), B.CONTRADICTIONS_MAX),
         ("missing_information", len(output.missing_information), B.MISSING_MAX),
         ("useful_chunk_ids", len(output.useful_chunk_ids), bounds.useful_max),
-    )
+    ]
+    if bounds.queries_max:
+        sizes.append(("retrieval_queries", len(output.retrieval_queries or []), bounds.queries_max))
     return [name for name, size, most in sizes if size >= most]
 
 
@@ -578,6 +655,7 @@ def to_verdict(
         required_entities=list(coverage),
         coverage=coverage,
         missing_information=list(output.missing_information),
+        retrieval_queries=None if output.retrieval_queries is None else list(output.retrieval_queries),
         contradictions=list(output.contradictions),
         confidence=output.confidence,
         reasoning=output.reasoning,
