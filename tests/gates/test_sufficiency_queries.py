@@ -311,3 +311,16 @@ def test_the_models_insufficient_verdict_holds_queries_within_the_bounds(engine)
         else:
             assert queries == []
     assert any(r.verdict is not None and r.verdict.retrieval_queries for r in results)
+
+
+def test_the_docs_state_the_query_bounds_the_code_has():
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "gates.md").read_text(encoding="utf-8").split())
+    assert f"1 to N search queries of at most {B.QUERY_CHARS} characters each" in text
+    assert f"{B.QUERIES_RANGE[0]}-{B.QUERIES_RANGE[1]} (default {B.QUERIES_MAX}: off" in text
+    assert f"each at most {B.QUERY_CHARS} characters; they become the route's `queries`" in text
+    assert f"its question (cut to {B.QUERY_CHARS} characters)" in text
+    assert "`sufficiency/20/q3`" in text and sufficiency_constraint(20, SufficiencyBounds(queries_max=3)).key == (
+        "sufficiency/20/q3"
+    )
