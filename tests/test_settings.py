@@ -20,6 +20,7 @@ from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.judge_cmd import IN_PROCESS
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.gates.sufficiency.gate import SufficiencyOptions
 from suffice.server.config import ServeConfig
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
@@ -308,7 +309,8 @@ def test_a_judge_setting_a_request_sets_is_its_settings_and_judges():
     settings = client.get("/v1/settings/sufficiency?auto_margin=0.3").json()["settings"]
     assert settings["auto_margin"] == "0.3" and settings["detail"] == "auto"
     ready = client.get("/ready").json()
-    assert set(ready["options"]["sufficiency"]) == {d.name for d in per_request(JudgeConfig)}
+    gates_own = SufficiencyOptions.per_request  # the gate's own per-request options beside the judge's settings
+    assert set(ready["options"]["sufficiency"]) == {d.name for d in per_request(JudgeConfig)} | gates_own
 
 
 # The command-line settings of judge, calibrate and serve: declared, so checked wherever their value came from.
