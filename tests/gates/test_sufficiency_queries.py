@@ -18,6 +18,7 @@ from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyOutp
 from suffice.integrations.gating import DocumentGate, Evidence
 from suffice.records import Chunk, Item
 from suffice.serving.base import GenerationRequest
+from tests.conftest import load_records
 from tests.fakes import ScriptedEngine
 from tests.gates.test_sufficiency_gate import fitted
 
@@ -288,7 +289,10 @@ def test_a_request_to_the_service_sets_the_option():
 @pytest.mark.engine
 @pytest.mark.any_backend
 def test_the_models_insufficient_verdict_holds_queries_within_the_bounds(engine):
+    # The labeled insufficient ones (no answer in their chunks): a small model calls some of them sufficient.
+    unanswerable = [r for r in load_records("squad2.jsonl", 12) if r.get("sufficient") is False][:4]
     records = [
+        *unanswerable,
         {**RECORD, "id": "unknown-year"},
         {
             "id": "no-answer",
