@@ -149,7 +149,24 @@ def result_schema(verdict_model: type[BaseModel]) -> Any:
         annotation = verdict_model | None if name == "verdict" else info.annotation
         fields.append(_field(name, annotation, ()))
     fields.append(pa.field("line", pa.int64(), nullable=False))
-    return pa.schema(fields, metadata={b"suffice.verdict_model": verdict_model.__name__.encode()})
+    metadata = {b"suffice.verdict_model": verdict_model.__name__.encode()}
+    omitted = getattr(verdict_model, "omitted_when_none", ())
+    if omitted:  # the verdict's JSON leaves these out while null: so does reading the file back
+        metadata[_OMITTED_KEY] = ",".join(omitted).encode()
+    return pa.schema(fields, metadata=metadata)
+
+
+#: Schema metadata: the verdict fields a row read back leaves out while null, comma-separated.
+_OMITTED_KEY = b"suffice.verdict_omitted_when_null"
+
+
+def _without_omitted(row: dict[str, Any], omitted: tuple[str, ...]) -> dict[str, Any]:
+    verdict = row.get("verdict")
+    if isinstance(verdict, dict):
+        for name in omitted:
+            if name in verdict and verdict[name] is None:
+                del verdict[name]
+    return row
 
 
 # --- rows to Arrow --------------------------------------------------------------------
@@ -265,9 +282,12 @@ def iter_parquet(path: str | os.PathLike[str], batch_rows: int = 4096) -> Iterat
     with pq.ParquetFile(path) as file:
         schema = file.schema_arrow
         maps = any(_has_map(field.type) for field in schema)
+        listed = (schema.metadata or {}).get(_OMITTED_KEY, b"").decode()
+        omitted = tuple(name for name in listed.split(",") if name)
         for batch in file.iter_batches(batch_size=batch_rows):
             for row in batch.to_pylist():
-                yield row_from_arrow(row, schema) if maps else row
+                row = row_from_arrow(row, schema) if maps else row
+                yield _without_omitted(row, omitted) if omitted else row
 
 
 def parquet_rows(path: str | os.PathLike[str]) -> int:

@@ -328,3 +328,14 @@ def test_the_docs_state_the_query_bounds_the_code_has():
     assert "`sufficiency/20/q3`" in text and sufficiency_constraint(20, SufficiencyBounds(queries_max=3)).key == (
         "sufficiency/20/q3"
     )
+
+
+@pytest.mark.parametrize("most", [0, 2])
+def test_a_parquet_row_reads_back_as_its_json_row(tmp_path, most):
+    from tests.test_tables import result, row_of, shortcut_verdict, write_rows
+
+    g = SufficiencyGate(bounds=SufficiencyBounds(queries_max=most))
+    row = row_of(result(g, shortcut_verdict(g)), g, 1)
+    assert ("retrieval_queries" in row["verdict"]) == bool(most)
+    (back,) = write_rows(tmp_path / "out.parquet", g, [row])
+    assert back["verdict"] == row["verdict"]

@@ -434,7 +434,10 @@ _JUDGE = {"auto_margin", "max_question_tokens", "max_response_tokens", "min_chun
 
 @pytest.mark.parametrize(
     ("gate", "expected"),
-    [("recovery", {"threshold", "retrieval_exhausted", "format", *_JUDGE}), ("sufficiency", {"format", *_JUDGE})],
+    [
+        ("recovery", {"threshold", "retrieval_exhausted", "format", *_JUDGE}),
+        ("sufficiency", {"format", "max_retrieval_queries", *_JUDGE}),
+    ],
 )
 def test_the_openapi_description_lists_the_options_each_gate_takes_per_request(gate, expected):
     """Recovery's threshold on recovery's route, not on the others."""

@@ -306,6 +306,10 @@ class SufficiencyVerdict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: Fields left out of the verdict's JSON while ``None`` (an option that is off); a Parquet file, whose schema
+    #: holds them, drops them again on reading (:func:`suffice.rows.tables.result_schema`).
+    omitted_when_none: ClassVar[tuple[str, ...]] = ("retrieval_queries",)
+
     is_sufficient: bool
     required_entities: list[str]
     coverage: dict[str, bool]
@@ -337,8 +341,9 @@ class SufficiencyVerdict(BaseModel):
     @model_serializer(mode="wrap")
     def _without_queries_when_off(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
-        if self.retrieval_queries is None:
-            data.pop("retrieval_queries", None)
+        for name in self.omitted_when_none:
+            if getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
     def to_seed(self) -> dict[str, Any]:
