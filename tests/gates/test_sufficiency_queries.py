@@ -332,7 +332,7 @@ def test_the_docs_state_the_query_bounds_the_code_has():
 
 @pytest.mark.parametrize("most", [0, 2])
 def test_a_parquet_row_reads_back_as_its_json_row(tmp_path, most):
-    from tests.test_tables import result, row_of, shortcut_verdict, write_rows
+    from tests.rows.test_tables import result, row_of, shortcut_verdict, write_rows
 
     g = SufficiencyGate(bounds=SufficiencyBounds(queries_max=most))
     row = row_of(result(g, shortcut_verdict(g)), g, 1)
