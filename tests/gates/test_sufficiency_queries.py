@@ -16,7 +16,7 @@ from suffice.gates.decision import DecisionGate
 from suffice.gates.sufficiency.gate import SufficiencyGate, SufficiencyOptions
 from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyOutput, sufficiency_constraint
 from suffice.integrations.gating import DocumentGate, Evidence
-from suffice.records import Chunk, Item
+from suffice.records.item import Chunk, Item
 from suffice.serving.base import GenerationRequest
 from tests.conftest import load_records
 from tests.fakes import ScriptedEngine
