@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from suffice.exceptions import ConfigError
 from suffice.gates.base import Gate
 from suffice.results import JudgeResult
 
@@ -61,3 +62,14 @@ class JudgeProtocol(Protocol):
         """What decides the rows of a call with this ``gate`` and ``options`` (gate, prompt version, model,
         engine): the values ``suffice judge`` records beside an output and an audit log beside each verdict."""
         ...
+
+
+def require_judge(judge: object) -> JudgeProtocol:
+    """``judge``, or a :class:`~suffice.exceptions.ConfigError` naming ``judge`` when it is not one."""
+    if not isinstance(judge, JudgeProtocol):
+        raise ConfigError(
+            "judge",
+            type(judge).__name__,
+            "must be a judge (suffice.JudgeProtocol): a suffice.Judge, Client or AsyncClient",
+        )
+    return judge

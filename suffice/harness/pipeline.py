@@ -26,7 +26,7 @@ from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.isolation import step_outcomes
-from suffice.protocol import JudgeProtocol
+from suffice.protocol import JudgeProtocol, require_judge
 from suffice.records.item import Chunk, Item, item_record, record_id
 from suffice.results import JudgeResult
 
@@ -182,13 +182,7 @@ class Pipeline:
         audit: AuditLog | str | Path | None = None,
         generator: Generator | None = None,
     ) -> None:
-        if not isinstance(judge, JudgeProtocol):
-            raise ConfigError(
-                "judge",
-                type(judge).__name__,
-                "must be a judge (suffice.JudgeProtocol): a suffice.Judge, Client or AsyncClient",
-            )
-        self.judge = judge
+        self.judge = require_judge(judge)
         #: The judge's gate: reads each record and routes each verdict.
         self.gate = judge.gate_for()
         self.retriever = retriever
