@@ -119,12 +119,7 @@ class AuditLog(Database):
         """Every retrieval attempt in sequence order, JSON columns parsed."""
         rows = list(self._select(f"SELECT seq, {', '.join(RETRIEVAL_COLUMN_NAMES)} FROM retrievals ORDER BY seq", ()))
         for row in rows:
-            for key in RETRIEVAL_JSON_COLUMNS:
-                if row.get(key):
-                    try:
-                        row[key] = json.loads(row[key])
-                    except ValueError:
-                        raise AuditError(f"{self.path}: retrieval attempt {row['seq']}: {key} is not JSON") from None
+            self._parse_json(row, RETRIEVAL_JSON_COLUMNS, "retrieval attempt")
         return rows
 
     def export_rows(self, since: str | None = None, until: str | None = None) -> Iterator[dict[str, Any]]:
@@ -137,17 +132,21 @@ class AuditLog(Database):
     def _with_reviews(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         reviews = self._reviews_by_evaluation()
         for row in rows:
-            for key in JSON_COLUMNS:
-                if row.get(key):
-                    try:
-                        row[key] = json.loads(row[key])
-                    except ValueError:
-                        raise AuditError(
-                            f"{self.path}: row {row['seq']}: {key} is not JSON (was the log altered? "
-                            "`suffice audit verify` names the damage)"
-                        ) from None
+            self._parse_json(
+                row, JSON_COLUMNS, "row", " (was the log altered? `suffice audit verify` names the damage)"
+            )
             row["reviews"] = reviews.get(row["seq"], [])
             yield row
+
+    def _parse_json(self, row: dict[str, Any], keys: Iterable[str], what: str, hint: str = "") -> None:
+        """Parse ``row``'s JSON columns among ``keys`` in place; one that does not parse is an :class:`AuditError`
+        naming ``what`` and its ``seq``."""
+        for key in keys:
+            if row.get(key):
+                try:
+                    row[key] = json.loads(row[key])
+                except ValueError:
+                    raise AuditError(f"{self.path}: {what} {row['seq']}: {key} is not JSON{hint}") from None
 
     def _reviews_by_evaluation(self) -> dict[int, list[dict[str, Any]]]:
         """Each evaluation row's reviews without their payload (the record the row already hashes), with
