@@ -52,7 +52,7 @@ from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
 from suffice.records.item import record_id
-from suffice.results import ErrorInfo, JudgeResult, TokenCounts
+from suffice.results import CacheHit, Cascade, ErrorInfo, JudgeResult, TokenCounts
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
@@ -543,6 +543,10 @@ def _result(row: Mapping[str, Any], gate: str) -> JudgeResult:
         prompt_version=row["prompt_version"],
         tokens=TokenCounts.model_validate(row.get("tokens", {})),
         retries=row.get("retries", 0),
+        # A hit's mark and the cascade's answer, as the in-process judge gives them (a served cache hit was
+        # indistinguishable from a fresh verdict through the client).
+        cached=CacheHit.model_validate(row["cached"]) if row.get("cached") is not None else None,
+        cascade=Cascade.model_validate(row["cascade"]) if row.get("cascade") is not None else None,
     )
 
 

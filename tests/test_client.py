@@ -400,3 +400,24 @@ def test_a_429_past_the_retries_or_the_longest_wait_is_service_unavailable(setti
             Client(url, **settings).judge(record(2))
         assert time.monotonic() - began < 2
     assert caught.value.status == 429
+
+
+def test_a_served_rows_cache_mark_and_cascade_come_back_as_the_in_process_result() -> None:
+    """A verdict the service's cache answered says so through the client as it does in process (the mark was
+    dropped: a cached answer looked freshly judged), and so does the cascade's answer."""
+    from suffice.client import _result
+    from suffice.results import CacheHit, Cascade
+    from suffice.rows.shaping import result_row
+
+    judge = Judge(ScriptedEngine(good), config=JudgeConfig())
+    [fresh] = judge.judge_batch([record(0)])
+    marked = fresh.model_copy(
+        update={
+            "cached": CacheHit(first_judged="2026-12-04T10:00:00+00:00"),
+            "cascade": Cascade(detail="full", reason="within margin", probability=0.55, margin=0.1),
+            "raw_text": None,  # the service sends neither the model's text
+            "fence": None,  # nor the prompt's fence token
+        }
+    )
+    back = _result(result_row(marked, judge.gate, "suffice", 0), judge.gate.name)
+    assert back == marked
