@@ -137,8 +137,17 @@ def run_json_schema(llm: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
+    # vLLM refuses the seed's schema with xgrammar ("features not supported": ``uniqueItems`` on the two id lists),
+    # so the peer drops them, as a user would; the repeats it then allows are what ``seed_valid`` counts invalid.
+    schema = {
+        **RAGFLOW_SCHEMA,
+        "properties": {
+            name: {k: v for k, v in prop.items() if k != "uniqueItems"}
+            for name, prop in RAGFLOW_SCHEMA["properties"].items()
+        },
+    }
     params = SamplingParams(
-        temperature=0.0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(json=RAGFLOW_SCHEMA)
+        temperature=0.0, max_tokens=MAX_TOKENS, structured_outputs=StructuredOutputsParams(json=schema)
     )
     conversations = [[{"role": "user", "content": ragflow_prompt(r)}] for r in items]
     llm.chat(conversations[:2], params, use_tqdm=False)  # warm-up: the schema's grammar compiled out of the timing
