@@ -543,8 +543,8 @@ def _result(row: Mapping[str, Any], gate: str) -> JudgeResult:
         prompt_version=row["prompt_version"],
         tokens=TokenCounts.model_validate(row.get("tokens", {})),
         retries=row.get("retries", 0),
-        # A hit's mark and the cascade's answer, as the in-process judge gives them (a served cache hit was
-        # indistinguishable from a fresh verdict through the client).
+        # A hit's mark and the cascade's answer, as the in-process judge gives them: a caller tells a cached or
+        # decision-only verdict from a fresh full one the same way through either.
         cached=CacheHit.model_validate(row["cached"]) if row.get("cached") is not None else None,
         cascade=Cascade.model_validate(row["cascade"]) if row.get("cascade") is not None else None,
     )

@@ -74,7 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         gone = {id(item) for item in dropped}
         items[:] = [item for item in items if id(item) not in gone]
     # A whole module moves with its users: a test that reaches the server through ``request.getfixturevalue`` does
-    # not name it, and left behind it built the module's shared verdicts a second time (55 s, 2026-12-04).
+    # not name it, and a module split in two builds its module-scoped verdicts twice.
     modules = {item.nodeid.split("::")[0] for item in items if "vllm_server" in getattr(item, "fixturenames", ())}
     server = [item for item in items if item.nodeid.split("::")[0] in modules]
     if server:

@@ -290,7 +290,7 @@ def test_a_request_to_the_service_sets_the_option():
 @pytest.mark.any_backend
 def test_the_models_insufficient_verdict_holds_queries_within_the_bounds(engine):
     # A labeled insufficient one (no answer in its chunks) and two made up; a small model calls some of them
-    # sufficient.  Three, not six: six full verdicts took 272 s of a CI run on two cores.
+    # sufficient.  Few records: each full verdict is tens of seconds of CI on two cores.
     unanswerable = [r for r in load_records("squad2.jsonl", 12) if r.get("sufficient") is False][:1]
     records = [
         *unanswerable,

@@ -3,8 +3,8 @@
 Its own small module (the vLLM matrix runs every gate on three backends): this engine
 re-encodes the whole prompt for every segment, and in the full matrix it took 17.6 of
 the suite's 55 minutes on two cores.  Here: real records on two gates, plus the
-hostile-text item, each verdict checked like the vLLM ones (one real record for sufficiency: each took about 19 s
-of a CI run, and the vLLM matrix judges many).
+hostile-text item, each verdict checked like the vLLM ones (one real record for sufficiency: each costs about 19 s
+of CI, and the vLLM matrix judges many).
 """
 
 from __future__ import annotations
