@@ -8,6 +8,13 @@ metadata (what every chunk pays); a chunk's structure is the user message's toke
 the chunks shown, less those with none, less the chunks' own text, over the number of
 chunks.  No engine: the tokenizers only.
 
+Measured with the embedded model's tokenizer and with every other tokenizer on this
+machine: Mistral's, which ``mistral_common`` (a vLLM dependency) ships in its ``data/``
+folder, loaded through its own classes.  The tokenizer of the model README recommends
+(Qwen2.5) is not on this machine.  The "after" token is drawn with a fixed secret, so a
+tokenizer that splits some fence words measures the same on every run; ``word_tokens``
+is what a fence word costs on average over the whole list, whatever the secret draws.
+
     .venv/bin/python benchmarks/bench_fences.py [--tokenizer FOLDER ...] [--items 20]
 """
 
@@ -24,12 +31,22 @@ from common import SAMPLE, report
 from transformers import AutoTokenizer
 
 from suffice.gates.registry import make_gate
-from suffice.prompts.templates import FENCE_BITS, Fence, PromptTemplate, fence_seed
+from suffice.prompts.templates import FENCE_BITS, Fence, PromptTemplate, fence_seed, fence_words
 from suffice.serving.models import EMBEDDED_NAME, resolve_model
 
 GATES = {"sufficiency": None, "recovery": None, "adequacy": {"rubric": "customer-support"}}
 #: What issue 41 asks a chunk's fence to cost at most, with the embedded model's tokenizer.
 TARGET = 12
+#: The fence secret the "after" design is measured with (the process's own is random).
+SECRET = hashlib.sha256(b"bench_fences").digest()
+#: mistral_common's tokenizer files (in its ``data/`` folder) and the open-weight models
+#: that use each (v2 is the same vocabulary as v3, for API models only).
+MISTRAL = {
+    "tokenizer.model.v1": "Mistral-7B-Instruct v0.1/v0.2, Mixtral-8x7B-Instruct",
+    "mistral_instruct_tokenizer_240323.model.v3": "Mistral-7B-Instruct v0.3, Mixtral-8x22B, Codestral-22B",
+    "mistral_instruct_tokenizer_241114.model.v7": "Mistral-Large-Instruct-2411",
+    "tekken_240718.json": "Mistral-Nemo-Instruct-2407, Ministral-8B-Instruct",
+}
 
 
 class HexFence(Fence):
@@ -42,7 +59,7 @@ class HexFence(Fence):
 def fence_for(design: str, seed: str) -> Fence:
     if design == "before":
         return HexFence(hashlib.sha256(f"0:{seed}".encode()).hexdigest()[:16])
-    return Fence.around([], seed)[0]
+    return Fence.around([], seed, SECRET)[0]
 
 
 def user_message(template: PromptTemplate, fence: Fence, question: str, texts: list[str]) -> str:
@@ -59,22 +76,58 @@ def structure_per_chunk(tokenizer: Any, gate: str, design: str, record: dict[str
     texts = [c["text"] for c in record["chunks"]]
     fence = fence_for(design, fence_seed([record["question"], *texts]))
 
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False))
+    shown = count(tokenizer, user_message(template, fence, record["question"], texts))
+    none = count(tokenizer, user_message(template, fence, record["question"], []))
+    # A chunk's text follows a line break in the prompt; counted there, a SentencePiece
+    # tokenizer's leading-space piece does not count as fence.
+    return (shown - none - sum(count(tokenizer, t, after="\n") for t in texts)) / len(texts)
 
-    shown = count(user_message(template, fence, record["question"], texts))
-    none = count(user_message(template, fence, record["question"], []))
-    return (shown - none - sum(count(t) for t in texts)) / len(texts)
+
+def count(tokenizer: Any, text: str, after: str = "") -> int:
+    """Tokens ``text`` costs where it follows ``after``."""
+    return len(tokenizer.encode(after + text, add_special_tokens=False)) - (
+        len(tokenizer.encode(after, add_special_tokens=False)) if after else 0
+    )
+
+
+def word_tokens(tokenizer: Any) -> float:
+    """Mean tokens a fence word costs after a space, over the whole list."""
+    return statistics.fmean(count(tokenizer, f" {w}", after="<<end") for w in fence_words())
+
+
+class MistralTokenizer:
+    """One of mistral_common's tokenizers behind the ``encode`` call :func:`count` makes."""
+
+    def __init__(self, path: Path) -> None:
+        from mistral_common.tokens.tokenizers.mistral import MistralTokenizer as Loaded
+
+        self._tokenizer = Loaded.from_file(str(path)).instruct_tokenizer.tokenizer
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tokenizer.encode(text, bos=add_special_tokens, eos=False))
+
+
+def mistral_tokenizers() -> dict[str, Path]:
+    """The files of :data:`MISTRAL` on this machine (none without mistral_common)."""
+    try:
+        import mistral_common
+    except ImportError:
+        return {}
+    folder = Path(mistral_common.__file__).parent / "data"
+    return {name: folder / name for name in MISTRAL if (folder / name).is_file()}
 
 
 def load_tokenizer(folder: str) -> Any:
+    if Path(folder).name in MISTRAL:
+        return MistralTokenizer(Path(folder))
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def measure(tokenizer: Any, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
+    words = word_tokens(tokenizer)
     for gate in GATES:
-        row: dict[str, Any] = {"gate": gate}
+        row: dict[str, Any] = {"gate": gate, "word_tokens": words}
         for design in ("before", "after"):
             costs = [structure_per_chunk(tokenizer, gate, design, r) for r in records]
             row[f"{design}_mean"] = statistics.fmean(costs)
@@ -85,18 +138,24 @@ def measure(tokenizer: Any, records: list[dict[str, Any]]) -> list[dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", action="append", default=[], help="a model folder (default: the embedded)")
+    parser.add_argument(
+        "--tokenizer", action="append", default=[], help="a model folder (default: the embedded and Mistral's)"
+    )
     parser.add_argument("--items", type=int, default=20)
     args = parser.parse_args()
     records = [json.loads(line) for line in SAMPLE.open()][: args.items]
-    folders = args.tokenizer or [str(resolve_model(None).path)]
+    folders = {Path(f).name: f for f in args.tokenizer} or {
+        EMBEDDED_NAME: str(resolve_model(None).path),
+        **{name: str(path) for name, path in mistral_tokenizers().items()},
+    }
     rows = []
-    for folder in folders:
-        name = EMBEDDED_NAME if not args.tokenizer else Path(folder).name
-        rows += [{"tokenizer": name, **row} for row in measure(load_tokenizer(folder), records)]
+    for name, folder in folders.items():
+        models = MISTRAL.get(name, name)
+        rows += [{"tokenizer": name, "models": models, **row} for row in measure(load_tokenizer(folder), records)]
     columns = [
         ("tokenizer", "tokenizer", ""),
         ("gate", "gate", ""),
+        ("word_tokens", "tokens/word", ".2f"),
         ("before_mean", "before: tokens/chunk", ".1f"),
         ("before_max", "before: max", ".1f"),
         ("after_mean", "after: tokens/chunk", ".1f"),
