@@ -8,7 +8,8 @@ Checked in this order, the cheapest first; every refusal names the field (422) o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +165,17 @@ class Admission:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
         return Admitted(records, {**query, **body_options}, where, chunks)
+
+    @contextlib.contextmanager
+    def answering(self, admitted: Admitted) -> Iterator[Callable[[Any], None]]:
+        """While its request is being answered, count ``admitted`` as waiting for its verdicts; yields the
+        callback that releases its items when its work ends (:meth:`hold`)."""
+        release = self.hold(admitted)
+        self.metrics.waiting.inc()
+        try:
+            yield release
+        finally:
+            self.metrics.waiting.dec()
 
     def hold(self, admitted: Admitted) -> Callable[[Any], None]:
         """Count ``admitted`` as pending; the callback releases it when its work ends (not when the answer

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from suffice.gates.base import Gate
 from suffice.gates.roles import model_positive
 from suffice.grammars.routes import Route
-from suffice.results import Judged, JudgeResult
+from suffice.results import Judged
 
 #: Where judge requests go: ``/v1/judge/<gate>``.
 JUDGE_PATH = "/v1/judge/"
@@ -106,13 +106,10 @@ class Metrics:
         """Set ``suffice_build_info``'s labels (the names given when made)."""
         (self._info.labels(**build) if build else self._info).set(1)
 
-    def observe(self, gate: str, results: list[JudgeResult], seconds: float, judged_by: Gate | None = None) -> None:
-        """Count a request's answered results, as :meth:`on_judged` counts them published."""
-        self.on_judged(Judged((), results, seconds, judged_by, gate))
-
     def on_judged(self, judged: Judged) -> None:
-        """A :class:`~suffice.results.ResultsObserver`: count a batch's results under its name; its gate (the one
-        that judged them) routes each verdict and says whether its decision overrode the model's own."""
+        """A :class:`~suffice.results.ResultsObserver` (of the service's results, each request's once it is
+        answered): count a batch's results under its name; its gate (the one that judged them) routes each verdict
+        and says whether its decision overrode the model's own."""
         gate, judged_by = judged.name, judged.gate
         self.latency.labels(gate).observe(judged.seconds)
         for result in judged.results:

@@ -59,7 +59,7 @@ class Readiness:
         if isinstance(service, Future):
             service.add_done_callback(self._start_ended)
         else:
-            self.service = service
+            self._serve(service)
         self._since = time.monotonic()
         # Probes get a thread of their own, or readiness would fail exactly when the server is busy.
         self._probes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suffice-probe")
@@ -78,8 +78,13 @@ class Readiness:
             return
         service = start.result()
         self.metrics.describe(build_info(service.engine, self.gates))
-        self.service = service
+        self._serve(service)
         self.metrics.engine_alive.set(1)
+
+    def _serve(self, service: Any) -> None:
+        """The routes judge on ``service`` from now on, and ``/metrics`` counts the results it publishes."""
+        service.results.subscribe(self.metrics)
+        self.service = service
 
     @property
     def dead(self) -> str | None:

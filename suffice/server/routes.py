@@ -123,50 +123,46 @@ class Routes:
     ) -> Response:
         options = Options(values=admitted.options, fmt=format)
         cancel = threading.Event()
-        metrics = self.metrics
-        metrics.waiting.inc()
-        try:
-            release = self.admission.hold(admitted)
-            # The worker thread judges in the caller's trace (a `traceparent` header), where spans are recorded.
-            traced = attached(request_context(request.headers), service.judge)
-            work = asyncio.ensure_future(self.in_thread(traced, gate, admitted.records, options, cancel))
-            work.add_done_callback(release)
-            work.add_done_callback(_retrieve)
-            timeout = self.config.request_timeout
-            deadline = asyncio.get_running_loop().time() + timeout
-            while True:
-                left = deadline - asyncio.get_running_loop().time()
-                done, _ = await asyncio.wait({work}, timeout=max(0.0, min(POLL_SECONDS, left)))
-                if done:
-                    break
-                if left <= 0:
-                    cancel.set()  # the engine stops this request's generation
-                    return JSONResponse({"detail": f"not judged within {timeout:g} s"}, status_code=504)
-                if await request.is_disconnected():
-                    cancel.set()
-                    return Response(status_code=499)
-            outcome = work.result()
-        except asyncio.CancelledError:
-            # The drain ran out or the loop is closing: stop the generation too.
-            cancel.set()
-            raise
-        except RequestError as exc:
-            field = exc.field or ""
-            return _refused_request(exc, admitted.where.get(field, ["query", field or "query"]))
-        except SufficeError as exc:
-            status = status_of(exc).http  # the one table the command line reads too
-            if status >= 500 and status != 503:
+        with self.admission.answering(admitted) as release:
+            try:
+                # The worker thread judges in the caller's trace (a `traceparent` header), where spans are recorded.
+                traced = attached(request_context(request.headers), service.judge)
+                work = asyncio.ensure_future(self.in_thread(traced, gate, admitted.records, options, cancel))
+                work.add_done_callback(release)
+                work.add_done_callback(_retrieve)
+                timeout = self.config.request_timeout
+                deadline = asyncio.get_running_loop().time() + timeout
+                while True:
+                    left = deadline - asyncio.get_running_loop().time()
+                    done, _ = await asyncio.wait({work}, timeout=max(0.0, min(POLL_SECONDS, left)))
+                    if done:
+                        break
+                    if left <= 0:
+                        cancel.set()  # the engine stops this request's generation
+                        return JSONResponse({"detail": f"not judged within {timeout:g} s"}, status_code=504)
+                    if await request.is_disconnected():
+                        cancel.set()
+                        return Response(status_code=499)
+                # The service published its results to what counts them (`/metrics`) as it returned them.
+                outcome = work.result()
+            except asyncio.CancelledError:
+                # The drain ran out or the loop is closing: stop the generation too.
+                cancel.set()
+                raise
+            except RequestError as exc:
+                field = exc.field or ""
+                return _refused_request(exc, admitted.where.get(field, ["query", field or "query"]))
+            except SufficeError as exc:
+                status = status_of(exc).http  # the one table the command line reads too
+                if status >= 500 and status != 503:
+                    return _internal_error()
+                if isinstance(exc, EngineFatalError):
+                    self.readiness.fatal(str(exc))
+                    return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=status)
+                # Judged, but not answered: a verdict the audit log does not hold is not given.
+                return JSONResponse({"detail": f"not answered: {exc}"}, status_code=status)
+            except Exception:
                 return _internal_error()
-            if isinstance(exc, EngineFatalError):
-                self.readiness.fatal(str(exc))
-                return JSONResponse({"detail": f"the engine cannot judge: {exc}"}, status_code=status)
-            # Judged, but not answered: a verdict the audit log does not hold is not given.
-            return JSONResponse({"detail": f"not answered: {exc}"}, status_code=status)
-        except Exception:
-            return _internal_error()
-        finally:
-            metrics.waiting.dec()
-        metrics.observe(gate, outcome.results, outcome.seconds, outcome.gate)
         body = {"request_id": outcome.request_id, "gate": gate, "results": outcome.rows}
         return JSONResponse(body, headers={"x-request-id": outcome.request_id})
 

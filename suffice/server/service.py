@@ -28,7 +28,7 @@ from suffice.gates import Gate
 from suffice.judge import Judge
 from suffice.records.fields import FieldMap
 from suffice.records.item import Item
-from suffice.results import JudgeResult
+from suffice.results import Judged, JudgeResult, ResultsStream
 from suffice.rows.shaping import result_row
 from suffice.server.config import ServeConfig, options_for
 from suffice.server.contract import settable
@@ -100,8 +100,6 @@ class Outcome:
     rows: list[dict[str, Any]]
     results: list[JudgeResult]
     seconds: float
-    #: The gate that judged them (it routes each verdict for the metrics).
-    gate: Gate | None = None
 
 
 class _AuditWriter:
@@ -153,6 +151,9 @@ class GateService:
         self.dead: str | None = None
         #: Records routed to a person with no audit log to queue them (said in the log, and again at close).
         self.unqueued_reviews = 0
+        #: Each request's results, published once they are to be answered (the audit log holds them): what
+        #: ``/metrics`` counts (:class:`~suffice.server.metrics.Metrics` observes it), so it counts what clients get.
+        self.results = ResultsStream()
         for gate in config.gates:  # a bad default option fails at start-up
             self._defaults[gate] = self._build(gate, Options())
         if config.audit_db is not None and self._audit is None:
@@ -299,7 +300,9 @@ class GateService:
             row = result_row(_shown(result), judge.gate, options.fmt, index)
             row["index"] = row.pop("line")
             rows.append(row)
-        return Outcome(request_id, rows, results, seconds, judge.gate)
+        if cancel is None or not cancel.is_set():  # set: the route answered 504 or 499, not these results
+            self.results.publish(Judged(records, results, seconds, judge.gate, gate))
+        return Outcome(request_id, rows, results, seconds)
 
     def check_alive(self) -> None:
         self.engine.check_alive()
