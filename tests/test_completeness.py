@@ -12,7 +12,7 @@ from pydantic import BaseModel
 import suffice
 from suffice.formats.verdicts import verdict_format
 from suffice.formats.verdicts.seed import SeedVerdicts
-from suffice.gates import DecisionGate, Gate, GateOptions, gate_class, gate_names, make_gate, roles
+from suffice.gates import DecisionGate, Gate, GateOptions, Verdict, gate_class, gate_names, make_gate, roles
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES as KINDS
@@ -66,7 +66,8 @@ def test_every_gate_names_the_pydantic_class_of_its_verdicts(gate):
     model = type(gate).__dict__.get("verdict_model")
     assert isinstance(model, type), type(gate).__name__
     assert issubclass(model, BaseModel)
-    assert typing.get_type_hints(type(gate).parse)["return"] is model
+    parses = type(gate).parse if _own(gate, "parse") else type(gate).from_output
+    assert typing.get_type_hints(parses)["return"] is model
     item = roles.parse_item(gate, RECORD)
     assert isinstance(roles.shortcut(gate, item), model)
 
@@ -117,10 +118,25 @@ BUILT_IN_HOOKS = ("calibration_scores", "is_positive", "model_positive")
 BUILT_IN = [g for g in GATES if type(g).__module__.startswith("suffice.")]
 
 
+def _own(gate: Gate, hook: str) -> bool:
+    return getattr(type(gate), hook) is not getattr(Gate, hook)
+
+
 @pytest.mark.parametrize("gate", GATES, ids=lambda g: g.name)
 @pytest.mark.parametrize("hook", HOOKS)
-def test_every_gate_defines_its_own_hooks(gate, hook):
-    assert getattr(type(gate), hook) is not getattr(Gate, hook)
+def test_every_gate_defines_its_own_hooks_or_what_the_core_derives_them_from(gate, hook):
+    """Its own, or the core's derived from its declarations: the constraint and the parse from ``output_model`` and
+    ``from_output``, the route from a :class:`suffice.Verdict`'s ``passes``."""
+    if hook == "route":
+        assert _own(gate, hook) or issubclass(gate.verdict_model, Verdict)
+    else:
+        assert _own(gate, hook) or (gate.output_model is not None and callable(getattr(gate, "from_output", None)))
+
+
+@pytest.mark.parametrize("gate", BUILT_IN, ids=lambda g: g.name)
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_built_in_gate_defines_its_own_hooks(gate, hook):
+    assert _own(gate, hook)
 
 
 @pytest.mark.parametrize("gate", BUILT_IN, ids=lambda g: g.name)

@@ -1,6 +1,6 @@
 """The gates: each one package, found by name through :mod:`suffice.gates.registry`."""
 
-from suffice.gates.base import CalibrationChoice, Gate, GateOptions
+from suffice.gates.base import CalibrationChoice, Gate, GateOptions, Verdict
 from suffice.gates.decision import DecisionGate
 from suffice.gates.registry import DEFAULT_GATE, DETAILS, gate_class, gate_names, make_gate
 
@@ -11,6 +11,7 @@ __all__ = [
     "DecisionGate",
     "Gate",
     "GateOptions",
+    "Verdict",
     "gate_class",
     "gate_names",
     "make_gate",

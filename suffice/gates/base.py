@@ -6,7 +6,7 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 from __future__ import annotations
 
 import warnings
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +14,9 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from suffice.exceptions import ConfigError
+from suffice.exceptions import ConfigError, VerdictError
 from suffice.grammars.constraint import Constraint
+from suffice.grammars.models import model_rx
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
@@ -110,14 +111,37 @@ def fitted_mismatch(fitted: Mapping[str, str], engine_settings: Mapping[str, str
     return "the calibrated threshold was fitted under " + ", ".join(differ)
 
 
+class Verdict(BaseModel):
+    """What every verdict holds, for a gate's ``verdict_model`` to extend with its own fields: the decision that
+    routes (``passes``, computed in code), its probability and what fitting the prompt cut.  suffice fills all but
+    ``passes`` (the default ``parse``, a shortcut, the decision probability): a gate computes only its own."""
+
+    #: Whether the verdict says "enough evidence": what the default :meth:`Gate.route` delivers on.
+    passes: bool
+    prompt_version: str = ""
+    #: P(the positive decision) from the engine's token log-probabilities (a gate with a decision token).
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    truncated_chunk_ids: list[int | str] = Field(default_factory=list)
+    omitted_chunk_ids: list[int | str] = Field(default_factory=list)
+    question_truncated: bool = False
+    model_called: bool = True
+
+
+#: The annotations of the fields a :class:`Verdict`'s default route reports as scores.
+_NUMBER = (float, float | None)
+
+
 class Gate(ABC):
     """A gate's core: its options, its template, a constraint, a parser and a route.
 
-    Everything else a gate may do is a role it takes by defining the role's names, found by
-    :mod:`suffice.gates.roles` (which also holds each role's default): a decision token (``decision_key``,
-    ``decision_json_values``, ``positive_value``) for ``--detail decision``, its own reading of records, a
-    calibrated threshold, commands of its own.  The names those roles had on this class stay one release as
-    deprecated defaults, attached by :mod:`suffice.gates.roles`.
+    A gate declaring ``output_model`` (a pydantic class of the JSON the model writes, see
+    :mod:`suffice.grammars.models`) and ``from_output(output, item, chunk_ids)`` (its :class:`Verdict` computed
+    from that output) gets :meth:`constraint_for` and :meth:`parse` derived from them, and a :class:`Verdict`
+    routes by its ``passes`` unless the gate writes :meth:`route`.  Everything else a gate may do is a role it
+    takes by defining the role's names, found by :mod:`suffice.gates.roles` (which also holds each role's
+    default): a decision token (``decision_key``, ``decision_json_values``, ``positive_value``) for ``--detail
+    decision``, its own reading of records, a calibrated threshold, commands of its own.  The names those roles
+    had on this class stay one release as deprecated defaults, attached by :mod:`suffice.gates.roles`.
     """
 
     name: str
@@ -128,6 +152,8 @@ class Gate(ABC):
     needs_response: bool = False
     #: The pydantic class of the verdicts ``parse`` and ``shortcut`` return (the Parquet schema's source).
     verdict_model: type[BaseModel]
+    #: The pydantic class of the JSON the model writes, when the constraint and the parse are derived from it.
+    output_model: ClassVar[type[BaseModel] | None] = None
 
     @classmethod
     def from_options(cls, options: GateOptions) -> Gate:
@@ -168,17 +194,44 @@ class Gate(ABC):
         """What the template's user part is rendered with, besides the item and the chunks shown."""
         return {}
 
-    @abstractmethod
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only."""
+        """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only.  By default
+        the JSON :attr:`output_model` describes, with its :data:`~suffice.grammars.models.ChunkLabel` fields
+        among the labels shown."""
+        return Constraint.from_rx(
+            model_rx(_output_model(self, "constraint_for"), len(shown)), f"{self.name}/{len(shown)}"
+        )
 
-    @abstractmethod
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> BaseModel:
-        """Turn the model's text into a verdict; raise ``VerdictError`` if it fails."""
+        """Turn the model's text into a verdict; raise ``VerdictError`` if it fails.  By default: the text must
+        be in the prompt's constraint and read as :attr:`output_model`; the gate's ``from_output`` computes the
+        verdict, and a :class:`Verdict`'s prompt version and fitting are filled in."""
+        model = _output_model(self, "parse")
+        if not fitted.constraint.matches(text):
+            raise VerdictError(f"output is not a {self.name} verdict in the form its constraint allows", text)
+        try:
+            output = model.model_validate_json(text)
+        except ValidationError as exc:
+            raise VerdictError(f"output is not a valid {model.__name__}: {exc}", text) from exc
+        verdict: BaseModel = self.from_output(output, item, fitted.chunk_ids)  # type: ignore[attr-defined]
+        if not isinstance(verdict, Verdict):
+            return verdict
+        cut = {k: getattr(fitted, k) for k in ("truncated_chunk_ids", "omitted_chunk_ids", "question_truncated")}
+        return verdict.model_copy(update={"prompt_version": self.prompt_version, **cut})
 
-    @abstractmethod
     def route(self, verdict: BaseModel) -> Routing:
-        """Where the verdict sends the item, by the decision that counts (the calibrated one, if any)."""
+        """Where the verdict sends the item, by the decision that counts (the calibrated one, if any).  By default
+        a :class:`Verdict` delivers when it ``passes``; else a gate checking a response abstains and one judging
+        evidence asks for more; its scores are its numbers."""
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"the {self.name} gate routes no {type(verdict).__name__}: define route")
+        numbers = (k for k, info in type(verdict).model_fields.items() if info.annotation in _NUMBER)
+        scores = {k: getattr(verdict, k) for k in numbers}
+        said = ", ".join(f"{k} {v:.2f}" for k, v in scores.items() if v is not None)
+        reason = ("passes" if verdict.passes else "does not pass") + (f" ({said})" if said else "")
+        if verdict.passes:
+            return Routing("deliver", reason, scores=scores)
+        return Routing("abstain" if self.needs_response else "retrieve_more", reason, scores=scores)
 
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether the verdict says "enough evidence" (the decision that routes): by default, whether
@@ -195,3 +248,9 @@ class Gate(ABC):
         from suffice.formats.verdicts import export
 
         return export(self, verdict, fmt)
+
+
+def _output_model(gate: Gate, needed_by: str) -> type[BaseModel]:
+    if gate.output_model is None:
+        raise TypeError(f"the {gate.name} gate declares no output_model to derive {needed_by} from: define it")
+    return gate.output_model

@@ -26,8 +26,9 @@ from suffice.records.item import Chunk, Item
 
 
 class FromInner:
-    """A declaration read from the wrapped gate (``self.inner``) each time it is asked for, never copied (a role's
-    name as the inner gate's own: ``None`` where it has none)."""
+    """A declaration read from the wrapped gate (``self.inner``) each time it is asked for, never copied: a core
+    declaration as the inner gate has it, the decision token as :func:`~suffice.gates.roles.decision_of` reads it
+    (``None`` where it has none)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -36,22 +37,16 @@ class FromInner:
         if gate is None:
             return None
         inner = gate.inner  # type: ignore[attr-defined]
-        return getattr(inner, self.name) if self.name in _CORE else roles.own(inner, self.name)
-
-
-_CORE = ("name", "template", "needs_response", "verdict_model")
+        if self.name not in roles.TOKEN_NAMES:
+            return getattr(inner, self.name)
+        token = roles.decision_of(inner)
+        return None if token is None else getattr(token, roles.TOKEN_NAMES[self.name])
 
 
 class Wrapping(Gate):
-    """A gate around another (``inner``): its name, template, needs and decision token are the inner gate's,
+    """A gate around another (``inner``): every declaration of the core but the class-wide ones (its name,
+    template, needs, verdict model) and its decision token are the inner gate's, read through :class:`FromInner`,
     and so is how a record is read."""
-
-    name = FromInner()
-    template = FromInner()
-    needs_response = FromInner()
-    decision_key = FromInner()
-    decision_json_values = FromInner()
-    positive_value = FromInner()
 
     def __init__(self, inner: Gate) -> None:
         self.inner = inner
@@ -61,6 +56,18 @@ class Wrapping(Gate):
 
     def user_context(self, item: Item) -> dict[str, Any]:
         return self.inner.user_context(item)
+
+
+#: What a wrapper reads from the gate it wraps, derived from the core's declarations (a ``ClassVar`` is the
+#: class's own: its options and output model) and the decision role's.
+FROM_INNER = (
+    *(name for name, hint in Gate.__annotations__.items() if not str(hint).startswith("ClassVar")),
+    *roles.TOKEN_NAMES,
+)
+for _name in FROM_INNER:
+    _from_inner = FromInner()
+    _from_inner.__set_name__(Wrapping, _name)
+    setattr(Wrapping, _name, _from_inner)
 
 
 class DecisionGate(Wrapping):
@@ -158,8 +165,6 @@ class AutoGate(Wrapping):
     """Any gate at ``detail="auto"`` (the cascade): :class:`~suffice.judge.Judge` decides every record with
     :attr:`decision` and judges again with :attr:`inner` (a full verdict) those its :meth:`escalate` picks.  A
     row holds either kind of verdict, so everything asked of a verdict goes to the gate whose verdict it is."""
-
-    verdict_model = FromInner()
 
     def __init__(self, inner: Gate) -> None:
         super().__init__(inner)

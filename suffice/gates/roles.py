@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, get_origin
 
 from pydantic import BaseModel
 
 from suffice.exceptions import ConfigError
 from suffice.files import replace_atomically
-from suffice.gates.base import CalibrationChoice, Gate
+from suffice.gates.base import CalibrationChoice, Gate, Verdict
 from suffice.grammars.decision import decision_marker as marker_of
 from suffice.records.item import Chunk, Item, parse_record
 
@@ -171,9 +171,16 @@ def _save_option(gate: Gate, choice: CalibrationChoice, destination: Path | None
     return f"saved {option} {choice.threshold:.3f} to {destination}; judge with {flag} {choice.threshold:.3f}"
 
 
+def _probability(gate: Gate, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
+    token = decision_of(gate)
+    if probabilities is None or token is None or not isinstance(verdict, Verdict):
+        return verdict
+    return verdict.model_copy(update={"probability": probabilities.get(token.positive)})
+
+
 _DEFAULTS: dict[str, Any] = {
     "check_detail": _no_detail_but_full,
-    "with_probabilities": lambda gate, verdict, probabilities: verdict,
+    "with_probabilities": _probability,
     "model_positive": lambda gate, verdict: None,
     "parse_item": lambda gate, record: parse_record(record, need_response=gate.needs_response),
     "shortcut": lambda gate, item: None,
@@ -234,12 +241,26 @@ class Decision:
         return marker_of(self.key)
 
 
+#: The decision role's declarations, each with the :class:`Decision` attribute it becomes.
+TOKEN_NAMES = {"decision_key": "key", "decision_json_values": "values", "positive_value": "positive"}
+
+
 def decision_of(gate: object) -> Decision | None:
-    """``gate``'s decision token (a gate or a gate class), or ``None`` when it declares none."""
+    """``gate``'s decision token (a gate or a gate class), or ``None`` when it declares none.  Without
+    ``decision_json_values``, the values are those of the ``Literal`` field ``decision_key`` names in the gate's
+    ``output_model``."""
     key = own(gate, "decision_key")
     if not key:
         return None
-    return Decision(key, tuple(own(gate, "decision_json_values") or ()), own(gate, "positive_value") or "")
+    values = own(gate, "decision_json_values") or _literal_values(getattr(gate, "output_model", None), key)
+    return Decision(key, tuple(values), own(gate, "positive_value") or "")
+
+
+def _literal_values(model: type[BaseModel] | None, key: str) -> tuple[str, ...]:
+    field = None if model is None else model.model_fields.get(key)
+    if field is None or get_origin(field.annotation) is not Literal:
+        return ()
+    return tuple(json.dumps(value) for value in get_args(field.annotation))
 
 
 def check_detail(gate: Gate, detail: str) -> None:
@@ -251,7 +272,8 @@ def check_detail(gate: Gate, detail: str) -> None:
 
 
 def with_probabilities(gate: Gate, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-    """The verdict with its decision probabilities filled in (default: unchanged)."""
+    """The verdict with its decision probabilities filled in (default: a :class:`~suffice.gates.base.Verdict`'s
+    ``probability`` is the positive value's; another verdict unchanged)."""
     return _call(gate, "with_probabilities", verdict, probabilities)  # type: ignore[no-any-return]
 
 
@@ -271,8 +293,12 @@ def parse_item(gate: Gate, record: object) -> Item:
 
 
 def shortcut(gate: Gate, item: Item) -> BaseModel | None:
-    """A verdict decided without the model, or ``None`` to ask it (the default)."""
-    return _call(gate, "shortcut", item)  # type: ignore[no-any-return]
+    """A verdict decided without the model, or ``None`` to ask it (the default); a
+    :class:`~suffice.gates.base.Verdict` gets its prompt version and ``model_called=False`` filled in."""
+    verdict = _call(gate, "shortcut", item)
+    if isinstance(verdict, Verdict):
+        return verdict.model_copy(update={"prompt_version": gate.prompt_version, "model_called": False})
+    return verdict  # type: ignore[no-any-return]
 
 
 def item_constraint(gate: Gate, item: Item, shown: Sequence[Chunk]) -> Constraint:

@@ -1,7 +1,9 @@
 """The toolkit a gate's constraint is built from: regular-expression algebra with byte
-bounds, the constraint and its segments, the decision-only form, and routes."""
+bounds, the constraint and its segments, a constraint read from a pydantic model of the output, the
+decision-only form, and routes."""
 
 from suffice.grammars.constraint import Constraint, Segment
+from suffice.grammars.models import ChunkLabel, model_rx
 from suffice.grammars.regex import (
     JSON_BOOL,
     UNIT_INTERVAL,
@@ -21,6 +23,7 @@ from suffice.grammars.routes import Route, Routing
 __all__ = [
     "JSON_BOOL",
     "UNIT_INTERVAL",
+    "ChunkLabel",
     "Constraint",
     "Route",
     "Routing",
@@ -32,6 +35,7 @@ __all__ = [
     "json_object",
     "json_string",
     "lit",
+    "model_rx",
     "opt",
     "repeat",
     "seq",

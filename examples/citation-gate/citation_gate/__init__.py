@@ -1,8 +1,10 @@
 """A suffice gate of its own: does each sentence of ``response`` cite a chunk that supports it?
 
 Written only against suffice's public API and registered under the ``suffice.gates`` entry point
-(``pyproject.toml``).  It is a gate's core (options, template, constraint, parse, route) plus what it
-declares: a decision token (``--detail decision``) and the option a calibrated threshold sets.
+(``pyproject.toml``).  A gate's core is its options, its template, the JSON the model writes (``Output``: suffice
+derives the constraint and the parse from it), the verdict computed from that output in code and its route.
+Beside the core it declares a decision token (``--detail decision``, its values read from ``Output.decision``)
+and the option a calibrated threshold sets.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 import suffice
-from suffice.grammars import Constraint, alt, json_list, lit, seq
+from suffice.grammars import ChunkLabel
 
 MAX_SENTENCES = 16  # sentences checked per response; later ones are counted as unchecked
 
@@ -29,89 +31,60 @@ class CitationOptions(suffice.GateOptions):
     per_request = frozenset({"min_cited_share"})
 
 
+class Output(BaseModel):
+    """What the model writes: for each sentence the label of a chunk that supports it, or null."""
+
+    citations: list[ChunkLabel | None] = Field(max_length=MAX_SENTENCES)
+    decision: Literal["PASS", "FAIL"]
+
+
 class SentenceCitation(BaseModel):
     sentence: str
     chunk_id: int | str | None = None  # the caller's id of the chunk cited
 
 
-class CitationVerdict(BaseModel):
+class CitationVerdict(suffice.Verdict):  # suffice.Verdict: passes, probability, prompt version, what fitting cut
     citations: list[SentenceCitation]
     model_decision: Literal["PASS", "FAIL"]
-    cited_share: float = Field(ge=0.0, le=1.0)
-    passes: bool  # decided in code: cited_share >= min_cited_share
+    cited_share: float = Field(ge=0.0, le=1.0)  # passes: cited_share >= min_cited_share
     unchecked_sentences: int = 0  # past MAX_SENTENCES, or given no entry by the model
-    p_pass: float | None = None
-    prompt_version: str
-    truncated_chunk_ids: list[int | str] = Field(default_factory=list)
-    omitted_chunk_ids: list[int | str] = Field(default_factory=list)
-    question_truncated: bool = False
-    model_called: bool = True
-
-
-class _Output(BaseModel):
-    citations: list[int | None]
-    decision: Literal["PASS", "FAIL"]
 
 
 class CitationGate(suffice.Gate):
     name = "citation"
     options_model = CitationOptions
     template = suffice.load_prompt(Path(__file__).parent / "templates", "citation", "v2")
-    verdict_model = CitationVerdict
+    output_model, verdict_model = Output, CitationVerdict
     needs_response = True
-    decision_key, decision_json_values, positive_value = "decision", ('"PASS"', '"FAIL"'), '"PASS"'
+    decision_key, positive_value = "decision", '"PASS"'
     saveable_scores, threshold_option = ("cited_share",), "min_cited_share"
     options: CitationOptions
-
-    def verdict(self, item: suffice.Item, labels: list[int | None], ids: Sequence[Any], said: str) -> CitationVerdict:
-        sentences = sentences_of(item.response or "")
-        checked = min(len(sentences), MAX_SENTENCES)
-        given = labels[:checked]
-        pairs = zip(sentences[:checked], given + [None] * (checked - len(given)), strict=True)
-        citations = [SentenceCitation(sentence=s, chunk_id=None if n is None else ids[n]) for s, n in pairs]
-        share = sum(c.chunk_id is not None for c in citations) / len(sentences) if sentences else 0.0
-        return CitationVerdict(
-            citations=citations,
-            model_decision=said,  # type: ignore[arg-type]
-            cited_share=share,
-            passes=bool(sentences) and share >= self.options.min_cited_share,
-            unchecked_sentences=len(sentences) - len(given),
-            prompt_version=self.prompt_version,
-        )
-
-    def route(self, verdict: BaseModel) -> suffice.Routing:
-        assert isinstance(verdict, CitationVerdict)
-        uncited = [c.sentence for c in verdict.citations if c.chunk_id is None]
-        why = f"{verdict.cited_share:.2f} of the sentences cite a chunk (need {self.options.min_cited_share:.2f})"
-        scores = {"cited_share": verdict.cited_share, "p_pass": verdict.p_pass}
-        if verdict.passes:
-            return suffice.Routing("deliver", why, scores=scores)
-        return suffice.Routing("abstain", why, gap=uncited, queries=uncited, scores=scores)
-
-    def shortcut(self, item: suffice.Item) -> CitationVerdict | None:
-        if item.has_evidence:
-            return None
-        return self.verdict(item, [], [], "FAIL").model_copy(update={"model_called": False})
-
-    def constraint_for(self, shown: Sequence[suffice.Chunk]) -> suffice.Constraint:
-        label = alt(lit("null"), *[lit(str(i)) for i in range(len(shown))])
-        decision = alt(*[lit(v) for v in self.decision_json_values])
-        rx = seq(lit('{"citations":'), json_list(label, 1, MAX_SENTENCES), lit(',"decision":'), decision, lit("}"))
-        return Constraint.from_rx(rx, key=f"citation/{len(shown)}")
 
     def user_context(self, item: suffice.Item) -> dict[str, Any]:
         return {"sentences": sentences_of(item.response or "")[:MAX_SENTENCES]}
 
-    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        return verdict if probabilities is None else verdict.model_copy(update={"p_pass": probabilities['"PASS"']})
+    def from_output(self, output: Output, item: suffice.Item, chunk_ids: Sequence[Any]) -> CitationVerdict:
+        sentences = sentences_of(item.response or "")
+        checked = min(len(sentences), MAX_SENTENCES)
+        given = output.citations[:checked]
+        cited = [None if n is None else chunk_ids[n] for n in given] + [None] * (checked - len(given))
+        share = sum(c is not None for c in cited) / len(sentences) if sentences else 0.0
+        return CitationVerdict(
+            citations=[SentenceCitation(sentence=s, chunk_id=c) for s, c in zip(sentences, cited, strict=False)],
+            model_decision=output.decision,
+            cited_share=share,
+            passes=bool(sentences) and share >= self.options.min_cited_share,
+            unchecked_sentences=len(sentences) - len(given),
+        )
 
-    def parse(self, text: str, fitted: suffice.FittedPrompt, item: suffice.Item) -> CitationVerdict:
-        try:
-            output = _Output.model_validate_json(text)
-        except ValidationError as exc:
-            raise suffice.VerdictError(f"output is not a valid citation verdict: {exc}", text) from exc
-        outside = [n for n in output.citations if n is not None and n >= len(fitted.shown)]
-        if outside:
-            raise suffice.VerdictError(f"citations name {outside}, not among the {len(fitted.shown)} shown", text)
-        fitting = {k: getattr(fitted, k) for k in ("truncated_chunk_ids", "omitted_chunk_ids", "question_truncated")}
-        return self.verdict(item, output.citations, fitted.chunk_ids, output.decision).model_copy(update=fitting)
+    def route(self, verdict: BaseModel) -> suffice.Routing:  # by default: deliver when it passes, else abstain
+        assert isinstance(verdict, CitationVerdict)
+        uncited = [c.sentence for c in verdict.citations if c.chunk_id is None]
+        why = f"{verdict.cited_share:.2f} of the sentences cite a chunk (need {self.options.min_cited_share:.2f})"
+        scores = {"cited_share": verdict.cited_share, "probability": verdict.probability}
+        if verdict.passes:
+            return suffice.Routing("deliver", why, scores=scores)
+        return suffice.Routing("abstain", why, gap=uncited, queries=uncited, scores=scores)
+
+    def shortcut(self, item: suffice.Item) -> CitationVerdict | None:  # no chunk to cite: FAIL, without the model
+        return None if item.has_evidence else self.from_output(Output(citations=[], decision="FAIL"), item, [])
