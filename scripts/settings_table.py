@@ -10,9 +10,17 @@ import sys
 from pathlib import Path
 
 from suffice.batch.options import BatchOptions, RayOptions
-from suffice.cli.cache_cmd import CacheFlags
+from suffice.cli.audit_cmd import AuditCommandFlags
+from suffice.cli.bundle_cmd import BundleFlags
+from suffice.cli.cache_cmd import CacheCommandFlags, CacheFlags
 from suffice.cli.calibrate_cmd import CalibrateFlags
+from suffice.cli.demo_cmd import DemoFlags
+from suffice.cli.gate_args import GateOptionFlags
 from suffice.cli.judge_cmd import AuditFlags, JudgeFlags
+from suffice.cli.models_cmd import ModelsFlags
+from suffice.cli.review_cmd import ReviewFlags
+from suffice.cli.schema_cmd import SchemaFlags
+from suffice.cli.serve_cmd import ServeFlags
 from suffice.config import JudgeConfig
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
@@ -31,6 +39,9 @@ environment variable and TOML key, its check, the engines that take it, and whet
 batch output must match it all come from that field.  `judge`, `calibrate` and `serve` read a
 setting from its flag, then its `SUFFICE_*` variable, then the `--config` TOML file (also
 `SUFFICE_CONFIG`), then its default: a flag wins over a variable, a variable over the file.
+An argument (`judge INPUT`) and a required flag (`judge -o`) say what a run is about: they have
+no variable or key.  The other commands (`schema`, `demo`, `cache`, `audit`, `review`, `bundle`,
+`models`) take flags only; their settings are declared the same way, in the last tables.
 
 Tags: **in-process**: sets what runs in this process, refused by `judge --server` (the service
 judges on its own engine); **verdict**: can change a verdict, recorded beside a batch output
@@ -69,6 +80,47 @@ SECTIONS = (
     ("Calibrate", "`CalibrateFlags` (`suffice/cli/calibrate_cmd.py`): `suffice calibrate`'s own.", CalibrateFlags),
     ("Audit log", "`AuditFlags` (`suffice/cli/judge_cmd.py`): `judge`, `calibrate` and `serve`.", AuditFlags),
     ("Verdict cache", "`CacheFlags` (`suffice/cli/cache_cmd.py`): `judge`, `calibrate` and `serve`.", CacheFlags),
+    (
+        "Gate options",
+        "`GateOptionFlags` (`suffice/cli/gate_args.py`): `judge`, `calibrate` and `serve`; each gate option also "
+        "has a `--KEY` flag, derived from the gate's options model ([gates.md](gates.md)).",
+        GateOptionFlags,
+    ),
+    ("Serve command", "`ServeFlags` (`suffice/cli/serve_cmd.py`): `suffice serve`'s own.", ServeFlags),
+)
+
+#: The commands that take flags only (no variables, no file).
+FLAG_ONLY_SECTIONS = (
+    (
+        "Schema",
+        "`SchemaFlags` (`suffice/cli/schema_cmd.py`): `suffice schema` (also `--detail`, the judge's).",
+        SchemaFlags,
+    ),
+    (
+        "Demo",
+        "`DemoFlags` (`suffice/cli/demo_cmd.py`): `suffice demo` (also `--backend`, `--model`, `-v`: the engine's; "
+        "`--detail`: the judge's).",
+        DemoFlags,
+    ),
+    (
+        "Cache command",
+        "`CacheCommandFlags` (`suffice/cli/cache_cmd.py`): `suffice cache` (also `--verdict-cache`).",
+        CacheCommandFlags,
+    ),
+    (
+        "Audit command",
+        "`AuditCommandFlags` (`suffice/cli/audit_cmd.py`): `suffice audit verify|anchor|keygen|export`, each the "
+        "ones it needs (`export`: `--format`, its `--output` optional).",
+        AuditCommandFlags,
+    ),
+    (
+        "Review command",
+        "`ReviewFlags` (`suffice/cli/review_cmd.py`): `suffice review list|show|decide|export`, each the ones it "
+        "needs (`decide`: also `--audit-key`).",
+        ReviewFlags,
+    ),
+    ("Bundle", "`BundleFlags` (`suffice/cli/bundle_cmd.py`): `suffice bundle`.", BundleFlags),
+    ("Models", "`ModelsFlags` (`suffice/cli/models_cmd.py`): `suffice models verify`.", ModelsFlags),
 )
 
 
@@ -76,6 +128,8 @@ def render() -> str:
     parts = [HEADER]
     for title, note, cls in SECTIONS:
         parts.append(f"\n## {title}\n\n{note}\n\n{table(cls)}")
+    for title, note, cls in FLAG_ONLY_SECTIONS:
+        parts.append(f"\n## {title}\n\n{note}\n\n{table(cls, environment=False)}")
     return "".join(parts)
 
 

@@ -45,6 +45,12 @@ class Spec:
     choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None
     #: Its flag may be given without a value, which then sets this (``--save`` alone: where the gate keeps it).
     const: Any = None
+    #: Flags that set ``const`` and take no value (``--save-rubric``: ``--save`` without a path).
+    const_also: tuple[str, ...] = ()
+    #: An argument, not a flag (``suffice judge INPUT``): no variable, no TOML key.
+    positional: bool = False
+    #: Its flag must be given (``judge -o``): what a run is about, so no variable or TOML key sets it.
+    required: bool = False
     #: Bounds: at least ``minimum``, more than ``above``, at most ``maximum``.
     minimum: float | None = None
     above: float | None = None
@@ -89,9 +95,20 @@ class Declared:
 
     @property
     def flag(self) -> str | None:
-        if self.spec.flag == "":
+        if self.spec.flag == "" or self.spec.positional:
             return None
         return self.spec.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def on_command_line(self) -> bool:
+        """It has a flag or is an argument."""
+        return self.spec.positional or self.flag is not None
+
+    @property
+    def from_environment(self) -> bool:
+        """A ``SUFFICE_*`` variable and a TOML key may set it (where its command reads them): a flag that is not
+        required."""
+        return self.flag is not None and not self.spec.required
 
     @property
     def dest(self) -> str:
@@ -261,33 +278,43 @@ def add_flags(
     flags: Mapping[str, str] | None = None,
     only: Iterable[str] | None = None,
 ) -> None:
-    """A flag for every declared setting of ``cls`` that has one (of those named ``only``, in their order);
-    ``flags`` renames some (name -> flag)."""
+    """A flag (or an argument) for every declared setting of ``cls`` that has one (of those named ``only``, in their
+    order); ``flags`` renames some (name -> flag)."""
     flags = flags or {}
     settings = {d.name: d for d in declared(cls)}
     for d in settings.values() if only is None else (settings[name] for name in only):
+        text = d.spec.help.replace("%", "%%")  # argparse formats help with %
+        kind: Any = d.type if d.type in (int, float, Path) else None
+        if d.spec.positional:
+            parser.add_argument(d.dest, type=kind, choices=d.choices, metavar=d.spec.metavar, help=text)
+            continue
         flag = flags.get(d.name, d.flag)
         if flag is None:
             continue
-        text = d.spec.help.replace("%", "%%")  # argparse formats help with %
         spellings = tuple(flag if spelling == d.flag else spelling for spelling in d.spellings)
         if d.type is bool:
             parser.add_argument(*spellings, dest=d.dest, action="store_true", help=text)
             continue
-        kind: Any = d.type if d.type in (int, float, Path) else None
-        optional_value = {"nargs": "?", "const": d.spec.const} if d.spec.const is not None else {}
+        optional_value: dict[str, Any] = {"nargs": "?", "const": d.spec.const} if d.spec.const is not None else {}
         if d.repeated:
             optional_value = {"action": "append"}
+        if d.spec.required:
+            optional_value["required"] = True
         parser.add_argument(
             *spellings,
             dest=d.dest,
             type=kind,
             choices=d.choices,
-            default=list(d.default) if d.repeated else d.default,
+            default=list(d.default) if d.repeated and d.default is not None else d.default,
             metavar=d.spec.metavar,
             help=text,
             **optional_value,
         )
+        for spelling in d.spec.const_also:
+            without = f"without {d.spec.metavar}" if d.spec.metavar else "without a value"
+            parser.add_argument(
+                spelling, dest=d.dest, action="store_const", const=d.spec.const, help=f"{flag} {without}"
+            )
 
 
 def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
@@ -295,7 +322,7 @@ def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
     :class:`ConfigError` naming the setting at fault."""
     given: dict[str, Any] = {}
     for d in declared(cls):
-        if d.flag is None or not hasattr(args, d.dest):
+        if not d.on_command_line or not hasattr(args, d.dest):
             continue
         value = getattr(args, d.dest)
         given[d.name] = (not value) if d.spec.negate else value
@@ -308,7 +335,7 @@ def values_of(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     return {
         d.name: d.checked((not value) if d.spec.negate else value)
         for d in declared(cls)
-        if d.flag is not None and hasattr(args, d.dest)
+        if d.on_command_line and hasattr(args, d.dest)
         for value in (getattr(args, d.dest),)
     }
 
@@ -366,8 +393,9 @@ def key_of(flag: str) -> str:
     return flag.removeprefix("--").replace("-", "_")
 
 
-def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
-    """The settings of ``cls`` as a Markdown table: flag, variable and key, type, default, bounds, engines, tags."""
+def table(cls: type, flags: Mapping[str, str] | None = None, environment: bool = True) -> str:
+    """The settings of ``cls`` as a Markdown table: flag, variable and key, type, default, bounds, engines, tags;
+    ``environment``: its commands read ``SUFFICE_*`` variables and a TOML file (else flags only)."""
     flags = flags or {}
     lines = [
         "| setting | flag / variable / TOML key | type | default | allowed | engines | tags | what it does |",
@@ -389,8 +417,15 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
             )
             if on
         ]
-        where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`" if flag else "(Python only)"
-        also = [a for a in d.spec.also if a.startswith("--")]
+        if d.spec.positional:
+            where = f"argument `{d.spec.metavar or d.name.upper()}`"
+        elif not flag:
+            where = "(Python only)"
+        elif environment and not d.spec.required:
+            where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`"
+        else:
+            where = f"`{flag}`" + (" (required)" if d.spec.required else "")
+        also = [a for a in (*d.spec.also, *d.spec.const_also) if a.startswith("--")]
         if flag and also:
             where += " (also " + ", ".join(f"`{a}`" for a in also) + ")"
         if d.spec.per_request:
@@ -398,8 +433,14 @@ def table(cls: type, flags: Mapping[str, str] | None = None) -> str:
         cells = [
             f"`{d.name}`",
             where,
-            ("list of " if d.repeated else "") + d.type.__name__ + (" or none" if d.optional else ""),
-            "none" if d.default is None else f"`{list(d.default) if d.repeated else d.default}`",
+            ("list of " if d.repeated else "")
+            + d.type.__name__
+            + (" or none" if d.optional and not (d.spec.positional or d.spec.required) else ""),
+            "required"
+            if d.spec.positional or d.spec.required
+            else "none"
+            if d.default is None
+            else f"`{list(d.default) if d.repeated else d.default}`",
             allowed,
             ", ".join(d.spec.engines) if d.spec.engines else "all",
             ", ".join(tags),

@@ -24,7 +24,7 @@ from suffice.gates.sufficiency.gate import SufficiencyOptions
 from suffice.server.config import ServeConfig
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
-from suffice.settings import Declared, declared, in_process_flags, per_request, setting, table, tagged
+from suffice.settings import Declared, check, declared, in_process_flags, per_request, setting, table, tagged
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -390,3 +390,86 @@ def test_a_repeated_setting_is_a_repeatable_flag_a_list_variable_and_a_tuple():
     with pytest.raises(ConfigError, match="must be a list of str") as caught:
         ServeConfig(allowed_hosts="a.example")  # type: ignore[arg-type]
     assert caught.value.parameter == "allowed_hosts"
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A command's settings of every shape: an argument, a required flag, a flag with a value-less spelling."""
+
+    source: Path | None = setting(None, "what to read", positional=True)
+    output: Path | None = setting(None, "what to write", also=("-o",), required=True)
+    save: Path | None = setting(None, "where to save", const=Path(), also=("--save-to",), const_also=("--save-here",))
+    count: int = setting(1, "how many", minimum=1)
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+def test_an_argument_and_a_required_flag_are_declared_settings_without_a_variable(tmp_path: Path):
+    from suffice.cli.serve_settings import CommandSettings
+    from suffice.settings import add_flags, from_args
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, _Command)
+    settings = CommandSettings(parser, "x")
+    assert set(settings.settings) == {"save", "count"}  # an argument and a required flag: not settings
+    args = parser.parse_args(["in.jsonl", "-o", "out", "--save-here", "--count", "2"])
+    settings.resolve(args, {"SUFFICE_COUNT": "5", "SUFFICE_SAVE": "f"})
+    assert from_args(_Command, args) == _Command(Path("in.jsonl"), Path("out"), Path(), 2)
+    assert parser.parse_args(["i", "--output", "o", "--save-to", "p"]).save == Path("p")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["i"])  # -o is required
+    with pytest.raises(ConfigError, match="count=0: must be at least 1"):
+        from_args(_Command, parser.parse_args(["i", "-o", "o", "--count", "0"]))
+    rows = {line.split(" | ")[0]: line for line in table(_Command).splitlines()}
+    assert "| argument `SOURCE` | Path | required |" in rows["| `source`"]
+    assert "| `--output` (required) | Path | required |" in rows["| `output`"]
+    assert "SUFFICE_SAVE" in rows["| `save`"] and "(also `--save-to`, `--save-here`)" in rows["| `save`"]
+    assert "SUFFICE_COUNT" not in table(_Command, environment=False)
+
+
+def test_every_commands_declared_settings_are_its_flags():
+    """Each command's flags and arguments are those its declarations give, spelled as declared."""
+    from suffice.cli.audit_cmd import AuditCommandFlags
+    from suffice.cli.bundle_cmd import BundleFlags
+    from suffice.cli.cache_cmd import CacheCommandFlags
+    from suffice.cli.demo_cmd import DemoFlags
+    from suffice.cli.main import build_parser
+    from suffice.cli.models_cmd import ModelsFlags
+    from suffice.cli.review_cmd import ReviewFlags
+    from suffice.cli.schema_cmd import SchemaFlags
+    from suffice.cli.serve_cmd import ServeFlags
+
+    def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        found: argparse.ArgumentParser = action.choices[name]
+        return found
+
+    root = build_parser()
+    wanted = {
+        ("serve",): {ServeFlags: None},
+        ("schema",): {SchemaFlags: None},
+        ("demo",): {DemoFlags: None},
+        ("cache",): {CacheCommandFlags: None},
+        ("bundle",): {BundleFlags: None},
+        ("models", "verify"): {ModelsFlags: None},
+        ("audit", "verify"): {AuditCommandFlags: ("db", "audit_key", "expect_keyed", "anchor")},
+        ("audit", "export"): {AuditCommandFlags: ("db", "since", "until", "export_format", "export_output")},
+        ("review", "decide"): {ReviewFlags: ("id", "decision", "label", "by", "note", "db")},
+        ("review", "export"): {ReviewFlags: ("labels", "gate", "db")},
+    }
+    for path, classes in wanted.items():
+        parser = root
+        for name in path:
+            parser = sub(parser, name)
+        by_dest = {a.dest: a for a in parser._actions}
+        for cls, only in classes.items():
+            for d in declared(cls):
+                if only is not None and d.name not in only:
+                    continue
+                action = by_dest[d.dest]
+                if d.spec.positional:
+                    assert not action.option_strings, (path, d.name)
+                else:
+                    assert set(d.spellings) <= set(action.option_strings), (path, d.name)
+                    assert action.required == d.spec.required, (path, d.name)

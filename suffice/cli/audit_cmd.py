@@ -14,6 +14,7 @@ import argparse
 import getpass
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,43 @@ from suffice.cli.errors import reports_errors
 from suffice.exceptions import OutputWriteError
 from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
+from suffice.settings import add_flags, check, setting
 from suffice.text import terminal_text
 
 _KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
+
+
+def export_format_names() -> tuple[str, ...]:
+    """The file formats an audit export can be written in (those that write row lines)."""
+    return file_format_names(RowLines)
+
+
+@dataclass(frozen=True)
+class AuditCommandFlags:
+    """The settings of ``suffice audit``'s actions (``review decide`` takes ``--audit-key`` too)."""
+
+    db: Path | None = setting(None, "the audit database", positional=True)
+    audit_key: Path | None = setting(None, _KEY_HELP)
+    expect_keyed: bool = setting(
+        False, "the log must be keyed: one that says it is not was rewritten without the key (exit 4)"
+    )
+    anchor: Path | None = setting(
+        None,
+        "an anchor file (`suffice audit anchor`, or --anchor-file of judge/calibrate/serve)",
+        also=("--anchor-file",),
+    )
+    output: Path | None = setting(None, "the file to write", also=("-o",), required=True)
+    since: str | None = setting(None, "rows at or after this ISO 8601 time (UTC unless it says)")
+    until: str | None = setting(None, "rows before this ISO 8601 time (UTC unless it says)")
+    export_format: str = setting(
+        DEFAULT_FILE_FORMAT, "CSV: nested fields as JSON", flag="--format", choices=export_format_names
+    )
+    export_output: Path | None = setting(
+        None, "the file (mode 0600; default: stdout)", flag="--output", also=("-o",), dest="output"
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,44 +76,18 @@ def add_parsers(sub: Any) -> None:
     verify = actions.add_parser(
         "verify", help="check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
     )
-    verify.add_argument("db", type=Path)
-    verify.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
-    verify.add_argument(
-        "--expect-keyed",
-        action="store_true",
-        help="the log must be keyed: one that says it is not was rewritten without the key (exit 4)",
-    )
-    verify.add_argument(
-        "--anchor",
-        "--anchor-file",
-        dest="anchor",
-        type=Path,
-        default=None,
-        help="an anchor file (`suffice audit anchor`, or --anchor-file of judge/calibrate/serve)",
-    )
+    add_flags(verify, AuditCommandFlags, only=("db", "audit_key", "expect_keyed", "anchor"))
     verify.set_defaults(run=run_verify)
     anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
-    anchor.add_argument("db", type=Path)
-    anchor.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
-    anchor.add_argument("-o", "--output", type=Path, required=True)
+    add_flags(anchor, AuditCommandFlags, only=("db", "audit_key", "output"))
     anchor.set_defaults(run=run_anchor)
     keygen = actions.add_parser("keygen", help="write a new random key (hex, mode 0600; never overwrites)")
-    keygen.add_argument("-o", "--output", type=Path, required=True)
+    add_flags(keygen, AuditCommandFlags, only=("output",))
     keygen.set_defaults(run=run_keygen)
     export = actions.add_parser(
         "export", help="write the evaluation rows (of a time window) with their reviews, as JSONL or CSV"
     )
-    export.add_argument("db", type=Path)
-    export.add_argument("--since", default=None, help="rows at or after this ISO 8601 time (UTC unless it says)")
-    export.add_argument("--until", default=None, help="rows before this ISO 8601 time (UTC unless it says)")
-    export.add_argument(
-        "--format",
-        dest="export_format",
-        choices=file_format_names(RowLines),
-        default=DEFAULT_FILE_FORMAT,
-        help="CSV: nested fields as JSON",
-    )
-    export.add_argument("-o", "--output", type=Path, default=None, help="the file (mode 0600; default: stdout)")
+    add_flags(export, AuditCommandFlags, only=("db", "since", "until", "export_format", "export_output"))
     export.set_defaults(run=run_export)
 
 

@@ -4,13 +4,46 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from suffice.bundle import MANIFEST, WHEELS, write_bundle
 from suffice.cli.errors import reports_errors
 from suffice.exceptions import ModelNotFoundError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.settings import add_flags, check, setting
 from suffice.text import terminal_text
+
+
+@dataclass(frozen=True)
+class BundleFlags:
+    """``suffice bundle``'s settings."""
+
+    folder: str | None = setting(None, "a new or empty folder", positional=True, metavar="DIR")
+    extras: tuple[str, ...] = setting(
+        (),
+        "an extra to include (repeat: --extra cpu --extra langchain; none: the client-only set)",
+        flag="--extra",
+        metavar="NAME",
+    )
+    model: str | None = setting(
+        None,
+        "copy a model folder into the bundle: the embedded model, or a local Hugging Face folder",
+        metavar="embedded|PATH",
+    )
+    find_links: tuple[str, ...] = setting(
+        (), "a local folder of wheels to take packages from (repeatable)", metavar="FOLDER"
+    )
+    no_index: bool = setting(False, "take packages from --find-links folders only")
+    constraints: str | None = setting(None, "pip constraints", flag="--constraint", also=("-c",), metavar="FILE")
+    source: str | None = setting(
+        None,
+        "suffice's project folder to build its wheel from (default: an editable install's)",
+        metavar="PATH",
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parser(sub: Any) -> None:
@@ -23,37 +56,7 @@ def add_parser(sub: Any) -> None:
             'pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]", then `suffice models verify DIR`.'
         ),
     )
-    p.add_argument("folder", metavar="DIR", help="a new or empty folder")
-    p.add_argument(
-        "--extra",
-        dest="extras",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="an extra to include (repeat: --extra cpu --extra langchain; none: the client-only set)",
-    )
-    p.add_argument(
-        "--model",
-        default=None,
-        metavar="embedded|PATH",
-        help="copy a model folder into the bundle: the embedded model, or a local Hugging Face folder",
-    )
-    p.add_argument(
-        "--find-links",
-        dest="find_links",
-        action="append",
-        default=[],
-        metavar="FOLDER",
-        help="a local folder of wheels to take packages from (repeatable)",
-    )
-    p.add_argument("--no-index", action="store_true", help="take packages from --find-links folders only")
-    p.add_argument("--constraint", "-c", dest="constraints", default=None, metavar="FILE", help="pip constraints")
-    p.add_argument(
-        "--source",
-        default=None,
-        metavar="PATH",
-        help="suffice's project folder to build its wheel from (default: an editable install's)",
-    )
+    add_flags(p, BundleFlags)
     p.set_defaults(run=run)
 
 

@@ -20,10 +20,6 @@ from suffice.text import terminal_text
 _MIB = 1 << 20
 
 
-def _add_path(p: argparse.ArgumentParser, help: str) -> None:
-    p.add_argument("--verdict-cache", "--cache", dest="verdict_cache", default=None, metavar="PATH", help=help)
-
-
 @dataclass(frozen=True)
 class CacheFlags:
     """The verdict cache's settings of ``judge``, ``calibrate`` and ``serve`` (``JudgeConfig``'s ``cache`` and
@@ -58,7 +54,7 @@ class CacheFlags:
 
 
 def add_cache_args(p: argparse.ArgumentParser) -> None:
-    """The verdict cache's flags (:class:`CacheFlags`)."""
+    """The verdict cache's flags (:class:`CacheFlags`) of the commands that judge."""
     add_flags(p, CacheFlags)
 
 
@@ -68,12 +64,24 @@ def cache_settings(args: argparse.Namespace) -> dict[str, Any]:
     return flags.judge_settings()
 
 
+@dataclass(frozen=True)
+class CacheCommandFlags:
+    """``suffice cache``'s own argument (its file is :class:`CacheFlags`' ``--verdict-cache``)."""
+
+    action: str | None = setting(
+        None, "stats: entries, bytes, hits (JSON); clear: empty it", positional=True, choices=("stats", "clear")
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "cache", help="the verdict cache: stats, clear", description="Look into or empty the verdict cache."
     )
-    p.add_argument("action", choices=("stats", "clear"), help="stats: entries, bytes, hits (JSON); clear: empty it")
-    _add_path(p, f"the cache file (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder)")
+    add_flags(p, CacheCommandFlags)
+    add_flags(p, CacheFlags, only=("verdict_cache",))
     p.set_defaults(run=run)
 
 

@@ -23,7 +23,7 @@ from suffice.gates.base import fitted_under
 from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
 from suffice.records.jsonl import dump_line, read_records
 from suffice.run_settings import settings_path
-from suffice.settings import add_flags, check, from_args, setting
+from suffice.settings import add_flags, check, declared, from_args, setting
 from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see suffice.gates.roles.save_calibration).
@@ -40,6 +40,10 @@ CHOICES = ("best-f1", "precision-target", "f-beta", "cost")
 class CalibrateFlags:
     """``suffice calibrate``'s own settings."""
 
+    golden: Path | None = setting(None, "labeled JSONL (the ../shared/data format)", positional=True)
+    output: Path | None = setting(
+        None, "report folder (verdicts.jsonl resumes there)", also=("-o",), required=True, metavar="OUTPUT"
+    )
     limit: int | None = setting(None, "use the first N records only", minimum=0, metavar="N")
     overwrite: bool = setting(False, "judge again instead of resuming verdicts.jsonl")
     precision_target: float = setting(0.9, "precision for the high-stakes threshold", above=0, maximum=1)
@@ -58,6 +62,8 @@ class CalibrateFlags:
         "save the chosen threshold where the gate reads it (sufficiency: a gate config file PATH; "
         "adequacy: the rubric's next version, in PATH or the rubric folder)",
         const=SAVE_WHERE_THE_GATE_KEEPS_IT,
+        also=("--save-config",),
+        const_also=("--save-rubric",),
         metavar="PATH",
     )
 
@@ -71,16 +77,10 @@ def add_parser(sub: Any) -> None:
         help="tune a gate on golden data",
         description="Judge labeled records (`sufficient` is the label), then write report.json, report.md and plots.",
     )
-    p.add_argument("golden", type=Path, help="labeled JSONL (the ../shared/data format)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="report folder (verdicts.jsonl resumes there)")
+    add_flags(p, CalibrateFlags, only=("golden", "output"))
     judge_cmd.add_judge_args(p)
     judge_cmd.add_audit_args(p)
-    add_flags(p, CalibrateFlags)
-    # Two more spellings of --save: with a path, and without one.
-    p.add_argument("--save-config", dest="save", type=Path, help="the same as --save PATH")
-    p.add_argument(
-        "--save-rubric", dest="save", action="store_const", const=SAVE_WHERE_THE_GATE_KEEPS_IT, help="--save, no PATH"
-    )
+    add_flags(p, CalibrateFlags, only=[d.name for d in declared(CalibrateFlags) if d.name not in ("golden", "output")])
     p.set_defaults(run=run, command_settings=CommandSettings(p, "calibrate", "precision_target = 0.95"))
 
 

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from suffice.batch import BatchOptions
 from suffice.cli import judge_cmd
-from suffice.config import BACKENDS, DETAILS, JudgeConfig
+from suffice.config import JudgeConfig
 from suffice.serving.engine_config import EngineConfig
+from suffice.settings import add_flags, check, setting
+
+#: Where ``suffice demo`` writes its verdicts.
+DEMO_OUTPUT = Path("out/demo-verdicts.jsonl")
+
+
+@dataclass(frozen=True)
+class DemoFlags:
+    """``suffice demo``'s own setting (``--backend``, ``--model`` and ``-v`` are the engine's, ``--detail`` the
+    judge's)."""
+
+    output: Path = setting(DEMO_OUTPUT, "the verdicts file (overwritten)", also=("-o",))
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def sample_path() -> Path:
@@ -21,11 +37,10 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
     )
-    p.add_argument("-o", "--output", type=Path, default=Path("out/demo-verdicts.jsonl"))
-    p.add_argument("--backend", choices=BACKENDS, default=None)
-    p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--detail", choices=DETAILS, default="full")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the engine's own log and its settings")
+    add_flags(p, DemoFlags)
+    add_flags(p, EngineConfig, only=("backend", "model"))
+    add_flags(p, JudgeConfig, only=("detail",))
+    add_flags(p, EngineConfig, only=("verbose",))
     p.set_defaults(run=run)
 
 

@@ -5,22 +5,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
+from suffice.settings import add_flags, setting
 
 _PREFIX = "gate_option_"
 
 
-def add_gate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--gate-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an option of the gate's own (repeatable); each also has a --KEY flag below",
+@dataclass(frozen=True)
+class GateOptionFlags:
+    """A gate's own option by name, for one no ``--KEY`` flag reaches (an engine setting has that name)."""
+
+    gate_option: tuple[str, ...] = setting(
+        (), "an option of the gate's own (repeatable); each also has a --KEY flag below", metavar="KEY=VALUE"
     )
+
+
+def add_gate_args(p: argparse.ArgumentParser) -> None:
+    """``--gate-option`` and a flag for every option of a registered gate, derived from its options model."""
+    add_flags(p, GateOptionFlags)
     declared: dict[str, list[str]] = {}
     descriptions: dict[str, str] = {}
     choices: dict[str, tuple[Any, ...] | None] = {}

@@ -73,6 +73,18 @@ def _verdict_formats_help() -> str:
 class JudgeFlags:
     """``suffice judge``'s own settings (``--gate`` and ``--no-progress``: ``calibrate``'s too)."""
 
+    input: Path | None = setting(
+        None,
+        "JSONL or Parquet records (id, question, chunks[, response]; RAGAS names too)",
+        positional=True,
+    )
+    output: Path | None = setting(
+        None,
+        "JSONL or Parquet results (rows written as batches finish)",
+        also=("-o",),
+        required=True,
+        metavar="OUTPUT",
+    )
     gate: str = setting(DEFAULT_GATE, f"the gate that judges (default {DEFAULT_GATE})", choices=gate_names)
     no_progress: bool = setting(False, "no progress bar on stderr")
     overwrite: bool = setting(False, "start over instead of resuming OUTPUT")
@@ -150,12 +162,7 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
     )
-    p.add_argument(
-        "input", type=Path, help="JSONL or Parquet records (id, question, chunks[, response]; RAGAS names too)"
-    )
-    p.add_argument(
-        "-o", "--output", type=Path, required=True, help="JSONL or Parquet results (rows written as batches finish)"
-    )
+    add_flags(p, JudgeFlags, only=("input", "output"))
     add_judge_args(p)
     add_flags(p, JudgeFlags, only=("overwrite", "retry_errors", "format", "input_format", "output_format"))
     add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from suffice.bundle import MANIFEST, verify_bundle
 from suffice.cli.errors import reports_errors
 from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED
+from suffice.settings import add_flags, check, setting
 from suffice.text import terminal_text
+
+
+@dataclass(frozen=True)
+class ModelsFlags:
+    """``suffice models verify``'s argument."""
+
+    folder: str | None = setting(
+        None, "the bundle's folder (as `suffice bundle DIR` wrote it)", positional=True, metavar="DIR"
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parser(sub: Any) -> None:
@@ -23,7 +37,7 @@ def add_parser(sub: Any) -> None:
         "verify",
         help=f"check every file of a bundle against {MANIFEST} (exit 0 intact, 4 changed, missing or added, 2 usage)",
     )
-    verify.add_argument("folder", metavar="DIR", help="the bundle's folder (as `suffice bundle DIR` wrote it)")
+    add_flags(verify, ModelsFlags)
     verify.set_defaults(run=run_verify)
 
 

@@ -13,58 +13,61 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
-from suffice.cli.audit_cmd import _KEY_HELP, _login_name, _onto_the_log, _open
+from suffice.cli.audit_cmd import AuditCommandFlags, _login_name, _onto_the_log, _open
 from suffice.cli.errors import reports_errors
 from suffice.exceptions import OutputWriteError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
+from suffice.settings import add_flags, check, setting
 from suffice.text import terminal_text
 
 
-def _db_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--audit-db", "--db", dest="db", type=Path, default=DEFAULT_AUDIT_DB, help=f"default {DEFAULT_AUDIT_DB}"
+@dataclass(frozen=True)
+class ReviewFlags:
+    """The settings of ``suffice review``'s actions (``--audit-key``: :class:`AuditCommandFlags`')."""
+
+    db: Path = setting(DEFAULT_AUDIT_DB, f"default {DEFAULT_AUDIT_DB}", flag="--audit-db", also=("--db",))
+    all: bool = setting(False, "include resolved reviews")
+    json: bool = setting(False, "one JSON object per line (show: the review as one JSON object)")
+    id: int | None = setting(None, "the review's number", positional=True)
+    decision: str | None = setting(None, "the person's decision", required=True, choices=REVIEW_DECISIONS)
+    label: str | None = setting(
+        None,
+        "correct the label: was the context sufficient? (default: what the decision implies)",
+        choices=LABELS,
     )
+    by: str | None = setting(None, "who decides (default: the login name)")
+    note: str | None = setting(None, "a note kept with the decision")
+    labels: Path | None = setting(None, "the JSONL file to write", required=True)
+    gate: str | None = setting(None, "only this gate's reviews (calibrate tunes one gate)")
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parser(sub: Any) -> None:
     review = sub.add_parser("review", help="the human review queue: list, show, decide, export labels")
     actions = review.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="open reviews (or --all)")
-    _db_arg(listing)
-    listing.add_argument("--all", action="store_true", help="include resolved reviews")
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_flags(listing, ReviewFlags, only=("db", "all", "json"))
     listing.set_defaults(run=run_list)
     show = actions.add_parser("show", help="one review: query, context, verdict, rule, decisions")
-    show.add_argument("id", type=int)
-    _db_arg(show)
-    show.add_argument("--json", action="store_true", help="the review as one JSON object")
+    add_flags(show, ReviewFlags, only=("id", "db", "json"))
     show.set_defaults(run=run_show)
     decide = actions.add_parser("decide", aliases=["resolve"], help="record a person's decision on a review")
-    decide.add_argument("id", type=int)
-    decide.add_argument("--decision", required=True, choices=REVIEW_DECISIONS)
-    decide.add_argument(
-        "--label",
-        choices=LABELS,
-        default=None,
-        help="correct the label: was the context sufficient? (default: what the decision implies)",
-    )
-    decide.add_argument("--by", default=None, help="who decides (default: the login name)")
-    decide.add_argument("--note", default=None)
-    _db_arg(decide)
-    decide.add_argument("--audit-key", type=Path, default=None, help=_KEY_HELP)
+    add_flags(decide, ReviewFlags, only=("id", "decision", "label", "by", "note", "db"))
+    add_flags(decide, AuditCommandFlags, only=("audit_key",))
     decide.set_defaults(run=run_decide)
     export = actions.add_parser(
         "export", help="write resolved reviews as labeled records for `suffice calibrate`, with the overrides"
     )
-    export.add_argument("--labels", type=Path, required=True, help="the JSONL file to write")
-    export.add_argument("--gate", default=None, help="only this gate's reviews (calibrate tunes one gate)")
-    _db_arg(export)
+    add_flags(export, ReviewFlags, only=("labels", "gate", "db"))
     export.set_defaults(run=run_export)
 
 

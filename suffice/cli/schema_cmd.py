@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from suffice.cli.errors import reports_errors
@@ -14,7 +15,27 @@ from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_name
 from suffice.gates import DEFAULT_GATE
 from suffice.rows.models import DIALECT, result_row_schema
 from suffice.server.contract import request_options_schema
-from suffice.settings import add_flags
+from suffice.settings import add_flags, check, setting
+
+
+@dataclass(frozen=True)
+class SchemaFlags:
+    """``suffice schema``'s settings (``--detail`` is :class:`~suffice.config.JudgeConfig`'s)."""
+
+    # Not choices: an unknown gate is the registry's error, which names the gates there are.
+    gate: str = setting(DEFAULT_GATE, f"any registered gate (default {DEFAULT_GATE})")
+    format: str = setting(
+        DEFAULT_VERDICT_FORMAT, "the verdict's format, as in `suffice judge`", choices=verdict_format_names
+    )
+    served: bool = setting(
+        False, "the rows `suffice serve` answers with: `index` (the item's position in the request) for `line`"
+    )
+    request: bool = setting(
+        False, "the options a request may set on the gate instead (its <Gate>Options in /openapi.json)"
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parser(sub: Any) -> None:
@@ -25,26 +46,10 @@ def add_parser(sub: Any) -> None:
         "verdict model, or that record's error (--detail left out: a row of either); or, with --request, of the "
         "options a request to `suffice serve` may set on the gate.",
     )
-    # Not argparse's choices: an unknown gate is the registry's error, which names the gates there are.
-    p.add_argument("--gate", default=DEFAULT_GATE, help=f"any registered gate (default {DEFAULT_GATE})")
+    add_flags(p, SchemaFlags, only=("gate",))
     add_flags(p, JudgeConfig, only=("detail",))
     p.set_defaults(detail=None)
-    p.add_argument(
-        "--format",
-        choices=verdict_format_names(),
-        default=DEFAULT_VERDICT_FORMAT,
-        help="the verdict's format, as in `suffice judge`",
-    )
-    p.add_argument(
-        "--served",
-        action="store_true",
-        help="the rows `suffice serve` answers with: `index` (the item's position in the request) for `line`",
-    )
-    p.add_argument(
-        "--request",
-        action="store_true",
-        help="the options a request may set on the gate instead (its <Gate>Options in /openapi.json)",
-    )
+    add_flags(p, SchemaFlags, only=("format", "served", "request"))
     p.set_defaults(run=run)
 
 

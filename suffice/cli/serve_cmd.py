@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 from suffice.audit import AuditLog
@@ -21,7 +22,17 @@ from suffice.exceptions import ConfigError, SufficeError
 from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
-from suffice.settings import add_flags, from_args
+from suffice.settings import add_flags, check, from_args, setting
+
+
+@dataclass(frozen=True)
+class ServeFlags:
+    """``suffice serve``'s flags that are not :class:`~suffice.server.config.ServeConfig`'s own settings."""
+
+    gate: tuple[str, ...] = setting((), "a gate to serve (repeat; default all)", choices=gate_names)
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 def add_parser(sub: Any) -> None:
@@ -32,16 +43,15 @@ def add_parser(sub: Any) -> None:
         "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
         "a flag wins over a variable, a variable over the file.",
     )
-    p.add_argument(
-        "--gate", action="append", choices=gate_names(), default=None, help="a gate to serve (repeat; default all)"
-    )
+    add_flags(p, ServeFlags)
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
     add_judge_settings(p)
     add_cache_args(p)
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
     add_audit_args(p)
-    p.set_defaults(run=run, serve_settings=CommandSettings(p, "serve"))
+    settings = CommandSettings(p, "serve")
+    p.set_defaults(run=run, command_settings=settings, serve_settings=settings)
 
 
 #: The settings' names in the errors of the configs they make, where they differ from their keys.

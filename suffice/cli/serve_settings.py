@@ -100,7 +100,10 @@ class CommandSettings:
             if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction) or action.required:
                 continue
             if isinstance(action, argparse._StoreConstAction) and not isinstance(action, argparse._StoreTrueAction):
-                continue  # a spelling of another flag's value (calibrate --save-rubric)
+                # A spelling of another flag's value (calibrate --save-rubric): not a setting, but given, it wins
+                # over that setting's variable and key as the flag would.
+                action.__class__ = _recording(type(action))
+                continue
             key = key_of(longs[0])
             if isinstance(action, argparse._StoreTrueAction):
                 shape = "switch"

@@ -120,3 +120,37 @@ def test_with_server_an_engine_setting_from_the_environment_is_left_alone_and_it
     args = parsed("judge", "--server", "http://127.0.0.1:9", "--model", "/m")
     read_settings(args, {})
     assert in_process_setting(args) == ("model", "--model")
+
+
+@pytest.mark.parametrize("command", ["judge", "calibrate", "serve"])
+def test_every_command_that_judges_reads_a_setting_in_the_same_order(tmp_path: Path, command: str) -> None:
+    """A flag (even at the default), then a variable, then the file, then the default: the same in all three."""
+    base = [command, *COMMANDS.get(command, [])]
+    file = toml(tmp_path / "s.toml", 'detail = "decision"\n')
+    ladder = [
+        (["--detail", "full", "--config", str(file)], {"SUFFICE_DETAIL": "auto"}, "full"),
+        (["--config", str(file)], {"SUFFICE_DETAIL": "auto"}, "auto"),
+        ([], {"SUFFICE_CONFIG": str(file)}, "decision"),
+        ([], {}, "full"),
+    ]
+    found = []
+    for argv, env, _ in ladder:
+        args = build_parser().parse_args([*base, *argv])
+        read_settings(args, env)
+        found.append(args.detail)
+    assert found == [want for _, _, want in ladder]
+    if command == "serve":  # and what serve runs on is what it read
+        from suffice.cli.serve_cmd import config_from_args
+
+        args = build_parser().parse_args([*base, "--config", str(file)])
+        assert config_from_args(args, {"SUFFICE_DETAIL": "auto"}).judge.detail == "auto"
+
+
+def test_calibrate_save_rubric_wins_over_the_variable_as_save_would() -> None:
+    """--save-rubric is --save without a path: given, SUFFICE_SAVE must not replace it."""
+    args = parsed("calibrate", "--save-rubric")
+    read_settings(args, {"SUFFICE_SAVE": "elsewhere.json"})
+    assert args.save == Path()
+    args = parsed("calibrate")
+    read_settings(args, {"SUFFICE_SAVE": "elsewhere.json"})
+    assert args.save == Path("elsewhere.json")
