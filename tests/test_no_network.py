@@ -1,6 +1,7 @@
 """No network, proven (issue 29): every ``connect`` of every process a command starts, watched with strace.
 
-``suffice judge`` (in process, on a local Ray instance, through a loopback vLLM server), ``suffice calibrate`` and
+``suffice judge`` (in process: the rerun of tests/cli/test_faults.py; on a local Ray instance; through a loopback
+vLLM server), ``suffice calibrate`` and
 ``suffice serve`` (through that server) try no address but loopback (127.0.0.0/8, ::1) and Unix sockets.  The
 in-process and Ray runs also run in a network namespace with only loopback (``unshare -rn``) where this machine
 allows one, so an address off the machine could not be reached even if one were tried; the server's runs cannot
@@ -114,7 +115,7 @@ def test_a_connect_off_the_machine_is_found():
 
 
 @functools.cache
-def _strace_works() -> str | None:
+def strace_works() -> str | None:
     """Why strace cannot watch a command here, or ``None``."""
     if STRACE is None:
         return "strace is not installed (apt-get install strace; .ci/run installs it): it watches every connect"
@@ -126,7 +127,7 @@ def _strace_works() -> str | None:
 
 
 @functools.cache
-def _jail() -> tuple[str, ...]:
+def jail_prefix() -> tuple[str, ...]:
     """A network namespace with only loopback (up), where this machine allows one; else nothing (strace alone)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return ()
@@ -140,25 +141,25 @@ def _jail() -> tuple[str, ...]:
 
 @pytest.fixture
 def strace() -> str:
-    reason = _strace_works()
+    reason = strace_works()
     need(reason is None and STRACE is not None, reason or "no strace")
     assert STRACE is not None
     return STRACE
 
 
-def _env() -> dict[str, str]:
+def suffice_env() -> dict[str, str]:
     """This test's environment less what suffice must set itself (and any proxy)."""
     return {name: value for name, value in os.environ.items() if name not in SET_BY_SUFFICE}
 
 
-def _command(strace: str, trace: Path, args: Sequence[str], *, jail: bool) -> list[str]:
+def command_line(strace: str, trace: Path, args: Sequence[str], *, jail: bool) -> list[str]:
     watch = [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=connect", "-e", "signal=none", "-o", str(trace)]
     return [*(jailed() if jail else ()), *watch, sys.executable, "-m", "suffice.cli.main", *args]
 
 
 def jailed() -> tuple[str, ...]:
     """The network namespace's prefix; where none can be made, strace alone watches (in CI that is a failure)."""
-    prefix = _jail()
+    prefix = jail_prefix()
     need(
         prefix,
         "no network namespace with only loopback here (unshare from util-linux, ip from iproute2)",
@@ -169,7 +170,11 @@ def jailed() -> tuple[str, ...]:
 
 def _suffice(strace: str, trace: Path, *args: str, jail: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _command(strace, trace, args, jail=jail), capture_output=True, text=True, timeout=COMMAND_TIMEOUT, env=_env()
+        command_line(strace, trace, args, jail=jail),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        env=suffice_env(),
     )
 
 
@@ -179,7 +184,7 @@ def _records(tmp_path: Path, count: int = 3) -> Path:
     return path
 
 
-def _assert_on_the_machine(proc: subprocess.CompletedProcess[str] | None, trace: Path) -> None:
+def assert_on_the_machine(proc: subprocess.CompletedProcess[str] | None, trace: Path) -> None:
     if proc is not None:
         assert proc.returncode == EXIT_OK, proc.stderr[-3000:]
     text = trace.read_text(errors="replace")
@@ -197,29 +202,13 @@ def test_a_connect_off_the_machine_is_seen(strace: str, tmp_path: Path):
         "except OSError:\n"
         "    pass"
     )
-    command = _command(strace, trace, [], jail=True)
+    command = command_line(strace, trace, [], jail=True)
     subprocess.run([*command[: command.index(sys.executable) + 1], "-c", probe], check=True, timeout=60)
     assert any("8.8.8.8" in line for line in off_machine(trace.read_text()))
 
 
-@pytest.mark.engine
-def test_judge_in_process_tries_no_address_off_the_machine(strace: str, tmp_path: Path):
-    trace = tmp_path / "trace"
-    out = tmp_path / "out.jsonl"
-    proc = _suffice(
-        strace,
-        trace,
-        "judge",
-        str(_records(tmp_path)),
-        "-o",
-        str(out),
-        "--max-model-len",
-        "4096",
-        "--no-progress",
-        jail=True,
-    )
-    _assert_on_the_machine(proc, trace)
-    assert len(out.read_text().splitlines()) == 3
+# The in-process proof watches tests/cli/test_faults.py's rerun (an engine start of its own here was about 45 s
+# of CI): test_faults.py::test_judge_in_process_tries_no_address_off_the_machine.
 
 
 @pytest.mark.engine
@@ -241,7 +230,7 @@ def test_judge_on_a_local_ray_instance_tries_no_address_off_the_machine(strace: 
         "--no-progress",
         jail=True,
     )
-    _assert_on_the_machine(proc, trace)
+    assert_on_the_machine(proc, trace)
     assert len(out.read_text().splitlines()) == 3
 
 
@@ -254,7 +243,7 @@ def test_judge_through_a_loopback_server_tries_no_address_off_the_machine(
     proc = _suffice(
         strace, trace, "judge", str(_records(tmp_path)), "-o", str(out), *through(vllm_server), "--no-progress"
     )
-    _assert_on_the_machine(proc, trace)
+    assert_on_the_machine(proc, trace)
     assert len(out.read_text().splitlines()) == 3
 
 
@@ -268,7 +257,7 @@ def test_calibrate_tries_no_address_off_the_machine(strace: str, tmp_path: Path,
     proc = _suffice(
         strace, trace, "calibrate", str(golden), "-o", str(tmp_path / "calib"), *through(vllm_server), "--no-progress"
     )
-    _assert_on_the_machine(proc, trace)
+    assert_on_the_machine(proc, trace)
     assert (tmp_path / "calib" / "report.json").exists()
 
 
@@ -282,7 +271,7 @@ def test_serve_tries_no_address_off_the_machine(strace: str, tmp_path: Path, vll
     args = ["serve", "--port", str(port), "--api-key-file", str(key), *through(vllm_server)]
     with log.open("wb") as sink:
         watcher = subprocess.Popen(
-            _command(strace, trace, args, jail=False), stdout=sink, stderr=subprocess.STDOUT, env=_env()
+            command_line(strace, trace, args, jail=False), stdout=sink, stderr=subprocess.STDOUT, env=suffice_env()
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -311,4 +300,4 @@ def test_serve_tries_no_address_off_the_machine(strace: str, tmp_path: Path, vll
         except subprocess.TimeoutExpired:
             watcher.kill()
             watcher.wait()
-    _assert_on_the_machine(None, trace)
+    assert_on_the_machine(None, trace)

@@ -6,6 +6,12 @@ with exit 1 and blame no record), then the CLI itself is SIGKILLed mid-run (noth
 lost, nothing doubled), then a rerun finishes: every input line exactly once, a
 verdict for every good record and an error row naming the field for every hostile
 line.
+
+Two proofs of other modules ride on these runs, because each needs an in-process
+engine start of its own otherwise (about 40 s of CI each): the first run is verbose
+(``-v``: what ``judge`` tells of its settings and lets through of the engine's own log),
+and the rerun is watched by strace in a network namespace with only loopback
+(tests/test_no_network.py's in-process proof: every connect of every process).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import psutil
 import pytest
 
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
+from tests import test_no_network as network
 from tests.batch.test_runner import WORST
 from tests.conftest import load_records
 
@@ -33,11 +40,10 @@ pytestmark = pytest.mark.engine
 GOOD = 24
 
 
-def _command(source: Path, out: Path, progress: bool = False) -> list[str]:
+def _args(source: Path, out: Path, progress: bool = False, verbose: bool = False) -> list[str]:
+    """The same settings on every run (the resume check refuses others); the guidance backend and a KV cache
+    size of its own are what the verbose run shows."""
     return [
-        sys.executable,
-        "-m",
-        "suffice.cli.main",
         "judge",
         str(source),
         "-o",
@@ -46,7 +52,12 @@ def _command(source: Path, out: Path, progress: bool = False) -> list[str]:
         "decision",
         "--batch-size",
         "4",
+        "--backend",
+        "guidance",
+        "--kv-cache-gib",
+        "1",
         *([] if progress else ["--no-progress"]),
+        *(["-v"] if verbose else []),
     ]
 
 
@@ -54,9 +65,12 @@ def _lines(out: Path) -> int:
     return out.read_bytes().count(b"\n") if out.exists() else 0
 
 
-def _start(source: Path, out: Path, progress: bool = False) -> subprocess.Popen[bytes]:
+def _start(source: Path, out: Path, verbose: bool = False) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        _command(source, out, progress), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        [sys.executable, "-m", "suffice.cli.main", *_args(source, out, verbose=verbose)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 
@@ -90,8 +104,8 @@ def runs(tmp_path_factory):
     source.write_bytes(b"".join(line + b"\n" for line in lines))
     found: dict[str, object] = {"lines": lines}
 
-    # 1. The engine core dies mid-batch.
-    proc = _start(source, out)
+    # 1. The engine core dies mid-batch (a verbose run).
+    proc = _start(source, out, verbose=True)
     try:
         _wait_for_lines(proc, out, 4)
         before = _lines(out)
@@ -122,9 +136,20 @@ def runs(tmp_path_factory):
         _kill_group(proc)
 
     # 3. The rerun completes the job (with its progress bar: the one in-process run
-    #    whose stderr is checked for what a user sees).
+    #    whose stderr is checked for what a user sees), every connect watched where
+    #    strace can watch (the test of it says why not, and fails in CI).
     found["left_for_rerun"] = len(lines) - _lines(out)
-    proc = _start(source, out, progress=True)
+    trace = tmp / "trace"
+    watched = network.strace_works() is None
+    found["trace"] = trace if watched else None
+    found["jailed"] = bool(network.jail_prefix()) if watched else False
+    args = _args(source, out, progress=True)
+    command = (
+        network.command_line(str(network.STRACE), trace, args, jail=found["jailed"])
+        if watched
+        else [sys.executable, "-m", "suffice.cli.main", *args]
+    )
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=network.suffice_env())
     _, stderr = proc.communicate(timeout=900)
     found["final_status"] = proc.returncode
     found["final_stderr"] = stderr.decode()
@@ -193,3 +218,33 @@ def test_every_hostile_line_has_an_error_naming_the_field(runs):
     hostile = [row for row in runs["final_rows"] if 5 <= row["line"] < 5 + len(WORST)]
     fields = [row["error"]["field"] for row in hostile if row["error"] is not None]
     assert None not in fields
+
+
+# -- what the verbose first run shows (tests/cli/test_judge_cmd.py's settings, told) ------------------------------
+
+
+def test_verbose_decision_mode_shows_settings_and_writes_decisions(runs):
+    stderr = runs["dead_stderr"]
+    assert "engine threads bound to cores" in stderr
+    assert "KV cache 1 GiB (--kv-cache-gib)" in stderr
+    assert "Loading safetensors" in stderr  # -v lets the engine's own output through
+    assert runs["dead_rows"], "the first run wrote no row before its engine died"
+    for row in runs["dead_rows"]:
+        if row["error"] is None:
+            assert row["verdict"]["detail"] == "decision"
+            assert row["verdict"]["decision"] in ("true", "false")
+            assert 0.0 <= row["verdict"]["probability"] <= 1.0
+            assert row["prompt_version"] == "sufficiency/v6/decision"
+            assert row["backend"] == "guidance"
+
+
+# -- the rerun, watched (tests/test_no_network.py) -----------------------------------------------------------------
+
+
+def test_judge_in_process_tries_no_address_off_the_machine(runs):
+    """Every connect of the rerun's processes (the CLI, its engine core) is loopback or local, and in a network
+    namespace with only loopback where this machine allows one."""
+    network.need(runs["trace"] is not None, network.strace_works() or "no strace")
+    network.need(runs["jailed"], "no network namespace with only loopback here", or_weaker=True)
+    network.assert_on_the_machine(None, runs["trace"])
+    assert runs["final_status"] == EXIT_ITEM_ERRORS

@@ -43,7 +43,8 @@ from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import MISSING, verdict_for
 from tests.setup_or_fail import need
 from tests.test_client import serve
-from tests.test_no_network import _strace_works, jailed, off_machine
+from tests.test_no_network import jailed, off_machine
+from tests.test_no_network import strace_works as _strace_works
 
 ROOT = Path(__file__).resolve().parents[2]
 SUFFICIENT = "When did Apollo 11 launch?"

@@ -45,7 +45,8 @@ from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import MISSING, verdict_for
 from tests.setup_or_fail import need
 from tests.test_client import serve
-from tests.test_no_network import STRACE, _strace_works, off_machine
+from tests.test_no_network import STRACE, off_machine
+from tests.test_no_network import strace_works as _strace_works
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "When did Apollo 11 launch?"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.packaging.wheelhouse import ROOT
 from tests.setup_or_fail import need
-from tests.test_no_network import _jail
+from tests.test_no_network import jail_prefix as _jail
 
 SUFFICE = [sys.executable, "-m", "suffice.cli.main"]
 
