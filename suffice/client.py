@@ -36,6 +36,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from suffice.config import JudgeConfig
 from suffice.exceptions import (
     AuthenticationError,
     ConfigError,
@@ -53,6 +54,7 @@ from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
 from suffice.records.item import record_id
 from suffice.results import CacheHit, Cascade, ErrorInfo, JudgeResult, TokenCounts
+from suffice.settings import per_request
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
@@ -78,6 +80,7 @@ class _Base:
         retries: int = 3,
         max_wait: float = 30.0,
         allow_insecure_http: bool = False,
+        judge_settings: Mapping[str, Any] | None = None,
     ) -> None:
         # Checked here, not at the first call: a mistyped address is the caller's mistake, not an outage to retry.
         parts = check_url("base_url", base_url, ("http", "https"), "give the service's key as api_key")
@@ -88,6 +91,8 @@ class _Base:
         self.timeout = timeout
         self.retries = retries
         self.max_wait = max_wait
+        #: Judge settings sent with every call (under its own options), each one a request may set.
+        self.judge_settings = _request_settings(judge_settings)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
         # What AsyncClient makes its blocking Client with.
         self._made_with: dict[str, Any] = {
@@ -98,6 +103,7 @@ class _Base:
             "retries": retries,
             "max_wait": max_wait,
             "allow_insecure_http": allow_insecure_http,
+            "judge_settings": judge_settings,
         }
         self._http = self._connect()
 
@@ -112,7 +118,7 @@ class _Base:
             raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
         if options is not None and not isinstance(options, Mapping):
             raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
-        return gate or self.gate, dict(options or {})
+        return gate or self.gate, {**self.judge_settings, **(options or {})}
 
     def _request(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
@@ -190,7 +196,9 @@ class Client(_Base):
     ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
     and how long a 429 or 503 with ``Retry-After`` is waited on; ``allow_insecure_http``: send ``api_key``
     over plain ``http://`` to another machine (refused otherwise, as a bad address is: a
-    :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here)."""
+    :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here); ``judge_settings``: judge settings
+    sent with every call, as its options are (``{"auto_margin": 0.3}``; one a request cannot set is a
+    :class:`~suffice.exceptions.ConfigError` naming it, raised here)."""
 
     def _connect(self) -> httpx.Client:
         transport = traced_transport(httpx.HTTPTransport())  # a CLIENT span per call
@@ -414,6 +422,31 @@ class AsyncClient(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+def _request_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``judge_settings`` checked: each a judge setting a request may set (declared ``per_request``: ``suffice schema
+    --request``), within its bounds; any other is a :class:`~suffice.exceptions.ConfigError` naming it, since the
+    service would judge without it."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, Mapping):
+        raise ConfigError(
+            "judge_settings", type(settings).__name__, "must be a mapping of judge setting names to values"
+        )
+    allowed = {d.name: d for d in per_request(JudgeConfig)}
+    checked = {}
+    for name, value in settings.items():
+        setting = allowed.get(name)
+        if setting is None:
+            raise ConfigError(
+                str(name),
+                value,
+                f"cannot be set per request (those that can: {', '.join(allowed)}); the service decides it: set it "
+                "where `suffice serve` starts",
+            )
+        checked[name] = setting.checked(value)
+    return checked
 
 
 def _loop_running() -> bool:

@@ -35,7 +35,7 @@ from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
 from suffice.batch.ray_scorer import RayScorer
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
-from suffice.batch.service_scorer import ServiceScorer, service_gate, service_settings
+from suffice.batch.service_scorer import ServiceScorer, request_options, service_gate, service_settings
 from suffice.batch.suspects import Suspects, suspects_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
@@ -245,7 +245,7 @@ def _judge_locked(
         describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
         scorer: Scorer
         if judge is not None:
-            scorer = ServiceScorer(judge, gate, config.options, v, notify=notify)
+            scorer = ServiceScorer(judge, gate, request_options(judge, config), v, notify=notify)
         elif options.ray is not None:
             scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
         else:

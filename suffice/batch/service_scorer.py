@@ -29,6 +29,7 @@ from suffice.records.item import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows.shaping import error_result
 from suffice.serving.base import Progress
+from suffice.settings import declared
 
 
 def service_gate(config: JudgeConfig) -> Gate:
@@ -42,15 +43,36 @@ def described(judge: JudgeProtocol) -> str:
     return f"the service at {base_url}" if isinstance(base_url, str) else f"the {type(judge).__name__} given"
 
 
+def request_options(judge: JudgeProtocol, config: JudgeConfig) -> dict[str, Any]:
+    """What each call of ``judge`` carries for ``config``: its judge settings a request may set (declared
+    ``per_request``: ``auto_margin``, the token budgets) where not their default, then the gate's options.  Another
+    judge setting not at its default is a :class:`ConfigError` naming it: the judge decides it, and would judge
+    without it (``detail`` excepted: :func:`service_settings` compares it with the judge's)."""
+    sent = {}
+    for setting in declared(type(config)):
+        value = getattr(config, setting.name)
+        if setting.is_default(value) or setting.name == "detail":
+            continue
+        if not setting.spec.per_request:
+            raise ConfigError(
+                setting.label,
+                value,
+                f"cannot be sent to {described(judge)} with a request: set it where the service starts",
+            )
+        sent[setting.name] = value
+    return {**sent, **config.options}
+
+
 def service_settings(judge: JudgeProtocol, config: JudgeConfig) -> dict[str, str]:
-    """The settings of the rows ``judge`` gives for ``config``'s gate and options (its engine settings are the
-    judge's, a service's through a client).  A gate the judge does not serve, an option it refuses, or a detail
-    other than the judge's is a :class:`ConfigError` naming it."""
+    """The settings of the rows ``judge`` gives for ``config``'s gate, options and judge settings a request may set
+    (:func:`request_options`; its engine settings are the judge's, a service's through a client).  A gate the judge
+    does not serve, an option it refuses, or a detail other than the judge's is a :class:`ConfigError` naming it."""
+    options = request_options(judge, config)
     try:
-        values = judge.settings_for(config.gate, config.options)
+        values = judge.settings_for(config.gate, options)
     except InvalidRequestError as exc:
         parameter = "gate" if exc.status == 404 else exc.field or "options"
-        value = config.options.get(parameter, config.gate if parameter == "gate" else None)
+        value = options.get(parameter, config.gate if parameter == "gate" else None)
         raise ConfigError(parameter, value, f"refused by {described(judge)}: {exc.detail}") from exc
     served = values.get("detail", "full")
     if served != config.detail:

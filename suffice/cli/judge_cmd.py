@@ -33,7 +33,17 @@ from suffice.network import check_url, refuse_plain_http
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_settings
-from suffice.settings import add_flags, check, from_args, in_process_flags, setting, tagged, values_of
+from suffice.settings import (
+    add_flags,
+    check,
+    declared,
+    from_args,
+    in_process_flags,
+    key_of,
+    setting,
+    tagged,
+    values_of,
+)
 from suffice.text import terminal_text
 
 
@@ -248,6 +258,18 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
     return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), **judge_settings_from_args(args))
 
 
+def request_settings(args: argparse.Namespace, config: JudgeConfig) -> dict[str, Any]:
+    """``--server``: the judge settings the user set (a flag, a ``SUFFICE_*`` variable or the file), each sent with
+    every request even where it repeats the default (the service's own may differ); ``detail`` is not sent but
+    compared with the service's.  The client refuses one a request cannot set, naming it."""
+    origins = getattr(args, "settings_origins", {})
+    return {
+        d.name: getattr(config, d.name)
+        for d in declared(type(config))
+        if d.name != "detail" and d.flag is not None and key_of(d.flag) in origins
+    }
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
@@ -285,14 +307,19 @@ def run(args: argparse.Namespace) -> int:
             max_field_chars=args.max_field_chars,
             max_chunks_per_item=args.max_chunks_per_item,
         )
+        if args.server is not None:  # last: nothing after it may fail and leave its connection open
+            client = Client(
+                args.server,
+                api_key=key,
+                timeout=DEFAULT_TIMEOUT_S if flags.timeout is None else flags.timeout,
+                gate=args.gate,
+                allow_insecure_http=args.allow_insecure_http,
+                judge_settings=request_settings(args, config),
+            )
     except ConfigError as exc:
         raise named(exc, args) from None  # said by reports_errors, with the table's exit status
     if args.server is None:
         return judge_file(config, args.input, args.output, options, progress=not flags.no_progress)
-    timeout = DEFAULT_TIMEOUT_S if flags.timeout is None else flags.timeout
-    client = Client(
-        args.server, api_key=key, timeout=timeout, gate=args.gate, allow_insecure_http=args.allow_insecure_http
-    )
     with client:
         return judge_file(config, args.input, args.output, options, progress=not flags.no_progress, client=client)
 
