@@ -114,7 +114,7 @@ def run_vllm_peers(items: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[st
     from vllm import LLM
 
     from suffice.serving.machine import apply_settings, machine_settings
-    from suffice.serving.vllm_engine import shutdown_llm
+    from suffice.serving.vllm_lifecycle import shutdown_llm
 
     settings = machine_settings(EngineConfig())
     apply_settings(settings)

@@ -2,8 +2,9 @@
 
 A finished segment's continuation is a new request.  Queued by its own arrival it waits behind every
 prompt queued since, and its prompt's KV blocks are evicted from the prefix cache meanwhile
-(``benchmarks/README.md``, "Where the time goes").  These tests drive the engine's submission with a
-recording stand-in for vLLM's engine (the real engine's effect is in the benchmark).
+(``benchmarks/README.md``, "Where the time goes").  These tests drive the engine's loop and its submission with a
+recording stand-in for vLLM's engine core (the real engine's effect is in the benchmark); the rules alone are checked
+in tests/serving/test_scheduling.py.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from typing import Any
 
 import pytest
 
-from suffice.grammars.constraint import Constraint
+from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import lit, repeat
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import MachineSettings
 from suffice.serving.models import ModelRef
-from suffice.serving.vllm_engine import VLLMEngine, _Driver, _Job, _Sequence, llm_kwargs
+from suffice.serving.vllm_driver import Driver as _Driver
+from suffice.serving.vllm_driver import Job as _Job
+from suffice.serving.vllm_driver import TokenSequence as _Sequence
+from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm_lifecycle import llm_kwargs
 
 
 class _Recorder:
@@ -55,34 +60,19 @@ def engine(fake_vllm) -> tuple[VLLMEngine, _Recorder]:
     built.logprobs = 0
     built._prefixes = {}
     built._request_ids = itertools.count()
-    built._ranks = itertools.count()
     return built, recorder
 
 
-def _sequence(index: int) -> _Sequence:
+def _sequence(index: int, rank: int) -> _Sequence:
     constraint = Constraint.from_rx(lit("x"), key="x")
-    return _Sequence(index, [1, 2, 3], constraint, constraint.first_segment())
+    return _Sequence(index, [1, 2, 3], constraint, constraint.first_segment(), rank=rank)
 
 
-def _submit(engine: VLLMEngine, sequences: list[_Sequence]) -> None:
-    for _ in engine._submit(sequences):
+def test_every_request_carries_its_sequences_rank_as_its_priority(engine):
+    built, recorder = engine
+    for _ in built._submit([_sequence(0, rank=5), _sequence(1, rank=2)]):
         pass
-
-
-def test_first_segments_are_served_in_the_order_they_were_queued(engine):
-    built, recorder = engine
-    _submit(built, [_sequence(0), _sequence(1), _sequence(2)])
-    assert [priority for _, priority in recorder.added] == [0, 1, 2]
-
-
-def test_a_continuation_keeps_its_sequences_place_ahead_of_later_sequences(engine):
-    built, recorder = engine
-    first, later = _sequence(0), _sequence(1)
-    _submit(built, [first, later])
-    _submit(built, [_sequence(2)])  # another caller's batch, queued after
-    first.text = "x"  # its first segment ended: the continuation is queued now
-    _submit(built, [first])
-    assert recorder.added[-1][1] < min(priority for _, priority in recorder.added[1:3])
+    assert [priority for _, priority in recorder.added] == [5, 2]
 
 
 def test_the_engine_is_built_to_serve_requests_by_priority(tmp_path: Path):
@@ -99,6 +89,8 @@ class _Engine:
         #: The sequences (by index) in the engine at each step.
         self.steps: list[list[int]] = []
         self.sequence_of: dict[str, int] = {}
+        #: Each request as it was added: its sequence's index, its text so far and its priority.
+        self.added: list[tuple[int, str, int]] = []
 
     def step(self) -> list[Any]:
         finished, self.queued = self.queued, []
@@ -120,6 +112,7 @@ def _driver(capacity: int | None) -> tuple[_Driver, _Engine]:
             request_id = f"r{next(ids)}"
             fake.queued.append(request_id)
             fake.sequence_of[request_id] = seq.index
+            fake.added.append((seq.index, seq.text, seq.rank))
             yield request_id, seq
 
     def absorb(seq: _Sequence, completion: Any) -> None:
@@ -194,3 +187,31 @@ def test_a_short_output_of_another_constraint_does_not_shrink_what_a_long_one_ho
     fake.steps.clear()
     driver.run(_Job(_sequences([[i] * 10 for i in range(1, 9)], long), None))
     assert len(fake.steps[0]) == 2
+
+
+def _two_segments() -> Constraint:
+    """``x`` then ``x``: each of the stand-in's completions ends one segment."""
+    tail = Segment("x", max_bytes=1, key="tail")
+    return Constraint(
+        pattern="xx",
+        max_bytes=2,
+        key="xx",
+        head=Segment("x", max_bytes=1, key="head"),
+        continuation=lambda text: tail if text == "x" else None,
+    )
+
+
+def test_first_segments_are_ranked_in_the_order_they_were_queued():
+    two = _two_segments()
+    fake = _driven(None, [[i] * 10 for i in range(1, 4)], two)
+    assert [(index, priority) for index, text, priority in fake.added if not text] == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_a_continuation_keeps_its_sequences_rank_ahead_of_later_sequences():
+    two = _two_segments()
+    # Room for one sequence at a time: the second starts after the first's continuation was queued.
+    fake = _driven(1, [[i] * 10 for i in range(1, 4)], two)
+    continuations = [(index, priority) for index, text, priority in fake.added if text]
+    assert continuations == [(0, 0), (1, 1), (2, 2)]
+    # The first's continuation went in before the second's first segment, at a lower priority.
+    assert [(index, bool(text)) for index, text, _ in fake.added][:3] == [(0, False), (0, True), (1, False)]

@@ -1,11 +1,10 @@
-"""The in-process engine's two scheduling rules, applied to a server where it lets them be.
+"""The in-process engine's two scheduling rules (:mod:`suffice.serving.scheduling`), applied to a server where it
+lets them be.
 
-1. **Order**: every segment of a request carries vLLM's ``priority``, the order its request started in, so a
-   finished segment's continuation is served before prompts queued after its request, while its prompt is still in
-   the prefix cache.  A server started without ``--scheduling-policy priority`` ignores the field (vLLM 0.32) or
-   refuses it (earlier releases: then it is no longer sent).
-2. **Admission**: a request starts only while every started one fits in the server's KV cache
-   (:mod:`suffice.serving.admission`), read from the ``vllm:cache_config_info`` metric.  Other clients of the same
+1. **Order**: every segment of a request carries its rank as vLLM's ``priority``.  A server started without
+   ``--scheduling-policy priority`` ignores the field (vLLM 0.32) or refuses it (earlier releases: then it is no longer
+   sent).
+2. **Admission**: the server's KV cache is read from the ``vllm:cache_config_info`` metric.  Other clients of the same
    server are not counted: the rule bounds what this engine adds.
 
 Which of the two hold is said once, at start, where it cannot be known or does not hold (:attr:`Scheduling.notes`).
@@ -21,8 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from suffice.exceptions import EngineError
 from suffice.grammars.constraint import Constraint
-from suffice.serving.admission import KVBudget
 from suffice.serving.openai.client import Client
+from suffice.serving.scheduling import Scheduler
 
 _log = logging.getLogger(__name__)
 
@@ -75,10 +74,8 @@ class Scheduling:
         self.policy = scheduling_policy(client)
         #: Whether segments carry ``priority`` (off once the server refuses it).
         self.send_priority = self.policy in (None, "priority")
-        self._budget = KVBudget(self.capacity)
+        self._scheduler: Scheduler[_Turn] = Scheduler(self.capacity)
         self._turns = threading.Condition()
-        self._next_ticket = 0
-        self._serving = 0
         server = f"the server at {client.base_url}"
         #: What does not hold, or cannot be known, said once at start.
         self.notes: list[str] = []
@@ -112,31 +109,48 @@ class Scheduling:
     def turn(
         self, prompt_ids: Sequence[int], constraint: Constraint, given_up: Callable[[], bool]
     ) -> Iterator[tuple[int, Callable[[int], None]]]:
-        """Wait for this request's turn and room in the KV cache; yield its priority and a callable to report its
-        output tokens once it has finished.  Raises :class:`Given` if ``given_up()`` while it waited."""
+        """Wait for this request's turn and room in the KV cache; yield its rank and a callable to report its output
+        tokens once it has finished.  Raises :class:`Given` if ``given_up()`` while it waited."""
+        mine = _Turn(given_up)
         with self._turns:
-            ticket = self._next_ticket
-            self._next_ticket += 1
+            self._scheduler.queue(mine, prompt_ids, constraint)
             while True:
-                if self._serving == ticket:
-                    if given_up():
-                        self._serving += 1  # its turn passes on
-                        self._turns.notify_all()
-                        raise Given
-                    cost = self._budget.cost(prompt_ids, constraint)
-                    if self._budget.fits(cost):
-                        break
+                self._admit()
+                if mine.rank is not None:
+                    break
+                if mine.passed:
+                    raise Given
                 self._turns.wait(_WAIT_POLL)
-            self._budget.take(cost, prompt_ids)
-            self._serving += 1
-            self._turns.notify_all()
         output: list[int] = []
         try:
-            yield ticket, output.append
+            yield mine.rank, output.append
         finally:
             with self._turns:
                 if output:
-                    self._budget.finish(cost, constraint.key, output[-1])
+                    self._scheduler.finish(mine, output[-1])
                 else:
-                    self._budget.drop(cost)
-                self._turns.notify_all()
+                    self._scheduler.drop(mine)
+                self._admit()
+
+    def _admit(self) -> None:
+        """Start the requests whose turn it is, passing over those given up (under ``_turns``); wake their threads."""
+        waiting = self._scheduler.waiting
+        for turn, rank in self._scheduler.admit(_Turn.give_up):
+            turn.rank = rank
+        if self._scheduler.waiting != waiting:
+            self._turns.notify_all()
+
+
+class _Turn:
+    """One request's place in the queue, and what became of it."""
+
+    def __init__(self, given_up: Callable[[], bool]) -> None:
+        self._given_up = given_up
+        #: Its rank once it has started.
+        self.rank: int | None = None
+        #: Given up when its turn came: it passed it on.
+        self.passed = False
+
+    def give_up(self) -> bool:
+        self.passed = self._given_up()
+        return self.passed
