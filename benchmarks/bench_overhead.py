@@ -59,7 +59,7 @@ def _recovery_item(item: dict[str, Any]) -> dict[str, Any]:
 def _cpu_s(engine: VLLMEngine) -> float:
     """CPU seconds (user and system) used so far by this process and the engine's."""
     total = 0.0
-    for process in [psutil.Process(), *engine._processes]:
+    for process in [psutil.Process(), *engine._life.processes]:
         times = process.cpu_times()
         total += times.user + times.system
     return total

@@ -223,7 +223,7 @@ def run(
     completion_before = judge.stats.completion_tokens
     began = time.perf_counter()
     if breakdown is not None:
-        results = breakdown.measure(lambda: judge.judge_batch(items), engine._processes)
+        results = breakdown.measure(lambda: judge.judge_batch(items), engine._life.processes)
     else:
         results = judge.judge_batch(items)
     seconds = time.perf_counter() - began
