@@ -29,7 +29,7 @@ import json
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from types import TracebackType
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import quote
 
@@ -50,6 +50,7 @@ from suffice.exceptions import (
     refused_as,
 )
 from suffice.gates import Gate, gate_class, gate_names, make_gate
+from suffice.gates.registry import check_call
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
 from suffice.records.item import record_id
@@ -111,13 +112,10 @@ class _Base:
         """The HTTP client (blocking or asyncio) the subclass sends with."""
         raise NotImplementedError
 
-    def _call(self, gate: object, options: object) -> tuple[str, dict[str, Any]]:
+    def _call(self, gate: str | None, options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         """The gate and options of a call, checked as the in-process judge checks them (a ConfigError naming
         ``gate`` or ``options``); the service checks what they hold."""
-        if gate is not None and not isinstance(gate, str):
-            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
-        if options is not None and not isinstance(options, Mapping):
-            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        check_call(gate, options)
         return gate or self.gate, {**self.judge_settings, **(options or {})}
 
     def _request(
@@ -190,7 +188,7 @@ class _Base:
         return retry.seconds
 
 
-class Client(_Base):
+class Client(_Base, AbstractContextManager["Client"]):
     """A blocking client of ``suffice serve`` with the call shape of :class:`~suffice.judge.Judge`:
     ``judge_batch(records)`` and ``judge(record)``.  ``gate``: the default gate (the default of
     ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
@@ -292,12 +290,7 @@ class Client(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -418,9 +411,7 @@ class AsyncClient(_Base):
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
 

@@ -301,8 +301,7 @@ def output_lock(output: Path) -> Iterator[None]:
         except OSError as exc:  # no locks on this filesystem (ENOLCK, some network mounts)
             os.close(fd)
             warnings.warn(
-                f"cannot lock {path} ({exc.strerror}): a second run on this output would not be refused",
-                stacklevel=3,
+                f"cannot lock {path} ({exc.strerror}): a second run on this output would not be refused", stacklevel=3
             )
             yield
             return

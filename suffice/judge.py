@@ -14,8 +14,8 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,6 +37,7 @@ from suffice.exceptions import (
 from suffice.gates import Gate, gate_names, roles
 from suffice.gates.base import fitted_mismatch
 from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.gates.registry import check_call
 from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
@@ -122,7 +123,7 @@ class _Pending:
     p_positive: float | None = None
 
 
-class Judge:
+class Judge(AbstractContextManager["Judge"]):
     """A gate on an engine: one result per record, in order (see the module docstring).
 
     A :class:`~suffice.JudgeProtocol`: ``judge``, ``judge_batch``, ``ajudge`` and ``ajudge_batch`` take
@@ -304,10 +305,7 @@ class Judge:
 
     def _for(self, gate: str | None, options: Mapping[str, Any] | None) -> Judge:
         """This judge, or the one for ``gate`` with ``options`` on the same engine (built once and kept)."""
-        if gate is not None and not isinstance(gate, str):
-            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
-        if options is not None and not isinstance(options, Mapping):
-            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        check_call(gate, options)
         name = gate or self.gate.name
         if name == self.gate.name and not options:
             return self
@@ -378,11 +376,7 @@ class Judge:
         return final
 
     def _cascade(
-        self,
-        records: Sequence[object],
-        progress: Progress | None,
-        cancel: threading.Event | None,
-        trace: BatchTrace,
+        self, records: Sequence[object], progress: Progress | None, cancel: threading.Event | None, trace: BatchTrace
     ) -> list[JudgeResult]:
         """``detail="auto"``: every record decision-only (one engine batch), then a full verdict (one more) for
         those :meth:`AutoGate.escalate` picks.  ``progress`` is credited once a record's last pass is done."""
@@ -421,11 +415,7 @@ class Judge:
         return final
 
     def _judge_batch(
-        self,
-        records: Sequence[object],
-        progress: Progress | None,
-        cancel: threading.Event | None,
-        trace: BatchTrace,
+        self, records: Sequence[object], progress: Progress | None, cancel: threading.Event | None, trace: BatchTrace
     ) -> list[JudgeResult]:
         results: list[JudgeResult | None] = [None] * len(records)
         pending: list[_Pending] = []
@@ -527,8 +517,7 @@ class Judge:
                 results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)
                 continue
             p.tokens = TokenCounts(
-                prompt=p.tokens.prompt + gen.prompt_tokens,
-                completion=p.tokens.completion + gen.completion_tokens,
+                prompt=p.tokens.prompt + gen.prompt_tokens, completion=p.tokens.completion + gen.completion_tokens
             )
             self.stats.add("prompt_tokens", gen.prompt_tokens)
             self.stats.add("completion_tokens", gen.completion_tokens)
@@ -561,10 +550,7 @@ class Judge:
         return failed
 
     def _generate(
-        self,
-        requests: list[GenerationRequest],
-        progress: Progress | None = None,
-        cancel: threading.Event | None = None,
+        self, requests: list[GenerationRequest], progress: Progress | None = None, cancel: threading.Event | None = None
     ) -> list[Generation | EngineError]:
         """One engine call; if it fails, the batch is split so one poisoned request fails alone
         (:func:`~suffice.isolation.isolate`); a fatal engine failure goes to the caller unsplit."""
@@ -616,15 +602,7 @@ class Judge:
     def close(self) -> None:
         self.engine.close()
 
-    def __enter__(self) -> Judge:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

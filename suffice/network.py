@@ -92,11 +92,7 @@ KEY_FILE_MAX_BYTES = 4096
 
 
 def read_key_file(
-    path: str | os.PathLike[str],
-    parameter: str,
-    *,
-    forging: str | None,
-    missing: str = "no such key file",
+    path: str | os.PathLike[str], parameter: str, *, forging: str | None, missing: str = "no such key file"
 ) -> bytes:
     """The bytes of the secret in ``path`` (surrounding whitespace removed): the one reader of every key suffice
     reads (the audit key, the service's key, a client's copy of it, an engine server's key).

@@ -16,11 +16,7 @@ from collections.abc import Mapping, Sequence
 
 
 def decision_probabilities(
-    text: str,
-    tokens: Sequence[str],
-    top_logprobs: Sequence[Mapping[str, float]],
-    marker: str,
-    values: Sequence[str],
+    text: str, tokens: Sequence[str], top_logprobs: Sequence[Mapping[str, float]], marker: str, values: Sequence[str]
 ) -> dict[str, float] | None:
     """``{value: probability}`` at the first position after ``marker``, or ``None``
     when the position cannot be located or no candidate decides between values."""

@@ -322,13 +322,7 @@ class AuditLog(Database):
             raise audit_error(self.path, exc) from exc
 
     def resolve_review(
-        self,
-        review_id: int,
-        *,
-        decision: str,
-        by: str,
-        note: str | None = None,
-        label: bool | str | None = None,
+        self, review_id: int, *, decision: str, by: str, note: str | None = None, label: bool | str | None = None
     ) -> Decided:
         """Record a person's decision and chain it (one transaction): a ``resolved`` event when it completes
         the agreement the review requires, else a ``decided`` event that leaves it open.

@@ -162,10 +162,7 @@ def review_record(item: Item | None) -> dict[str, Any]:
 
 
 def review_entry(
-    result: JudgeResult,
-    item: Item | None,
-    gate: Gate | None = None,
-    settings: Mapping[str, Any] | None = None,
+    result: JudgeResult, item: Item | None, gate: Gate | None = None, settings: Mapping[str, Any] | None = None
 ) -> dict[str, Any] | None:
     """The review queue entry for a record sent to a person (``None``: it is not), by the rule that
     sent it (:func:`review_rule`): the seeds' "after two failures, log the raw output and route to a
@@ -174,11 +171,7 @@ def review_entry(
     rule = review_rule(gate, result) if gate is not None else TWO_FAILED_GENERATIONS if failed_twice(result) else None
     if rule is None:
         return None
-    payload: dict[str, Any] = {
-        "rule": rule,
-        **review_record(item),
-        "settings": dict(settings or {}),
-    }
+    payload: dict[str, Any] = {"rule": rule, **review_record(item), "settings": dict(settings or {})}
     if gate is not None and item is not None:
         # Under high stakes a review needs two reviewers (suffice.audit.reviewing.reviewers_for).
         try:

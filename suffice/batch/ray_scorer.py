@@ -14,18 +14,18 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from suffice.batch.options import RayOptions, whole_number
 from suffice.batch.ray_pool import ActorPool, cause, ray_module
 from suffice.batch.resources import check_capacity
-from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.batch.scoring import Crashed, Notify, Results, Scorer, _quiet
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError, SufficeError
-from suffice.gates import gate_names
+from suffice.exceptions import EngineDeadError, EngineUnreachableError, SufficeError
 from suffice.gates.base import Gate
+from suffice.gates.registry import check_call
 from suffice.isolation import Bisection, halves
 from suffice.judge import Judge
 from suffice.records.item import record_id
@@ -54,12 +54,7 @@ class RayScorer(Scorer):
         self.pool = ActorPool(config, options, notify, describe, open_judge)
         self._schedule: _Schedule | None = None
 
-    def map(
-        self,
-        batches: Iterator[list[object]],
-        progress: Progress | None,
-        crashed: Callable[[object], JudgeResult] | None = None,
-    ) -> Iterator[list[JudgeResult]]:
+    def map(self, batches: Iterator[list[object]], progress: Progress | None, crashed: Crashed = None) -> Results:
         try:  # nothing to judge: no actor, no engine
             first = next(batches)
         except StopIteration:
@@ -81,7 +76,7 @@ class RayScorer(Scorer):
         self.pool.close(dropping=len(self._schedule.flight) if self._schedule is not None else 0)
 
 
-class RayJudge:
+class RayJudge(AbstractContextManager["RayJudge"]):
     """A pool of Ray actors, one engine each, as a :class:`~suffice.JudgeProtocol`: ``judge_batch(records)`` splits
     the records into batches of ``batch_size``, spreads them over the actors and returns one result per record, in
     order, as ``suffice judge --ray`` does (a dead actor replaced and its batch sent again; a record that kills the
@@ -114,10 +109,7 @@ class RayJudge:
 
     def _config_for(self, gate: str | None, options: Mapping[str, Any] | None) -> JudgeConfig:
         """The config of a call's judge, as an in-process :class:`Judge` builds it (a refused one: ConfigError)."""
-        if gate is not None and not isinstance(gate, str):
-            raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
-        if options is not None and not isinstance(options, Mapping):
-            raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+        check_call(gate, options)
         name = gate or self.config.gate
         merged = {**self.config.options, **(options or {})} if name == self.config.gate else dict(options or {})
         return dataclasses.replace(self.config, gate=name, options=merged)
@@ -180,12 +172,7 @@ class RayJudge:
         """Close every actor's engine, then the actors (and a local Ray instance this judge started)."""
         self.pool.close()
 
-    def __enter__(self) -> RayJudge:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

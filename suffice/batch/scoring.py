@@ -30,18 +30,19 @@ def _quiet(message: str) -> None:
     return None
 
 
+#: What :meth:`Scorer.map` yields: one result list per batch.
+Results = Iterator[list[JudgeResult]]
+#: The row for a record found to stop the engine alone (see :meth:`Scorer.map`).
+Crashed = Callable[[object], JudgeResult] | None
+
+
 class Scorer(ABC):
     """Judges batches of records; one per run."""
 
     gate: Gate
 
     @abstractmethod
-    def map(
-        self,
-        batches: Iterator[list[object]],
-        progress: Progress | None,
-        crashed: Callable[[object], JudgeResult] | None = None,
-    ) -> Iterator[list[JudgeResult]]:
+    def map(self, batches: Iterator[list[object]], progress: Progress | None, crashed: Crashed = None) -> Results:
         """One result list per batch, in the batches' order; ``progress`` as records
         finish.  ``crashed(record)`` is the row for a record found to stop the engine
         alone, where a scorer can find it on the same run (Ray); an in-process run
@@ -101,12 +102,7 @@ class LocalScorer(Scorer):
             self.gate = self.judge.gate
         return self.judge
 
-    def map(
-        self,
-        batches: Iterator[list[object]],
-        progress: Progress | None,
-        crashed: Callable[[object], JudgeResult] | None = None,
-    ) -> Iterator[list[JudgeResult]]:
+    def map(self, batches: Iterator[list[object]], progress: Progress | None, crashed: Crashed = None) -> Results:
         for number, batch in enumerate(batches):
             judge = self._judge()  # a failure to start implicates no batch
             try:

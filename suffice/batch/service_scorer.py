@@ -15,10 +15,10 @@ from the verdicts, which carry every decision the options made.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from suffice.batch.scoring import Notify, Scorer, _quiet
+from suffice.batch.scoring import Crashed, Notify, Results, Scorer, _quiet
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, InvalidRequestError, ItemError, RequestTooLargeError
 from suffice.gates import Gate, make_gate
@@ -110,12 +110,7 @@ class ServiceScorer(Scorer):
         self._notify = notify
         self._started = False
 
-    def map(
-        self,
-        batches: Iterator[list[object]],
-        progress: Progress | None,
-        crashed: Callable[[object], JudgeResult] | None = None,
-    ) -> Iterator[list[JudgeResult]]:
+    def map(self, batches: Iterator[list[object]], progress: Progress | None, crashed: Crashed = None) -> Results:
         for batch in batches:
             if not self._started:
                 self._notify(f"judging through {described(self.judge)} (model {self._model}, backend {self._backend})")

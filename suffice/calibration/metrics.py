@@ -24,13 +24,7 @@ class ThresholdPoint:
 
     def as_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it copies field by field, slow over a million points.
-        return {
-            "threshold": self.threshold,
-            "precision": self.precision,
-            "recall": self.recall,
-            "f1": self.f1,
-            "accuracy": self.accuracy,
-        }
+        return dict(vars(self))
 
 
 def _check(scores: Sequence[float], labels: Sequence[bool]) -> None:

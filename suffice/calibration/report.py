@@ -9,13 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suffice.calibration.metrics import (
-    Sweep,
-    expected_calibration_error,
-    point,
-    reliability,
-    set_agreement,
-)
+from suffice.calibration.metrics import Sweep, expected_calibration_error, point, reliability, set_agreement
 from suffice.exceptions import InputError
 from suffice.files import replace_atomically, writing
 from suffice.gates.roles import calibration_scores, useful_chunk_ids
@@ -84,10 +78,7 @@ def score_metrics(values: Sequence[float], labels: Sequence[bool], precision_tar
 
 
 def build_report(
-    gate: Gate,
-    records: Sequence[Mapping[str, Any]],
-    rows: Sequence[Mapping[str, Any]],
-    precision_target: float,
+    gate: Gate, records: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], precision_target: float
 ) -> dict[str, Any]:
     """Metrics over the rows that answer a labeled golden record; rows for records no
     longer in the golden file (kept by an earlier, longer run) are counted apart.

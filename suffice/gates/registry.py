@@ -65,6 +65,14 @@ def option_names(name: str) -> frozenset[str]:
     return frozenset(gate_class(name).options_model.model_fields)
 
 
+def check_call(gate: object, options: object) -> None:
+    """Refuse a judge call's ``gate`` that is not a gate's name, and ``options`` that are not a mapping."""
+    if gate is not None and not isinstance(gate, str):
+        raise ConfigError("gate", type(gate).__name__, f"must be a gate's name, one of {', '.join(gate_names())}")
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError("options", type(options).__name__, "must be a mapping of the gate's option names")
+
+
 def check_detail(detail: object) -> None:
     """The one check of a ``detail`` (a gate built, a row's schema): one of :data:`DETAILS`, else a
     :class:`ConfigError` naming it."""

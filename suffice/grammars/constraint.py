@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from suffice.grammars.regex import Rx
 
@@ -45,24 +46,9 @@ class Segment:
             raise ValueError(f"segment {self.key}: a speculative segment cannot carry log-probabilities")
 
     @classmethod
-    def from_rx(
-        cls,
-        rx: Rx,
-        key: str,
-        logprobs: bool = False,
-        per_request: bool = False,
-        prefix: str = "",
-        speculative: bool = False,
-    ) -> Segment:
-        return cls(
-            pattern=rx.pattern,
-            max_bytes=rx.max_bytes,
-            key=key,
-            logprobs=logprobs,
-            per_request=per_request,
-            prefix=prefix,
-            speculative=speculative,
-        )
+    def from_rx(cls, rx: Rx, key: str, **fields: Any) -> Segment:
+        """A segment of ``rx``'s pattern and byte bound; ``fields`` are the other attributes."""
+        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, **fields)
 
     @property
     def max_tokens(self) -> int:
@@ -101,28 +87,9 @@ class Constraint:
     _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_rx(
-        cls,
-        rx: Rx,
-        key: str,
-        head: Segment | None = None,
-        continuation: Continuation | None = None,
-        coarse_head: Segment | None = None,
-        check: Callable[[str], bool] | None = None,
-        settle: Settle | None = None,
-        completion_bound: int | None = None,
-    ) -> Constraint:
-        return cls(
-            pattern=rx.pattern,
-            max_bytes=rx.max_bytes,
-            key=key,
-            head=head,
-            continuation=continuation,
-            coarse_head=coarse_head,
-            check=check,
-            settle=settle,
-            completion_bound=completion_bound,
-        )
+    def from_rx(cls, rx: Rx, key: str, **fields: Any) -> Constraint:
+        """A constraint of ``rx``'s pattern and byte bound; ``fields`` are the other attributes."""
+        return cls(pattern=rx.pattern, max_bytes=rx.max_bytes, key=key, **fields)
 
     @property
     def max_tokens(self) -> int:
@@ -171,10 +138,7 @@ class Constraint:
                 break
             body = rest[len(segment.prefix) :]
             compiled = re.compile(segment.pattern)
-            match = next(
-                (end for end in range(len(body), 0, -1) if compiled.fullmatch(body[:end]) is not None),
-                None,
-            )
+            match = next((end for end in range(len(body), 0, -1) if compiled.fullmatch(body[:end]) is not None), None)
             if match is None:
                 break
             piece = segment.prefix + body[:match]

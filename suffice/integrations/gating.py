@@ -287,24 +287,29 @@ class DocumentGate:
         :class:`~suffice.ServiceUnavailableError` / :class:`~suffice.ServiceTimeoutError` under
         ``on_unavailable="raise"`` (otherwise every document or none, with no outcome)."""
         try:
-            result = self.judge(question, evidence, answer)
+            result: JudgeResult | Exception = self.judge(question, evidence, answer)
         except UNAVAILABLE as exc:
-            if self.on_unavailable == "raise":
-                raise
-            return self.unavailable(exc, len(evidence)), None
-        outcome = self.outcome(question, evidence, result)
-        return self.keep(question, outcome, len(evidence)), outcome
+            result = exc
+        return self._selection(question, evidence, result)
 
     async def aselect(
         self, question: str, evidence: Sequence[Evidence], answer: str | None = None
     ) -> tuple[list[int], GateOutcome | None]:
         """:meth:`select`, awaited (see :meth:`ajudge`)."""
         try:
-            result = await self.ajudge(question, evidence, answer)
+            result: JudgeResult | Exception = await self.ajudge(question, evidence, answer)
         except UNAVAILABLE as exc:
+            result = exc
+        return self._selection(question, evidence, result)
+
+    def _selection(
+        self, question: str, evidence: Sequence[Evidence], result: JudgeResult | Exception
+    ) -> tuple[list[int], GateOutcome | None]:
+        """:meth:`select`'s answer once the judge gave ``result`` or raised it (the service did not answer)."""
+        if isinstance(result, Exception):
             if self.on_unavailable == "raise":
-                raise
-            return self.unavailable(exc, len(evidence)), None
+                raise result
+            return self.unavailable(result, len(evidence)), None
         outcome = self.outcome(question, evidence, result)
         return self.keep(question, outcome, len(evidence)), outcome
 

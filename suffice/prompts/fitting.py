@@ -185,12 +185,7 @@ def fit_prompt(
             }
             for label, i in enumerate(sorted(keep))
         ]
-        context = {
-            **user_context,
-            "question": question,
-            "chunks": shown,
-            "response": response,
-        }
+        context = {**user_context, "question": question, "chunks": shown, "response": response}
         return template.render_fenced(system_context, context, seed=seed)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:

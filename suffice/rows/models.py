@@ -96,10 +96,7 @@ def _error_row(gate: str, position: str) -> type[BaseModel]:
         __config__=_CLOSED,
         __doc__=f"A record the {gate} gate could not judge: its error, naming the field at fault.",
         **_fields(
-            gate,
-            (None, Field(description="null: not judged")),
-            (ErrorInfo, Field(description="why not")),
-            position,
+            gate, (None, Field(description="null: not judged")), (ErrorInfo, Field(description="why not")), position
         ),
     )
     return model

@@ -384,12 +384,7 @@ class ParquetRows:
     def __enter__(self) -> ParquetRows:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: types.TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is None:
             self.close()
         else:

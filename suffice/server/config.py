@@ -99,8 +99,7 @@ class ServeConfig:
     )
     insecure_no_auth: bool = setting(False, "serve without --api-key-file on an address other machines reach")
     metrics_without_auth: bool = setting(
-        False,
-        "answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)",
+        False, "answer /metrics without the bearer token, to a scraper that holds none (default: the token is needed)"
     )
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False

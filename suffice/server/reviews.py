@@ -20,7 +20,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
@@ -274,7 +274,7 @@ button{font-size:1em;padding:.35em 1.2em}
 """
 
 
-def _page(title: str, body: str, reviewer: str | None = None, csrf: str = "") -> HTMLResponse:
+def _page(title: str, body: str, reviewer: str | None = None, csrf: str = "", status: int = 200) -> HTMLResponse:
     who = ""
     if reviewer is not None:
         who = (
@@ -286,7 +286,7 @@ def _page(title: str, body: str, reviewer: str | None = None, csrf: str = "") ->
         f'<meta name="viewport" content="width=device-width"><style>{_STYLE}</style></head><body>'
         f'<header><a href="{PAGE}"><b>suffice</b> · reviews</a>{who}</header><main>{body}</main></body></html>'
     )
-    return HTMLResponse(text, headers=_HEADERS)
+    return HTMLResponse(text, status, headers=_HEADERS)
 
 
 def _login_page(message: str = "", status: int = 200) -> HTMLResponse:
@@ -297,9 +297,7 @@ def _login_page(message: str = "", status: int = 200) -> HTMLResponse:
         '<input id="key" name="key" type="password" size="70" autocomplete="off" required></p>'
         '<button type="submit">Log in</button></form></section>'
     )
-    page = _page("Log in", body)
-    page.status_code = status
-    return page
+    return _page("Log in", body, status=status)
 
 
 def _state_tag(state: str) -> str:
@@ -549,6 +547,17 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
             return JSONResponse({"detail": str(exc)}, status)
         return JSONResponse({"detail": "the audit log cannot be used"}, 503)
 
+    async def answer(request: Request, call: Callable[[str], Awaitable[BaseModel]]) -> Response:
+        """``call``'s answer for the request's reviewer: 401 without a reviewer's key, the refusal of an error."""
+        reviewer = api_reviewer(request)
+        if reviewer is None:
+            return unauthorized()
+        try:
+            answered = await call(reviewer)
+        except SufficeError as exc:
+            return refused(exc)
+        return JSONResponse(answered.model_dump(mode="json"))
+
     # -- JSON ----------------------------------------------------------------------------------------------------
     @app.get(
         API,
@@ -559,13 +568,10 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         operation_id="list_reviews",
     )
     async def api_list(request: Request, status: Literal["open", "resolved", "all"] = "open") -> Response:
-        if api_reviewer(request) is None:
-            return unauthorized()
-        try:
-            rows = await listing(status)
-        except SufficeError as exc:
-            return refused(exc)
-        return JSONResponse(ReviewList(reviews=rows).model_dump(mode="json"))
+        async def reviews(_: str) -> ReviewList:
+            return ReviewList(reviews=await listing(status))
+
+        return await answer(request, reviews)
 
     @app.get(
         f"{API}/{{review_id}}",
@@ -575,14 +581,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         operation_id="get_review",
     )
     async def api_show(review_id: int, request: Request) -> Response:
-        reviewer = api_reviewer(request)
-        if reviewer is None:
-            return unauthorized()
-        try:
-            review = await detail(review_id, reviewer)
-        except SufficeError as exc:
-            return refused(exc)
-        return JSONResponse(review.model_dump(mode="json"))
+        return await answer(request, lambda reviewer: detail(review_id, reviewer))
 
     @app.post(
         f"{API}/{{review_id}}/decision",
@@ -592,14 +591,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         operation_id="decide_review",
     )
     async def api_decide(review_id: int, body: DecisionRequest, request: Request) -> Response:
-        reviewer = api_reviewer(request)
-        if reviewer is None:
-            return unauthorized()
-        try:
-            answer = await decide(review_id, reviewer, body)
-        except SufficeError as exc:
-            return refused(exc)
-        return JSONResponse(answer.model_dump(mode="json"))
+        return await answer(request, lambda reviewer: decide(review_id, reviewer, body))
 
     # -- the page ------------------------------------------------------------------------------------------------
     @app.get(PAGE, include_in_schema=False)
@@ -643,9 +635,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         try:
             review = await detail(review_id, session.reviewer)
         except SufficeError as exc:
-            page = _page("Review", f"<section>{e(exc)}</section>", session.reviewer, session.csrf)
-            page.status_code = 404
-            return page
+            return _page("Review", f"<section>{e(exc)}</section>", session.reviewer, session.csrf, 404)
         message = ""
         if recorded and review.state == "resolved":
             message = f"Recorded. Resolved by {review.resolved_by}."
@@ -660,9 +650,7 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
             return _login_page("Log in first.", 401)
         form = await _form(request)
         if not hmac.compare_digest(form.get("csrf", ""), session.csrf):
-            page = _page("Refused", "<section>The form is stale or not this site's: reload it.</section>")
-            page.status_code = 403
-            return page
+            return _page("Refused", "<section>The form is stale or not this site's: reload it.</section>", status=403)
         try:
             body = DecisionRequest(
                 decision=form.get("decision", ""),  # type: ignore[arg-type]
@@ -670,15 +658,12 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
                 note=form.get("note") or None,
             )
         except ValueError:
-            page = _page("Refused", "<section>Choose a decision (and a label it knows).</section>")
-            page.status_code = 422
-            return page
+            return _page("Refused", "<section>Choose a decision (and a label it knows).</section>", status=422)
         try:
             await decide(review_id, session.reviewer, body)
         except SufficeError as exc:
-            page = _page("Refused", f"<section>{e(exc)}</section>", session.reviewer, session.csrf)
-            page.status_code = 404 if status_of(exc).http == 404 else 409
-            return page
+            status = 404 if status_of(exc).http == 404 else 409
+            return _page("Refused", f"<section>{e(exc)}</section>", session.reviewer, session.csrf, status)
         return RedirectResponse(f"{PAGE}/{review_id}?recorded=1", status_code=303)
 
     return desk

@@ -7,7 +7,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
+from threading import Event
 from typing import Any, Protocol, runtime_checkable
 
 from suffice.exceptions import ConfigError
@@ -169,10 +169,7 @@ class Engine(ABC):
 
     @abstractmethod
     def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: Progress | None = None,
-        cancel: threading.Event | None = None,
+        self, requests: Sequence[GenerationRequest], progress: Progress | None = None, cancel: Event | None = None
     ) -> list[Generation]:
         """Generate for all requests in one batch, segment by segment; ``result[i]`` answers ``requests[i]``.
 
@@ -205,12 +202,7 @@ class Engine(ABC):
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -103,10 +103,7 @@ def _convert(gguf: Path, target: Path, verbose: bool = False) -> None:
     with _gguf_bar(verbose):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent,
-            gguf_file=gguf.name,
-            quantization_config=GgufConfig(dequantize=True),
-            local_files_only=True,
+            gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), local_files_only=True
         )
     if len(tokenizer) != model.config.vocab_size:
         raise ModelNotFoundError(

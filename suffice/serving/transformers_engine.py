@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from threading import Event
 from typing import Any
 
 from suffice.exceptions import CancelledError, EngineError
@@ -86,10 +87,7 @@ class TransformersEngine(TokenizerMixin, Engine):
         return generator
 
     def generate(
-        self,
-        requests: Sequence[GenerationRequest],
-        progress: Progress | None = None,
-        cancel: threading.Event | None = None,
+        self, requests: Sequence[GenerationRequest], progress: Progress | None = None, cancel: Event | None = None
     ) -> list[Generation]:
         """Segment by segment: each round generates the current segment of every open
         request, grouped by segment pattern, each prompt being the templated chat plus

@@ -270,16 +270,8 @@ class Agreement:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "gate": self.gate,
-            "label": self.label,
-            "n": self.n,
-            "agreement": self.agreement,
-            "recall": self.recall,
-            "precision": self.precision,
-            "errors": self.errors,
-        }
+        """The measures, without the disagreements."""
+        return {name: value for name, value in vars(self).items() if name != "disagreements"}
 
 
 def _labeled(path: Path, label: str, limit: int | None) -> list[tuple[dict[str, Any], bool]]:

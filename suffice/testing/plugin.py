@@ -38,10 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="judge through this suffice serve (a suffice.Client) instead of an in-process judge",
     )
     group.addoption(
-        "--suffice-api-key",
-        metavar="KEY",
-        default=None,
-        help=f"the service's bearer key (default: ${API_KEY_ENV})",
+        "--suffice-api-key", metavar="KEY", default=None, help=f"the service's bearer key (default: ${API_KEY_ENV})"
     )
     group.addoption(
         "--suffice-model",

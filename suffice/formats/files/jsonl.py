@@ -70,9 +70,4 @@ def _refuse_plain_json(path: Path, count: int) -> None:
     )
 
 
-def _count_lines(path: Path) -> int:
-    """Non-blank lines (a damaged compressed input is found here, before anything is judged)."""
-    return sum(1 for _, raw in compressed.numbered_lines(path) if raw.strip())
-
-
 FORMATS = (JsonLines(),)

@@ -69,11 +69,7 @@ def effective_threshold(rubric: Rubric, threshold: float | None = None) -> float
 
 
 def decide(
-    output: AdequacyOutput,
-    rubric: Rubric,
-    *,
-    threshold: float | None = None,
-    can_retrieve: bool = True,
+    output: AdequacyOutput, rubric: Rubric, *, threshold: float | None = None, can_retrieve: bool = True
 ) -> AdequacyDecision:
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
     be in [0, 1].  ``can_retrieve=False``: no retrieval is left, so a FAIL that more

@@ -35,8 +35,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 class AdequacyOptions(ReasoningOptions):
     rubric: str | None = Field(
-        default=None,
-        description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it",
+        default=None, description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it"
     )
     rubric_dir: Path | None = Field(default=None, description="your own rubric folder (default: the built-in rubrics)")
     retrieval_exhausted: bool = Field(

@@ -23,13 +23,7 @@ from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import UNIT_INTERVAL, Rx, alt, json_list, json_members, json_object, json_string, lit, seq
 from suffice.grammars.routes import Route
 
-DIMENSIONS = (
-    "factual_coverage",
-    "temporal_relevance",
-    "source_authority",
-    "entity_completeness",
-    "rubric_alignment",
-)
+DIMENSIONS = ("factual_coverage", "temporal_relevance", "source_authority", "entity_completeness", "rubric_alignment")
 #: A rubric's own dimension names: lower-case letters and ``_``, 2 to 8 of them.
 DIMENSION_NAME = re.compile(r"^[a-z_]{1,40}$")
 MIN_DIMENSIONS = 2

@@ -130,11 +130,7 @@ class SufficiencyThreshold:
 
 
 def decide(
-    verdict: RecoveryVerdict,
-    shown: Sequence[ShownChunk],
-    threshold: SufficiencyThreshold,
-    *,
-    can_retrieve: bool = True,
+    verdict: RecoveryVerdict, shown: Sequence[ShownChunk], threshold: SufficiencyThreshold, *, can_retrieve: bool = True
 ) -> RecoveryDecision:
     """One route: ``deliver``, ``retrieve_more``, ``abstain`` or ``human_review``.
 

@@ -465,10 +465,7 @@ def _whole(n_chunks: int, bounds: SufficiencyBounds) -> Rx:
     if n_chunks == 0:  # nothing to rest an answer on
         return seq(_head(None, bounds), insufficient)
     sufficient = seq(lit("true"), _after(True, bounds), _ids(n_chunks, at_least_one=True, useful_max=useful))
-    return alt(
-        seq(_head(True, bounds), alt(sufficient, insufficient)),
-        seq(_head(False, bounds), insufficient),
-    )
+    return alt(seq(_head(True, bounds), alt(sufficient, insufficient)), seq(_head(False, bounds), insufficient))
 
 
 @lru_cache(maxsize=16)
@@ -698,10 +695,6 @@ RAGFLOW_SCHEMA: dict[str, Any] = {
         "contradictions": {"type": "array", "items": {"type": "string"}},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "reasoning": {"type": "string"},
-        "useful_chunk_ids": {
-            "type": "array",
-            "items": {"type": ["integer", "string"]},
-            "uniqueItems": True,
-        },
+        "useful_chunk_ids": {"type": "array", "items": {"type": ["integer", "string"]}, "uniqueItems": True},
     },
 }
