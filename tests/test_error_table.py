@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
 from tests.batch.test_runner import good
+from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
 from tests.fakes import ScriptedEngine
 
 ERRORS = [
@@ -32,12 +34,11 @@ EXITS = {value for name, value in vars(exit_codes).items() if name.startswith("E
 
 #: Where a command still says an error itself, and why: an export is written whole or not at all, so a file it
 #: cannot write is the command's to change (2), where a run that stopped part way exits 1 and resumes.
-#: ``calibrate`` names its own verdicts file, which it judged and reads back, in both of its.
+#: ``calibrate`` names its own verdicts file, which it judged and reads back, when they cannot be read.
 SAID_HERE = {
     ("audit_cmd", "OutputWriteError"),
     ("review_cmd", "OutputWriteError"),
     ("calibrate_cmd", "InputError"),
-    ("calibrate_cmd", "OutputWriteError"),
     ("bundle_cmd", "ModelNotFoundError"),  # --model names a folder to copy: usage, where a run's missing model is 1
     ("bundle_cmd", "OutputWriteError"),  # a bundle is written anew: nothing to resume
 }
@@ -96,6 +97,26 @@ def test_the_service_reads_the_table(monkeypatch):
     answer = client.post("/v1/judge/sufficiency", json=item)
     assert answer.status_code == 409
     assert answer.json()["detail"] == "not answered: the log is held elsewhere"
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_report_cannot_be_written_exits_with_the_tables_status_naming_its_verdicts(
+    tmp_path: Path, monkeypatch, capsys
+):
+    from tests.cli.test_calibrate_edges import SEPARABLE
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise exceptions.OutputWriteError(str(tmp_path / "calib" / "report.json"), "No space left on device")
+
+    monkeypatch.setattr("suffice.cli.calibrate_cmd.write_report", full)
+    # Exit 1: the run stopped part way, and its verdicts are named; the table's words say what to do.
+    monkeypatch.setitem(STATUS, exceptions.OutputWriteError, Status(exit_codes.EXIT_FATAL, 500, "do this"))
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in SEPARABLE))
+    assert main(["calibrate", str(golden), "-o", str(tmp_path / "calib"), "--no-progress"]) == exit_codes.EXIT_FATAL
+    err = capsys.readouterr().err
+    assert "No space left on device" in err
+    assert f"results so far are in {tmp_path / 'calib' / 'verdicts.jsonl'}; do this" in err
 
 
 def _hand_mapped(tree: ast.AST) -> set[str]:

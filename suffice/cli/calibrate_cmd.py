@@ -13,7 +13,7 @@ from suffice.batch import BatchOptions
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
-from suffice.cli.errors import reports_errors
+from suffice.cli.errors import fail, reports_errors
 from suffice.cli.serve_settings import CommandSettings
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
@@ -162,13 +162,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FATAL
     try:
         files = write_report(report, args.output)
-    except OutputWriteError as exc:  # as judge says: room made, the same command resumes
-        print(
-            f"error: {terminal_text(exc)}\nthe verdicts are in {terminal_text(verdicts)}; fix the cause, then "
-            "rerun the same command: it resumes them and writes the report",
-            file=sys.stderr,
-        )
-        return EXIT_FATAL
+    except OutputWriteError as exc:  # as judge says it: room made, the same command resumes the verdicts
+        return fail(exc, results_in=verdicts)
     print(_summary(report), file=sys.stderr)
     for path in files:
         print(f"wrote {terminal_text(path)}", file=sys.stderr)
