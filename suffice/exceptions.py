@@ -215,6 +215,11 @@ class OutputWriteError(SufficeError):
         super().__init__(f"cannot write {path}: {reason}")
 
 
+class ExportWriteError(OutputWriteError):
+    """A file written whole or not at all (an audit export, review labels) could not be written: none of it was
+    written, so there is nothing to resume; the command must name another path, or room be made."""
+
+
 class OutputBusyError(SufficeError):
     """Another suffice run holds the lock beside an output (``OUTPUT.lock``), so this one is refused before
     it reads or writes.  ``path`` names the output, ``pid`` the holder (``None`` when unknown)."""
@@ -347,6 +352,7 @@ STATUS: dict[type[SufficeError], Status] = {
     ReviewConflictError: Status(EXIT_FATAL, 409),
     OutputMismatchError: Status(EXIT_USAGE, 500),
     OutputWriteError: Status(EXIT_FATAL, 500, "fix the cause, then rerun the same command to resume"),
+    ExportWriteError: Status(EXIT_USAGE, 500),
     OutputBusyError: Status(EXIT_BUSY, 409),
     CitationError: Status(EXIT_FATAL, 500),
     CancelledError: Status(EXIT_FATAL, 499),

@@ -32,12 +32,10 @@ ERRORS = [
 ]
 EXITS = {value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")}
 
-#: Where a command still says an error itself, and why: an export is written whole or not at all, so a file it
-#: cannot write is the command's to change (2), where a run that stopped part way exits 1 and resumes.
+#: Where a command still says an error itself, and why (an export written whole or not at all is the table's
+#: ExportWriteError: 2, where a run that stopped part way exits 1 and resumes).
 #: ``calibrate`` names its own verdicts file, which it judged and reads back, when they cannot be read.
 SAID_HERE = {
-    ("audit_cmd", "OutputWriteError"),
-    ("review_cmd", "OutputWriteError"),
     ("calibrate_cmd", "InputError"),
     ("bundle_cmd", "ModelNotFoundError"),  # --model names a folder to copy: usage, where a run's missing model is 1
     ("bundle_cmd", "OutputWriteError"),  # a bundle is written anew: nothing to resume

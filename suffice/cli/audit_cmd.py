@@ -28,7 +28,7 @@ from suffice.audit import (
 )
 from suffice.audit.log import export_lines
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import OutputWriteError
+from suffice.exceptions import ExportWriteError, OutputWriteError
 from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
 from suffice.settings import add_flags, check, setting
@@ -199,8 +199,7 @@ def run_export(args: argparse.Namespace) -> int:
         else:
             n = _export_to_stdout(log, args)
     except OutputWriteError as exc:  # an export is written whole or not at all: nothing to resume, -o must change
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ExportWriteError(exc.path, exc.reason) from exc
     finally:
         log.close()
     where = "stdout" if args.output is None else terminal_text(args.output)

@@ -21,7 +21,7 @@ from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
 from suffice.cli.audit_cmd import AuditCommandFlags, _login_name, _onto_the_log, _open
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import OutputWriteError
+from suffice.exceptions import ExportWriteError, OutputWriteError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
 from suffice.settings import add_flags, check, setting
@@ -253,8 +253,7 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         replace_atomically(args.labels, lines(), mode=0o600)  # it holds the reviewed questions and context
     except OutputWriteError as exc:  # written whole or not at all: nothing to resume, --labels must change
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ExportWriteError(exc.path, exc.reason) from exc
     print(terminal_text(export_summary(per, overrides, len(records), left_out, args.labels)), file=sys.stderr)
     gates = {gate for gate, _ in per}
     if len(gates) > 1:

@@ -15,6 +15,7 @@ from suffice.audit import AuditLog, load_key
 from suffice.audit.keys import key_id
 from suffice.cli.audit_cmd import EXIT_TAMPERED, EXIT_UNKEYED
 from suffice.cli.main import main
+from suffice.exceptions import STATUS, ExportWriteError, Status
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from tests.setup_or_fail import need
 
@@ -293,6 +294,14 @@ def test_exporting_into_a_missing_folder_names_the_file(db, tmp_path, capsys):
     out = tmp_path / "no" / "rows.jsonl"
     main(["audit", "export", str(db), "-o", str(out)])
     assert f"cannot write {out}" in capsys.readouterr().err
+
+
+def test_an_export_that_cannot_be_written_exits_with_the_tables_status(db, tmp_path, monkeypatch, capsys):
+    """An export is written whole or not at all: its error's status is the table's (ExportWriteError), not the
+    command's own."""
+    monkeypatch.setitem(STATUS, ExportWriteError, Status(77, 500, "do this"))
+    assert main(["audit", "export", str(db), "-o", str(tmp_path / "no" / "rows.jsonl")]) == 77
+    assert "(do this)" in capsys.readouterr().err
 
 
 def test_listing_a_review_whose_payload_was_altered_as_json_is_a_usage_error(db):

@@ -12,6 +12,7 @@ import pytest
 from suffice.audit import AuditLog
 from suffice.cli import calibrate_cmd
 from suffice.cli.main import main
+from suffice.exceptions import STATUS, ExportWriteError, Status
 from suffice.exit_codes import EXIT_FATAL, EXIT_OK
 from suffice.gates import gate_class, roles
 from suffice.records.jsonl import read_records
@@ -64,6 +65,16 @@ def test_two_reviewers_over_the_command_line(db, capsys):
     assert "awaiting: 1 of 2 reviewers decided" in capsys.readouterr().out
     assert main([*decide, "--decision", "answer", "--by", "bob"]) == EXIT_OK
     assert "2 reviewers agree (ada, bob)" in capsys.readouterr().out
+
+
+def test_labels_that_cannot_be_written_exit_with_the_tables_status(db, tmp_path, monkeypatch, capsys):
+    """Labels are written whole or not at all: their error's status is the table's (ExportWriteError)."""
+    main(["review", "decide", "--audit-db", str(db), "--by", "ada", "1", "--decision", "answer"])
+    capsys.readouterr()
+    monkeypatch.setitem(STATUS, ExportWriteError, Status(77, 500, "do this"))
+    labels = tmp_path / "no" / "labels.jsonl"
+    assert main(["review", "export", "--labels", str(labels), "--audit-db", str(db)]) == 77
+    assert f"cannot write {labels}" in (err := capsys.readouterr().err) and "(do this)" in err
 
 
 def test_export_writes_labels_calibrate_takes_and_counts_the_overrides(db, tmp_path, capsys):
