@@ -113,11 +113,11 @@ def run_vllm_peers(items: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[st
     """RAGFlow's method and vLLM's own JSON-schema outputs, one engine (xgrammar for the schema)."""
     from vllm import LLM
 
-    from suffice.serving.machine import apply_settings, machine_settings
+    from suffice.serving.machine import apply_machine_config, machine_config
     from suffice.serving.vllm_lifecycle import shutdown_llm
 
-    settings = machine_settings(EngineConfig())
-    apply_settings(settings)
+    settings = machine_config(EngineConfig())
+    apply_machine_config(settings)
     llm = LLM(
         model=str(resolve_model(None).path),
         enable_prefix_caching=True,

@@ -48,7 +48,7 @@ from common import SAMPLE, table, write_json
 
 from suffice.client import Client
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import apply_settings, gpu_build, machine_settings
+from suffice.serving.machine import apply_machine_config, gpu_build, machine_config
 from suffice.serving.models import resolve_model
 from suffice.serving.offline import force_offline
 from suffice.serving.vllm_lifecycle import llm_kwargs
@@ -121,7 +121,7 @@ def environment() -> Iterator[dict[str, str]]:
     saved = dict(os.environ)
     try:
         force_offline()
-        apply_settings(machine_settings(EngineConfig(), gpu=gpu_build()))
+        apply_machine_config(machine_config(EngineConfig(), gpu=gpu_build()))
         yield dict(os.environ)
     finally:
         os.environ.clear()
@@ -286,7 +286,7 @@ def one_round(folder: Path, record: dict[str, Any], vllm_first: bool) -> dict[st
     config = EngineConfig()
     plain = dict(os.environ)  # suffice sets its own
     with environment() as env:
-        settings = machine_settings(config, gpu=gpu_build())
+        settings = machine_config(config, gpu=gpu_build())
         kwargs = llm_kwargs(config, settings, resolve_model(None))
         legs = {
             "suffice judge": (

@@ -21,7 +21,7 @@ LAYOUT = Path(__file__).parent.parent / "docs" / "layout.md"
 #: from its own layer and those below.  The root package (the public facade) is above
 #: them all.
 LAYERS: list[list[str]] = [
-    ["exceptions", "exit_codes", "serving.offline"],
+    ["exceptions", "exit_codes", "renamed", "serving.offline"],
     [
         "files",
         "isolation",

@@ -184,11 +184,11 @@ def _declared_bounds(d: Declared) -> dict[str, Any]:
 
 def test_a_new_judge_setting_is_a_flag_a_variable_and_a_toml_key(tmp_path: Path):
     from suffice.cli.judge_cmd import add_judge_settings, judge_settings_from_args
-    from suffice.cli.serve_settings import CommandSettings
+    from suffice.cli.serve_settings import SettingSources
 
     parser = argparse.ArgumentParser()
     add_judge_settings(parser, ExtendedJudge)
-    settings = CommandSettings(parser, "judge")
+    settings = SettingSources(parser, "judge")
     file = tmp_path / "s.toml"
     file.write_text("min_shown_chunks = 5\n", encoding="utf-8")
     for argv, environ, want in (
@@ -406,12 +406,12 @@ class _Command:
 
 
 def test_an_argument_and_a_required_flag_are_declared_settings_without_a_variable(tmp_path: Path):
-    from suffice.cli.serve_settings import CommandSettings
+    from suffice.cli.serve_settings import SettingSources
     from suffice.settings import add_flags, from_args
 
     parser = argparse.ArgumentParser()
     add_flags(parser, _Command)
-    settings = CommandSettings(parser, "x")
+    settings = SettingSources(parser, "x")
     assert set(settings.settings) == {"save", "count"}  # an argument and a required flag: not settings
     args = parser.parse_args(["in.jsonl", "-o", "out", "--save-here", "--count", "2"])
     settings.resolve(args, {"SUFFICE_COUNT": "5", "SUFFICE_SAVE": "f"})

@@ -14,7 +14,7 @@ from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
 from suffice.cli.errors import fail, reports_errors
-from suffice.cli.serve_settings import CommandSettings
+from suffice.cli.serve_settings import SettingSources
 from suffice.exceptions import ConfigError, InputError, OutputWriteError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
@@ -81,7 +81,7 @@ def add_parser(sub: Any) -> None:
     judge_cmd.add_judge_args(p)
     judge_cmd.add_audit_args(p)
     add_flags(p, CalibrateFlags, only=[d.name for d in declared(CalibrateFlags) if d.name not in ("golden", "output")])
-    p.set_defaults(run=run, command_settings=CommandSettings(p, "calibrate", "precision_target = 0.95"))
+    p.set_defaults(run=run, command_settings=SettingSources(p, "calibrate", "precision_target = 0.95"))
 
 
 @reports_errors

@@ -18,7 +18,7 @@ from suffice.cli.engine_args import add_engine_args, engine_config_from_args, en
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.progress import progress_bar
-from suffice.cli.serve_settings import CommandSettings, with_origin
+from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
@@ -32,7 +32,7 @@ from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import machine_settings
+from suffice.serving.machine import machine_config
 from suffice.settings import (
     add_flags,
     check,
@@ -180,7 +180,7 @@ def add_parser(sub: Any) -> None:
     add_flags(p, RayOptions, only=("actors",))
     add_flags(p, JudgeFlags, only=("shard", "server", "timeout"))
     add_audit_args(p)
-    p.set_defaults(run=run, command_settings=CommandSettings(p, "judge", "batch_size = 64"))
+    p.set_defaults(run=run, command_settings=SettingSources(p, "judge", "batch_size = 64"))
 
 
 def read_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
@@ -236,7 +236,7 @@ def config_from_args(args: argparse.Namespace) -> JudgeConfig:
         **cache_settings(args),
     )
     config.make_gate()
-    machine_settings(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
+    machine_config(config.engine)  # --cores outside the affinity mask is a usage error, before the engine starts
     return config
 
 

@@ -16,7 +16,7 @@ from suffice.cli.engine_args import add_engine_args, engine_config_from_args, en
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_audit_args, add_judge_settings, audit_key_of, judge_settings_from_args
-from suffice.cli.serve_settings import CommandSettings, with_origin
+from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, SufficeError
 from suffice.gates import gate_names
@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
     add_cache_args(p)
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
     add_audit_args(p)
-    settings = CommandSettings(p, "serve")
+    settings = SettingSources(p, "serve")
     p.set_defaults(run=run, command_settings=settings, serve_settings=settings)
 
 

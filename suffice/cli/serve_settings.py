@@ -24,6 +24,7 @@ from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.prompts.templates import FENCE_SECRET_ENV
+from suffice.renamed import renamed_names
 from suffice.settings import ENV_PREFIX, key_of
 
 #: The flag and the variable naming the TOML file.
@@ -83,8 +84,8 @@ class Setting:
         return f"a list of {one.removeprefix('a ')}s" if self.shape == "list" else one
 
 
-class CommandSettings:
-    """The settings of a command's flags, each readable from the environment and a TOML file.
+class SettingSources:
+    """Where a command's settings come from: each flag's setting, also read from the environment and a TOML file.
 
     Built once every flag is added (``command`` names it in errors): it marks the flags so that those given are
     known, and adds ``--config``.
@@ -244,10 +245,6 @@ class CommandSettings:
         return value
 
 
-#: The name ``suffice serve`` knew this class by.
-ServeSettings = CommandSettings
-
-
 def with_origin(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str, str]) -> ConfigError:
     """``exc`` naming where its setting came from: the variable, or the key and the file; ``names``: the settings'
     keys by the names errors give them, where they differ."""
@@ -259,3 +256,6 @@ def with_origin(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str
     if origin.startswith(ENV_PREFIX):
         return ConfigError(origin, exc.value, reason)
     return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")
+
+
+__getattr__ = renamed_names(__name__, {"CommandSettings": "SettingSources", "ServeSettings": "SettingSources"})

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from suffice.renamed import renamed_names
 from suffice.server.admission import RETRY_AFTER_S, Admission
 from suffice.server.config import ServeConfig, host_names
 from suffice.server.contract import request_schemas
@@ -26,9 +27,9 @@ from suffice.server.responses import JSONResponse, public_model_name
 from suffice.server.reviews import API as REVIEW_API
 from suffice.server.reviews import ReviewPaths
 from suffice.server.reviews import install as install_reviews
-from suffice.server.routes import WORKERS, GateSettings, Routes
+from suffice.server.routes import WORKERS, Routes, SettingsAnswer
 
-__all__ = ["BEARER_SCHEME", "RETRY_AFTER_S", "GateSettings", "JSONResponse", "create_app", "public_model_name"]
+__all__ = ["BEARER_SCHEME", "RETRY_AFTER_S", "JSONResponse", "SettingsAnswer", "create_app", "public_model_name"]
 
 
 #: The name of the bearer scheme in ``/openapi.json``'s ``components.securitySchemes``.
@@ -123,3 +124,6 @@ def create_app(
         guarded = ReviewPaths(guarded, app, desk)
     guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates)
+
+
+__getattr__ = renamed_names(__name__, {"GateSettings": "SettingsAnswer"})

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from suffice.exceptions import ConfigError, EngineFatalError, SufficeError, status_of
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
+from suffice.renamed import renamed_names
 from suffice.server.admission import Admission, Admitted
 from suffice.server.config import ServeConfig
 from suffice.server.contract import format_parameter, query_parameters, request_body, response_model
@@ -53,7 +54,7 @@ REFUSALS = error_responses(
 )
 
 
-class GateSettings(BaseModel):
+class SettingsAnswer(BaseModel):
     """What decides a served gate's rows: the values ``suffice judge`` records beside an output (gate, prompt
     version, the gate's options, model, weights, engine, backend, context window), each a string."""
 
@@ -187,7 +188,7 @@ class Routes:
             return _refused_request(exc, ["query", exc.field or "query"])
         if "model" in values:
             values["model"] = public_model_name(values["model"])
-        return JSONResponse(GateSettings(gate=gate, settings=values).model_dump())
+        return JSONResponse(SettingsAnswer(gate=gate, settings=values).model_dump())
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -215,7 +216,7 @@ class Routes:
             "/v1/settings/{gate}",
             self.gate_settings,
             methods=["GET"],
-            response_model=GateSettings,
+            response_model=SettingsAnswer,
             summary="What decides the gate's rows here, with the options given as query parameters",
             description=Routes.gate_settings.__doc__ or "",
             operation_id="get_gate_settings",
@@ -251,3 +252,6 @@ def _internal_error() -> JSONResponse:
     error_id = uuid.uuid4().hex[:16]
     _log.exception("suffice serve: request failed (error id %s)", error_id)
     return JSONResponse({"detail": f"internal error (id {error_id} in the server's log)", "error_id": error_id}, 500)
+
+
+__getattr__ = renamed_names(__name__, {"GateSettings": "SettingsAnswer"})

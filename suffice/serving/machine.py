@@ -1,4 +1,5 @@
-"""Engine settings read off the machine: cores, KV cache, dtype, log level (environment variables vLLM reads).
+"""An engine's machine config (:class:`MachineConfig`): cores, KV cache, dtype, log level read off the machine (the
+environment variables vLLM reads).
 
 vLLM's CPU thread binding "auto" pins every thread to core 0 of a 2-core machine (64 prompts: 7.1-8.7 s against
 5.0-6.2 s on both), so cores come from the affinity mask and the KV cache from available memory, both within cgroup
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import open_output
+from suffice.renamed import renamed_names
 from suffice.serving.cgroups import cgroup_limits
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import tagged
@@ -34,7 +36,10 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @dataclass(frozen=True)
-class MachineSettings:
+class MachineConfig:
+    """What the machine gives the engine (cores, KV cache, dtype), each with where it came from: an engine's machine
+    config, read off the hardware and the engine's settings."""
+
     cores: tuple[int, ...]
     kv_cache_gib: float
     available_gib: float | None
@@ -201,7 +206,7 @@ def core_ranges(cores: list[int]) -> str:
     return ",".join(parts)
 
 
-def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSettings:
+def machine_config(config: EngineConfig, *, gpu: bool = False) -> MachineConfig:
     allowed = tuple(sorted(os.sched_getaffinity(0)))
     if config.cores is not None:
         cores = parse_cores(config.cores)
@@ -222,10 +227,10 @@ def machine_settings(config: EngineConfig, *, gpu: bool = False) -> MachineSetti
     dtype, dtype_from = compute_dtype(gpu, config.dtype)
     # A continuation recomputes its prompt's last partial KV block: 32 (not vLLM's CPU 128) is the least CPU prefers.
     block_size = None if gpu else CPU_BLOCK_SIZE
-    return MachineSettings(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size, gpu)
+    return MachineConfig(cores, kv, available, cores_from, kv_from, dtype, dtype_from, block_size, gpu)
 
 
-def apply_settings(settings: MachineSettings, *, verbose: bool = False) -> None:
+def apply_machine_config(settings: MachineConfig, *, verbose: bool = False) -> None:
     """Set the environment vLLM reads at start-up (its engine process inherits it)."""
     if not settings.gpu:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(settings.kv_cache_gib), 1))
@@ -309,3 +314,13 @@ def log_tail(path: Path | None, lines: int = 15) -> str:
         return ""
     text = path.read_text(errors="replace").splitlines()[-lines:]
     return "\n".join(text)
+
+
+__getattr__ = renamed_names(
+    __name__,
+    {
+        "MachineSettings": "MachineConfig",
+        "machine_settings": "machine_config",
+        "apply_settings": "apply_machine_config",
+    },
+)

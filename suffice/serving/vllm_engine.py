@@ -17,7 +17,7 @@ from suffice.serving import machine
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.decoding import TokenTrail, eos_ids, merge_by_text
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import apply_settings, check_build, machine_settings
+from suffice.serving.machine import apply_machine_config, check_build, machine_config
 from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import force_offline
 from suffice.serving.vllm_driver import Driver, Job, TokenSequence
@@ -52,8 +52,8 @@ class VLLMEngine(TokenizerMixin, Engine):
         gpu = machine.gpu_build()
         check_build(config, gpu=gpu)  # before anything is set or started
         force_offline()
-        self.settings = machine_settings(config, gpu=gpu)
-        apply_settings(self.settings, verbose=config.verbose)
+        self.settings = machine_config(config, gpu=gpu)
+        apply_machine_config(self.settings, verbose=config.verbose)
         if config.verbose:
             _log.info("suffice: %s", self.settings.describe())
         ref = model or resolve_model(config.model, config.verbose)

@@ -11,11 +11,11 @@ from typing import Any
 from suffice import startup
 from suffice.exceptions import EngineDeadError, EngineError
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import MachineSettings, engine_output, log_tail
+from suffice.serving.machine import MachineConfig, engine_output, log_tail
 from suffice.serving.models import ModelRef
 
 
-def llm_kwargs(config: EngineConfig, settings: MachineSettings, ref: ModelRef) -> dict[str, Any]:
+def llm_kwargs(config: EngineConfig, settings: MachineConfig, ref: ModelRef) -> dict[str, Any]:
     """The arguments of vLLM's ``LLM`` for ``config`` on this machine (``benchmarks/bench_startup.py`` builds a bare
     vLLM engine with the same ones)."""
     kwargs: dict[str, Any] = {

@@ -166,7 +166,7 @@ def test_a_process_in_a_real_limited_cgroup_sizes_its_engine_within_it(limited):
     memory, cpu = limited
     script = (
         "import json; from suffice.serving.engine_config import EngineConfig; "
-        "from suffice.serving.machine import machine_settings; s = machine_settings(EngineConfig()); "
+        "from suffice.serving.machine import machine_config; s = machine_config(EngineConfig()); "
         "print(json.dumps({'cores': len(s.cores), 'available': s.available_gib}))"
     )
     shell = f'echo $$ > {memory}/cgroup.procs && echo $$ > {cpu}/cgroup.procs && exec "$0" -c "$1"'

@@ -10,7 +10,7 @@ import pytest
 from suffice.exceptions import ConfigError
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import core_ranges, engine_output, machine_settings, parse_cores
+from suffice.serving.machine import core_ranges, engine_output, machine_config, parse_cores
 from tests.setup_or_fail import need
 
 
@@ -29,7 +29,7 @@ def test_bad_cores_name_the_parameter(spec):
 
 def test_defaults_come_from_the_affinity_mask_and_available_memory(monkeypatch):
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 20.0)
-    settings = machine_settings(EngineConfig())
+    settings = machine_config(EngineConfig())
     assert settings.cores == tuple(sorted(os.sched_getaffinity(0)))
     assert settings.kv_cache_gib == 4  # 20 % of 20 GiB
     assert "available" in settings.kv_from
@@ -37,21 +37,21 @@ def test_defaults_come_from_the_affinity_mask_and_available_memory(monkeypatch):
 
 def test_kv_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 400.0)
-    assert machine_settings(EngineConfig()).kv_cache_gib == machine.KV_MAX_GIB
+    assert machine_config(EngineConfig()).kv_cache_gib == machine.KV_MAX_GIB
     monkeypatch.setattr(machine, "available_memory_gib", lambda: 2.0)
-    assert machine_settings(EngineConfig()).kv_cache_gib == machine.KV_MIN_GIB
+    assert machine_config(EngineConfig()).kv_cache_gib == machine.KV_MIN_GIB
 
 
 def test_overrides_win():
     first = min(os.sched_getaffinity(0))
-    settings = machine_settings(EngineConfig(cores=str(first), kv_cache_gib=3))
+    settings = machine_config(EngineConfig(cores=str(first), kv_cache_gib=3))
     assert settings.cores == (first,)
     assert settings.kv_cache_gib == 3
 
 
 def test_cores_outside_the_affinity_mask_are_refused():
     with pytest.raises(ConfigError) as info:
-        machine_settings(EngineConfig(cores="4096"))
+        machine_config(EngineConfig(cores="4096"))
     assert info.value.parameter == "cores"
 
 
@@ -113,17 +113,17 @@ def test_an_explicit_bfloat16_always_wins(monkeypatch, gpu):
 
 def test_the_default_dtype_reaches_the_machine_settings(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16"})
-    assert machine_settings(EngineConfig()).dtype == "bfloat16"
+    assert machine_config(EngineConfig()).dtype == "bfloat16"
 
 
 def test_float32_asked_for_reaches_the_machine_settings_on_a_bfloat16_cpu(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
-    assert machine_settings(EngineConfig(dtype="float32")).dtype == "float32"
+    assert machine_config(EngineConfig(dtype="float32")).dtype == "float32"
 
 
 def test_bfloat16_is_used_when_asked_for(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
-    assert machine_settings(EngineConfig(dtype="bfloat16")).dtype == "bfloat16"
+    assert machine_config(EngineConfig(dtype="bfloat16")).dtype == "bfloat16"
 
 
 def test_bfloat16_asked_for_on_a_cpu_without_it_says_it_is_emulated(monkeypatch):
@@ -181,10 +181,10 @@ def test_on_a_gpu_the_cpu_settings_are_neither_described_nor_applied(monkeypatch
     for name in ("VLLM_REGEX_COMPILATION_TIMEOUT_S", "TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(machine, "gpu_bf16", lambda: False)
-    settings = machine_settings(EngineConfig(), gpu=True)
+    settings = machine_config(EngineConfig(), gpu=True)
     assert settings.block_size is None and settings.dtype == "auto"
     assert "GPU" in settings.describe() and "cores" not in settings.describe()
-    machine.apply_settings(settings)
+    machine.apply_machine_config(settings)
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
     assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
     assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"

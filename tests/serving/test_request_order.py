@@ -20,7 +20,7 @@ import pytest
 from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import lit, repeat
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.machine import MachineSettings
+from suffice.serving.machine import MachineConfig
 from suffice.serving.models import ModelRef
 from suffice.serving.vllm_driver import Driver as _Driver
 from suffice.serving.vllm_driver import Job as _Job
@@ -76,7 +76,7 @@ def test_every_request_carries_its_sequences_rank_as_its_priority(engine):
 
 
 def test_the_engine_is_built_to_serve_requests_by_priority(tmp_path: Path):
-    settings = MachineSettings(cores=(0,), kv_cache_gib=1, available_gib=None, cores_from="", kv_from="")
+    settings = MachineConfig(cores=(0,), kv_cache_gib=1, available_gib=None, cores_from="", kv_from="")
     kwargs = llm_kwargs(EngineConfig(), settings, ModelRef(tmp_path, "model"))
     assert kwargs["scheduling_policy"] == "priority"
 

@@ -325,11 +325,11 @@ def test_a_ray_cluster_elsewhere_gets_the_drivers_environment(monkeypatch: pytes
 
 def test_vllm_is_told_its_address_so_it_asks_no_public_host(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "VLLM_HOST_IP"})
-    machine.apply_settings(machine.MachineSettings((0,), 1.0, None, "", ""))
+    machine.apply_machine_config(machine.MachineConfig((0,), 1.0, None, "", ""))
     assert os.environ["VLLM_HOST_IP"] == "127.0.0.1"
 
 
 def test_an_address_the_user_gave_vllm_is_kept(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(os, "environ", {**os.environ, "VLLM_HOST_IP": "10.1.2.3"})
-    machine.apply_settings(machine.MachineSettings((0,), 1.0, None, "", ""))
+    machine.apply_machine_config(machine.MachineConfig((0,), 1.0, None, "", ""))
     assert os.environ["VLLM_HOST_IP"] == "10.1.2.3"
