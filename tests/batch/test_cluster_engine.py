@@ -7,21 +7,31 @@ bfloat16 moves decision probabilities, and with them tokens, with the batch a re
 shares and with what the prefix cache holds (tests/serving/test_dtype_engine.py); under
 bfloat16 the Ray Data entry's verdicts differed from the in-process run's.  The run
 without Ray judges through the session's float32 vLLM server (``vllm_server``): the same
-weights, dtype and prompts, and no engine start of its own (about 40 s of a CI run)."""
+weights, dtype and prompts, and no engine start of its own (about 40 s of a CI run).
+
+The Ray run is ``suffice judge --ray local`` as a user runs it, watched by strace in a network namespace with only
+loopback: tests/test_no_network.py's proof for Ray rides on it (a run of its own was about 50 s of CI).  Its actor
+is SIGKILLed from outside once the first batch's rows are written, as a crash would end it."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from suffice.batch import BatchOptions, RayOptions, judge_file
+from suffice.batch import BatchOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.serving.base import OnRecords
+from suffice.exit_codes import EXIT_OK
 from suffice.serving.engine_config import EngineConfig
+from tests import test_no_network as network
 from tests.conftest import load_records
 
 ray = pytest.importorskip("ray")
@@ -31,6 +41,8 @@ ITEMS = 4  # two batches of two: the first done, the second in flight when its a
 #: about 90 s of its run here and each further batch of two about 20 s (2026-12-02).
 DATASET_ITEMS = 2
 CONFIG = JudgeConfig(engine=EngineConfig(dtype="float32"))
+#: Seconds the Ray run may take: two actor starts (about 90 s each here, 2026-12-02) and two batches.
+RUN_TIMEOUT_S = 600
 
 
 def _engine_cores() -> set[int]:
@@ -53,6 +65,24 @@ def _rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _actors() -> list[psutil.Process]:
+    """The run's Ray actor processes (Ray titles them ``ray::JudgeWorker``, and ``...JudgeWorker.<method>`` while
+    one runs)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            text = (proc.info["name"] or "") + " " + " ".join((proc.info["cmdline"] or [])[:1])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "ray::JudgeWorker" in text:
+            found.append(proc)
+    return found
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, vllm_server):
     tmp = tmp_path_factory.mktemp("ray")
@@ -66,8 +96,7 @@ def runs(tmp_path_factory, vllm_server):
     judge_file(served, source, tmp / "local.jsonl", BatchOptions(batch_size=2))
     found["local"] = _rows(tmp / "local.jsonl")
 
-    killed: list[str] = []
-    messages: list[str] = []
+    killed: list[int] = []
     during: set[int] = set()
     errors: list[str] = []
 
@@ -75,35 +104,50 @@ def runs(tmp_path_factory, vllm_server):
 
     def watch() -> None:
         """Samples engine processes all through the Ray run, not only when a row lands:
-        a progress callback can fire before the actor's engine has started."""
+        a row can be written before the replacement actor's engine has started."""
         while not stop.wait(0.25):
             try:
                 during.update(_engine_cores() - found["cores_before"])
             except Exception as exc:  # one bad sample must not end the watch
                 errors.append(repr(exc))
 
-    def kill_first_actor(total, done):
-        def update(n):
-            if killed:
-                return
-            for named in ray.util.list_named_actors(all_namespaces=True):
-                if named["name"].startswith("suffice-"):
-                    ray.kill(ray.get_actor(named["name"], namespace="suffice"))
-                    killed.append(named["name"])
-
-        return OnRecords(update), (lambda: None)
-
-    options = BatchOptions(batch_size=2, ray=RayOptions(address="local", actors=1, queue_per_actor=2))
+    out = tmp / "ray.jsonl"
+    args = ["judge", str(source), "-o", str(out), "--ray", "local", "--actors", "1", "--batch-size", "2"]
+    args += ["--dtype", "float32", "--no-progress"]
+    watched = network.strace_works() is None
+    found["trace"] = tmp / "trace" if watched else None
+    found["jailed"] = bool(network.jail_prefix()) if watched else False
+    command = (
+        network.command_line(str(network.STRACE), found["trace"], args, jail=found["jailed"])
+        if watched
+        else [sys.executable, "-m", "suffice.cli.main", *args]
+    )
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    log = tmp / "ray.stderr"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=sink, env=network.suffice_env(), start_new_session=True)
     try:
-        judge_file(CONFIG, source, tmp / "ray.jsonl", options, progress=kill_first_actor, notify=messages.append)
+        # The first batch's rows written, the second batch on the actor: the actor dies as a crash would end it.
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while proc.poll() is None and not killed and time.monotonic() < deadline:
+            if _lines(out) >= 2:
+                for actor in _actors():
+                    actor.kill()
+                    killed.append(actor.pid)
+            time.sleep(0.05)
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # what a hung run left: its Ray and its engines
+            proc.wait()
         stop.set()
         watcher.join()
-    found["ray"] = _rows(tmp / "ray.jsonl")
+    stderr = log.read_text(errors="replace")
+    found["ray_status"], found["ray_stderr"] = proc.returncode, stderr
+    found["ray"] = _rows(out)
     found["killed"] = killed
-    found["messages"] = messages
+    found["messages"] = stderr.splitlines()
     found["cores_after_ray"] = _engine_cores()
     found["cores_during_ray"] = during
     found["watch_errors"] = errors
@@ -126,6 +170,10 @@ def _verdicts(rows):
 
 def _probabilities(rows):
     return {r["id"]: r["verdict"]["p_sufficient"] for r in rows}
+
+
+def test_the_ray_run_finishes(runs):
+    assert runs["ray_status"] == EXIT_OK, runs["ray_stderr"][-3000:]
 
 
 def test_ray_gives_every_record_one_row_in_input_order(runs):
@@ -165,3 +213,11 @@ def test_the_ray_data_entry_gives_the_same_verdicts(runs):
 def test_the_ray_data_entry_says_which_records_are_positive(runs):
     local = {r["id"]: r["verdict"]["is_sufficient"] for r in runs["local"][:DATASET_ITEMS]}
     assert {row["id"]: row["positive"] for row in runs["dataset"]} == local
+
+
+def test_judge_on_a_local_ray_instance_tries_no_address_off_the_machine(runs):
+    """Every connect of every process of the Ray run (the CLI, Ray's own, the actors, their engines) is loopback
+    or local, in a network namespace with only loopback where this machine allows one (tests/test_no_network.py)."""
+    network.need(runs["trace"] is not None, network.strace_works() or "no strace")
+    network.need(runs["jailed"], "no network namespace with only loopback here", or_weaker=True)
+    network.assert_on_the_machine(None, runs["trace"])
