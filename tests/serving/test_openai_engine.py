@@ -28,6 +28,7 @@ import pytest
 from suffice.batch import judge_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
+    CancelledError,
     ConfigError,
     ConstraintNotEnforcedError,
     EngineDeadError,
@@ -791,6 +792,25 @@ def test_a_request_larger_than_the_cache_still_starts_alone():
     generations = make(server, max_concurrency=4).generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(3)])
     assert [g.text for g in generations] == ["0", "1", "2"]
     assert server.max_in_flight == 1
+
+
+def test_requests_of_a_withdrawn_call_pass_their_turns_on():
+    # One request at a time, the first in flight for a second: the withdrawn call's two waiting requests are given up
+    # as their turns come, unsent, so the next call's request still starts, ranked after the first.
+    server = FakeServer(numbered, delay=1.0, policy="priority", metrics=cache_info(blocks=1, block_size=4))
+    engine = make(server, max_concurrency=4)
+    cancel = threading.Event()
+    threading.Timer(0.1, cancel.set).start()
+    with pytest.raises(CancelledError):
+        engine.generate([request(f"n {i}", one_segment("[0-9]+")) for i in range(3)], cancel=cancel)
+    later: list[list[str]] = []
+    caller = threading.Thread(
+        target=lambda: later.append([g.text for g in engine.generate([request("n 7", one_segment("[0-9]+"))])])
+    )
+    caller.start()
+    caller.join(timeout=10)
+    assert later == [["7"]]
+    assert [body["priority"] for body in server.completions()] == [0, 1]  # a request given up is never ranked
 
 
 # -- start-up -------------------------------------------------------------------------
