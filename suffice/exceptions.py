@@ -82,6 +82,7 @@ class ConfigError(SufficeError, ValueError):
 class ModelNotFoundError(SufficeError, FileNotFoundError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
+        self.reason = reason
         super().__init__(f"model {path!r}: {reason}")
 
 
@@ -220,6 +221,11 @@ class ExportWriteError(OutputWriteError):
     written, so there is nothing to resume; the command must name another path, or room be made."""
 
 
+class BundleWriteError(OutputWriteError):
+    """An air-gap bundle's folder could not be written: a bundle is written anew each time, so there is nothing to
+    resume; room made, the same command writes it again."""
+
+
 class OutputBusyError(SufficeError):
     """Another suffice run holds the lock beside an output (``OUTPUT.lock``), so this one is refused before
     it reads or writes.  ``path`` names the output, ``pid`` the holder (``None`` when unknown)."""
@@ -268,6 +274,11 @@ class InputError(ItemError, ValueError):
         #: The message without the field's name in front.
         self.reason = message
         super().__init__(f"{field}: {message}")
+
+
+class VerdictsFileError(InputError):
+    """The verdicts a calibration wrote before cannot be read back as rows of its gate (``field`` names the file):
+    they must be judged again."""
 
 
 class RubricError(InputError):
@@ -353,6 +364,7 @@ STATUS: dict[type[SufficeError], Status] = {
     OutputMismatchError: Status(EXIT_USAGE, 500),
     OutputWriteError: Status(EXIT_FATAL, 500, "fix the cause, then rerun the same command to resume"),
     ExportWriteError: Status(EXIT_USAGE, 500),
+    BundleWriteError: Status(EXIT_FATAL, 500),
     OutputBusyError: Status(EXIT_BUSY, 409),
     CitationError: Status(EXIT_FATAL, 500),
     CancelledError: Status(EXIT_FATAL, 499),
@@ -367,6 +379,7 @@ STATUS: dict[type[SufficeError], Status] = {
     ItemError: Status(EXIT_FATAL, 500),
     InputError: Status(EXIT_USAGE, 422),
     RubricError: Status(EXIT_USAGE, 422),
+    VerdictsFileError: Status(EXIT_FATAL, 422, "judge again with --overwrite"),
     PromptTooLongError: Status(EXIT_FATAL, 422),
     PreparationError: Status(EXIT_FATAL, 500),
     GenerationError: Status(EXIT_FATAL, 500),

@@ -32,14 +32,11 @@ ERRORS = [
 ]
 EXITS = {value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")}
 
-#: Where a command still says an error itself, and why (an export written whole or not at all is the table's
-#: ExportWriteError: 2, where a run that stopped part way exits 1 and resumes).
-#: ``calibrate`` names its own verdicts file, which it judged and reads back, when they cannot be read.
-SAID_HERE = {
-    ("calibrate_cmd", "InputError"),
-    ("bundle_cmd", "ModelNotFoundError"),  # --model names a folder to copy: usage, where a run's missing model is 1
-    ("bundle_cmd", "OutputWriteError"),  # a bundle is written anew: nothing to resume
-}
+#: Where a command still says an error itself: nowhere.  Where a command's case differs from the general one, a
+#: subclass has its own row (an export written whole or not at all is ExportWriteError: 2, where a run that stopped
+#: part way exits 1 and resumes; a bundle is BundleWriteError: 1 with nothing to resume; calibrate's unreadable
+#: verdicts are VerdictsFileError: 1, judge again), and bundle's --model is a ConfigError on it.
+SAID_HERE: set[tuple[str, str]] = set()
 
 
 def an(cls: type[SufficeError]) -> SufficeError:
@@ -137,3 +134,40 @@ def test_no_command_maps_an_error_to_an_exit_status_by_hand():
     for path in sorted(Path(suffice.cli.__file__).parent.glob("*.py")):
         mapped |= {(path.stem, name) for name in _hand_mapped(ast.parse(path.read_text(encoding="utf-8")))}
     assert mapped == SAID_HERE
+
+
+@pytest.mark.usefixtures("opened")
+def test_calibrate_whose_verdicts_cannot_be_read_back_exits_1_naming_them_with_the_tables_words(
+    tmp_path: Path, monkeypatch, capsys
+):
+    from tests.cli.test_calibrate_edges import SEPARABLE
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise exceptions.InputError("verdict", "not a verdict of this gate")
+
+    monkeypatch.setattr("suffice.cli.calibrate_cmd.build_report", unreadable)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(json.dumps(r) + "\n" for r in SEPARABLE))
+    assert main(["calibrate", str(golden), "-o", str(tmp_path / "calib"), "--no-progress"]) == exit_codes.EXIT_FATAL
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'calib' / 'verdicts.jsonl'}: verdict: not a verdict of this gate" in err
+    assert STATUS[exceptions.VerdictsFileError].then in err
+
+
+def test_a_bundle_that_cannot_be_written_exits_1_and_a_missing_model_folder_is_a_usage_error(
+    tmp_path: Path, monkeypatch, capsys
+):
+    def full(*args: object, **kwargs: object) -> None:
+        raise exceptions.OutputWriteError(str(tmp_path / "b" / "MANIFEST"), "No space left on device")
+
+    monkeypatch.setattr("suffice.cli.bundle_cmd.write_bundle", full)
+    assert main(["bundle", str(tmp_path / "b")]) == exit_codes.EXIT_FATAL
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "resume" not in err  # written anew: nothing to resume
+
+    def missing(*args: object, **kwargs: object) -> None:
+        raise exceptions.ModelNotFoundError(str(tmp_path / "nowhere"), "no such folder")
+
+    monkeypatch.setattr("suffice.cli.bundle_cmd.write_bundle", missing)
+    assert main(["bundle", str(tmp_path / "b"), "--model", str(tmp_path / "nowhere")]) == exit_codes.EXIT_USAGE
+    assert f"model={str(tmp_path / 'nowhere')!r}: no such folder" in capsys.readouterr().err

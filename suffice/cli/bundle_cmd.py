@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.bundle import MANIFEST, WHEELS, write_bundle
-from suffice.cli.errors import reports_errors
-from suffice.exceptions import ModelNotFoundError, OutputWriteError
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.cli.errors import fail, reports_errors
+from suffice.exceptions import BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
+from suffice.exit_codes import EXIT_OK
 from suffice.settings import add_flags, check, setting
 from suffice.text import terminal_text
 
@@ -73,11 +73,9 @@ def run(args: argparse.Namespace) -> int:
             source=args.source,
         )
     except ModelNotFoundError as exc:  # --model names a folder to copy: the command must change (a run's is exit 1)
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(ConfigError("model", exc.path, exc.reason))
     except OutputWriteError as exc:  # a bundle is written anew: nothing to resume, as the table's hint would say
-        print(f"error: {terminal_text(exc)}", file=sys.stderr)
-        return EXIT_FATAL
+        return fail(BundleWriteError(exc.path, exc.reason))
     wheels = sum(1 for f in manifest.files if f.path.startswith(f"{WHEELS}/"))
     size = sum(f.bytes for f in manifest.files)
     print(

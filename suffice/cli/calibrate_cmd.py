@@ -15,7 +15,7 @@ from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.serve_settings import SettingSources
-from suffice.exceptions import ConfigError, InputError, OutputWriteError
+from suffice.exceptions import ConfigError, InputError, OutputWriteError, VerdictsFileError
 from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.files import replace_atomically
 from suffice.gates import CalibrationChoice, Gate
@@ -152,11 +152,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(gate, records, rows, args.precision_target)
     except InputError as exc:
-        print(
-            f"error: {terminal_text(verdicts)}: {terminal_text(exc)}; judge again with --overwrite",
-            file=sys.stderr,
-        )
-        return EXIT_FATAL
+        return fail(VerdictsFileError(str(verdicts), str(exc)))
     if not report["scores"]:
         print("error: no labeled verdicts to calibrate on", file=sys.stderr)
         return EXIT_FATAL
