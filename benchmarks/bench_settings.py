@@ -24,7 +24,7 @@ SETTINGS_FILES = (
     "suffice/serving/engine_config.py",
     "suffice/serving/machine.py",
     "suffice/serving/vllm_engine.py",
-    "suffice/serving/vllm_lifecycle.py",  
+    "suffice/serving/vllm_lifecycle.py",
     "suffice/serving/base.py",
     "suffice/serving/openai/engine.py",
     "suffice/server/config.py",
