@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml Makefile constraints.txt
 dev: $(DEVSTAMP)
 
 # One resolve for the engine, the dev tools and a gate written outside suffice (which the tests run as users
-# would install it): a second pass over an installed venv re-resolved every package and put back the torchvision
-# builds removed below (26 s on an installed venv, more on CI's fresh one).
+# would install it): a second pass would re-resolve every package and put back the
+# torchvision builds removed below.
 $(DEVSTAMP): pyproject.toml Makefile constraints.txt examples/citation-gate/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -c constraints.txt -e ".[cpu,dev]" -e examples/citation-gate

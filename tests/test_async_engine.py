@@ -23,8 +23,8 @@ def running(judge: Judge) -> int:
 
 
 def test_concurrent_ajudge_calls_and_a_cancelled_one(engine):
-    """Eight awaits and a ninth withdrawn while it shares the engine's batch (sixteen were 49 s of CI on two cores;
-    eight share batches as well)."""
+    """Eight awaits and a ninth withdrawn while it shares the engine's batch (eight share
+    batches as sixteen would, for half the decoding)."""
     records = load_records("squad2.jsonl", CALLS + 1)
     judge = Judge(engine, "sufficiency")
     widest = 0

@@ -207,11 +207,11 @@ def test_a_connect_off_the_machine_is_seen(strace: str, tmp_path: Path):
     assert any("8.8.8.8" in line for line in off_machine(trace.read_text()))
 
 
-# The in-process proof watches tests/cli/test_faults.py's rerun (an engine start of its own here was about 45 s
-# of CI): test_faults.py::test_judge_in_process_tries_no_address_off_the_machine.
+# The in-process proof watches tests/cli/test_faults.py's rerun (an engine start is
+# about a minute of CI): test_faults.py::test_judge_in_process_tries_no_address_off_the_machine.
 
 
-# The Ray proof watches tests/batch/test_cluster_engine.py's Ray run (a run of its own here was about 50 s of CI):
+# The Ray proof watches tests/batch/test_cluster_engine.py's Ray run (an engine start is about a minute of CI):
 # test_cluster_engine.py::test_judge_on_a_local_ray_instance_tries_no_address_off_the_machine.
 
 

@@ -10,7 +10,7 @@ without Ray judges through the session's float32 vLLM server (``vllm_server``): 
 weights, dtype and prompts, and no engine start of its own (about 40 s of a CI run).
 
 The Ray run is ``suffice judge --ray local`` as a user runs it, watched by strace in a network namespace with only
-loopback: tests/test_no_network.py's proof for Ray rides on it (a run of its own was about 50 s of CI).  Its actor
+loopback: tests/test_no_network.py's proof for Ray rides on it (each engine start is about a minute of CI).  Its actor
 is SIGKILLed from outside once the first batch's rows are written, as a crash would end it."""
 
 from __future__ import annotations

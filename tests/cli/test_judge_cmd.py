@@ -90,8 +90,8 @@ def test_judge_writes_one_line_per_record_and_resumes(tmp_path: Path, vllm_serve
     assert out.read_text().splitlines() == lines
 
 
-# What -v tells of the settings is shown by the first run of tests/cli/test_faults.py (its own engine start was
-# about 37 s of CI): test_faults.py::test_verbose_decision_mode_shows_settings_and_writes_decisions.
+# What -v tells of the settings is shown by the first run of tests/cli/test_faults.py (an engine start is about
+# a minute of CI): test_faults.py::test_verbose_decision_mode_shows_settings_and_writes_decisions.
 
 
 def test_bad_cores_are_a_usage_error(tmp_path):

@@ -36,8 +36,7 @@ from tests.grammars.drawing import narrowed
 from tests.grammars.segments import cut_back_constraint
 
 # Compiling the gates' large segments takes seconds each (outlines-core: up to ~20 s and 2 GB under load), but no
-# engine: they run in the fast pass, on its two workers, where a test of one core's work belongs (48 s of the engine
-# pass before, 2026-12-04).
+# engine: they run in the fast pass, on its two workers, where a test of one core's work belongs.
 pytestmark = [
     # vLLM's matcher passes xgrammar an argument it deprecated; once per compiled grammar.
     pytest.mark.filterwarnings("ignore:max_rollback_tokens is deprecated:DeprecationWarning"),
