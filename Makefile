@@ -39,8 +39,8 @@ demo: install
 # Two passes: the fast tests on two workers (each is one process on one core; 382 s alone, 2026-12-04), then the
 # engine tests and the timing comparisons (marked serial) on their own, as each engine takes both cores.
 test: dev
-	$(BIN)/python -m pytest -q -ra -n 2 -m "not engine and not serial" --ci-phases out/ci_phases_fast.json; fast=$$?; \
-	$(BIN)/python -m pytest -q -ra --durations=30 -m "engine or serial" --ci-phases out/ci_phases.json; slow=$$?; \
+	$(BIN)/python -m pytest -q -ra -n 2 -m "not engine and not serial" --ci-phases=out/ci_phases_fast.json; fast=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=30 -m "engine or serial" --ci-phases=out/ci_phases.json; slow=$$?; \
 	$(BIN)/python benchmarks/ci_phases.py out/ci_phases_fast.json+out/ci_phases.json \
 		--out out/ci_phases_summary.json || true; \
 	test $$fast -eq 0 -a $$slow -eq 0
