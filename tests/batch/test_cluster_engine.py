@@ -45,20 +45,24 @@ CONFIG = JudgeConfig(engine=EngineConfig(dtype="float32"))
 RUN_TIMEOUT_S = 600
 
 
-def _engine_cores() -> set[int]:
-    """vLLM's engine processes (``VLLM::EngineCore``, ``VLLM::Worker``).  The kernel
-    keeps 15 characters of a process name (``VLLM::EngineCor``), and the command line
-    is renamed only once the process has set itself up: match the prefix on either.
-    A zombie (exited, not yet reaped by its parent) holds no memory and is not counted."""
-    found = set()
+def _titled(marker: str) -> list[psutil.Process]:
+    """Live processes whose name or command line holds ``marker``.  The kernel keeps 15 characters of a process
+    name (``VLLM::EngineCor``), and the command line is renamed only once the process has set itself up: match on
+    either.  A zombie (exited, not yet reaped by its parent) holds no memory and is not counted."""
+    found = []
     for proc in psutil.process_iter(["name", "cmdline", "status"]):
         try:
             text = (proc.info["name"] or "") + " " + " ".join((proc.info["cmdline"] or [])[:1])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if "VLLM::" in text and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.add(proc.pid)
+        if marker in text and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
     return found
+
+
+def _engine_cores() -> set[int]:
+    """vLLM's engine processes (``VLLM::EngineCore``, ``VLLM::Worker``)."""
+    return {proc.pid for proc in _titled("VLLM::")}
 
 
 def _rows(path: Path) -> list[dict[str, object]]:
@@ -72,15 +76,7 @@ def _lines(path: Path) -> int:
 def _actors() -> list[psutil.Process]:
     """The run's Ray actor processes (Ray titles them ``ray::JudgeWorker``, and ``...JudgeWorker.<method>`` while
     one runs)."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        try:
-            text = (proc.info["name"] or "") + " " + " ".join((proc.info["cmdline"] or [])[:1])
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if "ray::JudgeWorker" in text:
-            found.append(proc)
-    return found
+    return _titled("ray::JudgeWorker")
 
 
 @pytest.fixture(scope="module")
