@@ -14,12 +14,28 @@ within ``header_timeout`` seconds 408, each with ``Connection: close``.  A conne
 ``max_connections`` takes the place of the one that has waited longest without a request in
 flight (a slow or idle client); when every connection has one in flight, the new one is answered
 503 at once and closed, so descriptors stay bounded.
+
+Two rules keep a client that has just connected from being taken for an idle one when a burst of
+connections arrives behind it (CI saw a keyed request answered 408 while hostile clients ran):
+
+- bytes already in the kernel count, though the loop has not read them: a busy loop may accept a
+  whole burst before it reads any connection.  A whole head waiting is a request, so that
+  connection is not idle; part of a head is a slow head like any other;
+- a connection that has sent nothing counts as having waited :data:`SILENT_GRACE_S` less: its
+  client may not have been scheduled between ``connect`` and ``send``.  A slow head or an idle
+  keep-alive connection goes first; among silent ones the oldest still goes, so a flood of silent
+  connections cannot hold the cap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
+import socket
+import struct
+import termios
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +47,8 @@ MAX_HEAD_BYTES = 32 * 1024
 MAX_HEADERS = 100
 #: Seconds an idle keep-alive connection stays open after its last answer.
 KEEP_ALIVE_S = 5
+#: Seconds a connection that has sent nothing counts as younger when one must make room.
+SILENT_GRACE_S = 1.0
 #: What a refusal asks the client to wait before it tries again (``Retry-After``).
 RETRY_AFTER_S = 1
 
@@ -85,11 +103,12 @@ class _Guarded:
         self._seen_cycle: Any = None
         self._begun = False
         self._waiting_since = self.loop.time()
+        self._silent = True
         self._arm()
         if len(self.connections) > self.limits.max_connections:
-            idle = [c for c in self.connections if c is not self and getattr(c, "_evictable", _never)()]
-            if idle:
-                oldest = min(idle, key=lambda c: c._waiting_since)
+            waited = [(key, c) for c in self.connections if c is not self and (key := _waited(c)) is not None]
+            if waited:
+                oldest = min(waited, key=lambda pair: pair[0])[1]
                 oldest._refuse(408, "closed for a new connection: no request arrived in time")
             else:
                 self._refuse(503, f"the service holds {self.limits.max_connections} connections (--max-connections)")
@@ -98,9 +117,16 @@ class _Guarded:
         self._disarm()
         super().connection_lost(exc)  # type: ignore[misc]
 
-    def _evictable(self) -> bool:
-        """No request in flight: idle, or its head not yet complete."""
-        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+    def _idle_since(self) -> float | None:
+        """When this connection began to wait without a request in flight (idle, or its head not
+        yet complete), moved later by the silent grace; ``None`` when it may not make room."""
+        if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
+            return None
+        pending = _unread(self.transport)
+        if _END in self._tail + pending:
+            return None
+        silent = self._silent and not pending
+        return self._waiting_since + (SILENT_GRACE_S if silent else 0.0)
 
     def _arm(self) -> None:
         if self._deadline is None:
@@ -130,6 +156,7 @@ class _Guarded:
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
             return
+        self._silent = False
         if self._in_head():
             self._arm()
             joined = self._tail + data
@@ -168,12 +195,29 @@ class _Guarded:
         super().on_response_complete()  # type: ignore[misc]
         if self.cycle is not self._seen_cycle:  # a pipelined request started
             self._head_complete()
-        if self._evictable():
+        if self.cycle is None or self.cycle.response_complete:  # idle from now, not pipelined
             self._waiting_since = self.loop.time()
 
 
-def _never() -> bool:
-    return False
+def _waited(connection: Any) -> float | None:
+    idle_since = getattr(connection, "_idle_since", None)
+    return idle_since() if idle_since is not None else None
+
+
+def _unread(transport: asyncio.Transport) -> bytes:
+    """The start of what waits in the kernel for this connection, not consumed (up to a head)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return b""
+    try:
+        fd = sock.fileno()
+        count = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if count <= 0:
+            return b""
+        with socket.socket(fileno=os.dup(fd)) as peek:
+            return peek.recv(min(count, MAX_HEAD_BYTES), socket.MSG_PEEK)
+    except (OSError, ValueError):  # closed under us: nothing to protect
+        return b""
 
 
 class _Pipelined:

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+import uvicorn
 
 from suffice.server.http_guard import MAX_HEAD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
 from tests.server.test_app import record
@@ -365,7 +366,7 @@ def test_the_judge_cache_keeps_the_most_recently_used_and_settings_keep_nothing(
 
 def test_the_limits_the_docs_give_are_the_code_s():
     from suffice.server.config import ServeConfig
-    from suffice.server.http_guard import KEEP_ALIVE_S
+    from suffice.server.http_guard import KEEP_ALIVE_S, SILENT_GRACE_S
     from suffice.server.run import SPARE_DESCRIPTORS
 
     root = Path(__file__).resolve().parents[2] / "docs"
@@ -379,6 +380,7 @@ def test_the_limits_the_docs_give_are_the_code_s():
     assert f"`--max-connections` ({defaults.max_connections})" in security
     assert f"`--judge-cache-size` ({defaults.judge_cache_size})" in security
     assert f"closed after {KEEP_ALIVE_S} s" in security
+    assert f"waited {SILENT_GRACE_S:g} s less" in security
     assert f"plus {SPARE_DESCRIPTORS} for the engine" in security
     assert f"(default {defaults.max_connections})" in serve
     assert f"(default {defaults.header_timeout:g})" in serve
@@ -486,3 +488,90 @@ def test_both_of_uvicorn_s_parsers_are_guarded(parser: str):
         server.should_exit = True
         thread.join(10)
         listener.close()
+
+
+@contextlib.contextmanager
+def guarded_server(loop: str, cap: int) -> Iterator[tuple[uvicorn.Server, int]]:
+    """An in-process ``serve`` app behind the guard, capped at ``cap`` connections, on ``loop``."""
+    from suffice.config import JudgeConfig
+    from suffice.server.app import create_app
+    from suffice.server.config import ServeConfig
+    from suffice.server.http_guard import ConnectionLimits, protocol_class
+    from suffice.server.service import GateService
+    from tests.batch.test_runner import good
+    from tests.fakes import ScriptedEngine
+
+    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
+    app = create_app(GateService(config, ScriptedEngine(good)), config)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    limits = ConnectionLimits(max_connections=cap, header_timeout=HEADER_TIMEOUT)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="critical", loop=loop, ws="none", http=protocol_class(limits))
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        yield server, listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        listener.close()
+
+
+def read_all(sock: socket.socket) -> bytes:
+    answer = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+
+def test_a_client_whose_request_waits_unread_keeps_its_place_when_a_burst_passes_the_cap():
+    """A burst of connections accepted in one turn of a busy loop, before any is read, does not
+    close the client that connected just before it: its request waits in the kernel, so it is
+    not idle. The loop is held while the client sends its whole request and the burst connects
+    behind it. (asyncio accepts the whole burst before reading; uvloop reads first.)"""
+    cap = 4
+    with guarded_server("asyncio", cap) as (server, port):
+        server.servers[0].get_loop().call_soon_threadsafe(time.sleep, 1.0)
+        time.sleep(0.2)  # the loop is held
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(HEALTH)
+            burst = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2 * cap)]
+            try:
+                answer = read_all(client)
+                assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+                # The silent ones took each other's places: descriptors stayed bounded.
+                for sock in burst:
+                    sock.settimeout(HEADER_TIMEOUT + 5)
+                assert sum(read_all(sock).startswith(b"HTTP/1.1 408") for sock in burst) >= len(burst) - cap
+            finally:
+                for sock in burst:
+                    sock.close()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_client_between_connect_and_send_keeps_its_place_while_slow_heads_pass_the_cap(loop: str):
+    """A client descheduled between ``connect`` and ``send`` has sent nothing yet; slow heads that
+    arrived after it (the half-open attack) make room before it does."""
+    cap = 4
+    with guarded_server(loop, cap) as (_, port), socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        time.sleep(0.1)  # accepted, silent
+        slow = open_half(port, 2 * cap)
+        try:
+            time.sleep(0.2)  # each past the cap took an older one's place
+            client.sendall(HEALTH)
+            answer = read_all(client)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        finally:
+            for sock in slow:
+                sock.close()
