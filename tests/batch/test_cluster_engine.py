@@ -11,7 +11,10 @@ weights, dtype and prompts, and no engine start of its own (about 40 s of a CI r
 
 The Ray run is ``suffice judge --ray local`` as a user runs it, watched by strace in a network namespace with only
 loopback: tests/test_no_network.py's proof for Ray rides on it (each engine start is about a minute of CI).  Its actor
-is SIGKILLed from outside once the first batch's rows are written, as a crash would end it."""
+is SIGKILLed from outside once the first batch's rows are written, as a crash would end it.
+
+The Ray Data entry's actor judges through the same session server: what it adds is Ray Data's batches and columns,
+and engines inside actors are the CLI run's subject; an engine of its own was a third start of about 90 s."""
 
 from __future__ import annotations
 
@@ -37,10 +40,8 @@ from tests.conftest import load_records
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.engine
 ITEMS = 4  # two batches of two: the first done, the second in flight when its actor is killed
-#: The Ray Data entry judges the first two records (one batch): an actor's start is
-#: about 90 s of its run here and each further batch of two about 20 s (2026-12-02).
+#: The Ray Data entry judges the first two records (one batch).
 DATASET_ITEMS = 2
-CONFIG = JudgeConfig(engine=EngineConfig(dtype="float32"))
 #: Seconds the Ray run may take: two actor starts (about 90 s each here, 2026-12-02) and two batches.
 RUN_TIMEOUT_S = 600
 
@@ -152,7 +153,7 @@ def runs(tmp_path_factory, vllm_server):
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, object_store_memory=256 * 1024**2)
     try:
-        dataset = judge_dataset(ray.data.from_items(records[:DATASET_ITEMS]), CONFIG, actors=1, batch_size=2)
+        dataset = judge_dataset(ray.data.from_items(records[:DATASET_ITEMS]), served, actors=1, batch_size=2)
         found["dataset"] = dataset.take_all()
     finally:
         ray.shutdown()
