@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-import uvicorn
 from pydantic import BaseModel
 
 from suffice import (
@@ -31,11 +30,9 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class
 from suffice.grammars.decision import DecisionVerdict
-from suffice.server.app import create_app
-from suffice.server.config import ServeConfig
-from suffice.server.service import GateService
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
+from tests.server.live import live
 from tests.server.test_admission import Held
 
 KEY = "k" * 32
@@ -57,22 +54,8 @@ def serve(
     **settings: Any,
 ) -> Iterator[str]:
     """``suffice serve``'s app on a real uvicorn server on a loopback port; yields its base URL."""
-    config = ServeConfig(judge=judge or JudgeConfig(), gates=gates, **settings)
-    app = create_app(GateService(config, engine), config, key.encode() if key else None)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        listener.close()
+    with live(engine, key=key, judge=judge, gates=gates, **settings) as (_, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def verdicts(judge: Judge | Client, records: Sequence[object]) -> list[BaseModel | None]:

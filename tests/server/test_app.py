@@ -224,26 +224,10 @@ def test_a_request_over_its_timeout_has_its_generation_cancelled():
 def live_server(engine: ScriptedEngine, drain_s: int | None = None, **settings: object) -> Iterator[int]:
     """The app on a real uvicorn server on a loopback port (yielded), in a thread;
     ``drain_s``: uvicorn's graceful-shutdown limit."""
-    import socket
+    from tests.server.live import live
 
-    import uvicorn
-
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",), **settings)  # type: ignore[arg-type]
-    app = create_app(GateService(config, engine), config)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", timeout_graceful_shutdown=drain_s))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield listener.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        listener.close()
+    with live(engine, uvicorn_options={"timeout_graceful_shutdown": drain_s}, **settings) as (_, port):
+        yield port
 
 
 def test_a_client_that_hangs_up_has_its_generation_cancelled():

@@ -493,35 +493,15 @@ def test_both_of_uvicorn_s_parsers_are_guarded(parser: str):
 @contextlib.contextmanager
 def guarded_server(loop: str, cap: int) -> Iterator[tuple[uvicorn.Server, int]]:
     """An in-process ``serve`` app behind the guard, capped at ``cap`` connections, on ``loop``."""
-    from suffice.config import JudgeConfig
-    from suffice.server.app import create_app
-    from suffice.server.config import ServeConfig
     from suffice.server.http_guard import ConnectionLimits, protocol_class
-    from suffice.server.service import GateService
     from tests.batch.test_runner import good
     from tests.fakes import ScriptedEngine
+    from tests.server.live import live
 
-    config = ServeConfig(judge=JudgeConfig(), gates=("sufficiency",))
-    app = create_app(GateService(config, ScriptedEngine(good)), config)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
     limits = ConnectionLimits(max_connections=cap, header_timeout=HEADER_TIMEOUT)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="critical", loop=loop, ws="none", http=protocol_class(limits))
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started
-        yield server, listener.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        listener.close()
+    options = {"loop": loop, "ws": "none", "http": protocol_class(limits)}
+    with live(ScriptedEngine(good), uvicorn_options=options) as running:
+        yield running
 
 
 def read_all(sock: socket.socket) -> bytes:
