@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import math
 import os
 import socket
 import struct
@@ -49,6 +50,8 @@ MAX_HEADERS = 100
 KEEP_ALIVE_S = 5
 #: Seconds a connection that has sent nothing counts as younger when one must make room.
 SILENT_GRACE_S = 1.0
+#: Most kernel buffers a new connection past the cap reads to find the one that makes room.
+READS_PER_NEW_CONNECTION = 32
 #: What a refusal asks the client to wait before it tries again (``Retry-After``).
 RETRY_AFTER_S = 1
 
@@ -106,9 +109,8 @@ class _Guarded:
         self._silent = True
         self._arm()
         if len(self.connections) > self.limits.max_connections:
-            waited = [(key, c) for c in self.connections if c is not self and (key := _waited(c)) is not None]
-            if waited:
-                oldest = min(waited, key=lambda pair: pair[0])[1]
+            oldest = _longest_waiting([c for c in self.connections if c is not self])
+            if oldest is not None:
                 oldest._refuse(408, "closed for a new connection: no request arrived in time")
             else:
                 self._refuse(503, f"the service holds {self.limits.max_connections} connections (--max-connections)")
@@ -117,11 +119,13 @@ class _Guarded:
         self._disarm()
         super().connection_lost(exc)  # type: ignore[misc]
 
+    def _without_request(self) -> bool:
+        """Open, and no request in flight: idle, or its head not yet complete (read so far)."""
+        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+
     def _idle_since(self) -> float | None:
-        """When this connection began to wait without a request in flight (idle, or its head not
-        yet complete), moved later by the silent grace; ``None`` when it may not make room."""
-        if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
-            return None
+        """When this connection, without a request in flight, began to wait, moved later by the
+        silent grace; ``None`` when a whole head waits unread (a request)."""
         pending = _unread(self.transport)
         if _END in self._tail + pending:
             return None
@@ -195,13 +199,28 @@ class _Guarded:
         super().on_response_complete()  # type: ignore[misc]
         if self.cycle is not self._seen_cycle:  # a pipelined request started
             self._head_complete()
-        if self.cycle is None or self.cycle.response_complete:  # idle from now, not pipelined
+        if self._without_request():  # idle from now, not pipelined
             self._waiting_since = self.loop.time()
 
 
-def _waited(connection: Any) -> float | None:
-    idle_since = getattr(connection, "_idle_since", None)
-    return idle_since() if idle_since is not None else None
+def _longest_waiting(connections: list[Any]) -> Any | None:
+    """The connection that has waited longest without a request in flight, by :meth:`_Guarded._idle_since`.
+
+    Its exact wait reads the connection's kernel buffer (two or three system calls), and only ever comes out later
+    than the time it began to wait: so connections are read in that order until none left can beat the best, and
+    at most :data:`READS_PER_NEW_CONNECTION` once one is found (a flood past a cap of 512 would otherwise cost 512
+    reads a connection)."""
+    best, best_since = None, math.inf
+    waiting = sorted(
+        (c for c in connections if isinstance(c, _Guarded) and c._without_request()), key=lambda c: c._waiting_since
+    )
+    for reads, connection in enumerate(waiting):
+        if connection._waiting_since >= best_since or (best is not None and reads >= READS_PER_NEW_CONNECTION):
+            break
+        since = connection._idle_since()
+        if since is not None and since < best_since:
+            best, best_since = connection, since
+    return best
 
 
 def _unread(transport: asyncio.Transport) -> bytes:

@@ -555,3 +555,32 @@ def test_a_client_between_connect_and_send_keeps_its_place_while_slow_heads_pass
         finally:
             for sock in slow:
                 sock.close()
+
+
+def test_making_room_reads_a_bounded_number_of_kernel_buffers_and_picks_the_longest_waiting():
+    """A new connection past the cap reads connections' buffers oldest first, until none older can beat the best:
+    silent connections wait their grace longer, so a younger slow head goes before them; a flood of silent ones
+    costs at most READS_PER_NEW_CONNECTION reads a connection, not one per connection held."""
+    from suffice.server import http_guard as g
+
+    class Stub(g._Guarded):
+        reads = 0
+
+        def __init__(self, since: float, silent: bool, in_flight: bool = False) -> None:
+            self._waiting_since, self._silent, self.in_flight = since, silent, in_flight
+
+        def _without_request(self) -> bool:
+            return not self.in_flight
+
+        def _idle_since(self) -> float | None:
+            Stub.reads += 1
+            return self._waiting_since + (g.SILENT_GRACE_S if self._silent else 0.0)
+
+    silent = [Stub(float(i) / 1000, silent=True) for i in range(500)]
+    assert g._longest_waiting(silent) is silent[0]
+    assert Stub.reads <= g.READS_PER_NEW_CONNECTION
+    Stub.reads = 0
+    slow_head = Stub(0.5, silent=False)  # younger than the oldest silent one, but it has shown it is slow
+    busy = Stub(0.0, silent=False, in_flight=True)
+    assert g._longest_waiting([*silent[:10], slow_head, busy]) is slow_head
+    assert g._longest_waiting([busy]) is None
