@@ -233,8 +233,14 @@ def _unread(transport: asyncio.Transport) -> bytes:
         count = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         if count <= 0:
             return b""
-        with socket.socket(fileno=os.dup(fd)) as peek:
-            return peek.recv(min(count, MAX_HEAD_BYTES), socket.MSG_PEEK)
+        copy = os.dup(fd)  # the transport's own socket object may not offer recv (uvloop's does not)
+        try:
+            peek = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)
+            raise
+        with peek:
+            return peek.recv(min(count, MAX_HEAD_BYTES), socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except (OSError, ValueError):  # closed under us: nothing to protect
         return b""
 
