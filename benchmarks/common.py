@@ -139,8 +139,8 @@ def report(name: str, rows: Sequence[dict[str, Any]], columns: Sequence[tuple[st
 
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``results/name``, or to ``name`` itself when it names a folder (``results/x.json``
-    from the benchmarks' folder was ``results/results/x.json``, and failed after the whole run)."""
+    """Write ``payload`` to ``results/name``, or to ``name`` itself when it names a folder, so that
+    ``--out results/x.json`` given from the benchmarks' folder means that file."""
     path = Path(name) if Path(name).parent != Path(".") else RESULTS / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")

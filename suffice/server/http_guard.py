@@ -15,8 +15,8 @@ within ``header_timeout`` seconds 408, each with ``Connection: close``.  A conne
 flight (a slow or idle client); when every connection has one in flight, the new one is answered
 503 at once and closed, so descriptors stay bounded.
 
-Two rules keep a client that has just connected from being taken for an idle one when a burst of
-connections arrives behind it (CI saw a keyed request answered 408 while hostile clients ran):
+Two rules keep a client that has just connected from being taken for an idle one, and closed with
+its request unanswered, when a burst of connections arrives behind it:
 
 - bytes already in the kernel count, though the loop has not read them: a busy loop may accept a
   whole burst before it reads any connection.  A whole head waiting is a request, so that

@@ -13,8 +13,8 @@ The Ray run is ``suffice judge --ray local`` as a user runs it, watched by strac
 loopback: tests/test_no_network.py's proof for Ray rides on it (each engine start is about a minute of CI).  Its actor
 is SIGKILLed from outside once the first batch's rows are written, as a crash would end it.
 
-The Ray Data entry's actor judges through the same session server: what it adds is Ray Data's batches and columns,
-and engines inside actors are the CLI run's subject; an engine of its own was a third start of about 90 s."""
+The Ray Data entry's actor judges through the same session server, with no engine of its own: what it adds is Ray
+Data's batches and columns, and engines inside actors are the CLI run's subject."""
 
 from __future__ import annotations
 

@@ -273,7 +273,7 @@ def test_a_request_over_its_timeout_is_504_and_the_next_one_still_works():
             release.wait(10)
         return good(request)
 
-    # 3 s, not less: the next request, scripted, must finish within it on two loaded cores (0.5 s did not, once).
+    # Long enough for the next request, scripted, to finish within it on two loaded cores.
     client = client_for(ScriptedEngine(slow), request_timeout=3.0)
     slow_item = {**record(0), "question": "slow?"}
     assert client.post("/v1/judge/sufficiency", json=slow_item).status_code == 504
