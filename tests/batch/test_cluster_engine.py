@@ -66,6 +66,18 @@ def _engine_cores() -> set[int]:
     return {proc.pid for proc in _titled("VLLM::")}
 
 
+def _actor_trees() -> dict[int, str]:
+    """Each Ray actor of the run and every process under it, by pid: what the run started (told in a failure)."""
+    found: dict[int, str] = {}
+    for actor in _actors():
+        try:
+            for proc in [actor, *actor.children(recursive=True)]:
+                found[proc.pid] = f"{proc.name()} (parent {proc.ppid()}): {' '.join(proc.cmdline()[:3])[:120]}"
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def _rows(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -95,6 +107,7 @@ def runs(tmp_path_factory, vllm_server):
 
     killed: list[int] = []
     during: set[int] = set()
+    trees: dict[int, str] = {}
     errors: list[str] = []
 
     stop = threading.Event()
@@ -105,6 +118,7 @@ def runs(tmp_path_factory, vllm_server):
         while not stop.wait(0.25):
             try:
                 during.update(_engine_cores() - found["cores_before"])
+                trees.update(_actor_trees())
             except Exception as exc:  # one bad sample must not end the watch
                 errors.append(repr(exc))
 
@@ -148,6 +162,7 @@ def runs(tmp_path_factory, vllm_server):
     found["cores_after_ray"] = _engine_cores()
     found["cores_during_ray"] = during
     found["watch_errors"] = errors
+    found["actor_trees"] = trees
 
     from suffice.batch.ray_data import judge_dataset
 
@@ -194,7 +209,8 @@ def test_the_actor_was_killed_mid_run_and_replaced(runs):
 
 
 def test_the_ray_actors_ran_their_engines_in_engine_processes(runs):
-    assert runs["cores_during_ray"], runs["watch_errors"]  # the positive control for the test below
+    # The positive control for the test below; a failure tells what the watch saw under the actors.
+    assert runs["cores_during_ray"], (runs["watch_errors"], runs["actor_trees"])
 
 
 def test_no_engine_process_outlives_the_ray_run(runs):
