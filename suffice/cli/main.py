@@ -67,8 +67,10 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     startup.mark("command line read")  # suffice and every gate imported
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    # A program that calls main() keeps its own SIGTERM handling once main() returns.
+    before = (
+        signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    )
     # The library logs and never prints; the command shows its warnings (and with -v its settings) on stderr.
     handler = _Stderr()
     handler.setLevel(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
@@ -83,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
     return code
 
 
