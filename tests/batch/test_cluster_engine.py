@@ -82,8 +82,8 @@ def _alive(ident: tuple[int, float]) -> bool:
 
 
 def _is_engine(text: str) -> bool:
-    """vLLM's engine core or worker: titled ``VLLM::...`` once set up, ``spawn_main`` until then.  Whether a
-    process spawned under a Ray actor is titled is not certain: in a whole CI run it was not, on the same code."""
+    """vLLM's engine core or worker: titled ``VLLM::...`` by setproctitle, and ``spawn_main`` on its command line
+    where it is not (under a Ray actor the title is not always set, so the title alone cannot be the test)."""
     return "VLLM::" in text or "spawn_main" in text
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import stat
 import tempfile
@@ -500,15 +499,3 @@ def test_serve_writes_an_anchor_when_it_shuts_down(tmp_path, keyfile, monkeypatc
     assert main(argv) == EXIT_OK
     assert json.loads(anchor.read_text())["chains"]["evaluations"]["count"] == 1
     assert main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)]) == EXIT_OK
-
-
-def test_main_called_from_python_gives_back_the_callers_sigterm_handler(tmp_path):
-    """While it runs, main() turns SIGTERM into a clean exit; once it returns, the calling program's own handler is
-    back (a test run or a service calling main() must not have its SIGTERM turned into SystemExit(143))."""
-    mine = signal.signal(signal.SIGTERM, lambda *_: None)
-    try:
-        theirs = signal.getsignal(signal.SIGTERM)
-        assert main(["audit", "keygen", "-o", str(tmp_path / "k")]) == EXIT_OK
-        assert signal.getsignal(signal.SIGTERM) is theirs
-    finally:
-        signal.signal(signal.SIGTERM, mine)
