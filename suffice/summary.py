@@ -107,9 +107,10 @@ class RunSummary:
             self.verdicts += 1
             if not hit:
                 self.output_tokens.add(result.tokens.completion)
-            decision = self.positive(result.verdict)
-            self.sufficient += decision
             route = self.route(result.verdict)
+            # Counted by the route where there is one: a verdict sent to a person is not "sufficient".
+            decision = route == "deliver" if route is not None else self.positive(result.verdict)
+            self.sufficient += decision
             if route is not None:
                 self.routes[route] = self.routes.get(route, 0) + 1
             model = self.model_positive(result.verdict)

@@ -230,7 +230,7 @@ class Gate(ABC):
         said = ", ".join(f"{k} {v:.2f}" for k, v in scores.items() if v is not None)
         reason = ("passes" if verdict.passes else "does not pass") + (f" ({said})" if said else "")
         if verdict.passes:
-            return Routing("deliver", reason, scores=scores)
+            return Routing.deliver(self, verdict, reason, scores=scores)
         return Routing("abstain" if self.needs_response else "retrieve_more", reason, scores=scores)
 
     def is_positive(self, verdict: BaseModel) -> bool:

@@ -85,6 +85,11 @@ class DecisionGate(Wrapping):
     def prompt_version(self) -> str:
         return f"{self.template.name}/decision"
 
+    @property
+    def decision_delivers(self) -> bool:
+        """Whether a positive decision may deliver: only where the inner gate's rule is its decision alone."""
+        return roles.decision_delivers(self.inner)
+
     def settings(self) -> dict[str, str]:
         return {**self.inner.settings(), "prompt_version": self.prompt_version, "detail": "decision"}
 
@@ -99,6 +104,7 @@ class DecisionGate(Wrapping):
             probability=1.0 if positive else 0.0,
             prompt_version=self.prompt_version,
             model_called=False,
+            high_stakes=roles.high_stakes(self.inner, item),
         )
 
     def _negative(self) -> str:
@@ -118,15 +124,23 @@ class DecisionGate(Wrapping):
         return isinstance(verdict, DecisionVerdict) and verdict.positive
 
     def route(self, verdict: BaseModel) -> Routing:
-        """A bare decision: positive delivers, negative asks for more evidence (there is
-        no computed decision, gap or query in this mode)."""
+        """A bare decision.  Positive delivers only where the inner gate's rule is the decision alone
+        (:attr:`decision_delivers`); elsewhere :meth:`Routing.deliver` sends it to a person (rule
+        ``decision_only``), as the seeds' rules read more than the decision.  Negative asks for more evidence (no
+        gap or query in this mode), except under high stakes, where the full verdict might have sent it to a
+        person: there it goes to one (rule ``decision_only_high_stakes``)."""
         if not isinstance(verdict, DecisionVerdict):
             raise TypeError(f"decision-only mode cannot route a {type(verdict).__name__}")
         scores = {"probability": verdict.probability}
         reason = f"decision {verdict.decision}" + (
             "" if verdict.probability is None else f" with probability {verdict.probability:.3f}"
         )
-        return Routing("deliver" if verdict.positive else "retrieve_more", reason, scores=scores)
+        if verdict.positive:
+            return Routing.deliver(self, verdict, reason, scores=scores)
+        if verdict.high_stakes:
+            why = f"{reason} under high stakes: only the full verdict says whether a person must see it"
+            return Routing("human_review", why, scores=scores, rule="decision_only_high_stakes")
+        return Routing("retrieve_more", reason, scores=scores)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
         return {"probability": verdict.get("probability"), "decision": float(bool(verdict["positive"]))}
@@ -149,6 +163,7 @@ class DecisionGate(Wrapping):
             truncated_chunk_ids=fitted.truncated_chunk_ids,
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
+            high_stakes=roles.high_stakes(self.inner, item),
         )
 
     def model_positive(self, verdict: BaseModel) -> bool | None:
@@ -221,10 +236,12 @@ class AutoGate(Wrapping):
 
     def escalate(self, verdict: DecisionVerdict, margin: float) -> str | None:
         """Why ``verdict`` (the decision pass's) gets a full verdict, or ``None`` when the decision stands: a
-        decision that does not deliver, one without a probability to measure, or one within ``margin`` of
-        :data:`DECISION_THRESHOLD`."""
-        if self.decision.route(verdict).route != "deliver":
-            return "not deliver"
+        decision that does not deliver (named by the rule that stopped it, such as ``decision_only`` for a positive
+        decision of a gate whose rule reads the full verdict: every record ``auto`` would deliver is then judged
+        in full), one without a probability to measure, or one within ``margin`` of :data:`DECISION_THRESHOLD`."""
+        routing = self.decision.route(verdict)
+        if routing.route != "deliver":
+            return routing.rule or "not deliver"
         if verdict.probability is None:
             return "no probability"
         if abs(verdict.probability - DECISION_THRESHOLD) <= margin:

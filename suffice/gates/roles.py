@@ -44,6 +44,9 @@ class DecidesByToken(Protocol):
     decision_key: str
     decision_json_values: tuple[str, ...]
     positive_value: str
+    #: Whether the decision token alone decides the gate's rule, so that a decision-only verdict may deliver
+    #: (default: no; the sufficiency gate without a calibrated threshold: yes).
+    decision_delivers: bool
 
     def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
         """The verdict with its decision probabilities filled in."""
@@ -93,6 +96,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         "decision_key",
         "decision_json_values",
         "positive_value",
+        "decision_delivers",
         "with_probabilities",
         "model_positive",
         "check_detail",
@@ -201,6 +205,7 @@ _VALUES: dict[str, Any] = {
     "positive_value": "",
     "saveable_scores": (),
     "threshold_option": "",
+    "decision_delivers": False,
 }
 
 
@@ -261,6 +266,13 @@ def _literal_values(model: type[BaseModel] | None, key: str) -> tuple[str, ...]:
     if field is None or get_origin(field.annotation) is not Literal:
         return ()
     return tuple(json.dumps(value) for value in get_args(field.annotation))
+
+
+def decision_delivers(gate: object) -> bool:
+    """Whether ``gate``'s decision token alone decides its rule, so that a decision-only verdict may deliver
+    (default: no: the rule reads more of the full verdict than its decision, and a positive decision-only verdict
+    goes to the full verdict under ``auto``, to a person under ``decision``)."""
+    return bool(own(gate, "decision_delivers"))
 
 
 def check_detail(gate: Gate, detail: str) -> None:
@@ -379,7 +391,7 @@ def _decision_marker(gate: Gate) -> str:
 
 
 for _name in [*_DEFAULTS, *_VALUES]:
-    if _name == "threshold_option":  # new with the roles: never a name of Gate
+    if _name in ("threshold_option", "decision_delivers"):  # new with the roles: never names of Gate
         continue
     _moved = Moved()
     _moved.__set_name__(Gate, _name)

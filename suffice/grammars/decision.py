@@ -36,6 +36,9 @@ class DecisionVerdict(BaseModel):
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
     model_called: bool = True
+    #: Whether the record is judged under high stakes (its gate's ``high_stakes``): there a negative decision may
+    #: be one the full verdict sends to a person, so it goes to one (or to the full verdict under ``auto``).
+    high_stakes: bool = False
 
     def to_seed(self) -> dict[str, object]:
         """The decision alone, in the seed's key."""

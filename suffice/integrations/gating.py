@@ -13,6 +13,7 @@ kept documents stay in the order given.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -43,6 +44,10 @@ from suffice.results import JudgeResult
 #: What a compressor / postprocessor / router does with documents the gate judged insufficient:
 #: raise :class:`~suffice.InsufficientContextError`, return no documents, or return them all.
 OnInsufficient = Literal["raise", "empty", "keep"]
+#: What it does with documents the gate sent to a person (a ``human_review`` route): by default what
+#: :data:`OnInsufficient` says, except that ``"keep"`` there returns none here (a route to a person is never
+#: "keep and generate" unless asked for by this name: ``on_review="keep"``, which the outcome then records).
+OnReview = Literal["raise", "empty", "keep"]
 #: What it does when the gate gave no verdict: raise :class:`~suffice.GateFailedError` (fail closed),
 #: or let every document through unjudged (fail open).
 OnError = Literal["raise", "keep"]
@@ -80,15 +85,21 @@ class Evidence:
 class GateOutcome:
     """The gate's decision on a list of documents.
 
-    ``positive``: the decision that routes (:meth:`~suffice.Gate.is_positive`); ``kept``: the
-    indices of the documents to keep, in the order given (the useful ones on a positive verdict;
-    every one when it names none); ``routing``: where the verdict sends the question.
+    ``positive``: whether the route delivers (``routing.route == "deliver"``: never a bare boolean of the
+    verdict, so a computed PASS that the model escalated is not positive); ``kept``: the indices of the documents
+    to keep on a delivery, in the order given (the useful ones; every one when it names none); ``routing``: where
+    the verdict sends the question.  Once the gate applied its policy (:meth:`DocumentGate.select`):
+    ``returned``, the indices it returned, ``dropped``, those it did not, and ``policy``, why (the route and the
+    setting that decided, e.g. ``human_review: on_review='keep'``).
     """
 
     result: JudgeResult
     positive: bool
     kept: list[int]
     routing: Routing
+    returned: list[int] | None = None
+    dropped: list[int] | None = None
+    policy: str = ""
 
     @property
     def verdict(self) -> BaseModel:
@@ -101,6 +112,7 @@ class GateOutcome:
             "gate": self.result.gate,
             "route": self.routing.route,
             "positive": self.positive,
+            "policy": self.policy,
             "verdict": self.verdict.model_dump(mode="json"),
         }
 
@@ -177,6 +189,7 @@ class DocumentGate:
         audit: AuditLog | None = None,
         on_unavailable: OnUnavailable = "raise",
         timeout: float | None = None,
+        on_review: OnReview | None = None,
     ) -> None:
         if not isinstance(judge, JudgeProtocol):
             raise ConfigError(
@@ -186,6 +199,8 @@ class DocumentGate:
             )
         if on_insufficient not in ("raise", "empty", "keep"):
             raise ConfigError("on_insufficient", on_insufficient, "must be 'raise', 'empty' or 'keep'")
+        if on_review is not None and on_review not in ("raise", "empty", "keep"):
+            raise ConfigError("on_review", on_review, "must be 'raise', 'empty', 'keep' or None (as on_insufficient)")
         if on_error not in ("raise", "keep"):
             raise ConfigError("on_error", on_error, "must be 'raise' or 'keep'")
         if on_unavailable not in ("raise", "keep", "empty"):
@@ -204,6 +219,7 @@ class DocumentGate:
                 "audit", "AuditLog", "needs an in-process judge; a service keeps its own log (suffice serve --audit-db)"
             )
         self.on_insufficient: OnInsufficient = on_insufficient
+        self.on_review: OnReview | None = on_review
         self.on_error: OnError = on_error
         self.on_unavailable: OnUnavailable = on_unavailable
         self.timeout = timeout
@@ -311,7 +327,14 @@ class DocumentGate:
                 raise result
             return self.unavailable(result, len(evidence)), None
         outcome = self.outcome(question, evidence, result)
-        return self.keep(question, outcome, len(evidence)), outcome
+        returned = self.keep(question, outcome, len(evidence))
+        if outcome is None:
+            return returned, None
+        dropped = sorted(set(range(len(evidence))) - set(returned))
+        if dropped:
+            # A gate that drops documents says which and why, in the log as well as in the outcome.
+            _log.info("suffice: %d of %d document(s) dropped (%s)", len(dropped), len(evidence), outcome.policy)
+        return returned, dataclasses.replace(outcome, returned=returned, dropped=dropped)
 
     def unavailable(self, exc: Exception, count: int) -> list[int]:
         """The indices of the documents to return when the service did not answer, by ``on_unavailable``
@@ -330,14 +353,28 @@ class DocumentGate:
         verdict = result.verdict
         useful = useful_chunk_ids(self.gate, verdict.model_dump(mode="json"))
         ids = chunk_ids(evidence)
-        positive = self.gate.is_positive(verdict)
+        routing = self.gate.route(verdict)
+        positive = routing.route == "deliver"
         wanted = {str(u) for u in useful or ()}
         kept = [i for i, cid in enumerate(ids) if str(cid) in wanted]
         if useful is None or (positive and not kept):
             # No useful ids to go by (a decision-only verdict, or a calibrated threshold that made
             # "sufficient" of a verdict naming none): a positive decision keeps the evidence it judged.
             kept = list(range(len(evidence)))
-        return GateOutcome(result, positive, kept, self.gate.route(verdict))
+        return GateOutcome(result, positive, kept, routing, policy=self._policy(routing))
+
+    def _policy(self, routing: Routing) -> str:
+        """Why the documents are returned as they are: the route and the setting that decides it."""
+        if routing.route == "deliver":
+            return "deliver: the useful documents"
+        if routing.route == "human_review":
+            return f"human_review: on_review={self._on_review()!r}"
+        return f"{routing.route}: on_insufficient={self.on_insufficient!r}"
+
+    def _on_review(self) -> OnReview:
+        if self.on_review is not None:
+            return self.on_review
+        return "empty" if self.on_insufficient == "keep" else self.on_insufficient
 
     def keep(self, question: str, outcome: GateOutcome | None, count: int) -> list[int]:
         """The indices of the documents to return, by ``on_insufficient``; raises
@@ -346,9 +383,10 @@ class DocumentGate:
             return list(range(count))
         if outcome.positive:
             return outcome.kept
-        if self.on_insufficient == "keep":
+        policy = self._on_review() if outcome.routing.route == "human_review" else self.on_insufficient
+        if policy == "keep":
             return list(range(count))
-        if self.on_insufficient == "empty":
+        if policy == "empty":
             return []
         routing = outcome.routing
         raise InsufficientContextError(question, list(routing.gap), list(routing.queries), outcome.result, routing)

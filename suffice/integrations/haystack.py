@@ -134,6 +134,7 @@ class SufficiencyRouter:
         audit: suffice.audit.AuditLog | None = None,
         on_unavailable: gating.OnUnavailable = "raise",
         timeout: float | None = None,
+        on_review: gating.OnReview | None = None,
     ) -> None:
         if isinstance(judge, abc.Mapping):
             raise exceptions.ConfigError(
@@ -153,7 +154,9 @@ class SufficiencyRouter:
         self.metadata_keys = list(metadata_keys)
         # "route" reads the outcome itself; the gate then keeps every document and never raises.
         policy: gating.OnInsufficient = "keep" if on_insufficient == "route" else on_insufficient
-        self._gate = gating.DocumentGate(judge, gate, options, policy, on_error, audit, on_unavailable, timeout)
+        self._gate = gating.DocumentGate(
+            judge, gate, options, policy, on_error, audit, on_unavailable, timeout, on_review
+        )
         self._judge = judge
 
     @property
@@ -209,6 +212,7 @@ class SufficiencyRouter:
             on_error=self.on_error,
             on_unavailable=self._gate.on_unavailable,
             timeout=self._gate.timeout,
+            on_review=self._gate.on_review,
             metadata_keys=list(self.metadata_keys),
         )
 

@@ -99,6 +99,7 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
     on_error: gating.OnError = "raise"
     on_unavailable: gating.OnUnavailable = "raise"
     timeout: float | None = None
+    on_review: gating.OnReview | None = None
     metadata_keys: tuple[str, ...] = ()
     score_keys: tuple[str, ...] = DEFAULT_SCORE_KEYS
     _gate: gating.DocumentGate = pydantic.PrivateAttr()
@@ -115,10 +116,11 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
         audit: suffice.audit.AuditLog | None = None,
         on_unavailable: gating.OnUnavailable = "raise",
         timeout: float | None = None,
+        on_review: gating.OnReview | None = None,
     ) -> None:
         # Built first: a bad setting is a ConfigError naming it, before pydantic sees the fields.
         document_gate = gating.DocumentGate(
-            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout
+            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout, on_review
         )
         fields: dict[str, typing.Any] = {  # a dict: the base's typed __init__ names none of these
             "judge": judge,
@@ -128,6 +130,7 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
             "on_error": on_error,
             "on_unavailable": on_unavailable,
             "timeout": timeout,
+            "on_review": on_review,
             "metadata_keys": tuple(metadata_keys),
             "score_keys": tuple(score_keys),
         }

@@ -63,6 +63,7 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
         audit: _AuditLog | None = None,
         on_unavailable: gating.OnUnavailable = "raise",
         timeout: float | None = None,
+        on_review: gating.OnReview | None = None,
         **kwargs: _Any,
     ) -> None:
         if isinstance(metadata_keys, str):
@@ -70,7 +71,7 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
         super().__init__(**kwargs)
         self.metadata_keys = tuple(metadata_keys)
         self._gate = gating.DocumentGate(
-            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout
+            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout, on_review
         )
 
     @classmethod

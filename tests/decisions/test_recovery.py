@@ -31,11 +31,30 @@ def verdict(cls, supported=("c1",), unsupported=(), cited=(), queries=None):
 
 def test_sufficient_meeting_threshold_delivers_with_hand_computed_evidence():
     t = SufficiencyThreshold(min_passages=2, min_cumulative_score=1.2, required_support_ratio=1.0)
-    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, t)
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA", "docB"]), SHOWN, t)
     assert d.route == "deliver"
-    assert d.supporting_passages == 2  # both docA chunks
-    assert d.cumulative_score == pytest.approx(1.3)  # 0.9 + 0.4
+    assert d.supporting_passages == 2  # docA (two chunks) and docB: two sources
+    assert d.cumulative_score == pytest.approx(1.6)  # 0.9 + 0.4 + 0.3
     assert d.support_ratio == 1.0
+
+
+def test_one_document_in_two_chunks_is_one_supporting_passage_unless_chunks_are_counted():
+    # The seed's supporting passages are sources: docA cut into two chunks does not meet min_passages=2.
+    by_source = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, SufficiencyThreshold.strict())
+    assert (by_source.route, by_source.supporting_passages) == ("retrieve_more", 1)
+    by_chunk = SufficiencyThreshold(count="chunks")
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), SHOWN, by_chunk)
+    assert (d.route, d.supporting_passages) == ("deliver", 2)
+    assert SufficiencyThreshold.from_spec("count=chunks").count == "chunks"
+    assert "(distinct sources)" in SufficiencyThreshold().describe()
+
+
+def test_the_default_threshold_is_strict_from_every_construction_path():
+    from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
+
+    strict = SufficiencyThreshold.strict()
+    assert SufficiencyThreshold.from_spec({}) == strict == SufficiencyThreshold.from_spec("strict")
+    assert RecoveryGate().threshold == strict == RecoveryGate.from_options(RecoveryOptions()).threshold
 
 
 def test_sufficient_below_threshold_retrieves_then_abstains_or_escalates():
@@ -147,20 +166,20 @@ def test_a_sufficient_delivery_has_no_caveats():
     assert d.caveats == []
 
 
-NEGATIVE = [ShownChunk(0, 10, "a", "docA", False, -2.1), ShownChunk(1, 11, "b", "docA", False, -1.3)]
+NEGATIVE = [ShownChunk(0, 10, "a", "docA", False, -2.1), ShownChunk(1, 11, "b", "docB", False, -1.3)]
 
 
 @pytest.mark.parametrize(
     "threshold", [SufficiencyThreshold(), SufficiencyThreshold.strict(), SufficiencyThreshold.loose()]
 )
 def test_negative_scores_from_a_cross_encoder_deliver_under_the_default_and_the_presets(threshold):
-    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), NEGATIVE, threshold)
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA", "docB"]), NEGATIVE, threshold)
     assert d.route == "deliver"
 
 
 def test_a_negative_minimum_is_a_minimum_in_the_retrievers_units():
     t = SufficiencyThreshold(min_cumulative_score=-3.0)
-    d = decide(verdict(Classification.SUFFICIENT, cited=["docA"]), NEGATIVE, t)
+    d = decide(verdict(Classification.SUFFICIENT, cited=["docA", "docB"]), NEGATIVE, t)
     assert d.route == "retrieve_more"
     assert d.gap == ["cumulative score -3.4, threshold -3"]
 

@@ -47,7 +47,9 @@ class CoreGate(Gate):
     def route(self, verdict: BaseModel) -> Routing:
         assert isinstance(verdict, Said)
         score = 1.0 if verdict.supported else 0.0
-        return Routing("deliver" if verdict.supported else "abstain", "said so", scores={"said": score})
+        if verdict.supported:
+            return Routing.deliver(self, verdict, "said so", scores={"said": score})
+        return Routing("abstain", "said so", scores={"said": score})
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ class CitationGate(suffice.Gate):
         why = f"{verdict.cited_share:.2f} of the sentences cite a chunk (need {self.options.min_cited_share:.2f})"
         scores = {"cited_share": verdict.cited_share, "probability": verdict.probability}
         if verdict.passes:
-            return suffice.Routing("deliver", why, scores=scores)
+            return suffice.Routing.deliver(self, verdict, why, scores=scores)
         return suffice.Routing("abstain", why, gap=uncited, queries=uncited, scores=scores)
 
     def shortcut(self, item: suffice.Item) -> CitationVerdict | None:  # no chunk to cite: FAIL, without the model

@@ -168,6 +168,8 @@ class AdequacyGate(Gate):
             raise TypeError(f"the adequacy gate cannot route a {type(verdict).__name__}")
         d = verdict.decision
         scores = {"composite": d.composite_score, "threshold": d.threshold, **verdict.scores()}
+        if d.route == "deliver":
+            return Routing.deliver(self, verdict, d.reason, scores=scores, rubric=verdict.rubric)
         return Routing(
             d.route,
             d.reason,
@@ -203,9 +205,9 @@ class AdequacyGate(Gate):
         return item
 
     def is_positive(self, verdict: BaseModel) -> bool:
-        """The PASS computed in code from the rubric (not the model's own opinion)."""
-        decision = getattr(verdict, "decision", None)
-        return isinstance(verdict, AdequacyVerdict) and getattr(decision, "decision", None) == "PASS"
+        """Whether the route computed in code from the rubric delivers: a computed PASS that the model escalated
+        or flagged goes to a person, so it is not positive."""
+        return isinstance(verdict, AdequacyVerdict) and self.route(verdict).route == "deliver"
 
     def shortcut(self, item: Item) -> AdequacyVerdict | None:
         if item.has_evidence:

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from suffice.exceptions import ConfigError
 from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict
@@ -45,6 +45,9 @@ class SufficiencyThreshold:
     accept_partial: bool = False
     high_stakes: bool = False
     min_passage_score: float | None = None
+    #: What ``min_passages`` counts: distinct ``sources`` (the seed's supporting passages: one document cut into
+    #: two chunks is one) or ``chunks``.
+    count: Literal["sources", "chunks"] = "sources"
 
     def __post_init__(self) -> None:
         if isinstance(self.min_passages, bool) or not isinstance(self.min_passages, int) or self.min_passages < 0:
@@ -61,6 +64,8 @@ class SufficiencyThreshold:
         for name in ("accept_partial", "high_stakes"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be true or false")
+        if self.count not in ("sources", "chunks"):
+            raise ConfigError("count", self.count, "must be 'sources' or 'chunks' (what min_passages counts)")
 
     @classmethod
     def strict(cls) -> SufficiencyThreshold:
@@ -123,8 +128,9 @@ class SufficiencyThreshold:
             else f"cumulative relevance score at least {self.min_cumulative_score:g}, "
         )
         floor = "" if self.min_passage_score is None else f" each scoring at least {self.min_passage_score:g}"
+        counted = " (distinct sources)" if self.count == "sources" else " (chunks)"
         return (
-            f"at least {self.min_passages} supporting passage(s){floor}, {score}at least "
+            f"at least {self.min_passages} supporting passage(s){counted}{floor}, {score}at least "
             f"{self.required_support_ratio:.0%} of the answer's claims supported; partial support is {partial}."
         )
 
@@ -144,7 +150,8 @@ def decide(
     backing = [c for c in shown if source_key(c) in cited]
     floor = threshold.min_passage_score
     counted = [c for c in backing if floor is None or (c.score or 0.0) >= floor]
-    passages = len(counted)
+    # The seed's supporting passages are sources: two chunks of one document support as one.
+    passages = len({source_key(c) for c in counted}) if threshold.count == "sources" else len(counted)
     score = sum(c.score or 0.0 for c in backing)
     gap = list(unsupported)
     queries = list(verdict.suggested_retrieval_queries or [])
@@ -260,6 +267,8 @@ def _convert(key: str, text: Any) -> Any:
         if value.lower() not in _BOOLS:
             raise ConfigError(key, value, "must be true or false")
         return _BOOLS[value.lower()]
+    if key == "count":
+        return value
     if key in ("min_cumulative_score", "min_passage_score") and value.lower() in ("none", ""):
         return None
     try:

@@ -122,7 +122,8 @@ class RecoveryGate(Gate):
         retrieval_exhausted: bool = False,
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
-        self.threshold = threshold or SufficiencyThreshold()
+        # The options' default, so RecoveryGate() in Python is the gate the CLI, TOML and HTTP build by default.
+        self.threshold = threshold or SufficiencyThreshold.from_spec(RecoveryOptions.model_fields["threshold"].default)
         self.bounds = bounds
         check_reachable(self.threshold, bounds)
         #: Every record is judged as if its ``retrieval_exhausted`` were set.
@@ -151,7 +152,7 @@ class RecoveryGate(Gate):
             return False
         if verdict.decision is None:
             return verdict.classification is Classification.SUFFICIENT
-        return verdict.decision.route == "deliver"
+        return self.route(verdict).route == "deliver"
 
     def settings(self) -> dict[str, str]:
         settings = {
@@ -184,19 +185,28 @@ class RecoveryGate(Gate):
         if not isinstance(verdict, RecoveryVerdict) or verdict.decision is None:
             raise TypeError(f"the recovery gate cannot route a {type(verdict).__name__} without a decision")
         rd = verdict.decision
+        scores = {
+            "support_ratio": rd.support_ratio,
+            "cumulative_score": rd.cumulative_score,
+            "supporting_passages": rd.supporting_passages,
+        }
+        if rd.route == "deliver":
+            return Routing.deliver(
+                self,
+                verdict,
+                rd.reason,
+                scores=scores,
+                answer=verdict.delivered_answer,
+                caveats=list(rd.caveats),
+                citations=list(verdict.cited_sources),
+                judge_answer=verdict.judge_answer,
+            )
         return Routing(
             rd.route,
             rd.reason,
             queries=list(rd.queries),
             gap=list(rd.gap),
-            scores={
-                "support_ratio": rd.support_ratio,
-                "cumulative_score": rd.cumulative_score,
-                "supporting_passages": rd.supporting_passages,
-            },
-            answer=verdict.delivered_answer,
-            caveats=list(rd.caveats),
-            citations=list(verdict.cited_sources) if rd.route == "deliver" else [],
+            scores=scores,
             judge_answer=verdict.judge_answer,
             rule=rd.rule,
         )

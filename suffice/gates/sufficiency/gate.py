@@ -108,6 +108,12 @@ class SufficiencyGate(Gate):
             raise ConfigError("gate_config", str(path), f"is for the {calibration.gate} gate")
         return cls(calibration=calibration, bounds=options.bounds)
 
+    @property
+    def decision_delivers(self) -> bool:
+        """Without a calibrated threshold the rule is the model's ``is_sufficient``: the decision token alone
+        decides it, so a decision-only verdict may deliver (a gate config's threshold reads the full verdict)."""
+        return self.calibration is None
+
     def check_detail(self, detail: str) -> None:
         if detail == "decision" and self.calibration is not None:
             raise ConfigError(
@@ -156,8 +162,15 @@ class SufficiencyGate(Gate):
             sufficient = score >= config.threshold
             relation = ">=" if sufficient else "<"
             reason = f"{config.score} {score:.3f} {relation} calibrated threshold {config.threshold:.3f}"
+        gap, queries = ([], []) if sufficient or not verdict.is_sufficient else _overridden_gap(verdict, reason)
         decision = CalibratedDecision(
-            score_name=config.score, score=score, threshold=config.threshold, sufficient=sufficient, reason=reason
+            score_name=config.score,
+            score=score,
+            threshold=config.threshold,
+            sufficient=sufficient,
+            reason=reason,
+            gap=gap,
+            queries=queries,
         )
         return verdict.model_copy(update={"decision": decision})
 
@@ -193,12 +206,13 @@ class SufficiencyGate(Gate):
         if decision is not None:
             scores[decision.score_name] = decision.score
         if self.is_positive(verdict):
-            return Routing(
-                "deliver", "the context is sufficient" if decision is None else decision.reason, scores=scores
-            )
-        gap = list(verdict.missing_information) or ["evidence for the question"]
+            why = "the context is sufficient" if decision is None else decision.reason
+            return Routing.deliver(self, verdict, why, scores=scores)
+        gap = verdict.missing(False)
         why = "the context is insufficient" if decision is None else decision.reason
-        queries = list(verdict.retrieval_queries or [])
+        queries = list(decision.queries) if decision is not None and decision.gap else []
+        if not queries and verdict.retrieval_queries and not verdict.is_sufficient:
+            queries = list(verdict.retrieval_queries)
         return Routing("retrieve_more", why, queries=queries, gap=gap, scores=scores)
 
     def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]:
@@ -235,7 +249,11 @@ class SufficiencyGate(Gate):
         if verdict.at_limit:
             row["at_limit"] = list(verdict.at_limit)
         if verdict.retrieval_queries is not None:
-            row["retrieval_queries"] = list(verdict.retrieval_queries)
+            positive = self.is_positive(verdict)
+            overridden = verdict.decision is not None and verdict.decision.gap
+            row["retrieval_queries"] = (
+                [] if positive else list(verdict.decision.queries) if overridden else list(verdict.retrieval_queries)
+            )
         if verdict.forced_by is not None:
             row["forced_by"] = verdict.forced_by
             row["p_sufficient"] = verdict.p_sufficient
@@ -299,3 +317,15 @@ class SufficiencyGate(Gate):
         if not isinstance(verdict, SufficiencyVerdict) or not verdict.model_called:
             return None
         return verdict.is_sufficient
+
+
+def _overridden_gap(verdict: SufficiencyVerdict, reason: str) -> tuple[list[str], list[str]]:
+    """What is missing, and what to search for, where a calibrated threshold overrode the model's ``true``: the
+    model named nothing missing, so the gap is the evidence for each required entity the threshold does not accept
+    (queries: the entities), or, with no entity named, the threshold's own reason (no query: the question is
+    searched again)."""
+    entities = [e for e in verdict.required_entities if e.strip()][: B.MISSING_MAX]
+    if not entities:
+        return [f"evidence the calibrated threshold accepts ({reason})"], []
+    gap = [f"evidence for {entity}"[: B.MISSING_CHARS] for entity in entities]
+    return gap, [entity[: B.QUERY_CHARS] for entity in entities]

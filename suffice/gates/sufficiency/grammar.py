@@ -299,6 +299,10 @@ class CalibratedDecision(BaseModel):
     threshold: float
     sufficient: bool
     reason: str
+    #: Where the threshold turned the model's ``true`` into insufficient: what is missing and what to search for,
+    #: derived from the verdict (the model, having said sufficient, named nothing missing).  Empty otherwise.
+    gap: list[str] = Field(default_factory=list)
+    queries: list[str] = Field(default_factory=list)
 
 
 class SufficiencyVerdict(BaseModel):
@@ -350,15 +354,26 @@ class SufficiencyVerdict(BaseModel):
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
         return self.to_ragflow()
 
+    def missing(self, sufficient: bool) -> list[str]:
+        """What is missing under the decision ``sufficient`` (the one that routes): none when sufficient, even
+        where the model listed some before a calibrated threshold overrode it; the calibrated decision's gap
+        where the threshold overrode the model's ``true``."""
+        if sufficient:
+            return []
+        if self.decision is not None and self.decision.gap:
+            return list(self.decision.gap)
+        return list(self.missing_information)
+
     def to_ragflow(self, sufficient: bool | None = None) -> dict[str, Any]:
-        """The seed's JSON shape, both decision keys included (``sufficient`` overrides the model's decision)."""
+        """The seed's JSON shape, both decision keys included (``sufficient`` overrides the model's decision, and
+        ``missing_information`` follows it: see :meth:`missing`)."""
         decided = self.is_sufficient if sufficient is None else sufficient
         return {
             "Sufficient Context": decided,
             "is_sufficient": decided,
             "required_entities": list(self.required_entities),
             "coverage": dict(self.coverage),
-            "missing_information": list(self.missing_information),
+            "missing_information": self.missing(decided),
             "contradictions": list(self.contradictions),
             "confidence": self.confidence,
             "reasoning": self.reasoning,
