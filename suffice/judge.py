@@ -42,7 +42,7 @@ from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.records.item import Chunk, Item, record_id
-from suffice.results import Cascade, ErrorInfo, Judged, JudgeResult, ResultsStream, TokenCounts
+from suffice.results import Cascade, ErrorInfo, FailedAttempt, Judged, JudgeResult, ResultsStream, TokenCounts
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress
 from suffice.serving.factory import engine_settings, make_engine
@@ -121,6 +121,8 @@ class _Pending:
     tokens: TokenCounts = field(default_factory=TokenCounts)
     #: The model's probability of the gate's positive decision value, once a generation gave one.
     p_positive: float | None = None
+    #: The outputs that failed validation before this generation: its result carries them to the audit log.
+    attempts: tuple[FailedAttempt, ...] = ()
 
 
 class Judge(AbstractContextManager["Judge"]):
@@ -403,12 +405,18 @@ class Judge(AbstractContextManager["Judge"]):
                 final.append(result.model_copy(update={"cascade": cascade}))
                 continue
             cascade = Cascade(detail="full", reason=why[index], probability=probability, margin=margin)
-            # The row's tokens are what the record cost: both passes.
+            # The row's tokens, retries and failed outputs are what the record cost: both passes.
             tokens = TokenCounts(
                 prompt=result.tokens.prompt + second.tokens.prompt,
                 completion=result.tokens.completion + second.tokens.completion,
             )
-            final.append(second.model_copy(update={"cascade": cascade, "tokens": tokens}))
+            update = {
+                "cascade": cascade,
+                "tokens": tokens,
+                "retries": result.retries + second.retries,
+                "attempts": (*result.attempts, *second.attempts),
+            }
+            final.append(second.model_copy(update=update))
         p_positive = {i: r.verdict.probability for i, r in enumerate(decided) if isinstance(r.verdict, DecisionVerdict)}
         # Each pass's judge wrote the records' inference spans under this batch's.
         trace.finish(final, {i: p for i, p in p_positive.items() if p is not None}, inference_spans=False)
@@ -452,12 +460,13 @@ class Judge(AbstractContextManager["Judge"]):
                     p.item,
                     _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(error))[:_ERROR_CHARS])),
                     p.tokens,
+                    attempts=_failed(p, error),
                 )
                 for p, error in failed
             ]
             for p, error in self._run(retry, results, retries=1, cancel=cancel):
                 self.stats.add("retry_failures", 1)
-                results[p.index] = self._error(p.item.id, error, p.tokens, retries=1)
+                results[p.index] = self._error(p.item.id, error, p.tokens, retries=1, attempts=_failed(p, error))
 
         if self.cache is not None:
             fresh = [(keys[p.index], results[p.index]) for p in pending]
@@ -514,7 +523,9 @@ class Judge(AbstractContextManager["Judge"]):
             credit.settle()
         for p, gen in zip(pending, generations, strict=True):
             if isinstance(gen, EngineError):
-                results[p.index] = self._error(p.item.id, GenerationError(str(gen)), p.tokens, retries)
+                results[p.index] = self._error(
+                    p.item.id, GenerationError(str(gen)), p.tokens, retries, attempts=p.attempts
+                )
                 continue
             p.tokens = TokenCounts(
                 prompt=p.tokens.prompt + gen.prompt_tokens, completion=p.tokens.completion + gen.completion_tokens
@@ -546,7 +557,9 @@ class Judge(AbstractContextManager["Judge"]):
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue
-            results[p.index] = self._verdict(p.item.id, verdict, p.tokens, retries, gen.text, p.fitted.fence)
+            results[p.index] = self._verdict(
+                p.item.id, verdict, p.tokens, retries, gen.text, p.fitted.fence, attempts=p.attempts
+            )
         return failed
 
     def _generate(
@@ -573,6 +586,7 @@ class Judge(AbstractContextManager["Judge"]):
         retries: int,
         raw_text: str | None = None,
         fence: str | None = None,
+        attempts: tuple[FailedAttempt, ...] = (),
     ) -> JudgeResult:
         return JudgeResult(
             id=item_id,
@@ -585,9 +599,17 @@ class Judge(AbstractContextManager["Judge"]):
             retries=retries,
             raw_text=raw_text,
             fence=fence,
+            attempts=attempts,
         )
 
-    def _error(self, item_id: str | None, exc: ItemError, tokens: TokenCounts, retries: int) -> JudgeResult:
+    def _error(
+        self,
+        item_id: str | None,
+        exc: ItemError,
+        tokens: TokenCounts,
+        retries: int,
+        attempts: tuple[FailedAttempt, ...] = (),
+    ) -> JudgeResult:
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,
@@ -597,6 +619,7 @@ class Judge(AbstractContextManager["Judge"]):
             prompt_version=self.prompt_version,
             tokens=tokens,
             retries=retries,
+            attempts=attempts,
         )
 
     def close(self) -> None:
@@ -610,6 +633,11 @@ def _drop_outcome(work: asyncio.Future[list[JudgeResult]]) -> None:
     """Retrieve a withdrawn call's outcome so that asyncio does not log it as never retrieved."""
     if not work.cancelled():
         work.exception()
+
+
+def _failed(p: _Pending, error: ItemError) -> tuple[FailedAttempt, ...]:
+    """``p``'s failed outputs with ``error``'s, the latest: the seeds' "log every evaluation attempt"."""
+    return (*p.attempts, FailedAttempt.from_exception(error))
 
 
 def _ascii(text: str) -> str:

@@ -30,6 +30,43 @@ class ErrorInfo(BaseModel):
         return cls(type=type(exc).__name__, message=str(exc), field=exc.field, raw_text=raw, final=exc.final)
 
 
+#: The most characters of a failed output an attempt keeps: a runaway output (cut off at ``max_tokens``) would
+#: otherwise put the whole completion budget into every row; the head shows how it went wrong.
+ATTEMPT_TEXT_CHARS = 4000
+#: The most characters of a failed output's error message an attempt keeps: a validation error lists every field
+#: at fault, quoting the output (the sufficiency verdict's, every field missing: 1,500).
+ATTEMPT_ERROR_CHARS = 2000
+
+
+class FailedAttempt(BaseModel):
+    """One generation whose output failed validation: what the model wrote and why it was refused.  A result
+    carries one per failed output behind it, in the order generated (see :attr:`JudgeResult.attempts`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    message: str
+    #: The output, its first :data:`ATTEMPT_TEXT_CHARS` characters (``None``: the error held none).
+    raw_text: str | None = None
+    #: The output's whole length in characters: more than ``len(raw_text)`` when it was cut.
+    raw_chars: int = 0
+
+    @classmethod
+    def from_exception(cls, exc: ItemError) -> FailedAttempt:
+        raw = exc.raw_text if isinstance(exc, VerdictError) else None
+        message = str(exc)
+        if len(message) > ATTEMPT_ERROR_CHARS:
+            # suffice's own text: marked where cut.  The output below is the model's, cut unmarked (a mark would
+            # read as the model's): raw_chars says how long it was.
+            message = message[:ATTEMPT_ERROR_CHARS] + "…"
+        return cls(
+            type=type(exc).__name__,
+            message=message,
+            raw_text=raw[:ATTEMPT_TEXT_CHARS] if raw is not None else None,
+            raw_chars=len(raw) if raw is not None else 0,
+        )
+
+
 class TokenCounts(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -84,6 +121,10 @@ class JudgeResult(BaseModel):
     cached: CacheHit | None = None
     #: Set under ``detail="auto"``: which detail the verdict is, and why.
     cascade: Cascade | None = None
+    #: Every output behind this result that failed validation, in order (the one a retry followed, and for an error
+    #: result the retry's own too): the audit log keeps them; never dumped (an output row's and a served answer's
+    #: columns are fixed, and ``retries`` counts them there).
+    attempts: tuple[FailedAttempt, ...] = Field(default=(), exclude=True)
 
     @property
     def ok(self) -> bool:

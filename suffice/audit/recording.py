@@ -94,6 +94,10 @@ def audit_values(
         "latency_ms": round_ms(latency_ms),
         "settings": dict(settings),
         "settings_digest": settings_digest(settings),
+        # Every output that failed validation behind this row; a result from a served answer (ServiceScorer) or the
+        # verdict cache has none (they are never dumped): the service's own log, or the first judging's row, has them.
+        "retries": result.retries,
+        "attempts": [attempt.model_dump(mode="json") for attempt in result.attempts],
     }
     if item is not None:
         values["query_hash"] = sha256_text(item.question)

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from suffice.audit.encoding import Kind
 
 #: Written into ``meta``; a database with another (or no) format is refused.
-FORMAT = "suffice-audit/6"
+FORMAT = "suffice-audit/7"
 #: Formats this suffice recognises to refuse with a reason: what each lacks that a later one chains.
 EARLIER_FORMATS = {
     "suffice-audit/2": "retrieval attempts were not logged",
     "suffice-audit/3": "a review had one reviewer and no label",
     "suffice-audit/4": "evaluation rows hold no input hash, settings digest or routing rule",
     "suffice-audit/5": "evaluation rows hold no fence token",
+    "suffice-audit/6": "evaluation rows hold no retry count or failed outputs",
 }
 ALG_KEYED = "hmac-sha256"
 ALG_PLAIN = "sha256"
@@ -48,10 +49,16 @@ EVALUATION_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("round", "int"),
     ("latency_ms", "real"),
     ("error", "text"),
+    # The seeds' "log every evaluation attempt": how many generations were repeated after an output failed
+    # validation, and each failed output (type, message, raw text cut to its head, raw_chars), in order, on the
+    # row of the result they led to.  On that row, not rows of their own: a failed output decides nothing, and
+    # one row per record keeps every reader of rows (export, reviews' evaluation_seq) as it was.
+    ("retries", "int"),
+    ("attempts", "text"),
 )
 COLUMNS = tuple(name for name, _ in EVALUATION_COLUMNS)
 #: Evaluation columns holding structured values as JSON text (parsed by ``export``).
-JSON_COLUMNS = ("chunks", "verdict", "scores", "error", "settings")
+JSON_COLUMNS = ("chunks", "verdict", "scores", "error", "settings", "attempts")
 
 #: One retrieval attempt of the harness: its round, the queries sent, the width asked for, the ids of the chunks
 #: it brought back (``chunk_ids``, as the retriever gave them) and how many were new; ``error`` when it failed.
@@ -105,6 +112,7 @@ SCHEMA = (
     raw_output TEXT, verdict TEXT, scores TEXT, decision TEXT,
     rule TEXT, input_hash TEXT, settings TEXT, settings_digest TEXT, cached_from TEXT,
     round INTEGER, latency_ms REAL, error TEXT,
+    retries INTEGER, attempts TEXT,
     prev_hash TEXT NOT NULL, row_hash TEXT NOT NULL)""",
     """CREATE TABLE review_events (
     seq INTEGER PRIMARY KEY,

@@ -138,13 +138,14 @@ def arrow_type(annotation: Any) -> Any:
 
 
 def result_schema(verdict_model: type[BaseModel]) -> Any:
-    """The schema of a result row: :class:`~suffice.results.JudgeResult`'s columns (no ``raw_text`` or ``fence``,
-    ``verdict`` a struct of ``verdict_model``), then ``line``, the 1-based input position."""
+    """The schema of a result row: :class:`~suffice.results.JudgeResult`'s columns (no ``raw_text``, nor the fields
+    never dumped: ``fence``, ``attempts``; ``verdict`` a struct of ``verdict_model``), then ``line``, the 1-based
+    input position."""
     if not (isinstance(verdict_model, type) and issubclass(verdict_model, BaseModel)):
         raise TypeError(f"verdict_model must be a pydantic model class, not {verdict_model!r}")
     fields = []
     for name, info in JudgeResult.model_fields.items():
-        if name in ("raw_text", "fence"):
+        if name == "raw_text" or info.exclude:  # result_row leaves raw_text out; the others are never dumped
             continue
         annotation = verdict_model | None if name == "verdict" else info.annotation
         fields.append(_field(name, annotation, ()))
