@@ -190,7 +190,15 @@ CASES = [
     # adequacy: the composite, the critical floors and the recommendation are read from the full verdict.
     Case("adequacy", "full", adequacy(), "deliver", "deliver", options=SUPPORT),
     Case("adequacy", "decision", adequacy(), "human_review", "deliver", "decision_only", options=CLINICAL),
-    Case("adequacy", "auto", adequacy("ESCALATE_TO_HUMAN"), "human_review", "deliver", "model_escalated", options=CLINICAL),
+    Case(
+        "adequacy",
+        "auto",
+        adequacy("ESCALATE_TO_HUMAN"),
+        "human_review",
+        "deliver",
+        "model_escalated",
+        options=CLINICAL,
+    ),
     Case(
         "adequacy",
         "full",
@@ -326,9 +334,7 @@ def test_the_summary_counts_an_escalated_pass_as_not_sufficient():
     judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
     records = [the_record(case, "q1"), the_record(case, "q2")]
     results = judge.judge_batch(records)
-    summary = RunSummary(
-        gate="adequacy", positive=judge.gate.is_positive, route=lambda v: judge.gate.route(v).route
-    )
+    summary = RunSummary(gate="adequacy", positive=judge.gate.is_positive, route=lambda v: judge.gate.route(v).route)
     summary.add(records, results)
     assert (summary.sufficient, summary.routes) == (0, {"human_review": 2})
 
