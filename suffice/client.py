@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -43,6 +43,7 @@ from suffice.exceptions import (
     InputError,
     InvalidRequestError,
     RequestTooLargeError,
+    ReviewNotFoundError,
     ServiceError,
     ServiceTimeoutError,
     ServiceUnavailableError,
@@ -55,11 +56,14 @@ from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
 from suffice.records.item import record_id
 from suffice.results import CacheHit, Cascade, ErrorInfo, JudgeResult, TokenCounts
+from suffice.review_outcomes import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents, ReviewOutcome
 from suffice.settings import per_request
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
 #: The default of ``timeout``: seconds a request may take before :class:`ServiceTimeoutError`.
 DEFAULT_TIMEOUT_S = 600.0
+
+_Answer = TypeVar("_Answer", ReviewOutcome, ReviewEvents)
 
 
 class _Retry(Exception):
@@ -175,6 +179,27 @@ class _Base:
         :class:`~suffice.exceptions.ConfigError` naming it, before any request."""
         return make_gate(gate or self.gate, options or {})
 
+    def _outcome_url(self, review_id: int) -> str:
+        """The URL of ``GET /v1/reviews/{review_id}/outcome``; a :class:`ConfigError` for an id that is no id."""
+        if isinstance(review_id, bool) or not isinstance(review_id, int) or review_id < 1:
+            raise ConfigError("review_id", review_id, "must be a review's number (a whole number from 1)")
+        return f"{self.base_url}/v1/reviews/{review_id}/outcome"
+
+    def _events_request(self, since: int, wait: float, limit: int | None) -> tuple[str, dict[str, Any], float]:
+        """The URL, query and timeout of ``GET /v1/reviews/events``: the wait on top of the client's timeout, since
+        the service holds the answer that long when nothing is decided.  Values the route refuses are a
+        :class:`ConfigError` naming them, before any request."""
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ConfigError("since", since, "must be the `next` of an earlier answer (a whole number from 0)")
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= MAX_EVENTS_WAIT_S:
+            raise ConfigError("wait", wait, f"must be between 0 and {MAX_EVENTS_WAIT_S:g} seconds")
+        query: dict[str, Any] = {"since": since, "wait": wait}
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_EVENTS:
+                raise ConfigError("limit", limit, f"must be a whole number from 1 to {MAX_EVENTS}")
+            query["limit"] = limit
+        return f"{self.base_url}/v1/reviews/events", query, self.timeout + wait
+
     def _unanswered(self, exc: httpx.TransportError, timeout: float | None = None) -> ServiceError:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
         if isinstance(exc, httpx.TimeoutException):
@@ -286,6 +311,51 @@ class Client(_Base, AbstractContextManager["Client"]):
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
         return _settings(response, sent)
+
+    def review_outcome(self, review_id: int) -> ReviewOutcome:
+        """What a person decided on review ``review_id`` of the service's queue (``GET /v1/reviews/{id}/outcome``,
+        with the client's key): pending (``decided`` false) or the decision, who made it, the approved answer or the
+        reviewers' queries, and the record as queued.  An unknown id raises
+        :class:`~suffice.exceptions.ReviewNotFoundError` (as the audit log in process does), other refusals a
+        :class:`~suffice.exceptions.ServiceError`."""
+        url = self._outcome_url(review_id)
+        attempt = 0
+        while True:
+            try:
+                response = self._http.get(url, headers=outgoing_headers())
+            except httpx.TransportError as exc:
+                raise self._unanswered(exc) from exc
+            try:
+                return _reviewed(response, ReviewOutcome)
+            except _Retry as retry:
+                time.sleep(self._wait(retry, attempt))
+                attempt += 1
+
+    def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """The reviews decided after cursor ``since`` (``GET /v1/reviews/events``), oldest first: pass the answer's
+        ``next`` as ``since`` to follow them.  ``wait``: seconds (at most
+        :data:`~suffice.review_outcomes.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
+        ``limit``: the most events (default and at most :data:`~suffice.review_outcomes.MAX_EVENTS`)."""
+        url, query, timeout = self._events_request(since, wait, limit)
+        attempt = 0
+        while True:
+            try:
+                response = self._http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
+            except httpx.TransportError as exc:
+                raise self._unanswered(exc, timeout) from exc
+            try:
+                return _reviewed(response, ReviewEvents)
+            except _Retry as retry:
+                time.sleep(self._wait(retry, attempt))
+                attempt += 1
+
+    async def areview_outcome(self, review_id: int) -> ReviewOutcome:
+        """:meth:`review_outcome`, awaited on a worker thread."""
+        return await asyncio.to_thread(self.review_outcome, review_id)
+
+    async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """:meth:`review_events`, awaited on a worker thread."""
+        return await asyncio.to_thread(self.review_events, since, wait, limit)
 
     def close(self) -> None:
         self._http.close()
@@ -403,6 +473,45 @@ class AsyncClient(_Base):
         """One record's result, awaited (see :meth:`ajudge_batch`)."""
         return (await self.ajudge_batch([record], gate, options, timeout=timeout))[0]
 
+    def review_outcome(self, review_id: int) -> ReviewOutcome:
+        """What a person decided on review ``review_id``, blocking (see :meth:`Client.review_outcome`)."""
+        return self._blocking().review_outcome(review_id)
+
+    def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """The reviews decided after ``since``, blocking (see :meth:`Client.review_events`)."""
+        return self._blocking().review_events(since, wait, limit)
+
+    async def areview_outcome(self, review_id: int) -> ReviewOutcome:
+        """What a person decided on review ``review_id`` (see :meth:`Client.review_outcome`), awaited."""
+        url = self._outcome_url(review_id)
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.get(url, headers=outgoing_headers())
+            except httpx.TransportError as exc:
+                raise self._unanswered(exc) from exc
+            try:
+                return _reviewed(response, ReviewOutcome)
+            except _Retry as retry:
+                await asyncio.sleep(self._wait(retry, attempt))
+                attempt += 1
+
+    async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """The reviews decided after ``since`` (see :meth:`Client.review_events`), awaited: cancelling the task
+        ends the long poll."""
+        url, query, timeout = self._events_request(since, wait, limit)
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
+            except httpx.TransportError as exc:
+                raise self._unanswered(exc, timeout) from exc
+            try:
+                return _reviewed(response, ReviewEvents)
+            except _Retry as retry:
+                await asyncio.sleep(self._wait(retry, attempt))
+                attempt += 1
+
     async def aclose(self) -> None:
         if self._blocking_client is not None:
             self._blocking_client.close()
@@ -467,6 +576,27 @@ def _settings(response: httpx.Response, sent: Mapping[str, Any]) -> dict[str, st
         raise refusal.error if isinstance(refusal, _Retry) else refusal
     values = response.json()["settings"]
     return {str(key): str(value) for key, value in values.items()}
+
+
+def _reviewed(response: httpx.Response, model: type[_Answer]) -> _Answer:
+    """A review route's 200 as ``model``; a 404 the :class:`ReviewNotFoundError` the audit log raises in process
+    (its cause the :class:`InvalidRequestError`), another status its typed error (:class:`_Retry`: 429/503 may wait)."""
+    if response.status_code == 200:
+        return model.model_validate(response.json())
+    refusal = _refusal(response, {})
+    if response.status_code == 404 and _named(response) == ReviewNotFoundError.__name__:
+        # Not a 404 of a service without the route (no --audit-db, an older suffice): that stays a ServiceError.
+        raise ReviewNotFoundError(str(getattr(refusal, "detail", refusal))) from refusal
+    raise refusal
+
+
+def _named(response: httpx.Response) -> object:
+    """The error type a refusal's body names (``error``), or ``None``."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
 
 
 def _unsendable(records: Sequence[object]) -> dict[int, InputError]:

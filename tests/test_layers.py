@@ -40,7 +40,7 @@ LAYERS: list[list[str]] = [
     ["prompts"],
     ["gates"],
     ["formats"],
-    ["client", "config", "protocol", "rows", "telemetry"],
+    ["client", "config", "protocol", "review_outcomes", "rows", "telemetry"],
     ["bundle", "cache"],
     ["judge", "run_settings"],
     ["audit"],

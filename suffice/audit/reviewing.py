@@ -8,12 +8,14 @@ then it stays open, and decisions that differ leave it *disputed*.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from suffice.gates import gate_class
 from suffice.gates.roles import decision_of
+from suffice.review_outcomes import ReviewEvent, ReviewOutcome
 
 REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 Label = Literal["sufficient", "insufficient"]
@@ -112,3 +114,104 @@ def decisions_of(review: Mapping[str, Any]) -> list[dict[str, Any]]:
     except (TypeError, ValueError):
         return []
     return parsed if isinstance(parsed, list) else []
+
+
+# -- what the application learns of a decision (suffice.review_outcomes) ------------------------------------------
+#: The ``rule`` of the evaluation row that records a person's decision applied (``Pipeline.resume``): one per review.
+APPLIED_RULE = "review_applied"
+
+
+class _Reads(Protocol):
+    """The audit log, read (an :class:`~suffice.audit.AuditLog`; named so, since it imports this module)."""
+
+    def _select(self, query: str, params: Sequence[Any]) -> Iterator[dict[str, Any]]: ...
+
+
+def review_log_id(db_id: str) -> str:
+    """The ``log_id`` of the review queue of the audit log whose database id is ``db_id``."""
+    return hashlib.sha256(f"suffice-reviews:{db_id}".encode()).hexdigest()[:16]
+
+
+def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
+    """What the application learns of ``review`` (a ``reviews`` row): pending, or the agreed decision with who,
+    the approved answer (``answer``) or the reviewers' queries (``refine_retrieval``: their notes, a query a line)."""
+    try:
+        payload = json.loads(review.get("payload") or "{}")
+    except (TypeError, ValueError):
+        payload = {}
+    payload = payload if isinstance(payload, dict) else {}
+    decided = review.get("status") == "resolved"
+    decision = review.get("decision") if decided else None
+    agreeing = [
+        d for d in decisions_of(review) if (d.get("decision"), d.get("label")) == (decision, review.get("label"))
+    ]
+    queries: list[str] = []
+    if decision == "refine_retrieval":
+        for entry in agreeing:
+            for line in str(entry.get("note") or "").splitlines():
+                if line.strip() and line.strip() not in queries:
+                    queries.append(line.strip())
+    answer = None
+    if decision == "answer":
+        verdict = payload.get("verdict")
+        written = verdict.get("answer") if isinstance(verdict, Mapping) else None
+        answer = next((a for a in (payload.get("response"), written) if isinstance(a, str) and a.strip()), None)
+    gap = payload.get("gap")
+    return ReviewOutcome(
+        review_id=int(review["id"]),
+        log_id=log_id,
+        state=state_of(review),  # type: ignore[arg-type]
+        decided=decided,
+        item_id=review.get("item_id"),
+        run_id=review.get("run_id"),
+        gate=review.get("gate"),
+        rule=review.get("rule"),
+        decision=decision,
+        label=review.get("label") if decided else None,
+        decided_by=[str(d.get("by")) for d in agreeing],
+        decided_at=review.get("resolved_at") if decided else None,
+        note=review.get("note") if decided else None,
+        answer=answer,
+        queries=queries,
+        gap=[str(g) for g in gap] if isinstance(gap, list) else [],
+        record={key: payload.get(key) for key in ("question", "response", "chunks")} if payload else None,
+    )
+
+
+def decided_events(log: _Reads, since: int, limit: int) -> tuple[list[ReviewEvent], int]:
+    """The reviews resolved after event ``since`` (``review_events.seq``), oldest first, at most ``limit``, and the
+    ``since`` to ask with next: the last event returned, or, when fewer than ``limit``, the last event there was
+    before looking (read first, so no event committed meanwhile is passed over)."""
+    head = review_head(log)
+    rows = list(
+        log._select(
+            "SELECT e.seq AS cursor, r.* FROM review_events e JOIN reviews r ON r.id = e.review_id "
+            "WHERE e.seq > ? AND e.seq <= ? AND e.event = 'resolved' ORDER BY e.seq LIMIT ?",
+            (since, head, limit),
+        )
+    )
+    events = [
+        ReviewEvent(cursor=row["cursor"], **review_outcome(row, "").model_dump(include=set(ReviewEvent.model_fields)))
+        for row in rows
+    ]
+    return events, (events[-1].cursor if len(events) == limit else max(head, since))
+
+
+def review_head(log: _Reads) -> int:
+    """The last review event's sequence number (0: none): whether anything changed, at the cost of one lookup."""
+    # Lists, not a generator left half read: an unfinished statement would hold its read snapshot open.
+    found = list(log._select("SELECT MAX(seq) AS head FROM review_events", ()))
+    return int(found[0]["head"] or 0) if found else 0
+
+
+def applied_outcome(log: _Reads, log_id: str, review_id: int) -> str | None:
+    """What applying review ``review_id`` of queue ``log_id`` gave (its row's ``raw_output``), or ``None``: not yet
+    applied here."""
+    found = list(
+        log._select(
+            "SELECT raw_output FROM evaluations WHERE rule = ? AND json_extract(verdict, '$.review_id') = ? "
+            "AND json_extract(verdict, '$.log_id') = ? ORDER BY seq LIMIT 1",
+            (APPLIED_RULE, review_id, log_id),
+        )
+    )
+    return str(found[0]["raw_output"]) if found else None

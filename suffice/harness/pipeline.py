@@ -9,17 +9,20 @@ attempt is written to the audit log's ``retrievals`` chain, every evaluation to 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
+from suffice.audit.encoding import sha256_text
 from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, review_record, weights_hash
+from suffice.audit.reviewing import APPLIED_RULE, applied_outcome, review_log_id, review_outcome
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
 from suffice.gates.roles import high_stakes, parse_item
 from suffice.grammars.routes import Routing
@@ -29,6 +32,7 @@ from suffice.isolation import step_outcomes
 from suffice.protocol import JudgeProtocol, require_judge
 from suffice.records.item import Chunk, Item, item_record, record_id
 from suffice.results import JudgeResult
+from suffice.review_outcomes import ReviewOutcome
 
 #: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.
 Generator = Callable[[str, Sequence[Chunk]], str]
@@ -138,6 +142,22 @@ class Outcome(BaseModel):
     rule: str | None = None
     verdict: dict[str, Any] | None = None
     trace: list[RoundTrace] = Field(default_factory=list)
+    #: Set by :meth:`Pipeline.resume`: the review whose person's decision this outcome applies, the reviewers who
+    #: agreed on it, and their note.
+    resumed_from: int | None = None
+    decided_by: list[str] = Field(default_factory=list)
+    note: str | None = None
+
+
+class OutcomeSource(Protocol):
+    """Where :meth:`Pipeline.resume` reads a review's outcome: a :class:`~suffice.Client` or
+    :class:`~suffice.AsyncClient` of the ``suffice serve`` that queued it (or anything with this method)."""
+
+    def review_outcome(self, review_id: int) -> ReviewOutcome: ...
+
+
+#: The route an applied decision takes, as the audit row's ``decision`` records it.
+_APPLIED_ROUTES = {"answer": "deliver", "refine_retrieval": "retrieve_more", "unanswerable": "abstain"}
 
 
 @dataclass
@@ -183,6 +203,9 @@ class Pipeline:
         generator: Generator | None = None,
     ) -> None:
         self.judge = require_judge(judge)
+        if hasattr(self.judge, "review_queue"):  # an in-process Judge
+            # Each route to a person is an outcome of kind "review" to the caller, and queued when there is a log.
+            self.judge.review_queue = "the Pipeline"
         #: The judge's gate: reads each record and routes each verdict.
         self.gate = judge.gate_for()
         self.retriever = retriever
@@ -199,6 +222,8 @@ class Pipeline:
         self._weights = weights_hash(getattr(engine, "model_path", None))
         #: What decides this judge's verdicts, recorded with each row (as ``judge`` and ``serve`` record it).
         self._settings = judge.settings_for()
+        #: One resume at a time: a decision is looked up as unapplied and applied in one step.
+        self._resuming = threading.Lock()
 
     def run(self, records: Sequence[object]) -> list[Outcome]:
         run_id = uuid.uuid4().hex
@@ -242,7 +267,15 @@ class Pipeline:
                 if state.failure is not None:
                     outcomes[state.index] = self._failed(run_id, state)
             open_ = [s for s in open_ if s.failure is None]
+        self._loop(run_id, open_, outcomes)
 
+        final = [o for o in outcomes if o is not None]
+        assert len(final) == len(records), "every question ends in exactly one outcome"
+        return final
+
+    def _loop(self, run_id: str, open_: list[_Open], outcomes: list[Outcome | None]) -> None:
+        """The rounds: judge every open question, route, re-retrieve (and regenerate) what the gate sends back,
+        until each has its outcome in ``outcomes`` (at its state's ``index``)."""
         for round in range(1, self.config.max_rounds + 1):
             if not open_:
                 break
@@ -287,10 +320,6 @@ class Pipeline:
                 else:
                     still_open.append(state)
             open_ = still_open
-
-        final = [o for o in outcomes if o is not None]
-        assert len(final) == len(records), "every question ends in exactly one outcome"
-        return final
 
     # -- one question, one round ---------------------------------------------------------
     def _step(
@@ -573,6 +602,152 @@ class Pipeline:
                     reason=f"answer generated from {len(state.item.chunks)} chunk(s)",
                 )
             )
+
+    # -- a person's decision applied ------------------------------------------------------
+    def resume(self, review_id: int, source: OutcomeSource | AuditLog | None = None) -> Outcome:
+        """Act on what a person decided on review ``review_id``: ``answer`` delivers the answer the reviewers
+        approved; ``refine_retrieval`` runs the loop again, its first retrieval the reviewers' queries (their notes,
+        one query a line; without one, the gap queued, else the question) added to the chunks they saw;
+        ``unanswerable`` abstains with the reviewers' note.  The outcome says which review it applies
+        (``resumed_from``), who decided (``decided_by``) and their ``note``.
+
+        ``source``: where the review is, ``None`` for this pipeline's own audit log (an :attr:`Outcome.review_id`
+        of :meth:`run`), another :class:`~suffice.audit.AuditLog`, or a :class:`~suffice.Client` of the
+        ``suffice serve`` that queued it.  A review not decided yet gives a ``review`` outcome and writes nothing;
+        an unknown id raises :class:`~suffice.exceptions.ReviewNotFoundError`.
+
+        Applying writes one row to this pipeline's audit log (rule ``review_applied``: the review, its queue, the
+        decision, who made it, and the outcome given), after a refine's own rows.  A decision is applied once:
+        resuming it again returns that row's outcome and writes nothing.  Two processes resuming the same review
+        at the same moment may both apply it (their rows show it); within one pipeline, resumes take turns."""
+        decided = self._decided(review_id, source)
+        if not decided.decided:
+            return Outcome(
+                id=decided.item_id,
+                kind="review",
+                reason=f"review {review_id} is {decided.state}: no decision to apply yet",
+                rounds=0,
+                gap=list(decided.gap),
+                review_id=review_id,
+                rule=decided.rule,
+            )
+        with self._resuming:
+            done = applied_outcome(self.audit, decided.log_id, review_id)
+            if done is not None:
+                return Outcome.model_validate_json(done)
+            run_id = uuid.uuid4().hex
+            self._run_id = run_id
+            if decided.decision == "refine_retrieval":
+                outcome = self._refined(run_id, decided)
+            else:
+                outcome = self._decided_outcome(decided)
+            outcome = outcome.model_copy(
+                update={"resumed_from": review_id, "decided_by": list(decided.decided_by), "note": decided.note}
+            )
+            self._record_applied(run_id, decided, outcome)
+        return outcome
+
+    def _decided(self, review_id: int, source: OutcomeSource | AuditLog | None) -> ReviewOutcome:
+        """The outcome of review ``review_id`` where ``source`` keeps it."""
+        if source is None or isinstance(source, AuditLog):
+            log = source if source is not None else self.audit
+            return review_outcome(log.review(review_id), review_log_id(log.db_id))
+        return source.review_outcome(review_id)
+
+    def _decided_outcome(self, decided: ReviewOutcome) -> Outcome:
+        """``answer``: delivered, with the approved answer; ``unanswerable``: abstained, with the note."""
+        record = decided.record or {}
+        chunks = record.get("chunks")
+        chunk_ids = [c.get("id") for c in chunks if isinstance(c, Mapping)] if isinstance(chunks, list) else []
+        who = f"review {decided.review_id}, by {', '.join(decided.decided_by) or 'a reviewer'}"
+        if decided.decision == "answer":
+            return Outcome(
+                id=decided.item_id,
+                kind="delivered",
+                reason=f"a person approved the answer ({who})",
+                rounds=0,
+                answer=decided.answer,
+                chunk_ids=chunk_ids,
+            )
+        note = f": {decided.note}" if decided.note else ""
+        return Outcome(
+            id=decided.item_id,
+            kind="abstained",
+            reason=f"a person decided no context will answer it ({who}){note}",
+            rounds=0,
+            gap=list(decided.gap),
+            chunk_ids=chunk_ids,
+        )
+
+    def _refined(self, run_id: str, decided: ReviewOutcome) -> Outcome:
+        """The loop again for the reviewed record: first the reviewers' queries, added to the chunks they saw."""
+        record = decided.record or {}
+        question = record.get("question")
+        if not isinstance(question, str) or not question.strip():
+            reason = f"review {decided.review_id} asks to refine retrieval, but holds no question to retrieve for"
+            return self._review(
+                run_id, decided.item_id, None, reason, list(decided.gap), None, None, rule="input_error"
+            )
+        chunks = record.get("chunks")
+        given: dict[str, Any] = {
+            "id": decided.item_id,
+            "question": question,
+            # As queued (review_record): a field with no value is left out, as a record without it reads.
+            "chunks": [
+                {k: v for k, v in c.items() if v is not None} if isinstance(c, Mapping) else c
+                for c in (chunks if isinstance(chunks, list) else [])
+            ],
+        }
+        if isinstance(record.get("response"), str):
+            given["response"] = record["response"]
+        generate_first = self.generator is not None and self.gate.needs_response and "response" not in given
+        if generate_first:
+            given["response"] = _PENDING
+        try:
+            item = parse_item(self.gate, given)
+        except InputError as exc:
+            reason = f"review {decided.review_id}: input error: {exc}"
+            return self._review(run_id, decided.item_id, None, reason, [], None, None, rule="input_error")
+        state = _Open(0, item, generate_first=generate_first, exhausted_given=item.retrieval_exhausted)
+        state.gap = list(decided.gap)
+        state.queries = list(decided.queries or decided.gap) or [question]
+        self._retrieve([state], {id(state): state.queries}, round=1)
+        if state.failure is not None:
+            return self._failed(run_id, state)
+        if state.trace[-1].new_chunks == 0:
+            return self._abstain(run_id, state, "the reviewers' retrieval found nothing new")
+        if self.generator is not None and self.gate.needs_response:
+            self._generate([state], round=1)  # new evidence: a new answer, as after any re-retrieval
+            if state.failure is not None:
+                return self._failed(run_id, state)
+        outcomes: list[Outcome | None] = [None]
+        self._loop(run_id, [state], outcomes)
+        assert outcomes[0] is not None, "the loop ends the question"
+        return outcomes[0]
+
+    def _record_applied(self, run_id: str, decided: ReviewOutcome, outcome: Outcome) -> None:
+        """The audit row of a decision applied: who decided what on which review (``verdict``: a person's), the
+        route it took, and the outcome given (``raw_output``), which a second resume returns as it is."""
+        question = (decided.record or {}).get("question")
+        self.audit.record(
+            run_id=run_id,
+            item_id=decided.item_id,
+            gate=decided.gate or self.gate.name,
+            query_hash=sha256_text(question) if isinstance(question, str) else None,
+            decision=_APPLIED_ROUTES[str(decided.decision)],
+            rule=APPLIED_RULE,
+            verdict={
+                "review_id": decided.review_id,
+                "log_id": decided.log_id,
+                "decision": decided.decision,
+                "label": decided.label,
+                "decided_by": list(decided.decided_by),
+                "decided_at": decided.decided_at,
+                "note": decided.note,
+                "queries": list(decided.queries),
+            },
+            raw_output=outcome.model_dump_json(),
+        )
 
 
 def _returned_ids(chunks: Sequence[RawChunk]) -> list[Any]:

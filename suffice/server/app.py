@@ -22,6 +22,7 @@ from suffice.server.config import ServeConfig, host_names
 from suffice.server.contract import request_schemas
 from suffice.server.guards import OPEN_PATHS, BearerAuth, BodyLimit, HostAllowList
 from suffice.server.metrics import JUDGE_PATH, CountedRequests, Metrics
+from suffice.server.outcomes import is_client_path
 from suffice.server.readiness import Readiness, build_info
 from suffice.server.responses import JSONResponse, public_model_name
 from suffice.server.reviews import API as REVIEW_API
@@ -105,11 +106,14 @@ def create_app(
     open_metrics = config.metrics_without_auth
 
     def keyed(path: str) -> bool:
-        """Whether ``path`` asks a bearer token: the service's key, or a reviewer's on /v1/reviews."""
-        if path.startswith(REVIEW_API):
+        """Whether ``path`` asks a bearer token: the service's key, or a reviewer's on /v1/reviews (but for the
+        application's outcome routes: the service's key)."""
+        if path.startswith(REVIEW_API) and not is_client_path(path):
             return desk is not None
         return api_key is not None and (
-            path.startswith((JUDGE_PATH, "/v1/settings/")) or (path == "/metrics" and not open_metrics)
+            path.startswith((JUDGE_PATH, "/v1/settings/"))
+            or is_client_path(path)
+            or (path == "/metrics" and not open_metrics)
         )
 
     # Replacing app.openapi is FastAPI's documented way to extend the generated document.

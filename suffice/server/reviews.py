@@ -6,7 +6,8 @@ reviewer, ``NAME.key`` as ``suffice audit keygen`` writes it, mode 0600), never 
 the page logs in with the key and holds a session cookie (HttpOnly, SameSite=Strict), each form carrying the
 session's CSRF token; the JSON routes take the key as ``Authorization: Bearer`` and read JSON bodies only, so no
 other site's page can post a decision.  Every value shown is escaped: a chunk is text the retriever found, which
-anyone may have written.
+anyone may have written.  The application that sent a record learns the decision on two routes of its own, with the
+client token (:mod:`suffice.server.outcomes`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field
 
 from suffice.audit import LABELS, REVIEW_DECISIONS, AuditLog, load_key
-from suffice.audit.reviewing import decisions_of, state_of
+from suffice.audit.reviewing import decisions_of, review_log_id, state_of
 from suffice.exceptions import ConfigError, SufficeError, status_of
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
+from suffice.server.outcomes import install as install_outcomes
+from suffice.server.outcomes import is_client_path
 from suffice.server.responses import error_responses
 
 #: The page's paths and the JSON routes': answered with reviewer keys, not the service's client token.
@@ -415,7 +418,8 @@ def _detail_page(review: ReviewDetail, reviewer: str, csrf: str, message: str = 
             f'<input type="hidden" name="csrf" value="{e(csrf)}"><p>{choices}</p>'
             '<p><label for="label">Label (was the context sufficient?)</label> <select id="label" name="label">'
             f'<option value="">as the decision implies</option>{labels}</select></p>'
-            f'<p><label for="note">Note</label><textarea id="note" name="note" maxlength="{MAX_NOTE_CHARS}">'
+            '<p><label for="note">Note (for refine retrieval: the queries to search, one a line)</label>'
+            f'<textarea id="note" name="note" maxlength="{MAX_NOTE_CHARS}">'
             '</textarea></p><button type="submit">Record decision</button></form></section>'
         )
     return _page(f"Review #{review.id}", "".join(parts), reviewer, csrf)
@@ -514,6 +518,10 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
     async def read(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, lambda: desk.call(fn, *args, **kwargs))
 
+    # The application's outcome routes (the client key's) before /v1/reviews/{review_id}, which would take
+    # /v1/reviews/events for a review id.
+    decided = install_outcomes(app, read, desk.call(lambda log: review_log_id(log.db_id)))
+
     async def detail(review_id: int, reviewer: str) -> ReviewDetail:
         def fetch(log: AuditLog) -> ReviewDetail:
             row = log.review(review_id)
@@ -530,6 +538,8 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         done = await read(
             AuditLog.resolve_review, review_id, decision=body.decision, by=reviewer, note=body.note, label=body.label
         )
+        if done.resolved:
+            decided()  # whoever waits on /v1/reviews/events learns it now
         state: State = "resolved" if done.resolved else ("disputed" if done.disputed else "awaiting")
         return DecisionAnswer(
             review_id=review_id,
@@ -680,7 +690,9 @@ LOGIN = f"{PAGE}/login"
 
 class ReviewPaths:
     """Review paths go to ``reviews`` (their routes check reviewer keys), the rest to ``other`` (the client
-    token's guard): a reviewer holds no client token, and a client's token decides no review.
+    token's guard): a reviewer holds no client token, and a client's token decides no review.  The application's
+    outcome paths (:func:`~suffice.server.outcomes.is_client_path`) are the client token's: it learns what was
+    decided, and reads no queue.
 
     A request with a body to a review path (but the login form) must show a reviewer's key or a live session
     in its headers first (``desk.admits``): 401 at once, no body read.  Every review body is held to
@@ -693,7 +705,7 @@ class ReviewPaths:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not (path in (PAGE, API) or path.startswith((PAGE + "/", API + "/"))):
+        if not (path in (PAGE, API) or path.startswith((PAGE + "/", API + "/"))) or is_client_path(path):
             await self.other(scope, receive, send)
             return
         if scope.get("method") not in ("GET", "HEAD") and path != LOGIN and self.desk is not None:
