@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import threading
 import time
 import warnings
@@ -125,6 +126,9 @@ class _Pending:
     attempts: tuple[FailedAttempt, ...] = ()
 
 
+_log = logging.getLogger("suffice")
+
+
 class Judge(AbstractContextManager["Judge"]):
     """A gate on an engine: one result per record, in order (see the module docstring).
 
@@ -149,6 +153,10 @@ class Judge(AbstractContextManager["Judge"]):
             self.gate = AutoGate(self.gate)  # a full gate given under the cascade's config: cascade it
         self.stats = JudgeStats()
         self.stream = ResultsStream([self.stats])
+        #: Who queues this judge's routes to a person (an audit log's owner: the batch run, the service, the
+        #: Pipeline, an integration with ``audit=``); ``None``: nobody, and each batch that sends records to a
+        #: person says how many on the ``suffice`` logger, as ``suffice judge`` does on stderr.
+        self.review_queue: str | None = None
         self._derived: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Judge] = OrderedDict()
         self._derived_lock = threading.Lock()
         self._passes: tuple[Judge, Judge] | None = None
@@ -168,6 +176,7 @@ class Judge(AbstractContextManager["Judge"]):
         judge = Judge(self.engine, gate, dataclasses.replace(self.config, detail=detail))
         judge.stats = _PassStats(parent=self.stats)
         judge.stream = ResultsStream([judge.stats])
+        judge.review_queue = "the cascade"  # a pass's routes are not final: the cascade says what went to a person
         return judge
 
     def _open_cache(self) -> tuple[VerdictCache | None, str]:
@@ -367,6 +376,7 @@ class Judge(AbstractContextManager["Judge"]):
         progress = checked_progress(progress)
         judge = self._for(gate, options)
         if judge is not self:
+            judge.review_queue = self.review_queue
             return judge.judge_batch(records, progress, cancel)
         began = time.perf_counter()
         with BatchTrace(self.gate, self.engine, len(records)) as trace:
@@ -375,7 +385,22 @@ class Judge(AbstractContextManager["Judge"]):
             else:
                 final = self._judge_batch(records, progress, cancel, trace)
         self.stream.publish(Judged(records, final, time.perf_counter() - began, self.gate, self.gate.name))
+        if self.review_queue is None:
+            self._say_unqueued(final)
         return final
+
+    def _say_unqueued(self, results: Sequence[JudgeResult]) -> None:
+        """Once per batch: how many of its records went to a person that no queue holds (no route is silent)."""
+        to_person = sum(
+            1 for r in results if r.verdict is not None and self.gate.route(r.verdict).route == "human_review"
+        )
+        if to_person:
+            _log.warning(
+                "%d of %d record(s) routed to a person (human_review), but this Judge has no review queue: give the "
+                "Pipeline or the integration an audit log (audit=...), or judge with suffice judge --audit-db",
+                to_person,
+                len(results),
+            )
 
     def _cascade(
         self, records: Sequence[object], progress: Progress | None, cancel: threading.Event | None, trace: BatchTrace

@@ -56,6 +56,10 @@ def _no_model_decision(verdict: BaseModel) -> bool | None:
     return None
 
 
+def _no_notice(model: str) -> str | None:
+    return None
+
+
 @dataclass
 class RunSummary:
     """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted.
@@ -88,6 +92,10 @@ class RunSummary:
     output_tokens: OutputTokens = field(default_factory=OutputTokens)
     #: Verdicts the verdict cache answered: no engine work this run, so no tokens counted for them.
     cache_hits: int = 0
+    #: What the run must say of its model (the embedded one's verdicts are not judgements), read from its rows'
+    #: model ids by ``notice_of`` (the batch run gives :func:`suffice.serving.models.embedded_notice`).
+    notice: str | None = None
+    notice_of: Callable[[str], str | None] = _no_notice
 
     def add(self, records: Sequence[object], results: Sequence[JudgeResult]) -> None:
         """Count ``results`` (one per record) as if published (:meth:`on_judged`)."""
@@ -96,6 +104,8 @@ class RunSummary:
     def on_judged(self, judged: Judged) -> None:
         for record, result in zip(judged.records, judged.results, strict=True):
             self.items += 1
+            if self.notice is None:
+                self.notice = self.notice_of(result.model)
             hit = result.cached is not None
             self.cache_hits += hit
             if not hit:
@@ -195,6 +205,7 @@ class RunSummary:
 
         rows = [
             *((("gate", self.gate),) if self.gate else ()),
+            *((("note", self.notice),) if self.notice else ()),
             ("items", str(self.items)),
             ("verdicts", str(self.verdicts)),
             *((("from the verdict cache", str(self.cache_hits)),) if self.cache_hits else ()),

@@ -114,5 +114,3 @@ class BatchOptions:
                 file_format(value, name)
         if self.anchor_file is not None and self.audit_db is None:
             raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
-        if self.ray is not None and self.audit_db is not None:
-            raise ConfigError("audit_db", str(self.audit_db), "is not written by --ray runs; audit without --ray")

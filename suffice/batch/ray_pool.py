@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from suffice.audit.recording import weights_hash
 from suffice.batch.options import RayOptions
 from suffice.batch.resources import ActorPlan, plan_actors, split_cores
 from suffice.batch.scoring import Notify
@@ -116,6 +117,10 @@ class JudgeWorker:
     def served(self) -> dict[str, str]:
         """What this actor's engine says it serves (a server's model; see :meth:`Engine.served`)."""
         return self.opened().engine.served()
+
+    def weights_hash(self) -> str | None:
+        """The audit log's hash of this actor's weights, read where they are (a node's disk, not the driver's)."""
+        return weights_hash(getattr(self.opened().engine, "model_path", None))
 
     def stop(self) -> None:
         """Drop the batches queued behind the running one (called in group :data:`CONTROL`)."""
@@ -255,13 +260,21 @@ class ActorPool:
     def served(self) -> dict[str, str]:
         """What the actors' engine serves, asked of the first actor that answers; one that died is replaced and asked
         again, up to ``max_batch_retries`` times a slot."""
+        return dict(self._ask("served"))
+
+    def weights_hash(self) -> str | None:
+        """The hash of the actors' weights for the audit log (the driver writes the rows), asked as :meth:`served`."""
+        found = self._ask("weights_hash")
+        return None if found is None else str(found)
+
+    def _ask(self, method: str) -> Any:
         self.start()
         ray = ray_module()
         last: BaseException | None = None
         for _ in range(self.options.max_batch_retries + 1):
             for slot, actor in enumerate(self.actors):
                 try:
-                    return dict(ray.get(actor.served.remote()))
+                    return ray.get(getattr(actor, method).remote())
                 except Exception as exc:
                     last = cause(exc)
                     if isinstance(last, SufficeError):

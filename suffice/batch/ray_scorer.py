@@ -70,7 +70,7 @@ class RayScorer(Scorer):
         return self.pool.served()
 
     def weights_hash(self) -> str | None:
-        return None  # runs on Ray are not audited (BatchOptions refuses --audit-db with --ray)
+        return self.pool.weights_hash()  # the actors read their weights; the driver writes the audit rows
 
     def close(self) -> None:
         self.pool.close(dropping=len(self._schedule.flight) if self._schedule is not None else 0)

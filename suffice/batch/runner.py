@@ -52,6 +52,7 @@ from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, Res
 from suffice.rows.shaping import crash_result, error_result, result_row
 from suffice.run_settings import RunSettings
 from suffice.serving.base import Progress, checked_progress
+from suffice.serving.models import embedded_notice
 from suffice.summary import RunSummary
 
 #: Called once with (total or ``None``, already done: 0); returns the :class:`~suffice.serving.base.Progress` (records
@@ -286,6 +287,7 @@ def _summary_for(gate: Gate) -> RunSummary:
         positive=gate.is_positive,
         route=lambda verdict: gate.route(verdict).route,
         model_positive=functools.partial(model_positive, gate),
+        notice_of=embedded_notice,
     )
 
 

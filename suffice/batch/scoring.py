@@ -21,6 +21,7 @@ from suffice.judge import Judge
 from suffice.records.item import Item
 from suffice.results import JudgeResult
 from suffice.serving.base import Progress
+from suffice.serving.models import embedded_notice
 
 #: Called with a message for the user (resuming, starting the engine, ...).
 Notify = Callable[[str], None]
@@ -99,6 +100,10 @@ class LocalScorer(Scorer):
         if self.judge is None:
             self._notify(f"starting the engine ({self._describe})" if self._describe else "starting the engine")
             self.judge = self._open(self.config)
+            self.judge.review_queue = "the batch run"  # it queues in --audit-db, or says on stderr what went to nobody
+            notice = embedded_notice(getattr(self.judge.engine, "model_id", None))
+            if notice is not None:
+                self._notify(notice)
             self.gate = self.judge.gate
         return self.judge
 

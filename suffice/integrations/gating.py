@@ -232,6 +232,8 @@ class DocumentGate:
         # Reads the verdicts here (route, useful ids); a gate or option the judge refuses fails now, not per call.
         self.gate: Gate = judge.gate_for(gate, self.options)
         self.audit = audit
+        if audit is not None and hasattr(judge, "review_queue"):
+            judge.review_queue = "an integration's audit log"
         self._audit_settings: dict[str, str] | None = None
         self._weights: str | None = None
         self._lock = threading.Lock()

@@ -60,6 +60,8 @@ class SettingsAnswer(BaseModel):
 
     gate: str
     settings: dict[str, str]
+    #: What the service says of its model (the embedded model's verdicts are not judgements); null for others.
+    notice: str | None = None
 
 
 def _retrieve(work: asyncio.Future[Any]) -> None:
@@ -188,7 +190,7 @@ class Routes:
             return _refused_request(exc, ["query", exc.field or "query"])
         if "model" in values:
             values["model"] = public_model_name(values["model"])
-        return JSONResponse(SettingsAnswer(gate=gate, settings=values).model_dump())
+        return JSONResponse(SettingsAnswer(gate=gate, settings=values, notice=service.notice).model_dump())
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")

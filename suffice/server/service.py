@@ -34,6 +34,7 @@ from suffice.server.config import ServeConfig, options_for
 from suffice.server.contract import settable
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.serving.models import embedded_notice
 from suffice.settings import per_request
 from suffice.telemetry import engine_start
 
@@ -158,6 +159,10 @@ class GateService:
             self._defaults[gate] = self._build(gate, Options())
         if config.audit_db is not None and self._audit is None:
             self._audit = _AuditWriter(config)
+        #: What the service says of its model where it is the embedded one (``/v1/settings``, the log at start).
+        self.notice = embedded_notice(getattr(engine, "model_id", None))
+        if self.notice is not None:
+            logger.warning("suffice serve: %s", self.notice)
 
     @classmethod
     def open(cls, config: ServeConfig) -> GateService:
@@ -210,13 +215,15 @@ class GateService:
         except InputError as exc:  # an unknown rubric (RubricError names the field)
             raise RequestError(exc.field or "options", without_paths(exc.reason)) from exc
         try:
-            return Judge(self.engine, gate_obj, config)
+            judge = Judge(self.engine, gate_obj, config)
         except ConfigError as exc:  # these options' prompt cannot fit the window
             if not options.values:
                 raise  # the gate's own judge (built at start-up): the service cannot serve it
             # It names the server's context window; the 422 names what the request set (min_chunk_tokens).
             field = exc.parameter if exc.parameter in options.values else min(options.values)
             raise RequestError(field, without_paths(str(exc))) from exc
+        judge.review_queue = "the service"  # it queues in --audit-db, or says in its log what went to nobody
+        return judge
 
     def settings(self, gate: str, options: Options) -> dict[str, str]:
         """What decides the rows ``gate`` gives with these options: the values ``suffice judge`` records beside

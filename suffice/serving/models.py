@@ -135,6 +135,19 @@ def _convert_once(gguf: Path, target: Path, verbose: bool = False) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+#: What a run on the embedded model says once (on stderr and in its summary; ``suffice serve`` in its log at start
+#: and in ``/v1/settings``): a 135M model makes the pipeline run anywhere, and its verdicts judge nothing.
+EMBEDDED_NOTICE = (
+    f"the model is the embedded {EMBEDDED_NAME}: its verdicts prove the pipeline, they are not judgements "
+    "(for real verdicts give a 7B-class instruction model with --model PATH)"
+)
+
+
+def embedded_notice(model_id: str | None) -> str | None:
+    """:data:`EMBEDDED_NOTICE` for the embedded model's id, else ``None``."""
+    return EMBEDDED_NOTICE if model_id and model_id.startswith(f"{EMBEDDED_NAME} (embedded") else None
+
+
 def embedded_model(verbose: bool = False) -> ModelRef:
     """The converted embedded model, converting it on first use (about 20 s; its bar shown only if ``verbose``)."""
     gguf, version = _embedded_gguf()

@@ -111,10 +111,30 @@ def test_an_error_no_retry_can_fix_stops_the_run_with_that_error(local_ray, tmp_
         judge_file(CONFIG, source, out, options, open_judge=missing_model)
 
 
-def test_audit_with_ray_is_refused_naming_the_option(tmp_path):
-    with pytest.raises(ConfigError) as caught:
-        BatchOptions(audit_db=tmp_path / "a.db", ray=RayOptions())
-    assert caught.value.parameter == "audit_db"
+def person_opener(config: JudgeConfig) -> Judge:
+    from tests.audit.test_routes_reach_a_person import PARTIAL
+
+    return Judge(ScriptedEngine(lambda request: PARTIAL), config=config)
+
+
+def test_a_ray_run_audits_every_record_and_queues_its_routes_to_a_person(local_ray, tmp_path):
+    # The actors judge; the driver writes the audit rows and queues the reviews (one log, on the driver's disk).
+    from suffice.audit import AuditLog
+    from tests.audit.test_routes_reach_a_person import record as recovery_record
+
+    source, out, db = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "audit.db"
+    write_lines(source, [json.dumps(recovery_record(f"q{i}")).encode() for i in range(6)])
+    options = BatchOptions(batch_size=2, audit_db=db, ray=RayOptions(address="local", actors=2))
+    report = judge_file(JudgeConfig(gate="recovery"), source, out, options, open_judge=person_opener)
+    log = AuditLog(db)
+    try:
+        audited, reviews = list(log.rows()), list(log.reviews())
+        assert log.verify().ok
+    finally:
+        log.close()
+    assert sorted(r["item_id"] for r in audited) == [f"q{i}" for i in range(6)]
+    assert {(r["decision"], r["rule"]) for r in audited} == {("human_review", "partial_under_high_stakes")}
+    assert len(reviews) == 6 and report.reviews == 6 and report.unqueued_reviews == 0
 
 
 def test_zero_actors_is_refused_naming_the_option():

@@ -145,7 +145,6 @@ def test_an_engine_option_the_engine_does_not_take_is_a_usage_error(tmp_path, op
         (["--actors", "2"], "actors=2: needs --ray"),
         (["--ray", "local", "--actors", "0"], "actors=0: must be at least 1"),
         (["--batch-size", "0"], "batch_size=0"),
-        (["--ray", "--audit-db", "a.db"], "audit_db="),
         (["--format", "seed", "--output-format", "parquet"], "format='seed'"),
     ],
 )

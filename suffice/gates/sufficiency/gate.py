@@ -249,11 +249,13 @@ class SufficiencyGate(Gate):
         if verdict.at_limit:
             row["at_limit"] = list(verdict.at_limit)
         if verdict.retrieval_queries is not None:
-            positive = self.is_positive(verdict)
-            overridden = verdict.decision is not None and verdict.decision.gap
-            row["retrieval_queries"] = (
-                [] if positive else list(verdict.decision.queries) if overridden else list(verdict.retrieval_queries)
-            )
+            decision = verdict.decision
+            if self.is_positive(verdict):
+                row["retrieval_queries"] = []  # a sufficient decision searches for nothing
+            elif decision is not None and decision.gap:
+                row["retrieval_queries"] = list(decision.queries)
+            else:
+                row["retrieval_queries"] = list(verdict.retrieval_queries)
         if verdict.forced_by is not None:
             row["forced_by"] = verdict.forced_by
             row["p_sufficient"] = verdict.p_sufficient
