@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT.parent / "shared" / "seeds"
 DOC = ROOT / "docs" / "seeds.md"
 
-SUFFICIENCY = "gates/sufficiency/templates/v5/system.j2"
-RECOVERY = "gates/recovery/templates/v2/system.j2"
-ADEQUACY = "gates/adequacy/templates/v3/system.j2"
+SUFFICIENCY = "gates/sufficiency/templates/v6/system.j2"
+RECOVERY = "gates/recovery/templates/v3/system.j2"
+ADEQUACY = "gates/adequacy/templates/v4/system.j2"
 RAGFLOW = "ragflow-sufficiency-select.md"
 EIR = "evidence-insufficiency-recovery.md"
 CAE = "context-adequacy-evaluation.md"
@@ -326,3 +326,20 @@ def test_each_seed_holds_the_words_it_is_cited_for():
         assert words in seed, f"{c.seed} does not say {words!r}"
         if c.section not in ("opening", "template"):
             assert c.section in seed, f"{c.seed} has no section {c.section!r}"
+
+
+def test_the_templates_the_docs_cite_are_the_ones_in_the_code():
+    # A version bump must move the docs with it: each cited template exists, and each gate's version named in the
+    # docs that say what each mode decides is the one the gate renders now.
+    from suffice.config import JudgeConfig as Config
+
+    current = {gate: Config(gate=gate, options=options).make_gate().prompt_version for gate, options in VERSIONED}
+    for doc in ("seeds.md", "gates.md", "judge.md"):
+        text = (ROOT / "docs" / doc).read_text(encoding="utf-8")
+        for path in set(re.findall(r"gates/\w+/templates/v\d+/\w+\.j2", text)):
+            assert (ROOT / "suffice" / path).is_file(), f"docs/{doc} cites {path}, which is not in the code"
+        for gate, version in set(re.findall(r"\b(sufficiency|recovery|adequacy)/(v\d+)\b", text)):
+            assert f"{gate}/{version}" == current[gate], f"docs/{doc} cites {gate}/{version}, not {current[gate]}"
+
+
+VERSIONED = (("sufficiency", {}), ("recovery", {}), ("adequacy", {"rubric": "legal-review"}))
