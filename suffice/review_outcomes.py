@@ -16,19 +16,30 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_EVENTS_WAIT_S = 30.0
 #: The most events one answer of ``GET /v1/reviews/events`` holds; ``next`` continues past them.
 MAX_EVENTS = 100
+#: A reviewer's decision fields (:meth:`~suffice.audit.AuditLog.resolve_review`): the longest ``answer``, in
+#: characters; the most ``queries`` and the longest query.  A decision with all of them and a note still fits the
+#: review routes' body limit (``suffice.server.reviews.REVIEW_BODY_BYTES``).
+MAX_ANSWER_CHARS = 10_000
+MAX_QUERIES = 10
+MAX_QUERY_CHARS = 500
 
 Decision = Literal["answer", "refine_retrieval", "unanswerable"]
 ReviewState = Literal["open", "awaiting", "disputed", "resolved"]
+#: Where an outcome's ``answer`` came from: the reviewers wrote it, the response under review, its verdict's answer.
+AnswerFrom = Literal["reviewers", "response", "verdict"]
+#: Where an outcome's ``queries`` came from: the reviewers' queries field, or their notes (one query a line).
+QueriesFrom = Literal["reviewers", "notes"]
 
 
 class ReviewOutcome(BaseModel):
     """A review's outcome: pending (``decided`` false: open, awaiting a further reviewer, or disputed) or the
     decision the reviewers agreed on, with who and when.
 
-    What each decision hands the application: ``answer`` the answer the reviewers approved (the response under
-    review, else the answer its verdict wrote); ``queries`` for ``refine_retrieval``, the reviewers' own queries (their
-    notes, one query a line); ``note`` the reviewers' notes (an ``unanswerable`` abstention shows it).  ``record`` is
-    the record as queued (question, response, chunks): what the application sent, which a re-retrieval starts from."""
+    What each decision hands the application: ``answer`` the answer to deliver (the one the reviewers wrote, else the
+    response under review, else the answer its verdict wrote: ``answer_from`` says which); ``queries`` for
+    ``refine_retrieval``, what to search (the reviewers' queries, else their notes' lines: ``queries_from``);
+    ``note`` the reviewers' notes (an ``unanswerable`` abstention shows it).  ``record`` is the record as queued
+    (question, response, chunks): what the application sent, which a re-retrieval starts from."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -50,7 +61,9 @@ class ReviewOutcome(BaseModel):
     decided_at: str | None = None
     note: str | None = None
     answer: str | None = None
+    answer_from: AnswerFrom | None = None
     queries: list[str] = Field(default_factory=list)
+    queries_from: QueriesFrom | None = None
     #: What the gate said was missing, as queued.
     gap: list[str] = Field(default_factory=list)
     record: dict[str, Any] | None = None

@@ -55,3 +55,16 @@ def test_an_integration_with_an_audit_log_queues_instead(tmp_path, caplog):
     assert not [r for r in caplog.records if "routed to a person" in r.getMessage()]
     assert len(log.reviews()) == 1
     log.close()
+
+
+def test_the_audit_row_records_the_policy_that_dropped_the_documents(tmp_path):
+    import json as _json
+
+    log = AuditLog(tmp_path / "audit.db")
+    gate = DocumentGate(partial_judge(), on_insufficient="keep", audit=log)
+    kept, outcome = gate.select(QUESTION, [Evidence(CHUNK["text"], id="ada", source="ada.txt")], RESPONSE)
+    assert kept == [] and outcome is not None and outcome.policy == "human_review: on_review='empty'"
+    [row] = list(log.rows())
+    settings = row["settings"] if isinstance(row["settings"], dict) else _json.loads(row["settings"])
+    assert (row["decision"], settings["on_insufficient"], settings["on_review"]) == ("human_review", "keep", "empty")
+    log.close()

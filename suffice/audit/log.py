@@ -20,11 +20,14 @@ from suffice.audit.reviewing import (
     MAX_REVIEWERS,
     REVIEW_DECISIONS,
     agreed,
+    decision_fields,
     decisions_of,
     implied_label,
     label_text,
     machine_label,
+    reviewers_answer,
     reviewers_for,
+    reviewers_queries,
 )
 from suffice.audit.schema import (
     COLUMNS,
@@ -322,16 +325,30 @@ class AuditLog(Database):
             raise audit_error(self.path, exc) from exc
 
     def resolve_review(
-        self, review_id: int, *, decision: str, by: str, note: str | None = None, label: bool | str | None = None
+        self,
+        review_id: int,
+        *,
+        decision: str,
+        by: str,
+        note: str | None = None,
+        label: bool | str | None = None,
+        answer: str | None = None,
+        queries: Sequence[str] | None = None,
     ) -> Decided:
         """Record a person's decision and chain it (one transaction): a ``resolved`` event when it completes
         the agreement the review requires, else a ``decided`` event that leaves it open.
 
         ``label``: the reviewer's correction (``True``/``"sufficient"`` or ``False``/``"insufficient"``),
         default the decision's (:func:`~suffice.audit.reviewing.implied_label`).  One decision per reviewer.
+        ``answer`` (for ``answer``): the answer the reviewer approved or wrote, delivered in place of the response
+        under review; reviewers agree only on the same answer.  ``queries`` (for ``refine_retrieval``): what to
+        search, in place of the note's lines.  Both are kept in the reviewer's chained decision entry and handed
+        over by the resolution; an :class:`AuditError` names a bad one, or one given for another decision
+        (:func:`~suffice.audit.reviewing.decision_fields`).
         """
         if decision not in REVIEW_DECISIONS:
             raise AuditError(f"decision={decision!r}: must be one of {', '.join(REVIEW_DECISIONS)}")
+        given = decision_fields(decision, answer, queries)
         if not isinstance(by, str) or not by.strip():
             raise AuditError("by: the reviewer's name is required")
         by = by.strip()
@@ -342,7 +359,7 @@ class AuditLog(Database):
         if label not in LABELS:
             raise AuditError(f"label={label!r}: must be one of {', '.join(LABELS)} (or true/false)")
         at = now()
-        entry = {"by": by, "decision": decision, "label": label, "note": note, "at": at}
+        entry = {"by": by, "decision": decision, "label": label, "note": note, "at": at, **given}
         self._need_key("writing")
         with self._transaction() as cur:
             found = cur.execute(
@@ -362,7 +379,12 @@ class AuditLog(Database):
             decisions.append(entry)
             fields: dict[str, Stored] = {DECISIONS: json_text(decisions)}
             agreeing = agreed(decisions, int(required or 1))
+            handed: dict[str, Any] = {}
             if agreeing is not None:
+                # What the resolution hands the application, in its chained event (the table has no column for
+                # it: the decisions it comes from are there, and a new column would be a new format).
+                handed = {"answer": reviewers_answer(agreeing), "queries": reviewers_queries(agreeing)}
+                handed = {name: value for name, value in handed.items() if value is not None}
                 notes = [f"{d['by']}: {d['note']}" if len(agreeing) > 1 else d["note"] for d in agreeing if d["note"]]
                 resolution = {
                     "decision": decision,
@@ -379,13 +401,17 @@ class AuditLog(Database):
                 )
             else:
                 cur.execute("UPDATE reviews SET decisions = ? WHERE id = ?", (fields[DECISIONS], review_id))
-            self._append(cur, REVIEW_EVENTS, [_event(review_id, "resolved" if agreeing else "decided", fields)])
+            self._append(
+                cur, REVIEW_EVENTS, [_event(review_id, "resolved" if agreeing else "decided", {**fields, **handed})]
+            )
         return Decided(
             review_id,
             resolved=agreeing is not None,
             decisions=len(decisions),
             required=int(required or 1),
             agreed_by=tuple(str(d["by"]) for d in agreeing) if agreeing else (),
+            answer=handed.get("answer"),
+            queries=tuple(handed.get("queries", ())),
         )
 
     #: ``suffice review decide`` and the review page's name for :meth:`resolve_review`.
@@ -402,6 +428,10 @@ class Decided:
     decisions: int
     required: int
     agreed_by: tuple[str, ...] = ()
+    #: Once resolved: the answer the reviewers wrote (``None``: the response under review) and the queries they gave
+    #: (none: their notes' lines), as :func:`~suffice.audit.reviewing.review_outcome` hands them over.
+    answer: str | None = None
+    queries: tuple[str, ...] = ()
 
     @property
     def disputed(self) -> bool:
@@ -443,6 +473,7 @@ def _parsed(review: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _event(review_id: int, event: str, fields: Mapping[str, Stored]) -> dict[str, Stored]:
-    """A review event row; ``data`` holds the stored field values the replay restores."""
+def _event(review_id: int, event: str, fields: Mapping[str, Any]) -> dict[str, Stored]:
+    """A review event row; ``data`` holds the stored field values the replay restores (and, for ``resolved``, what
+    the resolution hands over)."""
     return {"ts": now(), "review_id": review_id, "event": event, "data": json_text(dict(fields))}

@@ -13,9 +13,18 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
+from suffice.exceptions import AuditError
 from suffice.gates import gate_class
 from suffice.gates.roles import decision_of
-from suffice.review_outcomes import ReviewEvent, ReviewOutcome
+from suffice.review_outcomes import (
+    MAX_ANSWER_CHARS,
+    MAX_QUERIES,
+    MAX_QUERY_CHARS,
+    AnswerFrom,
+    QueriesFrom,
+    ReviewEvent,
+    ReviewOutcome,
+)
 
 REVIEW_DECISIONS = ("answer", "refine_retrieval", "unanswerable")
 Label = Literal["sufficient", "insufficient"]
@@ -82,11 +91,66 @@ def reviewers_for(payload: Mapping[str, Any]) -> int:
     return HIGH_RISK_REVIEWERS if _high_risk(payload) else 1
 
 
+def decision_fields(decision: str, answer: object = None, queries: object = None) -> dict[str, Any]:
+    """A reviewer's ``answer`` (for ``answer``: the answer approved or written) and ``queries`` (for
+    ``refine_retrieval``: what to search), checked, as a decision entry keeps them: only those given, the answer
+    stripped, the queries stripped and each once.  An :class:`AuditError` names the field: one given for another
+    decision, not text, blank, too long (:data:`~suffice.review_outcomes.MAX_ANSWER_CHARS`,
+    :data:`~suffice.review_outcomes.MAX_QUERY_CHARS`), a query of more than one line, or too many queries
+    (:data:`~suffice.review_outcomes.MAX_QUERIES`)."""
+    fields: dict[str, Any] = {}
+    if answer is not None:
+        if decision != "answer":
+            raise AuditError(f"answer: only an 'answer' decision carries one, not {decision!r}")
+        if not isinstance(answer, str):
+            raise AuditError(f"answer: must be text, not {type(answer).__name__}")
+        text = answer.strip()
+        if not text:
+            raise AuditError("answer: is blank (leave it out to approve the response under review)")
+        if len(text) > MAX_ANSWER_CHARS:
+            raise AuditError(f"answer: {len(text)} characters; at most {MAX_ANSWER_CHARS}")
+        fields["answer"] = text
+    if queries is not None:
+        if decision != "refine_retrieval":
+            raise AuditError(f"queries: only a 'refine_retrieval' decision carries them, not {decision!r}")
+        # A string is a sequence of one-letter queries: refused, not searched letter by letter.
+        if isinstance(queries, str) or not isinstance(queries, (list, tuple)):
+            raise AuditError(f"queries: must be a list of queries, not {type(queries).__name__}")
+        if not 1 <= len(queries) <= MAX_QUERIES:
+            raise AuditError(
+                f"queries: {len(queries)} given; from 1 to {MAX_QUERIES} (leave it out to search the note's lines)"
+            )
+        kept: list[str] = []
+        for index, query in enumerate(queries):
+            if not isinstance(query, str):
+                raise AuditError(f"queries[{index}]: must be text, not {type(query).__name__}")
+            text = query.strip()
+            if not text:
+                raise AuditError(f"queries[{index}]: is blank")
+            if "\n" in text or "\r" in text:
+                raise AuditError(f"queries[{index}]: one line each (give each query on its own)")
+            if len(text) > MAX_QUERY_CHARS:
+                raise AuditError(f"queries[{index}]: {len(text)} characters; at most {MAX_QUERY_CHARS}")
+            if text not in kept:
+                kept.append(text)
+        fields["queries"] = kept
+    return fields
+
+
+def _agreement(entry: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """What reviewers must share to agree: the decision, the label and, for ``answer``, the answer delivered (a
+    written one, or ``None``: the response under review).  Two people who approve different texts have not
+    agreed on what the user gets.  Queries need not match: each is searched."""
+    written = entry.get("answer")
+    return str(entry.get("decision")), str(entry.get("label")), written if isinstance(written, str) else None
+
+
 def agreed(decisions: Sequence[Mapping[str, Any]], required: int) -> list[Mapping[str, Any]] | None:
-    """The decisions of the first ``required`` reviewers who chose the same decision and label, or ``None``."""
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    """The decisions of the first ``required`` reviewers who chose the same decision and label (and, for
+    ``answer``, the same answer), or ``None``."""
+    groups: dict[tuple[str, str, str | None], list[Mapping[str, Any]]] = {}
     for entry in decisions:
-        group = groups.setdefault((str(entry.get("decision")), str(entry.get("label"))), [])
+        group = groups.setdefault(_agreement(entry), [])
         group.append(entry)
         if len(group) >= required:
             return group
@@ -132,9 +196,25 @@ def review_log_id(db_id: str) -> str:
     return hashlib.sha256(f"suffice-reviews:{db_id}".encode()).hexdigest()[:16]
 
 
+def reviewers_answer(agreeing: Sequence[Mapping[str, Any]]) -> str | None:
+    """The answer the agreeing reviewers gave in the field (they agree on it: :func:`agreed`), or ``None``."""
+    written = [d["answer"] for d in agreeing if isinstance(d.get("answer"), str)]
+    return written[0] if written else None
+
+
+def reviewers_queries(agreeing: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """The queries the agreeing reviewers gave in the field, each once, in order; ``None`` when none gave it."""
+    given = [d["queries"] for d in agreeing if isinstance(d.get("queries"), list)]
+    if not given:
+        return None
+    return list(dict.fromkeys(str(q) for queries in given for q in queries))
+
+
 def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
     """What the application learns of ``review`` (a ``reviews`` row): pending, or the agreed decision with who,
-    the approved answer (``answer``) or the reviewers' queries (``refine_retrieval``: their notes, a query a line)."""
+    the answer to deliver (``answer``: the reviewers' own, else the response under review, else the answer its
+    verdict wrote) or the queries to search (``refine_retrieval``: the reviewers' own, else their notes' lines),
+    and where each came from (``answer_from``, ``queries_from``)."""
     try:
         payload = json.loads(review.get("payload") or "{}")
     except (TypeError, ValueError):
@@ -142,20 +222,35 @@ def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
     payload = payload if isinstance(payload, dict) else {}
     decided = review.get("status") == "resolved"
     decision = review.get("decision") if decided else None
-    agreeing = [
-        d for d in decisions_of(review) if (d.get("decision"), d.get("label")) == (decision, review.get("label"))
+    decisions = decisions_of(review)
+    agreeing = (agreed(decisions, int(review.get("reviewers") or 1)) if decided else None) or [
+        d for d in decisions if decided and (d.get("decision"), d.get("label")) == (decision, review.get("label"))
     ]
     queries: list[str] = []
+    queries_from: QueriesFrom | None = None
     if decision == "refine_retrieval":
-        for entry in agreeing:
-            for line in str(entry.get("note") or "").splitlines():
-                if line.strip() and line.strip() not in queries:
-                    queries.append(line.strip())
-    answer = None
+        given = reviewers_queries(agreeing)
+        if given is not None:
+            queries, queries_from = given, "reviewers"
+        else:  # decided before the field existed, or without it: the notes, a query a line
+            for entry in agreeing:
+                for line in str(entry.get("note") or "").splitlines():
+                    if line.strip() and line.strip() not in queries:
+                        queries.append(line.strip())
+            queries_from = "notes" if queries else None
+    answer: str | None = None
+    answer_from: AnswerFrom | None = None
     if decision == "answer":
         verdict = payload.get("verdict")
-        written = verdict.get("answer") if isinstance(verdict, Mapping) else None
-        answer = next((a for a in (payload.get("response"), written) if isinstance(a, str) and a.strip()), None)
+        candidates: tuple[tuple[AnswerFrom, object], ...] = (
+            ("reviewers", reviewers_answer(agreeing)),
+            ("response", payload.get("response")),
+            ("verdict", verdict.get("answer") if isinstance(verdict, Mapping) else None),
+        )
+        for source, text in candidates:
+            if isinstance(text, str) and text.strip():
+                answer, answer_from = text, source
+                break
     gap = payload.get("gap")
     return ReviewOutcome(
         review_id=int(review["id"]),
@@ -172,7 +267,9 @@ def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
         decided_at=review.get("resolved_at") if decided else None,
         note=review.get("note") if decided else None,
         answer=answer,
+        answer_from=answer_from,
         queries=queries,
+        queries_from=queries_from,
         gap=[str(g) for g in gap] if isinstance(gap, list) else [],
         record={key: payload.get(key) for key in ("question", "response", "chunks")} if payload else None,
     )

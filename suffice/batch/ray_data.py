@@ -72,7 +72,7 @@ class _DatasetWorker:
         rows = [{k: v for k, v in result_row(r, gate, self.fmt, 0).items() if k != "line"} for r in results]
         return {
             "id": [r.id for r in results],
-            "positive": [None if r.verdict is None else gate.is_positive(r.verdict) for r in results],
+            "positive": [None if r.verdict is None else gate.route(r.verdict).route == "deliver" for r in results],
             "error": [None if r.error is None else r.error.type for r in results],
             "result": [json.dumps(row, ensure_ascii=False) for row in rows],
         }

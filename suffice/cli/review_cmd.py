@@ -44,6 +44,12 @@ class ReviewFlags:
     )
     by: str | None = setting(None, "who decides (default: the login name)")
     note: str | None = setting(None, "a note kept with the decision")
+    answer: str | None = setting(
+        None, "for --decision answer: the answer to deliver (default: the response under review)"
+    )
+    query: tuple[str, ...] = setting(
+        (), "for --decision refine_retrieval: a query to search (repeat for more; none: the note's lines)"
+    )
     labels: Path | None = setting(None, "the JSONL file to write", required=True)
     gate: str | None = setting(None, "only this gate's reviews (calibrate tunes one gate)")
 
@@ -61,7 +67,7 @@ def add_parser(sub: Any) -> None:
     add_flags(show, ReviewFlags, only=("id", "db", "json"))
     show.set_defaults(run=run_show)
     decide = actions.add_parser("decide", aliases=["resolve"], help="record a person's decision on a review")
-    add_flags(decide, ReviewFlags, only=("id", "decision", "label", "by", "note", "db"))
+    add_flags(decide, ReviewFlags, only=("id", "decision", "label", "by", "note", "answer", "query", "db"))
     add_flags(decide, AuditCommandFlags, only=("audit_key",))
     decide.set_defaults(run=run_decide)
     export = actions.add_parser(
@@ -164,6 +170,10 @@ def _text(review: dict[str, Any]) -> str:
         lines.append(
             f"decided by {entry.get('by')} at {entry.get('at')}: {entry.get('decision')}, {entry.get('label')}{note}"
         )
+        if entry.get("answer") is not None:
+            lines.append(f"  answer: {entry['answer']}")
+        for query in entry.get("queries") or []:
+            lines.append(f"  query: {query}")
     if review["status"] == "resolved":
         lines.append(f"resolved: {review['decision']}, {review['label']} (by {review['resolved_by']})")
     return "\n".join(lines)
@@ -179,7 +189,15 @@ def run_decide(args: argparse.Namespace) -> int:
     if log is None:
         return EXIT_USAGE
     try:
-        done = log.resolve_review(args.id, decision=args.decision, by=by, note=args.note, label=args.label)
+        done = log.resolve_review(
+            args.id,
+            decision=args.decision,
+            by=by,
+            note=args.note,
+            label=args.label,
+            answer=args.answer,
+            queries=list(args.query) or None,  # no --query: the note's lines, as before the flag
+        )
     finally:
         log.close()
     print(terminal_text(f"{done.summary()}: {args.decision} by {by}"))

@@ -248,7 +248,13 @@ class DocumentGate:
         except Exception:
             item = None
         if self._audit_settings is None:  # asked once: through a client it is a request
-            self._audit_settings = self.judge_object.settings_for(self._call["gate"], self._call["options"])
+            self._audit_settings = {
+                **self.judge_object.settings_for(self._call["gate"], self._call["options"]),
+                # What the integration does with the documents of each route: with the row's route, which of them
+                # it dropped and why (the outcome's ``dropped`` and ``policy``).
+                "on_insufficient": self.on_insufficient,
+                "on_review": self._on_review(),
+            }
             self._weights = weights_hash(getattr(getattr(self.judge_object, "engine", None), "model_path", None))
         settings = self._audit_settings
         values = audit_values(

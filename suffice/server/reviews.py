@@ -26,22 +26,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from suffice.audit import LABELS, REVIEW_DECISIONS, AuditLog, load_key
-from suffice.audit.reviewing import decisions_of, review_log_id, state_of
-from suffice.exceptions import ConfigError, SufficeError, status_of
+from suffice.audit.reviewing import decision_fields, decisions_of, review_log_id, state_of
+from suffice.exceptions import AuditError, ConfigError, SufficeError, status_of
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
 from suffice.server.outcomes import install as install_outcomes
 from suffice.server.outcomes import is_client_path
+from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.responses import error_responses
 
 #: The page's paths and the JSON routes': answered with reviewer keys, not the service's client token.
@@ -115,6 +116,10 @@ class ReviewerDecision(BaseModel):
     decision: Literal["answer", "refine_retrieval", "unanswerable"]
     label: Literal["sufficient", "insufficient"]
     note: str | None = None
+    #: For ``answer``: the answer this reviewer wrote (none: the response under review).
+    answer: str | None = None
+    #: For ``refine_retrieval``: the queries this reviewer gave (none: the note's lines).
+    queries: list[str] | None = None
     at: str
 
 
@@ -160,6 +165,21 @@ class DecisionRequest(BaseModel):
     #: The reviewer's correction of the label; default what the decision implies.
     label: Literal["sufficient", "insufficient"] | None = None
     note: str | None = Field(default=None, max_length=MAX_NOTE_CHARS)
+    #: For ``answer`` only: the answer to deliver, approved or written (default: the response under review).
+    answer: str | None = Field(default=None, max_length=MAX_ANSWER_CHARS)
+    #: For ``refine_retrieval`` only: the queries to search, one line each (default: the note's lines).
+    queries: list[Annotated[str, Field(max_length=MAX_QUERY_CHARS)]] | None = Field(
+        default=None, max_length=MAX_QUERIES
+    )
+
+    @model_validator(mode="after")
+    def _fields_fit_the_decision(self) -> DecisionRequest:
+        # The audit log's own check, here too, so a bad field is a 422 naming it and not the log's 503.
+        try:
+            decision_fields(self.decision, self.answer, self.queries)
+        except AuditError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class DecisionAnswer(BaseModel):
@@ -463,6 +483,13 @@ class _Sessions:
             self._by_token.pop(token or "", None)
 
 
+def _refusal(error: Mapping[str, Any]) -> str:
+    """One of a refused form's errors, for the reviewer: the field, then what is wrong."""
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
 async def _form(request: Request) -> dict[str, str]:
     """A posted form's fields (``application/x-www-form-urlencoded`` only; the first of a repeated field)."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
@@ -478,7 +505,8 @@ _API_REFUSALS = error_responses(
         404: "no such review",
         409: "the review is resolved already, or this reviewer decided it already",
         415: "the body is not application/json",
-        422: "a decision, label or note the route refuses",
+        422: "a decision, label, note, answer or queries the route refuses (an answer or queries given for "
+        "another decision too)",
         503: "the audit log cannot be read or written",
     }
 )
@@ -536,7 +564,14 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
 
     async def decide(review_id: int, reviewer: str, body: DecisionRequest) -> DecisionAnswer:
         done = await read(
-            AuditLog.resolve_review, review_id, decision=body.decision, by=reviewer, note=body.note, label=body.label
+            AuditLog.resolve_review,
+            review_id,
+            decision=body.decision,
+            by=reviewer,
+            note=body.note,
+            label=body.label,
+            answer=body.answer,
+            queries=body.queries,
         )
         if done.resolved:
             decided()  # whoever waits on /v1/reviews/events learns it now
@@ -661,14 +696,28 @@ def install(app: FastAPI, config: ServeConfig, metrics: Metrics) -> ReviewDesk:
         form = await _form(request)
         if not hmac.compare_digest(form.get("csrf", ""), session.csrf):
             return _page("Refused", "<section>The form is stale or not this site's: reload it.</section>", status=403)
+        decision = form.get("decision", "")
+        # Each field goes with its decision only: the page hides the other's field, so what is left in it was not
+        # what the reviewer chose (the JSON route, where nothing is hidden, refuses it instead).
+        answer = (form.get("answer") or "").strip() if decision == "answer" else ""
+        queries = [q.strip() for q in (form.get("queries") or "").splitlines() if q.strip()]
         try:
             body = DecisionRequest(
-                decision=form.get("decision", ""),  # type: ignore[arg-type]
+                decision=decision,  # type: ignore[arg-type]
                 label=form.get("label") or None,  # type: ignore[arg-type]
                 note=form.get("note") or None,
+                answer=answer or None,
+                queries=(queries or None) if decision == "refine_retrieval" else None,
             )
-        except ValueError:
-            return _page("Refused", "<section>Choose a decision (and a label it knows).</section>", status=422)
+        except ValidationError as exc:
+            why = "; ".join(_refusal(error) for error in exc.errors())
+            return _page(
+                "Refused",
+                f"<section>Choose a decision (and a label it knows). {e(why)}</section>",
+                session.reviewer,
+                session.csrf,
+                status=422,
+            )
         try:
             await decide(review_id, session.reviewer, body)
         except SufficeError as exc:

@@ -146,7 +146,8 @@ def _judged(
 ) -> tuple[Gate, JudgeResult, bool | None]:
     reader = _gate_of(judge, gate, options)
     result = judge_records(judge, [record], reader.name, options)[0]
-    positive = reader.is_positive(result.verdict) if result.verdict is not None else None
+    # What passes is what delivers: a verdict a person must see is not "sufficient", whatever its boolean says.
+    positive = reader.route(result.verdict).route == "deliver" if result.verdict is not None else None
     _record(record_property, reader, result, positive)
     return reader, result, positive
 
@@ -319,7 +320,7 @@ def agreement(
     labels = [value for _, value in labeled]
     # An error is scored as the decision that disagrees: a judge that fails must not look accurate.
     decided = [
-        (1.0 if reader.is_positive(r.verdict) else 0.0) if r.verdict is not None else (0.0 if y else 1.0)
+        (1.0 if reader.route(r.verdict).route == "deliver" else 0.0) if r.verdict is not None else (0.0 if y else 1.0)
         for r, y in zip(results, labels, strict=True)
     ]
     measured = point(decided, labels, 0.5)

@@ -400,3 +400,30 @@ def test_a_flip_to_sufficient_clears_what_contradicts_it(tmp_path: Path):
     assert (routing.route, routing.gap, routing.queries) == ("deliver", [], [])
     seed = export(judge.gate, verdict, "ragflow")["verdict"]
     assert seed["is_sufficient"] is True and seed["missing_information"] == []
+
+
+# -- the Pipeline, the pytest helpers, Ray: the same routes ---------------------------------------------------
+@pytest.mark.parametrize("case", [c for c in CASES if c.route in ("deliver", "human_review")], ids=lambda c: c.name)
+def test_the_pipeline_delivers_or_sends_to_a_person_as_the_table_says(case: Case, tmp_path: Path):
+    from suffice.harness.pipeline import Pipeline, PipelineConfig
+    from suffice.harness.retrieval import FunctionRetriever
+
+    judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
+    run = Pipeline(judge, FunctionRetriever(lambda q, k: []), PipelineConfig(), audit=tmp_path / "audit.db")
+    [outcome] = run.run([the_record(case)])
+    if case.route == "deliver":
+        assert outcome.kind == "delivered"
+    else:
+        assert (outcome.kind, outcome.rule) == ("review", case.rule)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_pytest_helper_passes_only_what_delivers(case: Case):
+    from suffice.testing import assert_passes
+
+    judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
+    if case.route == "deliver":
+        assert_passes(judge, the_record(case))
+    else:
+        with pytest.raises(AssertionError):
+            assert_passes(judge, the_record(case))
