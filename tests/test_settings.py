@@ -455,7 +455,7 @@ def test_every_commands_declared_settings_are_its_flags():
         ("models", "verify"): {ModelsFlags: None},
         ("audit", "verify"): {AuditCommandFlags: ("db", "audit_key", "expect_keyed", "anchor")},
         ("audit", "export"): {AuditCommandFlags: ("db", "since", "until", "export_format", "export_output")},
-        ("review", "decide"): {ReviewFlags: ("id", "decision", "label", "by", "note", "db")},
+        ("review", "decide"): {ReviewFlags: ("id", "decision", "label", "by", "note", "answer", "query", "db")},
         ("review", "export"): {ReviewFlags: ("labels", "gate", "db")},
     }
     for path, classes in wanted.items():

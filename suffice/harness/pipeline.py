@@ -606,9 +606,10 @@ class Pipeline:
     # -- a person's decision applied ------------------------------------------------------
     def resume(self, review_id: int, source: OutcomeSource | AuditLog | None = None) -> Outcome:
         """Act on what a person decided on review ``review_id``: ``answer`` delivers the answer the reviewers
-        approved; ``refine_retrieval`` runs the loop again, its first retrieval the reviewers' queries (their notes,
-        one query a line; without one, the gap queued, else the question) added to the chunks they saw;
-        ``unanswerable`` abstains with the reviewers' note.  The outcome says which review it applies
+        gave (without one, the response under review, else the answer its verdict wrote); ``refine_retrieval`` runs
+        the loop again, its first retrieval the reviewers' queries (without them, their notes' lines; without
+        those, the gap queued, else the question) added to the chunks they saw; ``unanswerable`` abstains with the
+        reviewers' note.  The outcome says which review it applies
         (``resumed_from``), who decided (``decided_by``) and their ``note``.
 
         ``source``: where the review is, ``None`` for this pipeline's own audit log (an :attr:`Outcome.review_id`
@@ -617,9 +618,10 @@ class Pipeline:
         an unknown id raises :class:`~suffice.exceptions.ReviewNotFoundError`.
 
         Applying writes one row to this pipeline's audit log (rule ``review_applied``: the review, its queue, the
-        decision, who made it, and the outcome given), after a refine's own rows.  A decision is applied once:
-        resuming it again returns that row's outcome and writes nothing.  Two processes resuming the same review
-        at the same moment may both apply it (their rows show it); within one pipeline, resumes take turns."""
+        decision, who made it, the answer or queries it handed over, and the outcome given), after a refine's own
+        rows.  A decision is applied once: resuming it again returns that row's outcome and writes nothing.  Two
+        processes resuming the same review at the same moment may both apply it (their rows show it); within one
+        pipeline, resumes take turns."""
         decided = self._decided(review_id, source)
         if not decided.decided:
             return Outcome(
@@ -661,10 +663,11 @@ class Pipeline:
         chunk_ids = [c.get("id") for c in chunks if isinstance(c, Mapping)] if isinstance(chunks, list) else []
         who = f"review {decided.review_id}, by {', '.join(decided.decided_by) or 'a reviewer'}"
         if decided.decision == "answer":
+            wrote = decided.answer_from == "reviewers"
             return Outcome(
                 id=decided.item_id,
                 kind="delivered",
-                reason=f"a person approved the answer ({who})",
+                reason=f"a person {'wrote' if wrote else 'approved'} the answer ({who})",
                 rounds=0,
                 answer=decided.answer,
                 chunk_ids=chunk_ids,
@@ -744,7 +747,10 @@ class Pipeline:
                 "decided_by": list(decided.decided_by),
                 "decided_at": decided.decided_at,
                 "note": decided.note,
+                "answer": decided.answer,
+                "answer_from": decided.answer_from,
                 "queries": list(decided.queries),
+                "queries_from": decided.queries_from,
             },
             raw_output=outcome.model_dump_json(),
         )

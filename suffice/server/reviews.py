@@ -37,12 +37,12 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from suffice.audit import LABELS, REVIEW_DECISIONS, AuditLog, load_key
 from suffice.audit.reviewing import decision_fields, decisions_of, review_log_id, state_of
 from suffice.exceptions import AuditError, ConfigError, SufficeError, status_of
+from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.config import ServeConfig
 from suffice.server.guards import BodyLimit
 from suffice.server.metrics import Metrics
 from suffice.server.outcomes import install as install_outcomes
 from suffice.server.outcomes import is_client_path
-from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.responses import error_responses
 
 #: The page's paths and the JSON routes': answered with reviewer keys, not the service's client token.
@@ -294,6 +294,8 @@ pre,.chunk{white-space:pre-wrap;word-break:break-word;background:#f7f8fa;padding
 .resolved{background:#d8f0dd}.disputed{background:#f8d7d7}.awaiting{background:#fff1c9}
 .msg{background:#e3f0ff;border-color:#a9c8ee}label{margin-right:1.2em}textarea{width:100%;min-height:4em}
 button{font-size:1em;padding:.35em 1.2em}
+.for-answer,.for-refine{display:none}#decision-answer:checked~.for-answer{display:block}
+#decision-refine_retrieval:checked~.for-refine{display:block}
 """
 
 
@@ -417,7 +419,14 @@ def _detail_page(review: ReviewDetail, reviewer: str, csrf: str, message: str = 
         parts.append(f"<section><h2>{e(key)}</h2>{body}</section>")
     if review.decisions:
         rows = [
-            (d.by, f"{d.decision}, {d.label}" + (f" ({d.note})" if d.note else "") + f" at {d.at}")
+            (
+                d.by,
+                f"{d.decision}, {d.label}"
+                + (f" ({d.note})" if d.note else "")
+                + (f"; answer: {d.answer}" if d.answer is not None else "")
+                + (f"; queries: {' | '.join(d.queries)}" if d.queries else "")
+                + f" at {d.at}",
+            )
             for d in review.decisions
         ]
         parts.append(f"<section><h2>Decisions</h2>{_table(rows)}</section>")
@@ -428,21 +437,34 @@ def _detail_page(review: ReviewDetail, reviewer: str, csrf: str, message: str = 
     elif any(d.by == reviewer for d in review.decisions):
         parts.append("<section><p>You decided this review; it waits for another reviewer.</p></section>")
     else:
-        choices = "".join(
-            f'<label><input type="radio" name="decision" value="{d}" required> {d.replace("_", " ")}</label>'
-            for d in REVIEW_DECISIONS
-        )
-        labels = "".join(f'<option value="{label}">{label}</option>' for label in LABELS)
-        parts.append(
-            f'<section><h2>Decide</h2><form method="post" action="{PAGE}/{review.id}/decision">'
-            f'<input type="hidden" name="csrf" value="{e(csrf)}"><p>{choices}</p>'
-            '<p><label for="label">Label (was the context sufficient?)</label> <select id="label" name="label">'
-            f'<option value="">as the decision implies</option>{labels}</select></p>'
-            '<p><label for="note">Note (for refine retrieval: the queries to search, one a line)</label>'
-            f'<textarea id="note" name="note" maxlength="{MAX_NOTE_CHARS}">'
-            '</textarea></p><button type="submit">Record decision</button></form></section>'
-        )
+        parts.append(_decision_form(review.id, csrf))
     return _page(f"Review #{review.id}", "".join(parts), reviewer, csrf)
+
+
+def _decision_form(review_id: int, csrf: str) -> str:
+    """The form: a decision, the field that decision carries (an answer, or queries), the label, a note.  The radio
+    buttons are the form's own children, before the fields, so that CSS alone (``:checked ~``) shows each field
+    with its decision: the page runs no script."""
+    choices = "".join(
+        f'<input type="radio" id="decision-{d}" name="decision" value="{d}" required>'
+        f'<label for="decision-{d}"> {d.replace("_", " ")}</label>'
+        for d in REVIEW_DECISIONS
+    )
+    labels = "".join(f'<option value="{label}">{label}</option>' for label in LABELS)
+    return (
+        f'<section><h2>Decide</h2><form method="post" action="{PAGE}/{review_id}/decision">'
+        f'<input type="hidden" name="csrf" value="{e(csrf)}">{choices}'
+        '<p class="for-answer"><label for="answer">Answer to deliver (empty: the response as shown)</label>'
+        f'<textarea id="answer" name="answer" maxlength="{MAX_ANSWER_CHARS}"></textarea></p>'
+        f'<p class="for-refine"><label for="queries">Queries to search, one a line, at most {MAX_QUERIES} '
+        "(empty: the note's lines, else what the gate said was missing)</label>"
+        f'<textarea id="queries" name="queries" maxlength="{MAX_QUERIES * (MAX_QUERY_CHARS + 1)}"></textarea></p>'
+        '<p><label for="label">Label (was the context sufficient?)</label> <select id="label" name="label">'
+        f'<option value="">as the decision implies</option>{labels}</select></p>'
+        '<p><label for="note">Note</label>'
+        f'<textarea id="note" name="note" maxlength="{MAX_NOTE_CHARS}">'
+        '</textarea></p><button type="submit">Record decision</button></form></section>'
+    )
 
 
 # -- sessions ----------------------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from suffice.audit import AuditLog
-from suffice.audit.reviewing import machine_label, reviewers_for, state_of
+from suffice.audit.reviewing import machine_label, review_outcome, reviewers_for, state_of
 from suffice.exceptions import AuditError
+from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from tests.audit.test_audit import KEY, sql
 
 SUFFICIENT = {"is_sufficient": True, "confidence": 0.9}
@@ -130,3 +131,108 @@ def test_tampering_with_decisions_is_detected(tmp_path, statement, words):
     log.close()
     assert not report.ok
     assert words in str(report.reason)
+
+
+# -- a decision's own fields: the answer to deliver, the queries to search ------------------------------------------
+def test_queries_and_an_answer_are_kept_in_the_chained_decision_and_handed_over(tmp_path):
+    path = tmp_path / "a.db"
+    log = AuditLog(path, key=KEY)
+    seq = log.record(item_id="q1", gate="sufficiency", decision="human_review")
+    payload = {"question": "q?", "chunks": [], "verdict": SUFFICIENT, "rule": "r"}
+    refine = log.enqueue_review(item_id="q1", gate="sufficiency", reason="r", payload=payload, evaluation_seq=seq)
+    answer = queue(log, SUFFICIENT)
+    done = log.resolve_review(
+        refine, decision="refine_retrieval", by="ada", note="the year is missing", queries=[" year 1843 ", "notes"]
+    )
+    assert done.resolved and done.queries == ("year 1843", "notes")  # stripped, in order
+    written = log.resolve_review(answer, decision="answer", by="ada", answer="  Ada wrote them in 1843.\n")
+    assert written.answer == "Ada wrote them in 1843."
+    [entry] = json.loads(log.review(refine)["decisions"])
+    assert entry["queries"] == ["year 1843", "notes"] and "answer" not in entry
+    [entry] = json.loads(log.review(answer)["decisions"])
+    assert entry["answer"] == "Ada wrote them in 1843." and "queries" not in entry
+    outcome = review_outcome(log.review(refine), "q")
+    assert (outcome.queries, outcome.queries_from) == (["year 1843", "notes"], "reviewers")  # not the note's line
+    outcome = review_outcome(log.review(answer), "q")
+    assert (outcome.answer, outcome.answer_from) == ("Ada wrote them in 1843.", "reviewers")
+    # The resolution carries them in its chained event, which the export shows under the row.
+    [row] = log.export_rows()
+    [resolved] = row["reviews"][0]["events"]
+    assert resolved["event"] == "resolved" and resolved["queries"] == ["year 1843", "notes"]
+    assert resolved["decisions"][0]["queries"] == ["year 1843", "notes"] and "answer" not in resolved
+    assert log.verify().ok
+    log.close()
+    # The entry is chained: a query changed in the table is found.
+    sql(path, f"UPDATE reviews SET decisions = replace(decisions, 'year 1843', 'year 1999') WHERE id = {refine}")
+    report = AuditLog(path, key=KEY).verify()
+    assert not report.ok and f"review {refine} was altered (decisions" in str(report.reason)
+
+
+@pytest.mark.parametrize(
+    ("decision", "fields", "words"),
+    [
+        ("refine_retrieval", {"answer": "Ada."}, "answer: only an 'answer' decision"),
+        ("unanswerable", {"answer": "Ada."}, "answer: only an 'answer' decision"),
+        ("answer", {"queries": ["year"]}, "queries: only a 'refine_retrieval' decision"),
+        ("unanswerable", {"queries": ["year"]}, "queries: only a 'refine_retrieval' decision"),
+        ("answer", {"answer": "  "}, "answer: is blank"),
+        ("answer", {"answer": 42}, "answer: must be text"),
+        ("answer", {"answer": "x" * (MAX_ANSWER_CHARS + 1)}, f"at most {MAX_ANSWER_CHARS}"),
+        ("refine_retrieval", {"queries": "year 1843"}, "queries: must be a list"),
+        ("refine_retrieval", {"queries": []}, f"from 1 to {MAX_QUERIES}"),
+        ("refine_retrieval", {"queries": ["q"] * (MAX_QUERIES + 1)}, f"from 1 to {MAX_QUERIES}"),
+        ("refine_retrieval", {"queries": ["year", " "]}, r"queries\[1\]: is blank"),
+        ("refine_retrieval", {"queries": [7]}, r"queries\[0\]: must be text"),
+        ("refine_retrieval", {"queries": ["year\n1843"]}, r"queries\[0\]: one line each"),
+        ("refine_retrieval", {"queries": ["y" * (MAX_QUERY_CHARS + 1)]}, f"at most {MAX_QUERY_CHARS}"),
+    ],
+    ids=[
+        "answer-for-refine",
+        "answer-for-unanswerable",
+        "queries-for-answer",
+        "queries-for-unanswerable",
+        "blank-answer",
+        "answer-not-text",
+        "long-answer",
+        "queries-a-string",
+        "no-queries",
+        "too-many-queries",
+        "blank-query",
+        "query-not-text",
+        "two-line-query",
+        "long-query",
+    ],
+)
+def test_a_field_for_another_decision_or_out_of_bounds_is_refused_naming_it(log, decision, fields, words):
+    rid = queue(log, SUFFICIENT)
+    with pytest.raises(AuditError, match=words):
+        log.resolve_review(rid, decision=decision, by="ada", **fields)
+    assert log.review(rid)["decisions"] == "[]"  # nothing written
+    assert log.verify().ok
+
+
+def test_two_reviewers_agree_on_an_answer_only_when_it_is_the_same_answer(log):
+    rid = queue(log, HIGH_RISK)
+    log.resolve_review(rid, decision="answer", by="ada", answer="Clause 4 is in force.")
+    differs = log.resolve_review(rid, decision="answer", by="bob")  # approves the response as it is: not the same
+    assert differs.disputed
+    settled = log.resolve_review(rid, decision="answer", by="cy", answer="Clause 4 is in force.  ")
+    assert settled.resolved and settled.agreed_by == ("ada", "cy") and settled.answer == "Clause 4 is in force."
+    outcome = review_outcome(log.review(rid), "q")
+    assert (outcome.answer, outcome.answer_from, outcome.decided_by) == (
+        "Clause 4 is in force.",
+        "reviewers",
+        ["ada", "cy"],
+    )
+
+
+def test_queries_given_by_one_reviewer_replace_every_note_and_none_fall_back_to_the_notes(log):
+    given = queue(log, HIGH_RISK)
+    log.resolve_review(given, decision="refine_retrieval", by="ada", note="a remark, not a query")
+    log.resolve_review(given, decision="refine_retrieval", by="bob", queries=["clause 4 amendments", "clause 4"])
+    outcome = review_outcome(log.review(given), "q")
+    assert (outcome.queries, outcome.queries_from) == (["clause 4 amendments", "clause 4"], "reviewers")
+    noted = queue(log, SUFFICIENT)
+    log.resolve_review(noted, decision="refine_retrieval", by="ada", note="clause 4\n\nits amendments")
+    outcome = review_outcome(log.review(noted), "q")
+    assert (outcome.queries, outcome.queries_from) == (["clause 4", "its amendments"], "notes")

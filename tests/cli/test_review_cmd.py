@@ -13,7 +13,7 @@ from suffice.audit import AuditLog
 from suffice.cli import calibrate_cmd
 from suffice.cli.main import main
 from suffice.exceptions import STATUS, ExportWriteError, Status
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK
+from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.gates import gate_class, roles
 from suffice.records.jsonl import read_records
 
@@ -53,6 +53,21 @@ def test_decide_records_the_reviewer_and_the_corrected_label(db, capsys):
     assert "review 2 resolved by ada" in capsys.readouterr().out
     row = AuditLog(db).review(2)
     assert (row["resolved_by"], row["label"], row["decision"]) == ("ada", "sufficient", "refine_retrieval")
+
+
+def test_decide_passes_the_queries_and_the_answer_and_refuses_one_for_another_decision(db, capsys):
+    refine = ["review", "decide", "2", "--decision", "refine_retrieval", "--by", "ada", "--audit-db", str(db)]
+    assert main([*refine, "--query", "when was it written", "--query", "Ada 1843", "--note", "undated"]) == EXIT_OK
+    [entry] = json.loads(AuditLog(db).review(2)["decisions"])
+    assert (entry["queries"], entry["note"]) == (["when was it written", "Ada 1843"], "undated")
+    main(["review", "show", "2", "--audit-db", str(db)])
+    assert "  query: Ada 1843" in capsys.readouterr().out
+    answer = ["review", "decide", "1", "--decision", "answer", "--by", "ada", "--audit-db", str(db)]
+    assert main([*answer, "--query", "Ada"]) == EXIT_USAGE
+    assert "queries: only a 'refine_retrieval' decision" in capsys.readouterr().err
+    assert AuditLog(db).review(1)["decisions"] == "[]"
+    assert main([*answer, "--answer", "Ada Lovelace wrote it."]) == EXIT_OK
+    assert json.loads(AuditLog(db).review(1)["decisions"])[0]["answer"] == "Ada Lovelace wrote it."
 
 
 def test_two_reviewers_over_the_command_line(db, capsys):

@@ -427,3 +427,63 @@ def test_the_pytest_helper_passes_only_what_delivers(case: Case):
     else:
         with pytest.raises(AssertionError):
             assert_passes(judge, the_record(case))
+
+
+# -- each framework, and a Client through a live service: a route to a person never "keeps and generates" ------
+def escalating() -> Judge:
+    case = Case("adequacy", "full", adequacy("ESCALATE_TO_HUMAN"), "human_review", "deliver", options=SUPPORT)
+    return Judge(ScriptedEngine(script(case)), config=judge_config(case))
+
+
+def test_langchain_keeps_no_document_of_a_model_escalation():
+    from langchain_core.documents import Document
+
+    from suffice.integrations.langchain import SufficiencyCompressor
+
+    docs = [Document(page_content=c["text"], id=c["id"]) for c in CHUNKS]
+    assert SufficiencyCompressor(escalating(), on_insufficient="keep").compress_documents(docs, QUESTION) == []
+    kept = SufficiencyCompressor(escalating(), on_insufficient="keep", on_review="keep").compress_documents(
+        docs, QUESTION
+    )
+    assert [d.id for d in kept] == ["a", "b"]
+
+
+def test_llama_index_keeps_no_node_of_a_model_escalation():
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from suffice.integrations.llama_index import SufficiencyPostprocessor
+
+    nodes = [NodeWithScore(node=TextNode(id_=c["id"], text=c["text"]), score=1.0) for c in CHUNKS]
+    post = SufficiencyPostprocessor(escalating(), on_insufficient="keep")
+    assert post.postprocess_nodes(nodes, QueryBundle(QUESTION)) == []
+
+
+def test_haystack_routes_a_model_escalation_away_from_generation():
+    import haystack
+
+    from suffice.integrations.haystack import SufficiencyRouter
+
+    docs = [haystack.Document(id=c["id"], content=c["text"]) for c in CHUNKS]
+    out = SufficiencyRouter(escalating()).run(QUESTION, docs)
+    assert "documents" not in out and "insufficient" in out
+    out = SufficiencyRouter(escalating(), on_insufficient="keep").run(QUESTION, docs)
+    assert out["documents"] == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.detail == "decision"], ids=lambda c: c.name)
+def test_a_client_of_a_live_service_routes_as_the_table_says(case: Case):
+    from suffice import Client
+    from tests.server.live import live
+
+    with (
+        live(ScriptedEngine(script(case)), judge=judge_config(case), gates=(case.gate,), options=case.options) as (
+            _,
+            port,
+        ),
+        Client(f"http://127.0.0.1:{port}") as client,
+    ):
+        evidence = [Evidence(c["text"], id=c["id"], source=c["source"]) for c in CHUNKS]
+        record = the_record(case)
+        gate = DocumentGate(client, gate=case.gate, on_insufficient="keep")
+        kept, outcome = gate.select(record["question"], evidence, record.get("response"))
+    assert outcome is not None and (outcome.routing.route, outcome.routing.rule) == (case.route, case.rule)

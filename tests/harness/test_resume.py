@@ -71,9 +71,10 @@ class Setup:
         self.queries.append(query)
         return [YEAR] if "1843" in query or "year" in query else [ADA]
 
-    def decide(self, decision: str, *notes: str | None) -> None:
+    def decide(self, decision: str, *notes: str | None, **fields: Any) -> None:
+        """Both reviewers decide ``decision``, each with their note and the same decision ``fields``."""
         for by, note in zip(("ada", "cy"), notes or (None, None), strict=True):
-            self.log.resolve_review(self.review_id, decision=decision, by=by, note=note)
+            self.log.resolve_review(self.review_id, decision=decision, by=by, note=note, **fields)
 
     def written(self) -> tuple[int, int, int, int, int]:
         """Rows, retrieval attempts and review events in the log; engine and retriever calls."""
@@ -129,6 +130,27 @@ def test_refine_retrieval_runs_the_loop_again_from_the_reviewers_query(setup: Se
     ran = [r for r in setup.log.export_rows() if r["run_id"] == row["run_id"]]
     assert [r["decision"] for r in ran] == ["deliver", "retrieve_more"]
     assert setup.log.retrievals()[-1]["run_id"] == row["run_id"]
+
+
+def test_answer_delivers_the_answer_the_reviewers_wrote_not_the_response(setup: Setup) -> None:
+    written = "Ada Lovelace wrote them; they were published in 1843."
+    setup.decide("answer", None, "corrected the date", answer=written)
+    outcome = setup.pipeline.resume(setup.review_id)
+    assert (outcome.kind, outcome.answer) == ("delivered", written)
+    assert "a person wrote the answer" in outcome.reason and outcome.chunk_ids == ["ada"]
+    [row] = setup.applied_rows()
+    assert (row["verdict"]["answer"], row["verdict"]["answer_from"]) == (written, "reviewers")
+    assert Outcome.model_validate_json(row["raw_output"]) == outcome
+
+
+def test_refine_retrieval_searches_the_reviewers_queries_not_their_notes(setup: Setup) -> None:
+    setup.decide("refine_retrieval", "the year is missing", "see the 1843 edition", queries=["notes published 1843"])
+    asked = len(setup.queries)
+    outcome = setup.pipeline.resume(setup.review_id)
+    assert setup.queries[asked:] == ["notes published 1843"]  # the field's query; no line of either note
+    assert outcome.kind == "delivered" and outcome.chunk_ids == ["ada", "year"]
+    [row] = setup.applied_rows()
+    assert row["verdict"]["queries"] == ["notes published 1843"] and row["verdict"]["queries_from"] == "reviewers"
 
 
 def test_refine_retrieval_without_a_query_searches_the_gap_queued(setup: Setup) -> None:

@@ -45,10 +45,26 @@ def log_in(page: Page, base: str, key: str) -> None:
     page.click("form[action='/reviews/login'] button[type=submit]")
 
 
-def decide(page: Page, decision: str, label: str, note: str) -> None:
-    page.evaluate(f"document.querySelector('input[name=decision][value={decision}]').checked = true")
+def shown(page: Page, selector: str) -> bool:
+    """Whether the element is laid out (its own or an ancestor's ``display: none`` hides it)."""
+    return bool(page.evaluate(f"document.querySelector({json.dumps(selector)}).getClientRects().length > 0"))
+
+
+def choose(page: Page, decision: str) -> None:
+    """Click the decision's radio button, as a reviewer does (its field appears by CSS alone)."""
+    page.evaluate(f"document.querySelector('input[name=decision][value={decision}]').click()")
+
+
+def decide(page: Page, decision: str, label: str, note: str, queries: str = "", answer: str = "") -> None:
+    choose(page, decision)
     page.evaluate(f"document.querySelector('#label').value = {json.dumps(label)}")
     page.fill("#note", note)
+    if queries:
+        assert shown(page, "#queries"), "the queries field shows for refine retrieval"
+        page.fill("#queries", queries)
+    if answer:
+        assert shown(page, "#answer"), "the answer field shows for answer"
+        page.fill("#answer", answer)
     page.click("form[action$='/decision'] button[type=submit]")
 
 
@@ -92,16 +108,24 @@ def test_a_reviewer_decides_a_review_in_a_headless_browser(tmp_path: Path) -> No
         log_in(page, base, keys["alice"])
         assert "Open reviews (1)" in page.text()
         page.click("a[href='/reviews/1']")
-        shown = page.text()
-        assert "Who designed the Sydney Harbour Bridge?" in shown
-        assert "<script>window.__owned = 1</script>" in shown  # shown as text ...
+        text = page.text()
+        assert "Who designed the Sydney Harbour Bridge?" in text
+        assert "<script>window.__owned = 1</script>" in text  # shown as text ...
         assert page.evaluate("window.__owned === undefined")  # ... and never run
         assert page.evaluate("document.scripts.length") == 0
-        assert "model_escalated" in shown and "p_sufficient" in shown
+        assert "model_escalated" in text and "p_sufficient" in text
+        # Each decision's field shows once it is chosen, with no script: CSS on the checked radio button.
+        assert not shown(page, "#answer") and not shown(page, "#queries")
+        choose(page, "answer")
+        assert shown(page, "#answer") and not shown(page, "#queries")
+        choose(page, "refine_retrieval")
+        assert shown(page, "#queries") and not shown(page, "#answer")
+        page.fill("#queries", "Sydney Harbour Bridge designer")  # as the docs' picture shows it
         shot = tmp_path / "review-page.png"
         page.screenshot(shot)
         keep_screenshot(shot)
-        decide(page, "refine_retrieval", "insufficient", "No chunk names the designer.")
+        query = "Sydney Harbour Bridge designer"
+        decide(page, "refine_retrieval", "insufficient", "No chunk names the designer.", queries=query)
         assert "Recorded. Resolved by alice." in page.text()
     row = AuditLog(db).review(1)
     assert (row["status"], row["resolved_by"], row["decision"], row["label"]) == (
@@ -111,6 +135,7 @@ def test_a_reviewer_decides_a_review_in_a_headless_browser(tmp_path: Path) -> No
         "insufficient",
     )
     assert row["note"] == "No chunk names the designer."
+    assert json.loads(row["decisions"])[0]["queries"] == ["Sydney Harbour Bridge designer"]
     assert AuditLog(db).verify().ok
 
 

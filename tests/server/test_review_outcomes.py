@@ -21,7 +21,14 @@ from suffice.exceptions import AuthenticationError, ConfigError, ReviewNotFoundE
 from suffice.harness.pipeline import Pipeline
 from suffice.harness.retrieval import FunctionRetriever
 from suffice.judge import Judge
-from suffice.review_outcomes import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents
+from suffice.review_outcomes import (
+    MAX_ANSWER_CHARS,
+    MAX_EVENTS,
+    MAX_EVENTS_WAIT_S,
+    MAX_QUERIES,
+    MAX_QUERY_CHARS,
+    ReviewEvents,
+)
 from suffice.server import outcomes
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
@@ -46,10 +53,10 @@ class Served:
         headers = {"authorization": f"Bearer {key}"} if key is not None else {}
         return httpx.get(self.url + path, params=params, headers=headers, timeout=30, trust_env=False)
 
-    def decide(self, review_id: int, reviewer: str, decision: str, note: str | None = None) -> None:
+    def decide(self, review_id: int, reviewer: str, decision: str, note: str | None = None, **fields: Any) -> None:
         answer = httpx.post(
             f"{self.url}/v1/reviews/{review_id}/decision",
-            json={"decision": decision, "note": note},
+            json={"decision": decision, "note": note, **fields},
             headers={"authorization": f"Bearer {self.keys[reviewer]}"},
             timeout=30,
             trust_env=False,
@@ -103,6 +110,7 @@ def test_the_outcome_is_pending_until_the_reviewers_agree_then_says_who_and_what
     assert (decided.decided, decided.state, decided.decision) == (True, "resolved", "answer")
     assert decided.label == "sufficient"
     assert (decided.decided_by, decided.answer, decided.note) == (["alice"], RESPONSE, "matches the source")
+    assert decided.answer_from == "response"  # no answer written: the response under review
     assert decided.decided_at and decided.log_id == pending.log_id
     # Two reviewers needed: one decision, or two that differ, decide nothing yet.
     served.decide(2, "alice", "refine_retrieval", "opening date 1932")
@@ -153,11 +161,28 @@ def test_events_follow_decisions_from_a_since_cursor(served: Served) -> None:
     [second] = served.client.review_events(since=first.next).events
     assert (second.review_id, second.decision, second.decided_by) == (2, "refine_retrieval", ["alice", "bob"])
     assert served.client.review_outcome(2).queries == ["opening date", "Sydney 1932"]
+    assert served.client.review_outcome(2).queries_from == "notes"  # no queries field: the notes' lines
     # From the start again, a page at a time.
     page = served.client.review_events(since=0, limit=1)
     assert [e.review_id for e in page.events] == [1] and page.next == event.cursor
     assert [e.review_id for e in served.client.review_events(since=page.next, limit=1).events] == [2]
     assert [e.review_id for e in served.client.review_events(since=0).events] == [1, 2]
+
+
+def test_the_outcome_hands_over_the_reviewers_answer_and_queries_and_says_where_each_came_from(
+    served: Served,
+) -> None:
+    served.decide(1, "alice", "answer", "the date was wrong", answer="Bradfield designed it; it opened in 1932.")
+    written = served.client.review_outcome(1)
+    assert (written.answer, written.answer_from) == ("Bradfield designed it; it opened in 1932.", "reviewers")
+    assert written.note == "the date was wrong" and written.queries == [] and written.queries_from is None
+    # Two reviewers: the queries of both, each once; their notes are notes, not queries.
+    served.decide(2, "alice", "refine_retrieval", "no date in the chunks", queries=["opening date", "Sydney 1932"])
+    served.decide(2, "bob", "refine_retrieval", queries=["opening date"])
+    refined = served.client.review_outcome(2)
+    assert (refined.queries, refined.queries_from) == (["opening date", "Sydney 1932"], "reviewers")
+    assert refined.answer is None
+    assert served.client.review_events(since=0).events[-1].review_id == 2
 
 
 def _waiting(client: Client, since: int, wait: float) -> tuple[threading.Thread, dict[str, Any]]:
@@ -310,3 +335,13 @@ def test_the_docs_state_the_bounds_of_the_events_route(doc: str) -> None:
     ):
         assert said in text, said
     assert doc != "reviews.md" or f"at most {MAX_EVENTS} events" in text
+
+
+def test_the_docs_state_the_bounds_of_a_decisions_fields() -> None:
+    text = " ".join((DOCS / "reviews.md").read_text(encoding="utf-8").lower().split())
+    for said in (
+        f"at most {MAX_ANSWER_CHARS:,} characters",
+        f"from 1 to {MAX_QUERIES} queries",
+        f"at most {MAX_QUERY_CHARS} characters each",
+    ):
+        assert said in text, said

@@ -3,8 +3,10 @@ sessions and CSRF, escaping, two reviewers, the OpenAPI contract and the overrid
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,9 +14,10 @@ from fastapi.testclient import TestClient
 from suffice.audit import AuditLog, write_key_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
-from suffice.server.reviews import load_reviewer_keys
+from suffice.server.reviews import MAX_NOTE_CHARS, REVIEW_BODY_BYTES, load_reviewer_keys
 from suffice.server.service import GateService
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
@@ -199,3 +202,80 @@ def test_a_key_file_others_may_read_or_a_missing_folder_is_refused_naming_the_se
         load_reviewer_keys(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match=r"reviewer_keys.*needs audit_db"):
         ServeConfig(judge=JudgeConfig(), reviewer_keys=tmp_path / "keys")
+
+
+# -- a decision's own fields: the answer to deliver, the queries to search ------------------------------------------
+def test_the_page_offers_each_decision_its_field_and_records_only_the_chosen_ones(served):
+    client, keys, db = served
+    csrf = login(client, keys["alice"])
+    page = client.get("/reviews/1").text
+    assert '<textarea id="answer" name="answer"' in page and '<textarea id="queries" name="queries"' in page
+    # Shown with their decision by CSS alone (no script runs): hidden, and each radio's :checked shows its own.
+    assert ".for-answer,.for-refine{display:none}" in page
+    assert "#decision-answer:checked~.for-answer{display:block}" in page
+    assert "#decision-refine_retrieval:checked~.for-refine{display:block}" in page
+    form = {
+        "csrf": csrf,
+        "decision": "refine_retrieval",
+        "queries": "bridge designer\r\n\r\n  Bradfield 1932 \r\n",
+        "answer": "left in the hidden answer field",
+        "note": "one source only",
+    }
+    assert client.post("/reviews/1/decision", data=form, follow_redirects=False).status_code == 303
+    [entry] = json.loads(AuditLog(db).review(1)["decisions"])
+    assert entry["queries"] == ["bridge designer", "Bradfield 1932"] and "answer" not in entry
+    assert entry["note"] == "one source only"
+    assert "queries: bridge designer | Bradfield 1932" in client.get("/reviews/1").text
+    # Review 2: too many queries are refused, naming the field, and nothing is written; an answer is kept.
+    many = {"csrf": csrf, "decision": "refine_retrieval", "queries": "\n".join(f"q{i}" for i in range(MAX_QUERIES + 1))}
+    refused = client.post("/reviews/2/decision", data=many, follow_redirects=False)
+    assert refused.status_code == 422 and "queries" in refused.text and f"at most {MAX_QUERIES}" in refused.text
+    assert AuditLog(db).review(2)["decisions"] == "[]"
+    written = {"csrf": csrf, "decision": "answer", "answer": "Clause 4 is in force.\n", "queries": "ignored"}
+    assert client.post("/reviews/2/decision", data=written, follow_redirects=False).status_code == 303
+    [entry] = json.loads(AuditLog(db).review(2)["decisions"])
+    assert entry["answer"] == "Clause 4 is in force." and "queries" not in entry
+
+
+def test_over_json_an_answer_or_queries_for_another_decision_or_out_of_bounds_is_a_422_naming_it(served):
+    client, keys, db = served
+    for body, words in (
+        ({"decision": "refine_retrieval", "answer": "Bradfield."}, "answer: only an 'answer' decision"),
+        ({"decision": "answer", "queries": ["designer"]}, "queries: only a 'refine_retrieval' decision"),
+        ({"decision": "refine_retrieval", "queries": ["q"] * (MAX_QUERIES + 1)}, "queries"),
+        ({"decision": "refine_retrieval", "queries": ["y" * (MAX_QUERY_CHARS + 1)]}, "queries"),
+        ({"decision": "refine_retrieval", "queries": ["two\nlines"]}, "one line each"),
+        ({"decision": "answer", "answer": "x" * (MAX_ANSWER_CHARS + 1)}, "answer"),
+    ):
+        refused = client.post("/v1/reviews/1/decision", json=body, headers=bearer(keys["alice"]))
+        assert refused.status_code == 422 and words in refused.text, (body, refused.text[:300])
+    assert AuditLog(db).review(1)["decisions"] == "[]"
+    done = client.post(
+        "/v1/reviews/1/decision",
+        json={"decision": "refine_retrieval", "queries": ["who designed the bridge"]},
+        headers=bearer(keys["alice"]),
+    )
+    assert done.status_code == 200 and done.json()["resolved"]
+    [shown] = client.get("/v1/reviews/1", headers=bearer(keys["alice"])).json()["decisions"]
+    assert shown["queries"] == ["who designed the bridge"] and shown["answer"] is None
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["DecisionRequest"]["properties"]
+    assert schema["queries"]["anyOf"][0]["maxItems"] == MAX_QUERIES
+    assert schema["queries"]["anyOf"][0]["items"]["maxLength"] == MAX_QUERY_CHARS
+    assert schema["answer"]["anyOf"][0]["maxLength"] == MAX_ANSWER_CHARS
+
+
+def test_the_largest_decision_fits_the_review_body_limit(served):
+    """A plain-text decision at every bound (a note, and the answer or every query) is read, not cut off as too
+    large: the bounds fit the review routes' body limit."""
+    client, keys, db = served
+    csrf = login(client, keys["alice"])
+    note = "n" * MAX_NOTE_CHARS
+    form = {"csrf": csrf, "decision": "answer", "answer": "a " * (MAX_ANSWER_CHARS // 2), "note": note}
+    assert len(urlencode(form)) < REVIEW_BODY_BYTES
+    assert client.post("/reviews/2/decision", data=form, follow_redirects=False).status_code == 303
+    queries = [f"{i:02d}" + "q" * (MAX_QUERY_CHARS - 2) for i in range(MAX_QUERIES)]
+    body = {"decision": "refine_retrieval", "queries": queries, "note": note}
+    assert len(json.dumps(body)) < REVIEW_BODY_BYTES
+    assert client.post("/v1/reviews/2/decision", json=body, headers=bearer(keys["bob"])).status_code == 200
+    answer, refine = json.loads(AuditLog(db).review(2)["decisions"])
+    assert len(answer["answer"]) == MAX_ANSWER_CHARS - 1 and refine["queries"] == queries

@@ -18,9 +18,10 @@ breaks a model may read as new lines):
 - a table row (a line starting with ``|``, or a line with a ``|`` above or below a
   delimiter row) is one ``table_row``;
 - a list item (``-``, ``*``, ``+``, ``•``, ``1.``, ``1)``) is one ``list_item`` with the
-  lines that continue it (until a blank line or the start of another block), whatever
-  sentences it holds: an item is one claim, as a table row is, and cutting it would
-  leave fragments such as a lone ``Dosage:`` to judge;
+  lines that continue it (indented, or after a line that ends mid-sentence; up to a blank
+  line or the start of another block), whatever sentences it holds: an item is one
+  claim, as a table row is, and cutting it would leave fragments such as a lone
+  ``Dosage:`` to judge;
 - a paragraph (lines up to a blank line or another block; a run of ``>`` lines is a
   paragraph of its own) is cut into ``sentence`` segments.
 
@@ -38,7 +39,7 @@ and an adjacent citation (``.[1]``), when whitespace or the paragraph's end foll
   (``etc.) and``, ``Inc. 2024`` do not end one; ``etc. The`` does);
 - inside a quotation or bracket closed in the same paragraph (``"Stop. Now." and``,
   ``(One. Two.)``), or an inline code span: a quote is one claim, attributed.  One never
-  closed (a lone ``"`` for inches, a ``:)``) protects nothing.
+  closed (a lone ``"`` for inches, a stray ``(``) protects nothing.
 
 CJK sentences end after ``。``, ``！``, ``？`` (and ``｡``) whether or not whitespace follows,
 except when a closing quote after the mark is followed by more of the sentence
@@ -111,8 +112,7 @@ def _lines(response: str) -> list[tuple[int, int]]:
     found = []
     start = 0
     for line in response.splitlines(keepends=True):
-        content = line.splitlines()[0] if line.splitlines() else ""
-        found.append((start, start + len(content)))
+        found.append((start, start + len(line.splitlines()[0])))
         start += len(line)
     return found
 
@@ -140,7 +140,7 @@ def _types(response: str, lines: list[tuple[int, int]]) -> list[int]:
             types.append(_MARKUP)
             table = True
             # A GFM table's header row needs no leading pipe: the delimiter row under it says it is one.
-            if types[:-1] and types[-2] == _TEXT and "|" in response[slice(*lines[len(types) - 2])]:
+            if len(types) > 1 and types[-2] == _TEXT and "|" in response[slice(*lines[len(types) - 2])]:
                 types[-2] = _TABLE
         elif _THEMATIC_BREAK.fullmatch(line):
             types.append(_MARKUP)
@@ -174,11 +174,15 @@ def _blocks(response: str) -> Iterator[tuple[int, int, SegmentKind | None]]:
             yield lines[i][0], lines[i][1], one_line[kind]
             i += 1
             continue
-        # An item runs on over the text lines after it (CommonMark's continuation and lazy lines); a paragraph
-        # over lines of its own type.
+        # A paragraph runs on over lines of its own type.  An item over the text lines after it that are indented
+        # or continue a sentence it left open: CommonMark would take an unindented line after ``- Fact.`` too
+        # (a lazy line), but a model writing one means a new paragraph (``In summary, ...``), another claim.
         follows = _TEXT if kind == _ITEM else kind
         j = i + 1
         while j < len(lines) and types[j] == follows:
+            line, above = response[slice(*lines[j])], response[slice(*lines[j - 1])]
+            if kind == _ITEM and not line[:1].isspace() and _ENDS_A_SENTENCE.search(above):
+                break
             j += 1
         if kind == _ITEM:
             yield lines[i][0], lines[j - 1][1], "list_item"
@@ -196,19 +200,23 @@ _CJK_TERMINATORS = "。！？｡"
 _ALL_TERMINATORS = _TERMINATORS + _CJK_TERMINATORS
 # What may close a sentence after its mark and still belong to it: quotes, brackets, emphasis and code marks.
 _CLOSERS = "\"'”’»」』）】》〉)]}*_`"
-_PAIRS = {"(": ")", "[": "]", "{": "}", "（": "）", "【": "】", "「": "」", "『": "』", "《": "》", "〈": "〉", "“": "”", "«": "»"}
+_PAIRS = dict(zip("([{（【「『《〈“«", ")]}）】」』》〉”»", strict=True))
 _OPENERS = set(_PAIRS) | {'"'}
 _CLOSING = {close: open_ for open_, close in _PAIRS.items()}
 _CITATION = re.compile(r"\[[^\[\]\s]{1,64}\](?!\()")
 _BACKTICKS = re.compile("`+")
+_ENDS_A_SENTENCE = re.compile(f"[{re.escape(_ALL_TERMINATORS)}][{re.escape(_CLOSERS)}]*(?:{_CITATION.pattern})*\\s*$")
 _TOKEN = re.compile(r"[\w.]*$")
 
 # Abbreviations, as lowercase tokens without their last period.
 _NEVER_ENDS = frozenset(
-    "dr mr mrs ms mx prof st mt ft gen col capt lt sgt rev hon gov sen vs v e.g i.e cf viz al u.s u.k u.n".split()
+    {"dr", "mr", "mrs", "ms", "mx", "prof", "st", "mt", "ft", "gen", "col", "capt", "lt", "sgt", "rev", "hon"}
+    | {"gov", "sen", "vs", "v", "e.g", "i.e", "cf", "viz", "al", "u.s", "u.k", "u.n"}
 )
-_BEFORE_NUMBER = frozenset("no nos fig figs eq eqs vol vols p pp ch sec art approx ca nr".split())
-_ENDS_BEFORE_CAPITAL = frozenset("etc inc ltd co corp jr sr a.m p.m".split())
+_BEFORE_NUMBER = frozenset(
+    {"no", "nos", "fig", "figs", "eq", "eqs", "vol", "vols", "p", "pp", "ch", "sec", "art", "approx", "ca", "nr"}
+)
+_ENDS_BEFORE_CAPITAL = frozenset({"etc", "inc", "ltd", "co", "corp", "jr", "sr", "a.m", "p.m"})
 
 
 def _protected(span: str) -> list[int]:
@@ -227,14 +235,30 @@ def _protected(span: str) -> list[int]:
     i = 0
     while i < len(runs):
         first, length = runs[i][0], runs[i][1] - runs[i][0]
-        close = next((j for j in range(i + 1, len(runs)) if runs[j][1] - runs[j][0] == length), None)
-        if close is None:
+        closing = next((j for j in range(i + 1, len(runs)) if runs[j][1] - runs[j][0] == length), None)
+        if closing is None:
             i += 1
             continue
-        hold(first, runs[close][1] - 1)
-        in_code[first : runs[close][1]] = [True] * (runs[close][1] - first)
-        i = close + 1
+        hold(first, runs[closing][1] - 1)
+        in_code[first : runs[closing][1]] = [True] * (runs[closing][1] - first)
+        i = closing + 1
     stack: list[tuple[str, int]] = []
+    # How many of each opener the stack holds, so that a closer with none open is ignored without a search.
+    open_count: dict[str, int] = {}
+
+    def push(opener: str, k: int) -> None:
+        stack.append((opener, k))
+        open_count[opener] = open_count.get(opener, 0) + 1
+
+    def close(opener: str, k: int) -> None:
+        # Openers left unclosed inside this pair never close: they protect nothing.
+        while True:
+            char, first = stack.pop()
+            open_count[char] -= 1
+            if char == opener:
+                hold(first, k)
+                return
+
     for k, char in enumerate(span):
         if in_code[k]:
             continue
@@ -242,20 +266,14 @@ def _protected(span: str) -> list[int]:
             # A straight quote opens where a word starts after it, else closes.
             before = span[k - 1] if k else " "
             after = span[k + 1] if k + 1 < len(span) else " "
-            opens = (before.isspace() or before in _OPENERS) and not after.isspace()
-            if not opens and any(c == '"' for c, _ in stack):
-                while stack[-1][0] != '"':
-                    stack.pop()
-                hold(stack.pop()[1], k)
-            elif opens:
-                stack.append((char, k))
+            if (before.isspace() or before in _OPENERS) and not after.isspace():
+                push(char, k)
+            elif open_count.get(char):
+                close(char, k)
         elif char in _PAIRS:
-            stack.append((char, k))
-        elif char in _CLOSING and any(c == _CLOSING[char] for c, _ in stack):
-            # Openers left unclosed inside this pair never close: they protect nothing.
-            while stack[-1][0] != _CLOSING[char]:
-                stack.pop()
-            hold(stack.pop()[1], k)
+            push(char, k)
+        elif char in _CLOSING and open_count.get(_CLOSING[char]):
+            close(_CLOSING[char], k)
     for k in range(1, len(depth)):
         depth[k] += depth[k - 1]
     return depth
