@@ -487,3 +487,4 @@ def test_a_client_of_a_live_service_routes_as_the_table_says(case: Case):
         gate = DocumentGate(client, gate=case.gate, on_insufficient="keep")
         kept, outcome = gate.select(record["question"], evidence, record.get("response"))
     assert outcome is not None and (outcome.routing.route, outcome.routing.rule) == (case.route, case.rule)
+    assert kept == ([0, 1] if case.route == "deliver" else [])
