@@ -223,9 +223,13 @@ def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
     decided = review.get("status") == "resolved"
     decision = review.get("decision") if decided else None
     decisions = decisions_of(review)
-    agreeing = (agreed(decisions, int(review.get("reviewers") or 1)) if decided else None) or [
-        d for d in decisions if decided and (d.get("decision"), d.get("label")) == (decision, review.get("label"))
-    ]
+    agreeing: Sequence[Mapping[str, Any]] = []
+    if decided:
+        # The group that closed it, as resolve_review found it; failing that (decisions that never agreed: a log
+        # altered by hand, which verify names), those that match the resolution.
+        agreeing = agreed(decisions, int(review.get("reviewers") or 1)) or [
+            d for d in decisions if (d.get("decision"), d.get("label")) == (decision, review.get("label"))
+        ]
     queries: list[str] = []
     queries_from: QueriesFrom | None = None
     if decision == "refine_retrieval":

@@ -1,9 +1,10 @@
 """``suffice review list|show|decide|export``: the human review queue, read and decided on the audit database.
 
-``decide`` records who decided (``--by``, default the login name) and may correct the label; a review that needs
-two independent reviewers stays open until two agree.  ``export --labels FILE`` writes the resolved reviews as
-labeled records ``suffice calibrate`` takes as they are, and says per gate and rule how often people overrode
-the machine.
+``decide`` records who decided (``--by``, default the login name) and may correct the label; ``--answer`` (with
+``answer``) and ``--query``, repeated (with ``refine_retrieval``), give what the decision hands the application.  A
+review that needs two independent reviewers stays open until two agree.  ``export --labels FILE`` writes the
+resolved reviews as labeled records ``suffice calibrate`` takes as they are, and says per gate and rule how often
+people overrode the machine.
 """
 
 from __future__ import annotations

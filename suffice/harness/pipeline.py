@@ -609,8 +609,8 @@ class Pipeline:
         gave (without one, the response under review, else the answer its verdict wrote); ``refine_retrieval`` runs
         the loop again, its first retrieval the reviewers' queries (without them, their notes' lines; without
         those, the gap queued, else the question) added to the chunks they saw; ``unanswerable`` abstains with the
-        reviewers' note.  The outcome says which review it applies
-        (``resumed_from``), who decided (``decided_by``) and their ``note``.
+        reviewers' note.  The outcome says which review it applies (``resumed_from``), who decided (``decided_by``)
+        and their ``note``.
 
         ``source``: where the review is, ``None`` for this pipeline's own audit log (an :attr:`Outcome.review_id`
         of :meth:`run`), another :class:`~suffice.audit.AuditLog`, or a :class:`~suffice.Client` of the

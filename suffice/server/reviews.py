@@ -454,7 +454,7 @@ def _decision_form(review_id: int, csrf: str) -> str:
     return (
         f'<section><h2>Decide</h2><form method="post" action="{PAGE}/{review_id}/decision">'
         f'<input type="hidden" name="csrf" value="{e(csrf)}">{choices}'
-        '<p class="for-answer"><label for="answer">Answer to deliver (empty: the response as shown)</label>'
+        '<p class="for-answer"><label for="answer">Answer to deliver (empty: the response under review)</label>'
         f'<textarea id="answer" name="answer" maxlength="{MAX_ANSWER_CHARS}"></textarea></p>'
         f'<p class="for-refine"><label for="queries">Queries to search, one a line, at most {MAX_QUERIES} '
         "(empty: the note's lines, else what the gate said was missing)</label>"

@@ -1,10 +1,12 @@
 """The review page in a real headless Chromium: log in with a reviewer's key, open a review, decide it, and find
 the decision in the audit log under the reviewer's name.
 
-Once over a uvicorn server on the scripted engine (fast), and once end to end on the real engine: a real
+Once over a uvicorn server on the scripted engine (fast), and twice end to end on the real engine: a real
 ``suffice serve`` process over the audit log, a verdict it judged queued for review, decided on the page and over
-JSON, exported as labels and calibrated on by ``suffice calibrate``.  Set ``SUFFICE_UPDATE_SCREENSHOT=1`` to
-write the page as docs/review-page.png (the README shows it).
+JSON, exported as labels and calibrated on by ``suffice calibrate``; and a record the service sent to two people,
+who ask on the page to refine retrieval with their query, which the application's ``Pipeline.resume`` searches and
+judges, the audit export showing each step.  Set ``SUFFICE_UPDATE_SCREENSHOT=1`` to write the page as
+docs/review-page.png (the README shows it).
 """
 
 from __future__ import annotations
@@ -202,3 +204,114 @@ def test_a_served_verdict_reviewed_in_the_browser_becomes_a_label_calibrate_take
     report = json.loads((tmp_path / "calib" / "report.json").read_text())
     assert report["scores"]["decision"]["n"] == 2
     assert report["scores"]["decision"]["positives"] == 1
+
+
+# -- a person's "refine retrieval" takes effect, end to end on the real engine ----------------------------------------
+QUESTION = "When were Ada Lovelace's notes published?"
+NOTES = {"id": "notes", "text": "Ada Lovelace wrote notes on Babbage's Analytical Engine.", "source": "notes.txt"}
+YEAR = {"id": "year", "text": "Lovelace's notes were published in 1843.", "source": "year.txt"}
+REVIEWERS_QUERY = "Lovelace notes publication year"
+
+
+@pytest.mark.engine
+def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_the_export_shows_every_step(
+    tmp_path: Path, vllm_server: str
+) -> None:
+    """The application judges one record through ``suffice serve`` with no retrieval left, under the recovery
+    gate's strict (high-stakes) threshold: whatever the model says, the record goes to two people.  Both decide
+    "refine retrieval" on the page in Chromium, typing the query to search; the application learns it from the
+    events stream and its ``Pipeline.resume`` searches that query (its retriever finds a chunk for it alone), judges
+    the wider evidence once on the same vLLM server, and delivers or abstains as that verdict routes (a loose
+    threshold: no second person); ``suffice audit export`` of the service's log shows each step in order."""
+    from suffice import Client, Judge
+    from suffice.audit.reviewing import APPLIED_RULE
+    from suffice.cli.main import main
+    from suffice.config import JudgeConfig
+    from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig
+    from suffice.harness.retrieval import FunctionRetriever
+    from suffice.serving.engine_config import EngineConfig
+    from suffice.serving.openai.engine import OpenAIEngine
+    from tests.vllm_server import SERVE_KEY, running_suffice_serve
+
+    db = tmp_path / "audit.db"
+    keys = reviewers(tmp_path / "reviewers", "alice", "bob")
+    record = {"id": "lovelace", "question": QUESTION, "response": "They were published in 1843.", "chunks": [NOTES]}
+    extra = ("--audit-db", str(db), "--reviewer-keys", str(tmp_path / "reviewers"), "--gate", "recovery")
+    with (
+        running_suffice_serve(tmp_path, vllm_server, *extra) as base,
+        Client(base, api_key=SERVE_KEY, gate="recovery") as client,
+    ):
+        head = client.review_events().next
+        judged = client.judge(record, options={"retrieval_exhausted": True})
+        # Strict and no retrieval left: every verdict goes to a person (two failed generations too), by this rule.
+        rule = "two_failed_generations"
+        if judged.verdict is not None:
+            rule = str(client.gate_for(options={"retrieval_exhausted": True}).route(judged.verdict).rule)
+        [queued] = AuditLog(db).reviews()
+        assert (queued["item_id"], queued["rule"], queued["reviewers"]) == ("lovelace", rule, 2)
+
+        with browser(tmp_path / "profile") as page:
+            for name, note in (("alice", "no chunk dates the notes"), ("bob", "")):
+                log_in(page, base, keys[name])
+                page.click(f"a[href='/reviews/{queued['id']}']")
+                assert QUESTION in page.text()
+                decide(page, "refine_retrieval", "insufficient", note, queries=REVIEWERS_QUERY)
+                page.click("form[action='/reviews/logout'] button[type=submit]")
+            page.goto(f"{base}/reviews")  # logged out: the login form again
+            assert page.evaluate("!!document.querySelector('#key')")
+
+        [event] = client.review_events(since=head, wait=10).events
+        assert (event.item_id, event.decision, event.decided_by) == ("lovelace", "refine_retrieval", ["alice", "bob"])
+        decided = client.review_outcome(event.review_id)
+        assert (decided.queries, decided.queries_from) == ([REVIEWERS_QUERY], "reviewers")  # not alice's note
+
+        searched: list[str] = []
+
+        def search(query: str, k: int) -> list[dict[str, str]]:
+            searched.append(query)
+            return [YEAR] if query == REVIEWERS_QUERY else []
+
+        engine = OpenAIEngine(EngineConfig(kind="openai", base_url=vllm_server))
+        judge = Judge(engine, config=JudgeConfig(gate="recovery", options={"threshold": "loose"}))
+        # The application's log is the service's: one export holds both sides.
+        pipeline = Pipeline(judge, FunctionRetriever(search), PipelineConfig(max_rounds=1), audit=db)
+        try:
+            outcome = pipeline.resume(event.review_id, source=client)
+            assert pipeline.resume(event.review_id, source=client) == outcome  # applied once
+        finally:
+            pipeline.audit.close()
+            engine.close()
+
+    assert searched == [REVIEWERS_QUERY]
+    assert (outcome.resumed_from, outcome.decided_by, outcome.id) == (event.review_id, ["alice", "bob"], "lovelace")
+    assert outcome.chunk_ids == ["notes", "year"]  # the reviewers' chunk, added to the ones they saw
+    retrieval, judged_again = outcome.trace
+    assert (retrieval.route, retrieval.queries, retrieval.new_chunks) == ("retrieval", [REVIEWERS_QUERY], 1)
+    # Delivered or abstained as the verdict on the wider evidence routes (no retrieval left, no second person).
+    assert outcome.kind == {"deliver": "delivered", "abstain": "abstained"}[judged_again.route]
+
+    out = tmp_path / "export.jsonl"
+    assert main(["audit", "export", str(db), "--output", str(out)]) == EXIT_OK
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    first = next(r for r in rows if r["run_id"] == event.run_id)
+    again = next(r for r in rows if r["seq"] == judged_again.audit_seq)
+    [applied] = [r for r in rows if r["rule"] == APPLIED_RULE]
+    assert first["seq"] < again["seq"] < applied["seq"]
+    # The original row: judged, sent to a person, and the two decisions with the query, in order.
+    assert (first["item_id"], first["decision"], first["rule"]) == ("lovelace", "human_review", rule)
+    [review] = first["reviews"]
+    decided_event, resolved_event = review["events"]
+    assert (decided_event["event"], resolved_event["event"]) == ("decided", "resolved")
+    assert [d["by"] for d in resolved_event["decisions"]] == ["alice", "bob"]
+    assert [d["queries"] for d in resolved_event["decisions"]] == [[REVIEWERS_QUERY]] * 2
+    assert resolved_event["queries"] == [REVIEWERS_QUERY]
+    assert first["ts"] <= decided_event["ts"] <= resolved_event["ts"] <= applied["ts"]
+    # The new chunk judged, then the decision applied with what it gave.
+    assert [c["id"] for c in again["chunks"]] == ["notes", "year"] and again["decision"] == judged_again.route
+    assert (applied["run_id"], applied["decision"]) == (again["run_id"], "retrieve_more")  # the decision's route
+    assert Outcome.model_validate_json(applied["raw_output"]) == outcome  # and the outcome it gave
+    assert (applied["verdict"]["review_id"], applied["verdict"]["decided_by"]) == (event.review_id, ["alice", "bob"])
+    assert (applied["verdict"]["queries"], applied["verdict"]["queries_from"]) == ([REVIEWERS_QUERY], "reviewers")
+    log = AuditLog(db)
+    assert log.retrievals()[-1]["queries"] == [REVIEWERS_QUERY] and log.verify().ok
+    log.close()
