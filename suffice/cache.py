@@ -41,7 +41,7 @@ DEFAULT_MAX_BYTES = 1 << 30
 #: How long a writer waits for another process's transaction.
 BUSY_MS = 10_000
 #: Bump when what goes into a key changes meaning: every older entry then misses.
-KEY_VERSION = "1"
+KEY_VERSION = "2"
 
 
 def default_cache_path() -> Path:

@@ -51,7 +51,7 @@ from suffice.exceptions import (
     refused_as,
 )
 from suffice.gates import Gate, gate_class, gate_names, make_gate
-from suffice.gates.decision import AutoGate
+from suffice.gates.decision import VerdictReader
 from suffice.gates.registry import check_call
 from suffice.grammars.decision import DecisionVerdict
 from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
@@ -180,7 +180,7 @@ class _Base:
         :class:`~suffice.exceptions.ConfigError` naming it, before any request.  It reads a verdict of any
         detail the service judges at (a decision-only verdict routes as the service routes it, never by the full
         gate's rule, which would need the full verdict)."""
-        return AutoGate(make_gate(gate or self.gate, options or {}))
+        return VerdictReader(make_gate(gate or self.gate, options or {}))
 
     def _outcome_url(self, review_id: int) -> str:
         """The URL of ``GET /v1/reviews/{review_id}/outcome``; a :class:`ConfigError` for an id that is no id."""

@@ -391,9 +391,12 @@ class Judge(AbstractContextManager["Judge"]):
 
     def _say_unqueued(self, results: Sequence[JudgeResult]) -> None:
         """Once per batch: how many of its records went to a person that no queue holds (no route is silent)."""
-        to_person = sum(
-            1 for r in results if r.verdict is not None and self.gate.route(r.verdict).route == "human_review"
-        )
+        to_person = 0
+        for result in results:
+            try:
+                to_person += result.verdict is not None and self.gate.route(result.verdict).route == "human_review"
+            except TypeError:  # a plug-in gate that routes no such verdict: counted nowhere, as telemetry does
+                continue
         if to_person:
             _log.warning(
                 "%d of %d record(s) routed to a person (human_review), but this Judge has no review queue: give the "
@@ -410,6 +413,15 @@ class Judge(AbstractContextManager["Judge"]):
         assert self._passes is not None and isinstance(self.gate, AutoGate)
         decide, full = self._passes
         margin = self.config.auto_margin
+        if not self.gate.decision.decision_delivers:
+            # Every decision of this gate would be judged again (a positive one cannot deliver, a negative one does
+            # not): a decision pass would only add its prefill, so every record is judged in full at once.
+            judged = [
+                result.model_copy(update={"cascade": Cascade(detail="full", reason="decision_only", margin=margin)})
+                for result in full.judge_batch(records, progress, cancel)
+            ]
+            trace.finish(judged, {}, inference_spans=False)
+            return judged
         decided = decide.judge_batch(records, cancel=cancel)
         why: dict[int, str] = {}
         for index, result in enumerate(decided):

@@ -275,7 +275,8 @@ def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
         queries=queries,
         queries_from=queries_from,
         gap=[str(g) for g in gap] if isinstance(gap, list) else [],
-        record={key: payload.get(key) for key in ("question", "response", "chunks")} if payload else None,
+        # Only once decided, for the application to act on: a client key must not read the open queue's records.
+        record={key: payload.get(key) for key in ("question", "response", "chunks")} if payload and decided else None,
     )
 
 

@@ -90,6 +90,7 @@ class JudgeWorker:
         self.stopped = False
         try:
             self.judge = (open_judge or Judge.open)(config)
+            self.judge.review_queue = "the Ray driver"  # it writes the audit rows and says what went to nobody
         except SufficeError as exc:
             self.failed = exc
         except Exception as exc:
@@ -136,6 +137,10 @@ class JudgeWorker:
 CLOSE_WAIT_S = {False: 60.0, True: 10.0}
 
 
+#: Not asked yet (``None`` is an answer).
+_UNASKED = object()
+
+
 class ActorPool:
     """One run's actors (see the module)."""
 
@@ -166,6 +171,8 @@ class ActorPool:
         #: Per slot: a call that resolves once its live actor's engine is open, and whether it has come back.
         self._probes: list[Any] = []
         self._settled: list[bool] = []
+        #: The actors' weights hash once asked (``None`` is an answer: weights that are no folder).
+        self._weights: object = _UNASKED
 
     def start(self) -> None:
         if self._started:
@@ -264,17 +271,21 @@ class ActorPool:
 
     def weights_hash(self) -> str | None:
         """The hash of the actors' weights for the audit log (the driver writes the rows), asked as :meth:`served`."""
-        found = self._ask("weights_hash")
-        return None if found is None else str(found)
+        # Asked once, on the control group: never behind the batches an actor is running.
+        if self._weights is _UNASKED:
+            found = self._ask("weights_hash", CONTROL)
+            self._weights = None if found is None else str(found)
+        return self._weights  # type: ignore[return-value]
 
-    def _ask(self, method: str) -> Any:
+    def _ask(self, method: str, group: str | None = None) -> Any:
         self.start()
         ray = ray_module()
         last: BaseException | None = None
         for _ in range(self.options.max_batch_retries + 1):
             for slot, actor in enumerate(self.actors):
                 try:
-                    return ray.get(getattr(actor, method).remote())
+                    call = getattr(actor, method)
+                    return ray.get((call if group is None else call.options(concurrency_group=group)).remote())
                 except Exception as exc:
                     last = cause(exc)
                     if isinstance(last, SufficeError):

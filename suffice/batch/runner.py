@@ -463,7 +463,7 @@ class _Run:
         records = [line.record for line in batch]
         if self.audit is not None:  # audited before written: a row on disk is always in the log
             if self._weights is None:
-                self._weights = self.scorer.weights_hash()
+                self._weights = self.scorer.weights_hash()  # a Ray pool asks its actors once, whatever the answer
             items = [self.scorer.item_or_none(record) for record in records]
             rows = [
                 audit_values(

@@ -124,6 +124,8 @@ class Verdict(BaseModel):
     truncated_chunk_ids: list[int | str] = Field(default_factory=list)
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
+    #: Whether the response was cut to fit (a gate that checks one): such a verdict never delivers.
+    response_truncated: bool = False
     model_called: bool = True
 
 
@@ -216,7 +218,10 @@ class Gate(ABC):
         verdict: BaseModel = self.from_output(output, item, fitted.chunk_ids)  # type: ignore[attr-defined]
         if not isinstance(verdict, Verdict):
             return verdict
-        cut = {k: getattr(fitted, k) for k in ("truncated_chunk_ids", "omitted_chunk_ids", "question_truncated")}
+        cut = {
+            k: getattr(fitted, k)
+            for k in ("truncated_chunk_ids", "omitted_chunk_ids", "question_truncated", "response_truncated")
+        }
         return verdict.model_copy(update={"prompt_version": self.prompt_version, **cut})
 
     def route(self, verdict: BaseModel) -> Routing:

@@ -137,7 +137,7 @@ class DecisionGate(Wrapping):
         )
         if verdict.positive:
             return Routing.deliver(self, verdict, reason, scores=scores)
-        if verdict.high_stakes:
+        if verdict.high_stakes and verdict.model_called:  # a shortcut's outcome is known: nothing to retrieve from
             why = f"{reason} under high stakes: only the full verdict says whether a person must see it"
             return Routing("human_review", why, scores=scores, rule="decision_only_high_stakes")
         return Routing("retrieve_more", reason, scores=scores)
@@ -163,6 +163,7 @@ class DecisionGate(Wrapping):
             truncated_chunk_ids=fitted.truncated_chunk_ids,
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
+            response_truncated=fitted.response_truncated,
             high_stakes=roles.high_stakes(self.inner, item),
         )
 
@@ -247,3 +248,12 @@ class AutoGate(Wrapping):
         if abs(verdict.probability - DECISION_THRESHOLD) <= margin:
             return "within margin"
         return None
+
+
+class VerdictReader(AutoGate):
+    """A gate that reads a verdict of any detail (a decision-only one by the decision's rule, a full one by the
+    gate's): what a :class:`~suffice.Client` routes a service's verdicts with, not knowing the detail the service
+    judges at.  Its settings are the gate's own: it judges nothing."""
+
+    def settings(self) -> dict[str, str]:
+        return self.inner.settings()

@@ -35,6 +35,7 @@ class DecisionVerdict(BaseModel):
     truncated_chunk_ids: list[int | str] = Field(default_factory=list)
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
+    response_truncated: bool = False
     model_called: bool = True
     #: Whether the record is judged under high stakes (its gate's ``high_stakes``): there a negative decision may
     #: be one the full verdict sends to a person, so it goes to one (or to the full verdict under ``auto``).

@@ -488,3 +488,45 @@ def test_a_client_of_a_live_service_routes_as_the_table_says(case: Case):
         kept, outcome = gate.select(record["question"], evidence, record.get("response"))
     assert outcome is not None and (outcome.routing.route, outcome.routing.rule) == (case.route, case.rule)
     assert kept == ([0, 1] if case.route == "deliver" else [])
+
+
+# -- what the verdict itself records agrees with the route ----------------------------------------------------
+def test_a_cut_question_is_recorded_as_a_persons_in_the_verdict_and_its_exports():
+    from suffice.formats.verdicts import export
+
+    case = next(c for c in CASES if c.gate == "adequacy" and c.rule == "question_not_fully_checked")
+    judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
+    [result] = judge.judge_batch([the_record(case)])
+    assert (result.verdict.decision.route, result.verdict.decision.rule) == ("human_review", case.rule)
+    recovery = Case(
+        "recovery", "full", RECOVERY, "human_review", "deliver", options=STRICT_ONE, config={"max_question_tokens": 32}
+    )
+    judge = Judge(ScriptedEngine(script(recovery)), config=judge_config(recovery))
+    [result] = judge.judge_batch([the_record(recovery, rid="q2") | {"question": LONG_QUESTION}])
+    assert (result.verdict.decision.route, result.verdict.decision.rule) == ("human_review", case.rule)
+    assert result.verdict.delivered_answer is None
+    assert export(judge.gate, result.verdict, "seed")["decision"]["route"] == "human_review"
+    sufficiency = Case(
+        "sufficiency", "full", SUFFICIENCY, "human_review", "deliver", config={"max_question_tokens": 32}
+    )
+    judge = Judge(ScriptedEngine(script(sufficiency)), config=judge_config(sufficiency))
+    [result] = judge.judge_batch([the_record(sufficiency) | {"question": LONG_QUESTION}])
+    assert export(judge.gate, result.verdict, "ragflow")["verdict"]["Sufficient Context"] is False
+
+
+def test_auto_on_a_gate_whose_decision_cannot_deliver_judges_in_full_in_one_pass():
+    case = next(c for c in CASES if c.gate == "recovery" and c.detail == "auto")
+    engine = ScriptedEngine(script(case))
+    judge = Judge(engine, config=judge_config(case))
+    results = judge.judge_batch([the_record(case, "q1"), the_record(case, "q2")])
+    assert engine.calls == [2]  # no decision pass: it would only add its prefill
+    assert all(
+        r.cascade is not None and (r.cascade.detail, r.cascade.reason) == ("full", "decision_only") for r in results
+    )
+
+
+def test_a_decision_only_record_with_no_evidence_is_not_sent_to_a_person():
+    case = next(c for c in CASES if c.rule == "decision_only_high_stakes")
+    judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
+    [result] = judge.judge_batch([the_record(case) | {"chunks": []}])
+    assert result.verdict.model_called is False and judge.gate.route(result.verdict).route == "retrieve_more"

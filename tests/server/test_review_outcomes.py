@@ -103,7 +103,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 def test_the_outcome_is_pending_until_the_reviewers_agree_then_says_who_and_what(served: Served) -> None:
     pending = served.client.review_outcome(1)
     assert (pending.decided, pending.state, pending.decision, pending.decided_by) == (False, "open", None, [])
-    assert pending.record is not None and pending.record["question"] == "Who designed the bridge?"
+    assert pending.record is None  # the open queue's records are the reviewers' to read, not the client key's
     assert (pending.item_id, pending.run_id, pending.rule) == ("q1", "req-1", "model_escalated")
     served.decide(1, "alice", "answer", "matches the source")
     decided = served.client.review_outcome(1)

@@ -69,7 +69,12 @@ def effective_threshold(rubric: Rubric, threshold: float | None = None) -> float
 
 
 def decide(
-    output: AdequacyOutput, rubric: Rubric, *, threshold: float | None = None, can_retrieve: bool = True
+    output: AdequacyOutput,
+    rubric: Rubric,
+    *,
+    threshold: float | None = None,
+    can_retrieve: bool = True,
+    question_truncated: bool = False,
 ) -> AdequacyDecision:
     """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
     be in [0, 1].  ``can_retrieve=False``: no retrieval is left, so a FAIL that more
@@ -110,6 +115,10 @@ def decide(
             else:
                 route, rule = "human_review", _PERSON_RULES[recommendation]
                 reason += f"; but the model recommended {recommendation}: a person decides"
+        if route == "deliver" and question_truncated:
+            # Checked means checked: the rubric was applied to the question's beginning only.
+            route, rule = "human_review", "question_not_fully_checked"
+            reason += "; but the question was cut to fit max_question_tokens: a person decides"
     else:
         reasons = []
         if composite < effective:

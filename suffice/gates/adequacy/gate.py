@@ -276,6 +276,7 @@ class AdequacyGate(Gate):
                 rubric,
                 threshold=self.threshold,
                 can_retrieve=not (self.retrieval_exhausted or item.retrieval_exhausted),
+                question_truncated=fitted.question_truncated if fitted else False,
             ),
         )
 

@@ -164,7 +164,11 @@ def decide(
         caveats: list[str] | None = None,
         rule: str | None = None,
     ) -> RecoveryDecision:
-        if route == "deliver" and verdict.response_truncated:
+        if route == "deliver" and verdict.question_truncated:
+            # The model judged the question's beginning only: the route the verdict records is a person's too.
+            route, gap, caveats, rule = "human_review", [QUESTION_CUT_GAP], None, QUESTION_NOT_FULLY_CHECKED
+            reason = f"the question was cut to fit max_question_tokens; on its beginning, {reason}: a person decides"
+        elif route == "deliver" and verdict.response_truncated:
             # Only the response's beginning was shown to the model: delivering it would pass the rest unchecked.
             route, reason, gap, caveats = "human_review", not_fully_checked(verdict, reason), unchecked(verdict), None
             rule = RESPONSE_NOT_FULLY_CHECKED
@@ -227,6 +231,9 @@ def decide(
 
 #: The rule that sends a response checked only in part to a person instead of delivering it.
 RESPONSE_NOT_FULLY_CHECKED = "response_not_fully_checked"
+#: The same for a question cut to fit, with what was not checked.
+QUESTION_NOT_FULLY_CHECKED = "question_not_fully_checked"
+QUESTION_CUT_GAP = "the end of the question was cut to fit max_question_tokens and never checked"
 
 
 def unchecked(verdict: RecoveryVerdict) -> list[str]:

@@ -188,9 +188,15 @@ class SufficiencyGate(Gate):
         return settings
 
     def is_positive(self, verdict: BaseModel) -> bool:
-        """The calibrated decision when a gate config set one, else the model's boolean; a decision the
-        constraint forced is never positive, whatever ``p_sufficient`` (the model's own) says."""
-        if not isinstance(verdict, SufficiencyVerdict) or verdict.forced_by is not None:
+        """Whether the route delivers: the calibrated decision when a gate config set one, else the model's
+        boolean, never a decision the constraint forced, and never a verdict on a question cut to fit."""
+        return isinstance(verdict, SufficiencyVerdict) and self.route(verdict).route == "deliver"
+
+    @staticmethod
+    def _sufficient(verdict: SufficiencyVerdict) -> bool:
+        """The decision the rule reads: the calibrated one, else the model's boolean; a decision the constraint
+        forced is never sufficient, whatever ``p_sufficient`` (the model's own) says."""
+        if verdict.forced_by is not None:
             return False
         return verdict.decision.sufficient if verdict.decision is not None else verdict.is_sufficient
 
@@ -205,7 +211,7 @@ class SufficiencyGate(Gate):
         decision = verdict.decision
         if decision is not None:
             scores[decision.score_name] = decision.score
-        if self.is_positive(verdict):
+        if self._sufficient(verdict):
             why = "the context is sufficient" if decision is None else decision.reason
             return Routing.deliver(self, verdict, why, scores=scores)
         gap = verdict.missing(False)
