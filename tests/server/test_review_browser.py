@@ -233,7 +233,7 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
     from suffice.serving.openai.engine import OpenAIEngine
     from tests.vllm_server import SERVE_KEY, running_suffice_serve
 
-    db = tmp_path / "audit.db"
+    db, app_db = tmp_path / "audit.db", tmp_path / "application.db"
     keys = reviewers(tmp_path / "reviewers", "alice", "bob")
     record = {"id": "lovelace", "question": QUESTION, "response": "They were published in 1843.", "chunks": [NOTES]}
     extra = ("--audit-db", str(db), "--reviewer-keys", str(tmp_path / "reviewers"), "--gate", "recovery")
@@ -247,7 +247,9 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
         rule = "two_failed_generations"
         if judged.verdict is not None:
             rule = str(client.gate_for(options={"retrieval_exhausted": True}).route(judged.verdict).rule)
-        [queued] = AuditLog(db).reviews()
+        reader = AuditLog(db)
+        [queued] = reader.reviews()
+        reader.close()
         assert (queued["item_id"], queued["rule"], queued["reviewers"]) == ("lovelace", rule, 2)
 
         with browser(tmp_path / "profile") as page:
@@ -273,8 +275,10 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
 
         engine = OpenAIEngine(EngineConfig(kind="openai", base_url=vllm_server))
         judge = Judge(engine, config=JudgeConfig(gate="recovery", options={"threshold": "loose"}))
-        # The application's log is the service's: one export holds both sides.
-        pipeline = Pipeline(judge, FunctionRetriever(search), PipelineConfig(max_rounds=1), audit=db)
+        # The application keeps its own log: one SQLite audit log has one writing process (several services on
+        # one store are issue 54's); the service's export holds the judging and the decisions, the application's
+        # the resume.
+        pipeline = Pipeline(judge, FunctionRetriever(search), PipelineConfig(max_rounds=1), audit=app_db)
         try:
             outcome = pipeline.resume(event.review_id, source=client)
             assert pipeline.resume(event.review_id, source=client) == outcome  # applied once
@@ -290,13 +294,16 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
     # Delivered or abstained as the verdict on the wider evidence routes (no retrieval left, no second person).
     assert outcome.kind == {"deliver": "delivered", "abstain": "abstained"}[judged_again.route]
 
-    out = tmp_path / "export.jsonl"
-    assert main(["audit", "export", str(db), "--output", str(out)]) == EXIT_OK
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    first = next(r for r in rows if r["run_id"] == event.run_id)
-    again = next(r for r in rows if r["seq"] == judged_again.audit_seq)
-    [applied] = [r for r in rows if r["rule"] == APPLIED_RULE]
-    assert first["seq"] < again["seq"] < applied["seq"]
+    def exported(log_path: Path) -> list[dict]:
+        out = log_path.with_suffix(".jsonl")
+        assert main(["audit", "export", str(log_path), "--output", str(out)]) == EXIT_OK
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    first = next(r for r in exported(db) if r["run_id"] == event.run_id)
+    resumed = exported(app_db)
+    again = next(r for r in resumed if r["seq"] == judged_again.audit_seq)
+    [applied] = [r for r in resumed if r["rule"] == APPLIED_RULE]
+    assert again["seq"] < applied["seq"]
     # The original row: judged, sent to a person, and the two decisions with the query, in order.
     assert (first["item_id"], first["decision"], first["rule"]) == ("lovelace", "human_review", rule)
     [review] = first["reviews"]
@@ -312,6 +319,9 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
     assert Outcome.model_validate_json(applied["raw_output"]) == outcome  # and the outcome it gave
     assert (applied["verdict"]["review_id"], applied["verdict"]["decided_by"]) == (event.review_id, ["alice", "bob"])
     assert (applied["verdict"]["queries"], applied["verdict"]["queries_from"]) == ([REVIEWERS_QUERY], "reviewers")
-    log = AuditLog(db)
-    assert log.retrievals()[-1]["queries"] == [REVIEWERS_QUERY] and log.verify().ok
-    log.close()
+    for path in (db, app_db):
+        log = AuditLog(path)
+        assert log.verify().ok
+        if path == app_db:
+            assert log.retrievals()[-1]["queries"] == [REVIEWERS_QUERY]
+        log.close()
