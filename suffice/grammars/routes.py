@@ -36,8 +36,9 @@ class _Gate(Protocol):
 
 
 class Checked:
-    """The proof that a verdict holds everything its gate's rule reads and that the whole record was shown to the
-    model: the only thing a :class:`Routing` delivers with.  :func:`deliver` makes it after its checks; nothing
+    """The proof that a verdict holds everything its gate's rule reads and that the whole question and response
+    were shown to the model (chunks cut to fit are the gate's rule's to weigh): the only thing a :class:`Routing`
+    delivers with.  :func:`deliver` makes it after its checks; nothing
     else can (the constructor takes a key private to this module), so a cheap mode, a wrapper or a plug-in gate
     that asks for ``deliver`` on a verdict that was not checked gets a route to a person instead."""
 
