@@ -42,6 +42,7 @@ from suffice.gates.registry import check_call
 from suffice.grammars.decision import DecisionVerdict
 from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
+from suffice.prompts.templates import Message
 from suffice.records.item import Chunk, Item, record_id
 from suffice.results import Cascade, ErrorInfo, FailedAttempt, Judged, JudgeResult, ResultsStream, TokenCounts
 from suffice.scores import decision_probabilities
@@ -254,14 +255,14 @@ class Judge(AbstractContextManager["Judge"]):
 
     def requests(self, records: Sequence[object]) -> list[GenerationRequest]:
         """The engine requests the judgeable records would send (for benchmarks and inspection)."""
-        out = []
+        out: list[GenerationRequest] = []
         for record in records:
             try:
                 _, prepared = self._prepare(record)
             except ItemError:
                 continue
             if isinstance(prepared, FittedPrompt):
-                out.append(GenerationRequest(prepared.messages, prepared.constraint))
+                out.extend(GenerationRequest(messages, constraint) for messages, constraint in prepared.prompts)
         return out
 
     def item_or_none(self, record: object) -> Item | None:
@@ -301,6 +302,7 @@ class Judge(AbstractContextManager["Judge"]):
             self.gate.system_context(item),
             self.gate.user_context(item),
             cancel,
+            roles.response_segments(self.gate, item),
         )
 
     def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
@@ -553,36 +555,45 @@ class Judge(AbstractContextManager["Judge"]):
     ) -> list[tuple[_Pending, ItemError]]:
         """Generate for ``pending``, store verdicts, return the items that failed validation."""
         failed: list[tuple[_Pending, ItemError]] = []
-        requests = [GenerationRequest(p.fitted.messages, p.fitted.constraint) for p in pending]
-        credit = CappedProgress(progress, len(requests)) if progress is not None else None
-        generations = self._generate(requests, credit, cancel)
+        # A response judged in windows is one request per window; its generations are read together.
+        requests = [GenerationRequest(m, c) for p in pending for m, c in p.fitted.prompts]
+        credit = CappedProgress(progress, len(pending)) if progress is not None else None
+        generated = iter(self._generate(requests, credit, cancel))
         if credit is not None:
             credit.settle()
-        for p, gen in zip(pending, generations, strict=True):
-            if isinstance(gen, EngineError):
+        for p in pending:
+            gens = [next(generated) for _ in p.fitted.prompts]
+            engine_error = next((g for g in gens if isinstance(g, EngineError)), None)
+            if engine_error is not None:
                 results[p.index] = self._error(
-                    p.item.id, GenerationError(str(gen)), p.tokens, retries, attempts=p.attempts
+                    p.item.id, GenerationError(str(engine_error)), p.tokens, retries, attempts=p.attempts
                 )
                 continue
+            windows = [g for g in gens if not isinstance(g, EngineError)]
+            prompt_tokens = sum(g.prompt_tokens for g in windows)
+            completion_tokens = sum(g.completion_tokens for g in windows)
             p.tokens = TokenCounts(
-                prompt=p.tokens.prompt + gen.prompt_tokens, completion=p.tokens.completion + gen.completion_tokens
+                prompt=p.tokens.prompt + prompt_tokens, completion=p.tokens.completion + completion_tokens
             )
-            self.stats.add("prompt_tokens", gen.prompt_tokens)
-            self.stats.add("completion_tokens", gen.completion_tokens)
+            self.stats.add("prompt_tokens", prompt_tokens)
+            self.stats.add("completion_tokens", completion_tokens)
+            gen = windows[0]
+            text = "\n".join(g.text for g in windows)
             try:
-                if gen.finish_reason == "length":
-                    self.stats.add("length_cutoffs", 1)
-                    raise VerdictError(
-                        f"output cut off at max_tokens={p.fitted.constraint.max_tokens} "
-                        "(the constraint's worst case should make this impossible)",
-                        gen.text,
-                    )
-                if gen.finish_reason != "stop":
-                    # vLLM ends a request with "error" when the backend refuses a token its mask allowed;
-                    # the retry's prompt names the error.
-                    reason = gen.finish_reason
-                    raise VerdictError(f"the engine ended the output with finish_reason={reason!r}", gen.text)
-                verdict = self.gate.parse(gen.text, p.fitted, p.item)
+                for window, (_, constraint) in zip(windows, p.fitted.prompts, strict=True):
+                    if window.finish_reason == "length":
+                        self.stats.add("length_cutoffs", 1)
+                        raise VerdictError(
+                            f"output cut off at max_tokens={constraint.max_tokens} "
+                            "(the constraint's worst case should make this impossible)",
+                            text,
+                        )
+                    if window.finish_reason != "stop":
+                        # vLLM ends a request with "error" when the backend refuses a token its mask allowed;
+                        # the retry's prompt names the error.
+                        reason = window.finish_reason
+                        raise VerdictError(f"the engine ended the output with finish_reason={reason!r}", text)
+                verdict = self.gate.parse(text, p.fitted, p.item)
                 token = roles.decision_of(self.gate)
                 if gen.tokens is not None and gen.top_logprobs is not None and token is not None:
                     probabilities = decision_probabilities(
@@ -595,7 +606,7 @@ class Judge(AbstractContextManager["Judge"]):
                 failed.append((p, exc))
                 continue
             results[p.index] = self._verdict(
-                p.item.id, verdict, p.tokens, retries, gen.text, p.fitted.fence, attempts=p.attempts
+                p.item.id, verdict, p.tokens, retries, text, p.fitted.fence, attempts=p.attempts
             )
         return failed
 
@@ -683,7 +694,11 @@ def _ascii(text: str) -> str:
 
 
 def _with_note(fitted: FittedPrompt, note: str) -> FittedPrompt:
-    """The same prompt with the validation error appended to the user turn."""
-    *head, last = fitted.messages
-    messages = (*head, {**last, "content": last["content"] + "\n\n" + note})
-    return dataclasses.replace(fitted, messages=tuple(messages))
+    """The same prompt (every window of it) with the validation error appended to the user turn."""
+
+    def noted(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+        *head, last = messages
+        return (*head, {**last, "content": last["content"] + "\n\n" + note})
+
+    more = tuple((noted(m), c) for m, c in fitted.more_windows)
+    return dataclasses.replace(fitted, messages=noted(fitted.messages), more_windows=more)

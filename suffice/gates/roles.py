@@ -67,6 +67,13 @@ class ReadsItems(Protocol):
 
     def high_stakes(self, item: Item) -> bool: ...
 
+    def response_segments(self, item: Item) -> Sequence[Any] | None:
+        """The response's segments, for a gate that judges it segment by segment (each needs a ``text``):
+        the response is then shown as them, in windows (:func:`~suffice.prompts.fitting.fit_prompt`)."""
+
+    def window_constraint(self, item: Item, shown: Sequence[Chunk], window: tuple[int, int]) -> Constraint:
+        """The constraint for the window of ``count`` segments from ``first`` (``window``), these chunks shown."""
+
 
 class Calibrates(Protocol):
     #: The scores a threshold can be saved for.
@@ -145,6 +152,10 @@ def _no_detail_but_full(gate: Gate, detail: str) -> None:
         raise ConfigError("detail", detail, f"the {gate.name} gate declares no decision_key to decide by alone")
 
 
+def _no_windows(gate: Gate, item: Item, shown: Sequence[Chunk], window: tuple[int, int]) -> Constraint:
+    raise TypeError(f"the {gate.name} gate judges no response in windows: define window_constraint")
+
+
 def _scores_from_route(gate: Gate, verdict: Mapping[str, Any]) -> dict[str, float | None]:
     parsed = gate.verdict_model.model_validate(dict(verdict))
     return {**gate.route(parsed).scores, "decision": float(gate.is_positive(parsed))}
@@ -189,6 +200,8 @@ _DEFAULTS: dict[str, Any] = {
     "parse_item": lambda gate, record: parse_record(record, need_response=gate.needs_response),
     "shortcut": lambda gate, item: None,
     "item_constraint": lambda gate, item, shown: gate.constraint_for(shown),
+    "response_segments": lambda gate, item: None,
+    "window_constraint": _no_windows,
     "high_stakes": lambda gate, item: False,
     "calibration_scores": _scores_from_route,
     "useful_chunk_ids": lambda gate, verdict: None,
@@ -313,10 +326,20 @@ def shortcut(gate: Gate, item: Item) -> BaseModel | None:
     return verdict  # type: ignore[no-any-return]
 
 
-def item_constraint(gate: Gate, item: Item, shown: Sequence[Chunk]) -> Constraint:
+def item_constraint(
+    gate: Gate, item: Item, shown: Sequence[Chunk], window: tuple[int, int] | None = None
+) -> Constraint:
     """The constraint for ``item``'s prompt showing these chunks: the gate's ``constraint_for``, unless its
-    constraint depends on the item too (adequacy: its rubric's dimensions)."""
+    constraint depends on the item too (adequacy: its rubric's dimensions); for a window of the response's segments
+    (``(first, count)``), the gate's ``window_constraint``."""
+    if window is not None:
+        return _call(gate, "window_constraint", item, shown, window)  # type: ignore[no-any-return]
     return _call(gate, "item_constraint", item, shown)  # type: ignore[no-any-return]
+
+
+def response_segments(gate: Gate, item: Item) -> Sequence[Any] | None:
+    """The segments ``item``'s response is judged in, for a gate that judges it segment by segment; else ``None``."""
+    return _call(gate, "response_segments", item)  # type: ignore[no-any-return]
 
 
 def high_stakes(gate: Gate, item: Item) -> bool:

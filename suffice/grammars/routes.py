@@ -75,8 +75,6 @@ class Routing:
     caveats: list[str] = field(default_factory=list)
     #: The source ids backing a delivered ``answer``, beside it (the answer is delivered as it was given).
     citations: list[str] = field(default_factory=list)
-    #: A checking gate's own wording of the answer, only where the record had no answer to deliver.
-    judge_answer: str | None = None
     #: For a ``human_review`` route: the rule that sent it (a key of :data:`REVIEW_RULES`).
     rule: str | None = None
     #: What lets a ``deliver`` route be built at all (see :class:`Checked`, made only by :func:`deliver`).
@@ -129,5 +127,5 @@ def deliver(gate: _Gate, verdict: object, reason: str, **fields: Any) -> Routing
     if stopped is None:
         return Routing("deliver", reason, checked=Checked(_KEY, gate.name), **fields)
     rule, why, gap = stopped
-    kept = {k: v for k, v in fields.items() if k in ("scores", "rubric", "judge_answer")}
+    kept = {k: v for k, v in fields.items() if k in ("scores", "rubric")}
     return Routing("human_review", f"{why}; on what it saw, {reason}", gap=gap, rule=rule, **kept)

@@ -119,8 +119,7 @@ class StepFailure(BaseModel):
 class Outcome(BaseModel):
     """How one question ended.  ``verdict`` is the last gate verdict (if any).  A delivered ``answer`` is the checked
     answer as it was given (or generated), with ``citations`` (the source ids backing it) and ``caveats`` for a
-    partially supported one; ``judge_answer`` is a checking gate's own wording, only where there was no answer to
-    deliver.  An abstention carries the ``gap`` (what is missing) and ``queries`` (what could fill it).  ``failure``
+    partially supported one (the recovery gate's answer carries its citations inline).  An abstention carries the ``gap`` (what is missing) and ``queries`` (what could fill it).  ``failure``
     is set when a harness step, not the gate, sent the question to review."""
 
     model_config = ConfigDict(frozen=True)
@@ -133,7 +132,6 @@ class Outcome(BaseModel):
     answer: str | None = None
     caveats: list[str] = Field(default_factory=list)
     citations: list[str] = Field(default_factory=list)
-    judge_answer: str | None = None
     queries: list[str] = Field(default_factory=list)
     failure: StepFailure | None = None
     chunk_ids: list[Any] = Field(default_factory=list)
@@ -384,7 +382,6 @@ class Pipeline:
             answer=routing.answer,
             caveats=routing.caveats,
             citations=routing.citations,
-            judge_answer=routing.judge_answer,
             queries=routing.queries if kind == "abstained" else [],
             chunk_ids=[c.id for c in item.chunks],
             verdict=verdict,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from suffice.exceptions import CancelledError, PromptTooLongError
 from suffice.grammars.constraint import Constraint
 from suffice.prompts.templates import Message, PromptTemplate, fence_seed
+from suffice.prompts.windows import SegmentLike, plan_windows
 from suffice.records.item import Chunk, ChunkId, Item
 from suffice.serving.base import Engine
 from suffice.text import normalise
@@ -78,6 +79,16 @@ class FittedPrompt:
     response_chars_checked: int | None = None
     #: The fence token the messages carry: with the messages, what a replay of the request needs.
     fence: str = ""
+    #: A gate that judges a response segment by segment: its segments, and the windows after the first (each its
+    #: messages and constraint; ``messages`` and ``constraint`` are the first window's).  Every window shows the same
+    #: question and chunks, in the same words, before its segments: the prefix cache holds that part once.
+    segments: tuple[SegmentLike, ...] = ()
+    more_windows: tuple[tuple[tuple[Message, ...], Constraint], ...] = ()
+
+    @property
+    def prompts(self) -> list[tuple[tuple[Message, ...], Constraint]]:
+        """Every request this prompt is judged in: one, or one per window."""
+        return [(self.messages, self.constraint), *self.more_windows]
 
     @property
     def chunk_ids(self) -> list[ChunkId]:
@@ -136,9 +147,15 @@ def fit_prompt(
     system_context: dict[str, Any],
     user_context: dict[str, Any],
     cancel: threading.Event | None = None,
+    segments: Sequence[SegmentLike] | None = None,
 ) -> FittedPrompt:
     """Render the item's prompt so that prompt plus worst-case output fits the model; setting ``cancel``
-    raises :class:`~suffice.exceptions.CancelledError` between steps."""
+    raises :class:`~suffice.exceptions.CancelledError` between steps.
+
+    With ``segments`` (a gate that judges the response segment by segment), the response is shown as its segments,
+    in windows of at most ``max_response_tokens`` (:func:`~suffice.prompts.windows.plan_windows`), each window one
+    request with the same chunks; ``constraint_for`` is then called with ``window=(first, count)``.  Chunks are
+    fitted for the window that needs the most room, so every window fits."""
 
     def check() -> None:
         if cancel is not None and cancel.is_set():
@@ -147,15 +164,31 @@ def fit_prompt(
     check()
     # Text is counted and cut as the prompt shows it (NFKC can lengthen it).
     question, question_truncated = cut_text(engine, normalise(item.question), config.max_question_tokens)
-    response, response_truncated = (
-        cut_text(engine, normalise(item.response), config.max_response_tokens)
-        if item.response is not None
-        else (None, False)
-    )
+    windows: list[tuple[int, int]] = []
+    shown_segments: list[str] = []
+    segment_tokens: list[int] = []
+    if segments is not None:
+        shown_segments = [normalise(s.text) for s in segments]
+        segment_tokens = engine.count_tokens(shown_segments)
+        windows = plan_windows(segment_tokens, config.max_response_tokens)
+        response, response_truncated = None, False
+    elif item.response is not None:
+        response, response_truncated = cut_text(engine, normalise(item.response), config.max_response_tokens)
+    else:
+        response, response_truncated = None, False
     response_chars = None if item.response is None else len(normalise(item.response))
     response_chars_checked = (
-        None if response is None else len(response) - len(TRUNCATION_MARK) if response_truncated else len(response)
+        response_chars
+        if segments is not None
+        else None
+        if response is None
+        else len(response) - len(TRUNCATION_MARK)
+        if response_truncated
+        else len(response)
     )
+    # The windows that need the most: room in the prompt (tokens of their segments) and in the output (segments).
+    widest = max(windows, key=lambda w: sum(segment_tokens[w[0] : w[0] + w[1]]), default=None)
+    longest = max(windows, key=lambda w: w[1], default=None)
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
     precut = [_precut(engine, normalise(c.text)) for c in item.chunks]
@@ -168,9 +201,11 @@ def fit_prompt(
     seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in _fenced_fields(c))])
 
     def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
-        return render_fenced(keep, texts)[0]
+        return render_fenced(keep, texts, widest)[0]
 
-    def render_fenced(keep: set[int], texts: dict[int, str]) -> tuple[tuple[Message, ...], str]:
+    def render_fenced(
+        keep: set[int], texts: dict[int, str], window: tuple[int, int] | None = None
+    ) -> tuple[tuple[Message, ...], str]:
         kept = [item.chunks[i] for i in sorted(keep)]
         sources = source_labels(kept)
         shown = [
@@ -186,11 +221,20 @@ def fit_prompt(
             for label, i in enumerate(sorted(keep))
         ]
         context = {**user_context, "question": question, "chunks": shown, "response": response}
+        if window is not None:
+            first, count = window
+            context["segments"] = [{"index": first + i, "text": shown_segments[first + i]} for i in range(count)]
+            context["total_segments"] = len(shown_segments)
         return template.render_fenced(system_context, context, seed=seed)
 
+    def window_constraint(keep: set[int], window: tuple[int, int] | None) -> Constraint:
+        chunks = [item.chunks[i] for i in sorted(keep)]
+        return constraint_for(chunks) if window is None else constraint_for(chunks, window=window)  # type: ignore[call-arg]
+
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:
-        """(constraint, budget, overhead) with these chunks shown, their text left out."""
-        constraint = constraint_for([item.chunks[i] for i in sorted(keep)])
+        """(constraint, budget, overhead) with these chunks shown, their text left out: for windows, the budget
+        the window of the most segments leaves, the overhead of the one of the most text."""
+        constraint = window_constraint(keep, longest)
         budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
         return constraint, budget, engine.prompt_tokens(render(keep, {i: "" for i in keep}))
 
@@ -235,8 +279,9 @@ def fit_prompt(
                 truncated.add(i)
             else:
                 texts[i] = precut[i][0]
-        messages, fence = render_fenced(keep, texts)
-        actual = engine.prompt_tokens(messages)
+        rendered = [render_fenced(keep, texts, w) for w in (windows or [None])]  # type: ignore[list-item]
+        messages, fence = rendered[0]
+        actual = max(engine.prompt_tokens(m) for m, _ in rendered)
         if actual <= budget:
             shown = tuple(
                 ShownChunk(
@@ -247,7 +292,6 @@ def fit_prompt(
             return FittedPrompt(
                 messages=messages,
                 shown=shown,
-                constraint=constraint,
                 truncated_chunk_ids=[item.chunks[i].id for i in kept if i in truncated],
                 omitted_chunk_ids=[c.id for i, c in enumerate(item.chunks) if i not in keep],
                 question_truncated=question_truncated,
@@ -255,6 +299,11 @@ def fit_prompt(
                 response_chars=response_chars,
                 response_chars_checked=response_chars_checked,
                 fence=fence,
+                segments=tuple(segments or ()),
+                constraint=window_constraint(keep, windows[0]) if windows else constraint,
+                more_windows=tuple(
+                    (m, window_constraint(keep, w)) for (m, _), w in zip(rendered[1:], windows[1:], strict=True)
+                ),
             )
         # Token boundaries shift when texts are joined: take the overshoot off and retry.
         slack += actual - budget + 8

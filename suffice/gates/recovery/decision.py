@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from suffice.exceptions import ConfigError
-from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict
+from suffice.gates.recovery.grammar import Classification, RecoveryBounds, RecoveryDecision, RecoveryVerdict
 from suffice.grammars.routes import Route
 from suffice.prompts.fitting import ShownChunk, source_key
 
@@ -146,6 +146,7 @@ def decide(
     supported, unsupported = verdict.supported_claims, verdict.unsupported_claims
     claims = len(supported) + len(unsupported)
     ratio = len(supported) / claims if claims else 0.0
+    # Sources of the segments that name them (``partial`` too: its passages are read).
     cited = set(verdict.cited_sources)
     backing = [c for c in shown if source_key(c) in cited]
     floor = threshold.min_passage_score
@@ -168,10 +169,6 @@ def decide(
             # The model judged the question's beginning only: the route the verdict records is a person's too.
             route, gap, caveats, rule = "human_review", [QUESTION_CUT_GAP], None, QUESTION_NOT_FULLY_CHECKED
             reason = f"the question was cut to fit max_question_tokens; on its beginning, {reason}: a person decides"
-        elif route == "deliver" and verdict.response_truncated:
-            # Only the response's beginning was shown to the model: delivering it would pass the rest unchecked.
-            route, reason, gap, caveats = "human_review", not_fully_checked(verdict, reason), unchecked(verdict), None
-            rule = RESPONSE_NOT_FULLY_CHECKED
         return RecoveryDecision(
             route=route,
             reason=reason,
@@ -207,8 +204,8 @@ def decide(
             return out("deliver", "SUFFICIENT and the threshold is met")
         reason = "SUFFICIENT but below the threshold: " + "; ".join(shortfalls)
         if can_retrieve:
-            return out("retrieve_more", reason, queries=list(supported[:3]), gap=shortfalls)
-        return no_more_retrieval(reason, gap=shortfalls, queries=list(supported[:3]))
+            return out("retrieve_more", reason, queries=more_of(supported), gap=shortfalls)
+        return no_more_retrieval(reason, gap=shortfalls, queries=more_of(supported))
 
     if verdict.classification is Classification.PARTIALLY_SUFFICIENT:
         if threshold.high_stakes:
@@ -229,25 +226,16 @@ def decide(
     return no_more_retrieval("INSUFFICIENT")
 
 
-#: The rule that sends a response checked only in part to a person instead of delivering it.
-RESPONSE_NOT_FULLY_CHECKED = "response_not_fully_checked"
-#: The same for a question cut to fit, with what was not checked.
+#: The rule that sends a verdict on a question cut to fit to a person instead of delivering it, and what was not
+#: checked.
 QUESTION_NOT_FULLY_CHECKED = "question_not_fully_checked"
 QUESTION_CUT_GAP = "the end of the question was cut to fit max_question_tokens and never checked"
 
 
-def unchecked(verdict: RecoveryVerdict) -> list[str]:
-    """What of the response the model never saw, in characters."""
-    total, checked = verdict.response_chars, verdict.response_chars_checked
-    if total is None or checked is None:
-        return ["the end of the response was cut to fit max_response_tokens and never checked"]
-    return [f"characters {checked + 1}-{total} of the response ({total - checked} of {total}) were never checked"]
-
-
-def not_fully_checked(verdict: RecoveryVerdict, reason: str) -> str:
-    total, checked = verdict.response_chars, verdict.response_chars_checked
-    part = "part" if total is None or checked is None else f"{checked} of {total} characters"
-    return f"only {part} of the response fit max_response_tokens; on that part, {reason}: a person decides on the whole"
+def more_of(supported: Sequence[str]) -> list[str]:
+    """Queries for more evidence of what is supported too thinly: the first supported claims, cut to a query's
+    length."""
+    return [claim[: RecoveryBounds.QUERY_CHARS] for claim in supported[: RecoveryBounds.QUERIES_MAX]]
 
 
 def partial_caveats(verdict: RecoveryVerdict) -> list[str]:

@@ -11,25 +11,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from suffice.exceptions import ConfigError, VerdictError
+from suffice.exceptions import InputError, VerdictError
 from suffice.gates.base import Gate, GateOptions
+from suffice.gates.recovery.citing import UNSUPPORTED_MARKER, check_marker, cite
 from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.gates.recovery.grammar import (
+    CITING,
     DEFAULT_BOUNDS,
     Classification,
+    JudgedSegment,
     RecoveryBounds,
     RecoveryOutput,
     RecoveryVerdict,
-    at_limit,
     recovery_constraint,
-    relabel_citations,
+    settle,
+    tally,
+    weakest,
 )
+from suffice.gates.recovery.segments import Segment, segment
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
-from suffice.prompts.templates import load_prompt, normalise
+from suffice.prompts.templates import load_prompt
 from suffice.records.item import Chunk, Item
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -47,23 +52,21 @@ class RecoveryOptions(GateOptions):
         ),
     )
 
-    max_claims: int = Field(
-        default=B.CLAIMS_MAX,
-        ge=B.CLAIMS_RANGE[0],
-        le=B.CLAIMS_RANGE[1],
+    max_sources_per_segment: int = Field(
+        default=B.SOURCES_MAX,
+        ge=B.SOURCES_RANGE[0],
+        le=B.SOURCES_RANGE[1],
         description=(
-            f"claims the model may list as supported, and as unsupported ({B.CLAIMS_RANGE[0]}-{B.CLAIMS_RANGE[1]}, "
-            f"default {B.CLAIMS_MAX}); a list filled to it is named in the row's at_limit"
+            f"sources the model may name for one segment of the response ({B.SOURCES_RANGE[0]}-{B.SOURCES_RANGE[1]}, "
+            f"default {B.SOURCES_MAX})"
         ),
     )
-    max_cited_sentences: int = Field(
-        default=B.ANSWER_SENTENCES,
-        ge=B.SENTENCES_RANGE[0],
-        le=B.SENTENCES_RANGE[1],
+
+    unsupported_marker: str = Field(
+        default=UNSUPPORTED_MARKER,
         description=(
-            f"sentences of a SUFFICIENT answer, each with one citation ({B.SENTENCES_RANGE[0]}-"
-            f"{B.SENTENCES_RANGE[1]}, default {B.ANSWER_SENTENCES}): the most sources a verdict can cite, so "
-            "min_passages may not exceed it"
+            "what follows each segment not fully supported in a partial answer that is delivered (loose threshold), "
+            f"so no application shows it as supported (default {UNSUPPORTED_MARKER})"
         ),
     )
 
@@ -72,7 +75,7 @@ class RecoveryOptions(GateOptions):
         description="no retrieval is left for any record (no retriever): a shortfall abstains (high stakes: a person)",
     )
 
-    per_request = frozenset({"threshold", "retrieval_exhausted"})
+    per_request = frozenset({"threshold", "retrieval_exhausted", "unsupported_marker"})
 
     @field_validator("threshold")
     @classmethod
@@ -80,28 +83,14 @@ class RecoveryOptions(GateOptions):
         SufficiencyThreshold.from_spec(value)  # a ConfigError names the key at fault
         return value
 
-    @model_validator(mode="after")
-    def _reachable(self) -> RecoveryOptions:
-        check_reachable(SufficiencyThreshold.from_spec(self.threshold), self.bounds)
-        return self
+    @field_validator("unsupported_marker")
+    @classmethod
+    def _usable_marker(cls, value: str) -> str:
+        return check_marker(value)
 
     @property
     def bounds(self) -> RecoveryBounds:
-        return RecoveryBounds(claims_max=self.max_claims, sentences=self.max_cited_sentences)
-
-
-def check_reachable(threshold: SufficiencyThreshold, bounds: RecoveryBounds) -> None:
-    """Refuse a threshold no verdict can meet under ``bounds``: each cited sentence names one source, so a
-    verdict cites at most ``max_cited_sentences`` sources; counted one chunk per source, ``min_passages`` above
-    that would send every SUFFICIENT verdict to retrieval."""
-    if threshold.min_passages > bounds.sentences:
-        raise ConfigError(
-            "min_passages",
-            threshold.min_passages,
-            f"is more than max_cited_sentences={bounds.sentences}, the most sources a verdict can cite: "
-            f"with one chunk per source no verdict could meet min_passages={threshold.min_passages} "
-            f"(raise max_cited_sentences to at least {threshold.min_passages}, or lower min_passages)",
-        )
+        return RecoveryBounds(sources_max=self.max_sources_per_segment)
 
 
 class RecoveryGate(Gate):
@@ -116,18 +105,19 @@ class RecoveryGate(Gate):
     def __init__(
         self,
         threshold: SufficiencyThreshold | None = None,
-        prompt_version: str = "v3",
+        prompt_version: str = "v4",
         bounds: RecoveryBounds = DEFAULT_BOUNDS,
         *,
         retrieval_exhausted: bool = False,
+        unsupported_marker: str = UNSUPPORTED_MARKER,
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         # The options' default, so RecoveryGate() in Python is the gate the CLI, TOML and HTTP build by default.
         self.threshold = threshold or SufficiencyThreshold.from_spec(RecoveryOptions.model_fields["threshold"].default)
         self.bounds = bounds
-        check_reachable(self.threshold, bounds)
         #: Every record is judged as if its ``retrieval_exhausted`` were set.
         self.retrieval_exhausted = retrieval_exhausted
+        self.unsupported_marker = check_marker(unsupported_marker)
 
     @classmethod
     def from_options(cls, options: GateOptions) -> RecoveryGate:
@@ -136,6 +126,7 @@ class RecoveryGate(Gate):
             SufficiencyThreshold.from_spec(options.threshold),
             bounds=options.bounds,
             retrieval_exhausted=options.retrieval_exhausted,
+            unsupported_marker=options.unsupported_marker,
         )
 
     def can_retrieve(self, item: Item) -> bool:
@@ -158,27 +149,25 @@ class RecoveryGate(Gate):
         settings = {
             **super().settings(),
             "threshold": self.threshold.describe(),
-            "max_claims": str(self.bounds.claims_max),
-            "max_cited_sentences": str(self.bounds.sentences),
+            "max_sources_per_segment": str(self.bounds.sources_max),
         }
+        if self.unsupported_marker != UNSUPPORTED_MARKER:
+            settings["unsupported_marker"] = self.unsupported_marker
         if self.retrieval_exhausted:
             settings["retrieval_exhausted"] = "true"
         return settings
 
     def seed_extras(self, verdict: BaseModel) -> dict[str, Any]:
-        """Beside the seed's shape: how much of the response was checked, lists at their bound."""
+        """Beside the seed's shape: every segment with its label and sources, the model's own classification, and
+        how the response was judged."""
         if not isinstance(verdict, RecoveryVerdict):
             return {}
-        row: dict[str, Any] = {
-            "fitting": {
-                "response_truncated": verdict.response_truncated,
-                "response_chars": verdict.response_chars,
-                "response_chars_checked": verdict.response_chars_checked,
-            }
+        return {
+            "segments": [s.model_dump(mode="json") for s in verdict.segments],
+            "model_classification": verdict.model_classification.value,
+            "disagreement": verdict.disagreement,
+            "fitting": {"windows": verdict.windows, "response_chars": len(verdict.cited_answer)},
         }
-        if verdict.at_limit:
-            row["at_limit"] = list(verdict.at_limit)
-        return row
 
     def route(self, verdict: BaseModel) -> Routing:
         """The decision computed in code (support ratio, passages, preset)."""
@@ -199,7 +188,6 @@ class RecoveryGate(Gate):
                 answer=verdict.delivered_answer,
                 caveats=list(rd.caveats),
                 citations=list(verdict.cited_sources),
-                judge_answer=verdict.judge_answer,
             )
         return Routing(
             rd.route,
@@ -207,7 +195,6 @@ class RecoveryGate(Gate):
             queries=list(rd.queries),
             gap=list(rd.gap),
             scores=scores,
-            judge_answer=verdict.judge_answer,
             rule=rd.rule,
         )
 
@@ -225,18 +212,30 @@ class RecoveryGate(Gate):
             raise TypeError(f"the recovery gate cannot export a {type(verdict).__name__}")
         return verdict.to_seed()
 
+    def response_segments(self, item: Item) -> list[Segment]:
+        """The response's sentences and claims, each judged (:func:`~suffice.gates.recovery.segments.segment`)."""
+        found = segment(item.response or "")
+        if not found:
+            raise InputError("response", "holds no sentence or claim to check (only whitespace and markup)")
+        return found
+
     def shortcut(self, item: Item) -> RecoveryVerdict | None:
+        found = self.response_segments(item)
         if item.has_evidence:
             return None
+        # No evidence was retrieved: nothing the response says can be supported (the model is not asked).
+        judged = [_judged(s, "unsupported", []) for s in found]
         verdict = RecoveryVerdict(
             classification=Classification.INSUFFICIENT,
+            model_classification=Classification.INSUFFICIENT,
+            segments=judged,
             supported_claims=[],
-            unsupported_claims=["The answer's claims (no evidence was retrieved)."],
+            unsupported_claims=[s.text for s in found],
+            cited_answer=item.response or "",
             abstention_notice="No evidence was retrieved, so no claim of the answer can be supported.",
             suggested_retrieval_queries=[item.question[: RecoveryBounds.QUERY_CHARS]],
             prompt_version=self.template.name,
-            response_chars=None if item.response is None else len(normalise(item.response)),
-            response_chars_checked=None if item.response is None else 0,
+            windows=0,
         )
         decision = decide(verdict, [], self.threshold, can_retrieve=self.can_retrieve(item))
         return verdict.model_copy(update={"decision": decision})
@@ -249,54 +248,87 @@ class RecoveryGate(Gate):
         return verdict.model_copy(update={"class_probabilities": by_class})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        return recovery_constraint(len(source_labels(shown)), self.bounds)
+        """A window of one segment (what a prompt measured without its response needs at least)."""
+        return recovery_constraint(len(source_labels(shown)), 0, 1, self.bounds)
+
+    def window_constraint(self, item: Item, shown: Sequence[Chunk], window: tuple[int, int]) -> Constraint:
+        first, count = window
+        return recovery_constraint(len(source_labels(shown)), first, count, self.bounds)
 
     def system_context(self, item: Item) -> dict[str, Any]:
         return {"bounds": self.bounds.for_prompt(), "threshold": self.threshold.describe()}
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> RecoveryVerdict:
-        try:
-            output = RecoveryOutput.model_validate(json.loads(text), context={"bounds": self.bounds})
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise VerdictError(f"output is not a valid recovery verdict: {exc}", text) from exc
-        sources = fitted.sources
-        answer: str | None = None
-        cited: list[str] = []
-        if output.answer is not None:
+        """One verdict from the outputs of every window (``text``: one line each, in order)."""
+        outputs = text.split("\n")
+        prompts = fitted.prompts
+        if len(outputs) != len(prompts):
+            raise VerdictError(f"{len(outputs)} outputs for {len(prompts)} windows", text)
+        read: list[RecoveryOutput] = []
+        for number, (output, (_, constraint)) in enumerate(zip(outputs, prompts, strict=True)):
+            if not constraint.matches(output):
+                raise VerdictError(f"window {number}'s output is not in the form its constraint allows", output)
             try:
-                answer, cited = relabel_citations(output.answer, sources)
-            except (ValueError, IndexError) as exc:
-                raise VerdictError(f"a citation names no source shown in the request: {exc}", text) from exc
+                read.append(RecoveryOutput.model_validate(json.loads(output)))
+            except (json.JSONDecodeError, ValidationError) as exc:
+                raise VerdictError(f"output is not a valid recovery verdict: {exc}", output) from exc
+        sources = fitted.sources
+        entries = [entry for output in read for entry in output.segments]
+        if [index for index, _, _ in entries] != list(range(len(fitted.segments))):
+            raise VerdictError("the windows' entries do not number the response's segments once each, in order", text)
+        judged = [
+            _judged(seg, label, [sources[k] for k in numbers] if label in CITING else [])
+            for seg, (_, label, numbers) in zip(fitted.segments, entries, strict=True)
+        ]
+        labels = [s.label for s in judged]
+        model = weakest(*(output.classification for output in read))
+        computed = tally(labels)
+        notices = [o.abstention_notice for o in read if o.abstention_notice]
+        queries = list(dict.fromkeys(q for o in read for q in o.suggested_retrieval_queries or []))
+        classification = settle(computed, model)
+        response = item.response or ""
+        abstaining = classification is not Classification.SUFFICIENT
         verdict = RecoveryVerdict(
-            classification=output.classification,
-            supported_claims=list(output.supported_claims),
-            unsupported_claims=list(output.unsupported_claims),
-            answer=answer,
-            abstention_notice=output.abstention_notice,
-            suggested_retrieval_queries=output.suggested_retrieval_queries,
-            cited_sources=cited,
+            classification=classification,
+            model_classification=model,
+            disagreement=computed is not model,
+            segments=judged,
+            supported_claims=[s.text for s in judged if s.label == "supported"],
+            unsupported_claims=[s.text for s in judged if s.label in ("partial", "unsupported")],
+            cited_answer=cite(response, judged),
+            abstention_notice=(notices[0] if notices else None) if abstaining else None,
+            suggested_retrieval_queries=(queries[: B.QUERIES_MAX] or None) if abstaining else None,
+            cited_sources=list(dict.fromkeys(source for s in judged for source in s.sources)),
             prompt_version=self.template.name,
+            windows=len(prompts),
             truncated_chunk_ids=fitted.truncated_chunk_ids,
             omitted_chunk_ids=fitted.omitted_chunk_ids,
             question_truncated=fitted.question_truncated,
-            response_truncated=fitted.response_truncated,
-            response_chars=fitted.response_chars,
-            response_chars_checked=fitted.response_chars_checked,
-            at_limit=at_limit(output, self.bounds),
         )
         decision = decide(verdict, fitted.shown, self.threshold, can_retrieve=self.can_retrieve(item))
-        update: dict[str, Any] = {"decision": decision}
-        if decision.route == "deliver" and output.classification is Classification.PARTIALLY_SUFFICIENT:
-            # Partial support accepted: the checked answer itself is what goes out,
-            # with the decision's caveats (the seed's schema has no answer here).
-            update["partial_answer"] = item.response
-        elif decision.route == "deliver" and item.response:
-            # The seed: accept the generated answer as-is; the judge's wording stays ``answer``.
-            update["checked_answer"] = item.response
-        return verdict.model_copy(update=update)
+        answer = None
+        if decision.route == "deliver":
+            # The response itself goes out (the seed: "accept the answer as-is"), cited; a partial one with every
+            # segment not fully supported marked, so it cannot be shown as supported by accident.
+            partial = classification is not Classification.SUFFICIENT
+            answer = cite(response, judged, self.unsupported_marker) if partial else verdict.cited_answer
+        return verdict.model_copy(update={"decision": decision, "answer": answer})
 
     def model_positive(self, verdict: BaseModel) -> bool | None:
         """The model's class SUFFICIENT, beside the computed route's ``deliver``."""
         if not isinstance(verdict, RecoveryVerdict):
             return None
         return verdict.classification is Classification.SUFFICIENT
+
+
+def _judged(seg: object, label: str, sources: list[str]) -> JudgedSegment:
+    assert isinstance(seg, Segment), "the recovery gate's fitted segments are its own"
+    return JudgedSegment(
+        index=seg.index,
+        start=seg.start,
+        end=seg.end,
+        kind=seg.kind,
+        text=seg.text,
+        label=label,  # type: ignore[arg-type]
+        sources=list(dict.fromkeys(sources)),
+    )

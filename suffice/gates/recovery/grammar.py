@@ -1,76 +1,69 @@
-"""The recovery verdict (evidence insufficiency recovery, post-generation) and its constraint.
+"""The recovery verdict (evidence insufficiency recovery, post-generation): a label for every segment of the
+response, and its constraint.
 
-By construction: only SUFFICIENT has an answer, with at least one ``[CITATION:k]`` for a source ``k`` shown
-(``0..m-1``); the abstention and suggested queries exist only otherwise.  Segments: the classification (with
-log-probabilities), the branch up to the first ``[CITATION:``, then a tiny per-request label segment per citation.
+The response is cut into segments in code (:mod:`suffice.gates.recovery.segments`) and shown numbered; the model
+writes its classification, then for each segment, in order, ``[index,"label",[sources]]``: the index is prefilled,
+so the model cannot skip, repeat or invent a segment; ``supported`` and ``partial`` name 1 to
+``max_sources_per_segment`` source numbers among those shown, ``unsupported`` and ``no_claim`` none.  An abstention
+notice and retrieval queries follow exactly when the classification computed from the labels is not SUFFICIENT.
+
+Decoded in segments: the classification (with log-probabilities), one tiny per-request segment per response segment,
+then the close or the abstention (request-independent, compiled once).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.exceptions import CitationError, ConfigError
+from suffice.gates.recovery.segments import SegmentKind
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.regex import Rx, alt, json_list, json_members, json_string, lit, repeat, seq
+from suffice.grammars.regex import Rx, alt, json_list, json_string, lit, seq
 from suffice.grammars.routes import Route
+from suffice.prompts.windows import WINDOW_SEGMENTS
 
 
 @dataclass(frozen=True)
 class RecoveryBounds:
-    """Every string and list the model writes is bounded; these are the bounds.
+    """Every list and string the model writes is bounded; these are the bounds.
 
-    Two are gate options (``max_claims``: claims per list, ``max_cited_sentences``: sentences of a SUFFICIENT
-    answer, each ending in one citation): an instance holds them, and the upper-case names are their defaults.
-    A list filled to its bound is named in the verdict's ``at_limit``: the model may have had more to say.
+    ``max_sources_per_segment`` is a gate option (an instance holds it; ``SOURCES_MAX`` is its default).
+    ``WINDOW_SEGMENTS`` is the most segments one request judges: a response with more is judged in windows (each
+    segment's entry costs up to ~25 tokens of the constraint's worst case, which the prompt must leave room for).
     """
 
-    #: Default of ``max_claims``.
-    CLAIMS_MAX: ClassVar[int] = 3
-    CLAIMS_RANGE: ClassVar[tuple[int, int]] = (1, 8)
-    CLAIM_CHARS: ClassVar[int] = 64
-    #: Default of ``max_cited_sentences``.
-    ANSWER_SENTENCES: ClassVar[int] = 3
-    SENTENCES_RANGE: ClassVar[tuple[int, int]] = (1, 8)
-    SENTENCE_CHARS: ClassVar[int] = 100
+    #: Default of ``max_sources_per_segment``.
+    SOURCES_MAX: ClassVar[int] = 3
+    SOURCES_RANGE: ClassVar[tuple[int, int]] = (1, 8)
+    WINDOW_SEGMENTS: ClassVar[int] = WINDOW_SEGMENTS
     NOTICE_CHARS: ClassVar[int] = 160
     QUERIES_MAX: ClassVar[int] = 3
     QUERY_CHARS: ClassVar[int] = 64
 
-    claims_max: int = 3
-    sentences: int = 3
+    sources_max: int = 3
 
     def __post_init__(self) -> None:
-        for name, value, (lo, hi) in (
-            ("max_claims", self.claims_max, self.CLAIMS_RANGE),
-            ("max_cited_sentences", self.sentences, self.SENTENCES_RANGE),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ConfigError(name, value, f"must be a whole number from {lo} to {hi}")
-
-    @property
-    def claims_suffix(self) -> str:
-        """What the claim bound adds to a compiled form's key: nothing at the default."""
-        return "" if self.claims_max == self.CLAIMS_MAX else f"/c{self.claims_max}"
+        lo, hi = self.SOURCES_RANGE
+        value = self.sources_max
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ConfigError("max_sources_per_segment", value, f"must be a whole number from {lo} to {hi}")
 
     @property
     def suffix(self) -> str:
         """What the bounds add to a compiled form's key: nothing at the defaults."""
-        sentences = "" if self.sentences == self.ANSWER_SENTENCES else f"/s{self.sentences}"
-        return self.claims_suffix + sentences
+        return "" if self.sources_max == self.SOURCES_MAX else f"/k{self.sources_max}"
 
     def for_prompt(self) -> dict[str, int]:
         """The bounds by the names the templates use."""
         return {
-            "CLAIMS_MAX": self.claims_max,
-            "CLAIM_CHARS": self.CLAIM_CHARS,
-            "ANSWER_SENTENCES": self.sentences,
-            "SENTENCE_CHARS": self.SENTENCE_CHARS,
+            "SOURCES_MAX": self.sources_max,
             "NOTICE_CHARS": self.NOTICE_CHARS,
             "QUERIES_MAX": self.QUERIES_MAX,
             "QUERY_CHARS": self.QUERY_CHARS,
@@ -87,222 +80,176 @@ class Classification(StrEnum):
     INSUFFICIENT = "INSUFFICIENT"
 
 
-#: Answer text: no quote, backslash or square bracket, so a marker cannot be faked.
-_ANSWER_CHAR = "[ !#-Z^-~\u00a0-\ud7ff\ue000-\ufffd]"
-CITATION = re.compile(r"\[CITATION:([^\]]+)\]")
+#: What the model says of one segment: ``partial`` is partially supported, ``no_claim`` carries no factual claim
+#: (a greeting, a heading, a transition).
+SegmentLabel = Literal["supported", "partial", "unsupported", "no_claim"]
+LABELS: tuple[SegmentLabel, ...] = ("supported", "partial", "unsupported", "no_claim")
+#: The labels that name sources.
+CITING: frozenset[str] = frozenset({"supported", "partial"})
+#: Weakest first: how two classifications combine (windows) and how a disagreement settles.
+_ORDER = (Classification.INSUFFICIENT, Classification.PARTIALLY_SUFFICIENT, Classification.SUFFICIENT)
 
 
-CITATION_OPEN = "[CITATION:"
+def tally(labels: Sequence[str]) -> Classification:
+    """The classification the seed's definitions give the labels: SUFFICIENT when every claim is supported,
+    INSUFFICIENT when there is no claim or most claims are unsupported ("lacks support for most or all"),
+    PARTIALLY_SUFFICIENT otherwise (a ``partial`` label is not support)."""
+    claims = [label for label in labels if label != "no_claim"]
+    if not claims:
+        return Classification.INSUFFICIENT
+    if all(label == "supported" for label in claims):
+        return Classification.SUFFICIENT
+    if 2 * claims.count("unsupported") > len(claims):
+        return Classification.INSUFFICIENT
+    return Classification.PARTIALLY_SUFFICIENT
 
 
-def _citation_label(n_sources: int) -> Rx:
-    return alt(*[lit(str(i)) for i in range(n_sources)])
+def weakest(*classes: Classification) -> Classification:
+    return min(classes, key=_ORDER.index)
 
 
-#: The answer's first character: visible, so the answer has text besides its citations.
-_VISIBLE_CHAR = (
-    "[!#-Z^-~\u00a1-\u00ac\u00ae-\u167f\u1681-\u1fff\u2010-\u2027\u2030-\u205e"
-    "\u2070-\u2fff\u3001-\ud7ff\ue000-\ufefe\uff00-\ufffd]"
-)
-
-
-def _sentence() -> Rx:
-    return repeat(Rx(_ANSWER_CHAR, 3), 1, B.SENTENCE_CHARS)
-
-
-def _first_sentence() -> Rx:
-    """The answer's first sentence starts with a visible character: never only citations."""
-    return seq(Rx(_VISIBLE_CHAR, 3), repeat(Rx(_ANSWER_CHAR, 3), 0, B.SENTENCE_CHARS - 1))
-
-
-def _claims(lo: int, bounds: RecoveryBounds) -> Rx:
-    return json_list(json_string(1, B.CLAIM_CHARS), lo, bounds.claims_max)
+def settle(computed: Classification, model: Classification) -> Classification:
+    """The classification that routes: the one computed from the labels, except that a SUFFICIENT tally the model
+    did not also call SUFFICIENT is PARTIALLY_SUFFICIENT (the seed: "if you are unsure about support for any claim,
+    classify as PARTIALLY_SUFFICIENT").  A model more confident than its labels never raises the tally."""
+    if computed is Classification.SUFFICIENT and model is not Classification.SUFFICIENT:
+        return Classification.PARTIALLY_SUFFICIENT
+    return computed
 
 
 CLASSIFICATION_KEY = '{"classification":"'
-#: What follows every classification value up to the first thing the model chooses (prefilled).
-AFTER_PREFIX = '","supported_claims":'
+SEGMENTS_KEY = '","segments":['
+_ENTRY = re.compile(r'\[(\d+),"(supported|partial|unsupported|no_claim)",')
+ABSTENTION_KEY = '],"abstention_notice":'
+QUERIES_KEY = ',"suggested_retrieval_queries":'
 
 
-def _rest(classification: Classification, answer: Rx, bounds: RecoveryBounds, *, answer_closed: bool = True) -> Rx:
-    """Everything after the classification value; ``answer_closed=False`` stops right after ``answer``."""
-    return lit(AFTER_PREFIX) + _rest_body(classification, answer, bounds, answer_closed=answer_closed)
+def _source_label(n_sources: int) -> Rx:
+    return alt(*[lit(str(i)) for i in range(n_sources)])
 
 
-def _rest_body(classification: Classification, answer: Rx, bounds: RecoveryBounds, *, answer_closed: bool = True) -> Rx:
-    """:func:`_rest` after :data:`AFTER_PREFIX`: the supported claims' list on."""
-    if classification is Classification.SUFFICIENT:
-        return seq(
-            _claims(1, bounds),
-            lit(","),
-            json_members([("unsupported_claims", lit("[]")), ("answer", answer)]),
-            lit("}") if answer_closed else Rx("", 0),
-        )
+def _entry_body(n_sources: int, bounds: RecoveryBounds) -> Rx:
+    """One segment's entry after its prefilled ``[index,``: a label, its sources, the entry's close."""
+    sources = json_list(_source_label(n_sources), 1, bounds.sources_max)
+    return alt(
+        seq(lit('"supported",'), sources, lit("]")),
+        seq(lit('"partial",'), sources, lit("]")),
+        lit('"unsupported",[]]'),
+        lit('"no_claim",[]]'),
+    )
+
+
+def _abstention_body() -> Rx:
     return seq(
-        _claims(0, bounds),
-        lit(","),
-        json_members(
-            [
-                ("unsupported_claims", _claims(1, bounds)),
-                ("abstention_notice", json_string(1, B.NOTICE_CHARS)),
-                ("suggested_retrieval_queries", json_list(json_string(1, B.QUERY_CHARS), 1, B.QUERIES_MAX)),
-            ]
-        ),
+        json_string(1, B.NOTICE_CHARS),
+        lit(QUERIES_KEY),
+        json_list(json_string(1, B.QUERY_CHARS), 1, B.QUERIES_MAX),
         lit("}"),
     )
 
 
-def _recovery(answer: Rx, bounds: RecoveryBounds) -> Rx:
-    """The whole verdict with ``answer`` as the SUFFICIENT branch's answer."""
-    return seq(lit(CLASSIFICATION_KEY), alt(*[seq(lit(c.value), _rest(c, answer, bounds)) for c in Classification]))
-
-
-def _answer_start() -> Rx:
-    return seq(lit('"'), _first_sentence(), lit(CITATION_OPEN))
-
-
-@lru_cache(maxsize=8)
-def _segments(bounds: RecoveryBounds = DEFAULT_BOUNDS) -> dict[str, Segment]:
-    """The request-independent segments, compiled once per engine and claim bound."""
-    segments = {
-        "decision": Segment.from_rx(
-            alt(*[lit(c.value) for c in Classification]),
-            key="recovery/decision",
-            logprobs=True,
-            prefix=CLASSIFICATION_KEY,
-        ),
-    }
-    for c in Classification:
-        rx = _rest_body(c, _answer_start(), bounds, answer_closed=False)
-        key = f"recovery/after-{c.value}{bounds.claims_suffix}"
-        segments[c.value] = Segment.from_rx(rx, key=key, prefix=AFTER_PREFIX)
-    return segments
+def _entry_prefix(index: int, first: bool) -> str:
+    return (SEGMENTS_KEY if first else ",") + f"[{index},"
 
 
 @lru_cache(maxsize=1)
-def _more() -> Segment:
-    """After a citation: a sentence up to its marker, or the end of the answer."""
-    rx = alt(seq(_sentence(), lit(CITATION_OPEN)), lit('"}'))
-    return Segment.from_rx(rx, key="recovery/more")
+def _head() -> Segment:
+    return Segment.from_rx(
+        alt(*[lit(c.value) for c in Classification]), key="recovery/decision", logprobs=True, prefix=CLASSIFICATION_KEY
+    )
 
 
 @lru_cache(maxsize=1)
 def _close() -> Segment:
-    return Segment.from_rx(lit('"}'), key="recovery/close")
+    return Segment.from_rx(lit("}"), key="recovery/close", prefix="]")
 
 
-@lru_cache(maxsize=1024)
-def citation_segment(n_sources: int) -> Segment:
-    """A source label from ``0..m-1`` and the marker's closing bracket (tiny)."""
-    return Segment.from_rx(seq(_citation_label(n_sources), lit("]")), key=f"citation/{n_sources}", per_request=True)
+@lru_cache(maxsize=1)
+def _abstention() -> Segment:
+    return Segment.from_rx(_abstention_body(), key="recovery/abstention", prefix=ABSTENTION_KEY)
 
 
-def _answer(n_sources: int, bounds: RecoveryBounds) -> Rx:
-    label = seq(lit(CITATION_OPEN), _citation_label(n_sources), lit("]"))
-    first = seq(_first_sentence(), label)
-    more = repeat(seq(_sentence(), label), 0, bounds.sentences - 1)
-    return seq(lit('"'), first, more, lit('"'))
+@lru_cache(maxsize=4096)
+def _entry(n_sources: int, bounds: RecoveryBounds, index: int, first: bool) -> Segment:
+    """Segment ``index``'s entry: the same pattern (one compiled form) for every index, its prefix naming it."""
+    return Segment.from_rx(
+        _entry_body(n_sources, bounds),
+        key=f"recovery/entry/{n_sources}{bounds.suffix}",
+        per_request=True,
+        prefix=_entry_prefix(index, first),
+    )
 
 
-@lru_cache(maxsize=1024)
-def recovery_constraint(n_sources: int, bounds: RecoveryBounds = DEFAULT_BOUNDS) -> Constraint:
+def read_labels(text: str) -> list[tuple[int, str]]:
+    """The ``(index, label)`` of every segment entry in a (partial) output."""
+    return [(int(m.group(1)), m.group(2)) for m in _ENTRY.finditer(text)]
+
+
+def _model_class(text: str) -> Classification | None:
+    value = text[len(CLASSIFICATION_KEY) :].split('"', 1)[0]
+    return Classification(value) if value in Classification.__members__ else None
+
+
+def _abstains(text: str) -> bool:
+    """Whether an output with every entry written must go on with an abstention (its settled class is not
+    SUFFICIENT)."""
+    model = _model_class(text)
+    labels = [label for _, label in read_labels(text)]
+    return model is None or settle(tally(labels), model) is not Classification.SUFFICIENT
+
+
+@lru_cache(maxsize=4096)
+def recovery_constraint(n_sources: int, first: int, count: int, bounds: RecoveryBounds = DEFAULT_BOUNDS) -> Constraint:
+    """The constraint for a window of ``count`` segments, numbered from ``first``, judged against ``n_sources``
+    sources.  The key names the shape (sources, segments), not where the window starts: windows of one shape decode
+    alike (what the KV budget learns from)."""
     if n_sources < 1:
         raise ValueError(f"a recovery request shows at least one source, got n_sources={n_sources}")
-    cite = citation_segment(n_sources)
-    segments = _segments(bounds)
+    if count < 1:
+        raise ValueError(f"a recovery request judges at least one segment, got count={count}")
+    entries = [seq(lit(_entry_prefix(first + i, i == 0)), _entry_body(n_sources, bounds)) for i in range(count)]
+    rx = seq(
+        lit(CLASSIFICATION_KEY),
+        alt(*[lit(c.value) for c in Classification]),
+        *entries,
+        alt(lit("]}"), seq(lit(ABSTENTION_KEY), _abstention_body())),
+    )
+    head = _head()
 
     def continuation(text: str) -> Segment | None:
-        if text.startswith(CLASSIFICATION_KEY) and text[len(CLASSIFICATION_KEY) :] in segments:
-            return segments[text[len(CLASSIFICATION_KEY) :]]
-        if text.endswith(CITATION_OPEN):
-            return cite
-        if text.endswith("]") and '"answer":"' in text:
-            # Answer text cannot contain brackets, so "]" here closed a citation.
-            cited = text.split('"answer":"', 1)[1].count(CITATION_OPEN)
-            return _more() if cited < bounds.sentences else _close()
-        return None
+        if text.endswith("}"):
+            return None
+        done = len(read_labels(text))
+        if done < count:
+            return _entry(n_sources, bounds, first + done, done == 0)
+        return _abstention() if _abstains(text) else _close()
 
-    rx = _recovery(_answer(n_sources, bounds), bounds)
+    def check(text: str) -> bool:
+        # What the pattern cannot say: an abstention (ending in its queries' '"]}') follows exactly the outputs
+        # whose labels do not settle SUFFICIENT.
+        return _abstains(text) == text.endswith('"]}')
+
+    entry = _entry(n_sources, bounds, first, True).max_tokens
+    bound = head.max_tokens + count * entry + max(_close().max_tokens, _abstention().max_tokens)
     return Constraint.from_rx(
         rx,
-        key=f"recovery/{n_sources}{bounds.suffix}",
-        head=segments["decision"],
+        key=f"recovery/{n_sources}/n{count}{bounds.suffix}",
+        head=head,
         continuation=continuation,
-        coarse_head=_coarse_head(bounds),
-        completion_bound=_completion_bound(cite, bounds),
+        check=check,
+        completion_bound=bound,
     )
-
-
-def _completion_bound(cite: Segment, bounds: RecoveryBounds) -> int:
-    """The most tokens a verdict decodes (:attr:`Constraint.max_completion_tokens`): the classification, then an
-    abstention in one segment, or an answer up to its first citation followed by, for each of its sentences, the
-    citation's label and either the next sentence up to its marker or (after the last) the answer's close."""
-    segments = _segments(bounds)
-    abstentions = [segments[c.value].max_tokens for c in Classification if c is not Classification.SUFFICIENT]
-    sentences = bounds.sentences
-    answer = (
-        segments[Classification.SUFFICIENT.value].max_tokens
-        + sentences * cite.max_tokens
-        + (sentences - 1) * _more().max_tokens
-        + _close().max_tokens
-    )
-    return segments["decision"].max_tokens + max(*abstentions, answer)
-
-
-@lru_cache(maxsize=8)
-def _coarse_head(bounds: RecoveryBounds = DEFAULT_BOUNDS) -> Segment:
-    """A whole abstention, or an answering verdict up to its first ``[CITATION:``."""
-    rx = seq(
-        lit('"'),
-        alt(*[seq(lit(c.value), _rest(c, _answer_start(), bounds, answer_closed=False)) for c in Classification]),
-    )
-    # The prefix stops before the value's quote: large patterns open outside strings (see Segment).
-    key = "recovery/coarse-head" + bounds.claims_suffix
-    return Segment.from_rx(rx, key=key, logprobs=True, prefix=CLASSIFICATION_KEY[:-1])
 
 
 class RecoveryOutput(BaseModel):
-    """The generated form (citations name source labels)."""
+    """One window's generated form (sources are source numbers)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     classification: Classification
-    #: At most ``max_claims`` each (checked against the bounds in the validation context, else the defaults).
-    supported_claims: list[str] = Field(max_length=B.CLAIMS_RANGE[1])
-    unsupported_claims: list[str] = Field(max_length=B.CLAIMS_RANGE[1])
-    answer: str | None = None
+    segments: list[tuple[int, SegmentLabel, list[int]]]
     abstention_notice: str | None = None
     suggested_retrieval_queries: list[str] | None = Field(default=None, max_length=B.QUERIES_MAX)
-
-    @model_validator(mode="after")
-    def _conditional_fields(self, info: ValidationInfo) -> RecoveryOutput:
-        context = info.context if isinstance(info.context, dict) else {}
-        bounds = context.get("bounds", DEFAULT_BOUNDS)
-        for name in ("supported_claims", "unsupported_claims"):
-            if len(getattr(self, name)) > bounds.claims_max:
-                raise ValueError(f"{name} holds more than max_claims={bounds.claims_max}")
-        if self.answer is not None and len(CITATION.findall(self.answer)) > bounds.sentences:
-            raise ValueError(f"the answer cites more than max_cited_sentences={bounds.sentences} times")
-        if self.classification is Classification.SUFFICIENT:
-            if self.answer is None or self.abstention_notice is not None or self.suggested_retrieval_queries:
-                raise ValueError("SUFFICIENT needs an answer and no abstention fields")
-            if not CITATION.search(self.answer):
-                raise ValueError("a SUFFICIENT answer needs at least one [CITATION:source_id]")
-        elif self.answer is not None or self.abstention_notice is None or not self.suggested_retrieval_queries:
-            raise ValueError(f"{self.classification.value} needs an abstention notice and queries, no answer")
-        return self
-
-
-def at_limit(output: RecoveryOutput, bounds: RecoveryBounds = DEFAULT_BOUNDS) -> list[str]:
-    """The lists ``output`` filled to their bound (``answer``: its cited sentences): the model may have had more
-    to name, so a shortfall it did not list may be missing."""
-    sizes = (
-        ("supported_claims", len(output.supported_claims), bounds.claims_max),
-        ("unsupported_claims", len(output.unsupported_claims), bounds.claims_max),
-        ("answer", len(CITATION.findall(output.answer or "")), bounds.sentences),
-        ("suggested_retrieval_queries", len(output.suggested_retrieval_queries or []), B.QUERIES_MAX),
-    )
-    return [name for name, size, most in sizes if size >= most]
 
 
 #: The seed harness's verdict (``sufficiency_verdict``).
@@ -328,46 +275,57 @@ class RecoveryDecision(BaseModel):
     rule: str | None = None
 
 
+class JudgedSegment(BaseModel):
+    """One segment of the response with the model's label: ``response[start:end] == text``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    start: int
+    end: int
+    kind: SegmentKind
+    text: str
+    label: SegmentLabel
+    #: The caller's source ids that support it (``supported`` and ``partial`` only), in the order the model named
+    #: them, each once.
+    sources: list[str] = Field(default_factory=list)
+
+
 class RecoveryVerdict(BaseModel):
-    """The verdict in the caller's terms: citations name the caller's source ids."""
+    """The verdict in the caller's terms: sources are the caller's source ids.
+
+    ``classification`` is computed from the segments' labels (:func:`tally`, :func:`settle`); the model's own is
+    ``model_classification``, and ``disagreement`` says they differ.  ``supported_claims`` and
+    ``unsupported_claims`` are the segments' exact text (``partial`` among the unsupported: it is not support);
+    ``cited_answer`` is the response byte for byte with ``[CITATION:source_id]`` after each segment that names
+    sources."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     classification: Classification
+    model_classification: Classification
+    disagreement: bool = False
+    segments: list[JudgedSegment]
     supported_claims: list[str]
     unsupported_claims: list[str]
-    answer: str | None = None
+    cited_answer: str
     abstention_notice: str | None = None
     suggested_retrieval_queries: list[str] | None = None
     cited_sources: list[str] = Field(default_factory=list)
     prompt_version: str
+    #: Requests the response was judged in (a window each, the same context in each).
+    windows: int = 1
     truncated_chunk_ids: list[int | str] = Field(default_factory=list)
     omitted_chunk_ids: list[int | str] = Field(default_factory=list)
     question_truncated: bool = False
+    #: Never true: every segment of the response is judged (kept for the rows every gate shares).
     response_truncated: bool = False
-    #: The response's length and how much of it the model was shown (characters, as the prompt shows text):
-    #: equal unless ``response_truncated``; ``None`` for a record without a response, or where the model was not
-    #: called.
-    response_chars: int | None = None
-    response_chars_checked: int | None = None
-    #: The lists filled to their bound (see :func:`at_limit`).
-    at_limit: list[str] = Field(default_factory=list)
     decision: RecoveryDecision | None = None
-    #: Probability of each classification from the engine's log-probabilities.
+    #: Probability of each classification from the engine's log-probabilities (the first window's).
     class_probabilities: dict[str, float] | None = None
-    #: The checked answer, set only when a PARTIALLY_SUFFICIENT verdict is delivered (with ``decision.caveats``).
-    partial_answer: str | None = None
-    #: The checked answer (the record's ``response``, as given), set only when a SUFFICIENT verdict is delivered:
-    #: what goes out, with ``cited_sources`` beside it.  ``answer`` is the judge's own cited wording.
-    checked_answer: str | None = None
-
-    @model_validator(mode="after")
-    def _partial_only_when_partial(self) -> RecoveryVerdict:
-        if self.partial_answer is not None and self.classification is not Classification.PARTIALLY_SUFFICIENT:
-            raise ValueError("partial_answer is only for PARTIALLY_SUFFICIENT verdicts")
-        if self.checked_answer is not None and self.classification is not Classification.SUFFICIENT:
-            raise ValueError("checked_answer is only for SUFFICIENT verdicts")
-        return self
+    #: What a ``deliver`` decision hands to the user: ``cited_answer``, with the unsupported marker after each
+    #: segment not fully supported where a partial answer is delivered; ``None`` for any other route.
+    answer: str | None = None
 
     @property
     def delivered(self) -> bool:
@@ -375,20 +333,7 @@ class RecoveryVerdict(BaseModel):
 
     @property
     def delivered_answer(self) -> str | None:
-        """What a ``deliver`` decision hands to the user: the checked answer as it was given (the seed: "accept
-        the answer as-is"), never the judge's own wording; ``None`` for any other route, and for a record
-        without a response (see :attr:`judge_answer`)."""
-        if not self.delivered:
-            return None
-        return self.checked_answer if self.classification is Classification.SUFFICIENT else self.partial_answer
-
-    @property
-    def judge_answer(self) -> str | None:
-        """The judge's own cited answer, offered only when a SUFFICIENT verdict is delivered for a record that
-        had no response to deliver."""
-        if not self.delivered or self.classification is not Classification.SUFFICIENT:
-            return None
-        return self.answer if self.checked_answer is None else None
+        return self.answer if self.delivered else None
 
     @property
     def sufficiency_verdict(self) -> SeedVerdict:
@@ -420,21 +365,25 @@ class RecoveryVerdict(BaseModel):
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's schemas with the seed's names: the prompt's output (conditional fields present only where
-        allowed) and the harness's ``sufficiency_verdict``, ``gap_description`` and ``retrieval_queries``."""
+        allowed; the answer is the response with its citations) and the harness's ``sufficiency_verdict``,
+        ``gap_description`` and ``retrieval_queries``."""
         out: dict[str, Any] = {
             "classification": self.classification.value,
             "supported_claims": list(self.supported_claims),
             "unsupported_claims": list(self.unsupported_claims),
         }
         if self.classification is Classification.SUFFICIENT:
-            out["answer"] = self.answer
+            out["answer"] = self.cited_answer
         else:
-            out["abstention_notice"] = self.abstention_notice
+            out["abstention_notice"] = self.abstention_notice or "; ".join(self.unsupported_claims)
             out["suggested_retrieval_queries"] = list(self.suggested_retrieval_queries or [])
         out["sufficiency_verdict"] = self.sufficiency_verdict
         out["gap_description"] = self.gap_description
         out["retrieval_queries"] = self.retrieval_queries
         return out
+
+
+CITATION = re.compile(r"\[CITATION:([^\]]+)\]")
 
 
 #: Characters of a source id written as ``%XX`` (UTF-8 bytes) in a citation, besides non-printable ones.
@@ -486,19 +435,6 @@ def parse_citations(answer: str) -> list[str]:
     """The source ids of every ``[CITATION:...]`` marker in an exported answer, in order (repeats kept);
     raises :class:`CitationError` for a damaged marker."""
     return [_read_source(match.group(0), match.group(1)) for match in CITATION.finditer(answer)]
-
-
-def relabel_citations(answer: str, sources: list[str]) -> tuple[str, list[str]]:
-    """``[CITATION:k]`` → ``[CITATION:<escaped source id>]``, and the cited ids in order of first citation."""
-    cited: list[str] = []
-
-    def swap(match: re.Match[str]) -> str:
-        source = sources[int(match.group(1))]
-        if source not in cited:
-            cited.append(source)
-        return f"[CITATION:{cite_source(source)}]"
-
-    return CITATION.sub(swap, answer), cited
 
 
 SEED_SCHEMA: dict[str, Any] = {
