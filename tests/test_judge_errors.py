@@ -32,7 +32,11 @@ MISTAKES: dict[str, tuple[dict[str, Any], type[SufficeError], str]] = {
     "unknown option": ({"options": {"no_such_option": 1}}, ConfigError, "no_such_option"),
     "option of another gate": ({"options": {"rubric": "plain"}}, ConfigError, "rubric"),
     "wrong type": ({**RECOVERY, "options": {"retrieval_exhausted": "maybe"}}, ConfigError, "retrieval_exhausted"),
-    "value out of range": ({**RECOVERY, "options": {"threshold": {"min_passages": 99}}}, ConfigError, "min_passages"),
+    "value out of range": (
+        {**RECOVERY, "options": {"threshold": {"required_support_ratio": 1.5}}},
+        ConfigError,
+        "threshold",
+    ),
     "value refused": ({**RECOVERY, "options": {"threshold": "nope"}}, ConfigError, "threshold"),
     "unknown rubric": ({"gate": "adequacy", "options": {"rubric": "no-such-rubric"}}, RubricError, "rubric"),
     "options not a mapping": ({"options": [1]}, ConfigError, "options"),

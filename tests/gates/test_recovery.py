@@ -1,224 +1,199 @@
-"""The recovery gate on the scripted engine: what a decision delivers, and in what form.
+"""The recovery gate on the scripted engine: every segment of the response judged, what a decision delivers, and
+in what form.
 
-The engine is scripted (it proves the gate's handling of a verdict, not the model's
-judgement); the real engine's verdicts are checked in test_recovery_engine.py.
+The engine is scripted (it proves the gate's handling of a verdict, not the model's judgement); the real engine's
+verdicts are checked in test_recovery_engine.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
 import pytest
-from pydantic import ValidationError
 
+from suffice.exceptions import ConfigError
 from suffice.formats.verdicts import export
-from suffice.gates.recovery.decision import SufficiencyThreshold
+from suffice.gates.recovery.citing import strip_markers
+from suffice.gates.recovery.decision import SufficiencyThreshold, decide
 from suffice.gates.recovery.gate import RecoveryGate
-from suffice.gates.recovery.grammar import Classification, RecoveryDecision, RecoveryVerdict, parse_citations
+from suffice.gates.recovery.grammar import (
+    Classification,
+    RecoveryVerdict,
+    parse_citations,
+    recovery_constraint,
+)
+from suffice.gates.recovery.segments import segment
 from suffice.judge import Judge
-from tests.fakes import ScriptedEngine
+from suffice.prompts.windows import SEGMENT_FENCE_TOKENS
+from suffice.serving.base import GenerationRequest
+from tests.fakes import ScriptedEngine, prompt_segments, recovery_reply
 
-RESPONSE = "Ada Lovelace wrote the notes in 1843."
-PARTIAL = {
-    "classification": "PARTIALLY_SUFFICIENT",
-    "supported_claims": ["Ada Lovelace wrote the notes"],
-    "unsupported_claims": ["the notes are from 1843"],
-    "abstention_notice": "No passage gives the year.",
-    "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-}
-SUFFICIENT = {
-    "classification": "SUFFICIENT",
-    "supported_claims": ["Ada Lovelace wrote the notes"],
-    "unsupported_claims": [],
-    "answer": "Ada Lovelace wrote the notes [CITATION:0]",
-}
+RESPONSE = "Ada Lovelace wrote the notes. She wrote them in 1843."
 
 
-def record(source: str = "ada.txt") -> dict[str, object]:
+def record(source: str = "ada.txt", response: str = RESPONSE) -> dict[str, object]:
     return {
         "id": "ada",
         "question": "Who wrote the notes, and when?",
-        "response": RESPONSE,
+        "response": response,
         "chunks": [{"id": 0, "text": "Ada Lovelace wrote the notes on the Analytical Engine.", "source": source}],
     }
 
 
-def judged(output: Mapping[str, object], threshold: SufficiencyThreshold, source: str = "ada.txt") -> RecoveryVerdict:
-    text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
-    judge = Judge(ScriptedEngine(lambda request: text), RecoveryGate(threshold))
-    verdict = judge.judge_batch([record(source)])[0].verdict
-    assert isinstance(verdict, RecoveryVerdict)
+def year_unsupported(index: int, text: str) -> str:
+    return "unsupported" if "1843" in text else "supported"
+
+
+def judged(
+    label=year_unsupported,
+    threshold: object = "loose",
+    rec: dict[str, object] | None = None,
+    classification: str | None = None,
+    **options: object,
+) -> RecoveryVerdict:
+    gate = RecoveryGate.from_options(RecoveryGate.options_model.parse("recovery", {"threshold": threshold, **options}))
+    engine = ScriptedEngine(
+        lambda request: recovery_reply(request, label, classification, "No passage gives the year.")
+    )
+    verdict = Judge(engine, gate).judge_batch([rec or record()])[0].verdict
+    assert isinstance(verdict, RecoveryVerdict), verdict
     return verdict
 
 
-def decided(output: Mapping[str, object], threshold: SufficiencyThreshold, source: str = "ada.txt") -> RecoveryDecision:
-    decision = judged(output, threshold, source).decision
-    assert decision is not None
-    return decision
+# -- every segment judged, the classification computed ---------------------------------------------------------
 
 
-def test_loose_partial_verdict_is_delivered():
-    assert decided(PARTIAL, SufficiencyThreshold.loose()).route == "deliver"
+def test_every_segment_of_the_response_gets_its_label_and_its_exact_text_and_offsets():
+    verdict = judged()
+    assert [(s.index, s.start, s.end, s.label) for s in verdict.segments] == [
+        (0, 0, 29, "supported"),
+        (1, 30, 53, "unsupported"),
+    ]
+    assert [RESPONSE[s.start : s.end] for s in verdict.segments] == [s.text for s in verdict.segments]
+    assert verdict.supported_claims == ["Ada Lovelace wrote the notes."]
+    assert verdict.unsupported_claims == ["She wrote them in 1843."]
+    assert verdict.segments[0].sources == ["ada.txt"] and verdict.segments[1].sources == []
 
 
-def test_loose_partial_verdict_keeps_the_checked_answer():
-    assert judged(PARTIAL, SufficiencyThreshold.loose()).partial_answer == RESPONSE
+def test_an_invented_sentence_beside_a_supported_one_is_not_sufficient():
+    # Issue 49: v3 asked for the claims the question needs, so extra invented sentences went unchecked.
+    verdict = judged(classification="SUFFICIENT")
+    assert verdict.model_classification is Classification.SUFFICIENT
+    assert verdict.classification is Classification.PARTIALLY_SUFFICIENT and verdict.disagreement
 
 
-def test_loose_partial_verdict_delivers_the_checked_answer():
-    assert judged(PARTIAL, SufficiencyThreshold.loose()).delivered_answer == RESPONSE
+def test_all_supported_labels_the_model_did_not_call_sufficient_settle_partial():
+    # The seed: "if you are unsure about support for any claim, classify as PARTIALLY_SUFFICIENT".
+    verdict = judged("supported", classification="INSUFFICIENT")
+    assert verdict.classification is Classification.PARTIALLY_SUFFICIENT and verdict.disagreement
+    assert verdict.abstention_notice == "No passage gives the year."
 
 
-def test_loose_partial_verdict_delivers_caveats():
-    caveats = decided(PARTIAL, SufficiencyThreshold.loose()).caveats
-    assert caveats == ["the notes are from 1843", "No passage gives the year."]
+def test_most_claims_unsupported_is_insufficient_whatever_the_model_says():
+    rec = record(response="A is true. B is true. C is true.")
+    verdict = judged(
+        lambda i, t: "supported" if t.startswith("A") else "unsupported", rec=rec, classification="SUFFICIENT"
+    )
+    assert verdict.classification is Classification.INSUFFICIENT
 
 
-def test_loose_partial_verdict_still_exports_the_seed_schema_without_an_answer():
-    assert "answer" not in judged(PARTIAL, SufficiencyThreshold.loose()).to_seed()
+def test_a_response_with_no_claim_is_insufficient():
+    verdict = judged("no_claim", rec=record(response="Hello! Thanks for asking."))
+    assert verdict.classification is Classification.INSUFFICIENT
+    assert verdict.decision is not None and verdict.decision.route != "deliver"
 
 
-def test_strict_partial_verdict_goes_to_review():
-    assert decided(PARTIAL, SufficiencyThreshold.strict()).route == "human_review"
+def test_a_response_with_nothing_to_judge_is_an_error_naming_the_response():
+    engine = ScriptedEngine(lambda request: pytest.fail("the model is not asked"))
+    [result] = Judge(engine, RecoveryGate()).judge_batch([record(response="```\n```\n---")])
+    assert result.error is not None and result.error.field == "response"
 
 
-def test_strict_partial_verdict_keeps_no_partial_answer():
-    assert judged(PARTIAL, SufficiencyThreshold.strict()).partial_answer is None
+# -- what is delivered ----------------------------------------------------------------------------------------
 
 
-def test_strict_partial_verdict_delivers_nothing():
-    assert judged(PARTIAL, SufficiencyThreshold.strict()).delivered_answer is None
+def test_a_sufficient_verdict_delivers_the_response_byte_for_byte_with_inline_citations():
+    response = "Ada  Lovelace wrote them.\n\n  See *the notes* — 1843 [ref 1]. "
+    verdict = judged("supported", rec=record(response=response))
+    routing = RecoveryGate(SufficiencyThreshold.loose()).route(verdict)
+    assert routing.route == "deliver" and routing.citations == ["ada.txt"]
+    assert (
+        routing.answer
+        == "Ada  Lovelace wrote them.[CITATION:ada.txt]\n\n  See *the notes* — 1843 [ref 1].[CITATION:ada.txt] "
+    )
+    assert strip_markers(routing.answer) == response
+    assert verdict.to_seed()["answer"] == routing.answer
 
 
-def test_a_sufficient_verdict_delivers_the_checked_answer_as_given():
-    verdict = judged(SUFFICIENT, SufficiencyThreshold.loose())
-    assert verdict.delivered_answer == RESPONSE
-    # The judge's own cited wording is kept as the verdict's ``answer``, not delivered.
-    assert verdict.answer == "Ada Lovelace wrote the notes [CITATION:ada.txt]"
+def test_a_loose_partial_delivery_marks_each_unsupported_segment_in_the_text():
+    verdict = judged()
+    assert verdict.decision is not None and verdict.decision.route == "deliver"
+    assert (
+        verdict.delivered_answer
+        == "Ada Lovelace wrote the notes.[CITATION:ada.txt] She wrote them in 1843.[UNSUPPORTED]"
+    )
+    assert verdict.decision.caveats == ["She wrote them in 1843.", "No passage gives the year."]
+    # The cited answer (every route) marks nothing: the marker belongs to a partial delivery.
+    assert verdict.cited_answer == "Ada Lovelace wrote the notes.[CITATION:ada.txt] She wrote them in 1843."
+    assert "answer" not in verdict.to_seed()
 
 
-def test_the_gate_exports_an_odd_source_id_escaped():
-    verdict = judged(SUFFICIENT, SufficiencyThreshold.loose(), source="Wiki [en]")
-    assert verdict.to_seed()["answer"] == "Ada Lovelace wrote the notes [CITATION:Wiki %5Ben%5D]"
+def test_the_unsupported_marker_is_an_option():
+    verdict = judged(unsupported_marker=" (unverified)")
+    assert verdict.delivered_answer is not None and verdict.delivered_answer.endswith("1843. (unverified)")
+    assert strip_markers(verdict.delivered_answer, " (unverified)") == RESPONSE
 
 
-def test_the_gate_s_exported_citation_reads_back_as_the_source():
-    verdict = judged(SUFFICIENT, SufficiencyThreshold.loose(), source="Wiki [en]")
-    assert parse_citations(verdict.to_seed()["answer"]) == ["Wiki [en]"]
+@pytest.mark.parametrize("marker", ["", "   ", "[CITATION:x]", "two\nlines", "x" * 65])
+def test_an_unusable_unsupported_marker_is_refused_naming_the_option(marker):
+    with pytest.raises(ConfigError, match="unsupported_marker"):
+        RecoveryGate.options_model.parse("recovery", {"unsupported_marker": marker})
 
 
-def test_the_cited_source_of_an_odd_source_id_still_backs_the_answer():
-    decision = decided(SUFFICIENT, SufficiencyThreshold.loose(), source="Wiki [en]")
-    assert decision.supporting_passages == 1
+def test_a_strict_partial_verdict_goes_to_a_person_and_delivers_nothing():
+    verdict = judged(threshold="strict")
+    assert verdict.decision is not None
+    assert (verdict.decision.route, verdict.decision.rule) == ("human_review", "partial_under_high_stakes")
+    assert verdict.delivered_answer is None and verdict.answer is None
 
 
-def test_a_partial_answer_belongs_only_to_a_partial_verdict():
-    with pytest.raises(ValidationError, match="partial_answer"):
-        RecoveryVerdict(
-            classification=Classification.INSUFFICIENT,
-            supported_claims=[],
-            unsupported_claims=["x"],
-            abstention_notice="n",
-            suggested_retrieval_queries=["q"],
-            prompt_version="recovery/v1",
-            partial_answer=RESPONSE,
-        )
+def test_the_gate_exports_an_odd_source_id_escaped_and_it_reads_back():
+    verdict = judged("supported", rec=record(source="Wiki [en]"))
+    answer = verdict.to_seed()["answer"]
+    assert "[CITATION:Wiki %5Ben%5D]" in answer
+    assert parse_citations(answer) == ["Wiki [en]", "Wiki [en]"]
+    assert verdict.decision is not None and verdict.decision.supporting_passages == 1
 
 
-def test_a_delivered_partial_answer_counts_as_positive():
-    gate = RecoveryGate(SufficiencyThreshold.loose())
-    assert gate.is_positive(judged(PARTIAL, SufficiencyThreshold.loose())) is True
-
-
-def test_a_sufficient_class_below_the_strict_threshold_does_not_count_as_positive():
-    # One passage only: the strict preset asks for two, so the class does not route to deliver.
-    verdict = judged(SUFFICIENT, SufficiencyThreshold.strict())
-    assert RecoveryGate(SufficiencyThreshold.strict()).is_positive(verdict) is False
-
-
-def test_the_calibration_decision_is_the_decision_that_routes():
-    # calibration_scores' "decision" is "the binary decision that routes" (Gate): the
-    # report's decision metrics must count what is_positive and the summary count.
+def test_a_delivered_partial_answer_counts_as_positive_and_calibration_counts_the_route():
     strict, loose = SufficiencyThreshold.strict(), SufficiencyThreshold.loose()
-    below = judged(SUFFICIENT, strict)  # SUFFICIENT class, one passage of two: retrieve_more
-    partial = judged(PARTIAL, loose)  # PARTIALLY_SUFFICIENT delivered with caveats
+    below = judged("supported", threshold="strict")  # SUFFICIENT, one source of two: retrieve_more
+    partial = judged()  # PARTIALLY_SUFFICIENT delivered with caveats
+    assert RecoveryGate(strict).is_positive(below) is False and RecoveryGate(loose).is_positive(partial) is True
     for verdict, threshold in ((below, strict), (partial, loose)):
         gate = RecoveryGate(threshold)
         scores = gate.calibration_scores(verdict.model_dump(mode="json"))
         assert scores["decision"] == float(gate.is_positive(verdict))
 
 
-# -- issue 30: what a decision delivers, abstention, thresholds, the seed export ----------------------------------
-INSUFFICIENT = {
-    "classification": "INSUFFICIENT",
-    "supported_claims": [],
-    "unsupported_claims": ["who wrote the notes"],
-    "abstention_notice": "No passage names the author.",
-    "suggested_retrieval_queries": ["Analytical Engine notes author"],
-}
-
-
-def judged_record(output: Mapping[str, object], rec: Mapping[str, object], threshold: object) -> RecoveryVerdict:
-    text = json.dumps(output, separators=(",", ":"), ensure_ascii=False)
-    gate = RecoveryGate.from_options(RecoveryGate.options_model.parse("recovery", {"threshold": threshold}))
-    verdict = Judge(ScriptedEngine(lambda request: text), gate).judge_batch([rec])[0].verdict
-    assert isinstance(verdict, RecoveryVerdict)
-    return verdict
-
-
-def test_a_delivered_response_goes_out_byte_for_byte_with_the_citations_beside_it():
-    response = "Ada  Lovelace wrote them.\n\n  See *the notes* — 1843 [ref 1]. "
-    verdict = judged_record(SUFFICIENT, {**record(), "response": response}, "loose")
-    routing = RecoveryGate(SufficiencyThreshold.loose()).route(verdict)
-    assert routing.route == "deliver"
-    assert routing.answer == response
-    assert routing.citations == ["ada.txt"]
-    assert routing.judge_answer is None
-
-
-def test_the_judge_answer_is_offered_under_its_own_name_only_without_a_response():
-    # A verdict judged for a record without a response (the gate's parse sets no checked answer then).
-    verdict = judged(SUFFICIENT, SufficiencyThreshold.loose()).model_copy(update={"checked_answer": None})
-    routing = RecoveryGate(SufficiencyThreshold.loose()).route(verdict)
-    assert routing.answer is None
-    assert routing.judge_answer == "Ada Lovelace wrote the notes [CITATION:ada.txt]"
-
-
-def test_a_checked_answer_belongs_only_to_a_sufficient_verdict():
-    with pytest.raises(ValidationError, match="checked_answer"):
-        RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3", "checked_answer": RESPONSE})
+# -- decisions ------------------------------------------------------------------------------------------------
 
 
 def test_insufficient_with_no_retrieval_left_abstains_with_the_gap_and_queries():
-    from suffice.gates.recovery.decision import decide
-
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
+    verdict = judged("unsupported")
     decision = decide(verdict, [], SufficiencyThreshold.loose(), can_retrieve=False)
     assert (decision.route, decision.rule) == ("abstain", None)
-    assert decision.gap == ["who wrote the notes"]
-    assert decision.queries == ["Analytical Engine notes author"]
+    assert decision.gap == [s.text for s in segment(RESPONSE)]
+    assert decision.queries == ["more evidence"]
 
 
 def test_a_high_stakes_abstention_goes_to_a_person_with_the_gap_and_queries():
     # The seed: "Add a human review gate when the system abstains on high-stakes queries".
-    from suffice.gates.recovery.decision import decide
-
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
+    verdict = judged("unsupported")
     decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)
     assert (decision.route, decision.rule) == ("human_review", "abstained_high_stakes")
-    assert decision.gap == ["who wrote the notes"]
-    assert decision.queries == ["Analytical Engine notes author"]
+    assert decision.queries == ["more evidence"]
     assert decide(verdict, [], SufficiencyThreshold.strict()).route == "retrieve_more"
-
-
-def test_a_strict_partial_verdict_goes_to_human_review_by_its_rule():
-    from suffice.gates.recovery.decision import decide
-
-    verdict = RecoveryVerdict(**{**PARTIAL, "prompt_version": "recovery/v3"})
-    for can_retrieve in (True, False):
-        decision = decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=can_retrieve)
-        assert (decision.route, decision.rule) == ("human_review", "partial_under_high_stakes")
 
 
 def test_explicit_threshold_values_fill_the_rest_from_strict():
@@ -244,16 +219,8 @@ def test_explicit_threshold_values_fill_the_rest_from_strict():
     ],
 )
 def test_a_bad_threshold_value_is_refused_naming_the_key(spec, key):
-    from suffice.exceptions import ConfigError
-
     with pytest.raises(ConfigError, match=key):
         RecoveryGate.options_model.parse("recovery", {"threshold": spec})
-
-
-def test_the_threshold_option_takes_explicit_values_as_the_command_line_gives_them():
-    options = RecoveryGate.options_model.parse("recovery", {"threshold": "min_passages=1,required_support_ratio=0.5"})
-    gate = RecoveryGate.from_options(options)
-    assert gate.threshold.min_passages == 1 and gate.threshold.required_support_ratio == 0.5
 
 
 def scored_record(score: float) -> dict[str, object]:
@@ -263,34 +230,154 @@ def scored_record(score: float) -> dict[str, object]:
 
 def test_a_cited_passage_under_the_per_passage_floor_does_not_count():
     spec = {"min_passages": 1, "min_passage_score": 0.5}
-    weak = judged_record(SUFFICIENT, scored_record(0.2), spec).decision
-    strong = judged_record(SUFFICIENT, scored_record(0.9), spec).decision
+    weak = judged("supported", spec, scored_record(0.2)).decision
+    strong = judged("supported", spec, scored_record(0.9)).decision
     assert weak is not None and strong is not None
     assert weak.route == "retrieve_more" and weak.supporting_passages == 0
     assert "0.5" in weak.reason
     assert strong.route == "deliver" and strong.supporting_passages == 1
 
 
-def test_the_seed_export_writes_the_seed_harness_names():
-    from suffice.gates.recovery.decision import decide
-
-    delivered = judged(SUFFICIENT, SufficiencyThreshold.loose()).to_seed()
+def test_the_seed_export_writes_the_seed_harness_names_and_every_segment_beside():
+    delivered = judged("supported").to_seed()
     assert delivered["sufficiency_verdict"] == "SUFFICIENT" and delivered["retrieval_queries"] == []
-    more = judged(INSUFFICIENT, SufficiencyThreshold.loose()).to_seed()
-    assert more["sufficiency_verdict"] == "INSUFFICIENT"
-    assert more["retrieval_queries"] == ["Analytical Engine notes author"]
-    assert "who wrote the notes" in more["gap_description"]
-    verdict = RecoveryVerdict(**{**INSUFFICIENT, "prompt_version": "recovery/v3"})
-    verdict = verdict.model_copy(
-        update={"decision": decide(verdict, [], SufficiencyThreshold.strict(), can_retrieve=False)}
-    )
-    seed = verdict.to_seed()
-    assert seed["sufficiency_verdict"] == "ABSTAIN"
-    assert seed["gap_description"] == "who wrote the notes; No passage names the author."
-    assert seed["retrieval_queries"] == ["Analytical Engine notes author"]
-
-
-def test_the_seed_format_row_carries_the_seed_names():
-    gate = RecoveryGate(SufficiencyThreshold.loose())
-    row = export(gate, judged(INSUFFICIENT, SufficiencyThreshold.loose()), "seed")
+    more = judged("unsupported")
+    seed = more.to_seed()
+    assert seed["sufficiency_verdict"] == "INSUFFICIENT" and seed["retrieval_queries"] == ["more evidence"]
+    assert "She wrote them in 1843." in seed["gap_description"]
+    row = export(RecoveryGate(SufficiencyThreshold.loose()), more, "seed")
     assert {"sufficiency_verdict", "gap_description", "retrieval_queries"} <= set(row["verdict"])
+    assert [s["label"] for s in row["segments"]] == ["unsupported", "unsupported"]
+    assert row["model_classification"] == "INSUFFICIENT" and row["fitting"]["windows"] == 1
+
+
+# -- the constraint -------------------------------------------------------------------------------------------
+
+OK = '{"classification":"SUFFICIENT","segments":[[4,"supported",[0]],[5,"no_claim",[]]]}'
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"classification":"SUFFICIENT","segments":[[4,"supported",[0]]]}', "skips a segment"),
+        ('{"classification":"SUFFICIENT","segments":[[4,"supported",[0]],[4,"no_claim",[]]]}', "repeats one"),
+        ('{"classification":"SUFFICIENT","segments":[[5,"no_claim",[]],[4,"supported",[0]]]}', "reorders"),
+        (
+            '{"classification":"SUFFICIENT","segments":[[4,"supported",[0]],[5,"no_claim",[]],[6,"no_claim",[]]]}',
+            "invents one",
+        ),
+        (
+            '{"classification":"SUFFICIENT","segments":[[4,"supported",[2]],[5,"no_claim",[]]]}',
+            "cites a source not shown",
+        ),
+        ('{"classification":"SUFFICIENT","segments":[[4,"supported",[]],[5,"no_claim",[]]]}', "supports from nothing"),
+        (
+            '{"classification":"SUFFICIENT","segments":[[4,"unsupported",[0]],[5,"no_claim",[]]]}',
+            "cites for no support",
+        ),
+        (
+            '{"classification":"SUFFICIENT","segments":[[4,"supported",[0,1,0,1]],[5,"no_claim",[]]]}',
+            "names more sources than the bound",
+        ),
+        (
+            '{"classification":"SUFFICIENT","segments":[[4,"supported",[0]],[5,"no_claim",[]]],'
+            '"abstention_notice":"x","suggested_retrieval_queries":["q"]}',
+            "abstains when every claim is supported",
+        ),
+        ('{"classification":"SUFFICIENT","segments":[[4,"unsupported",[]],[5,"no_claim",[]]]}', "omits the abstention"),
+        ('{"classification":"PARTIALLY_SUFFICIENT","segments":[[4,"supported",[0]],[5,"no_claim",[]]]}', "unsure"),
+    ],
+)
+def test_the_constraint_refuses_an_output_that_breaks_the_segment_rules(text, why):
+    constraint = recovery_constraint(2, 4, 2)
+    assert constraint.matches(OK)
+    assert not constraint.matches(text), why
+
+
+def test_the_constraint_decodes_in_segments_that_compose_to_the_whole_output():
+    constraint = recovery_constraint(2, 4, 2)
+    pieces = constraint.segments_of(OK)
+    assert [segment.key for segment, _ in pieces] == [
+        "recovery/decision",
+        "recovery/entry/2",
+        "recovery/entry/2",
+        "recovery/close",
+    ]
+    assert "".join(piece for _, piece in pieces) == OK
+    # One compiled form for every entry, its index prefilled: the model writes neither the index nor the comma.
+    assert pieces[1][0].prefix == '","segments":[[4,' and pieces[2][0].prefix == ",[5,"
+    assert constraint.max_completion_tokens is not None and constraint.max_completion_tokens < constraint.max_tokens
+
+
+# -- any length: windows ---------------------------------------------------------------------------------------
+
+#: About 3,000 words in 300 sentences.
+LONG = " ".join(f"Sentence {i} says that item {i} weighs {i % 7} kilograms and costs {i} euros." for i in range(300))
+
+
+def test_a_3000_word_response_is_judged_whole_in_windows_each_segment_once():
+    prompts: list[str] = []
+
+    def script(request):
+        prompts.append(request.messages[-1]["content"])
+        return recovery_reply(request, lambda i, t: "unsupported" if i == 250 else "supported")
+
+    engine = ScriptedEngine(script, max_model_len=8192)
+    judge = Judge(engine, RecoveryGate(SufficiencyThreshold.loose()))
+    [result] = judge.judge_batch([record(response=LONG)])
+    verdict = result.verdict
+    assert isinstance(verdict, RecoveryVerdict) and len(LONG.split()) > 3000
+    assert [s.index for s in verdict.segments] == list(range(300))
+    assert verdict.windows == len(prompts) > 1
+    seen = [i for p in prompts for i, _ in prompt_segments_of(p)]
+    assert seen == list(range(300))  # each segment in exactly one window, in order
+    # The windows share their context: the same words before the segments, so the prefix cache holds it once.
+    context = prompts[0].split("Generated answer, segments")[0]
+    assert all(p.startswith(context) for p in prompts)
+    # The window's segments fit max_response_tokens (whitespace tokens here), with their fence lines.
+    for p in prompts:
+        texts = [t for _, t in prompt_segments_of(p)]
+        assert sum(len(t.split()) + SEGMENT_FENCE_TOKENS for t in texts) <= judge.config.max_response_tokens
+    assert verdict.unsupported_claims == [
+        f"Sentence 250 says that item 250 weighs {250 % 7} kilograms and costs 250 euros."
+    ]
+    assert not verdict.response_truncated and verdict.decision is not None and verdict.decision.route == "deliver"
+    assert (
+        result.tokens.prompt > 0 and result.raw_text is not None and result.raw_text.count("\n") == verdict.windows - 1
+    )
+
+
+def prompt_segments_of(prompt: str) -> list[tuple[int, str]]:
+    return prompt_segments(GenerationRequest(({"role": "user", "content": prompt},), recovery_constraint(1, 0, 1)))
+
+
+def test_a_retry_notes_the_error_in_every_window():
+    calls: list[list[str]] = []
+
+    def script(request):
+        calls.append([request.messages[-1]["content"]])
+        if len(calls) <= 2:
+            return '{"classification":"SUFFICIENT"'  # cut short: not a verdict
+        return recovery_reply(request, "supported")
+
+    judge = Judge(ScriptedEngine(script, max_model_len=8192), RecoveryGate(SufficiencyThreshold.loose()))
+    config_windows = record(response=" ".join(f"Claim {i} holds." for i in range(60)))
+    [result] = judge.judge_batch([config_windows])
+    assert result.verdict is not None and result.retries == 1
+    windows = result.verdict.windows
+    assert windows > 1 and len(calls) == 2 * windows
+    assert all("failed schema validation" in c[0] for c in calls[windows:])
+    assert not any("failed schema validation" in c[0] for c in calls[:windows])
+
+
+def test_the_cited_answer_round_trips_for_any_response(tmp_path):
+    for response in (
+        "Plain.",
+        "Two. Sentences.",
+        "- a list\n- of items",
+        "| a | b |\n|---|---|\n| 1 | 2 |",
+        "日本。中国。",
+    ):
+        verdict = judged("supported", rec=record(response=response))
+        assert strip_markers(verdict.cited_answer) == response
+        assert json.loads(json.dumps(verdict.model_dump(mode="json")))["cited_answer"] == verdict.cited_answer

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 
 import jsonschema
 import pytest
 
 from suffice.config import JudgeConfig
 from suffice.formats.verdicts import export
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.decision import decide
 from suffice.gates.recovery.grammar import (
     SEED_SCHEMA,
@@ -17,10 +17,10 @@ from suffice.gates.recovery.grammar import (
     RecoveryOutput,
     RecoveryVerdict,
     parse_citations,
-    recovery_constraint,
 )
+from suffice.gates.recovery.segments import segment
 from suffice.judge import Judge
-from suffice.prompts.fitting import ShownChunk, source_labels
+from suffice.prompts.fitting import ShownChunk
 from suffice.records.item import parse_record
 from tests.conftest import load_records
 
@@ -62,6 +62,7 @@ def recovery_batch(real_count: int = 7) -> list[dict]:
         {"id": "no-response", "question": "Q?", "chunks": [{"id": 0, "text": "x"}]},
         {"id": "dup", "question": "Q?", "response": "A.", "chunks": [{"id": 0, "text": "a"}, {"id": 0, "text": "b"}]},
         {"id": "empty", "question": "Who?", "response": "Ada.", "chunks": []},
+        {"id": "markup-only", "question": "Who?", "response": "```\n```\n---", "chunks": [{"id": 0, "text": "x"}]},
         {
             "id": "inject",
             "question": "Q?",
@@ -84,43 +85,57 @@ def recovery_judged(engine):
 def test_bad_input_errors_name_the_field(recovery_judged):
     _, _, results = recovery_judged
     errors = {r.id: r.error.field for r in results if r.error is not None}
-    assert errors == {"no-response": "response", "dup": "chunks[1].id"}
+    assert errors == {"no-response": "response", "dup": "chunks[1].id", "markup-only": "response"}
+
+
+def check_segments(record: dict, result, judge: Judge) -> RecoveryVerdict:
+    """What every verdict must hold, whatever the model said: each segment of the response judged once, in order,
+    citing only sources shown; the cited answer is the response outside its markers; the route is the code's."""
+    v = result.verdict
+    assert isinstance(v, RecoveryVerdict) and v.prompt_version == "recovery/v4"
+    jsonschema.validate(v.to_seed(), SEED_SCHEMA)
+    expected = segment(record["response"])
+    assert [(s.index, s.start, s.end, s.text) for s in v.segments] == [
+        (s.index, s.start, s.end, s.text) for s in expected
+    ]
+    item = parse_record(record, need_response=True)
+    shown = [c for c in item.chunks if c.id not in v.omitted_chunk_ids]
+    sources = {c.source if c.source is not None else str(c.id) for c in shown}
+    for s in v.segments:
+        assert set(s.sources) <= sources
+        assert bool(s.sources) == (s.label in ("supported", "partial")), s
+    assert strip_markers(v.cited_answer) == record["response"]
+    assert parse_citations(v.cited_answer) == [src for s in v.segments for src in s.sources]
+    outputs = result.raw_text.split("\n")
+    assert len(outputs) == v.windows >= 1
+    entries = [entry for o in outputs for entry in RecoveryOutput.model_validate(json.loads(o)).segments]
+    assert [index for index, _, _ in entries] == list(range(len(expected)))
+    assert [label for _, label, _ in entries] == [s.label for s in v.segments]
+    # The routing is computed in code and reproducible from the verdict alone.
+    shown_chunks = [ShownChunk(i, c.id, c.text, c.source, False, c.score) for i, c in enumerate(shown)]
+    assert v.decision == decide(v, shown_chunks, judge.gate.threshold)
+    if v.decision.route == "deliver":
+        assert strip_markers(v.delivered_answer, judge.gate.unsupported_marker) == record["response"]
+    else:
+        assert v.delivered_answer is None
+    return v
 
 
 @pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
-def test_every_verdict_obeys_the_seed_by_construction(recovery_judged):
+def test_every_segment_is_judged_and_cited_only_from_what_was_shown(recovery_judged):
     judge, records, results = recovery_judged
+    judged = 0
     for record, result in zip(records, results, strict=True):
-        v = result.verdict
-        if v is None:
+        if result.verdict is None or result.raw_text is None:
             continue
-        assert isinstance(v, RecoveryVerdict) and v.prompt_version == "recovery/v3"
-        jsonschema.validate(v.to_seed(), SEED_SCHEMA)
-        sources = {c.get("source") or str(c["id"]) for c in record["chunks"]}
-        if v.classification is Classification.SUFFICIENT:
-            markers = parse_citations(v.answer)
-            assert markers and set(markers) <= sources and v.abstention_notice is None
-            assert v.unsupported_claims == []
-        else:
-            assert v.answer is None and v.abstention_notice and v.suggested_retrieval_queries
-            assert v.unsupported_claims
-        item = parse_record(record, need_response=True)
-        if item.chunks and result.raw_text is not None:
-            m = len(source_labels([c for c in item.chunks if c.id not in v.omitted_chunk_ids]))
-            assert re.fullmatch(recovery_constraint(m).pattern, result.raw_text)
-            pieces = recovery_constraint(m).segments_of(result.raw_text)
-            assert pieces[0][0].key == "recovery/decision"  # the same first segments for every source count
-            assert pieces[1][0].key.startswith("recovery/after-")
-            assert "".join(piece for _, piece in pieces) == result.raw_text
-            RecoveryOutput.model_validate(json.loads(result.raw_text))
-        # The routing is computed in code and reproducible from the verdict alone.
-        shown = [ShownChunk(i, c.id, c.text, c.source, False, c.score) for i, c in enumerate(item.chunks)]
-        assert v.decision == decide(v, shown, judge.gate.threshold)
-        assert v.decision.route in {"deliver", "retrieve_more", "abstain", "human_review"}
-        if result.raw_text is not None:
-            probs = v.class_probabilities
-            assert probs is not None and sum(probs.values()) == pytest.approx(1.0)
-            assert all(0.0 <= p <= 1.0 for p in probs.values()) and probs[v.classification.value] > 0
+        v = check_segments(record, result, judge)
+        judged += 1
+        if v.classification is not Classification.SUFFICIENT:
+            assert v.abstention_notice or v.windows > 1
+        probs = v.class_probabilities
+        assert probs is not None and sum(probs.values()) == pytest.approx(1.0)
+        assert probs[v.model_classification.value] > 0 or v.windows > 1
+    assert judged >= 8
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
 
 
@@ -130,45 +145,34 @@ def test_empty_evidence_abstains_without_the_model(recovery_judged):
     empty = next(r for r in results if r.id == "empty")
     assert empty.raw_text is None and empty.tokens.prompt == 0
     assert empty.verdict.classification is Classification.INSUFFICIENT
+    assert [s.label for s in empty.verdict.segments] == ["unsupported"]
     assert empty.verdict.decision.route == "retrieve_more"
 
 
-#: About 2,500 characters: far beyond a 16-token response limit.
+#: About 2,500 characters, 46 sentences: far beyond a 64-token window.
 LONG_RESPONSE = "The Sydney Harbour Bridge opened on 19 March 1932. " + " ".join(
     f"Its span number {i} was painted grey in the year {1900 + i}." for i in range(45)
 )
 
 
-@pytest.mark.any_backend
-def test_a_long_response_is_checked_only_in_part_and_never_delivered_as_checked(engine):
-    """Issue 37: on the real engine, a response over ``max_response_tokens`` says how much of it was checked, and a
-    verdict that would deliver it whole goes to a person instead (whichever verdict the embedded model gives)."""
-    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=16)
+def test_a_long_response_is_judged_whole_in_windows(engine):
+    """Issue 49: on the real engine, a response many windows long has every segment judged once, against the same
+    context in each window, and is never sent to a person for its length."""
+    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=64)
     judge = Judge(engine, config=config)
     chunk = {"id": 0, "text": "The Sydney Harbour Bridge opened on 19 March 1932.", "source": "bridge.pdf"}
-    records = [
-        {"id": "long", "question": "When did the bridge open?", "response": LONG_RESPONSE, "chunks": [chunk]},
-        {"id": "short", "question": "When did the bridge open?", "response": "It opened in 1932.", "chunks": [chunk]},
-    ]
-    long, short = judge.judge_batch(records)
-    assert short.verdict is not None and not short.verdict.response_truncated
-    assert short.verdict.response_chars == short.verdict.response_chars_checked == len("It opened in 1932.")
-
-    v = long.verdict
-    assert isinstance(v, RecoveryVerdict) and v.response_truncated and v.decision is not None
-    assert v.response_chars == len(LONG_RESPONSE)
-    assert 0 < v.response_chars_checked < 200  # 16 tokens' worth, of 2,500 characters
-    assert v.decision.route != "deliver" and v.delivered_answer is None
-    shown = [ShownChunk(0, 0, chunk["text"], "bridge.pdf", False, None)]
-    whole = decide(v.model_copy(update={"response_truncated": False}), shown, judge.gate.threshold)
-    if whole.route == "deliver":  # what the same verdict on a fully checked response would have done
-        assert v.decision.route == "human_review"
-        assert v.decision.rule == "response_not_fully_checked"
-        assert v.decision.reason.startswith(f"only {v.response_chars_checked} of")
+    record = {"id": "long", "question": "When did the bridge open?", "response": LONG_RESPONSE, "chunks": [chunk]}
+    [result] = judge.judge_batch([record])
+    v = check_segments(record, result, judge)
+    assert len(v.segments) == 46 and v.windows >= 3
+    assert not v.response_truncated and v.decision.rule != "response_not_fully_checked"
+    # Every window's prompt is the same up to its segments: the prefix cache holds the context once.
+    prompts = [m[-1]["content"] for m, _ in judge._fit(parse_record(record, need_response=True)).prompts]
+    context = prompts[0].split("Generated answer, segments")[0]
+    assert len(prompts) == v.windows and all(p.startswith(context) for p in prompts)
     row = export(judge.gate, v, "seed")
-    assert row["fitting"]["response_chars"] == len(LONG_RESPONSE)
-    assert row["fitting"]["response_chars_checked"] == v.response_chars_checked
+    assert row["fitting"]["windows"] == v.windows and len(row["segments"]) == 46
     print(
-        f"long response: {v.classification.value}, route {v.decision.route}, {v.response_chars_checked} of "
-        f"{v.response_chars} characters checked; whole it would {whole.route}"
+        f"long response: {v.classification.value} (model {v.model_classification.value}), route {v.decision.route}, "
+        f"{len(v.segments)} segments in {v.windows} windows, labels {[s.label for s in v.segments]}"
     )

@@ -53,14 +53,13 @@ ADEQUACY_INPUTS = ("User Question", "Retrieved Context", "Use Case", "Adequacy R
 
 #: The seeds' output fields (quoted keys) and values, per gate and detail: the decision-only output is one field.
 SCHEMA_FIELDS = {
+    # The seed's supported_claims, unsupported_claims and answer are computed from a label per segment of the
+    # response (issue 49): the model is asked for the labels instead, and the seed's names come back in --format seed.
     ("recovery", "full"): (
         "classification",
         "SUFFICIENT",
         "PARTIALLY_SUFFICIENT",
         "INSUFFICIENT",
-        "supported_claims",
-        "unsupported_claims",
-        "answer",
         "abstention_notice",
         "suggested_retrieval_queries",
     ),
@@ -158,11 +157,15 @@ def test_the_adequacy_prompt_states_the_rubrics_use_case_risk_and_criteria_under
     assert rubric.use_case.strip() and rubric.criteria  # else the checks below hold for an empty rubric
     # The use case and risk level each on their label, as the seed's [USE_CASE] and [RISK_LEVEL].
     assert f"**Use Case:** {flat(rubric.use_case)} **Risk Level:** {rubric.risk_level}" in flat(system)
-    # Every criterion of the rubric, as a list right under the seed's label (which names the rubric applied).
-    listed = re.search(r"(?m)^\*\*Adequacy Rubric \(([^)]*)\):\*\*\n((?:- .*\n)+)", system)
+    # Every criterion of the rubric, numbered as the verdict numbers them, right under the seed's label (which names
+    # the rubric applied), each critical one marked.
+    listed = re.search(r"(?m)^\*\*Adequacy Rubric \(([^)]*)\):\*\*\n((?:\d+\. .*\n)+)", system)
     assert listed is not None, "no **Adequacy Rubric (...):** list"
     assert listed[1] == rubric.ref
-    assert [line.removeprefix("- ") for line in listed[2].splitlines()] == list(rubric.criteria)
+    assert any(c.critical for c in rubric.criteria)  # else the marks below are not checked
+    assert listed[2].splitlines() == [
+        f"{n}. {c.text}" + (" (critical)" if c.critical else "") for n, c in enumerate(rubric.criteria, 1)
+    ]
     # The question and the context under theirs.
     text = flat(user)
     for label, value in (("User Question", RECORD["question"]), ("Retrieved Context", RECORD["chunks"][0]["text"])):
