@@ -231,3 +231,27 @@ def set_agreement(predicted: Sequence[Sequence[object]], gold: Sequence[Sequence
         "recall": tp / n_gold if n_gold else None,
         "items": float(len(gold)),
     }
+
+
+#: Segment labels that flag a claim as not (fully) supported.
+FLAGGED_LABELS = frozenset({"partial", "unsupported"})
+
+
+def segment_agreement(pairs: Sequence[tuple[str, str]]) -> dict[str, float | None]:
+    """How a verdict's segment labels agree with labeled ones (``(predicted, gold)`` per segment): the share with
+    the same label, and the precision, recall and F1 of flagging a segment as not supported (``partial`` or
+    ``unsupported``), the errors a gate that delivers must not miss."""
+    flagged = [(p in FLAGGED_LABELS, g in FLAGGED_LABELS) for p, g in pairs]
+    tp = sum(1 for p, g in flagged if p and g)
+    n_pred = sum(1 for p, _ in flagged if p)
+    n_gold = sum(1 for _, g in flagged if g)
+    precision = tp / n_pred if n_pred else None
+    recall = tp / n_gold if n_gold else None
+    f1 = 2 * precision * recall / (precision + recall) if precision and recall else None
+    return {
+        "segments": float(len(pairs)),
+        "label_agreement": sum(1 for p, g in pairs if p == g) / len(pairs) if pairs else None,
+        "unsupported_precision": precision,
+        "unsupported_recall": recall,
+        "unsupported_f1": f1,
+    }

@@ -9,7 +9,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from suffice.calibration.metrics import Sweep, expected_calibration_error, point, reliability, set_agreement
+from suffice.calibration.metrics import (
+    Sweep,
+    expected_calibration_error,
+    point,
+    reliability,
+    segment_agreement,
+    set_agreement,
+)
 from suffice.exceptions import InputError
 from suffice.files import replace_atomically, writing
 from suffice.gates.roles import calibration_scores, useful_chunk_ids
@@ -88,6 +95,7 @@ def build_report(
     columns: dict[str, list[tuple[float, bool]]] = {}
     predicted_ids: list[list[Any]] = []
     gold_ids: list[list[Any]] = []
+    segment_pairs: list[tuple[str, str]] = []
     skipped = {"error": 0, "unlabeled": 0, "not_in_golden": 0}
     judged = 0
     tokens = OutputTokens()
@@ -102,6 +110,7 @@ def build_report(
             skipped["error"] += 1
             continue
         tokens.add(_completion_tokens(row))
+        segment_pairs += _segment_pairs(verdict, record)
         label = record.get("sufficient")
         if not isinstance(label, bool):
             skipped["unlabeled"] += 1
@@ -129,7 +138,27 @@ def build_report(
     report["scores"] = scores
     if gold_ids:
         report["useful_chunk_ids"] = set_agreement(predicted_ids, gold_ids)
+    if segment_pairs:
+        report["segments"] = segment_agreement(segment_pairs)
     return report
+
+
+def _segment_pairs(verdict: Any, record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(predicted, gold)`` labels of the segments a verdict judged (``segments``, the recovery gate's) that the
+    golden record labels (``segment_labels``: ``{"start", "end", "label"}`` each, offsets into its response); a
+    segment is matched by its offsets, so labels for a segmentation that differs count nowhere."""
+    judged = verdict.get("segments") if isinstance(verdict, Mapping) else None
+    gold = record.get("segment_labels")
+    if not isinstance(judged, list) or not isinstance(gold, list):
+        return []
+    labelled = {
+        (g.get("start"), g.get("end")): g.get("label") for g in gold if isinstance(g, Mapping) and g.get("label")
+    }
+    return [
+        (str(s["label"]), str(labelled[s["start"], s["end"]]))
+        for s in judged
+        if isinstance(s, Mapping) and (s.get("start"), s.get("end")) in labelled
+    ]
 
 
 def _completion_tokens(row: Mapping[str, Any]) -> int:
@@ -205,6 +234,14 @@ def _markdown(report: dict[str, Any]) -> str:
             "",
             f"useful_chunk_ids against the gold evidence (sufficient items): precision {_fmt(u['precision'])}, "
             f"recall {_fmt(u['recall'])} over {int(u['items'])} items.",
+        ]
+    if "segments" in report:
+        g = report["segments"]
+        lines += [
+            "",
+            f"Segments against their labels ({int(g['segments'])} labeled segments): label agreement "
+            f"{_fmt(g['label_agreement'])}; flagging unsupported: precision {_fmt(g['unsupported_precision'])}, "
+            f"recall {_fmt(g['unsupported_recall'])}, F1 {_fmt(g['unsupported_f1'])}.",
         ]
     lines += ["", report.get("plots_missing") or "Plots: " + ", ".join(report.get("plots", [])), ""]
     return "\n".join(lines)
