@@ -5,6 +5,11 @@ its documents into :class:`Evidence` and calls :class:`DocumentGate`; the gate's
 (:meth:`~suffice.Gate.is_positive`, :meth:`~suffice.Gate.route`,
 ``useful_chunk_ids``, a calibration role) read the verdict, so no adapter asks which gate it runs.
 
+A check of a generated answer (LangChain's ``RecoveryCheck``, Haystack's ``AnswerCheck``, LlamaIndex's
+``ResponseCheck``) runs an :class:`AnswerGate`, whose :class:`CheckedAnswer` it returns (Haystack's emits it as a
+dict): the route, and on a delivery the answer with ``[CITATION:source_id]`` after each segment its documents
+support (a document's source id is its chunk id, below).
+
 Ids: a document's own id becomes its chunk id; a document without one gets its position (an
 ``int``), and one whose id repeats an earlier document's gets ``"<id>@<position>"`` (chunk ids of
 a record must differ).  The verdict's useful ids map back to the documents by these ids, and the
@@ -36,8 +41,10 @@ from suffice.exceptions import (
     ServiceUnavailableError,
 )
 from suffice.gates import Gate
+from suffice.gates.recovery.grammar import JudgedSegment
+from suffice.gates.registry import DEFAULT_CHECK_GATE
 from suffice.gates.roles import parse_item, useful_chunk_ids
-from suffice.grammars.routes import Routing
+from suffice.grammars.routes import Route, Routing
 from suffice.protocol import JudgeProtocol
 from suffice.results import JudgeResult
 
@@ -398,3 +405,135 @@ class DocumentGate:
             return []
         routing = outcome.routing
         raise InsufficientContextError(question, list(routing.gap), list(routing.queries), outcome.result, routing)
+
+
+@dataclass(frozen=True)
+class CheckedAnswer:
+    """What a check of a generated answer returns: the answer as given and where the verdict routes it.
+
+    ``route``: ``"deliver"``, ``"retrieve_more"``, ``"abstain"`` or ``"human_review"``;
+    ``delivered``: what to show the user on ``"deliver"`` (``None`` otherwise): the gate's delivered answer, for
+    the recovery gate the answer byte for byte with ``[CITATION:source_id]`` after each segment the documents
+    support, and under a threshold that accepts partial support the gate's unsupported marker after each segment
+    they do not (the answer as given when no verdict decided), with ``caveats``; ``gap``: what the documents do
+    not support; ``queries``: what to retrieve to close it; ``outcome``: the gate's whole decision
+    (:attr:`GateOutcome.result` holds the verdict), ``None`` when the gate gave no verdict and ``on_error="keep"``
+    delivered the answer unchecked, or the service did not answer and ``on_unavailable`` let it through or
+    withheld it.
+    """
+
+    question: str
+    answer: str
+    route: Route
+    delivered: str | None
+    caveats: list[str]
+    gap: list[str]
+    queries: list[str]
+    outcome: GateOutcome | None
+
+    @property
+    def checked(self) -> bool:
+        """Whether a verdict decided the route (``False``: no verdict, ``on_error`` / ``on_unavailable`` decided)."""
+        return self.outcome is not None
+
+    @property
+    def segments(self) -> list[JudgedSegment]:
+        """The verdict's segments of the answer, in order, each with its label (``supported``, ``partial``,
+        ``unsupported``, ``no_claim``) and the source ids that support it; ``[]`` without a verdict or for a gate
+        that judges no segments."""
+        if self.outcome is None:
+            return []
+        found = getattr(self.outcome.verdict, "segments", None) or []
+        return [s for s in found if isinstance(s, JudgedSegment)]
+
+    @property
+    def cited_answer(self) -> str | None:
+        """The answer with ``[CITATION:source_id]`` after each segment that names sources, whatever the route
+        (what a person reviewing it sees); ``None`` without a verdict or for a gate that cites nothing."""
+        if self.outcome is None:
+            return None
+        cited = getattr(self.outcome.verdict, "cited_answer", None)
+        return cited if isinstance(cited, str) else None
+
+
+class AnswerGate(DocumentGate):
+    """A :class:`DocumentGate` that checks a generated answer against its documents (default: the
+    :data:`~suffice.gates.registry.DEFAULT_CHECK_GATE`) and routes it: what every integration's check runs.
+
+    A negative verdict is routed, never raised: :meth:`check` returns a :class:`CheckedAnswer`.  ``on_error``:
+    ``"raise"`` (:class:`~suffice.GateFailedError`) or ``"keep"`` (the answer delivered unchecked);
+    ``on_unavailable``: ``"raise"``, ``"keep"`` (delivered unchecked) or ``"empty"`` (routed to ``"abstain"``).
+    ``owner`` names the check in the :class:`~suffice.ConfigError` for a gate that reads no answer.
+    """
+
+    def __init__(
+        self,
+        judge: JudgeProtocol,
+        gate: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        on_error: OnError = "raise",
+        audit: AuditLog | None = None,
+        on_unavailable: OnUnavailable = "raise",
+        timeout: float | None = None,
+        *,
+        owner: str = "AnswerGate",
+    ) -> None:
+        super().__init__(
+            judge,
+            gate or DEFAULT_CHECK_GATE,
+            options,
+            on_error=on_error,
+            audit=audit,
+            on_unavailable=on_unavailable,
+            timeout=timeout,
+        )
+        if not self.gate.needs_response:
+            raise ConfigError(
+                "gate",
+                self.gate_name,
+                f"checks no answer: {owner} runs a gate that reads one, such as {DEFAULT_CHECK_GATE!r}",
+            )
+
+    def check(self, question: str, evidence: Sequence[Evidence], answer: str) -> CheckedAnswer:
+        """Check ``answer`` against ``evidence`` for ``question`` (blocking)."""
+        try:
+            result = self.judge(question, evidence, answer)
+        except UNAVAILABLE as exc:
+            return self._unchecked(question, answer, exc)
+        return self.checked(question, evidence, answer, result)
+
+    async def acheck(self, question: str, evidence: Sequence[Evidence], answer: str) -> CheckedAnswer:
+        """:meth:`check`, awaited on the judge itself (see :meth:`DocumentGate.ajudge`)."""
+        try:
+            result = await self.ajudge(question, evidence, answer)
+        except UNAVAILABLE as exc:
+            return self._unchecked(question, answer, exc)
+        return self.checked(question, evidence, answer, result)
+
+    def _unchecked(self, question: str, answer: str, exc: Exception) -> CheckedAnswer:
+        """The answer when the service did not answer: raised, delivered unchecked, or withheld (``abstain``)."""
+        if self.on_unavailable == "raise":
+            raise exc
+        delivered = bool(self.unavailable(exc, 1))
+        return CheckedAnswer(
+            question, answer, "deliver" if delivered else "abstain", answer if delivered else None, [], [], [], None
+        )
+
+    def checked(self, question: str, evidence: Sequence[Evidence], answer: str, result: JudgeResult) -> CheckedAnswer:
+        """What ``result`` decides for ``answer``; raises :class:`~suffice.GateFailedError` for no verdict under
+        ``on_error="raise"``."""
+        outcome = self.outcome(question, evidence, result)
+        if outcome is None:  # no verdict, and on_error="keep": the answer goes out unchecked
+            return CheckedAnswer(question, answer, "deliver", answer, [], [], [], None)
+        routing = outcome.routing
+        delivered = (routing.answer or answer) if routing.route == "deliver" else None
+        return CheckedAnswer(
+            question,
+            answer,
+            routing.route,
+            delivered,
+            list(routing.caveats),
+            list(routing.gap),
+            list(routing.queries),
+            outcome,
+        )

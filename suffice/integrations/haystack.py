@@ -1,10 +1,16 @@
-"""Haystack: the gate as a pipeline router (``pip install "suffice[haystack]"``).
+"""Haystack: the gate as a pipeline router, and a check of the generated answer (``pip install "suffice[haystack]"``).
 
 :class:`SufficiencyRouter` is a Haystack component with ``run(query, documents)`` and two outputs,
 exactly one of which each run produces, so a pipeline routes on the verdict: ``documents`` (the
 documents the verdict names useful, copies with the verdict in ``meta["suffice"]``) when they are
 sufficient, ``insufficient`` (a JSON-ready dict of what is missing and what to retrieve, see
 :func:`insufficient_payload`) when they are not.
+
+:class:`AnswerCheck` runs after the generator: ``run(query, documents, replies=... | answer=...)`` checks the
+answer against the documents with a post-generation gate (default: the recovery gate) and emits exactly one
+of ``answer`` (delivered: the answer with ``[CITATION:document_id]`` inline) and ``retrieve_more`` /
+``abstain`` / ``human_review`` (a JSON-ready dict with the gap and the queries, see :func:`check_payload`),
+beside ``checked`` (that dict) on every run.
 
 Haystack reports usage to PostHog by default.  This module switches that off for the process:
 ``import suffice`` sets ``HAYSTACK_TELEMETRY_ENABLED=False`` before Haystack is imported (see
@@ -31,7 +37,7 @@ import suffice.protocol
 from suffice import exceptions
 from suffice.integrations import gating
 
-__all__ = ["RouterOnInsufficient", "SufficiencyRouter", "insufficient_payload"]
+__all__ = ["AnswerCheck", "RouterOnInsufficient", "SufficiencyRouter", "check_payload", "insufficient_payload"]
 
 _logger = logging.getLogger("suffice.integrations.haystack")
 _JudgeLike = suffice.protocol.JudgeProtocol
@@ -56,6 +62,39 @@ def _telemetry_off() -> None:
 
 
 _telemetry_off()
+
+
+def _refuse_saved_judge(judge: object, component: str) -> None:
+    """A judge read back from a saved pipeline is only its description (see ``to_dict``): a
+    :class:`~suffice.ConfigError` saying how to give the judge back."""
+    if isinstance(judge, abc.Mapping):
+        raise exceptions.ConfigError(
+            "judge",
+            dict(judge),
+            f"a saved {component} keeps no judge: give it back with Pipeline.from_dict(data, "
+            "callbacks=DeserializationCallbacks(component_pre_init=...)) setting init_params['judge']",
+        )
+
+
+def _metadata_keys(metadata_keys: abc.Sequence[str]) -> list[str]:
+    if isinstance(metadata_keys, str) or not all(isinstance(key, str) for key in metadata_keys):
+        raise exceptions.ConfigError("metadata_keys", metadata_keys, "must be a list of metadata key names")
+    return list(metadata_keys)
+
+
+def _saved_options(options: abc.Mapping[str, typing.Any]) -> dict[str, typing.Any] | None:
+    """The gate's options as ``to_dict`` writes them: a path option (a gate config file) as its string, since a
+    saved pipeline is YAML or JSON."""
+    return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()} or None
+
+
+def _described_judge(judge: object, gate: str) -> dict[str, typing.Any]:
+    """What ``to_dict`` writes for the judge: never its engine, never a client's key."""
+    described: dict[str, typing.Any] = {"kind": type(judge).__name__, "gate": gate}
+    base_url = getattr(judge, "base_url", None)  # a client's; an engine's settings stay unwritten
+    if isinstance(base_url, str):
+        described["base_url"] = base_url
+    return described
 
 
 def _evidence(document: haystack.Document, metadata_keys: abc.Sequence[str]) -> gating.Evidence:
@@ -136,22 +175,14 @@ class SufficiencyRouter:
         timeout: float | None = None,
         on_review: gating.OnReview | None = None,
     ) -> None:
-        if isinstance(judge, abc.Mapping):
-            raise exceptions.ConfigError(
-                "judge",
-                dict(judge),
-                "a saved SufficiencyRouter keeps no judge: give it back with Pipeline.from_dict(data, "
-                "callbacks=DeserializationCallbacks(component_pre_init=...)) setting init_params['judge']",
-            )
+        _refuse_saved_judge(judge, "SufficiencyRouter")
         if on_insufficient not in ("route", "raise", "empty", "keep"):
             raise exceptions.ConfigError(
                 "on_insufficient", on_insufficient, "must be 'route', 'raise', 'empty' or 'keep'"
             )
-        if isinstance(metadata_keys, str) or not all(isinstance(key, str) for key in metadata_keys):
-            raise exceptions.ConfigError("metadata_keys", metadata_keys, "must be a list of metadata key names")
+        self.metadata_keys = _metadata_keys(metadata_keys)
         _telemetry_off()
         self.on_insufficient: RouterOnInsufficient = on_insufficient
-        self.metadata_keys = list(metadata_keys)
         # "route" reads the outcome itself; the gate then keeps every document and never raises.
         policy: gating.OnInsufficient = "keep" if on_insufficient == "route" else on_insufficient
         self._gate = gating.DocumentGate(
@@ -201,13 +232,11 @@ class SufficiencyRouter:
 
     def to_dict(self) -> dict[str, typing.Any]:
         """The router's settings for ``Pipeline.to_dict``; the judge only described (see the class docstring)."""
-        # A path option (a gate config file) is written as its string: a saved pipeline is YAML or JSON.
-        options = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in self._gate.options.items()}
         return haystack.default_to_dict(
             self,
-            judge=self._described_judge(),
+            judge=_described_judge(self._judge, self.gate),
             gate=self.gate,
-            options=options or None,
+            options=_saved_options(self._gate.options),
             on_insufficient=self.on_insufficient,
             on_error=self.on_error,
             on_unavailable=self._gate.on_unavailable,
@@ -216,10 +245,170 @@ class SufficiencyRouter:
             metadata_keys=list(self.metadata_keys),
         )
 
-    def _described_judge(self) -> dict[str, typing.Any]:
-        """What ``to_dict`` writes for the judge: never its engine, never a client's key."""
-        described: dict[str, typing.Any] = {"kind": type(self._judge).__name__, "gate": self.gate}
-        base_url = getattr(self._judge, "base_url", None)  # a client's; an engine's settings stay unwritten
-        if isinstance(base_url, str):
-            described["base_url"] = base_url
-        return described
+
+def check_payload(checked: gating.CheckedAnswer, documents: abc.Sequence[haystack.Document]) -> dict[str, typing.Any]:
+    """What :class:`AnswerCheck` emits on ``checked`` and on a negative route: JSON-ready, like
+    :func:`insufficient_payload`.
+
+    ``question``; ``answer`` (as given); ``route`` and ``reason`` (the gate's routing; ``reason`` is ``None``
+    when no verdict decided); ``delivered`` (what ``answer`` carries on ``deliver``, else ``None``);
+    ``cited_answer`` (the answer with ``[CITATION:document_id]`` after each segment that names sources,
+    whatever the route); ``caveats``; ``missing`` (the gap: what the documents do not support); ``queries``
+    (what to retrieve next); ``segments`` (each segment of the answer with its label and sources);
+    ``checked`` (whether a verdict decided); ``gate``; ``verdict`` (the whole verdict as JSON, ``None``
+    unchecked); ``document_ids`` (the documents judged, in order)."""
+    outcome = checked.outcome
+    return {
+        "question": checked.question,
+        "answer": checked.answer,
+        "route": checked.route,
+        "reason": None if outcome is None else outcome.routing.reason,
+        "delivered": checked.delivered,
+        "cited_answer": checked.cited_answer,
+        "caveats": list(checked.caveats),
+        "missing": list(checked.gap),
+        "queries": list(checked.queries),
+        "segments": [segment.model_dump(mode="json") for segment in checked.segments],
+        "checked": checked.checked,
+        "gate": None if outcome is None else outcome.result.gate,
+        "verdict": None if outcome is None else outcome.verdict.model_dump(mode="json"),
+        "document_ids": [document.id for document in documents],
+    }
+
+
+#: The outputs of :class:`AnswerCheck`, each run emitting ``checked`` and exactly one of the others.
+_CHECK_OUTPUTS: dict[str, typing.Any] = {
+    "answer": str,
+    "retrieve_more": dict[str, typing.Any],
+    "abstain": dict[str, typing.Any],
+    "human_review": dict[str, typing.Any],
+    "checked": dict[str, typing.Any],
+}
+
+
+@haystack.component
+class AnswerCheck:
+    """A Haystack component that checks a generated answer against its documents with a post-generation gate
+    (default: the recovery gate) and routes it: ``run(query, documents, replies=None, answer=None)``.
+
+    The answer is ``answer`` (a string) or ``replies``, a generator's output (strings, or chat messages whose
+    text is read) holding exactly one reply: give one of the two.  Each run emits ``checked``
+    (:func:`check_payload`) and exactly one of ``answer`` (the route is ``deliver``: the answer byte for byte
+    with ``[CITATION:document_id]`` after each segment the documents support, and under a threshold that accepts
+    partial support the gate's unsupported marker after each segment they do not; its caveats are in
+    ``checked``), ``retrieve_more``, ``abstain`` and ``human_review`` (each the :func:`check_payload` dict,
+    with ``missing`` and ``queries``).  A document's id is its source id in the citations (as
+    :class:`SufficiencyRouter` judges it: its Haystack id, a content hash unless the application set one).
+
+    The settings are :class:`SufficiencyRouter`'s less ``on_insufficient`` and ``on_review`` (a negative
+    verdict is always routed): ``on_error="raise"`` (the default) raises :class:`~suffice.GateFailedError`
+    when the gate gives no verdict, ``"keep"`` delivers the answer unchecked on ``answer``; when the service
+    does not answer, ``on_unavailable="keep"`` delivers it unchecked and ``"empty"`` routes it to ``abstain``.
+    ``run_async`` awaits the judge's ``ajudge``.  ``to_dict`` describes the judge as the router's does, and
+    ``Pipeline.from_dict`` needs it given back the same way.
+    """
+
+    def __init__(
+        self,
+        judge: _JudgeLike,
+        gate: str | None = None,
+        options: abc.Mapping[str, typing.Any] | None = None,
+        on_error: gating.OnError = "raise",
+        metadata_keys: abc.Sequence[str] = (),
+        audit: suffice.audit.AuditLog | None = None,
+        on_unavailable: gating.OnUnavailable = "raise",
+        timeout: float | None = None,
+    ) -> None:
+        _refuse_saved_judge(judge, "AnswerCheck")
+        self.metadata_keys = _metadata_keys(metadata_keys)
+        _telemetry_off()
+        self._gate = gating.AnswerGate(
+            judge, gate, options, on_error, audit, on_unavailable, timeout, owner="AnswerCheck"
+        )
+        self._judge = judge
+
+    @property
+    def gate(self) -> str:
+        """The name of the gate this check runs."""
+        return self._gate.gate_name
+
+    @property
+    def on_error(self) -> gating.OnError:
+        """What the check does when the gate gives no verdict (see :data:`~suffice.integrations.gating.OnError`)."""
+        return self._gate.on_error
+
+    @haystack.component.output_types(**_CHECK_OUTPUTS)
+    def run(
+        self,
+        query: str,
+        documents: list[haystack.Document],
+        replies: list[str] | list[haystack.dataclasses.ChatMessage] | None = None,
+        answer: str | None = None,
+    ) -> dict[str, typing.Any]:
+        """Check the answer for ``query`` against ``documents`` and emit its route (see the class docstring);
+        blocking.  Raises :class:`~suffice.InputError` naming ``replies`` or ``answer`` when neither or both
+        are given, or the replies are not one reply with text."""
+        text = _answer(replies, answer)
+        evidence = [_evidence(document, self.metadata_keys) for document in documents]
+        return _check_outputs(self._gate.check(query, evidence, text), documents)
+
+    @haystack.component.output_types(**_CHECK_OUTPUTS)
+    async def run_async(
+        self,
+        query: str,
+        documents: list[haystack.Document],
+        replies: list[str] | list[haystack.dataclasses.ChatMessage] | None = None,
+        answer: str | None = None,
+    ) -> dict[str, typing.Any]:
+        """:meth:`run`, awaited on the judge's ``ajudge`` (see :meth:`SufficiencyRouter.run_async`)."""
+        text = _answer(replies, answer)
+        evidence = [_evidence(document, self.metadata_keys) for document in documents]
+        return _check_outputs(await self._gate.acheck(query, evidence, text), documents)
+
+    def to_dict(self) -> dict[str, typing.Any]:
+        """The check's settings for ``Pipeline.to_dict``; the judge only described (see the class docstring)."""
+        return haystack.default_to_dict(
+            self,
+            judge=_described_judge(self._judge, self.gate),
+            gate=self.gate,
+            options=_saved_options(self._gate.options),
+            on_error=self.on_error,
+            on_unavailable=self._gate.on_unavailable,
+            timeout=self._gate.timeout,
+            metadata_keys=list(self.metadata_keys),
+        )
+
+
+def _answer(replies: abc.Sequence[str | haystack.dataclasses.ChatMessage] | None, answer: str | None) -> str:
+    """The answer to check, from ``answer`` or the one reply in ``replies``."""
+    if (replies is None) == (answer is None):
+        both = answer is not None
+        raise exceptions.InputError(
+            "replies" if both else "answer",
+            "give the answer to check once: as answer (a string) or as replies (a generator's), "
+            + ("not both" if both else "neither was given"),
+        )
+    if answer is not None:
+        if not isinstance(answer, str):
+            raise exceptions.InputError("answer", f"must be a string, not {type(answer).__name__}")
+        return answer
+    if isinstance(replies, str) or not isinstance(replies, abc.Sequence):
+        raise exceptions.InputError("replies", f"must be a list of replies, not {type(replies).__name__}")
+    if len(replies) != 1:
+        raise exceptions.InputError(
+            "replies", f"must hold exactly one reply (the one checked and delivered), not {len(replies)}"
+        )
+    reply = replies[0]
+    text = reply.text if isinstance(reply, haystack.dataclasses.ChatMessage) else reply
+    if not isinstance(text, str):
+        raise exceptions.InputError("replies", f"the reply must be a string or a chat message with text, not {reply!r}")
+    return text
+
+
+def _check_outputs(checked: gating.CheckedAnswer, documents: abc.Sequence[haystack.Document]) -> dict[str, typing.Any]:
+    """``checked`` on every run; ``answer`` on a delivery, else the route's own output."""
+    payload = check_payload(checked, documents)
+    if checked.route == "deliver":
+        assert checked.delivered is not None, "a delivered check carries what it delivers"
+        return {"answer": checked.delivered, "checked": payload}
+    return {checked.route: payload, "checked": payload}

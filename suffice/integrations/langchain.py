@@ -15,7 +15,6 @@ choice covers the application's whole chain, not suffice's part of it.
 Names are imported as modules here: this module's namespace holds its public names only.
 """
 
-import dataclasses
 import typing
 from collections import abc
 
@@ -32,10 +31,7 @@ import pydantic
 
 import suffice.audit
 import suffice.protocol
-import suffice.results
 from suffice import exceptions
-from suffice.gates import registry
-from suffice.grammars import routes
 from suffice.integrations import gating
 
 __all__ = ["DEFAULT_SCORE_KEYS", "CheckedAnswer", "RecoveryCheck", "SufficiencyCompressor"]
@@ -167,32 +163,9 @@ def _kept(
     return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, **verdict}}) for i in kept]
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckedAnswer:
-    """What :class:`RecoveryCheck` returns: the answer as given and where the verdict routes it.
-
-    ``route``: ``"deliver"``, ``"retrieve_more"``, ``"abstain"`` or ``"human_review"``;
-    ``delivered``: what to show the user on ``"deliver"`` (the answer as given, or the part the
-    documents support under a threshold that accepts partial support; ``None`` otherwise), with
-    ``caveats``; ``gap``: what the documents do not support; ``queries``: what to retrieve to close it;
-    ``outcome``: the gate's whole decision (:attr:`~suffice.integrations.gating.GateOutcome.result`
-    holds the verdict), ``None`` when the gate gave no verdict and ``on_error="keep"`` delivered the
-    answer unchecked, or the service did not answer and ``on_unavailable`` let it through or withheld it.
-    """
-
-    question: str
-    answer: str
-    route: routes.Route
-    delivered: str | None
-    caveats: list[str]
-    gap: list[str]
-    queries: list[str]
-    outcome: gating.GateOutcome | None
-
-    @property
-    def checked(self) -> bool:
-        """Whether a verdict decided the route (``False``: no verdict, ``on_error`` / ``on_unavailable`` decided)."""
-        return self.outcome is not None
+#: What :class:`RecoveryCheck` returns (the one class every integration's check returns: see
+#: :class:`suffice.integrations.gating.CheckedAnswer`).
+CheckedAnswer = gating.CheckedAnswer
 
 
 class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedAnswer]):
@@ -219,21 +192,9 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
         on_unavailable: gating.OnUnavailable = "raise",
         timeout: float | None = None,
     ) -> None:
-        self._gate = gating.DocumentGate(
-            judge,
-            gate or registry.DEFAULT_CHECK_GATE,
-            options,
-            on_error=on_error,
-            audit=audit,
-            on_unavailable=on_unavailable,
-            timeout=timeout,
+        self._gate = gating.AnswerGate(
+            judge, gate, options, on_error, audit, on_unavailable, timeout, owner="RecoveryCheck"
         )
-        if not self._gate.gate.needs_response:
-            raise exceptions.ConfigError(
-                "gate",
-                self._gate.gate_name,
-                f"checks no answer: RecoveryCheck runs a gate that reads one, such as {registry.DEFAULT_CHECK_GATE!r}",
-            )
         self.gate = self._gate.gate_name
         self.metadata_keys = tuple(metadata_keys)
         self.score_keys = tuple(score_keys)
@@ -258,29 +219,10 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
         return await self._acall_with_config(self._acheck, input, config, run_type="chain")
 
     def _check(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
-        question, evidence, answer = self._read(input)
-        try:
-            result = self._gate.judge(question, evidence, answer)
-        except gating.UNAVAILABLE as exc:
-            return self._unchecked(question, answer, exc)
-        return self._checked(question, evidence, answer, result)
+        return self._gate.check(*self._read(input))
 
     async def _acheck(self, input: abc.Mapping[str, typing.Any]) -> CheckedAnswer:
-        question, evidence, answer = self._read(input)
-        try:
-            result = await self._gate.ajudge(question, evidence, answer)
-        except gating.UNAVAILABLE as exc:
-            return self._unchecked(question, answer, exc)
-        return self._checked(question, evidence, answer, result)
-
-    def _unchecked(self, question: str, answer: str, exc: Exception) -> CheckedAnswer:
-        """The answer when the service did not answer: raised, delivered unchecked, or withheld (``abstain``)."""
-        if self._gate.on_unavailable == "raise":
-            raise exc
-        delivered = bool(self._gate.unavailable(exc, 1))
-        return CheckedAnswer(
-            question, answer, "deliver" if delivered else "abstain", answer if delivered else None, [], [], [], None
-        )
+        return await self._gate.acheck(*self._read(input))
 
     def _read(self, input: abc.Mapping[str, typing.Any]) -> tuple[str, list[gating.Evidence], str]:
         """The question, documents and answer of one input; a missing or mistyped one is an
@@ -301,22 +243,3 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
         if not isinstance(answer, str):
             raise exceptions.InputError("answer", f"must be a string or a message, not {type(answer).__name__}")
         return question, _evidence(documents, self.metadata_keys, self.score_keys), answer
-
-    def _checked(
-        self, question: str, evidence: list[gating.Evidence], answer: str, result: suffice.results.JudgeResult
-    ) -> CheckedAnswer:
-        outcome = self._gate.outcome(question, evidence, result)
-        if outcome is None:  # no verdict, and on_error="keep": the answer goes out unchecked
-            return CheckedAnswer(question, answer, "deliver", answer, [], [], [], None)
-        routing = outcome.routing
-        delivered = (routing.answer or answer) if routing.route == "deliver" else None
-        return CheckedAnswer(
-            question,
-            answer,
-            routing.route,
-            delivered,
-            list(routing.caveats),
-            list(routing.gap),
-            list(routing.queries),
-            outcome,
-        )
