@@ -56,7 +56,12 @@ class JudgeConfig:
         512, "the question is cut to this many tokens", flag="", minimum=16, per_request=True
     )
     max_response_tokens: int = setting(
-        1024, "the recovery gate's response is cut to this many tokens", flag="", minimum=16, per_request=True
+        1024,
+        "tokens of the response one request shows: the recovery gate judges a longer one in windows of this size, "
+        "a gate showing the response whole cuts it here",
+        flag="",
+        minimum=16,
+        per_request=True,
     )
     min_chunk_tokens: int = setting(
         24, "the smallest share of the window, in tokens, a chunk is shown with", flag="", minimum=4, per_request=True

@@ -381,3 +381,15 @@ def test_the_cited_answer_round_trips_for_any_response(tmp_path):
         verdict = judged("supported", rec=record(response=response))
         assert strip_markers(verdict.cited_answer) == response
         assert json.loads(json.dumps(verdict.model_dump(mode="json")))["cited_answer"] == verdict.cited_answer
+
+
+def test_the_docs_state_the_worst_case_a_recovery_window_has():
+    from pathlib import Path
+
+    from suffice.gates.recovery.grammar import RecoveryBounds
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "judge.md").read_text(encoding="utf-8").split())
+    widest = recovery_constraint(1, 0, RecoveryBounds.WINDOW_SEGMENTS).max_tokens
+    one = recovery_constraint(1, 0, 1).max_tokens
+    stated = f"{widest:,} (recovery, a window of {RecoveryBounds.WINDOW_SEGMENTS} segments; {one:,} for one)"
+    assert stated in text
