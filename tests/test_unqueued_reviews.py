@@ -15,7 +15,7 @@ from tests.fakes import ScriptedEngine
 
 
 def partial_judge() -> Judge:
-    return Judge(ScriptedEngine(lambda request: PARTIAL), config=JudgeConfig(gate="recovery", cache=False))
+    return Judge(ScriptedEngine(PARTIAL), config=JudgeConfig(gate="recovery", cache=False))
 
 
 def test_a_judge_with_no_queue_says_how_many_went_to_a_person_once_per_batch(caplog):

@@ -428,7 +428,7 @@ def test_a_row_routed_to_a_person_names_its_rule_and_who_decided(tmp_path, monke
     from tests.audit.test_routes_reach_a_person import PARTIAL, judge_cli, record
 
     db = tmp_path / "audit.db"
-    judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
+    judge_cli(tmp_path, monkeypatch, PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
     [row] = resolve_and_export(db, tmp_path)
     assert (row["decision"], row["rule"]) == ("human_review", "partial_under_high_stakes")
     assert row["input_hash"] == input_hash(roles.parse_item(gate_class("recovery")(), record()))

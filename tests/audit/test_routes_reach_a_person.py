@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from suffice.judge import Judge
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
-from tests.fakes import ScriptedEngine
+from suffice.serving.base import GenerationRequest
+from tests.adequacy import criteria
+from tests.fakes import ScriptedEngine, recovery_reply
 
 QUESTION = "Who wrote the notes, and when?"
 RESPONSE = "Ada Lovelace wrote the notes in 1843."
@@ -35,32 +38,31 @@ def compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-PARTIAL = compact(
-    {
-        "classification": "PARTIALLY_SUFFICIENT",
-        "supported_claims": ["Ada Lovelace wrote the notes"],
-        "unsupported_claims": ["the year 1843"],
-        "abstention_notice": "No passage gives the year.",
-        "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-    }
-)
-INSUFFICIENT = compact(
-    {
-        "classification": "INSUFFICIENT",
-        "supported_claims": [],
-        "unsupported_claims": ["who wrote the notes", "the year 1843"],
-        "abstention_notice": "No passage answers the question.",
-        "suggested_retrieval_queries": ["Analytical Engine notes author"],
-    }
-)
+Script = Callable[[GenerationRequest], str]
 
 
-def adequacy(recommendation: str, score: float = 0.9, decision: str = "PASS") -> str:
+def PARTIAL(request: GenerationRequest) -> str:
+    """The response's one sentence partly supported (the author, not the year): PARTIALLY_SUFFICIENT."""
+    return recovery_reply(request, "partial", notice="No passage gives the year.", queries=("Ada Lovelace notes year",))
+
+
+def INSUFFICIENT(request: GenerationRequest) -> str:
+    return recovery_reply(
+        request, "unsupported", notice="No passage answers the question.", queries=("Analytical Engine notes author",)
+    )
+
+
+def constant(text: str) -> Script:
+    return lambda request: text
+
+
+def adequacy(recommendation: str, score: float = 0.9, decision: str = "PASS", rubric: str = "customer-support") -> str:
     names = ("factual_coverage", "temporal_relevance", "source_authority", "entity_completeness", "rubric_alignment")
     return compact(
         {
             "adequacy_decision": decision,
             "adequacy_score": score,
+            "criteria": criteria(rubric, score),
             "dimensions": {n: {"score": score, "assessment": "a"} for n in names},
             "missing_information": [] if decision == "PASS" else ["the refund window"],
             "recommendation": recommendation,
@@ -107,19 +109,19 @@ def judge_cli(tmp_path: Path, monkeypatch, script, records, *args: str) -> int:
         (INSUFFICIENT, {"retrieval_exhausted": True}, ["--gate", "recovery"], "abstained_high_stakes"),
         (INSUFFICIENT, {}, ["--gate", "recovery", "--retrieval-exhausted", "true"], "abstained_high_stakes"),
         (
-            adequacy("ESCALATE_TO_HUMAN"),
+            constant(adequacy("ESCALATE_TO_HUMAN")),
             {},
             ["--gate", "adequacy", "--rubric", "customer-support"],
             "model_escalated",
         ),
         (
-            adequacy("FLAG_AS_UNANSWERABLE"),
+            constant(adequacy("FLAG_AS_UNANSWERABLE")),
             {},
             ["--gate", "adequacy", "--rubric", "customer-support"],
             "model_flagged_unanswerable",
         ),
         (
-            adequacy("RETRIEVE_MORE", 0.1, "FAIL"),
+            constant(adequacy("RETRIEVE_MORE", 0.1, "FAIL")),
             {"retrieval_exhausted": True},
             ["--gate", "adequacy", "--rubric", "customer-support"],
             "adequacy_rounds_exhausted",
@@ -130,7 +132,7 @@ def test_suffice_judge_queues_each_route_to_a_person_with_its_rule(
     tmp_path, monkeypatch, capsys, script, extra, args, rule
 ):
     db = tmp_path / "audit.db"
-    judge_cli(tmp_path, monkeypatch, lambda r: script, [record(**extra)], *args, "--audit-db", str(db))
+    judge_cli(tmp_path, monkeypatch, script, [record(**extra)], *args, "--audit-db", str(db))
     [review] = reviews(db)
     payload = check_review(review, rule)
     assert {"model", "engine", "prompt_version"} <= set(payload["settings"])  # the gate's settings and the engine's
@@ -141,23 +143,23 @@ def test_suffice_judge_queues_each_route_to_a_person_with_its_rule(
 
 def test_the_same_record_with_retrieval_left_is_not_queued(tmp_path, monkeypatch, capsys):
     db = tmp_path / "audit.db"
-    judge_cli(tmp_path, monkeypatch, lambda r: INSUFFICIENT, [record()], "--gate", "recovery", "--audit-db", str(db))
+    judge_cli(tmp_path, monkeypatch, INSUFFICIENT, [record()], "--gate", "recovery", "--audit-db", str(db))
     assert reviews(db) == []
     assert "sent to a person" not in capsys.readouterr().err
 
 
 def test_suffice_judge_without_a_queue_says_how_many_went_to_nobody(tmp_path, monkeypatch, capsys):
     records = [record("a"), record("b"), record("c", response="Something else entirely.")]
-    judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, records, "--gate", "recovery")
+    judge_cli(tmp_path, monkeypatch, PARTIAL, records, "--gate", "recovery")
     err = capsys.readouterr().err
     assert "warning: 3 record(s) routed to a person (human_review), but no review queue is configured" in err
     assert "--audit-db" in err
 
 
 # -- suffice serve ------------------------------------------------------------------------------------------
-def serve(tmp_path: Path, script, db: Path | None) -> tuple[GateService, TestClient]:
+def serve(tmp_path: Path, script: Script, db: Path | None) -> tuple[GateService, TestClient]:
     config = ServeConfig(judge=JudgeConfig(gate="recovery"), gates=("recovery",), audit_db=db)
-    service = GateService(config, ScriptedEngine(lambda request: script))
+    service = GateService(config, ScriptedEngine(script))
     return service, TestClient(create_app(service, config), base_url="http://127.0.0.1")
 
 
@@ -200,7 +202,7 @@ def test_the_pipeline_queues_a_model_escalation_with_its_rule(tmp_path):
 
 # -- an integration over a Judge ----------------------------------------------------------------------------
 def test_an_integration_over_a_judge_with_an_audit_log_queues_the_route(tmp_path):
-    judge = Judge(ScriptedEngine(lambda request: PARTIAL), config=JudgeConfig(gate="recovery"))
+    judge = Judge(ScriptedEngine(PARTIAL), config=JudgeConfig(gate="recovery"))
     log = AuditLog(tmp_path / "audit.db")
     gate = DocumentGate(judge, on_insufficient="keep", audit=log)
     evidence = [Evidence(CHUNK["text"], id="ada", source="ada.txt")]
@@ -246,13 +248,13 @@ def test_the_docs_name_every_rule_and_the_default_minimum():
 
 def test_a_high_stakes_review_needs_two_reviewers_and_a_low_stakes_one_one(tmp_path, monkeypatch):
     db = tmp_path / "audit.db"
-    judge_cli(tmp_path, monkeypatch, lambda r: PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
+    judge_cli(tmp_path, monkeypatch, PARTIAL, [record()], "--gate", "recovery", "--audit-db", str(db))
     [review] = reviews(db)
     assert review["payload"]["high_stakes"] is True and review["reviewers"] == 2
     low = tmp_path / "low"
     low.mkdir()
     escalated = adequacy("ESCALATE_TO_HUMAN")
     args = ["--gate", "adequacy", "--rubric", "customer-support", "--audit-db", str(low / "audit.db")]
-    judge_cli(low, monkeypatch, lambda r: escalated, [record()], *args)
+    judge_cli(low, monkeypatch, constant(escalated), [record()], *args)
     [review] = reviews(low / "audit.db")
     assert review["payload"]["high_stakes"] is False and review["reviewers"] == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from suffice.integrations.gating import DocumentGate, Evidence
 from suffice.judge import Judge
 from suffice.serving.base import Generation, GenerationRequest
 from suffice.summary import RunSummary
-from tests.fakes import ScriptedEngine
+from tests.adequacy import criteria
+from tests.fakes import ScriptedEngine, recovery_reply
 
 
 def compact(value: object) -> str:
@@ -48,31 +50,25 @@ SUFFICIENCY = compact(
         "useful_chunk_ids": [0],
     }
 )
-RECOVERY = compact(
-    {
-        "classification": "SUFFICIENT",
-        "supported_claims": ["Ada Lovelace wrote the notes"],
-        "unsupported_claims": [],
-        "answer": "Ada Lovelace wrote the notes [CITATION:0]",
-    }
-)
-RECOVERY_PARTIAL = compact(
-    {
-        "classification": "PARTIALLY_SUFFICIENT",
-        "supported_claims": ["Ada Lovelace wrote the notes"],
-        "unsupported_claims": ["the year"],
-        "abstention_notice": "No passage gives the year.",
-        "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-    }
-)
 
 
-def adequacy(recommendation: str = "PROCEED_WITH_ANSWER", score: float = 0.95) -> str:
+def RECOVERY(request: GenerationRequest) -> str:
+    """Every segment of the response supported by source 0: SUFFICIENT (each window of a long response alike)."""
+    return recovery_reply(request, "supported")
+
+
+def RECOVERY_PARTIAL(request: GenerationRequest) -> str:
+    """The response's one segment partly supported: PARTIALLY_SUFFICIENT."""
+    return recovery_reply(request, "partial", notice="No passage gives the year.", queries=("Ada Lovelace notes year",))
+
+
+def adequacy(recommendation: str = "PROCEED_WITH_ANSWER", score: float = 0.95, rubric: str = "customer-support") -> str:
     names = ("factual_coverage", "temporal_relevance", "source_authority", "entity_completeness", "rubric_alignment")
     return compact(
         {
             "adequacy_decision": "PASS",
             "adequacy_score": score,
+            "criteria": criteria(rubric, score, "covered"),
             "dimensions": {n: {"score": score, "assessment": "covered"} for n in names},
             "missing_information": [],
             "recommendation": recommendation,
@@ -93,7 +89,7 @@ DECISION = {
 class Case:
     gate: str
     detail: str
-    full: str  # the full verdict the model writes
+    full: str | Callable[[GenerationRequest], str]  # the full verdict the model writes (recovery: for its window)
     route: str  # the route it must take now
     before: str  # the route main took before this change
     rule: str | None = None
@@ -139,7 +135,7 @@ CASES = [
         record={"question": LONG_QUESTION},
         config={"max_question_tokens": 32},
     ),
-    # recovery: threshold, citations and checked length are read from the full verdict.
+    # recovery: threshold and citations are read from the full verdict; a long response is judged whole, in windows.
     Case("recovery", "full", RECOVERY, "deliver", "deliver", options=STRICT_ONE),
     Case("recovery", "decision", RECOVERY, "human_review", "deliver", "decision_only", options=STRICT_ONE),
     Case("recovery", "auto", RECOVERY, "deliver", "deliver", options=STRICT_ONE),  # earned from the full verdict
@@ -158,9 +154,8 @@ CASES = [
         "recovery",
         "auto",
         RECOVERY,
-        "human_review",
         "deliver",
-        "response_not_fully_checked",
+        "deliver",
         options=STRICT_ONE,
         record={"response": LONG_RESPONSE},
         config={"max_response_tokens": 64},
@@ -189,11 +184,19 @@ CASES = [
     ),
     # adequacy: the composite, the critical floors and the recommendation are read from the full verdict.
     Case("adequacy", "full", adequacy(), "deliver", "deliver", options=SUPPORT),
-    Case("adequacy", "decision", adequacy(), "human_review", "deliver", "decision_only", options=CLINICAL),
+    Case(
+        "adequacy",
+        "decision",
+        adequacy(rubric=CLINICAL["rubric"]),
+        "human_review",
+        "deliver",
+        "decision_only",
+        options=CLINICAL,
+    ),
     Case(
         "adequacy",
         "auto",
-        adequacy("ESCALATE_TO_HUMAN"),
+        adequacy("ESCALATE_TO_HUMAN", rubric=CLINICAL["rubric"]),
         "human_review",
         "deliver",
         "model_escalated",
@@ -219,13 +222,21 @@ def script(case: Case):
     other = no if case.positive else yes
 
     def answer(request: GenerationRequest) -> str | Generation:
-        if request.constraint.matches(case.full):
-            return case.full
+        full = full_verdict(case, request)
+        if full is not None:
+            return full
         text = "{" + json.dumps(key) + ":" + value + "}"
         top = ({}, {value: math.log(case.p if case.positive else 1 - case.p), other: math.log(0.03)}, {})
         return Generation(text, "stop", 10, 3, tokens=("{" + json.dumps(key) + ":", value, "}"), top_logprobs=top)
 
     return answer
+
+
+def full_verdict(case: Case, request: GenerationRequest) -> str | None:
+    """The full verdict for a request that asks for one, else None (the decision pass)."""
+    if callable(case.full):
+        return None if request.constraint.key.startswith("decision/") else case.full(request)
+    return case.full if request.constraint.matches(case.full) else None
 
 
 def the_record(case: Case, rid: str = "q1") -> dict[str, Any]:
@@ -255,9 +266,11 @@ def test_the_python_judge_routes_each_case(case: Case):
 
 
 def test_the_table_differs_from_main_where_issue_48_says_it_broke():
-    # The cases whose route changed: decision-only and auto deliveries that were not checked, cut questions.
+    # The cases whose route changed: decision-only and auto deliveries that were not checked, cut questions.  (A
+    # long response judged in auto mode was a person's under recovery v3, checked only up to the cut; v4 judges it
+    # whole, in windows, and delivers it as main did.)
     changed = [c.name for c in CASES if c.before != c.route]
-    assert len(changed) == 9 and all(c.route == "human_review" for c in CASES if c.before != c.route)
+    assert len(changed) == 8 and all(c.route == "human_review" for c in CASES if c.before != c.route)
 
 
 # max_question_tokens and max_response_tokens are per-request settings with no flag (the service and Python set them).
@@ -523,6 +536,22 @@ def test_auto_on_a_gate_whose_decision_cannot_deliver_judges_in_full_in_one_pass
     assert all(
         r.cascade is not None and (r.cascade.detail, r.cascade.reason) == ("full", "decision_only") for r in results
     )
+
+
+def test_a_long_response_under_auto_is_judged_whole_in_windows_and_delivered_cited():
+    # What replaced response_not_fully_checked (recovery v3): no part of the response goes unchecked, so its
+    # length never sends it to a person.
+    from suffice.gates.recovery.citing import strip_markers
+
+    case = next(c for c in CASES if c.gate == "recovery" and c.detail == "auto" and "response" in c.record)
+    judge = Judge(ScriptedEngine(script(case)), config=judge_config(case))
+    [result] = judge.judge_batch([the_record(case)])
+    verdict = result.verdict
+    assert verdict.windows > 1 and [s.index for s in verdict.segments] == list(range(400))
+    assert not verdict.response_truncated and {s.label for s in verdict.segments} == {"supported"}
+    routing = judge.gate.route(verdict)
+    assert routing.route == "deliver" and routing.citations == ["ada.txt"]
+    assert strip_markers(routing.answer) == LONG_RESPONSE and routing.answer.count("[CITATION:ada.txt]") == 400
 
 
 def test_a_decision_only_record_with_no_evidence_is_not_sent_to_a_person():

@@ -45,9 +45,12 @@ def test_a_cut_question_is_never_delivered_as_checked(engine):
         assert routing.route == "retrieve_more"
 
 
-def test_auto_judges_in_full_whatever_recovery_would_deliver(engine):
-    # A response cut to fit: a positive decision escalates (decision_only), a negative one too (high stakes); the
-    # full verdict routes, and a delivery of a cut response goes to a person instead.
+def test_auto_judges_a_long_response_whole_in_windows_and_routes_as_its_verdict_says(engine):
+    # A response longer than max_response_tokens: a positive decision escalates (decision_only), a negative one too
+    # (high stakes); the full verdict judges every segment of it, one window each here, and routes (recovery v4: no
+    # response is cut, so its length never sends it to a person).
+    from suffice.gates.recovery.citing import strip_markers
+
     response = " ".join([RESPONSE] * 20)
     config = JudgeConfig(gate="recovery", detail="auto", max_response_tokens=24, cache=False)
     judge = Judge(engine, config=config)
@@ -55,9 +58,10 @@ def test_auto_judges_in_full_whatever_recovery_would_deliver(engine):
     assert result.cascade is not None and result.cascade.detail == "full", result.error
     assert result.cascade.reason in ("decision_only", "decision_only_high_stakes")
     verdict = result.verdict
-    assert verdict is not None and not isinstance(verdict, DecisionVerdict) and verdict.response_truncated
+    assert verdict is not None and not isinstance(verdict, DecisionVerdict) and not verdict.response_truncated
+    assert [s.index for s in verdict.segments] == list(range(20)) and verdict.windows > 1
     routing = judge.gate.route(verdict)
-    assert routing.route != "deliver" and (routing.route, routing.rule) == (
-        verdict.decision.route,
-        verdict.decision.rule,
-    )
+    assert (routing.route, routing.rule) == (verdict.decision.route, verdict.decision.rule)
+    assert routing.rule != "response_not_fully_checked"
+    if routing.route == "deliver":
+        assert strip_markers(routing.answer, judge.gate.unsupported_marker) == response

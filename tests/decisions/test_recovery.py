@@ -3,8 +3,9 @@
 import pytest
 
 from suffice.exceptions import ConfigError
-from suffice.gates.recovery.decision import SufficiencyThreshold, decide
-from suffice.gates.recovery.grammar import Classification, RecoveryVerdict
+from suffice.gates.recovery.citing import cite
+from suffice.gates.recovery.decision import QUESTION_CUT_GAP, SufficiencyThreshold, decide
+from suffice.gates.recovery.grammar import Classification, JudgedSegment, RecoveryVerdict
 from suffice.prompts.fitting import ShownChunk
 
 SHOWN = [
@@ -15,17 +16,36 @@ SHOWN = [
 ]
 
 
-def verdict(cls, supported=("c1",), unsupported=(), cited=(), queries=None):
+def verdict(cls, supported=("c1",), unsupported=(), cited=(), queries=None, windows=1, partial=()):
+    """A verdict whose segments are the claims (supported, partial, then unsupported), each its own sentence of the
+    response; the supported and partial ones cite ``cited``."""
     sufficient = cls is Classification.SUFFICIENT
+    segments, at = [], 0
+    for index, (text, label) in enumerate(
+        [(c, "supported") for c in supported]
+        + [(c, "partial") for c in partial]
+        + [(c, "unsupported") for c in unsupported]
+    ):
+        sources = list(cited) if label != "unsupported" else []
+        segments.append(
+            JudgedSegment(
+                index=index, start=at, end=at + len(text), kind="sentence", text=text, label=label, sources=sources
+            )
+        )
+        at += len(text) + 1
+    response = " ".join(s.text for s in segments)
     return RecoveryVerdict(
         classification=cls,
+        model_classification=cls,
+        segments=segments,
         supported_claims=list(supported),
-        unsupported_claims=list(unsupported),
-        answer="x [CITATION:docA]" if sufficient else None,
+        unsupported_claims=[*partial, *unsupported],
+        cited_answer=cite(response, segments),
         abstention_notice=None if sufficient else "gap",
         suggested_retrieval_queries=None if sufficient else list(queries or ["q1"]),
         cited_sources=list(cited),
-        prompt_version="recovery/v1",
+        prompt_version="recovery/v4",
+        windows=windows,
     )
 
 
@@ -120,7 +140,7 @@ def test_loose_partial_delivery_carries_the_unsupported_claims_then_the_notice_a
     assert decide(v, SHOWN, SufficiencyThreshold.loose()).caveats == ["c", "gap"]
 
 
-CUT = {"response_truncated": True, "response_chars": 2481, "response_chars_checked": 70}
+CUT = {"question_truncated": True}
 
 
 @pytest.mark.parametrize(
@@ -130,23 +150,44 @@ CUT = {"response_truncated": True, "response_chars": 2481, "response_chars_check
         (Classification.PARTIALLY_SUFFICIENT, SufficiencyThreshold.loose()),
     ],
 )
-def test_a_response_checked_only_in_part_is_never_delivered(cls, threshold):
+def test_a_question_checked_only_in_part_is_never_delivered(cls, threshold):
+    # v4 judges every segment of any response (in windows), so the question is the one input a verdict can have
+    # checked only in part: what would deliver goes to a person, with nothing to deliver.
     v = verdict(
         cls, supported=["a", "b"], unsupported=[] if cls is Classification.SUFFICIENT else ["c"], cited=["docA"]
     )
-    assert decide(v, SHOWN, threshold).route == "deliver"  # the same verdict on a whole response delivers
+    assert decide(v, SHOWN, threshold).route == "deliver"  # the same verdict on a whole question delivers
     d = decide(v.model_copy(update=CUT), SHOWN, threshold)
     assert d.route == "human_review"
-    assert d.rule == "response_not_fully_checked"
-    assert d.reason.startswith("only 70 of 2481 characters")
-    assert d.gap == ["characters 71-2481 of the response (2411 of 2481) were never checked"]
+    assert d.rule == "question_not_fully_checked"
+    assert d.reason.startswith("the question was cut to fit max_question_tokens")
+    assert d.gap == [QUESTION_CUT_GAP]
     assert d.caveats == [] and d.queries == []
 
 
-def test_a_response_checked_only_in_part_routes_as_before_when_it_would_not_deliver():
+def test_a_question_checked_only_in_part_routes_as_before_when_it_would_not_deliver():
     v = verdict(Classification.INSUFFICIENT, supported=[], unsupported=["x"], queries=["q"])
     assert decide(v.model_copy(update=CUT), SHOWN, SufficiencyThreshold()).route == "retrieve_more"
     assert decide(v.model_copy(update=CUT), SHOWN, SufficiencyThreshold(), can_retrieve=False).route == "abstain"
+
+
+@pytest.mark.parametrize(
+    ("cls", "threshold"),
+    [
+        (Classification.SUFFICIENT, SufficiencyThreshold()),
+        (Classification.PARTIALLY_SUFFICIENT, SufficiencyThreshold.loose()),
+    ],
+)
+def test_a_response_judged_in_many_windows_is_decided_as_one_judged_in_one(cls, threshold):
+    # What replaced response_not_fully_checked (v3): a long response is judged whole, in windows, and its length
+    # never sends it to a person.
+    v = verdict(
+        cls, supported=["a", "b"], unsupported=[] if cls is Classification.SUFFICIENT else ["c"], cited=["docA"]
+    )
+    long = v.model_copy(update={"windows": 12})
+    assert not long.response_truncated
+    assert decide(long, SHOWN, threshold) == decide(v, SHOWN, threshold)
+    assert decide(long, SHOWN, threshold).route == "deliver"
 
 
 def test_strict_partial_has_no_caveats():
@@ -155,8 +196,9 @@ def test_strict_partial_has_no_caveats():
 
 
 def test_a_partial_verdict_sent_to_retrieval_has_no_caveats():
-    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a"], unsupported=["b", "c"], queries=["q"])
-    d = decide(v, SHOWN, SufficiencyThreshold.loose())  # support ratio 1/3 < 0.5
+    # One claim supported, one partly, one not: PARTIALLY_SUFFICIENT (the tally), support ratio 1/3 < 0.5.
+    v = verdict(Classification.PARTIALLY_SUFFICIENT, supported=["a"], partial=["b"], unsupported=["c"], cited=["docB"])
+    d = decide(v, SHOWN, SufficiencyThreshold.loose())
     assert d.route == "retrieve_more"
     assert d.caveats == []
 

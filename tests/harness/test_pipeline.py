@@ -14,6 +14,7 @@ import pytest
 from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineError, InputError
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.pipeline import Outcome, Pipeline, PipelineConfig, StepFailure
@@ -23,7 +24,7 @@ from suffice.judge import Judge
 from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
-from tests.fakes import Script, ScriptedEngine
+from tests.fakes import Script, ScriptedEngine, recovery_reply
 from tests.harness.hotpot import hotpot_retriever, load_pairs, questions
 
 
@@ -388,17 +389,19 @@ def test_merge_checks_a_chunk_object_like_a_mapping():
 
 # -- partial support under the loose and strict presets ------------------------------------
 
-RESPONSE = "Ada Lovelace wrote the notes in 1843."
-PARTIAL = json.dumps(
-    {
-        "classification": "PARTIALLY_SUFFICIENT",
-        "supported_claims": ["Ada Lovelace wrote the notes"],
-        "unsupported_claims": ["the notes are from 1843"],
-        "abstention_notice": "No passage gives the year.",
-        "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-    },
-    separators=(",", ":"),
-)
+RESPONSE = "Ada Lovelace wrote the notes. The notes are from 1843."
+
+
+def PARTIAL(request: GenerationRequest) -> str:
+    """The author supported, the year not: PARTIALLY_SUFFICIENT, support ratio 0.5 (the loose preset's minimum)."""
+    return recovery_reply(
+        request,
+        lambda index, text: "unsupported" if "1843" in text else "supported",
+        notice="No passage gives the year.",
+        queries=("Ada Lovelace notes year",),
+    )
+
+
 ADA = {
     "id": "ada",
     "question": "Who wrote the notes, and when?",
@@ -408,7 +411,7 @@ ADA = {
 
 
 def partial_outcome(tmp_path, threshold: SufficiencyThreshold) -> Outcome:
-    judge = Judge(ScriptedEngine(lambda request: PARTIAL), RecoveryGate(threshold))
+    judge = Judge(ScriptedEngine(PARTIAL), RecoveryGate(threshold))
     pipeline = Pipeline(judge, FunctionRetriever(lambda query, k: []), audit=tmp_path / "audit.db")
     return pipeline.run([ADA])[0]
 
@@ -418,12 +421,15 @@ def test_loose_preset_delivers_a_partial_answer(tmp_path):
 
 
 def test_loose_preset_delivers_the_checked_answer(tmp_path):
-    assert partial_outcome(tmp_path, SufficiencyThreshold.loose()).answer == RESPONSE
+    # The response itself, cited, with its unsupported sentence marked in the text.
+    answer = partial_outcome(tmp_path, SufficiencyThreshold.loose()).answer
+    assert answer == "Ada Lovelace wrote the notes.[CITATION:ada.txt] The notes are from 1843.[UNSUPPORTED]"
+    assert strip_markers(answer, "[UNSUPPORTED]") == RESPONSE
 
 
 def test_loose_preset_delivers_the_unsupported_claims_and_the_gap_as_caveats(tmp_path):
     caveats = partial_outcome(tmp_path, SufficiencyThreshold.loose()).caveats
-    assert caveats == ["the notes are from 1843", "No passage gives the year."]
+    assert caveats == ["The notes are from 1843.", "No passage gives the year."]
 
 
 def test_strict_preset_sends_a_partial_answer_to_review(tmp_path):
@@ -491,7 +497,7 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
         {"id": base, "question": twins["full"]["question"], "response": twins["full"]["answer"]}
         for base, twins in pairs.items()
     ][:3]  # the one whose retrieval fails and two others: about 25 s a record here
-    # Not min_passages: one above the citations a verdict can hold is refused when the gate is made.
+    # A cumulative score, not min_passages: a verdict may cite every source shown.
     unreachable = SufficiencyThreshold(min_cumulative_score=1000.0)
     judge = Judge(
         xgrammar_engine,

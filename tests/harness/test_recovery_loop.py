@@ -17,6 +17,7 @@ import pytest
 from suffice.audit import AuditLog
 from suffice.config import JudgeConfig
 from suffice.exceptions import AuditError
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.pipeline import Pipeline, PipelineConfig
@@ -24,7 +25,8 @@ from suffice.harness.retrieval import FunctionRetriever, RetrievalRequest
 from suffice.judge import Judge
 from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
-from tests.fakes import ScriptedEngine
+from tests.adequacy import criteria
+from tests.fakes import ScriptedEngine, recovery_reply
 
 QUESTION = "Who wrote the notes, and when?"
 FIRST = "Ada Lovelace wrote the notes."
@@ -37,23 +39,22 @@ def compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-INSUFFICIENT = compact(
-    {
-        "classification": "INSUFFICIENT",
-        "supported_claims": [],
-        "unsupported_claims": ["when the notes were written"],
-        "abstention_notice": "No passage gives the year.",
-        "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-    }
-)
-SUFFICIENT = compact(
-    {
-        "classification": "SUFFICIENT",
-        "supported_claims": ["Ada Lovelace wrote the notes", "the notes are from 1843"],
-        "unsupported_claims": [],
-        "answer": "Ada Lovelace wrote the notes [CITATION:0]. They are from 1843 [CITATION:1]",
-    }
-)
+def INSUFFICIENT(request: GenerationRequest) -> str:
+    """Every segment of the response unsupported: INSUFFICIENT (its gap: the response's sentences)."""
+    return recovery_reply(
+        request, "unsupported", notice="No passage gives the year.", queries=("Ada Lovelace notes year",)
+    )
+
+
+def SUFFICIENT(request: GenerationRequest) -> str:
+    """Every segment of the response supported by both sources (0: ada.txt, 1: year.txt; both must be shown)."""
+    return recovery_reply(request, lambda index, text: ("supported", [0, 1]))
+
+
+#: The gap of an INSUFFICIENT verdict on ``FIRST``: its one sentence.
+GAP = [FIRST]
+#: How a delivered answer cites both sources: right after each sentence the verdict supports.
+BOTH = "[CITATION:ada.txt][CITATION:year.txt]"
 LOOSE_TWO = SufficiencyThreshold(min_passages=2)
 
 
@@ -62,7 +63,7 @@ def prompt(request: GenerationRequest) -> str:
 
 
 def sufficient_once_the_year_is_there(request: GenerationRequest) -> str:
-    return SUFFICIENT if "1843" in prompt(request) else INSUFFICIENT
+    return SUFFICIENT(request) if YEAR["text"] in prompt(request) else INSUFFICIENT(request)
 
 
 class Retrieved:
@@ -125,7 +126,9 @@ def test_after_a_re_retrieval_the_answer_is_regenerated_and_the_new_one_is_check
     assert outcome.kind == "delivered" and outcome.rounds == 2
     assert generator.calls == [(QUESTION, [0, "year"])]  # once, after round 1's re-retrieval, on all the evidence
     assert FIRST in seen[0] and "in 1843  (see the translation)" in seen[1]  # round 2 checked the new answer
-    assert outcome.answer == REGENERATED  # as generated, byte for byte
+    # As generated, byte for byte, with its citations inline.
+    assert outcome.answer == REGENERATED.rstrip("\n") + BOTH + "\n"
+    assert strip_markers(outcome.answer) == REGENERATED
     assert outcome.citations == ["ada.txt", "year.txt"]
     assert [t.route for t in outcome.trace] == ["retrieve_more", "retrieval", "generation", "deliver"]
 
@@ -134,7 +137,7 @@ def test_without_a_generator_the_given_answer_is_checked_again_and_delivered_as_
     run, _ = pipeline(tmp_path, sufficient_once_the_year_is_there)
     [outcome] = run.run([ada()])
     assert outcome.kind == "delivered" and outcome.rounds == 2
-    assert outcome.answer == FIRST
+    assert outcome.answer == FIRST + BOTH
     assert "generation" not in [t.route for t in outcome.trace]
 
 
@@ -143,7 +146,7 @@ def test_a_record_without_an_answer_gets_its_first_one_from_the_generator(tmp_pa
     run, _ = pipeline(tmp_path, sufficient_once_the_year_is_there, generator=generator)
     [outcome] = run.run([{"id": "ada", "question": QUESTION, "chunks": [ADA, YEAR]}])
     assert outcome.kind == "delivered" and outcome.rounds == 1
-    assert outcome.answer == REGENERATED
+    assert strip_markers(outcome.answer) == REGENERATED
     assert generator.calls == [(QUESTION, [0, "year"])]
 
 
@@ -158,18 +161,19 @@ def test_a_failing_generator_sends_only_its_own_question_to_review(tmp_path):
     failed, fine = run.run([ada(), other])
     assert failed.kind == "review" and failed.failure is not None and failed.failure.step == "generation"
     assert "generator down" in failed.reason
-    assert fine.kind == "delivered" and fine.answer == REGENERATED
+    assert fine.kind == "delivered" and strip_markers(fine.answer) == REGENERATED
 
 
 # -- the checked answer as it is; abstention a user sees
 def test_a_sufficient_verdict_delivers_the_response_byte_for_byte_not_the_judge_s_answer(tmp_path):
     response = "  Ada Lovelace — the notes, 1843.\n\nSee *Sketch*. "
-    run, _ = pipeline(tmp_path, lambda request: SUFFICIENT, threshold=SufficiencyThreshold(min_passages=1))
+    run, _ = pipeline(tmp_path, SUFFICIENT, threshold=SufficiencyThreshold(min_passages=1))
     [outcome] = run.run([{**ada(response), "chunks": [ADA, YEAR]}])
     assert outcome.kind == "delivered"
-    assert outcome.answer == response
+    # The response itself, each of its two sentences cited where it ends; nothing the judge wrote.
+    assert outcome.answer == f"  Ada Lovelace — the notes, 1843.{BOTH}\n\nSee *Sketch*.{BOTH} "
+    assert strip_markers(outcome.answer) == response
     assert outcome.citations == ["ada.txt", "year.txt"]
-    assert outcome.judge_answer is None
 
 
 def test_a_spent_budget_abstains_with_the_gap_and_the_queries(tmp_path):
@@ -181,7 +185,7 @@ def test_a_spent_budget_abstains_with_the_gap_and_the_queries(tmp_path):
             return [{"id": f"n{next(found)}", "text": f"An unrelated passage {next(found)}.", "source": "x"}]
 
     def spend(threshold, folder):
-        judge = Judge(ScriptedEngine(lambda request: INSUFFICIENT), RecoveryGate(threshold))
+        judge = Judge(ScriptedEngine(INSUFFICIENT), RecoveryGate(threshold))
         run = Pipeline(
             judge,
             FunctionRetriever(Fresh([]), pass_request=True),
@@ -190,7 +194,7 @@ def test_a_spent_budget_abstains_with_the_gap_and_the_queries(tmp_path):
         )
         [outcome] = run.run([ada()])
         assert outcome.rounds == 2 and "budget of 2 rounds" in outcome.reason
-        assert outcome.gap == ["when the notes were written"]
+        assert outcome.gap == GAP
         assert outcome.queries == ["Ada Lovelace notes year"]
         return run, outcome
 
@@ -208,34 +212,28 @@ def test_a_spent_budget_abstains_with_the_gap_and_the_queries(tmp_path):
 
 
 def test_retrieval_that_finds_nothing_new_abstains_with_the_gap_and_the_queries(tmp_path):
-    run, _ = pipeline(tmp_path, lambda request: INSUFFICIENT, found=[ADA], threshold=SufficiencyThreshold.loose())
+    run, _ = pipeline(tmp_path, INSUFFICIENT, found=[ADA], threshold=SufficiencyThreshold.loose())
     [outcome] = run.run([ada()])
     assert outcome.kind == "abstained" and "nothing new" in outcome.reason
-    assert outcome.gap == ["when the notes were written"] and outcome.queries == ["Ada Lovelace notes year"]
+    assert outcome.gap == GAP and outcome.queries == ["Ada Lovelace notes year"]
     assert run.audit.reviews() == []
 
 
 def test_a_high_stakes_abstention_goes_to_a_person(tmp_path):
     strict = SufficiencyThreshold.strict()
-    run, _ = pipeline(tmp_path, lambda request: INSUFFICIENT, found=[ADA], threshold=strict)
+    run, _ = pipeline(tmp_path, INSUFFICIENT, found=[ADA], threshold=strict)
     [outcome] = run.run([ada()])
     assert (outcome.kind, outcome.rule) == ("review", "abstained_high_stakes") and "nothing new" in outcome.reason
-    assert outcome.gap == ["when the notes were written"] and outcome.queries == ["Ada Lovelace notes year"]
+    assert outcome.gap == GAP and outcome.queries == ["Ada Lovelace notes year"]
     [review] = run.audit.reviews()
     assert review["id"] == outcome.review_id and review["reason"].startswith("abstained_high_stakes: ")
 
 
 def test_a_strict_partial_verdict_still_goes_to_review(tmp_path):
-    partial = compact(
-        {
-            "classification": "PARTIALLY_SUFFICIENT",
-            "supported_claims": ["Ada Lovelace wrote the notes"],
-            "unsupported_claims": ["the year"],
-            "abstention_notice": "No passage gives the year.",
-            "suggested_retrieval_queries": ["Ada Lovelace notes year"],
-        }
-    )
-    run, _ = pipeline(tmp_path, lambda request: partial, threshold=SufficiencyThreshold.strict())
+    def partial(request: GenerationRequest) -> str:
+        return recovery_reply(request, "partial", notice="No passage gives the year.")
+
+    run, _ = pipeline(tmp_path, partial, threshold=SufficiencyThreshold.strict())
     [outcome] = run.run([ada()])
     assert outcome.kind == "review"
 
@@ -269,7 +267,7 @@ def test_a_failed_retrieval_attempt_is_logged_with_its_error(tmp_path):
     def broken(query: str, k: int) -> list[dict[str, object]]:
         raise RuntimeError("index offline")
 
-    judge = Judge(ScriptedEngine(lambda request: INSUFFICIENT), RecoveryGate(LOOSE_TWO))
+    judge = Judge(ScriptedEngine(INSUFFICIENT), RecoveryGate(LOOSE_TWO))
     run = Pipeline(judge, FunctionRetriever(broken), audit=tmp_path / "audit.db")
     [outcome] = run.run([ada()])
     assert outcome.kind == "review"
@@ -314,6 +312,7 @@ def adequacy_json(passed: bool) -> str:
         {
             "adequacy_decision": "PASS" if passed else "FAIL",
             "adequacy_score": score,
+            "criteria": criteria("customer-support", score),
             "dimensions": dimensions,
             "missing_information": [] if passed else ["the refund window"],
             "recommendation": "PROCEED_WITH_ANSWER" if passed else "RETRIEVE_MORE",

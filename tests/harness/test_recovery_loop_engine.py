@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.harness.pipeline import Pipeline, PipelineConfig
@@ -27,12 +28,13 @@ WRONG = "The bridge was opened in 1802 by Napoleon and designed by his cat."
 
 def test_a_real_verdict_on_a_wrong_answer_ends_delivered_as_given_or_with_its_gap_shown(tmp_path, engine):
     """Which route the embedded 135M model picks is not the subject (it proves the plumbing, not the
-    judgement): whichever it is, a delivered answer is the response as given and an abstention shows its gap."""
+    judgement): whichever it is, a delivered answer is the response as given (with its citations inline) and an
+    abstention shows its gap."""
     judge = Judge(engine, RecoveryGate(SufficiencyThreshold(min_passages=1)))
     pipeline = Pipeline(judge, FunctionRetriever(lambda q, k: []), PipelineConfig(max_rounds=1), audit=tmp_path / "a")
     [outcome] = pipeline.run([{"id": "b", "question": QUESTION, "response": WRONG, "chunks": [OPENING]}])
     if outcome.kind == "delivered":
-        assert outcome.answer == WRONG
+        assert strip_markers(outcome.answer) == WRONG and "[CITATION:" in outcome.answer
     elif outcome.kind == "abstained":
         assert outcome.gap  # what is missing is shown, never a silent drop
 
@@ -54,7 +56,8 @@ def test_regeneration_after_re_retrieval_delivers_the_generated_answer_as_is(tmp
     [outcome] = pipeline.run([{"id": "b", "question": QUESTION, "chunks": [OPENING]}])
     assert answers, "the first answer comes from the generator"
     if outcome.kind == "delivered":
-        assert outcome.answer == answers[-1]  # the checked answer, byte for byte, never the judge's wording
+        # The checked answer, byte for byte with its citations inline, never the judge's wording.
+        assert strip_markers(outcome.answer) == answers[-1]
         assert outcome.citations
     attempts = pipeline.audit.retrievals()
     assert all(a["width"] and a["queries"] for a in attempts)

@@ -166,7 +166,7 @@ class RecoveryGate(Gate):
             "segments": [s.model_dump(mode="json") for s in verdict.segments],
             "model_classification": verdict.model_classification.value,
             "disagreement": verdict.disagreement,
-            "fitting": {"windows": verdict.windows, "response_chars": len(verdict.cited_answer)},
+            "fitting": {"windows": verdict.windows},
         }
 
     def route(self, verdict: BaseModel) -> Routing:
