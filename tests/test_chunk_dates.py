@@ -3,6 +3,7 @@ reach every gate's prompt as fenced attributes of the chunk."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -62,16 +63,21 @@ def test_every_gate_shows_the_date_and_metadata_fenced(name: str) -> None:
         raw["response"] = "Rates rose [0]."
     item = roles.parse_item(gate, raw)
     engine = ScriptedEngine(lambda r: "")
+    # Fitted as the judge fits it: a gate that judges the response segment by segment (recovery) shows its segments.
     fitted = fit_prompt(
         engine,
         gate.template,
         item,
         JudgeConfig(),
-        gate.constraint_for,
+        functools.partial(roles.item_constraint, gate, item),
         gate.system_context(item),
         gate.user_context(item),
+        None,
+        roles.response_segments(gate, item),
     )
     user = fitted.messages[-1]["content"]
+    if gate.needs_response and roles.response_segments(gate, item) is not None:
+        assert "<<segment 0 " in user
     opener = next(line for line in user.splitlines() if line.startswith("<<chunk 0 "))
     assert re.search(r' date="2024-03-01"', opener)
     shown = json.loads(opener.split(" metadata=", 1)[1].removesuffix(">>"))

@@ -7,7 +7,8 @@ import pytest
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.judge import Judge
-from tests.fakes import ScriptedEngine
+from suffice.serving.base import GenerationRequest
+from tests.fakes import ScriptedEngine, prompt_segments
 
 GATES = ("sufficiency", "recovery", "adequacy")
 
@@ -36,13 +37,13 @@ def judge_for(gate: str, max_model_len: int) -> Judge:
 
 @pytest.mark.parametrize("gate", GATES)
 def test_a_source_name_longer_than_the_window_fails_only_its_item(gate):
-    results = judge_for(gate, 4096).judge_batch([item(0, source="s " * 22_500), item(1)])
+    results = judge_for(gate, 8192).judge_batch([item(0, source="s " * 22_500), item(1)])
     assert results[0].error.type == "PromptTooLongError"
 
 
 @pytest.mark.parametrize("gate", GATES)
 def test_the_item_beside_an_unfittable_one_is_still_sent(gate):
-    judge = judge_for(gate, 4096)
+    judge = judge_for(gate, 8192)
     judge.judge_batch([item(0, source="s " * 22_500), item(1)])
     assert judge.engine.calls[0] == 1
 
@@ -52,6 +53,23 @@ def test_the_item_beside_an_unfittable_one_is_still_sent(gate):
 def test_long_fields_are_cut_to_fit(gate, field):
     [result] = judge_for(gate, 8192).judge_batch([item(0, **{field: "word " * 50_000})])
     assert result.error.type != "PromptTooLongError"  # the scripted "{}" fails validation instead
+
+
+def test_a_long_response_is_judged_in_windows_that_each_fit():
+    """The recovery gate cuts no response: a long one is judged in windows, every one of them fitting the model with
+    its output's worst case, and every word of the response shown in one of them."""
+    seen: list[GenerationRequest] = []
+    engine = ScriptedEngine(lambda request: seen.append(request) or "{}", max_model_len=8192)
+    judge = Judge(engine, config=JudgeConfig(gate="recovery"))
+    response = "word " * 50_000
+    [result] = judge.judge_batch([item(0, response=response)])
+    assert result.error.type == "VerdictError"  # the scripted "{}" fails validation, after the first try and a retry
+    windows = seen[: len(seen) // 2]
+    assert len(windows) > 1
+    for request in windows:
+        assert engine.prompt_tokens(request.messages) + request.constraint.max_tokens <= engine.max_model_len
+    shown = [text for request in windows for _, text in prompt_segments(request)]
+    assert " ".join(shown).split() == response.split()
 
 
 @pytest.mark.parametrize("gate", GATES)

@@ -114,7 +114,7 @@ def test_an_error_no_retry_can_fix_stops_the_run_with_that_error(local_ray, tmp_
 def person_opener(config: JudgeConfig) -> Judge:
     from tests.audit.test_routes_reach_a_person import PARTIAL
 
-    return Judge(ScriptedEngine(lambda request: PARTIAL), config=config)
+    return Judge(ScriptedEngine(PARTIAL), config=config)
 
 
 def test_a_ray_run_audits_every_record_and_queues_its_routes_to_a_person(local_ray, tmp_path):

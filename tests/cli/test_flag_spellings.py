@@ -2,7 +2,10 @@
 argument, and is listed by the command's ``--help``.
 
 ``old_flags.json`` is each command's arguments as argparse held them when they were written by hand: their
-spellings, destination, action, type and choices.  A command may gain flags; it may not lose or rename one.
+spellings, destination, action, type and choices.  A command may gain flags; it may not lose or rename one, except
+with the option it sets: the recovery gate's ``--max-claims`` and ``--max-cited-sentences`` went with their options
+(recovery v4, issue 49: every segment of the response is judged, so no claim list or cited answer is bounded), and
+are refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -94,3 +97,21 @@ def test_help_lists_every_old_flag(parser: argparse.ArgumentParser, command: str
     listed = set(re.findall(r"(?<![\w-])(--?[\w][\w-]*)", text))
     old = {spelling for action in OLD[command] for spelling in action["opts"]}
     assert old <= listed, sorted(old - listed)
+
+
+#: Flags removed with the recovery options they set (recovery v4), and the option that bounds what the model writes
+#: for the response now.
+REMOVED = ("--max-claims", "--max-cited-sentences")
+REPLACEMENT = "--max-sources-per-segment"
+
+
+@pytest.mark.parametrize("command", ["judge", "calibrate", "serve"])
+@pytest.mark.parametrize("spelling", REMOVED)
+def test_a_flag_removed_with_its_option_is_refused_not_ignored(
+    parser: argparse.ArgumentParser, command: str, spelling: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _base(command)
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, spelling, "3"])
+    assert spelling in capsys.readouterr().err
+    assert parser.parse_args([*base, REPLACEMENT, "3"]).gate_option_max_sources_per_segment == "3"

@@ -305,7 +305,7 @@ def test_the_constraint_decodes_in_segments_that_compose_to_the_whole_output():
     ]
     assert "".join(piece for _, piece in pieces) == OK
     # One compiled form for every entry, its index prefilled: the model writes neither the index nor the comma.
-    assert pieces[1][0].prefix == '","segments":[[4,' and pieces[2][0].prefix == ",[5,"
+    assert pieces[1][0].prefix == '","segments":[[4' and pieces[2][0].prefix == ",[5"
     assert constraint.max_completion_tokens is not None and constraint.max_completion_tokens < constraint.max_tokens
 
 
@@ -393,3 +393,13 @@ def test_the_docs_state_the_worst_case_a_recovery_window_has():
     one = recovery_constraint(1, 0, 1).max_tokens
     stated = f"{widest:,} (recovery, a window of {RecoveryBounds.WINDOW_SEGMENTS} segments; {one:,} for one)"
     assert stated in text
+
+
+def test_the_response_s_own_citation_markers_are_never_delivered_as_checked():
+    # A generator's [CITATION:...] text (unchecked, or damaged) is left out: only citations the model named for a
+    # segment among the sources shown go out.
+    response = "Ada wrote the notes [CITATION:evil]. It was 100% [CITATION:50%] true."
+    verdict = judged("supported", rec=record(response=response))
+    assert verdict.delivered_answer == "Ada wrote the notes .[CITATION:ada.txt] It was 100%  true.[CITATION:ada.txt]"
+    assert parse_citations(verdict.delivered_answer) == ["ada.txt", "ada.txt"]
+    assert strip_markers(verdict.cited_answer) == strip_markers(response)

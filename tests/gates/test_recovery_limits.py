@@ -1,5 +1,10 @@
-"""Issue 37 on the scripted engine: a response checked only in part is never delivered as checked, every row says
-how much of the response was checked, and the verdict's list limits are options reported in ``at_limit``.
+"""Issue 37, as recovery v4 (issue 49) answers it, on the scripted engine: a response of any length is judged whole,
+in windows of at most ``max_response_tokens``, so none is cut or goes to a person for its length; every row says how
+it was judged; and the one bound on what the model writes for a segment, ``max_sources_per_segment``, is an option
+shown in the prompt and enforced by the constraint.
+
+(v3's ``max_claims`` and ``max_cited_sentences`` options and its ``at_limit`` field are gone: the model writes one
+label per segment, every segment, and no claim list or answer of its own.)
 
 The engine is scripted (whitespace tokens): these prove the gate's rules, not the model's judgement; the real
 engine's long-response row is in test_recovery_engine.py.
@@ -14,160 +19,188 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.formats.verdicts import export
 from suffice.gates import roles
-from suffice.gates.recovery.decision import SufficiencyThreshold
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.gate import RecoveryGate, RecoveryOptions
-from suffice.gates.recovery.grammar import RecoveryBounds, RecoveryOutput, RecoveryVerdict, recovery_constraint
+from suffice.gates.recovery.grammar import RecoveryBounds, RecoveryVerdict, recovery_constraint
+from suffice.gates.recovery.segments import segment
 from suffice.gates.registry import gate_class, gate_names
 from suffice.judge import Judge
+from suffice.prompts.windows import SEGMENT_FENCE_TOKENS, WINDOW_SEGMENTS
 from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
-from tests.fakes import ScriptedEngine
+from tests.fakes import Labeller, ScriptedEngine, prompt_segments, recovery_reply
 
 SHORT = "Ada Lovelace wrote the notes."
 #: 400 words: far over a 16-token response limit on the scripted engine.
 LONG = SHORT + " " + " ".join(f"Claim{i} is made here." for i in range(100))
-SUFFICIENT = {
-    "classification": "SUFFICIENT",
-    "supported_claims": ["Ada Lovelace wrote the notes"],
-    "unsupported_claims": [],
-    "answer": "Ada Lovelace wrote the notes [CITATION:0]",
-}
-PARTIAL = {
-    "classification": "PARTIALLY_SUFFICIENT",
-    "supported_claims": ["a", "b", "c"],
-    "unsupported_claims": ["d"],
-    "abstention_notice": "No passage gives d.",
-    "suggested_retrieval_queries": ["d"],
-}
 
 
-def record(response: str) -> dict[str, object]:
+def one_unsupported(index: int, text: str) -> str:
+    """Every claim supported but Claim50 (under the loose threshold, a partial answer delivered with caveats)."""
+    return "unsupported" if text.startswith("Claim50 ") else "supported"
+
+
+def record(response: str, chunks: int = 1) -> dict[str, object]:
     return {
         "id": "ada",
         "question": "Who wrote the notes?",
         "response": response,
-        "chunks": [{"id": 0, "text": "Ada Lovelace wrote the notes on the Analytical Engine.", "source": "ada.txt"}],
+        "chunks": [
+            {"id": i, "text": "Ada Lovelace wrote the notes on the Analytical Engine.", "source": f"ada{i}.txt"}
+            for i in range(chunks)
+        ],
     }
 
 
 def judged(
-    output: Mapping[str, object], response: str, options: Mapping[str, object] | None = None, **config: int
+    label: str | Labeller,
+    response: str,
+    options: Mapping[str, object] | None = None,
+    chunks: int = 1,
+    script: Any = None,
+    **config: int,
 ) -> tuple[Judge, RecoveryVerdict, list[GenerationRequest]]:
     seen: list[GenerationRequest] = []
 
-    def script(request: GenerationRequest) -> str:
+    def replied(request: GenerationRequest) -> str:
         seen.append(request)
-        return json.dumps(output, separators=(",", ":"))
+        return script(request) if script is not None else recovery_reply(request, label)
 
-    judge = Judge(ScriptedEngine(script), config=JudgeConfig(gate="recovery", options=dict(options or {}), **config))
-    result = judge.judge_batch([record(response)])[0]
+    judge = Judge(ScriptedEngine(replied), config=JudgeConfig(gate="recovery", options=dict(options or {}), **config))
+    result = judge.judge_batch([record(response, chunks)])[0]
     assert result.error is None, result.error
     assert isinstance(result.verdict, RecoveryVerdict)
     return judge, result.verdict, seen
 
 
 @pytest.mark.parametrize(
-    ("output", "threshold"), [(SUFFICIENT, "min_passages=1"), (PARTIAL, "loose")], ids=["sufficient", "partial"]
+    ("label", "threshold"), [("supported", "min_passages=1"), (one_unsupported, "loose")], ids=["sufficient", "partial"]
 )
-def test_a_response_longer_than_max_response_tokens_goes_to_a_person_with_what_was_checked(output, threshold):
-    judge, whole, _ = judged(output, SHORT, {"threshold": threshold}, max_response_tokens=16)
+def test_a_response_longer_than_max_response_tokens_is_judged_whole_in_windows_and_delivered(label, threshold):
+    judge, whole, seen = judged(label, SHORT, {"threshold": threshold}, max_response_tokens=16)
     assert whole.decision is not None and whole.decision.route == "deliver"
-    assert (whole.response_chars, whole.response_chars_checked) == (len(SHORT), len(SHORT))
+    assert whole.windows == len(seen) == 1 and not whole.response_truncated
 
-    judge, cut, seen = judged(output, LONG, {"threshold": threshold}, max_response_tokens=16)
-    assert cut.response_truncated and cut.decision is not None
-    assert cut.decision.route == "human_review" and not cut.delivered and cut.delivered_answer is None
-    assert cut.response_chars == len(LONG)
-    # The scripted engine's tokens are words: 12 words and the " [truncated]" mark were shown.
-    shown = " ".join(LONG.split()[:12])
-    assert cut.response_chars_checked == len(shown)
-    assert shown + " [truncated]" in seen[0].messages[-1]["content"]
-    assert cut.decision.rule == "response_not_fully_checked"
-    assert cut.decision.reason.startswith(f"only {len(shown)} of {len(LONG)} characters")
-    assert cut.decision.gap == [
-        f"characters {len(shown) + 1}-{len(LONG)} of the response ({len(LONG) - len(shown)} of {len(LONG)}) "
-        "were never checked"
+    judge, long, seen = judged(label, LONG, {"threshold": threshold}, max_response_tokens=16)
+    # Every segment judged once, in order, in windows of at most 16 (whitespace) tokens with their fence lines; a
+    # segment longer than that alone is a window of its own.
+    assert long.windows == len(seen) > 1 and not long.response_truncated
+    shown = [prompt_segments(request) for request in seen]
+    assert (
+        [i for window in shown for i, _ in window]
+        == list(range(len(segment(LONG))))
+        == [s.index for s in long.segments]
+    )
+    for window in shown:
+        cost = sum(len(text.split()) + SEGMENT_FENCE_TOKENS for _, text in window)
+        assert cost <= 16 or len(window) == 1
+    # The last word of the response was judged: nothing goes to a person for the response's length.
+    assert long.segments[-1].text == "Claim99 is made here." and long.segments[-1].label == "supported"
+    assert long.decision is not None and long.decision.route == "deliver"
+    assert long.decision.rule is None and long.delivered_answer is not None
+    routing = judge.gate.route(long)
+    assert routing.route == "deliver" and routing.citations == ["ada0.txt"]
+    assert routing.answer == long.delivered_answer
+    assert strip_markers(routing.answer, judge.gate.unsupported_marker) == LONG
+
+
+def test_a_window_judges_at_most_its_segment_bound_whatever_the_token_room():
+    """Each segment adds its entry to the output's worst case: a window holds at most WINDOW_SEGMENTS of them."""
+    many = " ".join(f"C{i}." for i in range(WINDOW_SEGMENTS * 2 + 1))
+    _, verdict, seen = judged("supported", many, {"threshold": "min_passages=1"})
+    assert [len(prompt_segments(request)) for request in seen] == [WINDOW_SEGMENTS, WINDOW_SEGMENTS, 1]
+    assert [request.constraint.key for request in seen] == [
+        f"recovery/1/n{WINDOW_SEGMENTS}",
+        f"recovery/1/n{WINDOW_SEGMENTS}",
+        "recovery/1/n1",
     ]
-    routing = judge.gate.route(cut)
-    assert routing.route == "human_review" and routing.answer is None and routing.citations == []
-    assert routing.rule == "response_not_fully_checked"
+    assert verdict.windows == 3 and len(verdict.segments) == WINDOW_SEGMENTS * 2 + 1
 
 
 @pytest.mark.parametrize("fmt", ["suffice", "seed"])
-def test_every_row_says_how_much_of_the_response_was_checked(fmt):
-    judge, verdict, _ = judged(SUFFICIENT, LONG, {"threshold": "min_passages=1"}, max_response_tokens=16)
+def test_every_row_says_how_the_response_was_judged(fmt):
+    judge, verdict, seen = judged("supported", LONG, {"threshold": "min_passages=1"}, max_response_tokens=16)
     row = export(judge.gate, verdict, fmt)
     where = row["verdict"] if fmt == "suffice" else row["fitting"]
-    assert where["response_chars"] == len(LONG)
-    assert 0 < where["response_chars_checked"] < len(LONG)
-    assert where["response_truncated"] is True
+    assert where["windows"] == len(seen) > 1
+    if fmt == "suffice":
+        assert where["response_truncated"] is False
+        assert [s["label"] for s in where["segments"]] == ["supported"] * len(segment(LONG))
+    else:
+        assert [s["label"] for s in row["segments"]] == ["supported"] * len(segment(LONG))
 
 
-def test_a_record_without_evidence_checked_nothing_of_its_response():
+def test_the_seed_row_says_how_many_windows_judged_the_response():
+    judge, verdict, _ = judged("supported", LONG, {"threshold": "min_passages=1"}, max_response_tokens=16)
+    assert export(judge.gate, verdict, "seed")["fitting"]["windows"] == verdict.windows > 1
+
+
+def test_a_record_without_evidence_judges_every_segment_unsupported_without_the_model():
     gate = RecoveryGate()
-    verdict = gate.shortcut(roles.parse_item(gate, {**record(SHORT), "chunks": []}))
-    assert verdict is not None
-    assert (verdict.response_chars, verdict.response_chars_checked) == (len(SHORT), 0)
+    verdict = gate.shortcut(roles.parse_item(gate, {**record(LONG), "chunks": []}))
+    assert verdict is not None and verdict.windows == 0 and not verdict.response_truncated
+    assert [s.text for s in verdict.segments] == [s.text for s in segment(LONG)]
+    assert {s.label for s in verdict.segments} == {"unsupported"} and verdict.cited_answer == LONG
 
 
-def test_claims_and_cited_sentences_are_options_shown_in_the_prompt_and_enforced():
-    _, verdict, seen = judged(PARTIAL, SHORT, {"max_claims": 5, "max_cited_sentences": 4})
-    assert "At most 5 claims per list, 4 cited sentences, 3 queries." in seen[0].messages[0]["content"]
-    assert verdict.at_limit == []
-    _, verdict, _ = judged(PARTIAL, SHORT)
-    assert verdict.at_limit == ["supported_claims"]  # 3 of the default 3
-    # A verdict over the limit is refused (the constraint keeps the model within it; this is a model without one).
-    with pytest.raises(ValidationError, match="supported_claims holds more than max_claims=2"):
-        RecoveryOutput.model_validate(PARTIAL, context={"bounds": RecoveryBounds(claims_max=2)})
+def test_sources_per_segment_are_an_option_shown_in_the_prompt_and_enforced():
+    five = lambda index, text: ("supported", [0, 1, 2, 3, 4])  # noqa: E731
+    _, verdict, seen = judged(five, SHORT, {"max_sources_per_segment": 5}, chunks=5)
+    assert "(at most 5)" in seen[0].messages[0]["content"]
+    assert verdict.segments[0].sources == [f"ada{i}.txt" for i in range(5)]
+    _, _, seen = judged("supported", SHORT, chunks=5)
+    assert "(at most 3)" in seen[0].messages[0]["content"]
+    # Over the bound: outside the constraint (a model without one is refused, never read).
+    four = json.dumps(
+        {"classification": "SUFFICIENT", "segments": [[0, "supported", [0, 1, 2, 3]]]}, separators=(",", ":")
+    )
+    assert not seen[0].constraint.matches(four)
     with pytest.raises(AssertionError, match="VerdictError"):
-        judged(PARTIAL, SHORT, {"max_claims": 2})
-    too_many = {**SUFFICIENT, "answer": "One [CITATION:0]Two [CITATION:0]"}
-    with pytest.raises(ValidationError, match="cites more than max_cited_sentences=1"):
-        RecoveryOutput.model_validate(too_many, context={"bounds": RecoveryBounds(sentences=1)})
+        judged("supported", SHORT, chunks=5, script=lambda request: four)
 
 
-def test_a_full_answer_reports_its_cited_sentences_at_their_limit():
-    answer = {**SUFFICIENT, "answer": "One [CITATION:0]Two [CITATION:0]"}
-    _, verdict, _ = judged(answer, SHORT, {"threshold": "min_passages=1", "max_cited_sentences": 2})
-    assert verdict.at_limit == ["answer"]
-    row = export(RecoveryGate(bounds=RecoveryBounds(sentences=2)), verdict, "seed")
-    assert row["at_limit"] == ["answer"]
-
-
-def test_the_constraint_follows_the_limits():
-    default = recovery_constraint(2)
-    wider = recovery_constraint(2, RecoveryBounds(claims_max=6, sentences=5))
+def test_the_constraint_follows_the_bound():
+    default = recovery_constraint(2, 0, 1)
+    wider = recovery_constraint(2, 0, 1, RecoveryBounds(sources_max=6))
     assert wider.key != default.key and wider.max_tokens > default.max_tokens
     chunk = Chunk(id=0, text="x")
-    gate = RecoveryGate(bounds=RecoveryBounds(claims_max=6, sentences=5))
-    assert gate.constraint_for([chunk]).key == "recovery/1/c6/s5"
+    assert RecoveryGate(bounds=RecoveryBounds(sources_max=6)).constraint_for([chunk]).key == "recovery/1/n1/k6"
+    assert RecoveryGate().constraint_for([chunk]).key == "recovery/1/n1"
 
 
-@pytest.mark.parametrize(
-    ("option", "value"), [("max_claims", 0), ("max_claims", 9), ("max_cited_sentences", 0), ("max_cited_sentences", 9)]
-)
-def test_a_limit_out_of_range_is_refused_by_name(option, value):
+@pytest.mark.parametrize("value", [0, 9])
+def test_a_bound_out_of_range_is_refused_by_name(value):
+    option = "max_sources_per_segment"
     assert getattr(RecoveryOptions.parse("recovery", {option: 8}), option) == 8
+    assert getattr(RecoveryOptions.parse("recovery", {option: 1}), option) == 1
     with pytest.raises(ConfigError) as info:
         RecoveryOptions.parse("recovery", {option: value})
     assert info.value.parameter == option
-
-
-def test_a_threshold_no_verdict_can_meet_is_refused_when_the_configuration_is_made():
     with pytest.raises(ConfigError) as info:
-        JudgeConfig(gate="recovery", options={"threshold": "min_passages=4"})
-    assert info.value.parameter == "min_passages"
-    assert "min_passages=4" in str(info.value) and "max_cited_sentences=3" in str(info.value)
-    with pytest.raises(ConfigError, match="max_cited_sentences=2"):
-        RecoveryGate(SufficiencyThreshold(min_passages=3), bounds=RecoveryBounds(sentences=2))
-    # Raising the limit makes the same threshold reachable.
-    JudgeConfig(gate="recovery", options={"threshold": "min_passages=4", "max_cited_sentences": 4})
+        RecoveryBounds(sources_max=value)
+    assert info.value.parameter == option
+
+
+@pytest.mark.parametrize("option", ["max_claims", "max_cited_sentences"])
+def test_the_v3_limits_are_refused_not_ignored(option):
+    with pytest.raises(ConfigError) as info:
+        RecoveryOptions.parse("recovery", {option: 3})
+    assert info.value.parameter == option
+
+
+def test_a_threshold_of_many_passages_is_reachable_by_a_response_of_several_segments():
+    """v3 refused min_passages above max_cited_sentences (no verdict could meet it); v4 bounds no count of cited
+    sources: segments together cite any of the sources shown."""
+    JudgeConfig(gate="recovery", options={"threshold": "min_passages=99"})
+    pairs = lambda index, text: ("supported", [2 * index, 2 * index + 1])  # noqa: E731
+    _, verdict, _ = judged(pairs, "A is true. B is true.", {"threshold": "min_passages=4"}, chunks=4)
+    assert verdict.decision is not None and verdict.decision.route == "deliver"
+    assert verdict.decision.supporting_passages == 4
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gates.md"
@@ -191,7 +224,8 @@ def test_the_docs_state_the_defaults_and_ranges_the_options_have():
         if key in schemas:
             assert int(default) == schemas[key]["default"], f"docs/gates.md: {key} default {default}"
             checked += 1
-    for key, cell in re.findall(r"\| `(\w+)` \| ([^|]*) \|", text):
+    # Overlapping matches: a row's first column (the gate) must not hide its option's cell.
+    for key, cell in re.findall(r"(?=\| `(\w+)` \| ([^|]*) \|)", text):
         if key in schemas and "default" in cell:
             s = schemas[key]
             assert f"{s['minimum']}-{s['maximum']} (default {s['default']}" in cell, f"docs/gates.md: {key}: {cell}"
@@ -203,9 +237,14 @@ def test_the_docs_state_the_recovery_bounds_the_code_has():
     text = " ".join(DOCS.read_text(encoding="utf-8").split())
     b = RecoveryBounds
     assert (
-        f"each claim list holds at most `max_claims` (default {b.CLAIMS_MAX}) claims of at most {b.CLAIM_CHARS} "
-        f"characters, the answer at most `max_cited_sentences` (default {b.ANSWER_SENTENCES}) sentences of at most "
-        f"{b.SENTENCE_CHARS}, the abstention notice at most {b.NOTICE_CHARS} characters, the queries at most "
-        f"{b.QUERIES_MAX} of at most {b.QUERY_CHARS}."
+        f"`supported` and `partial` name one to `max_sources_per_segment` (default {b.SOURCES_MAX}) source numbers"
     ) in text
-    assert f"default {JudgeConfig.max_response_tokens})" in text
+    assert (
+        f"the notice at most {b.NOTICE_CHARS} characters, the queries at most {b.QUERIES_MAX} of at most "
+        f"{b.QUERY_CHARS}."
+    ) in text
+    assert (
+        f"A window holds at most `max_response_tokens` (a `JudgeConfig` setting, default "
+        f"{JudgeConfig.max_response_tokens}) tokens of segments, each counted with its fence line, and at most "
+        f"{b.WINDOW_SEGMENTS} segments"
+    ) in text

@@ -41,8 +41,12 @@ def test_a_segmented_constraint_that_declares_no_bound_has_none():
     assert c.max_completion_tokens is None
 
 
+#: The criteria of the adequacy constraints here (the clinical rubric's four).
+CRITERIA = 4
+
+
 def test_the_adequacy_bound_is_its_bytes_less_the_prefilled_keys_plus_two_end_of_sequence_tokens():
-    c = adequacy_constraint()
+    c = adequacy_constraint(criteria=CRITERIA)
     prefilled = len('{"adequacy_decision') + len('","adequacy_score":')
     assert c.max_completion_tokens == c.max_bytes - prefilled + 2
 
@@ -52,6 +56,10 @@ def _worst_adequacy(rationale_chars: int = AdequacyBounds.RATIONALE_CHARS) -> st
         {
             "adequacy_decision": "FAIL",
             "adequacy_score": 0.55,
+            "criteria": [
+                {"criterion": n, "score": 0.55, "assessment": WIDE * AdequacyBounds.CRITERION_ASSESSMENT_CHARS}
+                for n in range(1, CRITERIA + 1)
+            ],
             "dimensions": {
                 d: {"score": 0.55, "assessment": WIDE * AdequacyBounds.ASSESSMENT_CHARS} for d in DIMENSIONS
             },
@@ -63,31 +71,39 @@ def _worst_adequacy(rationale_chars: int = AdequacyBounds.RATIONALE_CHARS) -> st
 
 
 def test_the_worst_adequacy_verdict_costs_the_bound():
-    c = adequacy_constraint()
+    c = adequacy_constraint(criteria=CRITERIA)
     _, tokens = decode(c, decoded_pieces(c, _worst_adequacy()))
     assert tokens == c.max_completion_tokens
 
 
 def test_the_worst_recovery_verdict_costs_the_bound():
-    """Three sentences, each cited: the answer up to its first marker, then label, sentence, label, sentence,
-    label and the close, each a segment of its own."""
+    """Three segments, each supported by the most sources of the longest numbers, and the abstention the model
+    must write when it is not sure of them: the classification, one entry for each segment and the abstention, each a
+    segment of its own (the entries' indices prefilled)."""
     b = RecoveryBounds
-    c = recovery_constraint(10)
-    answer = {
-        "classification": "SUFFICIENT",
-        "supported_claims": [WIDE * b.CLAIM_CHARS] * b.CLAIMS_MAX,
-        "unsupported_claims": [],
-        "answer": (WIDE * b.SENTENCE_CHARS + "[CITATION:9]") * b.ANSWER_SENTENCES,
-    }
+    c = recovery_constraint(10, 0, 3)
+    entries = [[i, "supported", [9] * b.SOURCES_MAX] for i in range(3)]
+    answer = {"classification": "SUFFICIENT", "segments": entries}
     abstention = {
         "classification": "PARTIALLY_SUFFICIENT",
-        "supported_claims": [WIDE * b.CLAIM_CHARS] * b.CLAIMS_MAX,
-        "unsupported_claims": [WIDE * b.CLAIM_CHARS] * b.CLAIMS_MAX,
+        "segments": entries,
         "abstention_notice": WIDE * b.NOTICE_CHARS,
         "suggested_retrieval_queries": [WIDE * b.QUERY_CHARS] * b.QUERIES_MAX,
     }
     costs = [decode(c, decoded_pieces(c, dumps(obj)))[1] for obj in (answer, abstention)]
     assert max(costs) == c.max_completion_tokens
+
+
+def test_the_recovery_bound_grows_with_the_segments_a_window_judges_and_the_sources_each_names():
+    one, three = recovery_constraint(10, 0, 1), recovery_constraint(10, 0, 3)
+    entry = three.next_segment('{"classification":"SUFFICIENT')
+    assert entry is not None and entry.key == "recovery/entry/10"
+    # Each entry: its label and up to three sources of "9", "]" and the end-of-sequence token.
+    assert entry.max_tokens == len('"supported",[9,9,9]]') + 1
+    assert three.max_completion_tokens - one.max_completion_tokens == 2 * entry.max_tokens
+    wider = recovery_constraint(10, 0, 3, RecoveryBounds(sources_max=5))
+    # Two more sources of two bytes each (",9") an entry, three entries.
+    assert wider.max_completion_tokens - three.max_completion_tokens == 3 * 2 * len(",9")
 
 
 def _worst_sufficiency_head(bounds: SufficiencyBounds) -> str:
@@ -145,19 +161,19 @@ def test_a_smaller_reasoning_bound_lowers_the_sufficiency_bound_by_its_bytes():
 
 
 def test_a_smaller_reasoning_bound_lowers_the_adequacy_bound_by_its_bytes():
-    default = adequacy_constraint().max_completion_tokens
-    short = adequacy_constraint(rationale_chars=50).max_completion_tokens
+    default = adequacy_constraint(criteria=CRITERIA).max_completion_tokens
+    short = adequacy_constraint(rationale_chars=50, criteria=CRITERIA).max_completion_tokens
     assert default - short == (AdequacyBounds.RATIONALE_CHARS - 50) * STRING_CHAR_MAX_BYTES
 
 
 def test_the_longest_adequacy_rationale_under_a_smaller_bound_decodes_within_it():
-    c = adequacy_constraint(rationale_chars=50)
+    c = adequacy_constraint(rationale_chars=50, criteria=CRITERIA)
     _, tokens = decode(c, decoded_pieces(c, _worst_adequacy(50)))
     assert tokens == c.max_completion_tokens
 
 
 def test_a_rationale_over_a_smaller_bound_is_outside_the_constraint():
-    assert not adequacy_constraint(rationale_chars=50).matches(_worst_adequacy(51))
+    assert not adequacy_constraint(rationale_chars=50, criteria=CRITERIA).matches(_worst_adequacy(51))
 
 
 def test_a_reasoning_over_a_smaller_bound_is_outside_the_constraint():
@@ -172,4 +188,4 @@ def test_the_reasoning_bound_names_its_compiled_forms():
 
 
 def test_the_rationale_bound_names_its_compiled_forms():
-    assert adequacy_constraint(rationale_chars=40).key == "adequacy/r40"
+    assert adequacy_constraint(rationale_chars=40, criteria=CRITERIA).key == "adequacy/c4/r40"

@@ -15,6 +15,7 @@ from suffice.gates.recovery.grammar import recovery_constraint
 from suffice.gates.sufficiency.grammar import sufficiency_constraint
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.decision import decision_constraint
+from tests.grammars.test_adequacy import N as ADEQUACY_CRITERIA
 from tests.grammars.test_adequacy import sample as adequacy_sample
 from tests.grammars.test_recovery import ABSTAIN, SUFFICIENT, dumps
 from tests.grammars.test_sufficiency import output as sufficiency_output
@@ -30,9 +31,11 @@ OUTPUTS: list[tuple[str, Constraint, str]] = [
         sufficiency_constraint(3),
         sufficiency_output(is_sufficient=False, missing_information=["the year"], useful_chunk_ids=[]),
     ),
-    ("answer", recovery_constraint(3), dumps(SUFFICIENT)),
-    ("abstention", recovery_constraint(3), dumps(ABSTAIN)),
-    ("adequacy", adequacy_constraint(), adequacy_sample()),
+    ("answer", recovery_constraint(3, 0, 2), dumps(SUFFICIENT)),
+    ("abstention", recovery_constraint(3, 0, 2), dumps(ABSTAIN)),
+    # A window that does not start at the first segment: its first entry's prefix names its own index.
+    ("later-window", recovery_constraint(3, 12, 1), dumps({**SUFFICIENT, "segments": [[12, "supported", [2]]]})),
+    ("adequacy", adequacy_constraint(criteria=ADEQUACY_CRITERIA), adequacy_sample()),
     ("decision", decision_constraint("is_sufficient", ("true", "false")), '{"is_sufficient":true}'),
 ]
 
@@ -100,7 +103,14 @@ def _boundaries(tokenizer, text: str) -> set[int]:
     return {end for _, end in encoded["offset_mapping"]} | {0}
 
 
-@pytest.mark.parametrize(("name", "constraint", "text"), OUTPUTS, ids=[o[0] for o in OUTPUTS])
+#: Recovery v4's prefixes end inside one of the embedded tokenizer's tokens: an entry's ``[[0,`` / ``,[1,`` before
+#: ``"supported"`` (it writes ``,"`` as one token), the close's ``]`` before ``}`` (``]}``), the abstention's
+#: ``"abstention_notice":`` before its string (``":"``).  A library issue (the grammar's prefixes), reported with
+#: the migration: strict, so the fix shows here.
+TOKENIZED = [pytest.param(*o, id=o[0]) for o in OUTPUTS]
+
+
+@pytest.mark.parametrize(("name", "constraint", "text"), TOKENIZED)
 def test_a_prefix_ends_where_the_tokenizer_splits_a_verdict(tokenizer, name, constraint, text):
     """The prefix is tokenized on its own; ending at one of the tokenizer's own
     boundaries keeps the model on token sequences it has seen."""

@@ -38,10 +38,11 @@ from suffice import (
     JudgeConfig,
     ServiceUnavailableError,
 )
+from suffice.gates.recovery.citing import strip_markers
 from suffice.integrations import gating
 from suffice.integrations.langchain import CheckedAnswer, RecoveryCheck, SufficiencyCompressor
 from suffice.serving.base import GenerationRequest
-from tests.fakes import ScriptedEngine
+from tests.fakes import ScriptedEngine, recovery_reply
 from tests.integrations.conftest import MISSING, verdict_for
 from tests.setup_or_fail import need
 from tests.test_client import serve
@@ -63,37 +64,35 @@ def documents() -> list[Document]:
 
 
 # -- a scripted engine for both gates: the recovery verdict by the question, the sufficiency one as conftest's ----
-RECOVERY = {
-    # Cites two passages: the default (strict) threshold wants two supporting passages to deliver.
-    "deliver": {
-        "classification": "SUFFICIENT",
-        "supported_claims": ["Apollo 11 launched on 16 July 1969"],
-        "unsupported_claims": [],
-        "answer": "Apollo 11 [CITATION:0] launched on 16 July 1969 [CITATION:1]",
-    },
-    "unknown": {
-        "classification": "INSUFFICIENT",
-        "supported_claims": [],
-        "unsupported_claims": [MISSING],
-        "abstention_notice": "No passage gives the date.",
-        "suggested_retrieval_queries": ["unknown probe launch date"],
-    },
-    "partly": {
-        "classification": "PARTIALLY_SUFFICIENT",
-        "supported_claims": ["Apollo 11 launched"],
-        "unsupported_claims": ["the launch was in July"],
-        "abstention_notice": "No passage gives the month.",
-        "suggested_retrieval_queries": ["Apollo 11 launch month"],
-    },
-}
+#: Two claims, the first supported, the second not: what the "partly" case checks.
+PARTLY = "Apollo 11 launched. It launched in July."
+PARTLY_QUESTION = "When did Apollo 11 partly launch?"
+
+
+def recovery_verdict(request: GenerationRequest) -> str:
+    """The recovery window's output by the question: every segment supported by sources 0 and 1 (the default,
+    strict threshold wants two supporting passages to deliver); every segment unsupported for the unknown probe;
+    the first segment supported and the rest unsupported for the "partly" question."""
+    prompt = request.messages[-1]["content"]
+    if "unknown" in prompt:
+        return recovery_reply(
+            request, "unsupported", notice="No passage gives the date.", queries=["unknown probe launch date"]
+        )
+    if "partly" in prompt:
+        return recovery_reply(
+            request,
+            lambda index, text: ("supported", [1]) if index == 0 else "unsupported",
+            notice="No passage gives the month.",
+            queries=["Apollo 11 launch month"],
+        )
+    return recovery_reply(request, lambda index, text: ("supported", [0, 1]))
 
 
 def both_gates(request: GenerationRequest) -> str:
     """A recovery verdict where the request's constraint is the recovery gate's, else conftest's sufficiency one."""
-    prompt = request.messages[-1]["content"]
-    case = next((key for key in ("unknown", "partly") if key in prompt), "deliver")
-    text = json.dumps(RECOVERY[case], separators=(",", ":"))
-    return text if request.constraint.matches(text) else verdict_for(request)
+    if request.constraint.key.startswith("recovery/"):
+        return recovery_verdict(request)
+    return verdict_for(request)
 
 
 @pytest.fixture
@@ -366,7 +365,10 @@ def test_a_supported_answer_is_delivered(judge: Judge):
 
 
 def test_a_delivered_answer_is_the_answer_as_given(judge: Judge):
-    assert RecoveryCheck(judge).invoke(check_input()).delivered == ANSWER
+    # Byte for byte, with the inline citations of its supported segment (sources 0 and 1: documents a and b).
+    delivered = RecoveryCheck(judge).invoke(check_input()).delivered
+    assert delivered == ANSWER + "[CITATION:a][CITATION:b]"
+    assert strip_markers(delivered) == ANSWER
 
 
 def test_an_unsupported_answer_is_routed_not_raised(judge: Judge):
@@ -374,7 +376,8 @@ def test_an_unsupported_answer_is_routed_not_raised(judge: Judge):
 
 
 def test_an_unsupported_answer_carries_the_gap(judge: Judge):
-    assert RecoveryCheck(judge).invoke(check_input(UNKNOWN)).gap == [MISSING]
+    # The gap is the unsupported segments' exact text.
+    assert RecoveryCheck(judge).invoke(check_input(UNKNOWN)).gap == [ANSWER]
 
 
 def test_an_unsupported_answer_carries_the_queries(judge: Judge):
@@ -386,23 +389,27 @@ def test_an_unsupported_answer_delivers_nothing(judge: Judge):
 
 
 def test_a_partly_supported_answer_goes_to_review_under_the_default_threshold(judge: Judge):
-    assert RecoveryCheck(judge).invoke(check_input("When did Apollo 11 partly launch?")).route == "human_review"
+    assert RecoveryCheck(judge).invoke(check_input(PARTLY_QUESTION, PARTLY)).route == "human_review"
 
 
 def test_a_check_with_an_audit_log_queues_the_partial_answer_for_a_person(judge: Judge, tmp_path: Path):
     from suffice.audit import AuditLog
 
     log = AuditLog(tmp_path / "audit.db")
-    checked = RecoveryCheck(judge, audit=log).invoke(check_input("When did Apollo 11 partly launch?"))
+    checked = RecoveryCheck(judge, audit=log).invoke(check_input(PARTLY_QUESTION, PARTLY))
     [review] = log.reviews()
     log.close()
     assert checked.route == "human_review" and review["reason"].startswith("partial_under_high_stakes: ")
-    assert json.loads(review["payload"])["question"] == "When did Apollo 11 partly launch?"
+    assert json.loads(review["payload"])["question"] == PARTLY_QUESTION
 
 
 def test_the_gates_options_reach_the_recovery_gate(judge: Judge):
     check = RecoveryCheck(judge, options={"threshold": "loose"})
-    assert check.invoke(check_input("When did Apollo 11 partly launch?")).route == "deliver"
+    checked = check.invoke(check_input(PARTLY_QUESTION, PARTLY))
+    assert checked.route == "deliver"
+    # A partial delivery marks the segment the documents do not support in the delivered text.
+    assert checked.delivered == "Apollo 11 launched.[CITATION:b] It launched in July.[UNSUPPORTED]"
+    assert checked.caveats == ["It launched in July.", "No passage gives the month."]
 
 
 def test_the_retrievers_scores_reach_the_recovery_decision(judge: Judge):
@@ -412,7 +419,8 @@ def test_the_retrievers_scores_reach_the_recovery_decision(judge: Judge):
 
 
 def test_an_answer_message_is_read_as_its_text(judge: Judge):
-    assert RecoveryCheck(judge).invoke(check_input(answer=AIMessage(ANSWER))).answer == ANSWER
+    checked = RecoveryCheck(judge).invoke(check_input(answer=AIMessage(ANSWER)))
+    assert checked.answer == ANSWER and checked.route == "deliver"
 
 
 def test_no_recovery_verdict_raises_by_default():
@@ -455,7 +463,7 @@ def test_documents_that_are_not_documents_are_an_input_error_naming_them(judge: 
 
 def test_a_client_routes_the_answer(service: str):
     with Client(service) as client:
-        assert RecoveryCheck(client).invoke(check_input(UNKNOWN)).gap == [MISSING]
+        assert RecoveryCheck(client).invoke(check_input(UNKNOWN)).gap == [ANSWER]
 
 
 def test_the_async_check_never_runs_the_blocking_one(judge: Judge, monkeypatch: pytest.MonkeyPatch):
@@ -516,7 +524,7 @@ from langchain_classic.retrievers import ContextualCompressionRetriever
 
 from suffice import Client
 from suffice.integrations.langchain import RecoveryCheck, SufficiencyCompressor
-from tests.fakes import ScriptedEngine
+from tests.fakes import ScriptedEngine, recovery_reply
 from tests.integrations.test_langchain import ANSWER, QUESTION, both_gates, store
 from tests.test_client import serve
 
@@ -563,6 +571,11 @@ def assert_guaranteed(retrieved: list[Document], kept: list[Document], checked: 
     assert all(doc.metadata["suffice"]["gate"] == "sufficiency" for doc in kept)
     assert checked.outcome is not None and checked.outcome.result.gate == "recovery"
     assert checked.route in ("deliver", "retrieve_more", "abstain", "human_review")
+    # Whatever the model said, a delivered answer is the answer as given, with its inline citations.
+    if checked.route == "deliver":
+        assert checked.delivered is not None and strip_markers(checked.delivered, "[UNSUPPORTED]") == ANSWER
+    else:
+        assert checked.delivered is None
 
 
 @pytest.mark.engine

@@ -26,7 +26,7 @@ from suffice.server.guards import BodyLimit
 from suffice.server.service import GateService
 from suffice.serving.base import GenerationRequest
 from tests.batch.test_runner import good
-from tests.fakes import ScriptedEngine
+from tests.fakes import ScriptedEngine, recovery_reply
 
 KEY = b"k" * 32
 
@@ -420,7 +420,7 @@ _JUDGE = {"auto_margin", "max_question_tokens", "max_response_tokens", "min_chun
 @pytest.mark.parametrize(
     ("gate", "expected"),
     [
-        ("recovery", {"threshold", "retrieval_exhausted", "format", *_JUDGE}),
+        ("recovery", {"threshold", "retrieval_exhausted", "unsupported_marker", "format", *_JUDGE}),
         ("sufficiency", {"format", "max_retrieval_queries", *_JUDGE}),
     ],
 )
@@ -733,6 +733,21 @@ def test_explicit_threshold_values_apply_to_that_request_as_text_or_an_object():
     assert isinstance(text, RecoveryGate) and isinstance(mapping, RecoveryGate)
     assert (text.threshold.min_passages, text.threshold.min_passage_score) == (1, 0.5)
     assert (mapping.threshold.min_passages, mapping.threshold.high_stakes) == (3, True)  # the rest from strict
+
+
+def test_the_unsupported_marker_a_request_sets_marks_its_partial_delivery():
+    """Recovery v4: a partial answer delivered under the loose threshold marks each segment not fully supported,
+    with the marker the request names (the query or the body)."""
+    config = ServeConfig(gates=("recovery",))
+    engine = ScriptedEngine(lambda r: recovery_reply(r, lambda index, text: "unsupported" if index else "supported"))
+    client = TestClient(create_app(GateService(config, engine), config), base_url="http://127.0.0.1")
+    item = {**record(0), "response": "Ada wrote it. She wrote it in 1843."}
+    body = {"items": [item], "options": {"threshold": "loose", "unsupported_marker": " (unverified)"}}
+    marked = client.post("/v1/judge/recovery", json=body).json()["results"][0]["verdict"]["answer"]
+    assert marked == "Ada wrote it.[CITATION:c0] She wrote it in 1843. (unverified)"
+    query = client.post("/v1/judge/recovery?threshold=loose&unsupported_marker=%5B%3F%5D", json=item)
+    assert query.json()["results"][0]["verdict"]["answer"].endswith("1843.[?]")
+    assert client.post("/v1/judge/recovery?unsupported_marker=%5BCITATION%3Ax%5D", json=item).status_code == 422
 
 
 def test_a_bad_threshold_key_in_a_request_is_422_naming_it():

@@ -34,11 +34,13 @@ def judged(url: str, gate: str, records: list[dict[str, object]], **options: obj
 
 
 def worst_cases(url: str, gate: str, records: list[dict[str, object]], **options: object) -> list[int | None]:
-    """Each record's worst case of completion tokens: its request's constraint's (prompts fitted, nothing generated)."""
+    """Each record's worst case of completion tokens: its requests' constraints' (prompts fitted, nothing generated),
+    summed over the windows a response judged segment by segment takes (recovery: one request a window)."""
     engine_config = EngineConfig(kind="openai", base_url=url)
     config = JudgeConfig(gate=gate, engine=engine_config, options=options)
     with Judge(OpenAIEngine(engine_config), config=config) as judge:
-        return [request.constraint.max_completion_tokens for request in judge.requests(records)]
+        bounds = [[request.constraint.max_completion_tokens for request in judge.requests([r])] for r in records]
+    return [None if None in windows else sum(b for b in windows if b is not None) for windows in bounds]
 
 
 def records_for(gate: str) -> tuple[list[dict[str, object]], dict[str, object]]:

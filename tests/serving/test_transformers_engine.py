@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.recovery.grammar import RecoveryVerdict
 from suffice.judge import Judge
@@ -51,6 +52,9 @@ def test_a_recovery_verdict_cites_only_sources_in_the_request(transformers_engin
     assert isinstance(result.verdict, RecoveryVerdict)
     sources = {str(chunk.get("source") or chunk["id"]) for chunk in record["chunks"]}  # type: ignore[union-attr]
     assert set(result.verdict.cited_sources) <= sources
+    # The response's one segment got its label, and the cited answer is the response with markers only.
+    assert [s.text for s in result.verdict.segments] == ["It is not known."]
+    assert strip_markers(result.verdict.cited_answer) == "It is not known."
 
 
 def test_a_speculative_segment_is_cut_back_and_continued(transformers_engine: TransformersEngine) -> None:

@@ -21,13 +21,14 @@ import pytest
 from suffice import ConfigError, InputError, Judge
 from suffice.serving.base import GenerationRequest
 from suffice.testing import agreement, assert_agreement, assert_sufficient, judge_records
-from tests.fakes import ScriptedEngine
+from tests.fakes import ScriptedEngine, recovery_reply
 from tests.test_client import serve
 
 pytest_plugins = ["pytester"]
 
 MISSING = "the launch date"
-UNSUPPORTED = "the launch was in 1969"
+UNSUPPORTED = "It launched in 1969."
+RESPONSE = "Apollo 11 landed on the Moon. " + UNSUPPORTED
 
 
 def _first_matching(request: GenerationRequest, candidates: list[dict[str, object]]) -> str:
@@ -51,28 +52,20 @@ def verdict_for(request: GenerationRequest) -> str:
         "confidence": 0.9,
         "useful_chunk_ids": [] if bad else [0],
     }
-    recovery = (
-        {
-            "classification": "PARTIALLY_SUFFICIENT",
-            "supported_claims": ["Apollo 11 landed on the Moon"],
-            "unsupported_claims": [UNSUPPORTED],
-            "abstention_notice": "No passage gives the year.",
-            "suggested_retrieval_queries": ["Apollo 11 launch year"],
-        }
-        if bad
-        else {
-            "classification": "SUFFICIENT",
-            "supported_claims": ["Apollo 11 landed on the Moon"],
-            "unsupported_claims": [],
-            "answer": "Apollo 11 landed on the Moon [CITATION:0] [CITATION:1]",
-        }
-    )
-    return _first_matching(request, [sufficiency, recovery])
+    if request.constraint.key.startswith("recovery/"):
+        # Both claims of the response supported by both chunks; with ``unknown``, the second unsupported.
+        return recovery_reply(
+            request,
+            lambda index, text: "unsupported" if bad and text == UNSUPPORTED else ("supported", [0, 1]),
+            notice="No passage gives the year.",
+            queries=["Apollo 11 launch year"],
+        )
+    return _first_matching(request, [sufficiency])
 
 
 def record(question: str, rid: str = "r1", **extra: object) -> dict[str, object]:
     chunks = [{"id": 0, "text": "Apollo 11 landed on the Moon."}, {"id": 1, "text": "It carried three astronauts."}]
-    return {"id": rid, "question": question, "chunks": chunks, "response": "Apollo 11 landed on the Moon.", **extra}
+    return {"id": rid, "question": question, "chunks": chunks, "response": RESPONSE, **extra}
 
 
 TEAM_TESTS = f"""

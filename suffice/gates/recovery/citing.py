@@ -1,7 +1,9 @@
 """The response with inline citations: byte for byte the response, with markers inserted right after segments.
 
-A marker goes at a segment's end, before the whitespace that follows it, and nothing else changes: removing every
-marker gives the response back exactly (:func:`strip_markers`).  ``[CITATION:source_id]`` follows each segment that
+A marker goes at a segment's end, before the whitespace that follows it.  The response's own ``[CITATION:...]``
+text is left out: only a citation the model named for a segment, among the sources shown, is delivered, so a
+generator's unchecked (or damaged) marker never passes for a checked one.  Nothing else changes: removing every
+marker gives the response back exactly, less its own markers (:func:`strip_markers`).  ``[CITATION:source_id]`` follows each segment that
 names sources (one marker per source, ids written by :func:`~suffice.gates.recovery.grammar.cite_source`); where
 a partial answer is delivered, the unsupported marker follows each segment that is not fully supported, so no
 application can show it as supported by accident.
@@ -39,10 +41,10 @@ def cite(response: str, segments: Sequence[JudgedSegment], unsupported_marker: s
         if unsupported_marker is not None and seg.label in ("partial", "unsupported"):
             marks += unsupported_marker
         if marks:
-            out.append(response[at : seg.end])
+            out.append(CITATION.sub("", response[at : seg.end]))
             out.append(marks)
             at = seg.end
-    out.append(response[at:])
+    out.append(CITATION.sub("", response[at:]))
     return "".join(out)
 
 

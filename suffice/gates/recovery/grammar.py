@@ -121,6 +121,7 @@ CLASSIFICATION_KEY = '{"classification":"'
 SEGMENTS_KEY = '","segments":['
 _ENTRY = re.compile(r'\[(\d+),"(supported|partial|unsupported|no_claim)",')
 ABSTENTION_KEY = '],"abstention_notice":'
+CLOSE = "]}"
 QUERIES_KEY = ',"suggested_retrieval_queries":'
 
 
@@ -129,13 +130,14 @@ def _source_label(n_sources: int) -> Rx:
 
 
 def _entry_body(n_sources: int, bounds: RecoveryBounds) -> Rx:
-    """One segment's entry after its prefilled ``[index,``: a label, its sources, the entry's close."""
+    """One segment's entry after its prefilled ``[index``: the comma, a label, its sources, the entry's close.  The
+    comma is decoded, not prefilled: tokenizers read ``,"`` as one token, and a prefix ends where they split."""
     sources = json_list(_source_label(n_sources), 1, bounds.sources_max)
     return alt(
-        seq(lit('"supported",'), sources, lit("]")),
-        seq(lit('"partial",'), sources, lit("]")),
-        lit('"unsupported",[]]'),
-        lit('"no_claim",[]]'),
+        seq(lit(',"supported",'), sources, lit("]")),
+        seq(lit(',"partial",'), sources, lit("]")),
+        lit(',"unsupported",[]]'),
+        lit(',"no_claim",[]]'),
     )
 
 
@@ -149,7 +151,7 @@ def _abstention_body() -> Rx:
 
 
 def _entry_prefix(index: int, first: bool) -> str:
-    return (SEGMENTS_KEY if first else ",") + f"[{index},"
+    return (SEGMENTS_KEY if first else ",") + f"[{index}"
 
 
 @lru_cache(maxsize=1)
@@ -161,12 +163,14 @@ def _head() -> Segment:
 
 @lru_cache(maxsize=1)
 def _close() -> Segment:
-    return Segment.from_rx(lit("}"), key="recovery/close", prefix="]")
+    return Segment.from_rx(lit(CLOSE), key="recovery/close")
 
 
 @lru_cache(maxsize=1)
 def _abstention() -> Segment:
-    return Segment.from_rx(_abstention_body(), key="recovery/abstention", prefix=ABSTENTION_KEY)
+    # Decoded whole: its key's quotes merge with the colon and the notice's opening quote in one token, so no prefix
+    # could end at a token boundary there.
+    return Segment.from_rx(seq(lit(ABSTENTION_KEY), _abstention_body()), key="recovery/abstention")
 
 
 @lru_cache(maxsize=4096)
@@ -212,7 +216,7 @@ def recovery_constraint(n_sources: int, first: int, count: int, bounds: Recovery
         lit(CLASSIFICATION_KEY),
         alt(*[lit(c.value) for c in Classification]),
         *entries,
-        alt(lit("]}"), seq(lit(ABSTENTION_KEY), _abstention_body())),
+        alt(lit(CLOSE), seq(lit(ABSTENTION_KEY), _abstention_body())),
     )
     head = _head()
 
