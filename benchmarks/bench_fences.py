@@ -73,7 +73,9 @@ def user_message(template: PromptTemplate, fence: Fence, question: str, texts: l
         {"label": i, "text": t, "source": None, "source_label": i, "score": None, "date": None, "metadata": None}
         for i, t in enumerate(texts)
     ]
-    return template.user.render(question=question, response="An answer.", chunks=chunks, fence=fence).strip()
+    # The response as the recovery gate shows it (one segment); other gates' templates ignore both.
+    answer = {"response": "An answer.", "segments": [{"index": 0, "text": "An answer."}], "total_segments": 1}
+    return template.user.render(question=question, chunks=chunks, fence=fence, **answer).strip()
 
 
 def structure_per_chunk(tokenizer: Any, gate: str, design: str, record: dict[str, Any]) -> float:
