@@ -9,6 +9,7 @@ import json
 
 from suffice.gates.adequacy.grammar import DIMENSIONS
 from suffice.serving.base import GenerationRequest
+from tests.adequacy import criteria
 
 #: By the word in the question: the model's decision, every dimension's score, its recommendation.
 OUTPUTS: dict[str, tuple[str, float, str]] = {
@@ -19,11 +20,16 @@ OUTPUTS: dict[str, tuple[str, float, str]] = {
 }
 
 
+#: The rubric every record names.
+RUBRIC = "customer-support"
+
+
 def adequacy_output(decision: str, score: float, recommendation: str) -> str:
     return json.dumps(
         {
             "adequacy_decision": decision,
             "adequacy_score": score,
+            "criteria": criteria(RUBRIC, score),
             "dimensions": {d: {"score": score, "assessment": "a"} for d in DIMENSIONS},
             "missing_information": [] if decision == "PASS" else ["more evidence"],
             "recommendation": recommendation,
@@ -44,5 +50,5 @@ def record(case: str, i: int = 0) -> dict[str, object]:
         "id": f"{case}{i}",
         "question": f"Case {case}?",
         "chunks": [{"id": "c0", "text": "Some evidence."}],
-        "rubric": "customer-support",
+        "rubric": RUBRIC,
     }

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from suffice.exceptions import InputError, RubricError
-from suffice.gates.adequacy.store import RubricStore
+from suffice.gates.adequacy.grammar import MAX_CRITERIA
+from suffice.gates.adequacy.store import DEFAULT_CRITERION_MINIMUM, Criterion, RubricStore
 
 
 def write(folder, name, version, **overrides):
@@ -49,6 +50,12 @@ def test_newest_version_when_none_given(tmp_path):
         ({"pass_threshold": 1.5}, "rubric.pass_threshold"),
         ({"critical": {"factual_coverage": 2}}, "rubric.critical"),
         ({"criteria": []}, "rubric.criteria"),
+        ({"criteria": [f"c{i}" for i in range(MAX_CRITERIA + 1)]}, "rubric.criteria"),
+        ({"criteria": ["  "]}, "rubric.criteria.0.text"),
+        ({"criteria": ["c", {"critical": True}]}, "rubric.criteria.1.text"),
+        ({"criteria": [{"text": "c", "critical": "yes please"}]}, "rubric.criteria.0.critical"),
+        ({"criteria": [{"text": "c", "minimum": 1.5}]}, "rubric.criteria.0.minimum"),
+        ({"criteria": [{"text": "c", "weight": 2}]}, "rubric.criteria.0.weight"),
         ({"extra": 1}, "rubric.extra"),
     ],
 )
@@ -68,3 +75,20 @@ def test_unknown_rubric_and_version(tmp_path):
     assert info.value.field == "rubric"
     with pytest.raises(RubricError, match="no version '2'"):
         store.get("faq@2")
+
+
+def test_a_criterion_is_its_text_alone_or_an_object_that_may_mark_it_critical(tmp_path):
+    write(tmp_path, "mixed", "1", criteria=["plain", {"text": "vital", "critical": True, "minimum": 0.7}])
+    rubric = RubricStore(tmp_path).get("mixed")
+    assert rubric.criteria == [
+        Criterion(text="plain", critical=False, minimum=DEFAULT_CRITERION_MINIMUM),
+        Criterion(text="vital", critical=True, minimum=0.7),
+    ]
+
+
+def test_the_clinical_rubric_marks_its_safety_criteria_critical():
+    """Contraindications, the patient population and dosages with units: the seed's own clinical examples of what
+    a rubric must require ("explicit mention of contraindications"), each a FAIL when unmet."""
+    criteria = RubricStore().get("clinical-guidance").criteria
+    assert [c.critical for c in criteria] == [False, True, True, True]
+    assert "Contraindications" in criteria[1].text and "Dosages" in criteria[3].text

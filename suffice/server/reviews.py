@@ -296,6 +296,9 @@ pre,.chunk{white-space:pre-wrap;word-break:break-word;background:#f7f8fa;padding
 button{font-size:1em;padding:.35em 1.2em}
 .for-answer,.for-refine{display:none}#decision-answer:checked~.for-answer{display:block}
 #decision-refine_retrieval:checked~.for-refine{display:block}
+.segment td:first-child{border-left:6px solid #c5cad6}.seg-supported td:first-child{border-left-color:#3b9a57}
+.seg-partial td:first-child{border-left-color:#d9a21b}.seg-unsupported td:first-child{border-left-color:#c8423b}
+.seg-unsupported{background:#fbeaea}.seg-partial{background:#fdf5e0}
 """
 
 
@@ -366,6 +369,52 @@ def _table(pairs: Iterator[tuple[str, Any]] | list[tuple[str, Any]]) -> str:
     return f"<table>{rows}</table>"
 
 
+def _criteria(criteria: Any) -> str:
+    """An adequacy verdict's rubric criteria, one row each: number, text, critical or not, score, the score it is
+    met at, met or not, the model's assessment; ``""`` unless ``criteria`` is a list of such entries."""
+    if not isinstance(criteria, list) or not criteria:
+        return ""
+    if not all(isinstance(c, Mapping) and {"criterion", "text", "score", "assessment"} <= set(c) for c in criteria):
+        return ""
+
+    def yes_no(value: Any, yes: str, no: str) -> str:
+        return "" if value is None else yes if value else no
+
+    rows = "".join(
+        f'<tr class="criterion"><td>{e(c["criterion"])}</td><td>{e(c["text"])}</td>'
+        f"<td>{yes_no(c.get('critical'), 'critical', '')}</td><td>{e(c['score'])}</td><td>{e(c.get('minimum'))}</td>"
+        f"<td>{yes_no(c.get('met'), 'met', 'not met')}</td><td>{e(c['assessment'])}</td></tr>"
+        for c in criteria
+    )
+    head = "<tr><th>#</th><th>criterion</th><th></th><th>score</th><th>met at</th><th></th><th>assessment</th></tr>"
+    return f"<table>{head}{rows}</table>"
+
+
+#: How a reviewer reads each segment label (the colour is the row's class, ``seg-LABEL``).
+_SEGMENT_LABELS = {
+    "supported": "supported",
+    "partial": "partly supported",
+    "unsupported": "NOT supported",
+    "no_claim": "no claim",
+}
+
+
+def _segments(segments: Any) -> str:
+    """A recovery verdict's segments, one row each in the response's order, coloured by label: number, the
+    segment's text, the label, the sources it cites; ``""`` unless ``segments`` is a list of such entries."""
+    if not isinstance(segments, list) or not segments:
+        return ""
+    if not all(isinstance(s, Mapping) and {"index", "text", "label"} <= set(s) for s in segments):
+        return ""
+    rows = "".join(
+        f'<tr class="segment seg-{e(s["label"])}"><td>{e(s["index"])}</td><td>{e(s["text"])}</td>'
+        f"<td>{e(_SEGMENT_LABELS.get(str(s['label']), s['label']))}</td>"
+        f"<td>{', '.join(e(source) for source in s.get('sources') or []) or '—'}</td></tr>"
+        for s in segments
+    )
+    return f"<table><tr><th>#</th><th>segment</th><th>label</th><th>sources</th></tr>{rows}</table>"
+
+
 def _chunks(chunks: Any) -> str:
     if not isinstance(chunks, list) or not chunks:
         return "<p>(none in the payload)</p>"
@@ -408,6 +457,14 @@ def _detail_page(review: ReviewDetail, reviewer: str, csrf: str, message: str = 
     parts.append(f"<section><h2>Retrieved context</h2>{_chunks(payload.get('chunks'))}</section>")
     verdict = payload.get("verdict")
     if isinstance(verdict, Mapping):
+        segments = _segments(verdict.get("segments"))
+        if segments:
+            parts.append(f"<section><h2>Response, segment by segment</h2>{segments}</section>")
+            verdict = {k: v for k, v in verdict.items() if k != "segments"}  # shown once, as the table above
+        criteria = _criteria(verdict.get("criteria"))
+        if criteria:
+            parts.append(f"<section><h2>Rubric criteria</h2>{criteria}</section>")
+            verdict = {k: v for k, v in verdict.items() if k != "criteria"}  # shown once, as the table above
         parts.append(f"<section><h2>Verdict and scores</h2>{_table(list(_flat(verdict)))}</section>")
     if review.evaluation is not None:
         parts.append(f"<section><h2>Evaluation row</h2>{_table(list(_flat(review.evaluation)))}</section>")

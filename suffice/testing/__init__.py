@@ -114,6 +114,10 @@ def _describe_failure(gate: Gate, result: JudgeResult) -> str:
             parts.append("below minimum: " + ", ".join(f"{k} {v:g}" for k, v in below.items()))
         if critical:
             parts.append("failed critical: " + ", ".join(f"{k} {v:g}" for k, v in critical.items()))
+        unmet = [f"{n} (critical)" for n in decision.get("failed_critical_criteria") or []]
+        unmet += [str(n) for n in decision.get("unmet_criteria") or []]
+        if unmet:
+            parts.append("criteria not met: " + ", ".join(unmet))
         if decision.get("reason"):
             parts.append(f"decision: {decision['reason']}")
     for key in ("classification", "abstention_notice", "reasoning", "rationale"):
@@ -250,7 +254,7 @@ def assert_adequate(
     record_property: RecordProperty | None = None,
 ) -> JudgeResult:
     """Fail unless the adequacy gate's computed decision is PASS; the message names the dimensions under their
-    minimum, the failed critical ones, what is missing and the rationale."""
+    minimum, the failed critical ones, the rubric criteria not met, what is missing and the rationale."""
     return _require_positive(judge, record, ADEQUACY, options, record_property, "the context for {} is not adequate")
 
 

@@ -24,6 +24,7 @@ from suffice.judge import Judge
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService
+from tests.adequacy import rubric_of
 from tests.audit.test_routes_reach_a_person import CHUNK, QUESTION, adequacy
 from tests.fakes import ScriptedEngine
 from tests.prompts.test_seed_wording import SEEDS
@@ -47,7 +48,7 @@ def expected() -> dict[str, tuple[str, str, str]]:
 
 
 def engine() -> ScriptedEngine:
-    return ScriptedEngine(lambda request: adequacy("PROCEED_WITH_ANSWER"))
+    return ScriptedEngine(lambda request: adequacy("PROCEED_WITH_ANSWER", rubric=rubric_of(request)))
 
 
 def by_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -116,3 +117,26 @@ def test_the_chain_covers_the_rubric_columns(tmp_path, monkeypatch, column):
 def test_the_seed_asks_for_the_rubric_version_in_the_log():
     seed = " ".join((SEEDS / "context-adequacy-evaluation.md").read_text(encoding="utf-8").split())
     assert "Log every evaluation with the query hash, context chunk IDs, rubric version" in seed
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_each_adequacy_row_exports_every_criterion_judged(tmp_path, monkeypatch, entry):
+    """The audit trail of a verdict holds each criterion of its rubric: the model's score and assessment, the
+    criterion's text, whether it is critical and whether it was met, in the export's JSON Lines and CSV alike."""
+    db = ENTRY_POINTS[entry](tmp_path, monkeypatch)
+    store = RubricStore()
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / f"export.{fmt}"
+        assert main(["audit", "export", str(db), "--format", fmt, "-o", str(out)]) == EXIT_OK
+        text = out.read_text(encoding="utf-8")
+        if fmt == "jsonl":
+            verdicts = {str(r["item_id"]): r["verdict"] for r in map(json.loads, text.splitlines())}
+        else:
+            verdicts = {r["item_id"]: json.loads(r["verdict"]) for r in csv.DictReader(io.StringIO(text))}
+        for record in RECORDS:
+            rubric = store.get(record.get("rubric", RUN_RUBRIC))
+            criteria = verdicts[record["id"]]["criteria"]
+            assert [(c["criterion"], c["text"], c["critical"]) for c in criteria] == [
+                (n, c.text, c.critical) for n, c in enumerate(rubric.criteria, 1)
+            ], fmt
+            assert all(set(c) >= {"score", "assessment", "met", "minimum"} for c in criteria), fmt

@@ -6,20 +6,20 @@ import re
 import pytest
 
 from suffice.exceptions import ConfigError
-from suffice.gates.adequacy.decision import composite_score, decide
+from suffice.gates.adequacy.decision import composite_score, decide, judge_criteria
 from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyOutput
 from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir
 
 
-def rubric(risk="LOW", critical=None, threshold=0.6, minimums=None, **more):
+def rubric(risk="LOW", critical=None, threshold=0.6, minimums=None, criteria=("c",), **more):
     # No per-dimension minimum unless given: these tests are about the composite.
     return Rubric(
         name="t",
         version="1",
         use_case="test",
         risk_level=risk,
-        criteria=["c"],
+        criteria=list(criteria),
         weights={"factual_coverage": 2.0, "temporal_relevance": 1.0, "source_authority": 1.0},
         critical=critical or {},
         pass_threshold=threshold,
@@ -30,10 +30,12 @@ def rubric(risk="LOW", critical=None, threshold=0.6, minimums=None, **more):
     )
 
 
-def output(scores, decision="PASS", missing=(), recommendation="RETRIEVE_MORE"):
+def output(scores, decision="PASS", missing=(), recommendation="RETRIEVE_MORE", criteria=(0.9,)):
+    """``criteria``: each criterion's score, in order (the test rubric has one criterion)."""
     return AdequacyOutput(
         adequacy_decision=decision,
         adequacy_score=0.5,
+        criteria=[{"criterion": n, "score": c, "assessment": "a"} for n, c in enumerate(criteria, 1)],
         dimensions={d: {"score": scores.get(d, 0.0), "assessment": "a"} for d in DIMENSIONS},
         missing_information=list(missing),
         recommendation=recommendation,
@@ -111,7 +113,8 @@ def test_the_prompt_states_the_threshold_the_decision_applies(ref, tmp_path):
     item = gate.parse_item({"id": "q", "question": "q?", "chunks": [{"id": 0, "text": "t"}]})
     prompt = gate.template.system.render(**gate.system_context(item))
     stated = float(re.search(r"Pass threshold for the weighted score: ([0-9]+(?:\.[0-9]+)?)", prompt)[1])
-    applied = decide(output(SCORES), gate.rubric_for(item)).threshold
+    rubric_ = gate.rubric_for(item)
+    applied = decide(output(SCORES, criteria=[0.9] * len(rubric_.criteria)), rubric_).threshold
     assert stated == pytest.approx(applied)
 
 
@@ -160,3 +163,79 @@ def test_each_route_to_a_person_names_its_rule():
     spent = decide(output(SCORES), low, can_retrieve=False)
     assert (spent.route, spent.rule) == ("human_review", "adequacy_rounds_exhausted")
     assert decide(output(SCORES), low).rule is None
+
+
+# -- each rubric criterion judged: the seed's "A PASS decision requires all rubric criteria to be met at an
+# acceptable threshold. Partial coverage that fails any critical criterion must result in FAIL."
+
+
+def criteria_rubric(**more):
+    """Three criteria, the second critical, the third met only at 0.8; dimensions that pass on their own."""
+    return rubric(
+        criteria=[
+            "the context names the product",
+            {"text": "the steps are for the customer's version", "critical": True},
+            {"text": "the steps are complete", "minimum": 0.8},
+        ],
+        **more,
+    )
+
+
+RICH = {"factual_coverage": 0.9, "temporal_relevance": 0.9, "source_authority": 0.9}
+
+
+def test_a_critical_criterion_not_met_fails_even_when_every_dimension_passes():
+    d = decide(output(RICH, recommendation="PROCEED_WITH_ANSWER", criteria=(0.9, 0.3, 0.9)), criteria_rubric())
+    assert d.composite_score >= d.threshold and not d.failed_critical and not d.below_minimum
+    assert d.decision == "FAIL" and d.route == "retrieve_more"
+    assert d.failed_critical_criteria == [2] and d.unmet_criteria == []
+    assert d.reason == "critical criterion 2 not met (0.30 < 0.50: the steps are for the customer's version)"
+
+
+def test_every_criterion_met_lets_the_dimensions_decide():
+    d = decide(output(RICH, criteria=(0.5, 0.5, 0.8)), criteria_rubric())
+    assert d.decision == "PASS" and d.route == "deliver" and "all 3 criteria met" in d.reason
+    assert (d.failed_critical_criteria, d.unmet_criteria) == ([], [])
+    assert d.criteria_score == pytest.approx(0.6)
+    # Criteria met do not lift dimensions that fail.
+    assert decide(output(SCORES, criteria=(1, 1, 1)), criteria_rubric(threshold=0.9)).decision == "FAIL"
+
+
+@pytest.mark.parametrize(("scores", "unmet"), [((0.49, 0.9, 0.9), [1]), ((0.9, 0.9, 0.79), [3])])
+def test_a_criterion_that_is_not_critical_and_not_met_is_no_pass_either(scores, unmet):
+    d = decide(output(RICH, criteria=scores), criteria_rubric())
+    assert d.decision == "FAIL" and d.unmet_criteria == unmet and d.failed_critical_criteria == []
+    assert d.reason.startswith(f"criterion {unmet[0]} not met (")
+
+
+def test_a_critical_criterion_not_met_routes_as_any_fail_does():
+    unmet = (0.9, 0.0, 0.9)
+    escalated = decide(output(RICH, recommendation="ESCALATE_TO_HUMAN", criteria=unmet), criteria_rubric())
+    assert (escalated.route, escalated.rule) == ("human_review", "model_escalated")
+    spent = decide(output(RICH, criteria=unmet), criteria_rubric(), can_retrieve=False)
+    assert (spent.route, spent.rule) == ("human_review", "adequacy_rounds_exhausted")
+    # A rubric trusting the computed PASS over the model's recommendation does not trust past a criterion.
+    trusted = decide(output(RICH, criteria=unmet), criteria_rubric(trust_computed_pass=True))
+    assert trusted.decision == "FAIL"
+
+
+def test_met_is_the_score_against_the_criterions_minimum_computed_not_asked():
+    judged = judge_criteria(output(RICH, criteria=(0.5, 0.49, 0.8)), criteria_rubric())
+    assert [(c.criterion, c.met, c.critical, c.minimum) for c in judged] == [
+        (1, True, False, 0.5),
+        (2, False, True, 0.5),
+        (3, True, False, 0.8),
+    ]
+    assert [c.text for c in judged] == [c.text for c in criteria_rubric().criteria]
+
+
+def test_an_output_scoring_other_criteria_than_the_rubrics_is_refused():
+    with pytest.raises(ValueError, match="3 criteria"):
+        decide(output(RICH, criteria=(0.9, 0.9)), criteria_rubric())
+
+
+def test_a_long_criterion_is_named_by_its_beginning():
+    text = "the context states " + "every dosage with its unit and frequency " * 3
+    d = decide(output(RICH, criteria=(0.1,)), rubric(criteria=[{"text": text, "critical": True}]))
+    named = re.fullmatch(r"critical criterion 1 not met \(0\.10 < 0\.50: (.+)…\)", d.reason)
+    assert named is not None and text.startswith(named[1]) and len(named[1]) < 60

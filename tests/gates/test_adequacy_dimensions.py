@@ -44,11 +44,12 @@ def store(tmp_path: Path) -> RubricStore:
     return RubricStore(tmp_path)
 
 
-def answer(scores: dict[str, float]) -> str:
+def answer(scores: dict[str, float], criteria: int = 1) -> str:
     return json.dumps(
         {
             "adequacy_decision": "PASS",
             "adequacy_score": 0.7,
+            "criteria": [{"criterion": n, "score": 0.9, "assessment": "a"} for n in range(1, criteria + 1)],
             "dimensions": {d: {"score": s, "assessment": "a"} for d, s in scores.items()},
             "missing_information": [],
             "recommendation": "PROCEED_WITH_ANSWER",
@@ -81,15 +82,15 @@ def test_a_rubric_with_its_own_dimensions_is_judged_over_them(store: RubricStore
     assert "- symptom_coverage: whether every symptom is addressed" in system
     assert "factual_coverage" not in system
     constraint = seen[0].constraint
-    assert constraint is adequacy_constraint(tuple(OWN))
+    assert constraint is adequacy_constraint(tuple(OWN), criteria=1)
     assert constraint.matches(answer({"symptom_coverage": 0.8, "product_version_match": 0.4}))
     assert not constraint.matches(answer(dict.fromkeys(DIMENSIONS, 0.5)))
 
 
 def test_equal_dimension_tuples_share_one_compiled_form() -> None:
-    assert adequacy_constraint(("a_b", "c")) is adequacy_constraint(("a_b", "c"))
-    assert adequacy_constraint(("a_b", "c")).key != adequacy_constraint().key
-    assert adequacy_constraint(DIMENSIONS) is adequacy_constraint()
+    assert adequacy_constraint(("a_b", "c"), criteria=2) is adequacy_constraint(("a_b", "c"), criteria=2)
+    assert adequacy_constraint(("a_b", "c"), criteria=2).key != adequacy_constraint(criteria=2).key
+    assert adequacy_constraint(DIMENSIONS, criteria=2) is adequacy_constraint(criteria=2)
 
 
 def test_an_output_with_other_dimensions_is_retried_then_an_error(store: RubricStore) -> None:
@@ -100,7 +101,8 @@ def test_an_output_with_other_dimensions_is_retried_then_an_error(store: RubricS
 
 
 def test_a_rubric_without_dimensions_keeps_the_seed_five(store: RubricStore) -> None:
-    judge = Judge(ScriptedEngine(lambda r: answer(dict.fromkeys(DIMENSIONS, 0.9))), AdequacyGate(store, "legal-review"))
+    four = answer(dict.fromkeys(DIMENSIONS, 0.9), criteria=4)
+    judge = Judge(ScriptedEngine(lambda r: four), AdequacyGate(store, "legal-review"))
     [result] = judge.judge_batch([RECORD])
     assert result.verdict is not None
     assert tuple(result.verdict.dimensions) == DIMENSIONS

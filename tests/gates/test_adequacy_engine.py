@@ -9,7 +9,7 @@ import shutil
 import jsonschema
 import pytest
 
-from suffice.gates.adequacy.decision import RISK_MARGIN
+from suffice.gates.adequacy.decision import RISK_MARGIN, decide
 from suffice.gates.adequacy.gate import AdequacyGate
 from suffice.gates.adequacy.grammar import AdequacyOutput, AdequacyVerdict, adequacy_constraint
 from suffice.gates.adequacy.store import RubricStore, builtin_dir
@@ -39,6 +39,21 @@ BAD = [
     {"id": "dup", "question": "Q?", "chunks": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]},
 ]
 EMPTY = {"id": "empty", "question": "Q?", "chunks": []}
+#: A clinical question under the clinical rubric, whose criteria include critical ones (issue 49).
+CLINICAL = {
+    "id": "clinical",
+    "question": "What is the adult dose of amoxicillin for acute otitis media, and who must not take it?",
+    "chunks": [
+        {
+            "id": "g1",
+            "text": "Acute otitis media in adults: amoxicillin 500 mg by mouth every 8 hours for 5 days. "
+            "Do not give it to patients with a penicillin allergy.",
+            "source": "national-antibiotic-guideline.pdf",
+            "date": "2025-03-01",
+        }
+    ],
+    "rubric": "clinical-guidance",
+}
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +63,7 @@ def adequacy_judged(engine, rubric_dir):
     records = load_records("squad2.jsonl", 3) + load_records("musique.jsonl", 1)
     records = records if engine.backend == DEFAULT_BACKEND else records[:2]
     records[1] = {**records[1], "rubric": "customer-support@1.0.0"}
-    records += [*BAD, EMPTY]
+    records += [CLINICAL, *BAD, EMPTY]
     store = RubricStore(rubric_dir)
     judge = Judge(engine, AdequacyGate(store, "legal-review"))
     return judge, store, records, judge.judge_batch(records)
@@ -82,13 +97,18 @@ def test_verdicts_valid_and_decision_computed_from_the_rubric(adequacy_judged):
         assert v.decision.composite_score == pytest.approx(by_hand, abs=1e-6)
         threshold = min(1.0, rubric.pass_threshold + RISK_MARGIN[rubric.risk_level])
         floors_ok = all(scores[d] >= f for d, f in rubric.critical.items())
-        expected = by_hand >= threshold - 1e-9 and floors_ok and not v.decision.conservative_vetoes
-        assert (v.decision.decision == "PASS") == expected
-        assert (v.decision.route == "deliver") == (v.decision.decision == "PASS")
+        minimums_ok = all(scores[d] >= rubric.minimum(d) for d in rubric.dimension_names)
+        criteria_ok = all(c.score >= c.minimum for c in v.criteria)
+        expected = by_hand >= threshold - 1e-9 and floors_ok and minimums_ok and criteria_ok
+        assert (v.decision.decision == "PASS") == (expected and not v.decision.conservative_vetoes)
+        assert (v.decision.route == "deliver") == (
+            v.decision.decision == "PASS" and v.recommendation not in ("ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE")
+        )
         if result.raw_text is not None:
             assert v.p_model_pass is not None and 0.0 <= v.p_model_pass <= 1.0
             assert (v.p_model_pass if v.adequacy_decision == "PASS" else 1 - v.p_model_pass) > 0
-            assert re.fullmatch(adequacy_constraint().pattern, result.raw_text)
+            pattern = adequacy_constraint(rubric.dimension_names, criteria=len(rubric.criteria)).pattern
+            assert re.fullmatch(pattern, result.raw_text)
             AdequacyOutput.model_validate(json.loads(result.raw_text))
     assert judge.stats.length_cutoffs == 0 and judge.stats.retry_failures == 0
 
@@ -116,3 +136,31 @@ def test_a_rubric_with_its_own_dimensions_yields_exactly_them(engine, tmp_path):
     scores = v.scores()
     by_hand = (2 * scores["symptom_coverage"] + scores["steps_present"]) / 3
     assert v.decision.composite_score == pytest.approx(by_hand, abs=1e-6)
+
+
+@pytest.mark.any_backend  # each backend's grammar: tests/grammars/test_backends.py
+def test_a_clinical_verdict_judges_each_criterion_of_its_rubric_and_routes_by_them(adequacy_judged):
+    """The model scores exactly the clinical rubric's criteria, in order (the constraint writes their numbers), and
+    the route is the one the decision computes from them: a critical criterion not met is a FAIL, whatever the
+    dimensions say."""
+    judge, store, records, results = adequacy_judged
+    result = results[records.index(CLINICAL)]
+    assert result.raw_text is not None, result.error
+    v = result.verdict
+    assert isinstance(v, AdequacyVerdict)
+    rubric = store.get("clinical-guidance")
+    assert v.rubric == rubric.ref
+    assert [(c.criterion, c.text, c.critical, c.minimum) for c in v.criteria] == [
+        (n, c.text, c.critical, c.minimum) for n, c in enumerate(rubric.criteria, 1)
+    ]
+    assert [c.met for c in v.criteria] == [c.score >= c.minimum for c in v.criteria]
+    written = AdequacyOutput.model_validate(json.loads(result.raw_text))
+    assert [(c.score, c.assessment) for c in written.criteria] == [(c.score, c.assessment) for c in v.criteria]
+    # The decision and its route are the ones decide() computes from what the model wrote.
+    assert v.decision == decide(written, rubric, question_truncated=v.question_truncated)
+    assert judge.gate.route(v).route == v.decision.route
+    critical_unmet = [c.criterion for c in v.criteria if c.critical and not c.met]
+    assert v.decision.failed_critical_criteria == critical_unmet
+    if critical_unmet:
+        assert v.decision.decision == "FAIL" and v.decision.route != "deliver"
+        assert f"critical criterion {critical_unmet[0]} not met" in v.decision.reason

@@ -14,6 +14,7 @@ from suffice.gates.adequacy.grammar import DIMENSIONS
 from suffice.gates.base import REASONING_CHARS, REASONING_CHARS_RANGE
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.records.item import Chunk, Item
+from tests.adequacy import criteria
 from tests.gates.test_sufficiency_gate import fitted
 from tests.grammars.test_sufficiency import output
 
@@ -90,12 +91,13 @@ def test_a_sufficiency_verdict_with_a_longer_reasoning_is_refused():
 
 
 def test_an_adequacy_verdict_with_a_longer_rationale_is_refused():
-    g = gate("adequacy", reasoning_chars=20)
+    g = gate("adequacy", reasoning_chars=20, rubric="legal-review")
     assert isinstance(g, AdequacyGate)
     text = json.dumps(
         {
             "adequacy_decision": "PASS",
             "adequacy_score": 0.8,
+            "criteria": criteria("legal-review"),
             "dimensions": {d: {"score": 0.8, "assessment": "ok"} for d in DIMENSIONS},
             "missing_information": [],
             "recommendation": "PROCEED_WITH_ANSWER",

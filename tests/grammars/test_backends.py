@@ -62,8 +62,8 @@ def _constraints() -> dict[str, Constraint]:
         "sufficiency-decision": DecisionGate(sufficiency).constraint_for(_shown(3)),
         "recovery": recovery.constraint_for(_shown(2)),
         "recovery-decision": DecisionGate(recovery).constraint_for(_shown(2)),
-        "adequacy": adequacy_constraint(),
-        "adequacy-own-dimensions": adequacy_constraint(("accuracy", "tone")),
+        "adequacy": adequacy_constraint(criteria=4),
+        "adequacy-own-dimensions": adequacy_constraint(("accuracy", "tone"), criteria=1),
     }
 
 

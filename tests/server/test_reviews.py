@@ -3,6 +3,7 @@ sessions and CSRF, escaping, two reviewers, the OpenAPI contract and the overrid
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -14,11 +15,13 @@ from fastapi.testclient import TestClient
 from suffice.audit import AuditLog, write_key_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
+from suffice.gates.adequacy.store import RubricStore
 from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.reviews import MAX_NOTE_CHARS, REVIEW_BODY_BYTES, load_reviewer_keys
 from suffice.server.service import GateService
+from tests.audit.test_routes_reach_a_person import adequacy
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 
@@ -279,3 +282,45 @@ def test_the_largest_decision_fits_the_review_body_limit(served):
     assert client.post("/v1/reviews/2/decision", json=body, headers=bearer(keys["bob"])).status_code == 200
     answer, refine = json.loads(AuditLog(db).review(2)["decisions"])
     assert len(answer["answer"]) == MAX_ANSWER_CHARS - 1 and refine["queries"] == queries
+
+
+def test_an_adequacy_review_shows_each_rubric_criterion_with_its_score_and_assessment(tmp_path: Path):
+    """A record the adequacy gate sends to a person, served and queued as every entry point queues it: the page lists
+    each criterion of the rubric in order, with the model's score and assessment, critical or not, met or not."""
+    db = tmp_path / "audit.db"
+    keys = make_keys(tmp_path / "reviewers", "alice")
+    config = ServeConfig(
+        judge=JudgeConfig(gate="adequacy"), gates=("adequacy",), audit_db=db, reviewer_keys=tmp_path / "reviewers"
+    )
+    scores = [0.9, 0.2, 0.8, 0.7]
+    said = ["Guideline of 2025.", "No contraindication is named.", "Adults, as asked.", "<b>5 mg</b> daily."]
+    output = json.loads(adequacy("ESCALATE_TO_HUMAN", rubric="clinical-guidance"))
+    output["criteria"] = [
+        {"criterion": n, "score": s, "assessment": a} for n, (s, a) in enumerate(zip(scores, said, strict=True), 1)
+    ]
+    service = GateService(config, ScriptedEngine(lambda request: json.dumps(output)))
+    client = TestClient(create_app(service, config, CLIENT_TOKEN), base_url="http://127.0.0.1")
+    try:
+        record = {"id": "dose", "question": "What dose for adults?", "chunks": [{"id": 0, "text": "5 mg daily."}]}
+        body = {"items": [record], "options": {"rubric": "clinical-guidance"}}
+        judged = client.post("/v1/judge/adequacy", json=body, headers=bearer(CLIENT_TOKEN.decode()))
+        assert judged.status_code == 200, judged.text
+        login(client, keys["alice"])
+        page = client.get("/reviews/1").text
+    finally:
+        client.close()
+        service.close()
+    rubric = RubricStore().get("clinical-guidance")
+    section = page.split("<h2>Rubric criteria</h2>", 1)[1].split("</section>", 1)[0]
+    rows = re.findall(r'<tr class="criterion">(.*?)</tr>', section)
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+    assert [(c[0], c[1]) for c in cells] == [
+        (str(n), html.escape(r.text, quote=True)) for n, r in enumerate(rubric.criteria, 1)
+    ]
+    assert [c[2] for c in cells] == ["critical" if r.critical else "" for r in rubric.criteria]
+    assert [c[3] for c in cells] == [str(s) for s in scores]
+    assert [c[5] for c in cells] == ["met", "not met", "met", "met"]
+    assert [c[6] for c in cells] == [html.escape(a, quote=True) for a in said]  # escaped as every value is
+    assert "<b>5 mg" not in page
+    # Shown once: not again among the verdict's flattened scores.
+    assert "criteria[0]" not in page.split("<h2>Verdict and scores</h2>", 1)[1].split("</section>", 1)[0]

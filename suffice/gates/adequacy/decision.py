@@ -1,21 +1,24 @@
-"""The adequacy decision, computed in code from dimension scores and a rubric.
+"""The adequacy decision, computed in code from dimension and criterion scores and a rubric.
 
 The seed: "Do not rely on the model's internal pass boolean alone; compute the
 composite score from dimension values in your application code and apply the
-threshold there."  PASS needs the weighted composite at or above the threshold and
-no critical dimension under its floor.  The risk level makes it more conservative
-("for HIGH risk use cases, err toward FAIL when evidence is ambiguous or
-incomplete"): a margin on the threshold, and for HIGH a FAIL whenever the model
-itself says FAIL or reports missing information.
+threshold there."  PASS needs the weighted composite at or above the threshold, no
+critical dimension under its floor, and every rubric criterion met ("A PASS decision
+requires all rubric criteria to be met at an acceptable threshold. Partial coverage
+that fails any critical criterion must result in FAIL").  The risk level makes it
+more conservative ("for HIGH risk use cases, err toward FAIL when evidence is
+ambiguous or incomplete"): a margin on the threshold, and for HIGH a FAIL whenever
+the model itself says FAIL or reports missing information.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from statistics import fmean
 from typing import Literal
 
 from suffice.exceptions import ConfigError
-from suffice.gates.adequacy.grammar import AdequacyDecision, AdequacyOutput
+from suffice.gates.adequacy.grammar import AdequacyDecision, AdequacyOutput, JudgedCriterion
 from suffice.gates.adequacy.store import Rubric
 from suffice.grammars.routes import Route
 
@@ -43,6 +46,40 @@ def composite_score(scores: Mapping[str, float], rubric: Rubric) -> float:
     """
     total = sum(rubric.weight(d) for d in scores)
     return round(sum(rubric.weight(d) * s for d, s in scores.items()) / total, 6)
+
+
+def judge_criteria(output: AdequacyOutput, rubric: Rubric) -> list[JudgedCriterion]:
+    """The output's criteria beside the rubric's, each met when its score reaches the criterion's minimum.
+
+    Met is computed from the score, not asked of the model as a boolean of its own: the seed's "apply the
+    threshold there [in code] for consistent, auditable decisions" holds for criteria as for the composite; a
+    boolean beside a score could contradict it (a small model's often do), and the minimum is the rubric's to set
+    and to tune, not the model's.  Raises :class:`ValueError` unless the output scores exactly the rubric's
+    criteria in order (the constraint writes them so; the gate refuses any other output when it parses it).
+    """
+    scored = list(output.criteria)
+    numbers = [c.criterion for c in scored]
+    if numbers != list(range(1, len(rubric.criteria) + 1)):
+        raise ValueError(f"the rubric has {len(rubric.criteria)} criteria; the output scores {numbers}")
+    return [
+        JudgedCriterion(
+            criterion=c.criterion,
+            score=c.score,
+            assessment=c.assessment,
+            text=criterion.text,
+            critical=criterion.critical,
+            minimum=criterion.minimum,
+            met=round(c.score, 6) >= round(criterion.minimum, 6),
+        )
+        for c, criterion in zip(scored, rubric.criteria, strict=True)
+    ]
+
+
+def _named(criterion: JudgedCriterion) -> str:
+    """A criterion as a reason names it: its number, score against its minimum, and its text's beginning."""
+    text = criterion.text if len(criterion.text) <= 60 else criterion.text[:59].rstrip() + "…"
+    kind = "critical criterion" if criterion.critical else "criterion"
+    return f"{kind} {criterion.criterion} not met ({criterion.score:.2f} < {criterion.minimum:.2f}: {text})"
 
 
 def check_threshold(threshold: float | None) -> None:
@@ -85,6 +122,9 @@ def decide(
     effective = effective_threshold(rubric, threshold)
     scores = output.scores()
     composite = composite_score(scores, rubric)
+    criteria = judge_criteria(output, rubric)
+    failed_criteria = [c for c in criteria if c.critical and not c.met]
+    unmet_criteria = [c for c in criteria if not c.critical and not c.met]
     failed = {d: scores.get(d, 0.0) for d, floor in rubric.critical.items() if scores.get(d, 0.0) < floor}
     unmet = {
         d: scores.get(d, 0.0)
@@ -97,7 +137,8 @@ def decide(
             vetoes.append("HIGH risk: the model itself judged the context inadequate")
         if output.missing_information:
             vetoes.append("HIGH risk: the model reports missing information")
-    passed = composite >= effective and not failed and not unmet and not vetoes
+    criteria_met = not failed_criteria and not unmet_criteria
+    passed = composite >= effective and not failed and not unmet and criteria_met and not vetoes
     decision: Literal["PASS", "FAIL"] = "PASS" if passed else "FAIL"
     rule: str | None = None
     overrode: str | None = None
@@ -106,7 +147,7 @@ def decide(
         route: Route = "deliver"
         reason = (
             f"composite {composite:g} >= threshold {effective:g}, no critical dimension under its floor, "
-            "every dimension at its minimum"
+            f"every dimension at its minimum, all {len(criteria)} criteria met"
         )
         if recommendation in _PERSON_RULES:
             if rubric.trust_computed_pass:
@@ -123,8 +164,11 @@ def decide(
         reasons = []
         if composite < effective:
             reasons.append(f"composite {composite:g} < threshold {effective:g}")
+        # A critical criterion first: it is the reason a person reading the route needs before any other.
+        reasons += [_named(c) for c in failed_criteria]
         reasons += [f"{d} {s:.2f} < floor {rubric.critical[d]:.2f}" for d, s in failed.items()]
         reasons += [f"{d} {s:.2f} < minimum {rubric.minimum(d):.2f}" for d, s in unmet.items()]
+        reasons += [_named(c) for c in unmet_criteria]
         reasons += vetoes
         route = _FAIL_ROUTES[recommendation]
         if route == "human_review":
@@ -148,4 +192,7 @@ def decide(
         agrees_with_model=decision == output.adequacy_decision,
         rule=rule,
         overrode_recommendation=overrode,
+        failed_critical_criteria=[c.criterion for c in failed_criteria],
+        unmet_criteria=[c.criterion for c in unmet_criteria],
+        criteria_score=round(fmean(c.score for c in criteria), 6),
     )

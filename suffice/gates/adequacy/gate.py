@@ -14,15 +14,23 @@ from pydantic import BaseModel, Field, ValidationError
 from suffice.exceptions import ConfigError, InputError, VerdictError
 from suffice.files import replace_atomically
 from suffice.gates.adequacy import cli
-from suffice.gates.adequacy.decision import check_threshold, decide, effective_threshold
+from suffice.gates.adequacy.decision import check_threshold, decide, effective_threshold, judge_criteria
 from suffice.gates.adequacy.grammar import (
     AdequacyBounds,
     AdequacyOutput,
     AdequacyVerdict,
+    CriterionScore,
     Dimension,
     adequacy_constraint,
 )
-from suffice.gates.adequacy.store import Rubric, RubricStore, builtin_dir, next_rubric_path, save_rubric_version
+from suffice.gates.adequacy.store import (
+    DEFAULT_CRITERION_MINIMUM,
+    Rubric,
+    RubricStore,
+    builtin_dir,
+    next_rubric_path,
+    save_rubric_version,
+)
 from suffice.gates.base import CalibrationChoice, Gate, GateOptions, ReasoningOptions
 from suffice.grammars.constraint import Constraint
 from suffice.grammars.routes import Routing
@@ -63,7 +71,7 @@ class AdequacyGate(Gate):
         rubric: str | None = None,
         *,
         threshold: float | None = None,
-        prompt_version: str = "v4",
+        prompt_version: str = "v5",
         reasoning_chars: int = AdequacyBounds.RATIONALE_CHARS,
         retrieval_exhausted: bool = False,
     ) -> None:
@@ -193,6 +201,10 @@ class AdequacyGate(Gate):
             raise TypeError(f"the adequacy gate cannot export a {type(verdict).__name__}")
         return verdict.to_seed()
 
+    def seed_extras(self, verdict: BaseModel) -> dict[str, Any]:
+        """Beside the seed's shape: each rubric criterion judged (the seed's schema has no field for them)."""
+        return {"criteria": verdict.criteria_rows()} if isinstance(verdict, AdequacyVerdict) else {}
+
     def rubric_for(self, item: Item) -> Rubric:
         ref = item.rubric or self.default_rubric
         if ref is None:
@@ -213,10 +225,14 @@ class AdequacyGate(Gate):
         if item.has_evidence:
             return None
         rubric = self.rubric_for(item)
-        empty = Dimension(score=0.0, assessment="No context was retrieved.")
+        none = "No context was retrieved."
+        empty = Dimension(score=0.0, assessment=none)
         output = AdequacyOutput(
             adequacy_decision="FAIL",
             adequacy_score=0.0,
+            criteria=[
+                CriterionScore(criterion=n, score=0.0, assessment=none) for n in range(1, len(rubric.criteria) + 1)
+            ],
             dimensions={d: empty for d in rubric.dimension_names},
             missing_information=["Any retrieved context for the question."],
             recommendation="RETRIEVE_MORE",
@@ -230,13 +246,19 @@ class AdequacyGate(Gate):
         return verdict.model_copy(update={"p_model_pass": probabilities['"PASS"']})
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint of a rubric scoring the seed's five dimensions."""
-        return adequacy_constraint(rationale_chars=self.reasoning_chars)
+        """The default rubric's constraint (a record naming its own rubric gets its own: :meth:`item_constraint`);
+        without a default rubric there is none to give: an :class:`InputError` naming ``rubric``."""
+        if self.default_rubric is None:
+            raise InputError("rubric", "no rubric given: pass --rubric NAME[@VERSION] or a per-record 'rubric'")
+        return self._constraint_of(self.store.get(self.default_rubric))
 
     def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint:
-        """The constraint generating exactly the item's rubric's dimensions (one compiled
-        form per distinct tuple of dimension names)."""
-        return adequacy_constraint(self.rubric_for(item).dimension_names, self.reasoning_chars)
+        """The constraint generating exactly the item's rubric's criteria and dimensions (one compiled form per
+        distinct tuple of dimension names and number of criteria)."""
+        return self._constraint_of(self.rubric_for(item))
+
+    def _constraint_of(self, rubric: Rubric) -> Constraint:
+        return adequacy_constraint(rubric.dimension_names, self.reasoning_chars, criteria=len(rubric.criteria))
 
     def system_context(self, item: Item) -> dict[str, Any]:
         rubric = self.rubric_for(item)
@@ -245,6 +267,8 @@ class AdequacyGate(Gate):
             "rubric": rubric,
             "dimensions": rubric.dimension_names,
             "pass_threshold": effective_threshold(rubric, self.threshold),
+            # A criterion's own minimum is stated beside it; this one once for the rest.
+            "criterion_minimum": DEFAULT_CRITERION_MINIMUM,
         }
 
     def parse(self, text: str, fitted: FittedPrompt, item: Item) -> AdequacyVerdict:
@@ -258,13 +282,19 @@ class AdequacyGate(Gate):
         if set(output.dimensions) != set(rubric.dimension_names):
             wanted = list(rubric.dimension_names)
             raise VerdictError(f"dimensions must be exactly the rubric's {wanted}, got {list(output.dimensions)}", text)
+        if len(output.criteria) != len(rubric.criteria):
+            n = len(rubric.criteria)
+            raise VerdictError(
+                f"criteria must be the rubric's {n}, numbered 1 to {n}, got {len(output.criteria)}", text
+            )
         return self._verdict(output, rubric, fitted, item)
 
     def _verdict(
         self, output: AdequacyOutput, rubric: Rubric, fitted: FittedPrompt | None, item: Item
     ) -> AdequacyVerdict:
         return AdequacyVerdict(
-            **output.model_dump(),
+            **output.model_dump(exclude={"criteria"}),
+            criteria=judge_criteria(output, rubric),
             rubric=rubric.ref,
             risk_level=rubric.risk_level,
             prompt_version=self.template.name,

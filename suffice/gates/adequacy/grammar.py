@@ -1,11 +1,13 @@
 """The adequacy verdict (context adequacy evaluation against a rubric) and its constraint.
 
-The model writes the seed's exact schema: a decision and score of its own, the
-rubric's scored dimensions with assessments (the seed's five unless the rubric
+The model writes the seed's schema: a decision and score of its own, then each of
+the rubric's criteria scored and assessed (numbered 1 to n, in the rubric's order),
+the rubric's scored dimensions with assessments (the seed's five unless the rubric
 names its own), missing information, a recommendation and a rationale.  Every
 score is a number in [0, 1] with at most two decimals, every string and list is
-bounded.  Only the dimension names depend on the request (on its rubric), so one
-compiled form serves every item whose rubric scores the same dimensions.  The decision that routes is computed in code
+bounded.  Only the dimension names and the number of criteria depend on the request
+(on its rubric), so one compiled form serves every item whose rubric scores the same
+dimensions and has as many criteria.  The decision that routes is computed in code
 (:mod:`suffice.gates.adequacy.decision`) and stored beside the model's own.
 """
 
@@ -28,6 +30,9 @@ DIMENSIONS = ("factual_coverage", "temporal_relevance", "source_authority", "ent
 DIMENSION_NAME = re.compile(r"^[a-z_]{1,40}$")
 MIN_DIMENSIONS = 2
 MAX_DIMENSIONS = 8
+#: The most criteria a rubric may list: each is scored and assessed in every verdict, so each adds to the
+#: output's worst case (the window every prompt must leave) and to the compiled pattern.
+MAX_CRITERIA = 8
 
 
 def check_dimension_names(names: Sequence[str]) -> None:
@@ -46,6 +51,9 @@ RECOMMENDATIONS = ("PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", 
 
 class AdequacyBounds:
     ASSESSMENT_CHARS = 100
+    #: A criterion's assessment: shorter than a dimension's, as every criterion of the rubric gets one (four on
+    #: the clinical rubric) and each of its characters may cost 3 tokens of the worst case the window must leave.
+    CRITERION_ASSESSMENT_CHARS = 60
     MISSING_MAX = 3
     MISSING_CHARS = 64
     #: The rationale's default bound: the gate's ``reasoning_chars`` option sets it.
@@ -57,6 +65,7 @@ class AdequacyBounds:
         """The bounds by the names the templates use, the rationale's as set."""
         return {
             "ASSESSMENT_CHARS": cls.ASSESSMENT_CHARS,
+            "CRITERION_ASSESSMENT_CHARS": cls.CRITERION_ASSESSMENT_CHARS,
             "MISSING_MAX": cls.MISSING_MAX,
             "MISSING_CHARS": cls.MISSING_CHARS,
             "RATIONALE_CHARS": rationale_chars,
@@ -74,19 +83,43 @@ DECISION_PREFIX = DECISION_KEY[:-2]
 REST_PREFIX = '","adequacy_score":'
 
 
-def _rest(dimensions: tuple[str, ...], rationale_chars: int) -> Rx:
+def _rest(dimensions: tuple[str, ...], criteria: int, rationale_chars: int) -> Rx:
     """Everything after ``"PASS"`` / ``"FAIL"``."""
-    return lit(REST_PREFIX[1:]) + _rest_body(dimensions, rationale_chars)
+    return lit(REST_PREFIX[1:]) + _rest_body(dimensions, criteria, rationale_chars)
 
 
-def _rest_body(dimensions: tuple[str, ...], rationale_chars: int) -> Rx:
-    """The verdict after :data:`REST_PREFIX`: the score on, with exactly ``dimensions``."""
+def _criteria(count: int) -> Rx:
+    """Criteria 1 to ``count``, each number a literal: the model cannot skip, repeat, reorder or add one, only
+    score and assess each."""
+    entries = [
+        json_object(
+            [
+                ("criterion", lit(str(number))),
+                ("score", UNIT_INTERVAL),
+                ("assessment", json_string(1, B.CRITERION_ASSESSMENT_CHARS)),
+            ]
+        )
+        for number in range(1, count + 1)
+    ]
+    parts: list[Rx] = [lit("[")]
+    for number, entry in enumerate(entries):
+        if number:
+            parts.append(lit(","))
+        parts.append(entry)
+    parts.append(lit("]"))
+    return seq(*parts)
+
+
+def _rest_body(dimensions: tuple[str, ...], criteria: int, rationale_chars: int) -> Rx:
+    """The verdict after :data:`REST_PREFIX`: the score on, with exactly ``criteria`` criteria and ``dimensions``.
+    The criteria come before the dimensions: each is judged on its own before ``rubric_alignment`` sums them up."""
     dimension = json_object([("score", UNIT_INTERVAL), ("assessment", json_string(1, B.ASSESSMENT_CHARS))])
     return seq(
         UNIT_INTERVAL,
         lit(","),
         json_members(
             [
+                ("criteria", _criteria(criteria)),
                 ("dimensions", json_object([(d, dimension) for d in dimensions])),
                 ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
                 ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
@@ -100,30 +133,43 @@ def _rest_body(dimensions: tuple[str, ...], rationale_chars: int) -> Rx:
 _DECISION = alt(lit('"PASS"'), lit('"FAIL"'))
 
 
-def adequacy_constraint(dimensions: Sequence[str] = DIMENSIONS, rationale_chars: int = B.RATIONALE_CHARS) -> Constraint:
+def check_criteria_count(count: int) -> None:
+    """Raise :class:`ValueError` unless a rubric of ``count`` criteria can be judged (1 to :data:`MAX_CRITERIA`)."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_CRITERIA:
+        raise ValueError(f"must list 1 to {MAX_CRITERIA} criteria, got {count!r}")
+
+
+def adequacy_constraint(
+    dimensions: Sequence[str] = DIMENSIONS, rationale_chars: int = B.RATIONALE_CHARS, *, criteria: int
+) -> Constraint:
     """Two segments: the decision alone (the only one with log-probabilities; the key
     before it prefilled), then the rest (its opening key prefilled), which scores
-    exactly ``dimensions`` in their order and bounds the rationale at ``rationale_chars``.
-    Keyed by the dimension names and a rationale bound other than the default: rubrics
-    scoring the same dimensions share one compiled form (the seed's five keep the
-    keys they always had)."""
-    return _constraint(tuple(dimensions), rationale_chars)
+    criteria 1 to ``criteria`` in order, then exactly ``dimensions`` in their order, and
+    bounds the rationale at ``rationale_chars``.  Keyed by the dimension names, the
+    number of criteria and a rationale bound other than the default: rubrics scoring
+    the same dimensions with as many criteria share one compiled form."""
+    # Checked before the cache: ``True`` hashes as ``1`` and would find its form.
+    check_criteria_count(criteria)
+    return _constraint(tuple(dimensions), criteria, rationale_chars)
 
 
 @lru_cache(maxsize=32)
-def _constraint(dimensions: tuple[str, ...], rationale_chars: int) -> Constraint:
+def _constraint(dimensions: tuple[str, ...], criteria: int, rationale_chars: int) -> Constraint:
     check_dimension_names(dimensions)
     lo, hi = B.RATIONALE_RANGE
     if not lo <= rationale_chars <= hi:
         raise ValueError(f"reasoning_chars must be between {lo} and {hi}, got {rationale_chars}")
     suffix = "" if dimensions == DIMENSIONS else "/" + ",".join(dimensions)
+    suffix += f"/c{criteria}"
     if rationale_chars != B.RATIONALE_CHARS:
         suffix += f"/r{rationale_chars}"
     values = alt(lit("PASS"), lit("FAIL"))
     decision = Segment.from_rx(
         lit(DECISION_KEY[-2:] + '"') + values, key="adequacy/decision", logprobs=True, prefix=DECISION_PREFIX
     )
-    rest = Segment.from_rx(_rest_body(dimensions, rationale_chars), key="adequacy/rest" + suffix, prefix=REST_PREFIX)
+    rest = Segment.from_rx(
+        _rest_body(dimensions, criteria, rationale_chars), key="adequacy/rest" + suffix, prefix=REST_PREFIX
+    )
 
     def continuation(text: str) -> Segment | None:
         if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL'):
@@ -131,12 +177,12 @@ def _constraint(dimensions: tuple[str, ...], rationale_chars: int) -> Constraint
         return None
 
     coarse = Segment.from_rx(
-        seq(_DECISION, _rest(dimensions, rationale_chars)),
+        seq(_DECISION, _rest(dimensions, criteria, rationale_chars)),
         key="adequacy/whole" + suffix,
         logprobs=True,
         prefix=DECISION_KEY,
     )
-    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions, rationale_chars))
+    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions, criteria, rationale_chars))
     return Constraint.from_rx(
         rx,
         key="adequacy" + suffix,
@@ -155,16 +201,41 @@ class Dimension(BaseModel):
     assessment: str = Field(min_length=1, max_length=B.ASSESSMENT_CHARS)
 
 
+class CriterionScore(BaseModel):
+    """One rubric criterion as the model writes it: its number (1-based, the prompt's; the constraint writes
+    each in turn), a score and a short assessment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    criterion: int = Field(ge=1, le=MAX_CRITERIA)
+    score: float = Field(ge=0.0, le=1.0)
+    assessment: str = Field(min_length=1, max_length=B.CRITERION_ASSESSMENT_CHARS)
+
+
+class JudgedCriterion(CriterionScore):
+    """A criterion in the verdict: the model's score and assessment beside what the rubric says of it, and whether
+    it is met, computed in code (:func:`suffice.gates.adequacy.decision.judge_criteria`)."""
+
+    text: str
+    critical: bool
+    #: The score at which it is met (the rubric's).
+    minimum: float = Field(ge=0.0, le=1.0)
+    met: bool
+
+
 Recommendation = Literal["PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE"]
 
 
 class AdequacyOutput(BaseModel):
-    """The generated form: the seed's output schema, field for field."""
+    """The generated form: the seed's output schema, field for field, and each rubric criterion scored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     adequacy_decision: Literal["PASS", "FAIL"]
     adequacy_score: float = Field(ge=0.0, le=1.0)
+    #: The rubric's criteria numbered 1 to n in order (that n is the rubric's is checked against it when parsed).
+    #: A ``Sequence``: the verdict holds :class:`JudgedCriterion` entries here.
+    criteria: Sequence[CriterionScore] = Field(min_length=1, max_length=MAX_CRITERIA)
     #: The rubric's dimensions by name (the seed's five unless the rubric names its own);
     #: that they are exactly the rubric's is checked against it when parsed.
     dimensions: dict[str, Dimension]
@@ -177,6 +248,15 @@ class AdequacyOutput(BaseModel):
     @classmethod
     def _dimension_names(cls, value: dict[str, Dimension]) -> dict[str, Dimension]:
         check_dimension_names(list(value))
+        return value
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria_in_order(cls, value: Sequence[CriterionScore]) -> Sequence[CriterionScore]:
+        # The constraint writes them so; an output from an engine without it is held to the same.
+        numbers = [c.criterion for c in value]
+        if numbers != list(range(1, len(numbers) + 1)):
+            raise ValueError(f"criteria must be numbered 1 to {len(numbers)} in order, got {numbers}")
         return value
 
     def scores(self) -> dict[str, float]:
@@ -203,11 +283,23 @@ class AdequacyDecision(BaseModel):
     rule: str | None = None
     #: The model's ESCALATE_TO_HUMAN or FLAG_AS_UNANSWERABLE that a rubric's ``trust_computed_pass`` overrode.
     overrode_recommendation: str | None = None
+    #: The numbers of the critical criteria not met (the seed: "Partial coverage that fails any critical criterion
+    #: must result in FAIL").
+    failed_critical_criteria: list[int] = Field(default_factory=list)
+    #: The numbers of the other criteria not met (the seed: "A PASS decision requires all rubric criteria to be
+    #: met").
+    unmet_criteria: list[int] = Field(default_factory=list)
+    #: The plain mean of the criteria's scores: beside the composite (which weighs the dimensions, as calibrated
+    #: thresholds were fitted on), for tuning and for reading against ``rubric_alignment``.
+    criteria_score: float
 
 
 class AdequacyVerdict(AdequacyOutput):
     """The model's opinion (the seed's fields) plus the computed decision."""
 
+    #: Each rubric criterion, in the rubric's order: the model's score and assessment, the rubric's text, whether
+    #: it is critical, and whether it is met (computed).
+    criteria: list[JudgedCriterion] = Field(min_length=1, max_length=MAX_CRITERIA)
     rubric: str
     risk_level: Literal["HIGH", "MEDIUM", "LOW"]
     prompt_version: str
@@ -219,7 +311,10 @@ class AdequacyVerdict(AdequacyOutput):
     p_model_pass: float | None = Field(default=None, ge=0.0, le=1.0)
 
     def to_seed(self) -> dict[str, Any]:
-        """The seed's output schema alone (the model's opinion, not the computed decision)."""
-        return AdequacyOutput.model_validate(self.model_dump(include=set(AdequacyOutput.model_fields))).model_dump(
-            mode="json"
-        )
+        """The seed's output schema alone (the model's opinion, not the computed decision); the criteria, which the
+        seed's schema has no field for, go beside it (the gate's ``seed_extras``)."""
+        return self.model_dump(mode="json", include=set(AdequacyOutput.model_fields) - {"criteria"})
+
+    def criteria_rows(self) -> list[dict[str, Any]]:
+        """The criteria as JSON: what a seed-shaped row carries beside the seed's schema."""
+        return [c.model_dump(mode="json") for c in self.criteria]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from suffice.exceptions import ConfigError, OutputWriteError, RubricError
 from suffice.files import write_new
-from suffice.gates.adequacy.grammar import DIMENSIONS, check_dimension_names
+from suffice.gates.adequacy.grammar import DIMENSIONS, MAX_CRITERIA, check_dimension_names
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -27,6 +27,33 @@ DESCRIPTION_CHARS = 200
 #: every weighted dimension scoring at least the middle of its 0-1 scale (docs/seeds.md); a rubric's
 #: ``minimums`` set its own.
 DEFAULT_DIMENSION_MINIMUM = 0.5
+#: The same reading for each rubric criterion the model scores: met at the middle of the 0-1 scale, unless the
+#: criterion sets its own ``minimum``.
+DEFAULT_CRITERION_MINIMUM = 0.5
+
+
+class Criterion(BaseModel):
+    """One testable criterion of a rubric (the seed: "Replace [ADEQUACY_RUBRIC] with concrete, testable criteria").
+
+    Every criterion must be met for a PASS (the seed: "A PASS decision requires all rubric criteria to be met at an
+    acceptable threshold"); ``critical`` marks the ones the seed singles out ("Partial coverage that fails any
+    critical criterion must result in FAIL"): the prompt says so, and the decision names them apart.  A rubric
+    file may give a criterion as its text alone: a criterion that is not critical, met at the default minimum.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str = Field(min_length=1)
+    critical: bool = False
+    #: The score at which it is met: the seed's "acceptable threshold", per criterion.
+    minimum: float = Field(default=DEFAULT_CRITERION_MINIMUM, ge=0.0, le=1.0)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a criterion says what it requires: it cannot be blank")
+        return value
 
 
 class Rubric(BaseModel):
@@ -36,7 +63,8 @@ class Rubric(BaseModel):
     version: str
     use_case: str = Field(min_length=1)
     risk_level: Literal["HIGH", "MEDIUM", "LOW"]
-    criteria: list[str] = Field(min_length=1)
+    #: Each scored and assessed on its own in every verdict, in this order.
+    criteria: list[Criterion] = Field(min_length=1, max_length=MAX_CRITERIA)
     #: The rubric's own scored dimensions, name -> what it measures (2 to 8 names of
     #: lower-case letters and ``_``); without it the seed's five (:data:`DIMENSIONS`).
     dimensions: dict[str, str] | None = None
@@ -66,6 +94,14 @@ class Rubric(BaseModel):
     def _version(cls, value: str) -> str:
         if not _VERSION.match(value):
             raise ValueError("must be dotted numbers such as 1 or 1.2.0")
+        return value
+
+    @field_validator("criteria", mode="before")
+    @classmethod
+    def _criteria_as_text(cls, value: Any) -> Any:
+        """A criterion given as its text alone is one with the defaults."""
+        if isinstance(value, list):
+            return [{"text": c} if isinstance(c, str) else c for c in value]
         return value
 
     @field_validator("dimensions")
