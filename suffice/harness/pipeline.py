@@ -119,8 +119,9 @@ class StepFailure(BaseModel):
 class Outcome(BaseModel):
     """How one question ended.  ``verdict`` is the last gate verdict (if any).  A delivered ``answer`` is the checked
     answer as it was given (or generated), with ``citations`` (the source ids backing it) and ``caveats`` for a
-    partially supported one (the recovery gate's answer carries its citations inline).  An abstention carries the ``gap`` (what is missing) and ``queries`` (what could fill it).  ``failure``
-    is set when a harness step, not the gate, sent the question to review."""
+    partially supported one (the recovery gate's answer carries its citations inline).  An abstention carries the
+    ``gap`` (what is missing) and ``queries`` (what could fill it).  ``failure`` is set when a harness step, not the
+    gate, sent the question to review."""
 
     model_config = ConfigDict(frozen=True)
 

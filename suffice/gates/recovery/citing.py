@@ -1,12 +1,13 @@
 """The response with inline citations: byte for byte the response, with markers inserted right after segments.
 
-A marker goes at a segment's end, before the whitespace that follows it.  The response's own ``[CITATION:...]``
-text is left out: only a citation the model named for a segment, among the sources shown, is delivered, so a
-generator's unchecked (or damaged) marker never passes for a checked one.  Nothing else changes: removing every
-marker gives the response back exactly, less its own markers (:func:`strip_markers`).  ``[CITATION:source_id]`` follows each segment that
-names sources (one marker per source, ids written by :func:`~suffice.gates.recovery.grammar.cite_source`); where
-a partial answer is delivered, the unsupported marker follows each segment that is not fully supported, so no
-application can show it as supported by accident.
+A marker goes at a segment's end, before the whitespace that follows it: ``[CITATION:source_id]`` after each
+segment that names sources (one marker per source, ids written by
+:func:`~suffice.gates.recovery.grammar.cite_source`); where a partial answer is delivered, the unsupported marker
+after each segment that is not fully supported, so no application can show it as supported by accident.
+
+The response's own ``[CITATION:...]`` text is left out: only a citation the model named for a segment, among the
+sources shown, is delivered, so a generator's unchecked (or damaged) marker never passes for a checked one.  Nothing
+else changes: removing every marker gives the response back exactly, less its own markers (:func:`strip_markers`).
 """
 
 from __future__ import annotations
