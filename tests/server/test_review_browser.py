@@ -325,3 +325,51 @@ def test_a_served_record_refined_on_the_page_is_resumed_by_the_application_and_t
         if path == app_db:
             assert log.retrievals()[-1]["queries"] == [REVIEWERS_QUERY]
         log.close()
+
+
+def test_a_recovery_review_colours_each_segment_by_its_label_in_the_browser(tmp_path: Path) -> None:
+    """Issue 49: a reviewer sees which sentence failed: each segment one row, its colour its label's, its sources
+    beside it, and a sentence that would run script shown as text."""
+    db = tmp_path / "audit.db"
+    log = AuditLog(db)
+    seq = log.record(item_id="ada", gate="recovery", decision="human_review", scores={"support_ratio": 0.5})
+    segments = [
+        {"index": 0, "start": 0, "end": 20, "kind": "sentence", "text": "Ada wrote the notes.", "label": "supported"},
+        {"index": 1, "start": 21, "end": 40, "kind": "sentence", "text": XSS, "label": "unsupported"},
+        {"index": 2, "start": 41, "end": 60, "kind": "sentence", "text": "They cover loops.", "label": "partial"},
+    ]
+    segments[0]["sources"], segments[1]["sources"], segments[2]["sources"] = ["ada.txt"], [], ["loops.txt"]
+    log.enqueue_review(
+        item_id="ada",
+        gate="recovery",
+        reason="PARTIALLY_SUFFICIENT in high-stakes use goes to human review",
+        evaluation_seq=seq,
+        payload={
+            "question": "Who wrote the notes?",
+            "response": "...",
+            "chunks": [{"id": 0, "text": "Ada wrote the notes.", "source": "ada.txt"}],
+            "verdict": {"classification": "PARTIALLY_SUFFICIENT", "segments": segments},
+            "rule": "partial_under_high_stakes",
+        },
+    )
+    log.close()
+    keys = reviewers(tmp_path / "reviewers", "alice")
+    with (
+        serve(ScriptedEngine(good), audit_db=db, reviewer_keys=tmp_path / "reviewers") as base,
+        browser(tmp_path / "profile") as page,
+    ):
+        log_in(page, base, keys["alice"])
+        page.goto(f"{base}/reviews/1")
+        rows = page.evaluate(
+            "[...document.querySelectorAll('tr.segment')].map(r => [r.className, getComputedStyle(r).backgroundColor,"
+            " getComputedStyle(r.cells[0]).borderLeftColor, r.cells[1].innerText, r.cells[2].innerText,"
+            " r.cells[3].innerText])"
+        )
+        assert page.evaluate("window.__owned === undefined") and page.evaluate("document.scripts.length") == 0
+    assert [(r[0], r[3], r[4], r[5]) for r in rows] == [
+        ("segment seg-supported", "Ada wrote the notes.", "supported", "ada.txt"),
+        ("segment seg-unsupported", XSS, "NOT supported", "—"),
+        ("segment seg-partial", "They cover loops.", "partly supported", "loops.txt"),
+    ]
+    # Three labels, three colours: the failed sentence stands out from the supported one.
+    assert len({r[2] for r in rows}) == 3 and rows[1][1] != rows[0][1]
