@@ -170,7 +170,6 @@ def fit_prompt(
     if segments is not None:
         shown_segments = [normalise(s.text) for s in segments]
         segment_tokens = engine.count_tokens(shown_segments)
-        windows = plan_windows(segment_tokens, config.max_response_tokens)
         response, response_truncated = None, False
     elif item.response is not None:
         response, response_truncated = cut_text(engine, normalise(item.response), config.max_response_tokens)
@@ -187,8 +186,8 @@ def fit_prompt(
         else len(response)
     )
     # The windows that need the most: room in the prompt (tokens of their segments) and in the output (segments).
-    widest = max(windows, key=lambda w: sum(segment_tokens[w[0] : w[0] + w[1]]), default=None)
-    longest = max(windows, key=lambda w: w[1], default=None)
+    widest: tuple[int, int] | None = None
+    longest: tuple[int, int] | None = None
     priority = _priority(item.chunks)
     keep = set(priority[: config.max_chunks])
     precut = [_precut(engine, normalise(c.text)) for c in item.chunks]
@@ -230,6 +229,19 @@ def fit_prompt(
     def window_constraint(keep: set[int], window: tuple[int, int] | None) -> Constraint:
         chunks = [item.chunks[i] for i in sorted(keep)]
         return constraint_for(chunks) if window is None else constraint_for(chunks, window=window)  # type: ignore[call-arg]
+
+    if segments is not None:
+        # A window's segments and its output's worst case take at most half the context the instructions and the
+        # question leave (measured with no chunk and no segment shown): the evidence keeps the other half.
+        base = engine.prompt_tokens(render_fenced(set(), {}, None)[0])
+        half = (engine.max_model_len - RETRY_RESERVE - base) // 2
+
+        def fits(count: int, tokens: int) -> bool:
+            return tokens + window_constraint(keep, (0, count)).max_tokens <= half
+
+        windows = plan_windows(segment_tokens, config.max_response_tokens, fits=fits)
+        widest = max(windows, key=lambda w: sum(segment_tokens[w[0] : w[0] + w[1]]), default=None)
+        longest = max(windows, key=lambda w: w[1], default=None)
 
     def measure(keep: set[int]) -> tuple[Constraint, int, int]:
         """(constraint, budget, overhead) with these chunks shown, their text left out: for windows, the budget

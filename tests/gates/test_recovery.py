@@ -403,3 +403,23 @@ def test_the_response_s_own_citation_markers_are_never_delivered_as_checked():
     assert verdict.delivered_answer == "Ada wrote the notes .[CITATION:ada.txt] It was 100%  true.[CITATION:ada.txt]"
     assert parse_citations(verdict.delivered_answer) == ["ada.txt", "ada.txt"]
     assert strip_markers(verdict.cited_answer) == strip_markers(response)
+
+
+def test_windows_are_sized_from_the_model_s_context_and_the_constraint_s_worst_case():
+    """A window's segments and its output's worst case take at most half of what the instructions leave: a smaller
+    context gives more, smaller windows, and every one of them fits with the evidence."""
+    from suffice.prompts.fitting import RETRY_RESERVE
+    from suffice.records.item import parse_record
+
+    counts = {}
+    for max_model_len in (3072, 4096, 8192):
+        engine = ScriptedEngine(lambda request: recovery_reply(request, "supported"), max_model_len=max_model_len)
+        judge = Judge(engine, RecoveryGate(SufficiencyThreshold.loose()))
+        windows = judge._fit(parse_record(record(response=LONG), need_response=True)).prompts
+        for messages, constraint in windows:
+            assert engine.prompt_tokens(messages) + constraint.max_tokens + RETRY_RESERVE <= max_model_len
+            shown = prompt_segments_of(messages[-1]["content"])
+            tokens = sum(len(t.split()) + SEGMENT_FENCE_TOKENS for _, t in shown)
+            assert len(shown) == 1 or tokens + constraint.max_tokens <= (max_model_len - RETRY_RESERVE) // 2
+        counts[max_model_len] = len(windows)
+    assert counts[3072] > counts[4096] > counts[8192] > 1
