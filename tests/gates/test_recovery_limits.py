@@ -245,6 +245,6 @@ def test_the_docs_state_the_recovery_bounds_the_code_has():
     ) in text
     assert (
         f"A window holds at most `max_response_tokens` (a `JudgeConfig` setting, default "
-        f"{JudgeConfig.max_response_tokens}) tokens of segments, each counted with its fence line, and at most "
+        f"{JudgeConfig.max_response_tokens}) tokens of segments, each counted with its fence line, at most "
         f"{b.WINDOW_SEGMENTS} segments"
     ) in text
