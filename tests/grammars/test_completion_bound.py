@@ -98,8 +98,8 @@ def test_the_recovery_bound_grows_with_the_segments_a_window_judges_and_the_sour
     one, three = recovery_constraint(10, 0, 1), recovery_constraint(10, 0, 3)
     entry = three.next_segment('{"classification":"SUFFICIENT')
     assert entry is not None and entry.key == "recovery/entry/10"
-    # Each entry: its label and up to three sources of "9", "]" and the end-of-sequence token.
-    assert entry.max_tokens == len('"supported",[9,9,9]]') + 1
+    # Each entry: its comma, its label and up to three sources of "9", "]" and the end-of-sequence token.
+    assert entry.max_tokens == len(',"supported",[9,9,9]]') + 1
     assert three.max_completion_tokens - one.max_completion_tokens == 2 * entry.max_tokens
     wider = recovery_constraint(10, 0, 3, RecoveryBounds(sources_max=5))
     # Two more sources of two bytes each (",9") an entry, three entries.

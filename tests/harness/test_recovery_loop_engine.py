@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from suffice.config import JudgeConfig
 from suffice.gates.recovery.citing import strip_markers
 from suffice.gates.recovery.decision import SufficiencyThreshold
 from suffice.gates.recovery.gate import RecoveryGate
@@ -17,6 +18,7 @@ from suffice.harness.pipeline import Pipeline, PipelineConfig
 from suffice.harness.retrieval import FunctionRetriever
 from suffice.judge import Judge
 from suffice.records.item import Chunk
+from tests.gates import recovery_checks
 
 pytestmark = [pytest.mark.engine, pytest.mark.any_backend]
 
@@ -61,4 +63,22 @@ def test_regeneration_after_re_retrieval_delivers_the_generated_answer_as_is(tmp
         assert outcome.citations
     attempts = pipeline.audit.retrievals()
     assert all(a["width"] and a["queries"] for a in attempts)
+    assert pipeline.audit.verify().ok
+
+
+def test_a_short_and_a_windowed_response_are_judged_whole_through_the_pipeline(tmp_path, engine):
+    """Issue 49 through the ``Pipeline``: every segment of each response judged once, citing only sources shown,
+    the longer one in several windows; a delivered answer is the response with its citations inline."""
+    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=100)
+    judge = Judge(engine, config=config)
+    pipeline = Pipeline(judge, FunctionRetriever(lambda q, k: []), PipelineConfig(max_rounds=1), audit=tmp_path / "a")
+    records = recovery_checks.records()
+    outcomes = pipeline.run(records)
+    for record, outcome in zip(records, outcomes, strict=True):
+        assert outcome.verdict is not None, outcome
+        verdict = outcome.verdict  # the row's verdict, as JSON
+        recovery_checks.assert_judged_whole(record, verdict)
+        if outcome.kind == "delivered":
+            assert outcome.answer == verdict["answer"]
+    assert outcomes[0].verdict["windows"] == 1 and outcomes[1].verdict["windows"] > 1
     assert pipeline.audit.verify().ok

@@ -21,6 +21,7 @@ import pytest
 
 from suffice.audit import AuditLog
 from tests.conftest import load_records
+from tests.gates import recovery_checks
 from tests.vllm_server import free_port
 
 pytestmark = pytest.mark.engine
@@ -105,6 +106,20 @@ def squad(count: int, skip: int = 0) -> list[dict[str, object]]:
 def test_ready_answered_503_starting_while_the_engine_loaded_then_200(server: Server) -> None:
     """The fixture's start, watched: the port answered before the engine was up."""
     assert server.starting == [(503, "starting"), (200, "ready")], server.log_tail()
+
+
+def test_a_short_and_a_windowed_response_are_judged_whole_by_the_served_recovery_gate(server: Server) -> None:
+    """Issue 49 through ``suffice serve``: every segment of each response judged once, citing only sources shown,
+    the longer one in several windows (a window of at most 100 tokens of segments, per request)."""
+    body = {"items": recovery_checks.records(), "options": {"threshold": "loose"}}
+    response = judge(server, "recovery", body, max_response_tokens="100")
+    assert response.status_code == 200, response.text[:500]
+    rows = response.json()["results"]
+    for record, row in zip(body["items"], rows, strict=True):
+        assert row["error"] is None, row
+        recovery_checks.assert_judged_whole(record, row["verdict"])
+    short, windowed = (row["verdict"] for row in rows)
+    assert short["windows"] == 1 and windowed["windows"] > 1
 
 
 def test_concurrent_clients_on_every_gate_get_valid_verdicts_in_order(server: Server) -> None:
