@@ -149,7 +149,7 @@ def test_empty_evidence_abstains_without_the_model(recovery_judged):
     assert empty.verdict.decision.route == "retrieve_more"
 
 
-#: About 2,500 characters, 46 sentences: far beyond a 64-token window.
+#: About 2,500 characters, 46 sentences: several windows of 200 tokens.
 LONG_RESPONSE = "The Sydney Harbour Bridge opened on 19 March 1932. " + " ".join(
     f"Its span number {i} was painted grey in the year {1900 + i}." for i in range(45)
 )
@@ -158,7 +158,7 @@ LONG_RESPONSE = "The Sydney Harbour Bridge opened on 19 March 1932. " + " ".join
 def test_a_long_response_is_judged_whole_in_windows(engine):
     """Issue 49: on the real engine, a response many windows long has every segment judged once, against the same
     context in each window, and is never sent to a person for its length."""
-    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=64)
+    config = JudgeConfig(gate="recovery", options={"threshold": "loose"}, max_response_tokens=200)
     judge = Judge(engine, config=config)
     chunk = {"id": 0, "text": "The Sydney Harbour Bridge opened on 19 March 1932.", "source": "bridge.pdf"}
     record = {"id": "long", "question": "When did the bridge open?", "response": LONG_RESPONSE, "chunks": [chunk]}
