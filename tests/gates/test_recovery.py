@@ -423,3 +423,13 @@ def test_windows_are_sized_from_the_model_s_context_and_the_constraint_s_worst_c
             assert len(shown) == 1 or tokens + constraint.max_tokens <= (max_model_len - RETRY_RESERVE) // 2
         counts[max_model_len] = len(windows)
     assert counts[3072] > counts[4096] > counts[8192] > 1
+
+
+def test_the_docs_state_the_recovery_output_bound_the_code_has():
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "gates.md").read_text(encoding="utf-8").split())
+    one = recovery_constraint(3, 0, 1).max_completion_tokens
+    more = recovery_constraint(3, 0, 2).max_completion_tokens - one
+    widest = recovery_constraint(3, 0, 32).max_completion_tokens
+    assert f"recovery {one:,} for a window of one segment and {more} for each segment more ({widest:,} for 32)" in text
