@@ -433,3 +433,17 @@ def test_the_docs_state_the_recovery_output_bound_the_code_has():
     more = recovery_constraint(3, 0, 2).max_completion_tokens - one
     widest = recovery_constraint(3, 0, 32).max_completion_tokens
     assert f"recovery {one:,} for a window of one segment and {more} for each segment more ({widest:,} for 32)" in text
+
+
+def test_passages_per_claim_a_supported_segment_backed_by_too_few_sources_does_not_count():
+    two = {"min_passages": 1, "min_sources_per_claim": 2}
+    rec = {**record(), "chunks": [*record()["chunks"], {"id": 1, "text": "The notes date from 1843.", "source": "y.txt"}]}
+    thin = judged("supported", two, rec)  # every segment cites source 0 alone
+    both = judged(lambda i, t: ("supported", [0, 1]), two, rec)
+    assert thin.decision is not None and both.decision is not None
+    assert thin.decision.support_ratio == 0.0 and thin.decision.route == "retrieve_more"
+    assert "support ratio 0.00" in thin.decision.reason
+    assert both.decision.support_ratio == 1.0 and both.decision.route == "deliver"
+    assert "each by at least 2 sources" in SufficiencyThreshold.from_spec(two).describe()
+    with pytest.raises(ConfigError, match="min_sources_per_claim"):
+        SufficiencyThreshold.from_spec("min_sources_per_claim=0")

@@ -48,10 +48,16 @@ class SufficiencyThreshold:
     #: What ``min_passages`` counts: distinct ``sources`` (the seed's supporting passages: one document cut into
     #: two chunks is one) or ``chunks``.
     count: Literal["sources", "chunks"] = "sources"
+    #: Passages per claim: a segment labelled ``supported`` counts as supported (toward ``required_support_ratio``)
+    #: only when it cites at least this many distinct sources (1: every supported segment does, by construction).
+    min_sources_per_claim: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.min_passages, bool) or not isinstance(self.min_passages, int) or self.min_passages < 0:
             raise ConfigError("min_passages", self.min_passages, "must be a whole number >= 0")
+        per_claim = self.min_sources_per_claim
+        if isinstance(per_claim, bool) or not isinstance(per_claim, int) or not 1 <= per_claim <= 8:
+            raise ConfigError("min_sources_per_claim", per_claim, "must be a whole number from 1 to 8")
         for name in ("min_cumulative_score", "min_passage_score"):
             score = getattr(self, name)
             if score is not None and (
@@ -129,9 +135,13 @@ class SufficiencyThreshold:
         )
         floor = "" if self.min_passage_score is None else f" each scoring at least {self.min_passage_score:g}"
         counted = " (distinct sources)" if self.count == "sources" else " (chunks)"
+        per_claim = (
+            "" if self.min_sources_per_claim == 1 else f" (each by at least {self.min_sources_per_claim} sources)"
+        )
         return (
             f"at least {self.min_passages} supporting passage(s){counted}{floor}, {score}at least "
-            f"{self.required_support_ratio:.0%} of the answer's claims supported; partial support is {partial}."
+            f"{self.required_support_ratio:.0%} of the answer's claims supported{per_claim}; "
+            f"partial support is {partial}."
         )
 
 
@@ -145,7 +155,12 @@ def decide(
     """
     supported, unsupported = verdict.supported_claims, verdict.unsupported_claims
     claims = len(supported) + len(unsupported)
-    ratio = len(supported) / claims if claims else 0.0
+    # Passages per claim: a supported segment backed by fewer distinct sources than the threshold asks is not
+    # counted as supported (the verdict keeps its label).
+    thin = sum(
+        1 for s in verdict.segments if s.label == "supported" and len(set(s.sources)) < threshold.min_sources_per_claim
+    )
+    ratio = (len(supported) - thin) / claims if claims else 0.0
     # Sources of the segments that name them (``partial`` too: its passages are read).
     cited = set(verdict.cited_sources)
     backing = [c for c in shown if source_key(c) in cited]
@@ -253,7 +268,7 @@ _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0"
 def _convert(key: str, text: Any) -> Any:
     """A threshold value given as text (``--threshold key=value``), converted for ``key``."""
     value = str(text).strip()
-    if key == "min_passages":
+    if key in ("min_passages", "min_sources_per_claim"):
         try:
             return int(value)
         except ValueError:
