@@ -157,9 +157,9 @@ def decide(
     claims = len(supported) + len(unsupported)
     # Passages per claim: a supported segment backed by fewer distinct sources than the threshold asks is not
     # counted as supported (the verdict keeps its label).
-    thin = sum(
-        1 for s in verdict.segments if s.label == "supported" and len(set(s.sources)) < threshold.min_sources_per_claim
-    )
+    per_claim = threshold.min_sources_per_claim
+    thin = sum(1 for s in verdict.segments if s.label == "supported" and len(set(s.sources)) < per_claim)
+    thin = thin if per_claim > 1 else 0  # 1: every supported segment names a source, by construction
     ratio = (len(supported) - thin) / claims if claims else 0.0
     # Sources of the segments that name them (``partial`` too: its passages are read).
     cited = set(verdict.cited_sources)
