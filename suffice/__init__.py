@@ -1,15 +1,14 @@
 """suffice: local, air-gapped evidence gates for RAG with verdicts valid by construction.
 
 What users import is here (and in :mod:`suffice.batch`); the modules behind these names
-are internal and may move.  Importing suffice switches off every model-hub download for
-this process: models are local folders.
+are internal and may move.  Importing suffice changes nothing of the process (its environment,
+logging, warnings filters, signal handlers, asyncio policy; tests/test_import_side_effects.py):
+models are local folders, and hub downloads are switched off where suffice loads one
+(:mod:`suffice.serving.offline`), not on import.
 """
 
 import logging as _logging
 
-from suffice.serving.offline import force_offline as _force_offline
-
-_force_offline()
 # A library logs and never prints: without a handler of the application's, nothing is shown.
 _logging.getLogger("suffice").addHandler(_logging.NullHandler())
 

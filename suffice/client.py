@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -87,9 +89,14 @@ class _Base:
         max_wait: float = 30.0,
         allow_insecure_http: bool = False,
         judge_settings: Mapping[str, Any] | None = None,
+        *,
+        api_key_source: str | None = None,
     ) -> None:
         # Checked here, not at the first call: a mistyped address is the caller's mistake, not an outage to retry.
         parts = check_url("base_url", base_url, ("http", "https"), "give the service's key as api_key")
+        #: Where the key comes from (or would be given), said when the service refuses it.
+        self._auth = _KeySource(api_key is not None, api_key_source or "the api_key argument")
+        api_key = _checked_key(api_key, self._auth.source)
         if api_key is not None and not allow_insecure_http:
             refuse_plain_http("base_url", base_url, parts, "the API key and every record", "allow_insecure_http=True")
         self.base_url = base_url.rstrip("/")
@@ -110,11 +117,13 @@ class _Base:
             "max_wait": max_wait,
             "allow_insecure_http": allow_insecure_http,
             "judge_settings": judge_settings,
+            "api_key_source": api_key_source,
         }
-        self._http = self._connect()
+        self._key = api_key
+        self._open()
 
-    def _connect(self) -> Any:
-        """The HTTP client (blocking or asyncio) the subclass sends with."""
+    def _open(self) -> None:
+        """Make what the subclass sends with."""
         raise NotImplementedError
 
     def _call(self, gate: str | None, options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -204,10 +213,12 @@ class _Base:
         return f"{self.base_url}/v1/reviews/events", query, self.timeout + wait
 
     def _unanswered(self, exc: httpx.TransportError, timeout: float | None = None) -> ServiceError:
-        """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``)."""
+        """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``); the
+        key, should the transport's words quote it, is not said."""
+        said = str(exc) if not self._key else str(exc).replace(self._key, "***")
         if isinstance(exc, httpx.TimeoutException):
-            return ServiceTimeoutError(f"no answer within {self.timeout if timeout is None else timeout:g} s: {exc}")
-        return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {exc}")
+            return ServiceTimeoutError(f"no answer within {self.timeout if timeout is None else timeout:g} s: {said}")
+        return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {said}")
 
     def _wait(self, retry: _Retry, attempt: int) -> float:
         """The seconds to wait before attempt ``attempt + 1``; raises the refusal once the retries are spent."""
@@ -226,9 +237,9 @@ class Client(_Base, AbstractContextManager["Client"]):
     sent with every call, as its options are (``{"auto_margin": 0.3}``; one a request cannot set is a
     :class:`~suffice.exceptions.ConfigError` naming it, raised here)."""
 
-    def _connect(self) -> httpx.Client:
+    def _open(self) -> None:
         transport = traced_transport(httpx.HTTPTransport())  # a CLIENT span per call
-        return httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
+        self._http = httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
     def judge_batch(
         self,
@@ -261,7 +272,7 @@ class Client(_Base, AbstractContextManager["Client"]):
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _results(response, name, len(records), sent)
+                return _results(response, name, len(records), sent, self._auth)
             except _Retry as retry:
                 time.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -313,7 +324,7 @@ class Client(_Base, AbstractContextManager["Client"]):
             response = self._http.get(url, params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response, sent)
+        return _settings(response, sent, self._auth)
 
     def review_outcome(self, review_id: int) -> ReviewOutcome:
         """What a person decided on review ``review_id`` of the service's queue (``GET /v1/reviews/{id}/outcome``,
@@ -329,7 +340,7 @@ class Client(_Base, AbstractContextManager["Client"]):
             except httpx.TransportError as exc:
                 raise self._unanswered(exc) from exc
             try:
-                return _reviewed(response, ReviewOutcome)
+                return _reviewed(response, ReviewOutcome, self._auth)
             except _Retry as retry:
                 time.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -347,7 +358,7 @@ class Client(_Base, AbstractContextManager["Client"]):
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _reviewed(response, ReviewEvents)
+                return _reviewed(response, ReviewEvents, self._auth)
             except _Retry as retry:
                 time.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -370,6 +381,9 @@ class Client(_Base, AbstractContextManager["Client"]):
 class AsyncClient(_Base):
     """:class:`Client` for asyncio: ``await client.ajudge_batch(records)``, ``await client.ajudge(record)``;
     cancelling the awaiting task closes its connection, and the service stops that request's generation.
+    One client serves any number of event loops, one after another (each ``asyncio.run``) or at once (a loop per
+    thread): each loop sends on connections of its own, opened at its first call and closed when the loop shuts
+    down (its async generators closed, as ``asyncio.run`` does) or at ``aclose()`` in it.
     ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.protocol.JudgeProtocol`
     (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too.
 
@@ -380,9 +394,27 @@ class AsyncClient(_Base):
     #: The blocking client of the sync calls, made at the first such call.
     _blocking_client: Client | None = None
 
-    def _connect(self) -> httpx.AsyncClient:
-        transport = traced_async_transport(httpx.AsyncHTTPTransport())
-        return httpx.AsyncClient(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
+    def _open(self) -> None:
+        #: Each event loop's connections, and what closes them when the loop shuts down: an asyncio connection
+        #: belongs to the loop that opened it, and a closed loop's cannot be used (nor awaited closed) in another.
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopHttp] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    async def _http(self) -> httpx.AsyncClient:
+        """The HTTP client of the running event loop, opened at its first call."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            bound = self._loops.get(loop)
+            if bound is None:
+                for ended in [other for other in self._loops if other.is_closed()]:
+                    del self._loops[ended]  # shut down (its connections closed then) or closed without: unusable
+                transport = traced_async_transport(httpx.AsyncHTTPTransport())
+                http = httpx.AsyncClient(
+                    timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport
+                )
+                bound = self._loops[loop] = _LoopHttp(http)
+        await bound.watch()
+        return bound.http
 
     def _blocking(self) -> Client:
         """The blocking client of the sync calls: an asyncio connection belongs to the loop that opened it."""
@@ -443,24 +475,26 @@ class AsyncClient(_Base):
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
         url, query, sent = self._settings_request(gate, options)
+        http = await self._http()
         try:
-            response = await self._http.get(url, params=query)
+            response = await http.get(url, params=query)
         except httpx.TransportError as exc:
             raise self._unanswered(exc) from exc
-        return _settings(response, sent)
+        return _settings(response, sent, self._auth)
 
     async def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
         name, url, body, sent = self._request(records, gate, options)
+        http = await self._http()
         attempt = 0
         while True:
             try:
-                response = await self._http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
+                response = await http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _results(response, name, len(records), sent)
+                return _results(response, name, len(records), sent, self._auth)
             except _Retry as retry:
                 await asyncio.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -487,14 +521,15 @@ class AsyncClient(_Base):
     async def areview_outcome(self, review_id: int) -> ReviewOutcome:
         """What a person decided on review ``review_id`` (see :meth:`Client.review_outcome`), awaited."""
         url = self._outcome_url(review_id)
+        http = await self._http()
         attempt = 0
         while True:
             try:
-                response = await self._http.get(url, headers=outgoing_headers())
+                response = await http.get(url, headers=outgoing_headers())
             except httpx.TransportError as exc:
                 raise self._unanswered(exc) from exc
             try:
-                return _reviewed(response, ReviewOutcome)
+                return _reviewed(response, ReviewOutcome, self._auth)
             except _Retry as retry:
                 await asyncio.sleep(self._wait(retry, attempt))
                 attempt += 1
@@ -503,22 +538,27 @@ class AsyncClient(_Base):
         """The reviews decided after ``since`` (see :meth:`Client.review_events`), awaited: cancelling the task
         ends the long poll."""
         url, query, timeout = self._events_request(since, wait, limit)
+        http = await self._http()
         attempt = 0
         while True:
             try:
-                response = await self._http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
+                response = await http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
             try:
-                return _reviewed(response, ReviewEvents)
+                return _reviewed(response, ReviewEvents, self._auth)
             except _Retry as retry:
                 await asyncio.sleep(self._wait(retry, attempt))
                 attempt += 1
 
     async def aclose(self) -> None:
+        """Close the running loop's connections and the blocking calls' (another loop's close when it shuts down)."""
         if self._blocking_client is not None:
             self._blocking_client.close()
-        await self._http.aclose()
+        with self._lock:
+            bound = self._loops.pop(asyncio.get_running_loop(), None)
+        if bound is not None:
+            await bound.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -552,6 +592,72 @@ def _request_settings(settings: Mapping[str, Any] | None) -> dict[str, Any]:
     return checked
 
 
+class _KeySource(NamedTuple):
+    """Whether a key is sent, and where it comes from (or, when none is, where one would be given): a flag, a
+    variable, a file, or the ``api_key`` argument."""
+
+    sent: bool
+    source: str
+
+    def refused(self) -> str:
+        """What a 401 says the caller can do."""
+        if not self.sent:
+            return f"no key was sent, and the service wants one: give its key with {self.source}"
+        return (
+            f"the service refused the key from {self.source}: give the key the service reads (suffice serve "
+            "--api-key-file)"
+        )
+
+
+def _checked_key(key: object, source: str) -> str | None:
+    """``key`` without surrounding whitespace (a key file's newline), once it is a token an HTTP header can carry;
+    else a :class:`~suffice.exceptions.ConfigError` naming ``api_key`` and where it came from, the key itself never
+    said."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise ConfigError("api_key", type(key).__name__, f"must be a string (the key from {source})")
+    stripped = key.strip()
+    if not stripped:
+        raise ConfigError("api_key", "", f"is empty (the key from {source}); give the service's key, or None")
+    if not all("!" <= char <= "~" for char in stripped):
+        raise ConfigError(
+            "api_key",
+            "***",
+            f"the key from {source} holds a space, a control character or a non-ASCII character inside it: a key is "
+            "one token of visible ASCII characters (an HTTP header cannot carry the others)",
+        )
+    return stripped
+
+
+class _LoopHttp:
+    """One event loop's HTTP client, closed when that loop shuts down: an async generator started in the loop,
+    whose ``finally`` closes it, is one the loop closes at its shutdown (``loop.shutdown_asyncgens()``, which
+    ``asyncio.run`` calls), so no connection outlives its loop unclosed."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    async def watch(self) -> None:
+        """Start the closer in the running loop (once)."""
+        if self._closer is None:
+            self._closer = self._close_at_shutdown()
+            await self._closer.__anext__()
+
+    async def _close_at_shutdown(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await self.http.aclose()
+
+    async def close(self) -> None:
+        if self._closer is not None:
+            await self._closer.aclose()  # runs its finally: the client is closed
+        else:
+            await self.http.aclose()
+
+
 def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
@@ -572,21 +678,21 @@ def _per_call(timeout: float | None) -> Any:
     return httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
 
 
-def _settings(response: httpx.Response, sent: Mapping[str, Any]) -> dict[str, str]:
+def _settings(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> dict[str, str]:
     """The values of a ``GET /v1/settings/{gate}`` answer; a typed error for any status but 200."""
     if response.status_code != 200:
-        refusal = _refusal(response, sent)
+        refusal = _refusal(response, sent, auth)
         raise refusal.error if isinstance(refusal, _Retry) else refusal
     values = response.json()["settings"]
     return {str(key): str(value) for key, value in values.items()}
 
 
-def _reviewed(response: httpx.Response, model: type[_Answer]) -> _Answer:
+def _reviewed(response: httpx.Response, model: type[_Answer], auth: _KeySource) -> _Answer:
     """A review route's 200 as ``model``; a 404 the :class:`ReviewNotFoundError` the audit log raises in process
     (its cause the :class:`InvalidRequestError`), another status its typed error (:class:`_Retry`: 429/503 may wait)."""
     if response.status_code == 200:
         return model.model_validate(response.json())
-    refusal = _refusal(response, {})
+    refusal = _refusal(response, {}, auth)
     if response.status_code == 404 and _named(response) == ReviewNotFoundError.__name__:
         # Not a 404 of a service without the route (no --audit-db, an older suffice): that stays a ServiceError.
         raise ReviewNotFoundError(str(getattr(refusal, "detail", refusal))) from refusal
@@ -649,7 +755,9 @@ def _detail(response: httpx.Response, sent: Mapping[str, Any]) -> tuple[str, str
     return str(detail), field, refused_as(body.get("error"), field, str(detail), sent.get(field))
 
 
-def _results(response: httpx.Response, gate: str, count: int, sent: Mapping[str, Any]) -> list[JudgeResult]:
+def _results(
+    response: httpx.Response, gate: str, count: int, sent: Mapping[str, Any], auth: _KeySource
+) -> list[JudgeResult]:
     """The results of a 200; a typed error for any other status (:class:`_Retry` for a 429/503 that may wait)."""
     status = response.status_code
     if status == 200:
@@ -657,14 +765,14 @@ def _results(response: httpx.Response, gate: str, count: int, sent: Mapping[str,
         if len(rows) != count:
             raise ServiceError(f"{len(rows)} results for {count} records", status)
         return [_result(row, gate) for row in rows]
-    raise _refusal(response, sent)
+    raise _refusal(response, sent, auth)
 
 
-def _refusal(response: httpx.Response, sent: Mapping[str, Any]) -> SufficeError | _Retry:
+def _refusal(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> SufficeError | _Retry:
     """The typed error of a request the service did not answer with 200 (:class:`_Retry`: a 429/503 that may wait).
     A gate, option or field refused is the error the in-process judge raises for it (a ConfigError naming the
     option, ...), its cause the :class:`InvalidRequestError` with the HTTP status; ``sent``: the call's gate
-    and options by name."""
+    and options by name; ``auth``: where the key came from, said with a 401."""
     status = response.status_code
     detail, field, typed = _detail(response, sent)
     if status in (429, 503):
@@ -672,7 +780,7 @@ def _refusal(response: httpx.Response, sent: Mapping[str, Any]) -> SufficeError 
         wait = retry_after(response.headers.get("retry-after"))  # uncapped: max_wait refuses a longer one
         return error if wait is None else _Retry(wait, error)
     if status == 401:
-        return AuthenticationError(detail, status)
+        return AuthenticationError(f"{detail}: {auth.refused()}", status)
     if status == 413:
         return RequestTooLargeError(detail, status)
     if status in (404, 415, 422):

@@ -5,6 +5,7 @@ The tree::
     SufficeError
     ├── ConfigError                 a setting is invalid (names the parameter and value)
     ├── ModelNotFoundError          the model is not a local folder (names the path)
+    ├── MissingExtraError           a module only an extra installs is missing (names the extra to install)
     ├── EngineError                 the engine failed to start or to generate
     │   ├── PartialBatchError       some requests of a batch failed alone; carries each outcome
     │   └── EngineFatalError        no request can succeed on this engine: stop, keep what is done
@@ -84,6 +85,17 @@ class ModelNotFoundError(SufficeError, FileNotFoundError):
         self.path = path
         self.reason = reason
         super().__init__(f"model {path!r}: {reason}")
+
+
+class MissingExtraError(SufficeError, ImportError):
+    """What was asked for needs ``module``, which is not installed; ``extras`` are the extras of suffice that
+    install it (``("cpu", "gpu")``: the engine; ``()``: one of suffice's own dependencies, missing from a broken
+    install).  The message says the command that installs it (:mod:`suffice.extras`)."""
+
+    def __init__(self, module: str, extras: tuple[str, ...], message: str) -> None:
+        self.module = module
+        self.extras = extras
+        super().__init__(message, name=module)
 
 
 class EngineError(SufficeError, RuntimeError):
@@ -351,6 +363,7 @@ STATUS: dict[type[SufficeError], Status] = {
     SufficeError: Status(EXIT_FATAL, 500),
     ConfigError: Status(EXIT_USAGE, 500),  # the service's own settings: not the client's fault
     ModelNotFoundError: Status(EXIT_FATAL, 500),
+    MissingExtraError: Status(EXIT_USAGE, 500),  # the install, not the request: the message names the extra
     EngineError: Status(EXIT_FATAL, 500),
     PartialBatchError: Status(EXIT_FATAL, 500),
     EngineFatalError: Status(EXIT_FATAL, 503),
@@ -371,7 +384,7 @@ STATUS: dict[type[SufficeError], Status] = {
     InsufficientContextError: Status(EXIT_FATAL, 500),
     GateFailedError: Status(EXIT_FATAL, 500),
     ServiceError: Status(EXIT_FATAL, 502, _RESUME_ONCE_ANSWERED),
-    AuthenticationError: Status(EXIT_USAGE, 401, "the service refused the key: check --api-key-file"),
+    AuthenticationError: Status(EXIT_USAGE, 401),  # the message says where the key was read from
     RequestTooLargeError: Status(EXIT_FATAL, 413, "lower --batch-size, then rerun the same command to resume"),
     InvalidRequestError: Status(EXIT_FATAL, 422, _RESUME_ONCE_ANSWERED),
     ServiceTimeoutError: Status(EXIT_FATAL, 504, _RESUME_ONCE_ANSWERED),

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import re
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -186,6 +189,35 @@ def test_cancelling_an_async_client_call_stops_the_services_generation():
         assert engine.cancels[0].is_set()
 
 
+def test_one_async_client_serves_one_event_loop_after_another():
+    """An application that calls ``asyncio.run`` more than once (a CLI's commands, a test per loop) keeps one
+    client: each loop sends on connections of its own, closed when ``asyncio.run`` shuts that loop down."""
+    with serve(ScriptedEngine(good)) as url:
+        made = [AsyncClient(url)]  # made outside any loop, as an application's module makes it
+
+        async def one(i: int) -> JudgeResult:
+            return await made[0].ajudge(record(i))
+
+        first = asyncio.run(one(0))
+        second = asyncio.run(one(1))  # was: RuntimeError("Event loop is closed")
+        third = asyncio.run(made[0].ajudge_batch([record(2), record(3)]))
+
+        async def closing() -> JudgeResult:
+            async with made[0]:
+                return await one(4)
+
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            fourth = asyncio.run(closing())
+            fifth = asyncio.run(one(5))  # a loop that ends without aclose(): asyncio.run's shutdown closes it
+            made.clear()
+            gc.collect()
+    results = [first, second, *third, fourth, fifth]
+    assert [r.id for r in results] == ["q0", "q1", "q2", "q3", "q4", "q5"]
+    assert all(r.ok for r in results)
+    assert [str(w.message) for w in warned if issubclass(w.category, ResourceWarning)] == []
+
+
 def test_a_key_is_sent_and_a_wrong_one_is_an_authentication_error():
     with serve(ScriptedEngine(good), key=KEY) as url:
         assert Client(url, api_key=KEY).judge(record(0)).ok
@@ -194,6 +226,53 @@ def test_a_key_is_sent_and_a_wrong_one_is_an_authentication_error():
         with pytest.raises(AuthenticationError):
             Client(url).judge(record(0))
     assert caught.value.status == 401
+
+
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
+def test_a_key_read_with_its_newline_is_stripped_and_sent(kind):
+    """A key file read whole (``Path(...).read_text()``) ends in a newline: the key is the token without it, not a
+    header httpx refuses (once a ServiceUnavailableError that printed the whole key)."""
+    with serve(ScriptedEngine(good), key=KEY) as url:
+        client = kind(url, api_key=f"  {KEY}\n")
+        if isinstance(client, AsyncClient):
+            assert asyncio.run(client.ajudge(record(0))).ok
+        else:
+            assert client.judge(record(0)).ok
+
+
+@pytest.mark.parametrize("kind", [Client, AsyncClient])
+@pytest.mark.parametrize("key", [f"{KEY}\n{KEY}", f"{KEY} {KEY}", f"{KEY}\u00e9", "  \n", f"{KEY}\x00"])
+def test_a_key_no_header_can_carry_is_refused_when_the_client_is_made_and_never_said(no_connect, kind, key):
+    with pytest.raises(ConfigError) as caught:
+        kind("http://127.0.0.1:8000", api_key=key, api_key_source="$MY_KEY")
+    assert caught.value.parameter == "api_key"
+    assert KEY not in str(caught.value) and KEY not in repr(caught.value.value)
+    assert "$MY_KEY" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"api_key": "x" * 32}, "the service refused the key from the api_key argument"),
+        (
+            {"api_key": "x" * 32, "api_key_source": "$RAG_KEY"},
+            "the service refused the key from $RAG_KEY",
+        ),
+        ({}, "no key was sent, and the service wants one: give its key with the api_key argument"),
+        ({"api_key_source": "--suffice-api-key"}, "give its key with --suffice-api-key"),
+    ],
+)
+def test_a_401_says_where_the_key_comes_from_and_never_the_key(settings, said):
+    with serve(ScriptedEngine(good), key=KEY) as url, pytest.raises(AuthenticationError) as caught:
+        Client(url, **settings).judge(record(0))
+    assert said in str(caught.value)
+    assert "x" * 32 not in str(caught.value) and KEY not in str(caught.value)
+
+    async def main() -> None:
+        await AsyncClient(url, **settings).ajudge(record(0))
+
+    with serve(ScriptedEngine(good), key=KEY) as url, pytest.raises(AuthenticationError, match=re.escape(said)):
+        asyncio.run(main())
 
 
 # --- the address, checked when the client is made (the openai engine's rules: suffice.network) ----------------

@@ -23,6 +23,7 @@ LAYOUT = Path(__file__).parent.parent / "docs" / "layout.md"
 LAYERS: list[list[str]] = [
     ["exceptions", "exit_codes", "renamed", "serving.offline"],
     [
+        "extras",
         "files",
         "isolation",
         "network",

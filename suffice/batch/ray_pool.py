@@ -21,6 +21,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import CancelledError, ConfigError, EngineDeadError, EngineError, SufficeError
 from suffice.judge import Judge
 from suffice.results import JudgeResult
+from suffice.serving.offline import offline
 
 #: The actors' concurrency group for :meth:`JudgeWorker.stop`, beside the one judging.
 CONTROL = "control"
@@ -183,7 +184,9 @@ class ActorPool:
         if not ray.is_initialized():
             verbose = self.config.engine.verbose
             try:
-                with local_ray_env() if local else contextlib.nullcontext():
+                # The processes ray.init starts keep the environment they start with: no usage report from them,
+                # and a local instance's on this machine alone (suffice.serving.offline).
+                with offline(), local_ray_env() if local else contextlib.nullcontext():
                     ray.init(
                         address=self.options.address,
                         include_dashboard=False,

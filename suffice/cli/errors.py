@@ -11,6 +11,7 @@ from pathlib import Path
 
 from suffice.exceptions import SufficeError, status_of
 from suffice.exit_codes import EXIT_FATAL
+from suffice.extras import missing_extra
 from suffice.text import terminal_text
 
 
@@ -29,7 +30,9 @@ def fail(error: SufficeError, results_in: Path | None = None, doing: str = "") -
 
 
 def reports_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """``run`` (a command) with any suffice error it raises said by :func:`fail`, its exit status returned."""
+    """``run`` (a command) with any suffice error it raises said by :func:`fail`, its exit status returned; so is a
+    module that only an extra installs, found missing (:func:`suffice.extras.missing_extra`: the extra by name, not a
+    traceback)."""
 
     @functools.wraps(run)
     def reporting(args: argparse.Namespace) -> int:
@@ -37,5 +40,10 @@ def reports_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argpar
             return run(args)
         except SufficeError as exc:
             return fail(exc)
+        except ModuleNotFoundError as exc:
+            said = missing_extra(exc)
+            if said is None:
+                raise
+            return fail(said)
 
     return reporting

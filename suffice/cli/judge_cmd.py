@@ -34,6 +34,7 @@ from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_config
 from suffice.settings import (
+    ENV_PREFIX,
     add_flags,
     check,
     declared,
@@ -258,6 +259,17 @@ def server_config_from_args(args: argparse.Namespace) -> JudgeConfig:
     return JudgeConfig(gate=args.gate, options=gate_options_from_args(args), **judge_settings_from_args(args))
 
 
+def key_source(args: argparse.Namespace) -> str:
+    """``--server``: where the service's key is read from, as a 401 says it (the flag, the variable or the settings
+    file, and the key file), or how to give one when none is."""
+    path = args.engine_key_file
+    if path is None:
+        return "--api-key-file PATH"
+    origin = getattr(args, "settings_origins", {}).get("api_key_file", "its flag")
+    said = "--api-key-file" if origin == "its flag" else (f"${origin}" if origin.startswith(ENV_PREFIX) else origin)
+    return f"{said} ({terminal_text(path)})"
+
+
 def request_settings(args: argparse.Namespace, config: JudgeConfig) -> dict[str, Any]:
     """``--server``: the judge settings the user set (a flag, a ``SUFFICE_*`` variable or the file), each sent with
     every request even where it repeats the default (the service's own may differ); ``detail`` is not sent but
@@ -311,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
             client = Client(
                 args.server,
                 api_key=key,
+                api_key_source=key_source(args),
                 timeout=DEFAULT_TIMEOUT_S if flags.timeout is None else flags.timeout,
                 gate=args.gate,
                 allow_insecure_http=args.allow_insecure_http,

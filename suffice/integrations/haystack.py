@@ -12,10 +12,10 @@ of ``answer`` (delivered: the answer with ``[CITATION:document_id]`` inline) and
 ``abstain`` / ``human_review`` (a JSON-ready dict with the gap and the queries, see :func:`check_payload`),
 beside ``checked`` (that dict) on every run.
 
-Haystack reports usage to PostHog by default.  This module switches that off for the process:
-``import suffice`` sets ``HAYSTACK_TELEMETRY_ENABLED=False`` before Haystack is imported (see
-:mod:`suffice.serving.offline`), and importing this module (or building a router) drops the
-telemetry object of a Haystack imported earlier, so no pipeline run reports anything.
+Haystack reports usage to PostHog by default.  This module switches that off for the process without editing
+its environment: a Haystack not imported yet is imported here with ``HAYSTACK_TELEMETRY_ENABLED=False`` (read once,
+then; the variable is put back as the application had it), and importing this module (or building a router) drops
+the telemetry object of a Haystack imported earlier, so no pipeline run reports anything.
 """
 
 import dataclasses
@@ -24,18 +24,24 @@ import os
 import typing
 from collections import abc
 
-try:
-    import haystack
-    import haystack.telemetry._telemetry as hs_telemetry
-except ImportError as missing:  # the extra is not installed
-    raise ImportError(
-        'suffice.integrations.haystack needs Haystack (haystack-ai): pip install "suffice[haystack]"'
-    ) from missing
-
 import suffice.audit
 import suffice.protocol
 from suffice import exceptions
 from suffice.integrations import gating
+from suffice.serving.offline import environment as _environment
+
+#: Haystack's own switch, read once when Haystack is first imported.
+_TELEMETRY_ENV = "HAYSTACK_TELEMETRY_ENABLED"
+
+try:
+    # Off for Haystack's first import only (a no-op where the application imported it already).
+    with _environment({_TELEMETRY_ENV: "False"}):
+        import haystack
+        import haystack.telemetry._telemetry as hs_telemetry
+except ImportError as missing:  # the extra is not installed
+    raise ImportError(
+        'suffice.integrations.haystack needs Haystack (haystack-ai): pip install "suffice[haystack]"'
+    ) from missing
 
 __all__ = ["AnswerCheck", "RouterOnInsufficient", "SufficiencyRouter", "check_payload", "insufficient_payload"]
 
@@ -48,14 +54,10 @@ _JudgeLike = suffice.protocol.JudgeProtocol
 #: emits ``documents=[]``; ``"keep"`` emits every document on ``documents``.
 RouterOnInsufficient = typing.Literal["route", "raise", "empty", "keep"]
 
-#: Haystack's own switch, read once when Haystack is first imported.
-_TELEMETRY_ENV = "HAYSTACK_TELEMETRY_ENABLED"
-
 
 def _telemetry_off() -> None:
-    """No usage report from this process: the switch for a Haystack not yet imported, and no telemetry
-    object for one imported before suffice (``pipeline_running`` sends nothing when it is ``None``)."""
-    os.environ[_TELEMETRY_ENV] = "False"
+    """No usage report from this process: no telemetry object for a Haystack imported before this module
+    (``pipeline_running`` sends nothing when it is ``None``)."""
     if hs_telemetry.telemetry is not None:
         _logger.debug("Haystack's telemetry was on (Haystack imported before suffice): switched off")
     hs_telemetry.telemetry = None

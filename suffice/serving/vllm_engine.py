@@ -19,7 +19,7 @@ from suffice.serving.decoding import TokenTrail, eos_ids, merge_by_text
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_machine_config, check_build, machine_config
 from suffice.serving.models import ModelRef, resolve_model
-from suffice.serving.offline import force_offline
+from suffice.serving.offline import offline
 from suffice.serving.vllm_driver import Driver, Job, TokenSequence
 from suffice.serving.vllm_lifecycle import Lifecycle, kv_capacity, llm_kwargs, start_llm
 
@@ -51,15 +51,16 @@ class VLLMEngine(TokenizerMixin, Engine):
     def __init__(self, config: EngineConfig, model: ModelRef | None = None) -> None:
         gpu = machine.gpu_build()
         check_build(config, gpu=gpu)  # before anything is set or started
-        force_offline()
-        self.settings = machine_config(config, gpu=gpu)
-        apply_machine_config(self.settings, verbose=config.verbose)
-        if config.verbose:
-            _log.info("suffice: %s", self.settings.describe())
-        ref = model or resolve_model(config.model, config.verbose)
-        kwargs = llm_kwargs(config, self.settings, ref)
-        startup.mark("engine settings read")
-        llm, log = start_llm(kwargs, ref, config.verbose)
+        # The engine's start: its processes keep the offline environment they start with (suffice.serving.offline).
+        with offline():
+            self.settings = machine_config(config, gpu=gpu)
+            apply_machine_config(self.settings, verbose=config.verbose)
+            if config.verbose:
+                _log.info("suffice: %s", self.settings.describe())
+            ref = model or resolve_model(config.model, config.verbose)
+            kwargs = llm_kwargs(config, self.settings, ref)
+            startup.mark("engine settings read")
+            llm, log = start_llm(kwargs, ref, config.verbose)
         self._llm = llm
         self._life = Lifecycle(llm, log)
         self.log_path = log

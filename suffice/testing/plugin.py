@@ -55,8 +55,11 @@ def suffice_judge(pytestconfig: pytest.Config) -> Iterator[testing.JudgeLike]:
     if server:
         from suffice.client import Client
 
-        key = pytestconfig.getoption("suffice_api_key") or os.environ.get(API_KEY_ENV) or None
-        with Client(server, api_key=key) as client:
+        given = pytestconfig.getoption("suffice_api_key")
+        key = given or os.environ.get(API_KEY_ENV) or None
+        # Where the key came from, as a 401 says it (or where to give one).
+        source = "--suffice-api-key" if given else f"${API_KEY_ENV}" if key else f"--suffice-api-key or ${API_KEY_ENV}"
+        with Client(server, api_key=key, api_key_source=source) as client:
             yield client
         return
     from suffice.config import JudgeConfig

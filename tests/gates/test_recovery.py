@@ -437,7 +437,10 @@ def test_the_docs_state_the_recovery_output_bound_the_code_has():
 
 def test_passages_per_claim_a_supported_segment_backed_by_too_few_sources_does_not_count():
     two = {"min_passages": 1, "min_sources_per_claim": 2}
-    rec = {**record(), "chunks": [*record()["chunks"], {"id": 1, "text": "The notes date from 1843.", "source": "y.txt"}]}
+    rec = {
+        **record(),
+        "chunks": [*record()["chunks"], {"id": 1, "text": "The notes date from 1843.", "source": "y.txt"}],
+    }
     thin = judged("supported", two, rec)  # every segment cites source 0 alone
     both = judged(lambda i, t: ("supported", [0, 1]), two, rec)
     assert thin.decision is not None and both.decision is not None

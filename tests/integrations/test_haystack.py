@@ -536,11 +536,18 @@ def _env(home: Path, telemetry: str | None) -> dict[str, str]:
     return env
 
 
-def test_importing_suffice_first_keeps_haystacks_telemetry_from_starting(tmp_path: Path):
+def test_importing_the_module_first_keeps_haystacks_telemetry_from_starting(tmp_path: Path):
+    """Haystack imported by this module, its switch set for that import alone: no telemetry, no
+    ``~/.haystack/config.yaml`` user id written, and the application's environment as it was."""
     done = python(
-        "import suffice, haystack.telemetry._telemetry as t; print(t.telemetry is None)", _env(tmp_path, None)
+        "import os\n"
+        "import suffice.integrations.haystack\n"
+        "import haystack.telemetry._telemetry as t\n"
+        "print(t.telemetry is None, os.environ.get('HAYSTACK_TELEMETRY_ENABLED'))\n",
+        _env(tmp_path, None),
     )
-    assert done.stdout.strip() == "True", done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "None"], done.stderr[-2000:]
+    assert not (tmp_path / ".haystack").exists()
 
 
 def test_the_module_switches_off_the_telemetry_of_a_haystack_imported_before_it(tmp_path: Path):

@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
-import suffice
 from suffice.batch import BatchOptions, RayOptions, judge_file, ray_pool
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineError
 from suffice.serving import machine
 from suffice.serving.engine_config import EngineConfig
+from suffice.serving.offline import OFFLINE_ENV
 from suffice.serving.openai import OpenAIEngine
 from tests.batch.test_runner import write_lines
 from tests.serving.test_openai_engine import FakeServer, request
@@ -274,12 +274,6 @@ def test_a_key_the_server_quotes_back_is_hidden_in_the_error(key_file: Path, pad
 # -- Ray and vLLM are told their address; Ray reports no usage -------------------------------------------------
 
 
-def test_ray_usage_statistics_are_off_once_suffice_is_imported():
-    assert suffice is not None
-    assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
-    assert os.environ["RAY_USAGE_STATS_PROMPT_ENABLED"] == "0"
-
-
 def test_a_local_ray_instance_starts_on_loopback_and_quiet(monkeypatch: pytest.MonkeyPatch):
     ray = pytest.importorskip("ray")
     import ray._private.ray_constants as constants
@@ -293,6 +287,8 @@ def test_a_local_ray_instance_starts_on_loopback_and_quiet(monkeypatch: pytest.M
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.delenv("http_proxy", raising=False)
+    for name in OFFLINE_ENV:  # set by suffice for ray.init alone (not on import: tests/test_import_side_effects.py)
+        monkeypatch.delenv(name, raising=False)
     before, cluster = dict(os.environ), constants.ENABLE_RAY_CLUSTER
     pool = ray_pool.ActorPool(JudgeConfig(), RayOptions(address="local"), lambda message: None, "", None)
     with pytest.raises(ConfigError):
@@ -300,7 +296,7 @@ def test_a_local_ray_instance_starts_on_loopback_and_quiet(monkeypatch: pytest.M
     assert seen["kwargs"]["_node_ip_address"] == "127.0.0.1"
     assert seen["kwargs"]["include_dashboard"] is False
     env = seen["env"]
-    assert env["RAY_USAGE_STATS_ENABLED"] == "0"
+    assert {name: env.get(name) for name in OFFLINE_ENV} == OFFLINE_ENV  # Ray's usage report off, hub offline
     assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0" and seen["cluster"] is False
     assert env["grpc_proxy"] == "" and env["http_proxy"].startswith("http://127.0.0.1:")
     assert dict(os.environ) == before and cluster == constants.ENABLE_RAY_CLUSTER
@@ -316,10 +312,14 @@ def test_a_ray_cluster_elsewhere_gets_the_drivers_environment(monkeypatch: pytes
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
+    for name in OFFLINE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
     pool = ray_pool.ActorPool(JudgeConfig(), RayOptions(address="ray://head:10001"), lambda message: None, "", None)
     with pytest.raises(ConfigError):
         pool.start()
     assert "_node_ip_address" not in seen["kwargs"]
+    assert seen["env"]["RAY_USAGE_STATS_ENABLED"] == "0" and dict(os.environ) == before
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in seen["env"] or "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from suffice.exceptions import ConfigError, EngineError
 from suffice.serving.base import TOKENIZER_LOCK, Message, TokenizerMixin
 from suffice.serving.decoding import eos_ids
-from suffice.serving.offline import force_offline
+from suffice.serving.offline import offline
 from suffice.serving.openai.client import Client
 
 #: Chat prompts whose token ids are kept (fitting asks for a prompt's length, then
@@ -27,11 +27,11 @@ class LocalTokenizer(TokenizerMixin):
     def __init__(self, folder: Path) -> None:
         if not folder.is_dir():
             raise ConfigError("tokenizer", str(folder), "is not a folder (give a local Hugging Face tokenizer folder)")
-        force_offline()
         try:
-            from transformers import AutoTokenizer
+            with offline():
+                from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+                self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         except Exception as exc:
             raise ConfigError("tokenizer", str(folder), f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
         self.eos_ids = eos_ids(self.tokenizer, _generation_eos(folder))
