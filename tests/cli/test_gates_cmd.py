@@ -78,7 +78,7 @@ def test_recovery_and_adequacy_on_a_data_sample(tmp_path: Path, vllm_server: str
     for row in rows[:-1]:
         jsonschema.validate(row["verdict"], SEED_SCHEMA)
         assert row["decision"]["route"] in {"deliver", "retrieve_more", "abstain", "human_review"}
-        assert row["prompt_version"] == "recovery/v3"
+        assert row["prompt_version"] == "recovery/v4"
 
     out = tmp_path / "adequacy-out.jsonl"
     proc = suffice(
