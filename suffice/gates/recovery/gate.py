@@ -220,9 +220,9 @@ class RecoveryGate(Gate):
         return found
 
     def shortcut(self, item: Item) -> RecoveryVerdict | None:
-        found = self.response_segments(item)
         if item.has_evidence:
-            return None
+            return None  # the response is segmented once, where its prompt is fitted
+        found = self.response_segments(item)
         # No evidence was retrieved: nothing the response says can be supported (the model is not asked).
         judged = [_judged(s, "unsupported", []) for s in found]
         verdict = RecoveryVerdict(
