@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import jinja2
 
 from suffice.calibration.metrics import (
     Sweep,
@@ -170,31 +173,69 @@ def _completion_tokens(row: Mapping[str, Any]) -> int:
 
 
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
-    """report.json, report.md and a plot per score.  Without matplotlib (it comes with
-    the ``cpu`` and ``gpu`` extras, not with a client judging through a server) the
-    plots are left out and the report says so.  A file that cannot be written (a full
-    disk) raises :class:`~suffice.exceptions.OutputWriteError` naming it."""
+    """report.json, report.md, a plot per score, and report.html: the same in one self-contained page (the plots
+    inline, nothing fetched), for a person.  Without matplotlib (it comes with the ``cpu`` and ``gpu`` extras, not
+    with a client judging through a server) the plots are left out and the report says so.  A file that cannot be
+    written (a full disk) raises :class:`~suffice.exceptions.OutputWriteError` naming it."""
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
     try:
-        plots = _plots(report, out)
+        images = _plots(report)
         missing = None
     except ImportError as exc:
-        plots, missing = [], f"plots left out: {exc.name or 'matplotlib'} is not installed"
+        images, missing = {}, f"plots left out: {exc.name or 'matplotlib'} is not installed"
     clean = {
         **report,
         "scores": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in report["scores"].items()},
     }
-    clean["plots"] = [p.name for p in plots]
+    clean["plots"] = [f"{name}.png" for name in images]
     if missing is not None:
         clean["plots_missing"] = missing
+    plots = [out / f"{name}.png" for name in images]
+    for path, image in zip(plots, images.values(), strict=True):
+        replace_atomically(path, [image])
     replace_atomically(out / "report.json", [(json.dumps(clean, indent=2) + "\n").encode("utf-8")])
     replace_atomically(out / "report.md", [_markdown(clean).encode("utf-8")])
-    return [out / "report.json", out / "report.md", *plots]
+    replace_atomically(out / "report.html", [_html(clean, images).encode("utf-8")])
+    return [out / "report.json", out / "report.md", out / "report.html", *plots]
 
 
 def _fmt(value: Any, pattern: str = "{:.3f}") -> str:
     return "n/a" if value is None else pattern.format(value)
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """The sentences below the table: output tokens, chunk agreement, segment agreement (those the report has)."""
+    notes = []
+    tokens = report.get("output_tokens")
+    if tokens is not None and tokens["verdicts"]:
+        notes.append(
+            f"Output tokens per verdict: mean {tokens['mean']:.0f}, max {tokens['max']} "
+            f"(of {tokens['verdicts']} verdicts the model generated)."
+        )
+    if "useful_chunk_ids" in report:
+        u = report["useful_chunk_ids"]
+        notes.append(
+            f"useful_chunk_ids against the gold evidence (sufficient items): precision {_fmt(u['precision'])}, "
+            f"recall {_fmt(u['recall'])} over {int(u['items'])} items."
+        )
+    if "segments" in report:
+        g = report["segments"]
+        notes.append(
+            f"Segments against their labels ({int(g['segments'])} labeled segments): label agreement "
+            f"{_fmt(g['label_agreement'])}; flagging unsupported: precision {_fmt(g['unsupported_precision'])}, "
+            f"recall {_fmt(g['unsupported_recall'])}, F1 {_fmt(g['unsupported_f1'])}."
+        )
+    return notes
+
+
+def _html(report: dict[str, Any], images: Mapping[str, bytes]) -> str:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("suffice.calibration", ""), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    environment.filters["fmt"] = _fmt
+    plots = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
+    return environment.get_template("report.html.j2").render(r=report, notes=_notes(report), plots=plots)
 
 
 def _markdown(report: dict[str, Any]) -> str:
@@ -221,39 +262,19 @@ def _markdown(report: dict[str, Any]) -> str:
             f"{_fmt(b['recall'])} | {_fmt(b['f1'])} | {_fmt(t.get('threshold'))} | {_fmt(t.get('precision'))} | "
             f"{_fmt(t.get('recall'))} | {_fmt(s['accuracy_at_0_5'])} | {_fmt(s['ece'])} |"
         )
-    tokens = report.get("output_tokens")
-    if tokens is not None and tokens["verdicts"]:
-        lines += [
-            "",
-            f"Output tokens per verdict: mean {tokens['mean']:.0f}, max {tokens['max']} "
-            f"(of {tokens['verdicts']} verdicts the model generated).",
-        ]
-    if "useful_chunk_ids" in report:
-        u = report["useful_chunk_ids"]
-        lines += [
-            "",
-            f"useful_chunk_ids against the gold evidence (sufficient items): precision {_fmt(u['precision'])}, "
-            f"recall {_fmt(u['recall'])} over {int(u['items'])} items.",
-        ]
-    if "segments" in report:
-        g = report["segments"]
-        lines += [
-            "",
-            f"Segments against their labels ({int(g['segments'])} labeled segments): label agreement "
-            f"{_fmt(g['label_agreement'])}; flagging unsupported: precision {_fmt(g['unsupported_precision'])}, "
-            f"recall {_fmt(g['unsupported_recall'])}, F1 {_fmt(g['unsupported_f1'])}.",
-        ]
+    lines += [line for note in _notes(report) for line in ("", note)]
     lines += ["", report.get("plots_missing") or "Plots: " + ", ".join(report.get("plots", [])), ""]
     return "\n".join(lines)
 
 
-def _plots(report: dict[str, Any], out: Path) -> list[Path]:
+def _plots(report: dict[str, Any]) -> dict[str, bytes]:
+    """Each score's figure (distributions, precision-recall, reliability) as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths: list[Path] = []
+    images: dict[str, bytes] = {}
     for name, s in report["scores"].items():
         values, labels = s["_values"], s["_labels"]
         fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -274,12 +295,10 @@ def _plots(report: dict[str, Any], out: Path) -> list[Path]:
             title="reliability", xlabel="mean score in bin", ylabel="share sufficient", xlim=(0, 1), ylim=(0, 1)
         )
         fig.tight_layout()
-        path = out / f"{name}.png"
         image = io.BytesIO()
         try:
             fig.savefig(image, format="png", dpi=90)
         finally:
             plt.close(fig)
-        replace_atomically(path, [image.getvalue()])
-        paths.append(path)
-    return paths
+        images[name] = image.getvalue()
+    return images
