@@ -1,17 +1,19 @@
-"""What an air-gapped site needs, in one folder: wheels, a model, and a manifest of SHA-256 digests.
+"""What an air-gapped site needs, in one folder: wheels, a model, a manifest of SHA-256 digests and a verifier.
 
 ``write_bundle`` gathers a wheelhouse for suffice with the chosen extras (``pip download`` of wheels only, from
-an index or from local folders alone), copies a model folder, and writes ``manifest.json`` last: every file's
-size and SHA-256.  On the far side ``pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]"`` installs
-it and :func:`verify_bundle` (``suffice models verify DIR``) checks that what arrived is what left: a file
-changed, missing or added is named.
+an index or from local folders alone), copies a model folder, copies :mod:`suffice.bundle.verify` as
+``verify.py`` and writes ``manifest.json`` last: every file's size and SHA-256.  On the far side ``python3
+verify.py`` checks the bundle before anything is installed; then ``pip install --no-index --find-links DIR/wheels
+"suffice[EXTRAS]"`` installs it, and ``suffice models verify DIR`` is the same check again.
 
-The project's own wheel comes from the source tree of an editable install (``pip wheel --no-build-isolation``,
-no download), else from the index or ``find_links`` like any other.
+suffice is not on an index, so its own wheel comes from this install, whatever its kind: built from the project
+tree of an editable install or of ``source`` (``pip wheel --no-build-isolation``: the environment's build tools,
+checked first, no download), else repacked from the installed files of a wheel install.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata
 import json
@@ -21,23 +23,26 @@ import re
 import subprocess
 import sys
 import tempfile
+import tomllib
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from suffice.bundle import verify
+from suffice.bundle.verify import FORMAT, MANIFEST, ManifestError, listing, problems, sha256_of
 from suffice.exceptions import ConfigError, InputError
 from suffice.files import replace_atomically, writing
 from suffice.serving.models import ModelRef, resolve_model
 
-#: The manifest's name in a bundle, and the value of its ``format`` key.
-MANIFEST = "manifest.json"
-FORMAT = "suffice-bundle/1"
 WHEELS = "wheels"
 MODEL = "model"
 #: A bundle's own note on how to install it (listed in the manifest like every other file).
 README = "INSTALL.txt"
+#: The bundle's own verifier (this package's verify.py), run on the far side before suffice is installed.
+VERIFIER = "verify.py"
 _CHUNK = 1 << 20
 #: How long one pip run may take (a GPU set is gigabytes from an index).
 PIP_TIMEOUT_S = 3600
@@ -98,14 +103,6 @@ def requirement_for(extras: Sequence[str]) -> str:
     return f"suffice[{','.join(extras)}]" if extras else "suffice"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
@@ -128,6 +125,10 @@ def source_tree() -> Path | None:
     return folder if folder is not None and (folder / "pyproject.toml").is_file() else None
 
 
+#: pip's own lines around a failure, which say nothing about its cause.
+_PIP_NOISE = ("note:", "hint:", "[notice]", "╰─>", "×", "See above for output")
+
+
 def _pip(args: Sequence[str], what: str, parameter: str) -> None:
     command = [sys.executable, "-m", "pip", *args]
     try:
@@ -135,32 +136,100 @@ def _pip(args: Sequence[str], what: str, parameter: str) -> None:
     except subprocess.TimeoutExpired as exc:
         raise ConfigError(parameter, what, f"pip took over {PIP_TIMEOUT_S} s") from exc
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-6:]
-        raise ConfigError(parameter, what, "pip could not gather it: " + " | ".join(tail))
+        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines()]
+        cause = [line for line in lines if line and not line.startswith(_PIP_NOISE)][-8:]
+        raise ConfigError(parameter, what, "pip could not gather it: " + " | ".join(cause))
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def check_build_tools(tree: Path) -> None:
+    """A :class:`ConfigError` naming ``source`` and the tool to install when this environment cannot build the
+    project in ``tree`` without a download: its ``build-system`` requirements (``name>=version``), and ``wheel``
+    where setuptools is older than 70.1 (before that, its wheels are built by the ``wheel`` package)."""
+    with (tree / "pyproject.toml").open("rb") as handle:
+        requires = tomllib.load(handle).get("build-system", {}).get("requires", [])
+    for requirement in [*requires, "wheel"]:
+        name, _, least = (part.strip() for part in requirement.partition(">="))
+        if name == "wheel" and _version(importlib.metadata.version("setuptools")) >= (70, 1):
+            continue
+        try:
+            found = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found = None
+        if found is None or (least and _version(found) < _version(least)):
+            raise ConfigError(
+                "source",
+                str(tree),
+                f"building suffice's wheel uses this environment's build tools (no download) and needs "
+                f"{requirement}, found {found or 'none'}: pip install '{requirement}' first",
+            )
+
+
+def _wheel_name(name: str, version: str, tag: str) -> str:
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-{tag}.whl"
+
+
+def repack(dist: importlib.metadata.Distribution, folder: Path) -> Path:
+    """``dist`` as a wheel in ``folder``, made from its installed files (its RECORD's, less what the installer
+    wrote): how a wheel install of suffice, which no index holds, is carried."""
+    info = next(p for p in dist.files or [] if p.parts[0].endswith(".dist-info"))
+    info_dir = info.parts[0]
+    wheel_text = dist.read_text("WHEEL") or "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    tags = [line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")]
+    target = folder / _wheel_name(dist.metadata["Name"], dist.version, tags[0] if tags else "py3-none-any")
+    records = []
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as wheel:
+        for relative in dist.files or []:
+            parts = relative.parts
+            if ".." in parts or "__pycache__" in parts or parts[-1] in ("RECORD", "INSTALLER", "REQUESTED"):
+                continue
+            if parts[0] == info_dir and parts[-1] == "direct_url.json":
+                continue
+            source = Path(str(dist.locate_file(relative)))
+            if not source.is_file():
+                continue
+            data = source.read_bytes()
+            wheel.writestr(relative.as_posix(), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{relative.as_posix()},sha256={digest},{len(data)}")
+        records.append(f"{info_dir}/RECORD,,")
+        wheel.writestr(f"{info_dir}/RECORD", "\n".join(records) + "\n")
+    return target
+
+
+def own_wheel(folder: Path, source: Path | None) -> Path:
+    """suffice's own wheel, written into ``folder``: built from ``source`` (a project tree), else repacked from
+    this installation."""
+    if source is None:
+        return repack(importlib.metadata.distribution("suffice"), folder)
+    check_build_tools(source)
+    _pip(["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder), str(source)], str(source), "source")
+    return next(folder.glob("suffice-*.whl"))
 
 
 def _gather_wheels(
     wheels: Path,
-    requirement: str,
+    extras: Sequence[str],
     find_links: Sequence[Path],
     no_index: bool,
     constraints: Path | None,
     source: Path | None,
 ) -> None:
-    links = [str(Path(link).resolve()) for link in find_links]
     with tempfile.TemporaryDirectory(prefix="suffice-bundle-") as built:
-        if source is not None:
-            # The project's own wheel, built from its tree: no build isolation, so nothing is downloaded for it.
-            _pip(["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", built, str(source)], str(source), "source")
-            links.insert(0, built)
+        # suffice is named by its wheel's path, never looked up: an index's "suffice" would be someone else's.
+        wheel = own_wheel(Path(built), source)
+        requirement = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
         args = ["download", "-q", "--only-binary=:all:", "--dest", str(wheels)]
         if no_index:
             args.append("--no-index")
-        for link in links:
-            args += ["--find-links", link]
+        for link in find_links:
+            args += ["--find-links", str(Path(link).resolve())]
         if constraints is not None:
             args += ["--constraint", str(constraints)]
-        _pip([*args, requirement], requirement, "find_links" if no_index else "extras")
+        _pip([*args, requirement], requirement_for(extras), "find_links" if no_index else "extras")
 
 
 def _copy_model(model: ModelRef, target: Path) -> None:
@@ -174,18 +243,13 @@ def _copy_model(model: ModelRef, target: Path) -> None:
         replace_atomically(destination, _chunks(file), mode=0o644)
 
 
-def _listing(folder: Path) -> list[str]:
-    """Every file under ``folder`` but the manifest, as relative POSIX paths, sorted."""
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
 def _readme(requirement: str, model: str | None) -> bytes:
     lines = [
-        "A suffice bundle (written by `suffice bundle`). On the machine without a network:",
+        "A suffice bundle (written by `suffice bundle`). On the machine without a network, in this folder:",
         "",
+        f"    python3 {VERIFIER}    # every file against {MANIFEST}, before anything is installed (exit 0: intact)",
         "    python -m venv .venv && . .venv/bin/activate",
         f"    {install_command(requirement)}",
-        "    suffice models verify .      # every file against manifest.json (exit 0: intact)",
     ]
     if model is not None:
         lines += ["", f"The model folder: {MODEL}/{model} (pass it as --model)."]
@@ -201,13 +265,12 @@ def write_bundle(
     constraints: str | os.PathLike[str] | None = None,
     model: str | None = None,
     source: str | os.PathLike[str] | None = None,
-    build_source: bool = True,
 ) -> Manifest:
     """Write a bundle into ``folder`` (new or empty): ``wheels/`` for ``suffice[extras]``, ``model/NAME/``
     (``model``: ``"embedded"`` or a local model folder; ``None``: no model, the client-only set), ``INSTALL.txt``
     and ``manifest.json``.  ``find_links``: local folders of wheels; ``no_index``: those alone, no index;
-    ``source``: the project tree to build suffice's wheel from (default: an editable install's, if
-    ``build_source``)."""
+    ``source``: the project tree to build suffice's wheel from (default: an editable install's; a wheel install's
+    own files otherwise)."""
     target = Path(folder)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError("folder", str(target), "must be a new or empty folder (a bundle is written whole)")
@@ -219,7 +282,7 @@ def write_bundle(
             raise ConfigError("find_links", str(link), "is not a folder")
     if constraints is not None and not Path(constraints).is_file():
         raise ConfigError("constraints", str(constraints), "is not a file")
-    tree = Path(source) if source is not None else source_tree() if build_source else None
+    tree = Path(source) if source is not None else source_tree()
     if tree is not None and not (tree / "pyproject.toml").is_file():
         raise ConfigError("source", str(tree), "has no pyproject.toml (give suffice's project folder)")
     chosen = resolve_model(None if model == "embedded" else model) if model is not None else None
@@ -227,7 +290,7 @@ def write_bundle(
         (target / WHEELS).mkdir(parents=True, exist_ok=True)
     _gather_wheels(
         target / WHEELS,
-        requirement,
+        list(extras),
         [Path(link) for link in find_links],
         no_index,
         Path(constraints) if constraints is not None else None,
@@ -238,8 +301,9 @@ def write_bundle(
         name = chosen.path.name
         _copy_model(chosen, target / MODEL / name)
     replace_atomically(target / README, [_readme(requirement, name)], mode=0o644)
+    replace_atomically(target / VERIFIER, [Path(verify.__file__).read_bytes()], mode=0o644)
     manifest = Manifest(requirement=requirement, extras=list(extras), model=f"{MODEL}/{name}" if name else None)
-    for relative in _listing(target):
+    for relative in listing(target):
         path = target / relative
         manifest.files.append(BundleFile(relative, sha256_of(path), path.stat().st_size))
     text = json.dumps(manifest.as_json(), indent=2, sort_keys=True) + "\n"
@@ -249,20 +313,10 @@ def write_bundle(
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The manifest of the bundle in ``folder``; a missing or unreadable one is an :class:`InputError`."""
-    path = folder / MANIFEST
-    if not path.is_file():
-        raise InputError("manifest", f"{path} does not exist: not a suffice bundle (suffice bundle DIR writes one)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError("manifest", f"{path} is not JSON: {exc}") from exc
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format") != FORMAT
-        or not isinstance(manifest.get("files"), dict)
-    ):
-        raise InputError("manifest", f"{path} is not a {FORMAT} manifest")
-    return manifest
+        return verify.read_manifest(folder)
+    except ManifestError as exc:
+        raise InputError("manifest", str(exc)) from None
 
 
 def verify_bundle(folder: str | os.PathLike[str]) -> list[Problem]:
@@ -271,19 +325,7 @@ def verify_bundle(folder: str | os.PathLike[str]) -> list[Problem]:
     root = Path(folder)
     if not root.is_dir():
         raise InputError("folder", f"{root} is not a folder")
-    listed = read_manifest(root)["files"]
-    problems = []
-    for relative, expected in sorted(listed.items()):
-        path = root / relative
-        if Path(relative).is_absolute() or ".." in Path(relative).parts:
-            problems.append(Problem(relative, "names a file outside the bundle"))
-        elif not path.is_file():
-            problems.append(Problem(relative, "is missing"))
-        elif path.stat().st_size != expected.get("bytes"):
-            problems.append(
-                Problem(relative, f"is {path.stat().st_size} bytes, the manifest says {expected.get('bytes')}")
-            )
-        elif sha256_of(path) != expected.get("sha256"):
-            problems.append(Problem(relative, "differs from the manifest (SHA-256)"))
-    problems += [Problem(relative, "is not in the manifest") for relative in _listing(root) if relative not in listed]
-    return problems
+    try:
+        return [Problem(path, reason) for path, reason in problems(root)]
+    except ManifestError as exc:
+        raise InputError("manifest", str(exc)) from None

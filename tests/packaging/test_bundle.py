@@ -5,8 +5,10 @@ exit naming it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +171,82 @@ def test_a_converted_models_marker_is_not_carried(model_folder: Path, tmp_path: 
     copied = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert copied == ["config.json", "model.safetensors", "sub/tokenizer.json"]
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (model_folder / "model.safetensors").read_bytes()
+
+
+def _bare_verify(folder: Path) -> subprocess.CompletedProcess[str]:
+    """The bundle's own verify.py on an isolated interpreter (``-I``: no suffice, no PYTHONPATH, no site)."""
+    return subprocess.run(["python3", "-I", str(folder / "verify.py")], capture_output=True, text=True, cwd="/")
+
+
+def test_the_bundle_verifies_itself_before_suffice_is_installed(bundle: Path, tmp_path: Path):
+    intact = _bare_verify(bundle)
+    assert intact.returncode == 0, intact.stderr
+    digest = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+    assert f"sha256 {digest}" in intact.stderr  # to compare with what `suffice bundle` printed on the near side
+    copy = _copy(bundle, tmp_path / "b")
+    (copy / "model" / "tiny-model" / "config.json").write_text('{"model_type": "evil"}')
+    changed = _bare_verify(copy)
+    assert changed.returncode == 4
+    assert "FAILED model/tiny-model/config.json" in changed.stderr
+    (copy / "manifest.json").unlink()
+    assert _bare_verify(copy).returncode == 2
+
+
+@pytest.fixture(scope="module")
+def wheel_install(tmp_path_factory: pytest.TempPathFactory, client_wheels: Path) -> tuple[Path, Path]:
+    """A fresh virtual environment with suffice installed from its wheel (not editable), and a wheelhouse of its
+    dependencies alone: suffice's own wheel must come from the installation, as no index holds it."""
+    root = tmp_path_factory.mktemp("wheel-install")
+    deps = root / "deps"
+    deps.mkdir()
+    for wheel in client_wheels.glob("*.whl"):
+        if not wheel.name.startswith("suffice-"):
+            shutil.copy(wheel, deps)
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    made = subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index"]
+    done = subprocess.run(
+        [*pip, "--find-links", str(client_wheels), "suffice"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return root / "venv" / "bin", deps
+
+
+def test_a_wheel_install_bundles_itself(wheel_install: tuple[Path, Path], tmp_path: Path):
+    bin_, deps = wheel_install
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    out = tmp_path / "air"
+    done = _offline(bin_ / "suffice", "bundle", out, "--no-index", "--find-links", deps, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(list((out / "wheels").glob("suffice-0.1.0-*.whl"))) == 1
+    assert _bare_verify(out).returncode == 0
+    far = tmp_path / "far"
+    script = (
+        f"{sys.executable} -m venv {far} && {far}/bin/pip install -q --no-index --find-links {out}/wheels suffice && "
+        f"{far}/bin/python -c 'import suffice; suffice.Client' && {far}/bin/suffice models verify {out}"
+    )
+    installed = _offline("sh", "-c", script, env=env)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+
+def test_building_from_source_without_the_build_tools_names_the_one_to_install(
+    wheel_install: tuple[Path, Path], tmp_path: Path
+):
+    bin_, deps = wheel_install
+    found = subprocess.run(
+        [bin_ / "python", "-c", "import importlib.metadata as m; print(m.version('setuptools'))"],
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip().startswith("65."), "a fresh 3.11 venv's setuptools (65.5) is older than the project's"
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [bin_ / "suffice", "bundle", tmp_path / "b", "--source", ROOT, "--no-index", "--find-links", deps],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "source" in done.stderr and "setuptools>=68" in done.stderr and "found 65." in done.stderr
+    assert "pip install 'setuptools>=68'" in done.stderr

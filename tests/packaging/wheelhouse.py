@@ -9,18 +9,17 @@ itself is built as a wheel from this tree (``pip wheel --no-build-isolation``: n
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.metadata
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from suffice.bundle import repack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,41 +46,6 @@ def closure(names: Iterable[str], extras: Iterable[str] = ()) -> list[importlib.
                 continue
             queue.append((requirement.name, set(requirement.extras)))
     return sorted(seen.values(), key=lambda d: canonicalize_name(d.metadata["Name"]))
-
-
-def _digest(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def repack(dist: importlib.metadata.Distribution, folder: Path) -> Path:
-    """``dist`` as a wheel in ``folder``, from its installed files."""
-    name = dist.metadata["Name"]
-    version = dist.version
-    info = next(p for p in dist.files or [] if p.parts[0].endswith(".dist-info"))
-    info_dir = info.parts[0]
-    wheel_text = dist.read_text("WHEEL") or "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    tags = [line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")]
-    tag = tags[0] if tags else "py3-none-any"
-    stem = f"{canonicalize_name(name).replace('-', '_')}-{version}"
-    target = folder / f"{stem}-{tag}.whl"
-    records = []
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as wheel:
-        for relative in dist.files or []:
-            parts = relative.parts
-            if ".." in parts or "__pycache__" in parts or parts[-1] in ("RECORD", "INSTALLER", "REQUESTED"):
-                continue
-            if parts[0] == info_dir and parts[-1] == "direct_url.json":
-                continue
-            source = Path(str(dist.locate_file(relative)))
-            if not source.is_file():
-                continue
-            data = source.read_bytes()
-            arcname = relative.as_posix()
-            wheel.writestr(arcname, data)
-            records.append(f"{arcname},{_digest(data)},{len(data)}")
-        records.append(f"{info_dir}/RECORD,,")
-        wheel.writestr(f"{info_dir}/RECORD", "\n".join(records) + "\n")
-    return target
 
 
 def build_project(folder: Path) -> Path:
