@@ -45,12 +45,6 @@ def measure(rev: str | None) -> dict[str, object]:
         for n in gate.body
         if isinstance(n, ast.FunctionDef) and (ast.get_docstring(n) or "").startswith("Deprecated")
     ]
-    if rev is None:  # the names suffice.gates.roles attaches to Gate for one release
-        sys.path.insert(0, str(ROOT))
-        from suffice.gates import Gate, roles
-
-        moved += [name for name, value in vars(Gate).items() if isinstance(value, roles.Moved)]
-        moved += ["decision_marker"] if isinstance(vars(Gate).get("decision_marker"), property) else []
     core = [m for m in methods if m not in deprecated]
     abstract = [
         n.name

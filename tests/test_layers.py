@@ -21,7 +21,7 @@ LAYOUT = Path(__file__).parent.parent / "docs" / "layout.md"
 #: from its own layer and those below.  The root package (the public facade) is above
 #: them all.
 LAYERS: list[list[str]] = [
-    ["exceptions", "exit_codes", "renamed", "serving.offline"],
+    ["exceptions", "exit_codes", "serving.offline"],
     [
         "extras",
         "files",
@@ -41,7 +41,7 @@ LAYERS: list[list[str]] = [
     ["prompts"],
     ["gates"],
     ["formats"],
-    ["client", "config", "protocol", "review_outcomes", "rows", "telemetry"],
+    ["client", "config", "protocol", "review_outcomes", "rows", "telemetry", "verdicts"],
     ["bundle", "cache"],
     ["judge", "run_settings"],
     ["audit"],
@@ -52,14 +52,7 @@ LAYERS: list[list[str]] = [
     ["testing"],
     ["server"],
     ["cli"],
-    # Deprecated aliases of the modules that moved into records/ and rows/ (tests/test_moved_modules.py), gone after
-    # one release.  Above everything, so that importing one from suffice is an upward import.
-    ["compressed", "fields", "jsonl", "row_models", "tables"],
 ]
-
-#: Imports allowed against the layer order while they are being moved: ``Gate.export``, a deprecated alias for one
-#: release, calls the verdict formats that replaced it.
-KNOWN: set[tuple[str, str]] = {("suffice.gates.base", "suffice.formats.verdicts")}
 
 
 def sources(root: Path, package: str) -> dict[str, tuple[str, bool]]:
@@ -101,15 +94,9 @@ def layer_of(module: str, layers: Sequence[Sequence[str]], root: str) -> int | N
     return max(matches)[1] if matches else None
 
 
-def problems(
-    graph: Mapping[str, Collection[str]], layers: Sequence[Sequence[str]], known: Collection[tuple[str, str]], root: str
-) -> list[str]:
-    """Every module without a layer, upward import and cycle in ``graph`` (importer ->
-    imported), the ``known`` imports left out; and every ``known`` import that is gone."""
-    edges = {module: set(targets) - {t for m, t in known if m == module} for module, targets in graph.items()}
-    found = [
-        f"KNOWN allows {m} -> {t}, which is gone: remove it" for m, t in sorted(known) if t not in graph.get(m, ())
-    ]
+def problems(graph: Mapping[str, Collection[str]], layers: Sequence[Sequence[str]], root: str) -> list[str]:
+    """Every module without a layer, upward import and cycle in ``graph`` (importer -> imported)."""
+    found: list[str] = []
 
     def named(module: str) -> str:
         layer = layer_of(module, layers, root)
@@ -117,16 +104,16 @@ def problems(
             return f"{module} (no layer)"
         return f"{module} (layer {layer}: {', '.join(layers[layer]) if layer < len(layers) else root})"
 
-    for module in sorted(edges):
+    for module in sorted(graph):
         layer = layer_of(module, layers, root)
         if layer is None:
             found.append(f"{module} is in no layer: add it to LAYERS")
             continue
-        for target in sorted(edges[module]):
+        for target in sorted(graph[module]):
             target_layer = layer_of(target, layers, root)
             if target_layer is not None and target_layer > layer:
                 found.append(f"upward import: {named(module)} imports {named(target)}")
-    found += [f"import cycle: {' -> '.join(named(m) for m in cycle)}" for cycle in cycles(edges)]
+    found += [f"import cycle: {' -> '.join(named(m) for m in cycle)}" for cycle in cycles(graph)]
     return found
 
 
@@ -180,7 +167,7 @@ def graph_of(found: Mapping[str, tuple[str, bool]]) -> dict[str, set[str]]:
 
 def test_suffice_has_no_import_cycle_and_no_upward_import() -> None:
     graph = graph_of(sources(Path(suffice.__file__).parent.parent, "suffice"))
-    assert problems(graph, LAYERS, KNOWN, "suffice") == []
+    assert problems(graph, LAYERS, "suffice") == []
 
 
 def test_every_layer_prefix_names_a_module() -> None:
@@ -188,7 +175,7 @@ def test_every_layer_prefix_names_a_module() -> None:
     assert [p for layer in LAYERS for p in layer if f"suffice.{p}" not in modules] == []
 
 
-def test_the_check_finds_cycles_upward_imports_unlayered_modules_and_stale_allowances() -> None:
+def test_the_check_finds_cycles_upward_imports_and_unlayered_modules() -> None:
     fabricated = {
         "app": ("", True),
         "app.base": ("import json\nfrom app.top import run\n", False),
@@ -202,17 +189,12 @@ def test_the_check_finds_cycles_upward_imports_unlayered_modules_and_stale_allow
     assert graph["app.mid"] == {"app.base"}
     assert graph["app.mid.loop"] == {"app.mid.more"}
     assert graph["app.top"] == {"app.mid", "app.mid.loop"}
-    assert problems(graph, [["base"], ["mid"], ["top"]], {("app.top", "app.base")}, "app") == [
-        "KNOWN allows app.top -> app.base, which is gone: remove it",
+    assert problems(graph, [["base"], ["mid"], ["top"]], "app") == [
         "upward import: app.base (layer 0: base) imports app.top (layer 2: top)",
         "app.stray is in no layer: add it to LAYERS",
         "import cycle: app.mid.loop (layer 1: mid) -> app.mid.more (layer 1: mid) -> app.mid.loop (layer 1: mid)",
         "import cycle: app.base (layer 0: base) -> app.top (layer 2: top) -> app.mid (layer 1: mid) -> app.base "
         "(layer 0: base)",
-    ]
-    assert problems(graph, [["base", "mid", "stray", "top"]], {("app.base", "app.top")}, "app") == [
-        "import cycle: app.mid.loop (layer 0: base, mid, stray, top) -> app.mid.more (layer 0: base, mid, "
-        "stray, top) -> app.mid.loop (layer 0: base, mid, stray, top)"
     ]
 
 
