@@ -32,8 +32,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from suffice.bundle import verify
-from suffice.bundle.verify import FORMAT, ManifestError, listing, problems, sha256_of
+from suffice.bundle.verify import FORMAT, ManifestError, listing, problems
 from suffice.bundle.verify import MANIFEST as MANIFEST
+from suffice.bundle.verify import sha256_of as sha256_of
 from suffice.exceptions import ConfigError, InputError
 from suffice.files import replace_atomically, writing
 from suffice.serving.models import ModelRef, resolve_model

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from suffice.bundle import MANIFEST, WHEELS, write_bundle
+from suffice.bundle import MANIFEST, WHEELS, sha256_of, write_bundle
 from suffice.cli.errors import fail, reports_errors
 from suffice.exceptions import BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
 from suffice.exit_codes import EXIT_OK
@@ -52,8 +53,9 @@ def add_parser(sub: Any) -> None:
         help="write what an air-gapped site needs: wheels, a model, a manifest of digests",
         description=(
             "Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME "
-            "(with --model), DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the far side: "
-            'pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]", then `suffice models verify DIR`.'
+            "(with --model), DIR/verify.py, DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the "
+            "far side: `python3 DIR/verify.py` (before suffice is installed; compare the manifest's SHA-256 it "
+            'prints with this command\'s), then pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]".'
         ),
     )
     add_flags(p, BundleFlags)
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {terminal_text(args.folder)}: {wheels} wheels for {manifest.requirement}"
         + (f", {manifest.model}" if manifest.model else "")
-        + f", {len(manifest.files)} files, {size / (1 << 20):.1f} MiB, digests in {MANIFEST}",
+        + f", {len(manifest.files)} files, {size / (1 << 20):.1f} MiB, digests in {MANIFEST} "
+        + f"(sha256 {sha256_of(Path(args.folder) / MANIFEST)}: carry this line apart from the bundle)",
         file=sys.stderr,
     )
     return EXIT_OK
