@@ -16,12 +16,13 @@ from suffice.cli.cache_cmd import CacheCommandFlags, CacheFlags
 from suffice.cli.calibrate_cmd import CalibrateFlags
 from suffice.cli.demo_cmd import DemoFlags
 from suffice.cli.gate_args import GateOptionFlags
-from suffice.cli.judge_cmd import AuditFlags, JudgeFlags
+from suffice.cli.judge_cmd import JudgeFlags
 from suffice.cli.models_cmd import ModelsFlags
 from suffice.cli.review_cmd import ReviewFlags
 from suffice.cli.schema_cmd import SchemaFlags
 from suffice.cli.serve_cmd import ServeFlags
 from suffice.config import JudgeConfig
+from suffice.gates.adequacy.cli import RubricsFlags
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import table
@@ -68,7 +69,8 @@ SECTIONS = (
     ("Serve", "`ServeConfig` (`suffice/server/config.py`): `suffice serve`'s own.", ServeConfig),
     (
         "Batch",
-        "`BatchOptions` (`suffice/batch/options.py`): `suffice judge`'s (`--batch-size` also calibrate's).",
+        "`BatchOptions` (`suffice/batch/options.py`): `suffice judge`'s; `--batch-size`, `--overwrite` and the "
+        "audit log's (`AuditOptions`, the first three) also calibrate's, the audit log's also serve's.",
         BatchOptions,
     ),
     ("Ray", "`RayOptions` (`suffice/batch/options.py`): `suffice judge --ray`; the others from Python.", RayOptions),
@@ -78,7 +80,6 @@ SECTIONS = (
         JudgeFlags,
     ),
     ("Calibrate", "`CalibrateFlags` (`suffice/cli/calibrate_cmd.py`): `suffice calibrate`'s own.", CalibrateFlags),
-    ("Audit log", "`AuditFlags` (`suffice/cli/judge_cmd.py`): `judge`, `calibrate` and `serve`.", AuditFlags),
     ("Verdict cache", "`CacheFlags` (`suffice/cli/cache_cmd.py`): `judge`, `calibrate` and `serve`.", CacheFlags),
     (
         "Gate options",
@@ -121,6 +122,7 @@ FLAG_ONLY_SECTIONS = (
     ),
     ("Bundle", "`BundleFlags` (`suffice/cli/bundle_cmd.py`): `suffice bundle`.", BundleFlags),
     ("Models", "`ModelsFlags` (`suffice/cli/models_cmd.py`): `suffice models verify`.", ModelsFlags),
+    ("Rubrics", "`RubricsFlags` (`suffice/gates/adequacy/cli.py`): `suffice rubrics list`.", RubricsFlags),
 )
 
 

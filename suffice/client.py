@@ -8,8 +8,8 @@ record's failure as its ``error``.  Both clients are a :class:`~suffice.protocol
 awaited, all with ``gate=`` and ``options=``.  Code written against a judge runs against a service by
 swapping one object.
 
-A 429 or 503 with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
-each wait at most ``max_wait`` s); other refusals are typed errors under
+A 429 or 5xx with ``Retry-After`` is retried after the wait it asks for (at most ``retries`` times,
+each wait at most ``max_wait`` s: :class:`~suffice.network.RetryPolicy`); other refusals are typed errors under
 :class:`~suffice.exceptions.ServiceError`, except a gate, option or value refused: that is the error the
 in-process judge raises for the same mistake (a :class:`~suffice.exceptions.ConfigError` naming the option, a
 :class:`~suffice.exceptions.RubricError`), rebuilt from the type the service's answer names, with the
@@ -25,12 +25,12 @@ service's spans join it (:mod:`suffice.telemetry`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
-import warnings
 import weakref
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
@@ -56,10 +56,12 @@ from suffice.gates import Gate, gate_class, gate_names, make_gate
 from suffice.gates.decision import VerdictReader
 from suffice.gates.registry import check_call
 from suffice.grammars.decision import DecisionVerdict
-from suffice.network import check_url, redact_url, refuse_plain_http, retry_after
+from suffice.network import RetryPolicy, bearer_key, check_url, redact_url, refuse_plain_http
 from suffice.records.item import record_id
-from suffice.results import CacheHit, Cascade, ErrorInfo, JudgeResult, TokenCounts
+from suffice.results import CacheHit, Cascade, ErrorInfo, Judged, JudgeResult, JudgeStats, ResultsStream, TokenCounts
 from suffice.review_outcomes import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents, ReviewOutcome
+from suffice.serving.base import Progress, checked_progress
+from suffice.serving.progress import progress_of
 from suffice.settings import per_request
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
 
@@ -67,21 +69,15 @@ from suffice.telemetry import outgoing_headers, traced_async_transport, traced_t
 DEFAULT_TIMEOUT_S = 600.0
 
 _Answer = TypeVar("_Answer", ReviewOutcome, ReviewEvents)
-
-
-class _Retry(Exception):
-    """A 429/503 that asks to wait ``seconds`` and try again."""
-
-    def __init__(self, seconds: float, error: ServiceUnavailableError) -> None:
-        self.seconds = seconds
-        self.error = error
-        super().__init__(str(error))
+_Read = TypeVar("_Read")
 
 
 class _Base:
     def __init__(
         self,
         base_url: str,
+        config: JudgeConfig | None = None,
+        *,
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         gate: str | None = None,
@@ -89,34 +85,50 @@ class _Base:
         max_wait: float = 30.0,
         allow_insecure_http: bool = False,
         judge_settings: Mapping[str, Any] | None = None,
-        *,
         api_key_source: str | None = None,
     ) -> None:
         # Checked here, not at the first call: a mistyped address is the caller's mistake, not an outage to retry.
         parts = check_url("base_url", base_url, ("http", "https"), "give the service's key as api_key")
         #: Where the key comes from (or would be given), said when the service refuses it.
         self._auth = _KeySource(api_key is not None, api_key_source or "the api_key argument")
-        api_key = _checked_key(api_key, self._auth.source)
+        api_key = None if api_key is None else bearer_key(api_key, "api_key", self._auth.source)
         if api_key is not None and not allow_insecure_http:
             refuse_plain_http("base_url", base_url, parts, "the API key and every record", "allow_insecure_http=True")
         self.base_url = base_url.rstrip("/")
+        #: The options sent with every call (under the call's own): the config's, as ``Judge.open(config)`` uses them.
+        self.options: dict[str, Any] = {}
+        if config is not None:
+            if not isinstance(config, JudgeConfig):
+                raise ConfigError("config", type(config).__name__, "must be a suffice.JudgeConfig")
+            if gate is not None and gate != config.gate:
+                raise ConfigError("gate", gate, f"differs from the config's gate {config.gate!r}; give one of them")
+            gate, self.options = config.gate, dict(config.options)
+            # The judge settings a request may carry, where the config sets them; its engine is the service's.
+            judge_settings = {**_set_per_request(config), **(judge_settings or {})}
         self.gate = gate or gate_names()[0]
         self.timeout = timeout
-        self.retries = retries
-        self.max_wait = max_wait
+        #: The counts over this client's results, as :attr:`Judge.stats` counts a judge's (the same class).
+        self.stats = JudgeStats()
+        #: Every batch judged, published once: :attr:`stats` observes it; subscribe another observer to count too.
+        self.stream = ResultsStream([self.stats])
+        #: The service's request limits (most items, largest body), asked once, at the first batch of two or more.
+        self._limits: tuple[int, int] | None = None
+        #: When a refused call is tried again: a 429 or 5xx that asks to wait at most ``max_wait`` s.
+        self.retry = RetryPolicy(retries, max_wait)
         #: Judge settings sent with every call (under its own options), each one a request may set.
         self.judge_settings = _request_settings(judge_settings)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
         # What AsyncClient makes its blocking Client with.
         self._made_with: dict[str, Any] = {
             "base_url": base_url,
+            "config": None,
             "api_key": api_key,
             "timeout": timeout,
             "gate": gate,
             "retries": retries,
             "max_wait": max_wait,
             "allow_insecure_http": allow_insecure_http,
-            "judge_settings": judge_settings,
+            "judge_settings": self.judge_settings,
             "api_key_source": api_key_source,
         }
         self._key = api_key
@@ -130,7 +142,7 @@ class _Base:
         """The gate and options of a call, checked as the in-process judge checks them (a ConfigError naming
         ``gate`` or ``options``); the service checks what they hold."""
         check_call(gate, options)
-        return gate or self.gate, {**self.judge_settings, **(options or {})}
+        return gate or self.gate, {**self.judge_settings, **self.options, **(options or {})}
 
     def _request(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
@@ -183,13 +195,56 @@ class _Base:
             )
         return results
 
+    def _plan(
+        self, records: Sequence[object], options: Mapping[str, Any] | None
+    ) -> tuple[dict[int, InputError], list[list[int]]]:
+        """The records no request can carry (by index, each its error row's :class:`InputError`) and the others in
+        requests within the service's limits, in order: at most ``max_items`` each, and bodies under
+        ``max_body_bytes`` (a record larger than that alone is an error row, not a refused batch)."""
+        unsent = _unsendable(records)
+        max_items, max_bytes = self._limits or (len(records) or 1, 0)
+        budget = max_bytes - len(json.dumps({**self.judge_settings, **self.options, **(options or {})})) - 64
+        parts: list[list[int]] = []
+        size = 0
+        for index, record in enumerate(records):
+            if index in unsent:
+                continue
+            length = len(json.dumps(record).encode()) + 1 if max_bytes else 0
+            if max_bytes and length > budget:
+                unsent[index] = InputError(
+                    "record", f"is {length} bytes as JSON: the service takes at most {max_bytes} per request"
+                )
+                continue
+            if not parts or len(parts[-1]) >= max_items or (max_bytes and size + length > budget):
+                parts.append([])
+                size = 0
+            parts[-1].append(index)
+            size += length
+        return unsent, parts
+
+    def _publish(
+        self,
+        records: Sequence[object],
+        results: list[JudgeResult],
+        began: float,
+        gate: str | None,
+        options: Mapping[str, Any] | None,
+    ) -> None:
+        """Publish a judged batch to :attr:`stream`, with the gate that routes its verdicts where it can be built
+        here (one reading a rubric only the service holds cannot: its routes are then not counted)."""
+        try:
+            reader: Gate | None = self.gate_for(gate, options)
+        except SufficeError:
+            reader = None
+        self.stream.publish(Judged(records, results, time.perf_counter() - began, reader, gate or self.gate))
+
     def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
         """The gate that reads the service's verdicts for ``gate`` with ``options`` (its decision, route and
         useful chunks), built here: an option the gate does not take is a
         :class:`~suffice.exceptions.ConfigError` naming it, before any request.  It reads a verdict of any
         detail the service judges at (a decision-only verdict routes as the service routes it, never by the full
         gate's rule, which would need the full verdict)."""
-        return VerdictReader(make_gate(gate or self.gate, options or {}))
+        return VerdictReader(make_gate(gate or self.gate, {**self.options, **(options or {})}))
 
     def _outcome_url(self, review_id: int) -> str:
         """The URL of ``GET /v1/reviews/{review_id}/outcome``; a :class:`ConfigError` for an id that is no id."""
@@ -220,18 +275,12 @@ class _Base:
             return ServiceTimeoutError(f"no answer within {self.timeout if timeout is None else timeout:g} s: {said}")
         return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {said}")
 
-    def _wait(self, retry: _Retry, attempt: int) -> float:
-        """The seconds to wait before attempt ``attempt + 1``; raises the refusal once the retries are spent."""
-        if attempt >= self.retries or retry.seconds > self.max_wait:
-            raise retry.error
-        return retry.seconds
-
 
 class Client(_Base, AbstractContextManager["Client"]):
     """A blocking client of ``suffice serve`` with the call shape of :class:`~suffice.judge.Judge`:
     ``judge_batch(records)`` and ``judge(record)``.  ``gate``: the default gate (the default of
     ``suffice.gate_names()``); ``timeout``: seconds per request; ``retries`` / ``max_wait``: how often
-    and how long a 429 or 503 with ``Retry-After`` is waited on; ``allow_insecure_http``: send ``api_key``
+    and how long a 429 or 5xx with ``Retry-After`` is waited on; ``allow_insecure_http``: send ``api_key``
     over plain ``http://`` to another machine (refused otherwise, as a bad address is: a
     :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here); ``judge_settings``: judge settings
     sent with every call, as its options are (``{"auto_margin": 0.3}``; one a request cannot set is a
@@ -244,72 +293,104 @@ class Client(_Base, AbstractContextManager["Client"]):
     def judge_batch(
         self,
         records: Sequence[object],
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
+        progress: Progress | bool | None = None,
         timeout: float | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order, as ``Judge.judge_batch`` returns them; ``options``: the gate's
-        per-request options; ``timeout``: seconds this call may take (default: the client's).
-        Raises a :class:`~suffice.exceptions.ServiceError` for a refused request, and for a gate or option refused
-        the error ``Judge.judge_batch`` raises (a :class:`~suffice.exceptions.ConfigError` naming it)."""
-        unsent = _unsendable(records)
-        if not unsent:
-            return self._send(records, gate, options, timeout)
-        sendable = [record for index, record in enumerate(records) if index not in unsent]
-        judged = self._send(sendable, gate, options, timeout) if sendable else []
-        settings = None if judged else self.settings(gate, options)
-        return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+        """One result per record, in order, as ``Judge.judge_batch`` returns them, however many: they are sent in
+        requests within the service's limits, one after another; ``options``: the gate's per-request options;
+        ``progress``: ``True`` draws one bar on stderr for them all, or a :class:`~suffice.serving.base.Progress`;
+        ``timeout``: seconds each request may take (default: the client's).  Raises a
+        :class:`~suffice.exceptions.ServiceError` for a refused request, and for a gate or option refused the error
+        ``Judge.judge_batch`` raises (a :class:`~suffice.exceptions.ConfigError` naming it)."""
+        if isinstance(progress, bool):
+            with progress_of(progress, len(records)) as bar:
+                return self.judge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
+        progress = checked_progress(progress)
+        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
+        began = time.perf_counter()
+        if len(records) > 1 and self._limits is None:
+            self._limits = self._exchange(_limits, "GET", self._settings_request(gate, None)[0], timeout)
+        unsent, parts = self._plan(records, options)
+        judged: list[JudgeResult] = []
+        for part in parts:
+            judged += self._send([records[i] for i in part], gate, options, timeout)
+            if progress is not None:
+                progress(len(part))
+        if unsent and progress is not None:
+            progress.skipped(len(unsent))
+        results = judged
+        if unsent:
+            settings = None if judged else self.settings(gate, options)
+            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+        self._publish(records, results, began, gate, options)
+        return results
 
     def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
         name, url, body, sent = self._request(records, gate, options)
+        return self._exchange(
+            lambda r: _results(r, name, len(records), sent, self._auth), "POST", url, timeout, json=body
+        )
+
+    def _exchange(
+        self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
+    ) -> _Read:
+        """One request, tried again as :attr:`retry` says; its answer as ``read`` takes it (a typed error but 200)."""
         attempt = 0
         while True:
             try:
-                response = self._http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
+                response = self._http.request(
+                    method, url, headers=outgoing_headers(), timeout=_per_call(timeout), **request
+                )
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
-            try:
-                return _results(response, name, len(records), sent, self._auth)
-            except _Retry as retry:
-                time.sleep(self._wait(retry, attempt))
-                attempt += 1
+            wait = self.retry.wait(attempt, response.status_code, response.headers.get("retry-after"))
+            if wait is None:
+                return read(response)
+            time.sleep(wait)
+            attempt += 1
 
     def judge(
         self,
         record: object,
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
         timeout: float | None = None,
     ) -> JudgeResult:
         """One record's result (see :meth:`judge_batch`)."""
-        return self.judge_batch([record], gate, options, timeout=timeout)[0]
+        return self.judge_batch([record], gate=gate, options=options, timeout=timeout)[0]
 
     async def ajudge_batch(
         self,
         records: Sequence[object],
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
+        progress: Progress | bool | None = None,
         timeout: float | None = None,
     ) -> list[JudgeResult]:
         """:meth:`judge_batch`, awaited on a worker thread (an :class:`AsyncClient` awaits natively: cancelling
         its task also ends the request)."""
-        return await asyncio.to_thread(self.judge_batch, records, gate, options, timeout=timeout)
+        return await asyncio.to_thread(
+            functools.partial(self.judge_batch, gate=gate, options=options, progress=progress, timeout=timeout),
+            records,
+        )
 
     async def ajudge(
         self,
         record: object,
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
         timeout: float | None = None,
     ) -> JudgeResult:
         """One record's result, awaited (see :meth:`ajudge_batch`)."""
-        return (await self.ajudge_batch([record], gate, options, timeout=timeout))[0]
+        return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
 
     def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """:meth:`settings` under the name every :class:`~suffice.protocol.JudgeProtocol` gives it."""
@@ -320,11 +401,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
         extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does."""
         url, query, sent = self._settings_request(gate, options)
-        try:
-            response = self._http.get(url, params=query)
-        except httpx.TransportError as exc:
-            raise self._unanswered(exc) from exc
-        return _settings(response, sent, self._auth)
+        return self._exchange(lambda r: _settings(r, sent, self._auth), "GET", url, None, params=query)
 
     def review_outcome(self, review_id: int) -> ReviewOutcome:
         """What a person decided on review ``review_id`` of the service's queue (``GET /v1/reviews/{id}/outcome``,
@@ -332,18 +409,9 @@ class Client(_Base, AbstractContextManager["Client"]):
         reviewers' queries, and the record as queued.  An unknown id raises
         :class:`~suffice.exceptions.ReviewNotFoundError` (as the audit log in process does), other refusals a
         :class:`~suffice.exceptions.ServiceError`."""
-        url = self._outcome_url(review_id)
-        attempt = 0
-        while True:
-            try:
-                response = self._http.get(url, headers=outgoing_headers())
-            except httpx.TransportError as exc:
-                raise self._unanswered(exc) from exc
-            try:
-                return _reviewed(response, ReviewOutcome, self._auth)
-            except _Retry as retry:
-                time.sleep(self._wait(retry, attempt))
-                attempt += 1
+        return self._exchange(
+            lambda r: _reviewed(r, ReviewOutcome, self._auth), "GET", self._outcome_url(review_id), None
+        )
 
     def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
         """The reviews decided after cursor ``since`` (``GET /v1/reviews/events``), oldest first: pass the answer's
@@ -351,17 +419,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         :data:`~suffice.review_outcomes.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
         ``limit``: the most events (default and at most :data:`~suffice.review_outcomes.MAX_EVENTS`)."""
         url, query, timeout = self._events_request(since, wait, limit)
-        attempt = 0
-        while True:
-            try:
-                response = self._http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
-            except httpx.TransportError as exc:
-                raise self._unanswered(exc, timeout) from exc
-            try:
-                return _reviewed(response, ReviewEvents, self._auth)
-            except _Retry as retry:
-                time.sleep(self._wait(retry, attempt))
-                attempt += 1
+        return self._exchange(lambda r: _reviewed(r, ReviewEvents, self._auth), "GET", url, timeout, params=query)
 
     async def areview_outcome(self, review_id: int) -> ReviewOutcome:
         """:meth:`review_outcome`, awaited on a worker thread."""
@@ -385,11 +443,7 @@ class AsyncClient(_Base):
     thread): each loop sends on connections of its own, opened at its first call and closed when the loop shuts
     down (its async generators closed, as ``asyncio.run`` does) or at ``aclose()`` in it.
     ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.protocol.JudgeProtocol`
-    (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too.
-
-    Deprecated until suffice 0.2: ``judge`` / ``judge_batch`` called where an event loop runs (``await
-    client.judge(record)``, their meaning before the protocol) return the awaitable of ``ajudge`` /
-    ``ajudge_batch`` with a :class:`DeprecationWarning`: code that awaits them runs as it did."""
+    (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too."""
 
     #: The blocking client of the sync calls, made at the first such call.
     _blocking_client: Client | None = None
@@ -419,37 +473,33 @@ class AsyncClient(_Base):
     def _blocking(self) -> Client:
         """The blocking client of the sync calls: an asyncio connection belongs to the loop that opened it."""
         if self._blocking_client is None:
-            self._blocking_client = Client(**self._made_with)
+            client = Client(**self._made_with)
+            client.options, client.stats, client.stream = self.options, self.stats, self.stream  # one judge's counts
+            self._blocking_client = client
         return self._blocking_client
 
     def judge_batch(
         self,
         records: Sequence[object],
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
+        progress: Progress | bool | None = None,
         timeout: float | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order, blocking (see :meth:`Client.judge_batch`); in a running event loop,
-        deprecated: the awaitable of :meth:`ajudge_batch` (see the class docstring)."""
-        if _loop_running():
-            warnings.warn(_awaited("judge_batch"), DeprecationWarning, stacklevel=2)
-            return self.ajudge_batch(records, gate, options, timeout=timeout)  # type: ignore[return-value]
-        return self._blocking().judge_batch(records, gate, options, timeout=timeout)
+        """One result per record, in order, blocking (see :meth:`Client.judge_batch`)."""
+        return self._blocking().judge_batch(records, gate=gate, options=options, progress=progress, timeout=timeout)
 
     def judge(
         self,
         record: object,
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
         timeout: float | None = None,
     ) -> JudgeResult:
-        """One record's result, blocking (see :meth:`judge_batch`, and its deprecated meaning in an event loop)."""
-        if _loop_running():
-            warnings.warn(_awaited("judge"), DeprecationWarning, stacklevel=2)
-            return self.ajudge(record, gate, options, timeout=timeout)  # type: ignore[return-value]
-        return self._blocking().judge(record, gate, options, timeout=timeout)
+        """One record's result, blocking (see :meth:`Client.judge_batch`)."""
+        return self._blocking().judge(record, gate=gate, options=options, timeout=timeout)
 
     def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """:meth:`settings`, blocking (see :meth:`Client.settings`)."""
@@ -458,57 +508,78 @@ class AsyncClient(_Base):
     async def ajudge_batch(
         self,
         records: Sequence[object],
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
+        progress: Progress | bool | None = None,
         timeout: float | None = None,
     ) -> list[JudgeResult]:
         """One result per record, in order (see :meth:`Client.judge_batch`), awaited."""
-        unsent = _unsendable(records)
-        if not unsent:
-            return await self._send(records, gate, options, timeout)
-        sendable = [record for index, record in enumerate(records) if index not in unsent]
-        judged = await self._send(sendable, gate, options, timeout) if sendable else []
-        settings = None if judged else await self.settings(gate, options)
-        return self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+        if isinstance(progress, bool):
+            with progress_of(progress, len(records)) as bar:
+                return await self.ajudge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
+        progress = checked_progress(progress)
+        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
+        began = time.perf_counter()
+        if len(records) > 1 and self._limits is None:
+            self._limits = await self._exchange(_limits, "GET", self._settings_request(gate, None)[0], timeout)
+        unsent, parts = self._plan(records, options)
+        judged: list[JudgeResult] = []
+        for part in parts:
+            judged += await self._send([records[i] for i in part], gate, options, timeout)
+            if progress is not None:
+                progress(len(part))
+        if unsent and progress is not None:
+            progress.skipped(len(unsent))
+        results = judged
+        if unsent:
+            settings = None if judged else await self.settings(gate, options)
+            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+        self._publish(records, results, began, gate, options)
+        return results
 
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
         url, query, sent = self._settings_request(gate, options)
-        http = await self._http()
-        try:
-            response = await http.get(url, params=query)
-        except httpx.TransportError as exc:
-            raise self._unanswered(exc) from exc
-        return _settings(response, sent, self._auth)
+        return await self._exchange(lambda r: _settings(r, sent, self._auth), "GET", url, None, params=query)
 
     async def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
     ) -> list[JudgeResult]:
         name, url, body, sent = self._request(records, gate, options)
+        return await self._exchange(
+            lambda r: _results(r, name, len(records), sent, self._auth), "POST", url, timeout, json=body
+        )
+
+    async def _exchange(
+        self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
+    ) -> _Read:
+        """:meth:`Client._exchange`, awaited."""
         http = await self._http()
         attempt = 0
         while True:
             try:
-                response = await http.post(url, json=body, headers=outgoing_headers(), timeout=_per_call(timeout))
+                response = await http.request(
+                    method, url, headers=outgoing_headers(), timeout=_per_call(timeout), **request
+                )
             except httpx.TransportError as exc:
                 raise self._unanswered(exc, timeout) from exc
-            try:
-                return _results(response, name, len(records), sent, self._auth)
-            except _Retry as retry:
-                await asyncio.sleep(self._wait(retry, attempt))
-                attempt += 1
+            wait = self.retry.wait(attempt, response.status_code, response.headers.get("retry-after"))
+            if wait is None:
+                return read(response)
+            await asyncio.sleep(wait)
+            attempt += 1
 
     async def ajudge(
         self,
         record: object,
+        *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-        *,
         timeout: float | None = None,
     ) -> JudgeResult:
         """One record's result, awaited (see :meth:`ajudge_batch`)."""
-        return (await self.ajudge_batch([record], gate, options, timeout=timeout))[0]
+        return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
 
     def review_outcome(self, review_id: int) -> ReviewOutcome:
         """What a person decided on review ``review_id``, blocking (see :meth:`Client.review_outcome`)."""
@@ -520,36 +591,15 @@ class AsyncClient(_Base):
 
     async def areview_outcome(self, review_id: int) -> ReviewOutcome:
         """What a person decided on review ``review_id`` (see :meth:`Client.review_outcome`), awaited."""
-        url = self._outcome_url(review_id)
-        http = await self._http()
-        attempt = 0
-        while True:
-            try:
-                response = await http.get(url, headers=outgoing_headers())
-            except httpx.TransportError as exc:
-                raise self._unanswered(exc) from exc
-            try:
-                return _reviewed(response, ReviewOutcome, self._auth)
-            except _Retry as retry:
-                await asyncio.sleep(self._wait(retry, attempt))
-                attempt += 1
+        return await self._exchange(
+            lambda r: _reviewed(r, ReviewOutcome, self._auth), "GET", self._outcome_url(review_id), None
+        )
 
     async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
         """The reviews decided after ``since`` (see :meth:`Client.review_events`), awaited: cancelling the task
         ends the long poll."""
         url, query, timeout = self._events_request(since, wait, limit)
-        http = await self._http()
-        attempt = 0
-        while True:
-            try:
-                response = await http.get(url, params=query, headers=outgoing_headers(), timeout=timeout)
-            except httpx.TransportError as exc:
-                raise self._unanswered(exc, timeout) from exc
-            try:
-                return _reviewed(response, ReviewEvents, self._auth)
-            except _Retry as retry:
-                await asyncio.sleep(self._wait(retry, attempt))
-                attempt += 1
+        return await self._exchange(lambda r: _reviewed(r, ReviewEvents, self._auth), "GET", url, timeout, params=query)
 
     async def aclose(self) -> None:
         """Close the running loop's connections and the blocking calls' (another loop's close when it shuts down)."""
@@ -609,27 +659,6 @@ class _KeySource(NamedTuple):
         )
 
 
-def _checked_key(key: object, source: str) -> str | None:
-    """``key`` without surrounding whitespace (a key file's newline), once it is a token an HTTP header can carry;
-    else a :class:`~suffice.exceptions.ConfigError` naming ``api_key`` and where it came from, the key itself never
-    said."""
-    if key is None:
-        return None
-    if not isinstance(key, str):
-        raise ConfigError("api_key", type(key).__name__, f"must be a string (the key from {source})")
-    stripped = key.strip()
-    if not stripped:
-        raise ConfigError("api_key", "", f"is empty (the key from {source}); give the service's key, or None")
-    if not all("!" <= char <= "~" for char in stripped):
-        raise ConfigError(
-            "api_key",
-            "***",
-            f"the key from {source} holds a space, a control character or a non-ASCII character inside it: a key is "
-            "one token of visible ASCII characters (an HTTP header cannot carry the others)",
-        )
-    return stripped
-
-
 class _LoopHttp:
     """One event loop's HTTP client, closed when that loop shuts down: an async generator started in the loop,
     whose ``finally`` closes it, is one the loop closes at its shutdown (``loop.shutdown_asyncgens()``, which
@@ -658,38 +687,36 @@ class _LoopHttp:
             await self.http.aclose()
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _awaited(name: str) -> str:
-    return (
-        f"awaiting AsyncClient.{name} is deprecated and ends in suffice 0.2: await AsyncClient.a{name}(...) "
-        f"instead; AsyncClient.{name} is the blocking call, as on Judge and Client"
-    )
-
-
 def _per_call(timeout: float | None) -> Any:
     """The ``timeout`` argument of one request: the client's own unless the call gives one."""
     return httpx.USE_CLIENT_DEFAULT if timeout is None else timeout
 
 
+def _set_per_request(config: JudgeConfig) -> dict[str, Any]:
+    """The judge settings of ``config`` a request may carry that it sets to other than their defaults."""
+    return {
+        d.name: getattr(config, d.name) for d in per_request(JudgeConfig) if not d.is_default(getattr(config, d.name))
+    }
+
+
+def _limits(response: httpx.Response) -> tuple[int, int]:
+    """The service's request limits from a ``GET /v1/settings/{gate}`` answer: most items, largest body in bytes;
+    a refusal raises later, at the judge request, with its own typed error."""
+    body = response.json() if response.status_code == 200 else {}
+    return int(body.get("max_items") or 1), int(body.get("max_body_bytes") or 0)
+
+
 def _settings(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> dict[str, str]:
     """The values of a ``GET /v1/settings/{gate}`` answer; a typed error for any status but 200."""
     if response.status_code != 200:
-        refusal = _refusal(response, sent, auth)
-        raise refusal.error if isinstance(refusal, _Retry) else refusal
+        raise _refusal(response, sent, auth)
     values = response.json()["settings"]
     return {str(key): str(value) for key, value in values.items()}
 
 
 def _reviewed(response: httpx.Response, model: type[_Answer], auth: _KeySource) -> _Answer:
     """A review route's 200 as ``model``; a 404 the :class:`ReviewNotFoundError` the audit log raises in process
-    (its cause the :class:`InvalidRequestError`), another status its typed error (:class:`_Retry`: 429/503 may wait)."""
+    (its cause the :class:`InvalidRequestError`), another status its typed error."""
     if response.status_code == 200:
         return model.model_validate(response.json())
     refusal = _refusal(response, {}, auth)
@@ -758,7 +785,7 @@ def _detail(response: httpx.Response, sent: Mapping[str, Any]) -> tuple[str, str
 def _results(
     response: httpx.Response, gate: str, count: int, sent: Mapping[str, Any], auth: _KeySource
 ) -> list[JudgeResult]:
-    """The results of a 200; a typed error for any other status (:class:`_Retry` for a 429/503 that may wait)."""
+    """The results of a 200; a typed error for any other status."""
     status = response.status_code
     if status == 200:
         rows = response.json()["results"]
@@ -768,17 +795,15 @@ def _results(
     raise _refusal(response, sent, auth)
 
 
-def _refusal(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> SufficeError | _Retry:
-    """The typed error of a request the service did not answer with 200 (:class:`_Retry`: a 429/503 that may wait).
+def _refusal(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> SufficeError:
+    """The typed error of a request the service did not answer with 200, once the retries are spent.
     A gate, option or field refused is the error the in-process judge raises for it (a ConfigError naming the
     option, ...), its cause the :class:`InvalidRequestError` with the HTTP status; ``sent``: the call's gate
     and options by name; ``auth``: where the key came from, said with a 401."""
     status = response.status_code
     detail, field, typed = _detail(response, sent)
     if status in (429, 503):
-        error = ServiceUnavailableError(detail, status)
-        wait = retry_after(response.headers.get("retry-after"))  # uncapped: max_wait refuses a longer one
-        return error if wait is None else _Retry(wait, error)
+        return ServiceUnavailableError(detail, status)
     if status == 401:
         return AuthenticationError(f"{detail}: {auth.refused()}", status)
     if status == 413:

@@ -44,10 +44,20 @@ from suffice.isolation import isolate
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.prompts.templates import Message
 from suffice.records.item import Chunk, Item, record_id
-from suffice.results import Cascade, ErrorInfo, FailedAttempt, Judged, JudgeResult, ResultsStream, TokenCounts
+from suffice.results import (
+    Cascade,
+    ErrorInfo,
+    FailedAttempt,
+    Judged,
+    JudgeResult,
+    JudgeStats,
+    ResultsStream,
+    TokenCounts,
+)
 from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.serving.progress import progress_of
 from suffice.telemetry import BatchTrace, engine_start
 
 #: Appended once when an output fails validation (the seeds' retry rule).
@@ -62,55 +72,14 @@ DERIVED_JUDGES = 16
 
 
 @dataclass
-class JudgeStats:
-    """Counters over the judge's lifetime; retries should stay at zero under a constraint.
-
-    The outcomes (``items``, ``verdicts``, ``errors`` and ``error_types``) are counted off the judge's results
-    stream (:meth:`on_judged`, once per record); the work behind them (retries, cache hits, cut-offs, tokens
-    generated) by the judge as it does it, with :meth:`add`, since a result does not show all of it (a retried
-    generation's first output, a cascade pass's cache hit)."""
-
-    items: int = 0
-    verdicts: int = 0
-    errors: int = 0
-    retries: int = 0
-    retry_failures: int = 0
-    #: Verdicts the verdict cache returned (no engine work).
-    cache_hits: int = 0
-    length_cutoffs: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    error_types: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, counter: str, n: int = 1, error_type: str | None = None) -> None:
-        """Count under a lock: ``judge_batch`` may run on several threads at once."""
-        with self._lock:
-            setattr(self, counter, getattr(self, counter) + n)
-            if error_type is not None:
-                self.error_types[error_type] = self.error_types.get(error_type, 0) + 1
-
-    def on_judged(self, judged: Judged) -> None:
-        """A :class:`~suffice.results.ResultsObserver`: count each result's outcome."""
-        with self._lock:
-            self.items += len(judged.results)
-            for result in judged.results:
-                if result.error is None:
-                    self.verdicts += 1
-                else:
-                    self.errors += 1
-                    self.error_types[result.error.type] = self.error_types.get(result.error.type, 0) + 1
-
-
-@dataclass
 class _PassStats(JudgeStats):
     """A cascade pass's counters: the work it did counts in the cascade judge's stats, the records and their
     outcomes only once, off the cascade judge's own results stream."""
 
     parent: JudgeStats | None = None
 
-    def add(self, counter: str, n: int = 1, error_type: str | None = None) -> None:
-        super().add(counter, n, error_type)
+    def add(self, counter: str, n: int = 1) -> None:
+        super().add(counter, n)
         if self.parent is not None:
             self.parent.add(counter, n)
 
@@ -362,19 +331,23 @@ class Judge(AbstractContextManager["Judge"]):
     def judge_batch(
         self,
         records: Sequence[object],
-        progress: Progress | None = None,
+        progress: Progress | bool | None = None,
         cancel: threading.Event | None = None,
         *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> list[JudgeResult]:
-        """One result per record, in order; ``progress`` (a :class:`~suffice.serving.base.Progress`; a plain function
-        as ``OnRecords(fn)``) is called with records as they finish, one in all per record, and told prompts as the
+        """One result per record, in order; ``progress``: ``True`` draws a bar on stderr (nothing is printed by
+        default), or a :class:`~suffice.serving.base.Progress` (a plain function as ``OnRecords(fn)``) is called with
+        records as they finish, one in all per record, and told prompts as the
         engine reads them.  Setting ``cancel`` stops the engine's work and raises
         :class:`~suffice.exceptions.CancelledError`.  ``gate`` / ``options``: another gate, or options over this
         judge's own (see the class docstring).
         Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
         and one per record, under the caller's current span)."""
+        if isinstance(progress, bool):
+            with progress_of(progress, len(records)) as bar:
+                return self.judge_batch(records, bar, cancel, gate=gate, options=options)
         progress = checked_progress(progress)
         judge = self._for(gate, options)
         if judge is not self:
@@ -478,7 +451,6 @@ class Judge(AbstractContextManager["Judge"]):
                     keys[index] = cache_key(self._cache_digest, item, prepared.constraint, prepared.shown)
                     hit = self.cache.get(keys[index], self.gate)
                     if hit is not None:
-                        self.stats.add("cache_hits", 1)
                         results[index] = hit.model_copy(update={"id": item.id})
                         continue
                 pending.append(_Pending(index, item, prepared))
@@ -518,7 +490,7 @@ class Judge(AbstractContextManager["Judge"]):
     async def ajudge_batch(
         self,
         records: Sequence[object],
-        progress: Progress | None = None,
+        progress: Progress | bool | None = None,
         *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
@@ -527,6 +499,9 @@ class Judge(AbstractContextManager["Judge"]):
         running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
         engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
         runs it in a copy of the awaiting task's context, so its spans join the task's trace."""
+        if isinstance(progress, bool):
+            with progress_of(progress, len(records)) as bar:
+                return await self.ajudge_batch(records, bar, gate=gate, options=options)
         progress = checked_progress(progress)
         judge = self._for(gate, options)  # a refused gate or option is raised here, not on the thread
         cancel = threading.Event()
@@ -575,8 +550,6 @@ class Judge(AbstractContextManager["Judge"]):
             p.tokens = TokenCounts(
                 prompt=p.tokens.prompt + prompt_tokens, completion=p.tokens.completion + completion_tokens
             )
-            self.stats.add("prompt_tokens", prompt_tokens)
-            self.stats.add("completion_tokens", completion_tokens)
             gen = windows[0]
             text = "\n".join(g.text for g in windows)
             try:

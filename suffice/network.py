@@ -1,7 +1,7 @@
 """The rules for talking over a network: which hosts are this machine, which addresses are refused, how an address
-is shown in an error, how long a ``Retry-After`` asks to wait, how a key file is read, and the version suffice
-reports.  One module, so the openai engine, the service's client, ``judge --server`` and the service itself cannot
-drift apart."""
+is shown in an error, when an HTTP call is tried again, how a key file is read and a bearer key checked, and the
+version suffice reports.  One module, so the openai engine, the service's client, ``judge --server`` and the service
+itself cannot drift apart."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import ipaddress
 import os
 import re
 import stat
+from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
 from suffice.exceptions import ConfigError
@@ -74,17 +75,46 @@ def refuse_plain_http(name: str, url: str, parts: SplitResult, what: str, allow:
         )
 
 
-def retry_after(value: str | None, cap: float | None = None) -> float | None:
-    """The seconds a ``Retry-After`` header's ``value`` asks to wait (a negative one: 0), at most ``cap``; ``None``
-    when there is none or it is not a number of seconds."""
+def retry_after(value: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header's ``value`` asks to wait (a negative one: 0); ``None`` when there is
+    none or it is not a number of seconds."""
     try:
         seconds = float(value) if value is not None else None
     except ValueError:
         return None
-    if seconds is None or seconds != seconds:  # NaN
-        return None
-    seconds = max(0.0, seconds)
-    return seconds if cap is None else min(seconds, cap)
+    return None if seconds is None or seconds != seconds else max(0.0, seconds)  # NaN: none
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When a failed HTTP call is tried again, and after how long: the one rule of the service's clients and the
+    openai engine.  A 429 or a 5xx is tried again, at most ``retries`` times: after the ``Retry-After`` it asks for,
+    else after ``backoff`` seconds doubled at each try (``None``: only a call asked to wait is tried again).  A
+    ``Retry-After`` over ``max_wait`` is waited ``max_wait`` where ``cap``, else ends the tries: a caller who bounds
+    the wait would rather have the error.  Which failures without an answer count is each caller's to say (``status``
+    ``None``)."""
+
+    retries: int
+    max_wait: float
+    backoff: float | None = None
+    cap: bool = False
+
+    @staticmethod
+    def retried(status: int) -> bool:
+        """Whether an answer with ``status`` may be tried again: too many requests, or the server failed."""
+        return status == 429 or status >= 500
+
+    def wait(self, attempt: int, status: int | None = None, asked: str | None = None) -> float | None:
+        """The seconds to wait before trying again a call whose try ``attempt`` (from 0) failed with ``status``
+        (``None``: no answer), its ``Retry-After`` ``asked``; ``None``: not again."""
+        if attempt >= self.retries or (status is not None and not self.retried(status)):
+            return None
+        seconds = retry_after(asked)
+        if seconds is None:
+            return None if self.backoff is None else self.backoff * 2**attempt
+        if seconds > self.max_wait:
+            return self.max_wait if self.cap else None
+        return seconds
 
 
 #: Most bytes a key file may hold: a key is a line, and a huge file named by mistake is not read into memory.
@@ -124,6 +154,28 @@ def read_key_file(
     if len(data) > KEY_FILE_MAX_BYTES:
         raise ConfigError(parameter, where, f"holds more than {KEY_FILE_MAX_BYTES} bytes: a key file holds one key")
     return data.strip()
+
+
+def bearer_key(key: object, parameter: str, source: str, *, min_chars: int = 1) -> str:
+    """``key`` (text, or a key file's bytes) without surrounding whitespace or byte order mark, once it is one token
+    of at least ``min_chars`` visible ASCII characters, the only ones an ``Authorization`` header carries: the one
+    rule of every bearer key suffice sends or checks.  Else a :class:`ConfigError` naming ``parameter`` and
+    ``source`` (where the key came from), the key itself never said."""
+    if not isinstance(key, (str, bytes)):
+        raise ConfigError(parameter, source, f"must be a string, not {type(key).__name__}")
+    token = (key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key).lstrip("\ufeff").strip()
+    if not token:
+        raise ConfigError(parameter, source, "is empty: give the key")
+    if not all("!" <= char <= "~" for char in token):
+        raise ConfigError(
+            parameter,
+            source,
+            "holds a space, a control character or a non-ASCII character inside it: a key is one token of visible "
+            "ASCII characters (an HTTP header cannot carry the others)",
+        )
+    if len(token) < min_chars:
+        raise ConfigError(parameter, source, f"holds fewer than {min_chars} characters: use a long random token")
+    return token
 
 
 @functools.cache

@@ -1,15 +1,17 @@
-"""One result per input item: a verdict or an error, plus what produced it; and the results stream, where each judged
-batch is published once to everything that counts results (the judge's statistics, a batch run's summary, the
-service's ``/metrics``)."""
+"""One result per input item: a verdict or an error, plus what produced it; the results stream, where each judged
+batch is published once to everything that counts results; and :class:`Tally`, the one rule they are counted by (the
+judge's statistics, a batch run's summary and the service's ``/metrics`` are views of tallies)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from typing_extensions import TypeVar
 
 from suffice.exceptions import ItemError, VerdictError
 
@@ -98,14 +100,19 @@ class Cascade(BaseModel):
     margin: float
 
 
-class JudgeResult(BaseModel):
+#: The verdict class of a result: a gate's (:mod:`suffice.verdicts`).  ``Any`` where the judge cannot know it (a gate
+#: named by a string), so that ``r.verdict.is_sufficient`` type-checks; ``JudgeResult[SufficiencyVerdict]`` checks it.
+V = TypeVar("V", bound=BaseModel, default=Any)
+
+
+class JudgeResult(BaseModel, Generic[V]):
     """Exactly one of ``verdict`` and ``error`` is set."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str | None
     gate: str
-    verdict: SerializeAsAny[BaseModel] | None = None
+    verdict: SerializeAsAny[V] | None = None
     error: ErrorInfo | None = None
     model: str
     backend: str
@@ -176,3 +183,126 @@ class ResultsStream:
     def publish(self, judged: Judged) -> None:
         for observer in self._observers:  # a tuple replaced, never changed: no lock held while observers count
             observer.on_judged(judged)
+
+
+@dataclass
+class OutputTokens:
+    """Completion tokens per verdict the model generated (a verdict made without the model decodes nothing and is
+    not counted): how many verdicts took each count, and from them how many, their mean and their largest."""
+
+    counts: Counter[int] = field(default_factory=Counter)
+
+    def add(self, completion: int) -> None:
+        if completion > 0:
+            self.counts[completion] += 1
+
+    @property
+    def verdicts(self) -> int:
+        return self.counts.total()
+
+    @property
+    def total(self) -> int:
+        return sum(n * k for n, k in self.counts.items())
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.verdicts if self.counts else None
+
+    @property
+    def max(self) -> int | None:
+        return max(self.counts, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdicts": self.verdicts, "mean": self.mean, "max": self.max}
+
+
+@dataclass
+class Tally:
+    """Results counted by the one rule every count of them follows, a :class:`ResultsObserver`.
+
+    A cache hit counts no tokens (the engine did no work for it; its first judging counted them), and a verdict's
+    output tokens count when the model generated it.  A verdict counts by its route where it has one (a verdict sent
+    to a person is not "sufficient"), else by ``positive``; where the model has a decision of its own
+    (``model_positive``) and the counted one differs, the code's decision overrode the model's.  ``positive``,
+    ``route`` and ``model_positive`` are the batch's gate's (``Judged.gate``) unless given here."""
+
+    positive: Callable[[BaseModel], bool] | None = field(default=None, repr=False, compare=False)
+    route: Callable[[BaseModel], str | None] | None = field(default=None, repr=False, compare=False)
+    model_positive: Callable[[BaseModel], bool | None] | None = field(default=None, repr=False, compare=False)
+    items: int = 0
+    verdicts: int = 0
+    errors: int = 0
+    error_types: dict[str, int] = field(default_factory=dict)
+    #: Verdicts the verdict cache returned (no engine work).
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: Completion tokens of each verdict the model generated.
+    output_tokens: OutputTokens = field(default_factory=OutputTokens)
+    #: Verdicts counted "sufficient" (or PASS), and by the route they took.
+    sufficient: int = 0
+    routes: dict[str, int] = field(default_factory=dict)
+    #: Verdicts with a model decision of their own, and those whose counted decision differs from it.
+    model_decided: int = 0
+    overrides: int = 0
+    #: Verdicts of records labeled ``sufficient``, and those whose decision agrees with the label.
+    labeled: int = 0
+    agree: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def on_judged(self, judged: Judged) -> None:
+        """Count each result with its record, under a lock (batches may be judged on several threads at once)."""
+        gate = judged.gate
+        positive = self.positive or getattr(gate, "is_positive", None)
+        route = self.route or (None if gate is None else lambda verdict: gate.route(verdict).route)
+        model_positive = self.model_positive or getattr(gate, "model_positive", None)
+        with self._lock:
+            for record, result in zip(judged.records, judged.results, strict=True):
+                self.items += 1
+                hit = result.cached is not None
+                self.cache_hits += hit
+                if not hit:
+                    self.prompt_tokens += result.tokens.prompt
+                    self.completion_tokens += result.tokens.completion
+                if result.verdict is None:
+                    kind = result.error.type if result.error is not None else "unknown"
+                    self.errors += 1
+                    self.error_types[kind] = self.error_types.get(kind, 0) + 1
+                    continue
+                self.verdicts += 1
+                if not hit:
+                    self.output_tokens.add(result.tokens.completion)
+                try:
+                    where = route(result.verdict) if route is not None else None
+                    decision = where == "deliver" if where is not None else bool(positive and positive(result.verdict))
+                    model = model_positive(result.verdict) if model_positive is not None else None
+                except TypeError:  # a plug-in gate that routes no such verdict: counted nowhere, as telemetry does
+                    continue
+                self.sufficient += decision
+                if where is not None:
+                    self.routes[where] = self.routes.get(where, 0) + 1
+                if model is not None:
+                    self.model_decided += 1
+                    self.overrides += model != decision
+                label = record.get("sufficient") if isinstance(record, Mapping) else None
+                if isinstance(label, bool):
+                    self.labeled += 1
+                    self.agree += decision == label
+
+
+@dataclass
+class JudgeStats(Tally):
+    """Counters over the judge's lifetime; retries should stay at zero under a constraint.
+
+    The results are counted off the judge's results stream (a :class:`~suffice.results.Tally`, once per record);
+    the work a result does not show (retries, failed retries, cut-offs) by the judge as it does it, with :meth:`add`.
+    """
+
+    retries: int = 0
+    retry_failures: int = 0
+    length_cutoffs: int = 0
+
+    def add(self, counter: str, n: int = 1) -> None:
+        """Count under a lock: ``judge_batch`` may run on several threads at once."""
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + n)

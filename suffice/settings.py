@@ -10,6 +10,7 @@ vLLM's ``EngineArgs`` is the model: its flags come from its config's fields.  He
 from __future__ import annotations
 
 import argparse
+import builtins
 import dataclasses
 import math
 import types
@@ -32,7 +33,7 @@ class Spec:
     help: str
     #: Its command-line flag; ``None``: ``--`` and its name with dashes; ``""``: no flag (Python only).
     flag: str | None = None
-    #: Other spellings of its flag (``-v``, ``--cache``); its variable and TOML key come from the flag itself.
+    #: Short spellings of its flag (``-v``); its variable and TOML key come from the flag itself.
     also: tuple[str, ...] = ()
     #: The argparse destination of its flag (default: its name).
     dest: str | None = None
@@ -45,8 +46,6 @@ class Spec:
     choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None
     #: Its flag may be given without a value, which then sets this (``--save`` alone: where the gate keeps it).
     const: Any = None
-    #: Flags that set ``const`` and take no value (``--save-rubric``: ``--save`` without a path).
-    const_also: tuple[str, ...] = ()
     #: An argument, not a flag (``suffice judge INPUT``): no variable, no TOML key.
     positional: bool = False
     #: Its flag must be given (``judge -o``): what a run is about, so no variable or TOML key sets it.
@@ -74,6 +73,10 @@ class Spec:
     vllm: str | None = None
     #: A client of ``suffice serve`` may set it for one request (a query parameter or the body's ``options``).
     per_request: bool = False
+    #: What its flag, variable and TOML key read where the setting holds another type (``tuple[str, ...]`` for
+    #: ``--field``, held as a ``FieldMap``), and the function making that value the setting's.
+    reads: Any = None
+    convert: Callable[[Any], Any] | None = None
 
 
 def setting(default: Any, help: str, **tags: Any) -> Any:
@@ -90,8 +93,10 @@ class Declared:
     optional: bool
     default: Any
     spec: Spec
-    #: A tuple of ``type`` (``tuple[str, ...]``): its flag may be repeated, each adding one.
+    #: A tuple (``tuple[str, ...]``): its flag may be repeated, each adding one.
     repeated: bool = False
+    #: What its flag reads (``type`` unless the spec says ``reads``).
+    reads: builtins.type = str
 
     @property
     def flag(self) -> str | None:
@@ -125,11 +130,16 @@ class Declared:
 
     @property
     def spellings(self) -> tuple[str, ...]:
-        """Its flag's spellings for argparse: short ones, the flag, then long ones (argparse's first long one names
-        the variable and the TOML key)."""
+        """Its flag's spellings for argparse: the short ones, then the flag."""
         assert self.flag is not None
-        short = tuple(a for a in self.spec.also if not a.startswith("--"))
-        return (*short, self.flag, *(a for a in self.spec.also if a.startswith("--")))
+        return (*self.spec.also, self.flag)
+
+    @property
+    def flag_default(self) -> Any:
+        """Its flag's default: a repeated flag's is a list."""
+        if self.repeated and self.spec.convert is not None:
+            return []
+        return list(self.default) if self.repeated and self.default is not None else self.default
 
     def is_default(self, value: Any) -> bool:
         return bool(value == self.default) if value is not None else self.default is None
@@ -156,10 +166,12 @@ class Declared:
 
     def checked(self, value: Any) -> Any:
         """``value`` as this setting holds it, or a :class:`ConfigError` naming it."""
+        if value is not None and self.spec.convert is not None:  # what it makes checks itself
+            return value if isinstance(value, self.type) else self.spec.convert(value)
         if self.repeated and value is not None:
             if isinstance(value, str) or not isinstance(value, list | tuple):
                 raise ConfigError(self.label, value, f"must be a list of {self.type.__name__}")
-            one = dataclasses.replace(self, repeated=False, optional=False)
+            one = dataclasses.replace(self, repeated=False, optional=False, type=self.reads)
             return tuple(one.checked(item) for item in value)
         if value is None:
             if self.optional:
@@ -243,7 +255,8 @@ def declared(cls: type) -> tuple[Declared, ...]:
         if spec is None:
             continue
         kind, optional, repeated = _base(hints[f.name])
-        found.append(Declared(f.name, kind, optional, f.default, spec, repeated))
+        reads, _, repeated = _base(spec.reads) if spec.reads is not None else (kind, optional, repeated)
+        found.append(Declared(f.name, kind, optional, f.default, spec, repeated, reads))
     _DECLARED[cls] = tuple(found)
     return _DECLARED[cls]
 
@@ -284,7 +297,7 @@ def add_flags(
     settings = {d.name: d for d in declared(cls)}
     for d in settings.values() if only is None else (settings[name] for name in only):
         text = d.spec.help.replace("%", "%%")  # argparse formats help with %
-        kind: Any = d.type if d.type in (int, float, Path) else None
+        kind: Any = d.reads if d.reads in (int, float, Path) else None
         if d.spec.positional:
             parser.add_argument(d.dest, type=kind, choices=d.choices, metavar=d.spec.metavar, help=text)
             continue
@@ -292,7 +305,7 @@ def add_flags(
         if flag is None:
             continue
         spellings = tuple(flag if spelling == d.flag else spelling for spelling in d.spellings)
-        if d.type is bool:
+        if d.reads is bool:
             parser.add_argument(*spellings, dest=d.dest, action="store_true", help=text)
             continue
         optional_value: dict[str, Any] = {"nargs": "?", "const": d.spec.const} if d.spec.const is not None else {}
@@ -305,20 +318,15 @@ def add_flags(
             dest=d.dest,
             type=kind,
             choices=d.choices,
-            default=list(d.default) if d.repeated and d.default is not None else d.default,
+            default=d.flag_default,
             metavar=d.spec.metavar,
             help=text,
             **optional_value,
         )
-        for spelling in d.spec.const_also:
-            without = f"without {d.spec.metavar}" if d.spec.metavar else "without a value"
-            parser.add_argument(
-                spelling, dest=d.dest, action="store_const", const=d.spec.const, help=f"{flag} {without}"
-            )
 
 
 def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
-    """An instance of ``cls`` from the flags :func:`add_flags` added (plus ``values``); its checks raise
+    """An instance of ``cls`` from the flags :func:`add_flags` added (``values`` instead of some); its checks raise
     :class:`ConfigError` naming the setting at fault."""
     given: dict[str, Any] = {}
     for d in declared(cls):
@@ -326,7 +334,7 @@ def from_args(cls: type, args: argparse.Namespace, **values: Any) -> Any:
             continue
         value = getattr(args, d.dest)
         given[d.name] = (not value) if d.spec.negate else value
-    return cls(**given, **values)
+    return cls(**{**given, **values})
 
 
 def values_of(cls: type, args: argparse.Namespace) -> dict[str, Any]:
@@ -348,7 +356,7 @@ def json_schema(d: Declared) -> dict[str, Any]:
     """The JSON Schema of setting ``d``: its type, default, bounds or values, and its help as the description (for
     the OpenAPI description of a request and ``suffice schema --request``)."""
     s = d.spec
-    schema: dict[str, Any] = {"type": _JSON_TYPES[d.type]}
+    schema: dict[str, Any] = {"type": _JSON_TYPES[d.reads]}
     if d.choices is not None:
         schema["enum"] = list(d.choices)
     for key, bound in (("minimum", s.minimum), ("exclusiveMinimum", s.above), ("maximum", s.maximum)):
@@ -425,22 +433,19 @@ def table(cls: type, flags: Mapping[str, str] | None = None, environment: bool =
             where = f"`{flag}` `{ENV_PREFIX}{key_of(flag).upper()}` `{key_of(flag)}`"
         else:
             where = f"`{flag}`" + (" (required)" if d.spec.required else "")
-        also = [a for a in (*d.spec.also, *d.spec.const_also) if a.startswith("--")]
-        if flag and also:
-            where += " (also " + ", ".join(f"`{a}`" for a in also) + ")"
         if d.spec.per_request:
             where += f"; per request: `?{d.name}=`"
         cells = [
             f"`{d.name}`",
             where,
             ("list of " if d.repeated else "")
-            + d.type.__name__
+            + d.reads.__name__
             + (" or none" if d.optional and not (d.spec.positional or d.spec.required) else ""),
             "required"
             if d.spec.positional or d.spec.required
             else "none"
-            if d.default is None
-            else f"`{list(d.default) if d.repeated else d.default}`",
+            if d.flag_default is None
+            else f"`{d.flag_default}`",
             allowed,
             ", ".join(d.spec.engines) if d.spec.engines else "all",
             ", ".join(tags),

@@ -4,56 +4,16 @@ output tokens per verdict (decode is most of a full verdict's cost on a GPU)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from suffice.results import Judged, JudgeResult, Tally
 
-from suffice.results import Judged, JudgeResult
+__all__ = ["ROUTES", "RunSummary"]
 
 #: Every route a verdict can take, in the order they are shown (``suffice.grammars.routes.Route``).
 ROUTES = ("deliver", "retrieve_more", "abstain", "human_review")
-
-
-@dataclass
-class OutputTokens:
-    """Completion tokens per verdict the model generated (a verdict made without the model decodes nothing and is
-    not counted): how many, their mean and their largest."""
-
-    verdicts: int = 0
-    total: int = 0
-    most: int = 0
-
-    def add(self, completion: int) -> None:
-        if completion <= 0:
-            return
-        self.verdicts += 1
-        self.total += completion
-        self.most = max(self.most, completion)
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.verdicts if self.verdicts else None
-
-    @property
-    def max(self) -> int | None:
-        return self.most if self.verdicts else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"verdicts": self.verdicts, "mean": self.mean, "max": self.max}
-
-
-def _never(verdict: BaseModel) -> bool:
-    return False
-
-
-def _no_route(verdict: BaseModel) -> str | None:
-    return None
-
-
-def _no_model_decision(verdict: BaseModel) -> bool | None:
-    return None
 
 
 def _no_notice(model: str) -> str | None:
@@ -61,37 +21,13 @@ def _no_notice(model: str) -> str | None:
 
 
 @dataclass
-class RunSummary:
-    """``positive`` is the gate's own rule (``Gate.is_positive``): what routes is what is counted.
-    ``route`` names where a verdict goes (``Gate.route(verdict).route``) and ``model_positive`` the
-    model's own decision beside the routed one (``suffice.gates.roles.model_positive``; ``None``: no separate one).
-    A verdict whose routed decision differs from the model's own is an override.
-
-    A :class:`~suffice.results.ResultsObserver`: a batch run publishes each batch it writes to it (:meth:`on_judged`).
-    ``seconds`` is the run's, set by the run."""
+class RunSummary(Tally):
+    """A batch run's view of its :class:`~suffice.results.Tally`: a batch run publishes each batch it writes to it.
+    ``positive``, ``route`` and ``model_positive`` are the gate's (``Gate.is_positive``, ``Gate.route(verdict).route``
+    and ``suffice.gates.roles.model_positive``).  ``seconds`` is the run's, set by the run."""
 
     gate: str = ""
-    positive: Callable[[BaseModel], bool] = _never
-    route: Callable[[BaseModel], str | None] = _no_route
-    model_positive: Callable[[BaseModel], bool | None] = _no_model_decision
-    items: int = 0
-    verdicts: int = 0
-    errors: int = 0
-    sufficient: int = 0
-    labeled: int = 0
-    agree: int = 0
     seconds: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    #: Verdicts by the route they took.
-    routes: dict[str, int] = field(default_factory=dict)
-    #: Verdicts with a model decision of their own, and those whose routed decision differs from it.
-    model_decided: int = 0
-    overrides: int = 0
-    #: Completion tokens of each verdict the model generated.
-    output_tokens: OutputTokens = field(default_factory=OutputTokens)
-    #: Verdicts the verdict cache answered: no engine work this run, so no tokens counted for them.
-    cache_hits: int = 0
     #: What the run must say of its model (the embedded one's verdicts are not judgements), read from its rows'
     #: model ids by ``notice_of`` (the batch run gives :func:`suffice.serving.models.embedded_notice`).
     notice: str | None = None
@@ -102,35 +38,11 @@ class RunSummary:
         self.on_judged(Judged(records, results))
 
     def on_judged(self, judged: Judged) -> None:
-        for record, result in zip(judged.records, judged.results, strict=True):
-            self.items += 1
-            if self.notice is None:
-                self.notice = self.notice_of(result.model)
-            hit = result.cached is not None
-            self.cache_hits += hit
-            if not hit:
-                self.prompt_tokens += result.tokens.prompt
-                self.completion_tokens += result.tokens.completion
-            if result.verdict is None:
-                self.errors += 1
-                continue
-            self.verdicts += 1
-            if not hit:
-                self.output_tokens.add(result.tokens.completion)
-            route = self.route(result.verdict)
-            # Counted by the route where there is one: a verdict sent to a person is not "sufficient".
-            decision = route == "deliver" if route is not None else self.positive(result.verdict)
-            self.sufficient += decision
-            if route is not None:
-                self.routes[route] = self.routes.get(route, 0) + 1
-            model = self.model_positive(result.verdict)
-            if model is not None:
-                self.model_decided += 1
-                self.overrides += model != decision
-            label = record.get("sufficient") if isinstance(record, Mapping) else None
-            if isinstance(label, bool):
-                self.labeled += 1
-                self.agree += decision == label
+        super().on_judged(judged)
+        for result in judged.results:
+            if self.notice is not None:
+                break
+            self.notice = self.notice_of(result.model)
 
     @property
     def share_sufficient(self) -> float | None:

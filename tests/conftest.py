@@ -120,3 +120,12 @@ def suffice_server(vllm_server: str, tmp_path_factory: pytest.TempPathFactory) -
 
     with running_suffice_serve(tmp_path_factory.mktemp("suffice-serve"), vllm_server) as url:
         yield url
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many of the docs' examples ran (tests/docs/test_examples.py), when any did."""
+    from tests.docs.blocks import summary_line
+
+    line = summary_line(terminalreporter.stats.get("passed", []))
+    if line is not None:
+        terminalreporter.write_line(line)

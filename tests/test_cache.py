@@ -229,12 +229,12 @@ def test_the_cache_command_reports_and_clears(tmp_path, capsys):
     judge, _ = judge_with(path)
     judge.judge_batch([rec(0), rec(1)])
     judge.cache.close()  # type: ignore[union-attr]
-    assert main(["cache", "stats", "--cache", str(path)]) == 0
+    assert main(["cache", "stats", "--verdict-cache", str(path)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["entries"] == 2 and stats["path"] == str(path)
-    assert main(["cache", "clear", "--cache", str(path)]) == 0
+    assert main(["cache", "clear", "--verdict-cache", str(path)]) == 0
     assert "removed 2" in capsys.readouterr().err
-    assert main(["cache", "stats", "--cache", str(path)]) == 0
+    assert main(["cache", "stats", "--verdict-cache", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == 0
 
 
@@ -245,14 +245,14 @@ def test_the_cache_file_records_its_format():
 def test_judge_refuses_cache_and_no_cache_together(tmp_path, capsys):
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps(rec(0)) + "\n")
-    flags = ["--cache", str(tmp_path / "c.sqlite3"), "--no-cache"]
+    flags = ["--verdict-cache", str(tmp_path / "c.sqlite3"), "--no-verdict-cache"]
     code = subprocess.run(
         [sys.executable, "-m", "suffice.cli.main", "judge", str(source), "-o", str(tmp_path / "o.jsonl"), *flags],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert code.returncode == 2 and "--no-cache and --cache" in code.stderr
+    assert code.returncode == 2 and "--no-verdict-cache and --verdict-cache" in code.stderr
 
 
 def test_a_batch_run_says_which_rows_came_from_the_cache_in_its_output_and_its_audit_log(tmp_path):

@@ -146,27 +146,6 @@ def test_a_gate_or_option_an_in_process_judge_refuses_is_a_config_error_naming_i
         assert caught.value.parameter == parameter
 
 
-def test_awaiting_async_client_judge_still_works_and_warns_that_it_is_deprecated():
-    """What a user of ``await client.judge(record)`` written before the protocol sees: the same result,
-    and a DeprecationWarning that names the new call."""
-
-    async def old_code(url: str) -> tuple[JudgeResult, list[JudgeResult]]:
-        async with AsyncClient(url) as client:
-            with pytest.warns(DeprecationWarning, match=r"await AsyncClient\.ajudge\(") as caught:
-                one = await client.judge(record(0))
-            assert caught[0].filename == __file__, "the warning points at the caller's line"
-            with pytest.warns(DeprecationWarning, match=r"await AsyncClient\.ajudge_batch\("):
-                batch = await client.judge_batch(RECORDS)
-            return one, batch
-
-    engine = ScriptedEngine(good)
-    with serve(engine) as url:
-        one, batch = asyncio.run(old_code(url))
-    local = Judge(engine).judge_batch(RECORDS)
-    assert comparable(one) == comparable(local[0])
-    assert [comparable(r) for r in batch] == [comparable(r) for r in local]
-
-
 def test_async_client_judge_blocks_without_a_warning_where_no_event_loop_runs():
     with serve(ScriptedEngine(good)) as url:
         client = AsyncClient(url)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from suffice.batch.options import BatchOptions
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args
 from suffice.cli.judge_cmd import IN_PROCESS
 from suffice.config import JudgeConfig
@@ -325,7 +327,11 @@ def test_a_judge_setting_a_request_sets_is_its_settings_and_judges():
         (["calibrate", "G", "-o", "R"], {"SUFFICE_PRECISION_TARGET": "0"}, "SUFFICE_PRECISION_TARGET=0.0"),
         (["judge", "IN", "-o", "OUT", "--timeout", "0"], {}, "timeout=0.0: must be more than 0 seconds"),
         (["judge", "IN", "-o", "OUT"], {"SUFFICE_VERDICT_CACHE_MIB": "0"}, "SUFFICE_VERDICT_CACHE_MIB=0: must be at"),
-        (["judge", "IN", "-o", "OUT", "--cache", "c", "--no-cache"], {}, "--no-cache and --cache PATH contradict"),
+        (
+            ["judge", "IN", "-o", "OUT", "--verdict-cache", "c", "--no-verdict-cache"],
+            {},
+            "--no-verdict-cache and --verdict-cache PATH contradict",
+        ),
     ],
 )
 def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
@@ -351,17 +357,18 @@ def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
 
 def test_every_command_line_setting_has_its_flag_on_its_commands():
     """Nothing declared is left off a command, and the declared flags keep their names."""
+    from suffice.batch.options import AuditOptions, BatchOptions
     from suffice.cli.cache_cmd import CacheFlags
     from suffice.cli.calibrate_cmd import CalibrateFlags
-    from suffice.cli.judge_cmd import AuditFlags, JudgeFlags
+    from suffice.cli.judge_cmd import JudgeFlags
     from suffice.cli.main import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     flags = {name: {o for a in p._actions for o in a.option_strings} for name, p in commands.items()}
     wanted = {
-        "judge": (JudgeFlags, AuditFlags, CacheFlags, JudgeConfig),
-        "calibrate": (CalibrateFlags, AuditFlags, CacheFlags, JudgeConfig),
-        "serve": (AuditFlags, CacheFlags, JudgeConfig, ServeConfig),
+        "judge": (JudgeFlags, BatchOptions, CacheFlags, JudgeConfig),
+        "calibrate": (CalibrateFlags, AuditOptions, CacheFlags, JudgeConfig),
+        "serve": (AuditOptions, CacheFlags, JudgeConfig, ServeConfig),
     }
     for command, classes in wanted.items():
         for cls in classes:
@@ -369,7 +376,7 @@ def test_every_command_line_setting_has_its_flag_on_its_commands():
                 if d.flag is None or (cls is JudgeFlags and command != "judge"):
                     continue
                 assert set(d.spellings) <= flags[command], (command, d.name)
-    assert {"--cache", "--no-cache", "--audit-db", "--format", "--save", "--save-config", "--save-rubric"} <= (
+    assert {"--verdict-cache", "--no-verdict-cache", "--audit-db", "--format", "--save"} <= (
         flags["judge"] | flags["calibrate"]
     )
 
@@ -398,7 +405,7 @@ class _Command:
 
     source: Path | None = setting(None, "what to read", positional=True)
     output: Path | None = setting(None, "what to write", also=("-o",), required=True)
-    save: Path | None = setting(None, "where to save", const=Path(), also=("--save-to",), const_also=("--save-here",))
+    save: Path | None = setting(None, "where to save", const=Path())
     count: int = setting(1, "how many", minimum=1)
 
     def __post_init__(self) -> None:
@@ -413,10 +420,10 @@ def test_an_argument_and_a_required_flag_are_declared_settings_without_a_variabl
     add_flags(parser, _Command)
     settings = SettingSources(parser, "x")
     assert set(settings.settings) == {"save", "count"}  # an argument and a required flag: not settings
-    args = parser.parse_args(["in.jsonl", "-o", "out", "--save-here", "--count", "2"])
+    args = parser.parse_args(["in.jsonl", "-o", "out", "--save", "--count", "2"])
     settings.resolve(args, {"SUFFICE_COUNT": "5", "SUFFICE_SAVE": "f"})
     assert from_args(_Command, args) == _Command(Path("in.jsonl"), Path("out"), Path(), 2)
-    assert parser.parse_args(["i", "--output", "o", "--save-to", "p"]).save == Path("p")
+    assert parser.parse_args(["i", "--output", "o", "--save", "p"]).save == Path("p")
     with pytest.raises(SystemExit):
         parser.parse_args(["i"])  # -o is required
     with pytest.raises(ConfigError, match="count=0: must be at least 1"):
@@ -424,7 +431,7 @@ def test_an_argument_and_a_required_flag_are_declared_settings_without_a_variabl
     rows = {line.split(" | ")[0]: line for line in table(_Command).splitlines()}
     assert "| argument `SOURCE` | Path | required |" in rows["| `source`"]
     assert "| `--output` (required) | Path | required |" in rows["| `output`"]
-    assert "SUFFICE_SAVE" in rows["| `save`"] and "(also `--save-to`, `--save-here`)" in rows["| `save`"]
+    assert "SUFFICE_SAVE" in rows["| `save`"]
     assert "SUFFICE_COUNT" not in table(_Command, environment=False)
 
 
@@ -453,7 +460,7 @@ def test_every_commands_declared_settings_are_its_flags():
         ("cache",): {CacheCommandFlags: None},
         ("bundle",): {BundleFlags: None},
         ("models", "verify"): {ModelsFlags: None},
-        ("audit", "verify"): {AuditCommandFlags: ("db", "audit_key", "expect_keyed", "anchor")},
+        ("audit", "verify"): {AuditCommandFlags: ("db", "audit_key", "expect_keyed", "anchor_file")},
         ("audit", "export"): {AuditCommandFlags: ("db", "since", "until", "export_format", "export_output")},
         ("review", "decide"): {ReviewFlags: ("id", "decision", "label", "by", "note", "answer", "query", "db")},
         ("review", "export"): {ReviewFlags: ("labels", "gate", "db")},
@@ -473,3 +480,56 @@ def test_every_commands_declared_settings_are_its_flags():
                 else:
                     assert set(d.spellings) <= set(action.option_strings), (path, d.name)
                     assert action.required == d.spec.required, (path, d.name)
+
+
+@dataclass(frozen=True)
+class ExtendedBatch(BatchOptions):
+    stop_after: int | None = setting(None, "stop after N records", minimum=1, metavar="N")
+
+
+def test_a_new_batch_setting_is_a_judge_flag_a_variable_and_a_table_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suffice.cli import judge_cmd
+    from suffice.cli.main import build_parser, main
+
+    monkeypatch.setattr(judge_cmd, "BatchOptions", ExtendedBatch)
+    judge = build_parser()._subparsers._group_actions[0].choices["judge"]  # type: ignore[union-attr]
+    assert "--stop-after N" in judge.format_help()
+    given: list[BatchOptions] = []
+    monkeypatch.setattr(judge_cmd, "judge_file", lambda config, source, output, options, **_: given.append(options))
+    monkeypatch.setenv("SUFFICE_STOP_AFTER", "5")
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(ITEM) + "\n", encoding="utf-8")
+    main(["judge", str(source), "-o", str(tmp_path / "out.jsonl")])
+    assert [options.stop_after for options in given] == [5]  # type: ignore[attr-defined]
+    assert "| `stop_after` | `--stop-after` `SUFFICE_STOP_AFTER` `stop_after` | int or none |" in table(ExtendedBatch)
+
+
+def _docs_flags_and_variables() -> tuple[set[str], set[str]]:
+    """The flags and variables docs/settings.md names in its tables (their second column) and the notes above them
+    (`serve`'s `--engine-key-file`)."""
+    lines = (ROOT / "docs" / "settings.md").read_text().split("\n## ", 1)[1].splitlines()
+    texts = [line.split(" | ")[1] if line[:3] == "| `" else line for line in lines if line[:1] in "`|"]
+    words = {word for text in texts for word in re.findall(r"`(--[a-z][a-z-]*|SUFFICE_[A-Z_]+)`", text)}
+    return {w for w in words if w.startswith("--")}, {w for w in words if w.startswith("SUFFICE_")}
+
+
+def test_the_settings_doc_names_every_flag_and_variable_the_commands_take_and_no_other():
+    from suffice.cli.main import build_parser
+
+    flags: set[str] = set()
+    variables: set[str] = set()
+    parsers = [build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += action.choices.values()
+            elif action.dest.startswith("gate_option_") or action.dest in ("help", "version", "config"):
+                continue  # a gate's own options are in docs/gates.md; --config is the table's subject
+            flags |= {o for o in action.option_strings if o.startswith("--")}
+        sources = parser.get_default("command_settings")
+        if sources is not None:
+            variables |= {s.variable for s in sources.settings.values() if not s.dest.startswith("gate_option_")}
+    assert _docs_flags_and_variables() == (flags, variables)

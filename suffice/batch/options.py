@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from suffice.audit import load_key
 from suffice.batch.inputs import Shard
 from suffice.exceptions import ConfigError
-from suffice.formats.files import file_format
-from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
+from suffice.formats.files import file_format, file_format_names
+from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format, verdict_format_names
 from suffice.records.fields import FieldMap
 from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.settings import check, setting
@@ -62,38 +62,77 @@ def whole_number(name: str, value: object, least: int = 0) -> int:
     return value
 
 
-def finite_number(name: str, value: object) -> float:
-    """``value`` if it is a finite number that is not negative."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(name, value, "must be a finite number")
-    if value < 0:
-        raise ConfigError(name, value, "must not be negative")
-    return float(value)
+@dataclass(frozen=True)
+class AuditOptions:
+    """The audit log's settings of ``judge``, ``calibrate`` and ``serve``."""
+
+    audit_db: Path | None = setting(None, "record every evaluation in this audit database", in_process=True)
+    audit_key: bytes | None = setting(
+        None,
+        "key file (suffice audit keygen) for the audit log's keyed MAC chain",
+        reads=Path,
+        convert=load_key,
+        in_process=True,
+    )
+    anchor_file: Path | None = setting(
+        None,
+        "when the run ends (serve: at shutdown), write an anchor of the audit log to PATH; keep it where the "
+        "log's writers cannot reach, and check with `suffice audit verify --anchor-file PATH`",
+        metavar="PATH",
+        in_process=True,
+    )
+
+    def __post_init__(self) -> None:
+        if self.audit_key is not None and self.audit_db is None:  # before the key file is read
+            shown = "<key>" if isinstance(self.audit_key, bytes) else str(self.audit_key)
+            raise ConfigError("audit_key", shown, "needs --audit-db")
+        if self.anchor_file is not None and self.audit_db is None:
+            raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")
+        check(self)
 
 
 @dataclass(frozen=True)
-class BatchOptions:
+class BatchOptions(AuditOptions):
+    """How ``suffice judge`` (and :func:`suffice.batch.judge_file`) runs: each setting a flag of ``judge``."""
+
     batch_size: int = setting(256, "records per engine call (default 256)", minimum=1)
-    #: Verdict format in the output (:mod:`suffice.formats.verdicts`).
-    fmt: str = DEFAULT_VERDICT_FORMAT
-    overwrite: bool = False
-    #: Judge again every record whose row is an error (not only those the engine caused).
-    retry_errors: bool = False
-    audit_db: Path | None = None
-    audit_key: bytes | None = None
-    #: Where to write an anchor of the audit log when the run ends (see :meth:`AuditLog.save_anchor`).
-    anchor_file: Path | None = None
-    #: File formats (:mod:`suffice.formats.files`); ``None``: by the file's extension.
-    input_format: str | None = None
-    output_format: str | None = None
-    #: Input field names that differ from suffice's (RAGAS names are known without one).
-    fields: FieldMap = field(default_factory=FieldMap)
-    #: Judge on Ray actors instead of this process's engine.
-    ray: RayOptions | None = None
-    #: Judge only this shard of the input (one of N copies of a cluster job).
-    shard: Shard | None = None
-    #: The service's caps on one record (a string's characters, a list's entries): a record over one is its
-    #: error row (see :class:`~suffice.batch.inputs.InputFile`).
+    overwrite: bool = setting(False, "start over instead of resuming the output")
+    retry_errors: bool = setting(False, "when resuming, judge again every record whose line is an error")
+    fmt: str = setting(
+        DEFAULT_VERDICT_FORMAT,
+        "verdict format of the rows written (each described in docs/formats.md)",
+        flag="--format",
+        label="format",
+        choices=verdict_format_names,
+    )
+    input_format: str | None = setting(None, "input format (default: by extension)", choices=file_format_names)
+    output_format: str | None = setting(None, "output format (default: by extension)", choices=file_format_names)
+    fields: FieldMap = setting(
+        FieldMap(),
+        "read suffice's FIELD (id, question, chunks, response, rubric) from the input's NAME; repeatable "
+        "(RAGAS names are known without one)",
+        flag="--field",
+        label="field",
+        metavar="FIELD=NAME",
+        reads=tuple[str, ...],
+        convert=FieldMap.parse,
+    )
+    ray: RayOptions | None = setting(
+        None,
+        "judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
+        const="auto",
+        metavar="ADDRESS",
+        in_process=True,
+        reads=str,
+        convert=RayOptions,
+    )
+    shard: Shard | None = setting(
+        None,
+        "judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
+        metavar="K/N",
+        reads=str,
+        convert=Shard.parse,
+    )
     max_field_chars: int = setting(
         MAX_FIELD_CHARS,
         f"most characters in one string of a record, as serve's (default {MAX_FIELD_CHARS}; over: its error row)",
@@ -106,11 +145,9 @@ class BatchOptions:
     )
 
     def __post_init__(self) -> None:
-        check(self)
-        verdict_format(self.fmt)
+        super().__post_init__()
+        verdict_format(self.fmt)  # one installed apart must load
         for name in ("input_format", "output_format"):
             value = getattr(self, name)
             if value is not None:
                 file_format(value, name)
-        if self.anchor_file is not None and self.audit_db is None:
-            raise ConfigError("anchor_file", str(self.anchor_file), "needs audit_db: it anchors the audit log")

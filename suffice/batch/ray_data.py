@@ -10,11 +10,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from suffice.batch.options import finite_number, whole_number
+from suffice.batch.options import BatchOptions, RayOptions
 from suffice.batch.ray_pool import JudgeWorker, ray_module
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError
-from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format
+from suffice.formats.verdicts import verdict_format
 from suffice.gates.registry import gate_class
 from suffice.isolation import isolate
 from suffice.judge import Judge
@@ -22,6 +22,7 @@ from suffice.records.fields import FieldMap
 from suffice.records.item import record_id
 from suffice.results import JudgeResult
 from suffice.rows.shaping import crash_result, result_row
+from suffice.settings import declared
 
 #: Times Ray Data may restart a :func:`judge_dataset` actor whose process died, and retry
 #: its batch.  Ray Data's default is for ever: a record that kills its actor restarts it
@@ -104,50 +105,51 @@ class _DatasetWorker:
         return results
 
 
+#: The settings of :class:`BatchOptions` a dataset is judged by; another set is refused rather than ignored.
+_DATASET_SETTINGS = ("batch_size", "fmt", "fields", "ray")
+
+
 def judge_dataset(
     dataset: Any,
     config: JudgeConfig,
+    options: BatchOptions | None = None,
     *,
-    actors: int = 1,
-    batch_size: int = 64,
-    fmt: str = DEFAULT_VERDICT_FORMAT,
-    fields: Sequence[str] = (),
-    gpus_per_actor: float | None = None,
-    cpus_per_actor: float = 1.0,
     open_judge: Callable[[JudgeConfig], Judge] | None = None,
 ) -> Any:
-    """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by ``actors``
-    engines: one row per record with ``id``, ``positive`` (the gate's decision that
-    routes; null for an error), ``error`` (its type) and ``result`` (the full row as
-    JSON, as ``suffice judge`` writes it).  ``fields``: a mapping as for ``--field``
-    (``["question=query"]``).  Records need ids (a Dataset's order is not kept, so a
-    position would join nothing back); one without is an error row naming ``id``.
-    ``gpus_per_actor``: default one per tensor-parallel rank when the cluster has GPUs.
-    Lazy, like every Ray Data transform.  A record that kills the engine gets an
-    ``EngineCrashError`` row and the others their verdicts (see :class:`_DatasetWorker`);
-    an actor process that dies is restarted, its batch retried, up to
-    :data:`DATASET_RESTARTS` times.  ``open_judge``: how each actor opens its judge
-    (default :meth:`Judge.open`)."""
-    whole_number("actors", actors, least=1)
-    whole_number("batch_size", batch_size, least=1)
-    refused = verdict_format(fmt).refuses(gate_class(config.gate))
+    """A Ray ``Dataset`` of records (suffice's fields or RAGAS names) judged by Ray actors, one engine each: one row
+    per record with ``id``, ``positive`` (the gate's decision that routes; null for an error), ``error`` (its type)
+    and ``result`` (the full row as JSON, as ``suffice judge`` writes it).  ``options``: its ``batch_size``,
+    ``fmt``, ``fields`` and ``ray`` (:class:`RayOptions`: ``actors``, default 1; ``gpus_per_actor``, default one per
+    tensor-parallel rank when the cluster has GPUs; ``cpus_per_actor``, default 1).  Records need ids (a Dataset's
+    order is not kept, so a position would join nothing back); one without is an error row naming ``id``.  Lazy,
+    like every Ray Data transform.  A record that kills the engine gets an ``EngineCrashError`` row and the others
+    their verdicts (see :class:`_DatasetWorker`); an actor process that dies is restarted, its batch retried, up to
+    :data:`DATASET_RESTARTS` times.  ``open_judge``: how each actor opens its judge (default :meth:`Judge.open`)."""
+    options = options or BatchOptions()
+    for d in declared(BatchOptions):
+        if d.name not in _DATASET_SETTINGS and not d.is_default(getattr(options, d.name)):
+            raise ConfigError(d.label, getattr(options, d.name), "not used by judge_dataset")
+    refused = verdict_format(options.fmt).refuses(gate_class(config.gate))
     if refused is not None:
-        raise ConfigError("format", fmt, refused)
-    finite_number("cpus_per_actor", cpus_per_actor)
-    if gpus_per_actor is not None:
-        finite_number("gpus_per_actor", gpus_per_actor)
-    mapping = dict(FieldMap.parse(list(fields)).names)
+        raise ConfigError("format", options.fmt, refused)
+    ray = options.ray or RayOptions()
+    gpus_per_actor = ray.gpus_per_actor
     if gpus_per_actor is None:
         has_gpus = float(ray_module().cluster_resources().get("GPU", 0)) > 0
         gpus_per_actor = float(config.engine.tensor_parallel_size or 1) if has_gpus else 0.0
     return dataset.map_batches(
         _DatasetWorker,
-        fn_constructor_kwargs={"config": config, "fmt": fmt, "fields": mapping, "open_judge": open_judge},
-        batch_size=batch_size,
+        fn_constructor_kwargs={
+            "config": config,
+            "fmt": options.fmt,
+            "fields": dict(options.fields.names),
+            "open_judge": open_judge,
+        },
+        batch_size=options.batch_size,
         batch_format="pyarrow",
-        concurrency=actors,
+        concurrency=ray.actors or 1,
         num_gpus=gpus_per_actor,
-        num_cpus=cpus_per_actor,
+        num_cpus=1.0 if ray.cpus_per_actor is None else ray.cpus_per_actor,
         max_restarts=DATASET_RESTARTS,
         max_task_retries=DATASET_RESTARTS,
     )

@@ -24,7 +24,7 @@ from suffice.exceptions import InputError
 from suffice.files import replace_atomically, writing
 from suffice.gates.roles import calibration_scores, useful_chunk_ids
 from suffice.records.fields import FieldMap
-from suffice.summary import OutputTokens
+from suffice.results import OutputTokens
 
 if TYPE_CHECKING:
     from suffice.gates.base import Gate

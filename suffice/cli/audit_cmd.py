@@ -51,10 +51,8 @@ class AuditCommandFlags:
     expect_keyed: bool = setting(
         False, "the log must be keyed: one that says it is not was rewritten without the key (exit 4)"
     )
-    anchor: Path | None = setting(
-        None,
-        "an anchor file (`suffice audit anchor`, or --anchor-file of judge/calibrate/serve)",
-        also=("--anchor-file",),
+    anchor_file: Path | None = setting(
+        None, "an anchor file (`suffice audit anchor`, or --anchor-file of judge/calibrate/serve)"
     )
     output: Path | None = setting(None, "the file to write", also=("-o",), required=True)
     since: str | None = setting(None, "rows at or after this ISO 8601 time (UTC unless it says)")
@@ -76,7 +74,7 @@ def add_parsers(sub: Any) -> None:
     verify = actions.add_parser(
         "verify", help="check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
     )
-    add_flags(verify, AuditCommandFlags, only=("db", "audit_key", "expect_keyed", "anchor"))
+    add_flags(verify, AuditCommandFlags, only=("db", "audit_key", "expect_keyed", "anchor_file"))
     verify.set_defaults(run=run_verify)
     anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
     add_flags(anchor, AuditCommandFlags, only=("db", "audit_key", "output"))
@@ -115,7 +113,7 @@ def _onto_the_log(db: Path, output: Path) -> bool:
 
 @reports_errors
 def run_verify(args: argparse.Namespace) -> int:
-    anchor = load_anchor(args.anchor) if args.anchor else None
+    anchor = load_anchor(args.anchor_file) if args.anchor_file else None
     log = _open(args.db, args.audit_key)
     if log is None:
         return EXIT_USAGE

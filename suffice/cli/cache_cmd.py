@@ -1,5 +1,5 @@
-"""The verdict cache on the command line: ``--cache`` / ``--no-cache`` for ``judge``, ``calibrate`` and ``serve``,
-and ``suffice cache stats | clear``."""
+"""The verdict cache on the command line: ``--verdict-cache`` / ``--no-verdict-cache`` for ``judge``, ``calibrate``
+and ``serve``, and ``suffice cache stats | clear``."""
 
 from __future__ import annotations
 
@@ -29,11 +29,10 @@ class CacheFlags:
         None,
         "the verdict cache file: a record judged before under the same model, settings and prompt is answered "
         f"from it (default: ${CACHE_ENV}, else verdicts.sqlite3 in suffice's cache folder; off: none)",
-        also=("--cache",),
         metavar="PATH",
         in_process=True,
     )
-    no_verdict_cache: bool = setting(False, "judge every record", also=("--no-cache",), in_process=True)
+    no_verdict_cache: bool = setting(False, "judge every record", in_process=True)
     verdict_cache_mib: int = setting(
         DEFAULT_MAX_BYTES // _MIB,
         f"the cache's bound; past it the least recently used verdicts go (default {DEFAULT_MAX_BYTES // _MIB})",
@@ -45,7 +44,7 @@ class CacheFlags:
     def __post_init__(self) -> None:
         check(self)
         if self.no_verdict_cache and self.verdict_cache is not None:
-            raise ConfigError("no_verdict_cache", True, "--no-cache and --cache PATH contradict each other")
+            raise ConfigError("no_verdict_cache", True, "--no-verdict-cache and --verdict-cache PATH contradict")
 
     def judge_settings(self) -> dict[str, Any]:
         """``JudgeConfig``'s ``cache`` and ``cache_max_bytes``."""
@@ -89,7 +88,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = JudgeConfig(cache=args.verdict_cache).cache_path()
     if path is None:
-        raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --cache PATH")
+        raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --verdict-cache PATH")
     if args.action == "stats" and not path.exists():
         print(json.dumps({"path": str(path), "entries": 0, "bytes": 0, "exists": False}))
         return EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from suffice.batch import BatchOptions
+from suffice.batch.options import AuditOptions
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
@@ -45,7 +47,6 @@ class CalibrateFlags:
         None, "report folder (verdicts.jsonl resumes there)", also=("-o",), required=True, metavar="OUTPUT"
     )
     limit: int | None = setting(None, "use the first N records only", minimum=0, metavar="N")
-    overwrite: bool = setting(False, "judge again instead of resuming verdicts.jsonl")
     precision_target: float = setting(0.9, "precision for the high-stakes threshold", above=0, maximum=1)
     score: str | None = setting(None, "which score's threshold to save (default: best AUC)")
     choose: str | None = setting(
@@ -62,8 +63,6 @@ class CalibrateFlags:
         "save the chosen threshold where the gate reads it (sufficiency: a gate config file PATH; "
         "adequacy: the rubric's next version, in PATH or the rubric folder)",
         const=SAVE_WHERE_THE_GATE_KEEPS_IT,
-        also=("--save-config",),
-        const_also=("--save-rubric",),
         metavar="PATH",
     )
 
@@ -75,12 +74,14 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "calibrate",
         help="tune a gate on golden data",
-        description="Judge labeled records (`sufficient` is the label), then write report.json, report.md and plots.",
+        description="Judge labeled records (`sufficient` is the label), in this process or through a running service "
+        "(--server), then write report.json, report.md, report.html and plots.",
     )
     add_flags(p, CalibrateFlags, only=("golden", "output"))
     judge_cmd.add_judge_args(p)
-    judge_cmd.add_audit_args(p)
+    add_flags(p, BatchOptions, only=(*(d.name for d in declared(AuditOptions)), "overwrite"))
     add_flags(p, CalibrateFlags, only=[d.name for d in declared(CalibrateFlags) if d.name not in ("golden", "output")])
+    add_flags(p, judge_cmd.JudgeFlags, only=("server", "timeout"))
     p.set_defaults(run=run, command_settings=SettingSources(p, "calibrate", "precision_target = 0.95"))
 
 
@@ -102,14 +103,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: -o {str(args.output)!r} is a file; calibrate writes a report folder there", file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = judge_cmd.config_from_args(args)
-        options = BatchOptions(
-            batch_size=args.batch_size,
-            overwrite=args.overwrite,
-            audit_db=args.audit_db,
-            audit_key=judge_cmd.audit_key_of(args),
-            anchor_file=args.anchor_file,
-        )
+        config = judge_cmd.judge_config(args)
+        options: BatchOptions = from_args(BatchOptions, args)
     except ConfigError as exc:
         raise judge_cmd.named(exc, args) from None  # said by reports_errors, with the table's exit status
     read = list(read_records(args.golden))  # a damaged or zstd-compressed golden file: ConfigError
@@ -145,7 +140,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     replace_atomically(source, (dump_line(r) for r in records), private=True)
     verdicts = args.output / "verdicts.jsonl"
-    status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress)
+    try:
+        client = judge_cmd.open_client(args, config)  # --server: a team that only runs the service calibrates on it
+    except ConfigError as exc:
+        raise judge_cmd.named(exc, args) from None
+    with client or contextlib.nullcontext():
+        status = judge_cmd.judge_file(config, source, verdicts, options, progress=not args.no_progress, client=client)
     if status not in (EXIT_OK, EXIT_ITEM_ERRORS):
         return status
     rows = [json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()]

@@ -4,6 +4,7 @@ by id, in this process or on Ray actors."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from suffice import batch
-from suffice.audit import load_key
-from suffice.batch import BatchOptions, FieldMap, RayOptions, Shard
+from suffice.batch import BatchOptions, RayOptions
 from suffice.cli.cache_cmd import CacheFlags, add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
-from suffice.cli.progress import progress_bar
 from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import JudgeConfig
@@ -26,13 +25,12 @@ from suffice.exceptions import (
     SufficeError,
 )
 from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.formats.files import file_format_names
-from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, VERDICT_FORMATS, verdict_format_names
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_config
+from suffice.serving.progress import progress_bar
 from suffice.settings import (
     ENV_PREFIX,
     add_flags,
@@ -49,40 +47,9 @@ from suffice.text import terminal_text
 
 
 @dataclass(frozen=True)
-class AuditFlags:
-    """The audit log's settings of ``judge``, ``calibrate`` and ``serve``."""
-
-    audit_db: Path | None = setting(None, "record every evaluation in this audit database", in_process=True)
-    audit_key: Path | None = setting(
-        None, "key file (suffice audit keygen) for the audit log's keyed MAC chain", in_process=True
-    )
-    anchor_file: Path | None = setting(
-        None,
-        "when the run ends (serve: at shutdown), write an anchor of the audit log to PATH; keep it where the "
-        "log's writers cannot reach, and check with `suffice audit verify --anchor-file PATH`",
-        metavar="PATH",
-        in_process=True,
-    )
-
-    def __post_init__(self) -> None:
-        check(self)
-
-    def key(self) -> bytes | None:
-        """The audit key's bytes; a key without a database is a usage error (ConfigError)."""
-        if self.audit_key is None:
-            return None
-        if self.audit_db is None:
-            raise ConfigError("audit_key", str(self.audit_key), "needs --audit-db")
-        return load_key(self.audit_key)
-
-
-def _verdict_formats_help() -> str:
-    return "verdict format in OUTPUT: " + "; ".join(f"{f.name}: {f.help}" for f in VERDICT_FORMATS.all())
-
-
-@dataclass(frozen=True)
 class JudgeFlags:
-    """``suffice judge``'s own settings (``--gate`` and ``--no-progress``: ``calibrate``'s too)."""
+    """``suffice judge``'s own settings besides :class:`BatchOptions` (``--gate`` and ``--no-progress``: calibrate's
+    too)."""
 
     input: Path | None = setting(
         None,
@@ -98,28 +65,6 @@ class JudgeFlags:
     )
     gate: str = setting(DEFAULT_GATE, f"the gate that judges (default {DEFAULT_GATE})", choices=gate_names)
     no_progress: bool = setting(False, "no progress bar on stderr")
-    overwrite: bool = setting(False, "start over instead of resuming OUTPUT")
-    retry_errors: bool = setting(False, "when resuming, judge again every record whose line is an error")
-    format: str = setting(DEFAULT_VERDICT_FORMAT, _verdict_formats_help(), choices=verdict_format_names)
-    input_format: str | None = setting(None, "input format (default: by extension)", choices=file_format_names)
-    output_format: str | None = setting(None, "output format (default: by extension)", choices=file_format_names)
-    field: tuple[str, ...] = setting(
-        (),
-        "read suffice's FIELD (id, question, chunks, response, rubric) from the input's NAME; repeatable",
-        metavar="FIELD=NAME",
-    )
-    ray: str | None = setting(
-        None,
-        "judge on Ray actors, one engine each: auto (a running cluster; the default), local, or an address",
-        const="auto",
-        metavar="ADDRESS",
-        in_process=True,
-    )
-    shard: str | None = setting(
-        None,
-        "judge only shard K (0 to N-1) of N: records K, K+N, K+2N, ... (one of N copies of a cluster job)",
-        metavar="K/N",
-    )
     server: str | None = setting(
         None,
         "judge through a running `suffice serve` at URL (its engine already started; --api-key-file: its "
@@ -159,28 +104,15 @@ def judge_settings_from_args(args: argparse.Namespace, config: type[JudgeConfig]
     return values_of(config, args)
 
 
-def add_audit_args(p: argparse.ArgumentParser) -> None:
-    add_flags(p, AuditFlags)
-
-
-def audit_key_of(args: argparse.Namespace) -> bytes | None:
-    """The audit key's bytes; a key without a database is a usage error (ConfigError)."""
-    flags: AuditFlags = from_args(AuditFlags, args)
-    return flags.key()
-
-
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
     )
     add_flags(p, JudgeFlags, only=("input", "output"))
     add_judge_args(p)
-    add_flags(p, JudgeFlags, only=("overwrite", "retry_errors", "format", "input_format", "output_format"))
-    add_flags(p, BatchOptions, only=("max_field_chars", "max_chunks_per_item"))
-    add_flags(p, JudgeFlags, only=("field", "ray"))
-    add_flags(p, RayOptions, only=("actors",))
-    add_flags(p, JudgeFlags, only=("shard", "server", "timeout"))
-    add_audit_args(p)
+    add_flags(p, BatchOptions, only=[d.name for d in declared(BatchOptions) if d.name != "batch_size"])
+    add_flags(p, RayOptions)
+    add_flags(p, JudgeFlags, only=("server", "timeout"))
     p.set_defaults(run=run, command_settings=SettingSources(p, "judge", "batch_size = 64"))
 
 
@@ -203,8 +135,7 @@ def named(exc: ConfigError, args: argparse.Namespace) -> ConfigError:
 IN_PROCESS = (
     *in_process_flags(EngineConfig),
     *in_process_flags(RayOptions),
-    *in_process_flags(JudgeFlags),
-    *in_process_flags(AuditFlags),
+    *in_process_flags(BatchOptions),
     *in_process_flags(CacheFlags),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
@@ -218,7 +149,7 @@ def in_process_setting(args: argparse.Namespace) -> tuple[str, str] | None:
     for the runs that start an engine, and a run through ``--server`` does not read it."""
     sources = getattr(args, "settings_sources", {})
     for name, flag in IN_PROCESS:
-        value = getattr(args, name)
+        value = getattr(args, name, None)  # a command without the flag (calibrate takes no --ray)
         if sources.get(name, "its flag") != "its flag":
             continue
         if value is not None and value is not False and value != _DEFAULTS.get(name):
@@ -282,6 +213,31 @@ def request_settings(args: argparse.Namespace, config: JudgeConfig) -> dict[str,
     }
 
 
+def judge_config(args: argparse.Namespace) -> JudgeConfig:
+    """The run's config: the engine's in this process, or with ``--server`` the gate, options and detail alone."""
+    if args.server is not None:
+        return server_config_from_args(args)
+    if args.timeout is not None:
+        raise ConfigError("timeout", args.timeout, "needs --server")
+    return config_from_args(args)
+
+
+def open_client(args: argparse.Namespace, config: JudgeConfig) -> Client | None:
+    """``--server``: the client of the service (open it last: nothing after it may fail and leave it open)."""
+    if args.server is None:
+        return None
+    key = read_api_key(args.engine_key_file, private=False).decode("ascii") if args.engine_key_file else None
+    return Client(
+        args.server,
+        api_key=key,
+        api_key_source=key_source(args),
+        timeout=DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout,
+        gate=args.gate,
+        allow_insecure_http=args.allow_insecure_http,
+        judge_settings=request_settings(args, config),
+    )
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
@@ -290,50 +246,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         read_settings(args)
         flags: JudgeFlags = from_args(JudgeFlags, args)  # the bounds of what a variable or the file gave too
-        if args.server is not None:
-            config = server_config_from_args(args)
-            key = (
-                read_api_key(args.engine_key_file, private=False).decode("ascii")
-                if args.engine_key_file is not None
-                else None
-            )
-        else:
-            if args.timeout is not None:
-                raise ConfigError("timeout", args.timeout, "needs --server")
-            config = config_from_args(args)
-        if args.actors is not None and flags.ray is None:
+        config = judge_config(args)
+        if args.actors is not None and args.ray is None:
             raise ConfigError("actors", args.actors, "needs --ray")
-        options = BatchOptions(
-            batch_size=args.batch_size,
-            fmt=flags.format,
-            overwrite=flags.overwrite,
-            retry_errors=flags.retry_errors,
-            audit_db=args.audit_db,
-            audit_key=audit_key_of(args),
-            anchor_file=args.anchor_file,
-            input_format=flags.input_format,
-            output_format=flags.output_format,
-            fields=FieldMap.parse(flags.field),
-            ray=None if flags.ray is None else RayOptions(address=flags.ray, actors=args.actors),
-            shard=None if flags.shard is None else Shard.parse(flags.shard),
-            max_field_chars=args.max_field_chars,
-            max_chunks_per_item=args.max_chunks_per_item,
-        )
-        if args.server is not None:  # last: nothing after it may fail and leave its connection open
-            client = Client(
-                args.server,
-                api_key=key,
-                api_key_source=key_source(args),
-                timeout=DEFAULT_TIMEOUT_S if flags.timeout is None else flags.timeout,
-                gate=args.gate,
-                allow_insecure_http=args.allow_insecure_http,
-                judge_settings=request_settings(args, config),
-            )
+        ray = None if args.ray is None else from_args(RayOptions, args, address=args.ray)
+        options: BatchOptions = from_args(BatchOptions, args, ray=ray)
+        client = open_client(args, config)
     except ConfigError as exc:
         raise named(exc, args) from None  # said by reports_errors, with the table's exit status
-    if args.server is None:
-        return judge_file(config, args.input, args.output, options, progress=not flags.no_progress)
-    with client:
+    with client or contextlib.nullcontext():
         return judge_file(config, args.input, args.output, options, progress=not flags.no_progress, client=client)
 
 

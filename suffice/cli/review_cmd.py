@@ -33,7 +33,7 @@ from suffice.text import terminal_text
 class ReviewFlags:
     """The settings of ``suffice review``'s actions (``--audit-key``: :class:`AuditCommandFlags`')."""
 
-    db: Path = setting(DEFAULT_AUDIT_DB, f"default {DEFAULT_AUDIT_DB}", flag="--audit-db", also=("--db",))
+    db: Path = setting(DEFAULT_AUDIT_DB, f"default {DEFAULT_AUDIT_DB}", flag="--audit-db")
     all: bool = setting(False, "include resolved reviews")
     json: bool = setting(False, "one JSON object per line (show: the review as one JSON object)")
     id: int | None = setting(None, "the review's number", positional=True)

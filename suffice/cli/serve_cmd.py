@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.audit import AuditLog
+from suffice.batch.options import AuditOptions
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
-from suffice.cli.judge_cmd import add_audit_args, add_judge_settings, audit_key_of, judge_settings_from_args
+from suffice.cli.judge_cmd import add_judge_settings, judge_settings_from_args
 from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, SufficeError
@@ -49,7 +50,7 @@ def add_parser(sub: Any) -> None:
     add_judge_settings(p)
     add_cache_args(p)
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
-    add_audit_args(p)
+    add_flags(p, AuditOptions)
     settings = SettingSources(p, "serve")
     p.set_defaults(run=run, command_settings=settings, serve_settings=settings)
 
@@ -83,9 +84,7 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
         judge=JudgeConfig(gate=gates[0], engine=engine, **judge_settings_from_args(args), **cache_settings(args)),
         gates=gates,
         options=gate_options_from_args(args),
-        audit_db=args.audit_db,
-        audit_key=audit_key_of(args),
-        anchor_file=args.anchor_file,
+        **vars(from_args(AuditOptions, args)),
         verbose=args.verbose,
     )
     return served

@@ -24,7 +24,6 @@ from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.prompts.templates import FENCE_SECRET_ENV
-from suffice.renamed import renamed_names
 from suffice.settings import ENV_PREFIX, key_of
 
 #: The flag and the variable naming the TOML file.
@@ -99,11 +98,6 @@ class SettingSources:
         for action in parser._actions:
             longs = [option for option in action.option_strings if option.startswith("--")]
             if not longs or isinstance(action, argparse._HelpAction | argparse._VersionAction) or action.required:
-                continue
-            if isinstance(action, argparse._StoreConstAction) and not isinstance(action, argparse._StoreTrueAction):
-                # A spelling of another flag's value (calibrate --save-rubric): not a setting, but given, it wins
-                # over that setting's variable and key as the flag would.
-                action.__class__ = _recording(type(action))
                 continue
             key = key_of(longs[0])
             if isinstance(action, argparse._StoreTrueAction):
@@ -256,6 +250,3 @@ def with_origin(exc: ConfigError, origins: Mapping[str, str], names: Mapping[str
     if origin.startswith(ENV_PREFIX):
         return ConfigError(origin, exc.value, reason)
     return ConfigError(exc.parameter, exc.value, f"{reason} (set as {origin})")
-
-
-__getattr__ = renamed_names(__name__, {"CommandSettings": "SettingSources", "ServeSettings": "SettingSources"})

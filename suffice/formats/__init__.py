@@ -1,4 +1,4 @@
-"""Formats as plug-ins, each kind in one registry (:mod:`suffice.formats.registry`):
+"""Formats as plug-ins, found as gates are (:class:`suffice.gates.registry.Registry`):
 
 - ``verdicts/``: the shape a row's verdict is written in (``--format``, ``?format=``): one module a format;
 - ``files/``: the files ``suffice judge`` reads and writes (``--input-format``, ``--output-format``, by extension).

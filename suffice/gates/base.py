@@ -5,7 +5,6 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,8 +141,7 @@ class Gate(ABC):
     routes by its ``passes`` unless the gate writes :meth:`route`.  Everything else a gate may do is a role it
     takes by defining the role's names, found by :mod:`suffice.gates.roles` (which also holds each role's
     default): a decision token (``decision_key``, ``decision_json_values``, ``positive_value``) for ``--detail
-    decision``, its own reading of records, a calibrated threshold, commands of its own.  The names those roles
-    had on this class stay one release as deprecated defaults, attached by :mod:`suffice.gates.roles`.
+    decision``, its own reading of records, a calibrated threshold, commands of its own.
     """
 
     name: str
@@ -242,17 +240,6 @@ class Gate(ABC):
         """Whether the verdict says "enough evidence" (the decision that routes): by default, whether
         :meth:`route` delivers it."""
         return self.route(verdict).route == "deliver"
-
-    def export(self, verdict: BaseModel, fmt: str) -> dict[str, Any]:
-        """Deprecated, kept one release: the verdict formats hold this now (:func:`suffice.formats.verdicts.export`)."""
-        warnings.warn(
-            "Gate.export is deprecated: use suffice.formats.verdicts.export(gate, verdict, fmt)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from suffice.formats.verdicts import export
-
-        return export(self, verdict, fmt)
 
 
 def _output_model(gate: Gate, needed_by: str) -> type[BaseModel]:

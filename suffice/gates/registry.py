@@ -1,21 +1,84 @@
-"""Where gates are found: the entry-point group ``suffice.gates``, one name a gate.
+"""Where plug-ins are found, one way for every kind (gates, verdict formats, file formats): an entry-point group a
+kind, one name a plug-in (:class:`Registry`).
 
-suffice registers its own gates there too (``pyproject.toml``), so a gate installed from
-another package is found, built, judged, served, calibrated and exported exactly as the
-built-in ones are.  A gate class is imported only when its name is first asked for.
+suffice registers its own there too (``pyproject.toml``), so a plug-in installed from another package is found,
+checked and used exactly as the built-in ones are.  A plug-in is imported only when its name is first asked for.
+The gates' registry also builds a gate by name (:func:`make_gate`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import cache
+from collections.abc import Callable, Mapping
+from functools import cached_property
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from suffice.exceptions import ConfigError
 from suffice.gates import roles
 from suffice.gates.base import Gate
 from suffice.gates.decision import AutoGate, DecisionGate
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """The plug-ins of one kind: the entry points of ``group``, each the object its name names, checked by
+    ``accepts`` and by its ``name`` attribute when first loaded.  Errors name ``parameter`` (``gate``, ``format``);
+    the names are listed ``first`` first (a default), then suffice's own, then the others, each as registered."""
+
+    def __init__(
+        self, kind: str, group: str, accepts: Callable[[object], bool], parameter: str, first: str | None = None
+    ) -> None:
+        self.kind, self.group, self.parameter, self.first = kind, group, parameter, first
+        self._accepts = accepts
+        self._loaded: dict[str, T] = {}
+
+    @cached_property
+    def _points(self) -> dict[str, EntryPoint]:
+        found: dict[str, EntryPoint] = {}
+        for point in entry_points(group=self.group):
+            other = found.get(point.name)
+            if other is not None and other.value != point.value:
+                reason = f"is registered twice: by {other.value} and by {point.value}"
+                raise ConfigError(self.parameter, point.name, reason)
+            found[point.name] = point
+        if not found:
+            reason = f"no {self.kind} is registered under {self.group!r}: is suffice installed?"
+            raise ConfigError(self.parameter, None, reason)
+        own = __name__.partition(".")[0]
+        return dict(sorted(found.items(), key=lambda p: (p[0] != self.first, p[1].module.partition(".")[0] != own)))
+
+    def names(self) -> tuple[str, ...]:
+        """Every registered name, in the order of :class:`Registry`."""
+        return tuple(self._points)
+
+    def get(self, name: str, option: str | None = None) -> T:
+        """The plug-in called ``name``; a :class:`ConfigError` names ``option`` (by default the kind's parameter) and
+        the names there are."""
+        option = option or self.parameter
+        point = self._points.get(name) if isinstance(name, str) else None
+        if point is None:
+            raise ConfigError(option, name, f"must be one of {', '.join(self.names())}")
+        if name not in self._loaded:
+            try:
+                loaded = point.load()
+            except Exception as exc:
+                reason = f"cannot be loaded from {point.value}: {type(exc).__name__}: {exc}"
+                raise ConfigError(option, name, reason) from exc
+            if not self._accepts(loaded) or getattr(loaded, "name", None) != name:
+                raise ConfigError(option, name, f"{point.value} is not a {self.kind} whose name is {name!r}")
+            self._loaded[name] = loaded
+        return self._loaded[name]
+
+    def all(self) -> tuple[T, ...]:
+        """Every plug-in, loaded."""
+        return tuple(self.get(name) for name in self.names())
+
+    def forget(self) -> None:
+        """Look the entry points up again (after a package was installed in this process)."""
+        self.__dict__.pop("_points", None)
+        self._loaded.clear()
+
 
 ENTRY_POINT_GROUP = "suffice.gates"
 #: The gate a judge uses when none is named.
@@ -25,39 +88,19 @@ DEFAULT_CHECK_GATE = "recovery"
 #: ``full``: the whole verdict; ``decision``: only the decision and its probability; ``auto``: the decision for
 #: every record, a full verdict for those it does not deliver or that lie near the threshold (the cascade).
 DETAILS = ("full", "decision", "auto")
-
-
-@cache
-def _entry_points() -> dict[str, EntryPoint]:
-    found: dict[str, EntryPoint] = {}
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        other = found.get(point.name)
-        if other is not None and other.value != point.value:
-            raise ConfigError("gate", point.name, f"is registered twice: by {other.value} and by {point.value}")
-        found[point.name] = point
-    if not found:
-        raise ConfigError("gate", None, f"no gate is registered under {ENTRY_POINT_GROUP!r}: is suffice installed?")
-    return found
+GATES: Registry[type[Gate]] = Registry(
+    "gate", ENTRY_POINT_GROUP, lambda cls: isinstance(cls, type) and issubclass(cls, Gate), "gate", DEFAULT_GATE
+)
 
 
 def gate_names() -> tuple[str, ...]:
-    """Every registered gate's name: the default first, then as registered."""
-    return tuple(sorted(_entry_points(), key=lambda name: name != DEFAULT_GATE))
+    """Every registered gate's name: the default first."""
+    return GATES.names()
 
 
-@cache
 def gate_class(name: str) -> type[Gate]:
     """The class registered as ``name``; a :class:`ConfigError` names the ``gate``."""
-    point = _entry_points().get(name)
-    if point is None:
-        raise ConfigError("gate", name, f"must be one of {', '.join(gate_names())}")
-    try:
-        cls = point.load()
-    except Exception as exc:
-        raise ConfigError("gate", name, f"cannot be loaded from {point.value}: {type(exc).__name__}: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, Gate)) or cls.name != name:
-        raise ConfigError("gate", name, f"{point.value} is not a Gate subclass whose name is {name!r}")
-    return cls
+    return GATES.get(name)
 
 
 def option_names(name: str) -> frozenset[str]:

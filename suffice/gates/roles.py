@@ -4,8 +4,8 @@ The core (:class:`~suffice.gates.base.Gate`) is a gate's options, template, cons
 role is found by what the gate defines, never by what :class:`Gate` defines for it: a gate without a role gets
 the default written here, in the function the rest of suffice calls (``shortcut(gate, item)``, not
 ``gate.shortcut(item)``).  Each role is a :class:`typing.Protocol` for a type checker and a tuple of its names
-(:data:`ROLES`) for :func:`takes`: while :class:`Gate` still carries the moved names as deprecated defaults,
-``isinstance`` against a role would find them on every gate, so the roles are found by :func:`own` instead.
+(:data:`ROLES`) for :func:`takes`: a gate takes a role by defining any of its names, which ``isinstance`` against
+the protocol (all of them) would not see.
 
 - **decision** (:class:`DecidesByToken`): the decision as one JSON key and its values, so ``--detail decision``
   and ``auto`` can decode it alone and its probability be read from the token log-probabilities.
@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, get_origin
 
@@ -33,6 +31,7 @@ from suffice.exceptions import ConfigError
 from suffice.files import replace_atomically
 from suffice.gates.base import CalibrationChoice, Gate, Verdict
 from suffice.grammars.decision import decision_marker as marker_of
+from suffice.records.fields import FieldMap
 from suffice.records.item import Chunk, Item, parse_record
 
 if TYPE_CHECKING:
@@ -123,24 +122,13 @@ ROLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def own(gate: object, name: str) -> Any:
-    """``gate``'s own ``name`` (its instance's, its class's or a base class's), or ``None`` where only
-    :class:`Gate`'s deprecated :class:`Moved` default has it.  ``gate`` may be a gate class."""
-    if not isinstance(gate, type) and name in getattr(gate, "__dict__", {}):
-        return gate.__dict__[name]
-    for klass in (gate if isinstance(gate, type) else type(gate)).__mro__:
-        if name in klass.__dict__:
-            return None if isinstance(klass.__dict__[name], Moved) else getattr(gate, name)
-    return None
-
-
 def takes(gate: object, role: str) -> bool:
     """Whether ``gate`` (or a gate class) defines any name of ``role`` (a key of :data:`ROLES`)."""
-    return any(own(gate, name) is not None for name in ROLES[role])
+    return any(getattr(gate, name, None) is not None for name in ROLES[role])
 
 
 def _call(gate: Any, name: str, *args: Any) -> Any:
-    mine = own(gate, name)
+    mine = getattr(gate, name, None)
     return _DEFAULTS[name](gate, *args) if mine is None else mine(*args)
 
 
@@ -162,14 +150,14 @@ def _scores_from_route(gate: Gate, verdict: Mapping[str, Any]) -> dict[str, floa
 
 
 def _save_problem(gate: Gate, destination: Path | None, report_dir: Path) -> str | None:
-    option = own(gate, "threshold_option")
+    option = getattr(gate, "threshold_option", None)
     if option and (destination is None or destination.is_dir()):
         return f"the {gate.name} gate saves {option} to a JSON file: name it (--save PATH)"
     return None
 
 
 def _save_option(gate: Gate, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str:
-    option = own(gate, "threshold_option")
+    option = getattr(gate, "threshold_option", None)
     problem = save_problem(gate, destination, report_dir)
     if not option or problem is not None or destination is None:
         reason = problem or f"the {gate.name} gate has no calibrated threshold to save"
@@ -211,35 +199,6 @@ _DEFAULTS: dict[str, Any] = {
     "calibrated_under": lambda gate: None,
     "add_commands": lambda gate, sub: None,
 }
-#: The default of a role's attribute, for a gate without it.
-_VALUES: dict[str, Any] = {
-    "decision_key": "",
-    "decision_json_values": (),
-    "positive_value": "",
-    "saveable_scores": (),
-    "threshold_option": "",
-    "decision_delivers": False,
-}
-
-
-class Moved:
-    """A name that moved off :class:`Gate` into a role, kept on it for one release: reading it still works (so a
-    gate's ``super().parse_item(record)`` does) and gives the role's default, but warns, and :func:`own` does not
-    count it as the gate's."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, gate: object, owner: type | None = None) -> Any:
-        warnings.warn(
-            f"Gate.{self.name} moved into a role: define it on the gate, or call suffice.gates.roles.{self.name}"
-            f"(gate, ...) for its value with the default (Gate.{self.name} goes in the next release)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if self.name in _VALUES:
-            return _VALUES[self.name]
-        return partial(_DEFAULTS[self.name], owner if gate is None else gate)
 
 
 # -- decision ------------------------------------------------------------------------------------------------
@@ -267,11 +226,11 @@ def decision_of(gate: object) -> Decision | None:
     """``gate``'s decision token (a gate or a gate class), or ``None`` when it declares none.  Without
     ``decision_json_values``, the values are those of the ``Literal`` field ``decision_key`` names in the gate's
     ``output_model``."""
-    key = own(gate, "decision_key")
+    key = getattr(gate, "decision_key", None)
     if not key:
         return None
-    values = own(gate, "decision_json_values") or _literal_values(getattr(gate, "output_model", None), key)
-    return Decision(key, tuple(values), own(gate, "positive_value") or "")
+    values = getattr(gate, "decision_json_values", None) or _literal_values(getattr(gate, "output_model", None), key)
+    return Decision(key, tuple(values), getattr(gate, "positive_value", None) or "")
 
 
 def _literal_values(model: type[BaseModel] | None, key: str) -> tuple[str, ...]:
@@ -285,14 +244,14 @@ def decision_delivers(gate: object) -> bool:
     """Whether ``gate``'s decision token alone decides its rule, so that a decision-only verdict may deliver
     (default: no: the rule reads more of the full verdict than its decision, and a positive decision-only verdict
     goes to the full verdict under ``auto``, to a person under ``decision``)."""
-    return bool(own(gate, "decision_delivers"))
+    return bool(getattr(gate, "decision_delivers", False))
 
 
 def check_detail(gate: Gate, detail: str) -> None:
     """Raise :class:`ConfigError` if ``gate`` cannot judge at ``detail`` (``full`` or ``decision``): its own rule,
     or by default only ``full`` for a gate without a decision token."""
     _call(gate, "check_detail", detail)
-    if own(gate, "check_detail") is not None:
+    if getattr(gate, "check_detail", None) is not None:
         _no_detail_but_full(gate, detail)
 
 
@@ -312,9 +271,14 @@ def model_positive(gate: Gate, verdict: BaseModel) -> bool | None:
 # -- input ---------------------------------------------------------------------------------------------------
 
 
+#: How every judge reads a record, whatever brought it (Python, a file, a request): RAGAS names and strings as
+#: chunks are read as suffice's own; no other renaming (a file's ``--field`` mapping is applied before).
+_AS_READ = FieldMap()
+
+
 def parse_item(gate: Gate, record: object) -> Item:
     """``record`` as the item ``gate`` judges (default: every field checked, ``response`` if the gate needs it)."""
-    return _call(gate, "parse_item", record)  # type: ignore[no-any-return]
+    return _call(gate, "parse_item", _AS_READ.apply(record, None))  # type: ignore[no-any-return]
 
 
 def shortcut(gate: Gate, item: Item) -> BaseModel | None:
@@ -353,7 +317,7 @@ def high_stakes(gate: Gate, item: Item) -> bool:
 
 def saveable_scores(gate: Gate) -> tuple[str, ...]:
     """Which calibration scores a threshold can be saved for (none: the gate is not calibrated)."""
-    return tuple(own(gate, "saveable_scores") or ())
+    return tuple(getattr(gate, "saveable_scores", None) or ())
 
 
 def calibration_scores(gate: Gate, verdict: Mapping[str, Any]) -> dict[str, float | None]:
@@ -398,25 +362,3 @@ def save_calibration(gate: Gate, choice: CalibrationChoice, destination: Path | 
 def add_commands(gate_class: type[Gate], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the gate's own subcommands to the ``suffice`` command, if it has any."""
     _call(gate_class, "add_commands", sub)
-
-
-# -- the names that moved off Gate, kept there one release -----------------------------------------------------
-
-
-def _decision_marker(gate: Gate) -> str:
-    warnings.warn(
-        "Gate.decision_marker is deprecated: use suffice.gates.roles.decision_of(gate).marker",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    found = decision_of(gate)
-    return "" if found is None else found.marker
-
-
-for _name in [*_DEFAULTS, *_VALUES]:
-    if _name in ("threshold_option", "decision_delivers"):  # new with the roles: never names of Gate
-        continue
-    _moved = Moved()
-    _moved.__set_name__(Gate, _name)
-    setattr(Gate, _name, _moved)
-Gate.decision_marker = property(_decision_marker)  # type: ignore[attr-defined]

@@ -100,7 +100,7 @@ class GateOutcome:
     setting that decided, e.g. ``human_review: on_review='keep'``).
     """
 
-    result: JudgeResult
+    result: JudgeResult[BaseModel]
     positive: bool
     kept: list[int]
     routing: Routing
@@ -288,13 +288,6 @@ class DocumentGate:
         began = time.perf_counter()
         judge: Any = self.judge_object  # ``timeout`` is no keyword of the protocol: passed where the judge takes it
         result = judge.judge(record, **self._call)
-        if inspect.isawaitable(result):  # an AsyncClient's deprecated meaning, called where an event loop runs
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-            raise ConfigError(
-                "judge", type(judge).__name__, "a blocking call in a running event loop: use the async call"
-            )
         return self._record(record, result, time.perf_counter() - began)
 
     async def ajudge(self, question: str, evidence: Sequence[Evidence], answer: str | None = None) -> JudgeResult:

@@ -4,11 +4,4 @@
 - :mod:`~suffice.records.fields`: other schemas' field names (RAGAS too) mapped to a record's.
 - :mod:`~suffice.records.jsonl`: any bytes read as records, one per line; a row written back losslessly.
 - :mod:`~suffice.records.compressed`: gzip, bzip2 and xz inputs told by their first bytes.
-
-``suffice.records`` was the module that :mod:`~suffice.records.item` is now: its names still resolve here, with a
-:class:`DeprecationWarning` naming the new path, for one release.
 """
-
-from suffice.records._moved import moved_names
-
-__getattr__ = moved_names(__name__, __path__, "item")

@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from suffice.renamed import renamed_names
 from suffice.server.admission import RETRY_AFTER_S, Admission
 from suffice.server.config import ServeConfig, host_names
 from suffice.server.contract import request_schemas
@@ -128,6 +127,3 @@ def create_app(
         guarded = ReviewPaths(guarded, app, desk)
     guarded = HostAllowList(guarded, host_names(config))
     return CountedRequests(guarded, metrics, gates)
-
-
-__getattr__ = renamed_names(__name__, {"GateSettings": "SettingsAnswer"})

@@ -11,7 +11,7 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
 from suffice.gates.registry import option_names
-from suffice.network import is_loopback, read_key_file
+from suffice.network import bearer_key, is_loopback, read_key_file
 from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS
 from suffice.settings import check, setting
 
@@ -154,15 +154,11 @@ def host_names(config: ServeConfig) -> frozenset[str]:
 
 
 def read_api_key(path: Path, *, private: bool = True) -> bytes:
-    """The bearer token in ``path`` (surrounding whitespace removed); errors name the option.  ``private``: a file
-    group or others may read is refused, as an audit key is (:func:`~suffice.network.read_key_file`), since
-    whoever reads it can call the service; a client's copy of the key (``judge --server``) is not checked."""
+    """The bearer key in ``path`` (:func:`~suffice.network.bearer_key`, at least 16 characters); errors name the
+    option.  ``private``: a file group or others may read is refused, as an audit key is, since whoever reads it can
+    call the service; a client's copy of the key (``judge --server``) is not checked."""
     key = read_key_file(path, "api_key_file", forging="call the service as its clients" if private else None)
-    if len(key) < 16:
-        raise ConfigError("api_key_file", str(path), "holds fewer than 16 characters: use a long random token")
-    if any(byte < 0x21 or byte > 0x7E for byte in key):
-        raise ConfigError("api_key_file", str(path), "must hold one token of visible ASCII characters")
-    return key
+    return bearer_key(key, "api_key_file", str(path), min_chars=16).encode("ascii")
 
 
 def options_for(config: ServeConfig, gate: str) -> dict[str, Any]:

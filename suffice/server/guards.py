@@ -39,6 +39,12 @@ async def _answer(send: Send, status: int, detail: str, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body})
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` header's value (``""`` for another scheme or none)."""
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 def host_name(value: bytes) -> str:
     """The name in a ``Host`` header, lower case and without its port (``[::1]`` keeps its brackets)."""
     text = value.decode("latin-1").strip().lower()
@@ -82,12 +88,8 @@ class BearerAuth:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        given = b""
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    given = token.strip()
+        header = dict(scope.get("headers", [])).get(b"authorization", b"")
+        given = bearer_token(header.decode("latin-1")).encode("latin-1")
         if not hmac.compare_digest(given, self.key):
             detail = "missing bearer token" if not given else "wrong bearer token"
             await _answer(send, 401, detail, [(b"www-authenticate", b"Bearer")])

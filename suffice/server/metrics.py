@@ -8,17 +8,16 @@ Names follow Prometheus's conventions: ``suffice_`` first, the unit last and plu
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Collection, Mapping
+import functools
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from suffice.gates.base import Gate
-from suffice.gates.roles import model_positive
 from suffice.grammars.routes import Route
-from suffice.results import Judged
+from suffice.results import Judged, Tally
 
 #: Where judge requests go: ``/v1/judge/<gate>``.
 JUDGE_PATH = "/v1/judge/"
@@ -41,10 +40,6 @@ class Metrics:
         self.requests = Counter(
             "suffice_requests_total", "HTTP judge requests by gate and status code", ["gate", "status"], registry=r
         )
-        self.verdicts = Counter("suffice_verdicts_total", "Verdicts served", ["gate"], registry=r)
-        self.item_errors = Counter(
-            "suffice_item_errors_total", "Items answered with an error row", ["gate", "type"], registry=r
-        )
         self.latency = Histogram(
             "suffice_request_duration_seconds",
             "Seconds a judge request took to judge its items",
@@ -52,22 +47,6 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.prompt_tokens = Counter(
-            "suffice_prompt_tokens_total", "Prompt tokens sent to the engine", ["gate"], registry=r
-        )
-        self.completion_tokens = Counter("suffice_completion_tokens_total", "Tokens generated", ["gate"], registry=r)
-        self.verdict_tokens = Histogram(
-            "suffice_verdict_output_tokens",
-            "Output tokens per verdict the model generated (its _sum over its _count: the mean)",
-            ["gate"],
-            buckets=OUTPUT_TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.verdict_tokens_max = Gauge(
-            "suffice_max_verdict_output_tokens", "The most output tokens of one verdict so far", ["gate"], registry=r
-        )
-        self._most: dict[str, int] = {}
-        self._most_lock = threading.Lock()  # requests are answered on several threads
         self.waiting = Gauge("suffice_waiting_requests", "Judge requests waiting for their verdicts", registry=r)
         self.pending_items = Gauge(
             "suffice_pending_items",
@@ -77,22 +56,10 @@ class Metrics:
         self.refused_items = Counter(
             "suffice_refused_items_total", "Items of requests answered 429: the service was full", registry=r
         )
-        self.routes = Counter(
-            "suffice_routed_verdicts_total",
-            "Verdicts by where they route (deliver, retrieve_more, abstain, human_review)",
-            ["gate", "route"],
-            registry=r,
-        )
-        self.decision_overrides = Counter(
-            "suffice_decision_overrides_total",
-            "Verdicts whose routed decision differs from the model's own (the code's decision overrode it)",
-            ["gate"],
-            registry=r,
-        )
-        for gate in gates:
-            for route in get_args(Route):
-                self.routes.labels(gate, route)
-            self.decision_overrides.labels(gate)
+        #: The results counted by gate (a :class:`~suffice.results.Tally` each), read when scraped (:meth:`series`);
+        #: a served gate's route and override series start at 0.
+        self.tallies: dict[str, Tally] = {gate: Tally() for gate in gates}
+        r.register(_Series(self))
         self.engine_alive = Gauge("suffice_engine_alive", "1 while the engine can judge", registry=r)
         self.engine_alive.set(1)
         build = dict(build or {})
@@ -108,39 +75,67 @@ class Metrics:
 
     def on_judged(self, judged: Judged) -> None:
         """A :class:`~suffice.results.ResultsObserver` (of the service's results, each request's once it is
-        answered): count a batch's results under its name; its gate (the one that judged them) routes each verdict
-        and says whether its decision overrode the model's own."""
-        gate, judged_by = judged.name, judged.gate
-        self.latency.labels(gate).observe(judged.seconds)
-        for result in judged.results:
-            if result.error is None:
-                self.verdicts.labels(gate).inc()
-                self._output_tokens(gate, result.tokens.completion)
-                if judged_by is not None and result.verdict is not None:
-                    self._route(gate, judged_by, result.verdict)
-            else:
-                self.item_errors.labels(gate, result.error.type).inc()
-            self.prompt_tokens.labels(gate).inc(result.tokens.prompt)
-            self.completion_tokens.labels(gate).inc(result.tokens.completion)
-
-    def _output_tokens(self, gate: str, completion: int) -> None:
-        """A verdict made without the model (0 tokens) decodes nothing: not counted."""
-        if completion <= 0:
-            return
-        self.verdict_tokens.labels(gate).observe(completion)
-        with self._most_lock:
-            if completion > self._most.get(gate, 0):
-                self._most[gate] = completion
-                self.verdict_tokens_max.labels(gate).set(completion)
-
-    def _route(self, gate: str, judged_by: Gate, verdict: BaseModel) -> None:
-        self.routes.labels(gate, judged_by.route(verdict).route).inc()
-        model = model_positive(judged_by, verdict)
-        if model is not None and model != judged_by.is_positive(verdict):
-            self.decision_overrides.labels(gate).inc()
+        answered): count a batch's results under its name, by its gate's rules (the gate that judged them)."""
+        self.latency.labels(judged.name).observe(judged.seconds)
+        self.tallies.setdefault(judged.name, Tally()).on_judged(judged)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def series(self) -> Iterator[Metric]:
+        """The results' series, read from the tallies when scraped."""
+        by_gate = functools.partial(CounterMetricFamily, labels=["gate"])
+        verdicts = by_gate("suffice_verdicts", "Verdicts served")
+        errors = CounterMetricFamily("suffice_item_errors", "Items answered with an error row", labels=["gate", "type"])
+        prompt = by_gate("suffice_prompt_tokens", "Prompt tokens sent to the engine (none for a cache hit)")
+        completion = by_gate("suffice_completion_tokens", "Tokens generated")
+        output = HistogramMetricFamily(
+            "suffice_verdict_output_tokens",
+            "Output tokens per verdict the model generated (its _sum over its _count: the mean)",
+            labels=["gate"],
+        )
+        most = GaugeMetricFamily(
+            "suffice_max_verdict_output_tokens", "The most output tokens of one verdict so far", labels=["gate"]
+        )
+        routes = CounterMetricFamily(
+            "suffice_routed_verdicts",
+            "Verdicts by where they route (deliver, retrieve_more, abstain, human_review)",
+            labels=["gate", "route"],
+        )
+        overrides = by_gate(
+            "suffice_decision_overrides",
+            "Verdicts whose routed decision differs from the model's own (the code's decision overrode it)",
+        )
+
+        for gate, tally in list(self.tallies.items()):
+            routes_taken = dict(tally.routes)
+            for route in dict.fromkeys([*get_args(Route), *routes_taken]):
+                routes.add_metric([gate, route], routes_taken.get(route, 0))
+            overrides.add_metric([gate], tally.overrides)
+            if not tally.items:
+                continue
+            verdicts.add_metric([gate], tally.verdicts)
+            for kind, n in dict(tally.error_types).items():
+                errors.add_metric([gate, kind], n)
+            prompt.add_metric([gate], tally.prompt_tokens)
+            completion.add_metric([gate], tally.completion_tokens)
+            counts = dict(tally.output_tokens.counts)
+            if counts:
+                below = [(str(float(b)), sum(k for n, k in counts.items() if n <= b)) for b in OUTPUT_TOKEN_BUCKETS]
+                buckets = [*below, ("+Inf", sum(counts.values()))]
+                output.add_metric([gate], buckets, sum(n * k for n, k in counts.items()))
+                most.add_metric([gate], max(counts))
+        yield from (verdicts, errors, prompt, completion, output, most, routes, overrides)
+
+
+class _Series(Collector):
+    """What ``prometheus_client`` scrapes of :meth:`Metrics.series` (its ``describe`` is another)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self.metrics.series()
 
 
 class CountedRequests:

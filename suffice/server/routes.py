@@ -20,7 +20,6 @@ from pydantic import BaseModel
 
 from suffice.exceptions import ConfigError, EngineFatalError, SufficeError, status_of
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
-from suffice.renamed import renamed_names
 from suffice.server.admission import Admission, Admitted
 from suffice.server.config import ServeConfig
 from suffice.server.contract import format_parameter, query_parameters, request_body, response_model
@@ -62,6 +61,9 @@ class SettingsAnswer(BaseModel):
     settings: dict[str, str]
     #: What the service says of its model (the embedded model's verdicts are not judgements); null for others.
     notice: str | None = None
+    #: The request limits: a client sends a larger batch in requests within them (--max-items, --max-body-bytes).
+    max_items: int
+    max_body_bytes: int
 
 
 def _retrieve(work: asyncio.Future[Any]) -> None:
@@ -190,7 +192,14 @@ class Routes:
             return _refused_request(exc, ["query", exc.field or "query"])
         if "model" in values:
             values["model"] = public_model_name(values["model"])
-        return JSONResponse(SettingsAnswer(gate=gate, settings=values, notice=service.notice).model_dump())
+        answer = SettingsAnswer(
+            gate=gate,
+            settings=values,
+            notice=service.notice,
+            max_items=self.config.max_items,
+            max_body_bytes=self.config.max_body_bytes,
+        )
+        return JSONResponse(answer.model_dump())
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -254,6 +263,3 @@ def _internal_error() -> JSONResponse:
     error_id = uuid.uuid4().hex[:16]
     _log.exception("suffice serve: request failed (error id %s)", error_id)
     return JSONResponse({"detail": f"internal error (id {error_id} in the server's log)", "error_id": error_id}, 500)
-
-
-__getattr__ = renamed_names(__name__, {"GateSettings": "SettingsAnswer"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,34 +55,12 @@ class OnRecords:
         self._records(records)
 
 
-class _Partial(OnRecords):
-    """What a progress of an earlier release was: a function of records finished, perhaps with a ``read``.  Kept for
-    one release (a deprecation warning says how to write it now); ``skipped`` counts as finished, as it did."""
-
-    def __init__(self, progress: Callable[[int], None]) -> None:
-        super().__init__(progress)
-        self._read: Callable[[int], None] | None = getattr(progress, "read", None)
-
-    def read(self, prompts: int) -> None:
-        if self._read is not None:
-            self._read(prompts)
-
-
 def checked_progress(progress: object, parameter: str = "progress") -> Progress | None:
-    """``progress`` (or ``None``) once it is a whole :class:`Progress`.  A plain function of records finished still
-    works for one release, with a :class:`DeprecationWarning`; anything else is a
-    :class:`~suffice.exceptions.ConfigError` naming ``parameter``, before any record is judged, not from the engine's
-    loop mid-batch."""
+    """``progress`` (or ``None``) once it is a whole :class:`Progress`; anything else, a plain function of records
+    finished too, is a :class:`~suffice.exceptions.ConfigError` naming ``parameter``, before any record is judged, not
+    from the engine's loop mid-batch."""
     if progress is None or isinstance(progress, Progress):
         return progress
-    if callable(progress):
-        warnings.warn(
-            f"{parameter}: a plain function of records finished is deprecated and ends in suffice 0.2: pass "
-            "suffice.serving.base.OnRecords(fn), or a Progress (called with records finished, read, skipped)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return _Partial(progress)
     raise ConfigError(
         parameter,
         type(progress).__name__,

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import open_output
-from suffice.renamed import renamed_names
 from suffice.serving.cgroups import cgroup_limits
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import tagged
@@ -314,13 +313,3 @@ def log_tail(path: Path | None, lines: int = 15) -> str:
         return ""
     text = path.read_text(errors="replace").splitlines()[-lines:]
     return "\n".join(text)
-
-
-__getattr__ = renamed_names(
-    __name__,
-    {
-        "MachineSettings": "MachineConfig",
-        "machine_settings": "machine_config",
-        "apply_settings": "apply_machine_config",
-    },
-)

@@ -655,11 +655,11 @@ def test_cli_verify_export_and_review_queue(tmp_path):
     assert [r["item_id"] for r in rows] == ["q0", "q1", "q2", "q3"]
     assert rows[0]["verdict"] == {"is_sufficient": True}
 
-    listed = cli("review", "list", "--db", str(path), "--json")
+    listed = cli("review", "list", "--audit-db", str(path), "--json")
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [rid]
-    done = cli("review", "resolve", str(rid), "--decision", "unanswerable", "--by", "ada", "--db", str(path))
+    done = cli("review", "resolve", str(rid), "--decision", "unanswerable", "--by", "ada", "--audit-db", str(path))
     assert done.returncode == 0
-    again = cli("review", "resolve", str(rid), "--decision", "answer", "--by", "bob", "--db", str(path))
+    again = cli("review", "resolve", str(rid), "--decision", "answer", "--by", "bob", "--audit-db", str(path))
     assert again.returncode != 0
     assert "already resolved" in again.stderr
     [row] = AuditLog(path).reviews(None)

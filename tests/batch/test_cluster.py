@@ -324,13 +324,23 @@ def test_ray_options_that_are_not_usable_numbers_are_refused_naming_the_option(s
 
 
 @pytest.mark.parametrize(
-    ("settings", "parameter"),
-    [({"fmt": "ragfow"}, "format"), ({"cpus_per_actor": -1}, "cpus_per_actor"), ({"actors": 2.5}, "actors")],
+    ("options", "parameter"),
+    [({"overwrite": True}, "overwrite"), ({"shard": "0/2"}, "shard"), ({"fields": ["question=q"]}, None)],
 )
-def test_judge_dataset_checks_its_arguments_naming_them(settings, parameter):
+def test_judge_dataset_refuses_a_batch_setting_it_does_not_use_naming_it(options, parameter):
+    if parameter is None:
+        judge_dataset(_Lazy(), CONFIG, BatchOptions(**options, ray=RayOptions(gpus_per_actor=0)))
+        return
     with pytest.raises(ConfigError) as caught:
-        judge_dataset(object(), CONFIG, **settings)
+        judge_dataset(object(), CONFIG, BatchOptions(**options))
     assert caught.value.parameter == parameter
+
+
+class _Lazy:
+    """A dataset that takes its transform and runs nothing."""
+
+    def map_batches(self, *args, **kwargs):
+        return self
 
 
 def broken_torch(config: JudgeConfig) -> Judge:
@@ -410,9 +420,8 @@ def poison_opener(config: JudgeConfig, poison: str | None = "Who wrote 5?") -> J
 @pytest.fixture(scope="module")
 def dataset_rows(local_ray) -> dict[str, dict]:
     records = [record(i) for i in range(8)]
-    dataset = judge_dataset(
-        ray.data.from_items(records), CONFIG, actors=1, batch_size=4, cpus_per_actor=0.5, open_judge=poison_opener
-    )
+    options = BatchOptions(batch_size=4, ray=RayOptions(actors=1, cpus_per_actor=0.5))
+    dataset = judge_dataset(ray.data.from_items(records), CONFIG, options, open_judge=poison_opener)
     return {row["id"]: row for row in dataset.take_all()}
 
 
@@ -440,9 +449,7 @@ def test_an_engine_that_dies_on_every_record_fails_the_dataset_instead_of_loopin
     dataset = judge_dataset(
         ray.data.from_items([record(i) for i in range(2)]),
         CONFIG,
-        actors=1,
-        batch_size=2,
-        cpus_per_actor=0.5,
+        BatchOptions(batch_size=2, ray=RayOptions(actors=1, cpus_per_actor=0.5)),
         open_judge=always_dead_opener,
     )
     with pytest.raises(Exception, match="the engine itself is failing"):

@@ -197,7 +197,7 @@ def runs(tmp_path_factory, vllm_server):
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False, object_store_memory=256 * 1024**2)
     try:
-        dataset = judge_dataset(ray.data.from_items(records[:DATASET_ITEMS]), served, actors=1, batch_size=2)
+        dataset = judge_dataset(ray.data.from_items(records[:DATASET_ITEMS]), served, BatchOptions(batch_size=2))
         found["dataset"] = dataset.take_all()
     finally:
         ray.shutdown()

@@ -31,7 +31,7 @@ def test_a_mismatch_names_each_setting_with_both_values():
 
 
 def test_calibrate_saves_the_settings_the_verdicts_were_judged_under(tmp_path, opened):  # noqa: F811
-    status, out = calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path / "gate.json"))
+    status, out = calibrate(tmp_path, SEPARABLE, "--save", str(tmp_path / "gate.json"))
     assert status == 0
     saved = json.loads((tmp_path / "gate.json").read_text())
     recorded = json.loads((out / "verdicts.jsonl.settings.json").read_text())

@@ -92,7 +92,7 @@ def test_anchor_then_truncation(db, keyfile, tmp_path, capsys):
     anchor = tmp_path / "anchor.json"
     assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
     sql(db, "DELETE FROM evaluations WHERE seq >= 3")
-    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)])
     assert code == EXIT_TAMPERED
     assert "truncated: anchor has 4 rows, database has 2" in capsys.readouterr().err
 
@@ -101,7 +101,7 @@ def test_anchor_then_wipe(db, keyfile, tmp_path, capsys):
     anchor = tmp_path / "anchor.json"
     assert main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)]) == EXIT_OK
     sql(db, "DELETE FROM evaluations", "DELETE FROM chain_heads")
-    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)])
     assert code == EXIT_TAMPERED
     assert "truncated: anchor has 4 rows, database has 0" in capsys.readouterr().err
 
@@ -109,7 +109,7 @@ def test_anchor_then_wipe(db, keyfile, tmp_path, capsys):
 def test_an_intact_database_matches_its_anchor(db, keyfile, tmp_path, capsys):
     anchor = tmp_path / "anchor.json"
     main(["audit", "anchor", str(db), "--audit-key", str(keyfile), "-o", str(anchor)])
-    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)])
     assert code == EXIT_OK
     assert "all 4 anchored rows present and unchanged" in capsys.readouterr().out
 
@@ -120,7 +120,7 @@ def test_a_forged_anchor_is_reported(db, keyfile, tmp_path, capsys):
     body = json.loads(anchor.read_text())
     body["chains"]["evaluations"]["count"] = 2
     anchor.write_text(json.dumps(body))
-    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)])
     assert code == EXIT_TAMPERED
     assert "the anchor is forged" in capsys.readouterr().err
 
@@ -128,7 +128,7 @@ def test_a_forged_anchor_is_reported(db, keyfile, tmp_path, capsys):
 def test_an_anchor_that_is_not_json_is_a_usage_error(db, keyfile, tmp_path, capsys):
     anchor = tmp_path / "anchor.json"
     anchor.write_text("{not json")
-    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor", str(anchor)])
+    code = main(["audit", "verify", str(db), "--audit-key", str(keyfile), "--anchor-file", str(anchor)])
     assert code == EXIT_USAGE
     assert "not readable JSON" in capsys.readouterr().err
 
@@ -151,7 +151,7 @@ def test_an_unkeyed_database_anchors_without_a_mac(tmp_path, capsys):
 
 
 def test_resolving_with_the_key_then_tampering_with_the_resolution(db, keyfile, capsys):
-    resolve = ["review", "resolve", "1", "--decision", "unanswerable", "--by", "ada", "--db", str(db)]
+    resolve = ["review", "resolve", "1", "--decision", "unanswerable", "--by", "ada", "--audit-db", str(db)]
     assert main([*resolve, "--audit-key", str(keyfile)]) == EXIT_OK
     assert main(["audit", "verify", str(db), "--audit-key", str(keyfile)]) == EXIT_OK
     sql(db, "UPDATE reviews SET decision = 'answer' WHERE id = 1")
@@ -161,13 +161,13 @@ def test_resolving_with_the_key_then_tampering_with_the_resolution(db, keyfile, 
 
 
 def test_resolving_a_keyed_database_without_the_key_fails(db, capsys):
-    code = main(["review", "resolve", "1", "--decision", "answer", "--by", "ada", "--db", str(db)])
+    code = main(["review", "resolve", "1", "--decision", "answer", "--by", "ada", "--audit-db", str(db)])
     assert code != EXIT_OK
     assert "audit_key" in capsys.readouterr().err
 
 
 def test_listing_and_exporting_need_no_key(db, tmp_path):
-    assert main(["review", "list", "--db", str(db)]) == EXIT_OK
+    assert main(["review", "list", "--audit-db", str(db)]) == EXIT_OK
     assert main(["audit", "export", str(db), "-o", str(tmp_path / "rows.jsonl")]) == EXIT_OK
 
 
@@ -253,11 +253,11 @@ def test_exporting_a_damaged_log_names_it_as_damaged(damaged, tmp_path, capsys):
 
 
 def test_listing_the_reviews_of_a_damaged_log_is_a_usage_error(damaged):
-    assert main(["review", "list", "--db", str(damaged)]) == EXIT_USAGE
+    assert main(["review", "list", "--audit-db", str(damaged)]) == EXIT_USAGE
 
 
 def test_listing_the_reviews_of_a_damaged_log_names_it_as_damaged(damaged, capsys):
-    main(["review", "list", "--db", str(damaged)])
+    main(["review", "list", "--audit-db", str(damaged)])
     assert f"{damaged} cannot be used: it is not an SQLite audit database, or it is damaged" in capsys.readouterr().err
 
 
@@ -306,12 +306,12 @@ def test_an_export_that_cannot_be_written_exits_with_the_tables_status(db, tmp_p
 
 def test_listing_a_review_whose_payload_was_altered_as_json_is_a_usage_error(db):
     sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
-    assert main(["review", "list", "--json", "--db", str(db)]) == EXIT_USAGE
+    assert main(["review", "list", "--json", "--audit-db", str(db)]) == EXIT_USAGE
 
 
 def test_listing_a_review_whose_payload_was_altered_as_json_names_the_review(db, capsys):
     sql(db, "UPDATE reviews SET payload = '{oops' WHERE id = 1")
-    main(["review", "list", "--json", "--db", str(db)])
+    main(["review", "list", "--json", "--audit-db", str(db)])
     assert "review 1: payload is not JSON" in capsys.readouterr().err
 
 
@@ -359,17 +359,17 @@ def nameless(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_resolving_without_by_when_there_is_no_login_name_is_a_usage_error(db, keyfile, nameless):
-    args = ["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)]
+    args = ["review", "resolve", "1", "--decision", "answer", "--audit-db", str(db), "--audit-key", str(keyfile)]
     assert main(args) == EXIT_USAGE
 
 
 def test_resolving_without_by_when_there_is_no_login_name_asks_for_by(db, keyfile, nameless, capsys):
-    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    main(["review", "resolve", "1", "--decision", "answer", "--audit-db", str(db), "--audit-key", str(keyfile)])
     assert "pass --by NAME" in capsys.readouterr().err
 
 
 def test_resolving_without_by_when_there_is_no_login_name_leaves_the_review_open(db, keyfile, nameless):
-    main(["review", "resolve", "1", "--decision", "answer", "--db", str(db), "--audit-key", str(keyfile)])
+    main(["review", "resolve", "1", "--decision", "answer", "--audit-db", str(db), "--audit-key", str(keyfile)])
     assert [r["id"] for r in AuditLog(db).reviews("open")] == [1]
 
 
@@ -469,7 +469,7 @@ def test_review_list_prints_hostile_ids_and_reasons_as_text(tmp_path, capsys):
     log = AuditLog(db)
     log.enqueue_review(item_id=HOSTILE, gate="sufficiency", reason=f"why {HOSTILE}", payload={})
     log.close()
-    assert main(["review", "list", "--db", str(db)]) == EXIT_OK
+    assert main(["review", "list", "--audit-db", str(db)]) == EXIT_OK
     out = capsys.readouterr().out
     assert "\\x1b]0;owned\\x07\\u202egnp.exe\\x9b31m\\x7f" in out
     for raw in ("\x1b", "\x07", "\u202e", "\x9b", "\x7f"):

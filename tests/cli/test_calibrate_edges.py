@@ -118,7 +118,7 @@ def test_golden_records_without_any_label_are_refused_before_judging(tmp_path, o
 def test_golden_data_of_one_class_saves_no_threshold(tmp_path, opened, capsys, label):
     config = tmp_path / "gate.json"
     records = [record(i, 0.5 + i / 10, True, label) for i in range(4)]
-    code, _ = calibrate(tmp_path, records, "--save-config", str(config))
+    code, _ = calibrate(tmp_path, records, "--save", str(config))
     assert code == EXIT_USAGE
     assert not config.exists()
     assert "no threshold is saved" in capsys.readouterr().err
@@ -145,7 +145,7 @@ def test_a_negative_limit_is_refused(tmp_path, opened):
 
 
 def test_a_save_config_that_is_a_folder_is_refused_before_judging(tmp_path, opened):
-    code, _ = calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path))
+    code, _ = calibrate(tmp_path, SEPARABLE, "--save", str(tmp_path))
     assert code == EXIT_USAGE
     assert opened == []
 
@@ -156,7 +156,7 @@ def test_a_rubric_version_that_exists_is_refused_before_judging(tmp_path, opened
     taken = next_rubric_path(RubricStore().get("customer-support"), tmp_path / "calib" / "rubrics")
     taken.parent.mkdir(parents=True)
     taken.write_text("{}")
-    code, _ = calibrate(tmp_path, SEPARABLE, "--gate", "adequacy", "--rubric", "customer-support", "--save-rubric")
+    code, _ = calibrate(tmp_path, SEPARABLE, "--gate", "adequacy", "--rubric", "customer-support", "--save")
     assert code == EXIT_USAGE
     assert opened == []
     assert taken.read_text() == "{}"
@@ -203,17 +203,17 @@ UNINFORMATIVE = [record(i, 0.8, True, i % 2 == 0) for i in range(4)]
 
 
 def test_saving_a_threshold_of_a_score_no_better_than_chance_warns(tmp_path, opened, capsys):
-    calibrate(tmp_path, UNINFORMATIVE, "--save-config", str(tmp_path / "gate.json"))
+    calibrate(tmp_path, UNINFORMATIVE, "--save", str(tmp_path / "gate.json"))
     assert "no better than chance" in capsys.readouterr().err
 
 
 def test_saving_a_threshold_of_a_score_no_better_than_chance_still_saves_it(tmp_path, opened):
-    calibrate(tmp_path, UNINFORMATIVE, "--save-config", str(tmp_path / "gate.json"))
+    calibrate(tmp_path, UNINFORMATIVE, "--save", str(tmp_path / "gate.json"))
     assert (tmp_path / "gate.json").exists()
 
 
 def test_saving_a_threshold_of_a_separating_score_does_not_warn(tmp_path, opened, capsys):
-    calibrate(tmp_path, SEPARABLE, "--save-config", str(tmp_path / "gate.json"))
+    calibrate(tmp_path, SEPARABLE, "--save", str(tmp_path / "gate.json"))
     assert "no better than chance" not in capsys.readouterr().err
 
 
@@ -236,7 +236,7 @@ COSTLY = [record(i, c, True, y) for i, (c, y) in enumerate(LABELED)]
 def _saved(tmp_path: Path, *extra: str) -> dict[str, object]:
     tmp_path.mkdir(exist_ok=True)
     config = tmp_path / "gate.json"
-    code, _ = calibrate(tmp_path, COSTLY, "--score", "self_confidence", "--save-config", str(config), *extra)
+    code, _ = calibrate(tmp_path, COSTLY, "--score", "self_confidence", "--save", str(config), *extra)
     assert code == EXIT_OK
     return json.loads(config.read_text())
 
@@ -255,7 +255,7 @@ def test_costs_alone_choose_by_cost(tmp_path, opened):
 
 @pytest.mark.parametrize("flags", [["--beta", "0"], ["--fp-cost", "-1"], ["--fp-cost", "0", "--fn-cost", "0"]])
 def test_a_choice_no_threshold_can_be_chosen_by_is_refused_before_judging(tmp_path, opened, flags):
-    code, _ = calibrate(tmp_path, COSTLY, "--save-config", str(tmp_path / "gate.json"), *flags)
+    code, _ = calibrate(tmp_path, COSTLY, "--save", str(tmp_path / "gate.json"), *flags)
     assert code == EXIT_USAGE and opened == []
 
 

@@ -146,9 +146,9 @@ def test_every_command_that_judges_reads_a_setting_in_the_same_order(tmp_path: P
         assert config_from_args(args, {"SUFFICE_DETAIL": "auto"}).judge.detail == "auto"
 
 
-def test_calibrate_save_rubric_wins_over_the_variable_as_save_would() -> None:
-    """--save-rubric is --save without a path: given, SUFFICE_SAVE must not replace it."""
-    args = parsed("calibrate", "--save-rubric")
+def test_calibrate_save_without_a_path_wins_over_the_variable() -> None:
+    """--save without a path, given, is not replaced by SUFFICE_SAVE."""
+    args = parsed("calibrate", "--save")
     read_settings(args, {"SUFFICE_SAVE": "elsewhere.json"})
     assert args.save == Path()
     args = parsed("calibrate")

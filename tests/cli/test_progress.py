@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import judge_file
-from suffice.cli.progress import RecordBar
 from suffice.exceptions import ConfigError
 from suffice.judge import Judge
 from suffice.serving.base import CappedProgress, OnRecords, Progress, report_read
+from suffice.serving.progress import RecordBar
 from tests.batch.test_runner import CONFIG, good, record, write_lines
 from tests.fakes import ScriptedEngine
 
@@ -143,15 +143,6 @@ def test_every_progress_of_suffice_implements_the_whole_protocol():
     assert methods == {"__call__", "read", "skipped"}
     for kind in (RecordBar, CappedProgress, OnRecords):
         assert all(callable(getattr(kind, name, None)) for name in methods), kind.__name__
-
-
-def test_a_plain_function_still_counts_records_for_one_release_with_a_warning() -> None:
-    """Earlier releases took a plain function of records finished: it keeps working until 0.2, and says so."""
-    counted: list[int] = []
-    with pytest.warns(DeprecationWarning, match=r"OnRecords\(fn\)"):
-        judge = Judge(ScriptedEngine(good), config=CONFIG)
-        results = judge.judge_batch([record(0), record(1)], progress=counted.append)
-    assert all(r.ok for r in results) and sum(counted) == 2
 
 
 def test_a_progress_that_is_not_a_function_is_refused_before_anything_is_judged(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from suffice.server.service import GateService
 from tests.batch.test_runner import good, record
 from tests.fakes import ScriptedEngine
 
-BUILT_IN = ("suffice", "seed", "ragflow")
+BUILT_IN = ("suffice", "ragflow", "seed")
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_the_built_in_formats_are_found_in_their_modules_default_first():
 
 
 def test_an_unknown_format_is_refused_naming_the_option_and_the_formats():
-    with pytest.raises(ConfigError, match="must be one of suffice, seed, ragflow") as caught:
+    with pytest.raises(ConfigError, match="must be one of suffice, ragflow, seed") as caught:
         BatchOptions(fmt="yaml")
     assert caught.value.parameter == "format"
 
@@ -149,11 +149,3 @@ def test_an_entry_point_that_is_not_a_format_is_refused_naming_it(outside_format
     monkeypatch.setattr(outside, "ROUTED", object())
     with pytest.raises(ConfigError, match="is not a verdict format whose name is 'routed'"):
         verdict_format("routed")
-
-
-def test_gate_export_is_kept_one_release_as_a_deprecated_alias():
-    gate = make_gate("sufficiency")
-    verdict = roles.shortcut(gate, roles.parse_item(gate, {"id": "a", "question": "Who?", "chunks": []}))
-    with pytest.warns(DeprecationWarning, match="suffice.formats.verdicts.export"):
-        row = gate.export(verdict, "ragflow")
-    assert row == export(gate, verdict, "ragflow")

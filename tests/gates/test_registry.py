@@ -22,16 +22,17 @@ BUILT_IN = [
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch):
-    """Replace the installed entry points with the ones a test gives."""
+    """Replace the installed gates' entry points with the ones a test gives."""
+    installed = registry.entry_points
 
     def use(*points: EntryPoint) -> None:
-        monkeypatch.setattr(registry, "entry_points", lambda group: [p for p in points if p.group == group])
-        registry._entry_points.cache_clear()
-        registry.gate_class.cache_clear()
+        monkeypatch.setattr(
+            registry, "entry_points", lambda group: list(points) if group == GROUP else installed(group=group)
+        )
+        registry.GATES.forget()
 
     yield use
-    registry._entry_points.cache_clear()
-    registry.gate_class.cache_clear()
+    registry.GATES.forget()
 
 
 def test_a_gate_whose_module_cannot_be_imported_is_a_config_error_naming_it(registered):

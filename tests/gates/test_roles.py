@@ -1,11 +1,9 @@
 """A gate is a small core (options, template, constraint, parse, route) plus the roles it takes by defining
-their names (suffice.gates.roles): a gate with the core alone judges, routes and calibrates; the names that
-left the base class still work for a gate written against it, with a DeprecationWarning."""
+their names (suffice.gates.roles): a gate with the core alone judges, routes and calibrates."""
 
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,43 +112,6 @@ def test_the_decision_wrappers_read_the_inner_gates_declarations_rather_than_cop
     assert (decision.needs_response, auto.needs_response) == (False, False)
     assert roles.decision_of(decision) == roles.decision_of(inner)
     assert auto.verdict_model is inner.verdict_model
-
-
-class OldGate(RecoveryGate):
-    """A gate written against the base class before the roles: it calls the base class's defaults."""
-
-    def parse_item(self, record: object) -> Item:
-        return super().parse_item(record)  # type: ignore[misc, no-any-return]
-
-    def default_choice(self) -> tuple[str, str | None]:
-        return super().default_choice()  # type: ignore[misc, no-any-return]
-
-
-def test_a_gate_calling_a_moved_base_class_name_still_works_with_a_deprecation_warning():
-    gate = OldGate()
-    with pytest.warns(DeprecationWarning, match="Gate.parse_item"):
-        item = roles.parse_item(gate, {**RECORD, "response": "Ada."})
-    with pytest.warns(DeprecationWarning, match="Gate.default_choice"):
-        assert roles.default_choice(gate) == ("best-f1", None)
-    assert item.response == "Ada."
-
-
-def test_reading_a_moved_name_off_a_gate_without_the_role_warns_and_gives_the_default(core: CoreGate):
-    with pytest.warns(DeprecationWarning, match="Gate.saveable_scores"):
-        assert core.saveable_scores == ()
-    with pytest.warns(DeprecationWarning, match="Gate.high_stakes"):
-        assert core.high_stakes(roles.parse_item(core, RECORD)) is False
-    with pytest.warns(DeprecationWarning, match="Gate.decision_marker"):
-        assert RecoveryGate().decision_marker == '"classification":'
-
-
-def test_the_roles_a_gate_defines_are_read_without_a_warning():
-    gate = RecoveryGate()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        roles.parse_item(gate, {**RECORD, "response": "Ada."})
-        assert roles.decision_of(gate) is not None
-        assert gate.decision_key == "classification"
 
 
 class Share(GateOptions):

@@ -275,16 +275,6 @@ def test_a_client_gives_the_insufficient_verdict(scripted_client: Client):
     assert outputs(SufficiencyRouter(scripted_client), INSUFFICIENT)["insufficient"]["missing"] == [MISSING]
 
 
-def test_an_async_client_is_for_run_async_only(scripted_client: Client):
-    async def sync_run() -> None:
-        async with AsyncClient(scripted_client.base_url) as client:
-            outputs(SufficiencyRouter(client), SUFFICIENT)
-
-    with pytest.raises(ConfigError) as caught:
-        asyncio.run(sync_run())
-    assert caught.value.parameter == "judge"
-
-
 # -- async ---------------------------------------------------------------------------------------------------------
 
 

@@ -75,8 +75,9 @@ def test_every_result_a_client_gets_is_counted_in_metrics_and_nothing_else(tmp_p
     for route in ("deliver", "abstain", "human_review", "retrieve_more"):
         assert sample("suffice_routed_verdicts_total", route=route) == routes[route], route
     assert sample("suffice_decision_overrides_total") == 1
-    assert sample("suffice_prompt_tokens_total") == sum(result.tokens.prompt for result, _ in answered) > 0
-    assert sample("suffice_completion_tokens_total") == sum(result.tokens.completion for result, _ in answered)
+    judged = [result for result, _ in answered if result.cached is None]  # a hit's tokens were counted when judged
+    assert sample("suffice_prompt_tokens_total") == sum(result.tokens.prompt for result in judged) > 0
+    assert sample("suffice_completion_tokens_total") == sum(result.tokens.completion for result in judged)
     assert sample("suffice_request_duration_seconds_count") == len(calls)  # one per request answered
     assert sample("suffice_requests_total", status="200") == len(calls)
     assert sample("suffice_requests_total", status="422") == 1

@@ -2,12 +2,12 @@
 ``--output-format``, or by the file's extension; a compressed input is read through :mod:`suffice.records.compressed`
 whatever its format), and what ``suffice audit export`` streams rows into (``--format``: the :class:`RowLines` role).
 
-A format is an object with the attributes and methods of :class:`FileFormat`, listed in ``FORMATS`` of a module of
-this package, or installed from another package under the entry-point group ``suffice.file_formats`` (the entry
-point's name is the format's).  A run appends its rows to a JSON Lines journal as batches finish, so a format
-that cannot be appended to is written from that journal when the run ends (:meth:`FileFormat.finish`) and turned
-back into one to resume (:meth:`FileFormat.resume`).  A format may offer either role or both: each command lists
-those that offer its own.
+A format is an object with the attributes and methods of :class:`FileFormat`, registered under the entry-point group
+``suffice.file_formats`` (the entry point's name is the format's), suffice's own as any other package's
+(:class:`~suffice.gates.registry.Registry`).  A run appends its rows to a JSON Lines journal as batches finish, so a
+format that cannot be appended to is written from that journal when the run ends (:meth:`FileFormat.finish`) and
+turned back into one to resume (:meth:`FileFormat.resume`).  A format may offer either role or both: each command
+lists those that offer its own.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from suffice.exceptions import ConfigError
-from suffice.formats.registry import Registry
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
+from suffice.gates.registry import Registry
 from suffice.records import compressed
 from suffice.records.jsonl import SourceLine
 
-ENTRY_POINT_GROUP = "suffice.file_formats"
 #: The format of a file when neither a flag nor an extension says (JSON Lines).
 DEFAULT_FILE_FORMAT = "jsonl"
 
@@ -73,7 +72,7 @@ class RowLines(Protocol):
 
 
 FILE_FORMATS: Registry[Any] = Registry(
-    "file format", __name__, ENTRY_POINT_GROUP, lambda fmt: isinstance(fmt, (FileFormat, RowLines))
+    "file format", "suffice.file_formats", lambda fmt: isinstance(fmt, (FileFormat, RowLines)), "format"
 )
 
 

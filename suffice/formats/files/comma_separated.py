@@ -37,4 +37,4 @@ def _cell(value: Any) -> Any:
     return value
 
 
-FORMATS = (CommaSeparated(),)
+COMMA_SEPARATED = CommaSeparated()

@@ -70,4 +70,4 @@ def _refuse_plain_json(path: Path, count: int) -> None:
     )
 
 
-FORMATS = (JsonLines(),)
+JSON_LINES = JsonLines()

@@ -59,7 +59,7 @@ class Parquet:
         journal_from_parquet(output, journal)
 
 
-FORMATS = (Parquet(),)
+PARQUET = Parquet()
 
 
 #: The mark of a string stored as its JSON text (it held what UTF-8 cannot).

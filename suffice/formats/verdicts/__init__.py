@@ -1,9 +1,9 @@
 """Verdict formats: the shape a row's verdict is written in (``suffice judge --format``, ``?format=`` of
 ``suffice serve``, ``suffice schema --format``).
 
-A format is an object with the attributes and methods of :class:`VerdictFormat`, listed in ``FORMATS`` of a module
-of this package, or installed from another package under the entry-point group ``suffice.verdict_formats`` (the
-entry point's name is the format's).  Gates know nothing of formats: a format asks a gate for what it needs
+A format is an object with the attributes and methods of :class:`VerdictFormat`, registered under the entry-point
+group ``suffice.verdict_formats`` (the entry point's name is the format's), suffice's own as any other package's
+(:class:`~suffice.gates.registry.Registry`).  Gates know nothing of formats: a format asks a gate for what it needs
 through a role the gate may offer (``seed``: :class:`~suffice.formats.verdicts.seed.SeedVerdicts`).
 """
 
@@ -15,10 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from suffice.formats.registry import Registry
 from suffice.gates.base import Gate
+from suffice.gates.registry import Registry
 
-ENTRY_POINT_GROUP = "suffice.verdict_formats"
 #: The format of a row when none is asked for.
 DEFAULT_VERDICT_FORMAT = "suffice"
 
@@ -58,7 +57,11 @@ class VerdictFormat(Protocol):
 
 
 VERDICT_FORMATS: Registry[VerdictFormat] = Registry(
-    "verdict format", __name__, ENTRY_POINT_GROUP, lambda fmt: isinstance(fmt, VerdictFormat)
+    "verdict format",
+    "suffice.verdict_formats",
+    lambda fmt: isinstance(fmt, VerdictFormat),
+    "format",
+    DEFAULT_VERDICT_FORMAT,
 )
 
 
@@ -69,8 +72,7 @@ def verdict_format(name: str, option: str = "format") -> VerdictFormat:
 
 def verdict_format_names() -> tuple[str, ...]:
     """Every verdict format's name, suffice's own first (its default first of all)."""
-    names = VERDICT_FORMATS.names()
-    return (DEFAULT_VERDICT_FORMAT, *(n for n in names if n != DEFAULT_VERDICT_FORMAT))
+    return VERDICT_FORMATS.names()
 
 
 def export(gate: Gate, verdict: BaseModel, fmt: str) -> dict[str, Any]:

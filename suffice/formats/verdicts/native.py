@@ -28,4 +28,4 @@ class NativeFormat:
         return RowShape(functools.reduce(operator.or_, verdicts), "the verdict")
 
 
-FORMATS = (NativeFormat(),)
+NATIVE = NativeFormat()

@@ -96,7 +96,5 @@ class SeedFormat:
         return RowShape(dict[str, Any], "the verdict in the seed prompt's own output schema", extra, open=True)
 
 
-FORMATS = (
-    SeedFormat("seed", "the seed prompt's own output schema"),
-    SeedFormat("ragflow", "the seed's shape, as RAGFlow's sufficiency check writes it (the same as seed)"),
-)
+SEED = SeedFormat("seed", "the seed prompt's own output schema")
+RAGFLOW = SeedFormat("ragflow", "the seed's shape, as RAGFlow's sufficiency check writes it (the same as seed)")

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suffice.exceptions import InputError
 from suffice.exit_codes import EXIT_OK, EXIT_USAGE
 from suffice.gates.adequacy.store import RubricStore
+from suffice.settings import add_flags, setting
+
+
+@dataclass(frozen=True)
+class RubricsFlags:
+    """``suffice rubrics list``'s setting."""
+
+    rubric_dir: Path | None = setting(None, "a rubric folder (default: built-in)")
 
 
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("rubrics", help="adequacy rubrics in the store")
     actions = p.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="list rubrics: name, version, risk level, threshold, use case")
-    listing.add_argument("--rubric-dir", type=Path, default=None, help="a rubric folder (default: built-in)")
+    add_flags(listing, RubricsFlags)
     listing.set_defaults(run=run_list)
 
 

@@ -13,13 +13,13 @@ import contextlib
 import json
 import threading
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from suffice.exceptions import ConfigError, EngineDeadError, EngineError, EngineFatalError, EngineUnreachableError
-from suffice.network import read_key_file, retry_after
+from suffice.exceptions import EngineDeadError, EngineError, EngineFatalError, EngineUnreachableError
+from suffice.network import RetryPolicy, bearer_key, read_key_file
 from suffice.serving.engine_config import EngineConfig
 
 #: Seconds before the first retry; each further retry waits twice as long (0.5, 1, 2 ...).
@@ -58,7 +58,11 @@ class Client:
         # The server's root: ``/v1`` is added per route, ``/tokenize`` lives at the root.
         self.base_url = (config.base_url or "").rstrip("/").removesuffix("/v1").rstrip("/")
         self._config = config
-        self._key = _read_key(config.api_key_file) if config.api_key_file else None
+        path = config.api_key_file  # the server's key: its file's mode is the operator's business
+        self._key = (
+            bearer_key(read_key_file(path, "api_key_file", forging=None), "api_key_file", str(path)) if path else None
+        )
+        self._retry = RetryPolicy(config.retries, MAX_RETRY_AFTER, backoff=BACKOFF_SECONDS, cap=True)
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         self._slots = threading.BoundedSemaphore(config.concurrency)
         self._http = httpx.Client(
@@ -91,11 +95,11 @@ class Client:
         records in flight are suspects), :class:`EngineUnreachableError` when it is gone otherwise or answers no
         health check after a request timed out.
         """
-        retries = self._config.retries if retries is None else retries
+        policy = self._retry if retries is None else replace(self._retry, retries=retries)
         cut = False
         attempt = 0
         while True:
-            delay = BACKOFF_SECONDS * 2**attempt
+            asked = None  # the Retry-After of an answer
             try:
                 # A health check takes no slot, or it would wait behind hung requests (the pool keeps 4 spare).
                 with self._slots if path not in _HEALTH_ROUTES else contextlib.nullcontext():
@@ -144,12 +148,13 @@ class Client:
                         f"the server at {self.base_url} refused the API key (HTTP {status}: {message}): "
                         f"check the server's key file{where} (--api-key-file; --engine-key-file in suffice serve)"
                     )
-                if status != 429 and status < 500:
+                if not policy.retried(status):
                     raise ServerError(status, f"HTTP {status} from the server at {self.base_url}{path}: {message}")
                 failure = f"HTTP {status}: {message}"
                 reachable = True
-                delay = retry_after(response.headers.get("Retry-After"), MAX_RETRY_AFTER) or delay
-            if attempt >= retries or self.closed:
+                asked = response.headers.get("Retry-After")
+            delay = policy.wait(attempt, asked=asked)
+            if delay is None or self.closed:
                 break
             time.sleep(delay)
             attempt += 1
@@ -239,22 +244,6 @@ class Client:
     def close(self) -> None:
         self.closed = True
         self._http.close()
-
-
-def _read_key(path: Path) -> str:
-    """The key (UTF-8, BOM dropped), refused naming ``api_key_file`` unless it is one line of printable ASCII."""
-    raw = read_key_file(path, "api_key_file", forging=None)  # the server's key: its mode is the operator's business
-    try:
-        key = raw.decode("utf-8-sig").strip()
-    except UnicodeDecodeError as exc:
-        raise ConfigError("api_key_file", str(path), f"cannot be read: {exc}") from exc
-    if not key:
-        raise ConfigError("api_key_file", str(path), "is empty")
-    if "\n" in key or "\r" in key:
-        raise ConfigError("api_key_file", str(path), "holds more than one line (give the key alone)")
-    if not all(" " <= c <= "~" for c in key):
-        raise ConfigError("api_key_file", str(path), "holds a character an HTTP header cannot carry (not ASCII)")
-    return key
 
 
 def _server_message(response: httpx.Response, key: str | None) -> str:

@@ -1,4 +1,5 @@
-"""The progress bar of ``suffice judge``, ``calibrate`` and ``demo``: whole records, with a rate and an ETA.
+"""The progress bar of ``suffice judge``, ``calibrate`` and ``demo``, and of ``judge_batch(progress=True)``: whole
+records, with a rate and an ETA.
 
 - It counts records, never parts of one.  The engine reports prompts read (prefill done) apart from records finished
   (:meth:`~suffice.serving.base.Progress.read`); they show after the bar ("prompts read 37"), so a large batch that
@@ -12,12 +13,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from tqdm import tqdm
+
+from suffice.serving.base import Progress, checked_progress
 
 #: The bar's layout; ``postfix`` is this module's (rate, ETA, prompts read), not tqdm's own rate and ETA, which
 #: would count from the bar's start, engine start-up included.
@@ -116,6 +120,22 @@ class RecordBar:
         """Draw the last state and end the line."""
         self._bar.set_postfix_str(self.postfix(), refresh=False)
         self._bar.close()
+
+
+@contextlib.contextmanager
+def progress_of(progress: object, total: int) -> Iterator[Progress | None]:
+    """What a ``judge_batch`` call reports to: ``True``, a :class:`RecordBar` on stderr for its ``total`` records
+    (closed when the call ends); ``None`` or ``False``, nothing (the default: a library prints nothing unasked); or the
+    caller's own :class:`~suffice.serving.base.Progress` (anything else is refused by
+    :func:`~suffice.serving.base.checked_progress`)."""
+    if progress is True:
+        bar = RecordBar(total)
+        try:
+            yield bar
+        finally:
+            bar.close()
+    else:
+        yield None if progress is False else checked_progress(progress)
 
 
 def progress_bar(total: int | None, done: int) -> tuple[RecordBar, Callable[[], None]]:
