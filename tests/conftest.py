@@ -129,3 +129,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     line = summary_line(terminalreporter.stats.get("passed", []))
     if line is not None:
         terminalreporter.write_line(line)
+
+
+class _KeepModules:
+    def restore(self) -> None:
+        """Nothing: a module a pytester test imported stays imported."""
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's ``pytester``, less its clean-up of ``sys.modules``: it drops every module a test imported, and a C
+    extension (numpy, pyarrow, pandas) dropped and imported again by a later test in the same worker crashes it."""
+    pytester._sys_modules_snapshot = _KeepModules()  # type: ignore[assignment]
+    return pytester

@@ -12,9 +12,10 @@ PACKAGE = Path(suffice.__file__).parent
 
 
 def is_cli(path: Path) -> bool:
-    """``suffice/cli/`` and a gate's own ``cli.py`` (``suffice/gates/<gate>/cli.py``)."""
+    """``suffice/cli/``, a gate's own ``cli.py`` (``suffice/gates/<gate>/cli.py``) and the script every bundle carries
+    (``suffice/bundle/verify.py``, run with ``python3`` before suffice is installed)."""
     parts = path.relative_to(PACKAGE).parts
-    return parts[0] == "cli" or (parts[0] == "gates" and parts[-1] == "cli.py")
+    return parts[0] == "cli" or (parts[0] == "gates" and parts[-1] == "cli.py") or parts == ("bundle", "verify.py")
 
 
 def prints(source: str) -> list[int]:

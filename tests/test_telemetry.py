@@ -529,11 +529,11 @@ def test_the_client_sends_no_trace_header_outside_a_trace():
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers)
-        return httpx.Response(200, json={"results": []})
+        return httpx.Response(200, json={"gate": "sufficiency", "settings": {}})
 
     client = Client("http://service")
     client._http = httpx.Client(transport=httpx.MockTransport(answer))
-    client.judge_batch([])
+    client.settings()
     assert "traceparent" not in seen[0]
 
 

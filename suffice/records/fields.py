@@ -59,19 +59,22 @@ class FieldMap:
         if "question" not in record and "question" not in names and RAGAS["question"] in record:
             for ours, theirs in RAGAS.items():
                 names.setdefault(ours, theirs)
-        if not names:
-            return _chunks_of_strings(record)
-        out = {k: v for k, v in record.items() if k not in names.values() or k in names}
-        for ours, theirs in names.items():
-            if theirs in record:
-                out[ours] = record[theirs]
-            else:
-                out.pop(ours, None)
-        # A key the input repeated keeps its mark under suffice's name.
-        out = _chunks_of_strings(carry_repeats(record, out, {theirs: ours for ours, theirs in names.items()}))
-        # A Parquet column has every field, so a record without an id holds a null.
+        if names:
+            out = {k: v for k, v in record.items() if k not in names.values() or k in names}
+            for ours, theirs in names.items():
+                if theirs in record:
+                    out[ours] = record[theirs]
+                else:
+                    out.pop(ours, None)
+            # A key the input repeated keeps its mark under suffice's name.
+            out = carry_repeats(record, out, {theirs: ours for ours, theirs in names.items()})
+        else:
+            out = record
+        out = _chunks_of_strings(out)
+        # A record without an id (a Parquet column's null, a RAGAS row, a test's literal) is named by its position and
+        # content: the same id wherever it is read, a file, a pytest helper, a resumed run.
         if out.get("id") is None and position is not None:
-            out["id"] = f"row-{position}-{_digest(out)}"
+            out = carry_repeats(out, {**out, "id": f"row-{position}-{_digest(out)}"})  # a copy: the caller's stays
         return out
 
 

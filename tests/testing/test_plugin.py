@@ -4,7 +4,8 @@ Against a scripted engine (the service's real app on loopback, and an in-process
 place) the messages are checked word for word: a failing assertion names what the verdict says is missing or
 unsupported, and every verdict is a property in the JUnit XML report.  Once against the real engine, through
 the session's ``suffice serve``: whatever the small model decides, the test's outcome and its message follow
-its verdict.
+its verdict.  A judge that cannot answer (a service down, a wrong key, a bad record, an install without the
+engine) is a test error, not a failure, in one message saying what to fix.
 """
 
 from __future__ import annotations
@@ -12,17 +13,19 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from suffice import ConfigError, InputError, Judge
+from suffice import Client, ConfigError, InputError, Judge
+from suffice.batch.inputs import InputFile
 from suffice.serving.base import GenerationRequest
 from suffice.testing import agreement, assert_agreement, assert_sufficient, judge_records
 from tests.fakes import ScriptedEngine, recovery_reply
-from tests.test_client import serve
+from tests.test_client import KEY, serve
 
 pytest_plugins = ["pytester"]
 
@@ -193,9 +196,14 @@ def _check_properties(found: dict[str, tuple[str, str, list[tuple[str, str]]]]) 
     }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module", autouse=True)
 def scripted_url() -> Iterator[str]:
+    """A service of the scripted engine, started and judging once before any test of the module: what serving and
+    judging import stays imported (pytester forgets the modules a test imported, and a C extension imported twice
+    can crash the process)."""
     with serve(ScriptedEngine(verdict_for), gates=("sufficiency", "recovery")) as url:
+        with Client(url) as client:
+            client.judge(record("Where did Apollo 11 land?"))
         yield url
 
 
@@ -269,6 +277,133 @@ def test_a_failed_generation_is_named_as_no_verdict():
     judge = Judge(ScriptedEngine(lambda request: "not json"), "sufficiency")
     with judge, pytest.raises(AssertionError, match="no verdict: "):
         assert_sufficient(judge, record("Where did Apollo 11 land?"))
+
+
+RAGAS = {"user_input": "Where did Apollo 11 land?", "retrieved_contexts": ["Apollo 11 landed on the Moon."]}
+UNJUDGED_TESTS = f"""
+import json
+
+GOOD = json.loads({json.dumps(json.dumps(record("Where did Apollo 11 land?", "good")))})
+BAD = json.loads({json.dumps(json.dumps(record("When was the unknown launch?", "bad")))})
+RAGAS = json.loads({json.dumps(json.dumps(RAGAS))})
+
+
+def test_no_id(suffice_gate):
+    suffice_gate.assert_sufficient({{k: v for k, v in GOOD.items() if k != "id"}})
+
+
+def test_ragas_no_id(suffice_gate):
+    suffice_gate.assert_sufficient(RAGAS)
+
+
+def test_no_chunks(suffice_gate):
+    suffice_gate.assert_sufficient({{"question": "Where did Apollo 11 land?"}})
+
+
+def test_not_sufficient(suffice_gate):
+    suffice_gate.assert_sufficient(BAD)
+
+
+def test_bad_labeled_line(suffice_gate):
+    suffice_gate.assert_agreement("labeled.jsonl", min_agreement=0.5)
+"""
+
+
+def _errors(result: pytest.RunResult) -> str:
+    """The text of the errors section (what a person reads to fix them)."""
+    text = result.stdout.str()
+    return text[text.index("= ERRORS =") :] if "= ERRORS =" in text else text
+
+
+def test_a_bad_record_is_an_error_saying_what_to_fix_and_a_record_without_an_id_gets_judges_id(
+    pytester: pytest.Pytester, scripted_url: str
+):
+    pytester.makepyfile(test_team=UNJUDGED_TESTS)
+    rows = [record("Where did Apollo 11 land?", "a", sufficient=True), {"question": "no chunks", "sufficient": False}]
+    pytester.makefile(".jsonl", labeled="\n\n".join(json.dumps(r) for r in rows))
+    xml = pytester.path / "report.xml"
+    result = pytester.runpytest_subprocess(*_plugin_args(), f"--junitxml={xml}", f"--suffice-server={scripted_url}")
+    result.assert_outcomes(passed=2, failed=1, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ ERROR at call of test_no_chunks _*",
+            ">*suffice_gate.assert_sufficient(*",
+            "E *suffice.exceptions.InputError: record: suffice sufficiency cannot judge 'Where did Apollo 11 land?': "
+            "chunks: is missing",
+            "*_ ERROR at call of test_bad_labeled_line _*",
+            "E *suffice.exceptions.InputError: path: labeled.jsonl line 3 cannot be judged: chunks: is missing",
+            "*_ test_not_sufficient _*",
+            "E *AssertionError: suffice sufficiency: the context for 'When was the unknown launch?' is not "
+            "sufficient: missing: the launch date*",
+        ]
+    )
+    found = _outcomes(xml)
+    ragas = json.loads(found["test_ragas_no_id"][2][0][1])
+    # The id suffice judge gives the same record on line 1 of a file.
+    pytester.makefile(".jsonl", one=json.dumps(RAGAS))
+    assert ragas["id"] == next(iter(InputFile(pytester.path / "one.jsonl"))).record["id"]  # type: ignore[index]
+    assert json.loads(found["test_no_id"][2][0][1])["id"].startswith("row-1-")
+
+
+def _unreachable() -> str:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{free.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    ("server", "key", "said"),
+    [
+        ("down", None, "suffice_judge: cannot reach http://127.0.0.1:*; start suffice serve there, or give its URL *"),
+        ("keyed", "w" * 32, "suffice_judge: HTTP 401: *the service refused the key from --suffice-api-key: give the *"),
+    ],
+)
+def test_a_service_down_or_a_wrong_key_is_one_error_per_test_saying_what_to_fix(
+    pytester: pytest.Pytester, server: str, key: str | None, said: str
+):
+    pytester.makepyfile(test_team=TEAM_TESTS)
+    _labeled(pytester)
+    xml = pytester.path / "report.xml"
+    args = [*_plugin_args(), f"--junitxml={xml}", *([f"--suffice-api-key={key}"] if key else [])]
+    if server == "down":
+        result = pytester.runpytest_subprocess(*args, f"--suffice-server={_unreachable()}")
+    else:
+        with serve(ScriptedEngine(verdict_for), key=KEY) as url:
+            result = pytester.runpytest_subprocess(*args, f"--suffice-server={url}")
+    result.assert_outcomes(errors=len(EXPECTED))
+    errors = _errors(result)
+    assert "Traceback" not in errors and "suffice/" not in errors, errors
+    result.stdout.fnmatch_lines([said])
+    assert {case.tag for case in ET.parse(xml).getroot().iter() if case.tag in ("error", "failure")} == {"error"}
+
+
+CLIENT_ONLY_CONFTEST = """
+import importlib.abc, sys
+
+assert not {"vllm", "torch", "numpy"} & set(sys.modules)
+
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("vllm", "torch", "numpy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_without_a_server_a_client_only_install_is_one_error_naming_the_extra(pytester: pytest.Pytester):
+    pytester.makeconftest(CLIENT_ONLY_CONFTEST)
+    pytester.makepyfile(test_team=TEAM_TESTS)
+    _labeled(pytester)
+    result = pytester.runpytest_subprocess(*_plugin_args())
+    result.assert_outcomes(errors=len(EXPECTED))
+    errors = _errors(result)
+    assert "Traceback" not in errors and "suffice/" not in errors, errors
+    said = 'pip install "suffice[cpu]" (the CPU engine) or "suffice[gpu]" (the GPU engine)'
+    assert f"suffice_judge: the engine needs numpy, which is not installed: {said}" in errors
+    assert "; with pytest: --suffice-server URL" in errors
 
 
 @pytest.mark.engine
