@@ -38,7 +38,7 @@ from suffice.config import JudgeConfig
 from suffice.gates.sufficiency.grammar import RAGFLOW_SCHEMA, SufficiencyVerdict
 from suffice.judge import Judge
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.models import resolve_model
+from suffice.serving.weights import resolve_model
 
 RAGFLOW_PROMPT = (Path(__file__).parent / "ragflow_sufficiency_select.md").read_text().split("\n", 1)[1]
 MAX_TOKENS = 512

@@ -34,7 +34,7 @@ from transformers import AutoTokenizer
 
 from suffice.gates.registry import make_gate
 from suffice.prompts.templates import FENCE_BITS, Fence, PromptTemplate, fence_seed, fence_words
-from suffice.serving.models import EMBEDDED_NAME, resolve_model
+from suffice.serving.weights import EMBEDDED_NAME, resolve_model
 
 GATES = {"sufficiency": None, "recovery": None, "adequacy": {"rubric": "customer-support"}}
 #: What issue 41 asks a chunk's fence to cost at most, with the embedded model's tokenizer.

@@ -20,7 +20,7 @@ from common import report
 from transformers import AutoTokenizer
 
 from suffice.gates.sufficiency.grammar import _segments
-from suffice.serving.models import embedded_model
+from suffice.serving.weights import embedded_model
 
 #: What follows the head's prefix in a typical verdict, up to the decision.
 VERDICT = (

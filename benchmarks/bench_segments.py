@@ -15,7 +15,7 @@ same input file, one after the other:
 
 Per leg: items, errors, prompt and completion (decoded) tokens an item (the rows' ``tokens``; prefilled prefixes
 count with the prompt), seconds judging (from the engine ready to the last batch written, taken from suffice's
-``suffice.startup`` marks, so the engine's start-up is left out and constraint compiles are in), verdicts/s, the
+``suffice.serving.startup`` marks, so the engine's start-up is left out and constraint compiles are in), verdicts/s, the
 process's wall time, and precision, recall and F1 of flagging the ``unsupported`` sentences
 (``segment_labels.scores``; the new verdict flags a segment labeled ``unsupported`` or ``partial``, today's
 flags the sentence an ``unsupported_claims`` paraphrase matches: at least half of the claim's content words in
@@ -86,7 +86,7 @@ with open(marks, "a") as file:
     file.write(f"start-up: interpreter up at {time.monotonic():.6f}\\n")
 handler = logging.FileHandler(marks)
 handler.setFormatter(logging.Formatter("%(message)s"))
-log = logging.getLogger("suffice.startup")
+log = logging.getLogger("suffice.serving.startup")
 log.addHandler(handler)
 log.setLevel(logging.DEBUG)
 log.propagate = False
@@ -284,7 +284,7 @@ def attainable_model(dtype: str | None) -> dict[str, Any] | str:
         from bench_throughput import copy_bandwidth_gbs, kv_bytes_per_token, roofline
 
         from suffice.serving.machine import compute_dtype
-        from suffice.serving.models import resolve_model
+        from suffice.serving.weights import resolve_model
 
         folder = resolve_model(None).path
         compute = compute_dtype(False, dtype)[0]

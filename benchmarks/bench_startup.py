@@ -8,7 +8,7 @@ process's start to its exit.
 
 Where the time goes is read from timestamps the processes log:
 
-- suffice's own steps, from its ``suffice.startup`` DEBUG lines (monotonic times; the suffice
+- suffice's own steps, from its ``suffice.serving.startup`` DEBUG lines (monotonic times; the suffice
   process is started with a handler on that logger, otherwise it is ``suffice judge`` itself);
 - vLLM's steps (its engine process and worker process up, weights loaded, KV cache allocated
   and warmed up), from vLLM's own INFO lines, sent with their creation times to a file by a
@@ -49,10 +49,10 @@ from common import SAMPLE, table, write_json
 from suffice.client import Client
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_machine_config, gpu_build, machine_config
-from suffice.serving.models import resolve_model
 from suffice.serving.offline import force_offline
+from suffice.serving.startup import LOGGER
 from suffice.serving.vllm_lifecycle import llm_kwargs
-from suffice.startup import LOGGER
+from suffice.serving.weights import resolve_model
 
 #: vLLM's log lines as this benchmark's logging config writes them: creation time, pid, message.
 _VLLM_LINE = re.compile(r"^(\d+\.\d+) (\d+) (.*)$")

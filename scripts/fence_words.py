@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from suffice.serving.models import resolve_model
+from suffice.serving.weights import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "suffice" / "prompts" / "fence_words.txt"

@@ -13,7 +13,7 @@ import logging as _logging
 _logging.getLogger("suffice").addHandler(_logging.NullHandler())
 
 from suffice.client import AsyncClient, Client  # noqa: E402
-from suffice.config import JudgeConfig  # noqa: E402
+from suffice.config import JudgeConfig, JudgeProtocol  # noqa: E402
 from suffice.exceptions import (  # noqa: E402
     AuditError,
     AuthenticationError,
@@ -57,10 +57,9 @@ from suffice.harness.retrieval import FunctionRetriever  # noqa: E402
 from suffice.judge import Judge  # noqa: E402
 from suffice.prompts.fitting import FittedPrompt  # noqa: E402
 from suffice.prompts.templates import PromptTemplate, load_prompt  # noqa: E402
-from suffice.protocol import JudgeProtocol  # noqa: E402
 from suffice.records.item import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
-from suffice.rows.models import result_row_model, result_row_schema  # noqa: E402
+from suffice.rows.row_types import result_row_model, result_row_schema  # noqa: E402
 from suffice.serving.engine_config import EngineConfig  # noqa: E402
 
 __version__ = "0.1.0"

@@ -47,7 +47,7 @@ KEY_VERSION = "2"
 def default_cache_path() -> Path:
     """``verdicts.sqlite3`` in suffice's cache folder (``$SUFFICE_CACHE``, else ``$XDG_CACHE_HOME/suffice``,
     else ``~/.cache/suffice``: the folder the embedded model is converted into)."""
-    from suffice.serving.models import cache_root
+    from suffice.serving.weights import cache_root
 
     return cache_root() / "verdicts.sqlite3"
 

@@ -2,8 +2,8 @@
 
 ``Client(url).judge_batch(records)`` returns what ``Judge.judge_batch(records)`` returns: one
 :class:`~suffice.results.JudgeResult` per record, in order, its verdict parsed into the gate's
-verdict model (or :class:`~suffice.grammars.decision.DecisionVerdict` for a decision-only row), a
-record's failure as its ``error``.  Both clients are a :class:`~suffice.protocol.JudgeProtocol`, as
+verdict model (or :class:`~suffice.grammars.decision_verdict.DecisionVerdict` for a decision-only row), a
+record's failure as its ``error``.  Both clients are a :class:`~suffice.config.JudgeProtocol`, as
 :class:`~suffice.judge.Judge` is: ``judge`` / ``judge_batch`` block, ``ajudge`` / ``ajudge_batch`` are
 awaited, all with ``gate=`` and ``options=``.  Code written against a judge runs against a service by
 swapping one object.
@@ -53,13 +53,25 @@ from suffice.exceptions import (
     refused_as,
 )
 from suffice.gates import Gate, gate_class, gate_names, make_gate
-from suffice.gates.decision import VerdictReader
+from suffice.gates.decision_mode import VerdictReader
 from suffice.gates.registry import check_call
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.network import RetryPolicy, bearer_key, check_url, redact_url, refuse_plain_http
 from suffice.records.item import record_id
-from suffice.results import CacheHit, Cascade, ErrorInfo, Judged, JudgeResult, JudgeStats, ResultsStream, TokenCounts
-from suffice.review_outcomes import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents, ReviewOutcome
+from suffice.results import (
+    MAX_EVENTS,
+    MAX_EVENTS_WAIT_S,
+    CacheHit,
+    Cascade,
+    ErrorInfo,
+    Judged,
+    JudgeResult,
+    JudgeStats,
+    ResultsStream,
+    ReviewEvents,
+    ReviewOutcome,
+    TokenCounts,
+)
 from suffice.serving.base import Progress, checked_progress
 from suffice.serving.progress import progress_of
 from suffice.settings import per_request
@@ -393,7 +405,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
 
     def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
-        """:meth:`settings` under the name every :class:`~suffice.protocol.JudgeProtocol` gives it."""
+        """:meth:`settings` under the name every :class:`~suffice.config.JudgeProtocol` gives it."""
         return self.settings(gate, options)
 
     def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -416,8 +428,8 @@ class Client(_Base, AbstractContextManager["Client"]):
     def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
         """The reviews decided after cursor ``since`` (``GET /v1/reviews/events``), oldest first: pass the answer's
         ``next`` as ``since`` to follow them.  ``wait``: seconds (at most
-        :data:`~suffice.review_outcomes.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
-        ``limit``: the most events (default and at most :data:`~suffice.review_outcomes.MAX_EVENTS`)."""
+        :data:`~suffice.results.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
+        ``limit``: the most events (default and at most :data:`~suffice.results.MAX_EVENTS`)."""
         url, query, timeout = self._events_request(since, wait, limit)
         return self._exchange(lambda r: _reviewed(r, ReviewEvents, self._auth), "GET", url, timeout, params=query)
 
@@ -442,7 +454,7 @@ class AsyncClient(_Base):
     One client serves any number of event loops, one after another (each ``asyncio.run``) or at once (a loop per
     thread): each loop sends on connections of its own, opened at its first call and closed when the loop shuts
     down (its async generators closed, as ``asyncio.run`` does) or at ``aclose()`` in it.
-    ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.protocol.JudgeProtocol`
+    ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.config.JudgeProtocol`
     (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too."""
 
     #: The blocking client of the sync calls, made at the first such call.

@@ -1,16 +1,19 @@
-"""Judge settings: frozen, checked once at construction, errors name the parameter."""
+"""Judge settings: frozen, checked once at construction, errors name the parameter; and :class:`JudgeProtocol`, the
+one shape of a judge (``Judge``, ``Client``, ``AsyncClient``, ``RayJudge``), which every caller is written against:
+the same config, the same calls, the same results, wherever the engine runs."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from suffice.exceptions import ConfigError
 from suffice.gates.base import Gate
 from suffice.gates.registry import DEFAULT_GATE, DETAILS, gate_class, make_gate
+from suffice.results import JudgeResult
 from suffice.serving.engine_config import BACKENDS, DEFAULT_BACKEND, ENGINES, EngineConfig
 from suffice.settings import check, setting
 
@@ -98,7 +101,7 @@ class JudgeConfig:
         if value is None:
             value = os.environ.get(CACHE_ENV) or None
         if value is None:
-            from suffice.serving.models import cache_root
+            from suffice.serving.weights import cache_root
 
             return cache_root() / "verdicts.sqlite3"
         if value is False or (isinstance(value, str) and value.strip().lower() in OFF):
@@ -110,3 +113,56 @@ class JudgeConfig:
     def make_gate(self) -> Gate:
         """The gate this config names, built from its options at its detail."""
         return make_gate(self.gate, self.options, self.detail)
+
+
+@runtime_checkable
+class JudgeProtocol(Protocol):
+    """A judge, wherever its engine runs.  ``gate``: the gate's name (default: the judge's own); ``options``: the
+    gate's options for this call (on an in-process judge, over the judge's own for its gate; through a service,
+    the options a request may set).  A judge built once per gate and options is kept, so calls with the same
+    ones cost nothing more than the first."""
+
+    def judge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result (blocking)."""
+        ...
+
+    def judge_batch(
+        self, records: Sequence[object], *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """One result per record, in order (blocking)."""
+        ...
+
+    async def ajudge(
+        self, record: object, *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> JudgeResult:
+        """One record's result, awaited."""
+        ...
+
+    async def ajudge_batch(
+        self, records: Sequence[object], *, gate: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> list[JudgeResult]:
+        """One result per record, in order, awaited."""
+        ...
+
+    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+        """The gate that reads the verdicts of a call with this ``gate`` and ``options`` (its decision, route and
+        useful chunks); raises :class:`~suffice.exceptions.ConfigError` for a gate or an option it refuses."""
+        ...
+
+    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """What decides the rows of a call with this ``gate`` and ``options`` (gate, prompt version, model,
+        engine): the values ``suffice judge`` records beside an output and an audit log beside each verdict."""
+        ...
+
+
+def require_judge(judge: object) -> JudgeProtocol:
+    """``judge``, or a :class:`~suffice.exceptions.ConfigError` naming ``judge`` when it is not one."""
+    if not isinstance(judge, JudgeProtocol):
+        raise ConfigError(
+            "judge",
+            type(judge).__name__,
+            "must be a judge (suffice.JudgeProtocol): a suffice.Judge, Client or AsyncClient",
+        )
+    return judge

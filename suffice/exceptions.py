@@ -51,7 +51,19 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from suffice.exit_codes import EXIT_BUSY, EXIT_FATAL, EXIT_TAMPERED, EXIT_USAGE
+#: Exit statuses of the ``suffice`` command (documented in README.md); each error carries its own in :data:`STATUS`.
+EXIT_OK = 0  #: every record got a verdict
+EXIT_FATAL = 1  #: nothing more could be judged: model missing, engine failed, unreadable output
+EXIT_USAGE = 2  #: bad arguments or settings
+EXIT_ITEM_ERRORS = 3  #: the run finished, but some records got error lines instead of verdicts
+#: another suffice run is writing the output: nothing was read or written; the same
+#: command works once that run has ended (a script can wait and retry on it, where 1 and
+#: 2 need a person).  ``audit verify`` uses 4 for a tampered log: a different command.
+EXIT_BUSY = 4
+#: ``audit verify``/``audit anchor``: the log's chains do not verify (tampered).
+EXIT_TAMPERED = 4
+#: ``audit verify``: the log is intact but unkeyed, so only accidental edits were checked.
+EXIT_UNKEYED = 5
 
 
 def _rebuild(cls: type[SufficeError], args: tuple[Any, ...], state: dict[str, Any]) -> SufficeError:
@@ -90,7 +102,7 @@ class ModelNotFoundError(SufficeError, FileNotFoundError):
 class MissingExtraError(SufficeError, ImportError):
     """What was asked for needs ``module``, which is not installed; ``extras`` are the extras of suffice that
     install it (``("cpu", "gpu")``: the engine; ``()``: one of suffice's own dependencies, missing from a broken
-    install).  The message says the command that installs it (:mod:`suffice.extras`)."""
+    install).  The message says the command that installs it (:mod:`suffice.serving.extras`)."""
 
     def __init__(self, module: str, extras: tuple[str, ...], message: str) -> None:
         self.module = module
@@ -347,7 +359,7 @@ class RewriteError(StepError):
 
 class Status(NamedTuple):
     """What an error means to whoever asked: ``exit``, the ``suffice`` command's exit status
-    (:mod:`suffice.exit_codes`); ``http``, the status ``suffice serve`` answers with; ``then``, what the caller
+    (:mod:`suffice.exceptions`); ``http``, the status ``suffice serve`` answers with; ``then``, what the caller
     can do about it, said after the message ("" when the message says it already)."""
 
     exit: int

@@ -37,10 +37,10 @@ from suffice.exceptions import (
 )
 from suffice.gates import Gate, gate_names, roles
 from suffice.gates.base import fitted_mismatch
-from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.gates.decision_mode import AutoGate, DecisionGate
 from suffice.gates.registry import check_call
-from suffice.grammars.decision import DecisionVerdict
-from suffice.isolation import isolate
+from suffice.grammars.decision_verdict import DecisionVerdict
+from suffice.grammars.scores import decision_probabilities
 from suffice.prompts.fitting import FittedPrompt, fit_prompt
 from suffice.prompts.templates import Message
 from suffice.records.item import Chunk, Item, record_id
@@ -54,9 +54,9 @@ from suffice.results import (
     ResultsStream,
     TokenCounts,
 )
-from suffice.scores import decision_probabilities
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress
 from suffice.serving.factory import engine_settings, make_engine
+from suffice.serving.isolation import isolate
 from suffice.serving.progress import progress_of
 from suffice.telemetry import BatchTrace, engine_start
 
@@ -587,7 +587,7 @@ class Judge(AbstractContextManager["Judge"]):
         self, requests: list[GenerationRequest], progress: Progress | None = None, cancel: threading.Event | None = None
     ) -> list[Generation | EngineError]:
         """One engine call; if it fails, the batch is split so one poisoned request fails alone
-        (:func:`~suffice.isolation.isolate`); a fatal engine failure goes to the caller unsplit."""
+        (:func:`~suffice.serving.isolation.isolate`); a fatal engine failure goes to the caller unsplit."""
 
         def failed(exc: Exception, part: Sequence[GenerationRequest]) -> EngineError:
             if not isinstance(exc, EngineError) or isinstance(exc, EngineFatalError):

@@ -6,6 +6,6 @@ A decision-only judge (``detail="decision"``, and the decision pass of ``detail=
 from suffice.gates.adequacy.grammar import AdequacyVerdict
 from suffice.gates.recovery.grammar import RecoveryVerdict
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 
 __all__ = ["AdequacyVerdict", "DecisionVerdict", "RecoveryVerdict", "SufficiencyVerdict"]

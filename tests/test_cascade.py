@@ -13,11 +13,11 @@ from suffice.cli.judge_cmd import config_from_args
 from suffice.cli.main import build_parser
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
-from suffice.gates.decision import AutoGate
+from suffice.gates.decision_mode import AutoGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.judge import Judge
-from suffice.rows.models import result_row_model
+from suffice.rows.row_types import result_row_model
 from suffice.rows.shaping import result_row
 from suffice.serving.base import Generation, GenerationRequest
 from tests.fakes import ScriptedEngine
@@ -202,7 +202,7 @@ def test_a_parquet_output_of_a_cascade_is_refused_naming_the_detail(tmp_path):
 def test_the_docs_give_the_default_margin_and_the_threshold():
     from pathlib import Path
 
-    from suffice.gates.decision import DECISION_THRESHOLD
+    from suffice.gates.decision_mode import DECISION_THRESHOLD
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text(encoding="utf-8")
     section = text[text.index("### The cascade") :]

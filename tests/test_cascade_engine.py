@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.judge import Judge
 from tests.conftest import load_records
 

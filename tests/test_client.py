@@ -32,7 +32,7 @@ from suffice import (
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from tests.batch.test_runner import good
 from tests.fakes import ScriptedEngine
 from tests.server.live import live

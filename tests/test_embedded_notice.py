@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
 from suffice.judge import Judge
-from suffice.serving.models import EMBEDDED_NAME, EMBEDDED_NOTICE, embedded_notice
+from suffice.serving.weights import EMBEDDED_NAME, EMBEDDED_NOTICE, embedded_notice
 from tests.decisions.test_delivery_earned import CHUNKS, QUESTION, SUFFICIENCY
 from tests.fakes import ScriptedEngine
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 import suffice.cli
 import suffice.exceptions as exceptions
-import suffice.exit_codes as exit_codes
+import suffice.exceptions as exit_codes
 from suffice.cli.errors import reports_errors
 from suffice.cli.main import main
 from suffice.config import JudgeConfig

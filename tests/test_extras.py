@@ -1,7 +1,7 @@
 """A missing extra is said by name, not as a traceback: on a client-only install (simulated by making the extra's
 modules fail to import, as where they are not installed) ``suffice judge``, ``suffice serve`` and ``Judge.open``
 name the extra to install (``suffice[cpu]`` / ``suffice[gpu]``) in one line with the table's exit status, and the
-table of which extra brings which module (:data:`suffice.extras.PROVIDED`) is pyproject.toml's."""
+table of which extra brings which module (:data:`suffice.serving.extras.PROVIDED`) is pyproject.toml's."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 
 from suffice.config import JudgeConfig
 from suffice.exceptions import STATUS, MissingExtraError
-from suffice.extras import ENGINE_EXTRAS, ENGINE_MODULES, PROVIDED
 from suffice.judge import Judge
+from suffice.serving.extras import ENGINE_EXTRAS, ENGINE_MODULES, PROVIDED
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -149,7 +149,7 @@ def test_judge_open_without_vllm_names_the_engines_extras_not_the_embedded_model
 
 
 def test_a_module_that_is_there_is_not_said_missing_for_a_submodule_it_lacks():
-    from suffice.extras import missing_extra
+    from suffice.serving.extras import missing_extra
 
     assert missing_extra(ModuleNotFoundError("no", name="pyarrow.nothing_here")) is None
     assert missing_extra(ModuleNotFoundError("no", name="fastapi.nothing_here")) is None
@@ -157,7 +157,7 @@ def test_a_module_that_is_there_is_not_said_missing_for_a_submodule_it_lacks():
 
 
 def test_the_line_install_md_shows_is_the_one_the_command_says():
-    from suffice.extras import missing
+    from suffice.serving.extras import missing
 
     shown = (ROOT / "docs" / "install.md").read_text(encoding="utf-8").splitlines()
     assert f"error: {missing('vllm', 'the vllm engine')}" in shown

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from suffice.audit import save_anchor
+from suffice.batch.answered import DoneRow, KeyIndex
 from suffice.batch.journal import ResultFile
-from suffice.batch.keys import DoneRow, KeyIndex
+from suffice.batch.run_settings import RunSettings, settings_path
 from suffice.exceptions import ConfigError, OutputWriteError
 from suffice.files import replace_atomically
 from suffice.gates.adequacy.store import RubricStore, save_rubric_version
 from suffice.gates.sufficiency.calibration import GateConfig
-from suffice.run_settings import RunSettings, settings_path
 from tests.cli.test_calibrate_edges import opened  # noqa: F401 - a fixture
 from tests.setup_or_fail import need
 

@@ -243,7 +243,7 @@ def test_an_item_goes_to_a_service_as_the_record_it_was_read_from():
 def test_the_batch_runner_writes_the_in_process_runs_output_with_any_judge(tmp_path, kind):
     """``judge_file(judge=...)`` with each kind writes the rows and settings of the run that opens its own engine."""
     from suffice.batch import BatchOptions, judge_file
-    from suffice.run_settings import settings_path
+    from suffice.batch.run_settings import settings_path
     from tests.batch.test_runner import CONFIG, opener, rows, write_lines
     from tests.batch.test_service_scorer import LINES
 

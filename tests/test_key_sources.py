@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.main import main
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE
 from tests.batch.test_runner import good, record
 from tests.fakes import ScriptedEngine
 from tests.test_client import KEY, serve

@@ -35,7 +35,7 @@ import httpx
 import psutil
 import pytest
 
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.serving.offline import OFFLINE_ENV
 from tests.conftest import load_records
 from tests.setup_or_fail import need

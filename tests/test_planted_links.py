@@ -19,8 +19,7 @@ import pytest
 
 from suffice.audit import AuditLog
 from suffice.cli.main import main
-from suffice.exceptions import AuditError, ConfigError, OutputWriteError
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK, AuditError, ConfigError, OutputWriteError
 from suffice.files import open_output, replace_atomically
 from suffice.gates.adequacy.store import RubricStore, next_rubric_path, save_rubric_version
 from suffice.judge import Judge

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from suffice.batch import BatchOptions, judge_file
+from suffice.batch.summary import RunSummary
 from suffice.config import JudgeConfig
 from suffice.gates import Gate, make_gate
 from suffice.gates.roles import model_positive
@@ -15,7 +16,6 @@ from suffice.judge import Judge
 from suffice.results import Judged, ResultsStream
 from suffice.server.metrics import Metrics
 from suffice.serving.base import GenerationRequest
-from suffice.summary import RunSummary
 from tests.batch.test_runner import good
 from tests.batch.test_runner import record as sufficiency_record
 from tests.fakes import ScriptedEngine

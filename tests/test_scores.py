@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from suffice.scores import decision_probabilities
+from suffice.grammars.scores import decision_probabilities
 
 TEXT = '{"required_entities":[],"is_sufficient":true,"missing_information":[]}'
 

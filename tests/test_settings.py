@@ -343,7 +343,7 @@ def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
     named: str,
 ):
     from suffice.cli.main import main
-    from suffice.exit_codes import EXIT_USAGE
+    from suffice.exceptions import EXIT_USAGE
 
     source = tmp_path / "in.jsonl"
     source.write_text(json.dumps(ITEM) + "\n", encoding="utf-8")

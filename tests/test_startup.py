@@ -6,7 +6,7 @@ import logging
 import re
 import time
 
-from suffice import startup
+from suffice.serving import startup
 
 
 def test_a_mark_logs_the_step_at_the_monotonic_time_now(caplog):

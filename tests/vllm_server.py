@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from suffice.serving.models import resolve_model
+from suffice.serving.weights import resolve_model
 
 SERVED = "smollm2"
 READY_WITHIN = 240.0

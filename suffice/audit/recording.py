@@ -13,7 +13,7 @@ from suffice.gates.base import Gate
 from suffice.gates.roles import high_stakes
 from suffice.records.item import Chunk, Item
 from suffice.results import JudgeResult
-from suffice.serving.models import ModelRef
+from suffice.serving.weights import ModelRef
 
 
 def weights_hash(model_path: Path | None) -> str | None:

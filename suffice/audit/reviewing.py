@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from suffice.exceptions import AuditError
 from suffice.gates import gate_class
 from suffice.gates.roles import decision_of
-from suffice.review_outcomes import (
+from suffice.results import (
     MAX_ANSWER_CHARS,
     MAX_QUERIES,
     MAX_QUERY_CHARS,
@@ -95,9 +95,9 @@ def decision_fields(decision: str, answer: object = None, queries: object = None
     """A reviewer's ``answer`` (for ``answer``: the answer approved or written) and ``queries`` (for
     ``refine_retrieval``: what to search), checked, as a decision entry keeps them: only those given, the answer
     stripped, the queries stripped and each once.  An :class:`AuditError` names the field: one given for another
-    decision, not text, blank, too long (:data:`~suffice.review_outcomes.MAX_ANSWER_CHARS`,
-    :data:`~suffice.review_outcomes.MAX_QUERY_CHARS`), a query of more than one line, or too many queries
-    (:data:`~suffice.review_outcomes.MAX_QUERIES`)."""
+    decision, not text, blank, too long (:data:`~suffice.results.MAX_ANSWER_CHARS`,
+    :data:`~suffice.results.MAX_QUERY_CHARS`), a query of more than one line, or too many queries
+    (:data:`~suffice.results.MAX_QUERIES`)."""
     fields: dict[str, Any] = {}
     if answer is not None:
         if decision != "answer":
@@ -180,7 +180,7 @@ def decisions_of(review: Mapping[str, Any]) -> list[dict[str, Any]]:
     return parsed if isinstance(parsed, list) else []
 
 
-# -- what the application learns of a decision (suffice.review_outcomes) ------------------------------------------
+# -- what the application learns of a decision (suffice.results) ------------------------------------------
 #: The ``rule`` of the evaluation row that records a person's decision applied (``Pipeline.resume``): one per review.
 APPLIED_RULE = "review_applied"
 

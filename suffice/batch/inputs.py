@@ -12,7 +12,7 @@ from suffice.exceptions import ConfigError
 from suffice.formats.files import file_format_of, format_of
 from suffice.records.fields import FieldMap
 from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord, over_caps
-from suffice.records.jsonl import SourceLine
+from suffice.records.lines import SourceLine
 
 __all__ = ["InputFile", "Shard", "format_of"]
 

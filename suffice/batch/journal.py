@@ -1,9 +1,9 @@
 """The result file of a batch run: one JSON line per input record, written as it goes.
 
 Every row carries its record's ``id`` and 1-based input ``line``, so a rerun knows which records are answered
-whatever order the rows are in (:mod:`suffice.batch.keys`); reading keeps only an on-disk index.  A partial last line
-is cut off; a line that is not a result row goes to ``OUTPUT.rejected`` and its record is judged again; rows not
-final and second rows for one key are removed.  Removals and the reordering at :meth:`close` rewrite the file beside
+whatever order the rows are in (:mod:`suffice.batch.answered`); reading keeps only an on-disk index.  A partial
+last line is cut off; a line that is not a result row goes to ``OUTPUT.rejected`` and its record is judged again; rows
+not final and second rows for one key are removed.  Removals and the reordering at :meth:`close` rewrite the file beside
 itself and rename it over the old one.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from suffice.batch.keys import DoneRow, KeyIndex, line_key, record_key
+from suffice.batch.answered import DoneRow, KeyIndex, line_key, record_key
 from suffice.exceptions import OutputMismatchError, OutputWriteError
 from suffice.files import open_output, replace_atomically, write_error, writing
-from suffice.records.jsonl import dump_line
+from suffice.records.lines import dump_line
 
 #: Error types a resumed run judges again even without ``retry_errors`` (rows without ``final``).
 _NOT_FINAL = frozenset({"GenerationError"})
@@ -39,7 +39,7 @@ def row_is_final(row: dict[str, Any], retry_errors: bool = False) -> bool:
 
 
 def row_key(row: dict[str, Any]) -> str:
-    """The key of the input record a row answers (see :mod:`suffice.batch.keys`)."""
+    """The key of the input record a row answers (see :mod:`suffice.batch.answered`)."""
     error = row.get("error")
     rid = row.get("id")
     if rid is None or (isinstance(error, dict) and error.get("type") == DUPLICATE_ID):

@@ -16,12 +16,12 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError, EngineDeadError, EngineUnreachableError
 from suffice.formats.verdicts import verdict_format
 from suffice.gates.registry import gate_class
-from suffice.isolation import isolate
 from suffice.judge import Judge
 from suffice.records.fields import FieldMap
 from suffice.records.item import record_id
 from suffice.results import JudgeResult
 from suffice.rows.shaping import crash_result, result_row
+from suffice.serving.isolation import isolate
 from suffice.settings import declared
 
 #: Times Ray Data may restart a :func:`judge_dataset` actor whose process died, and retry
@@ -34,7 +34,7 @@ class _DatasetWorker:
     """``map_batches`` body for :func:`judge_dataset` (a callable class: one engine per actor).
 
     A record that kills the engine costs only its own row: the engine is opened again
-    and the batch judged in halves (:mod:`suffice.isolation`), down to that record,
+    and the batch judged in halves (:mod:`suffice.serving.isolation`), down to that record,
     which gets an ``EngineCrashError`` row.  An engine that dies on everything fails
     the batch (and the dataset): more deaths in a row than a poison record's halving
     needs (``2 + log2(batch)``), or a lone death before this actor judged anything.

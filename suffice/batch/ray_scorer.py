@@ -2,7 +2,7 @@
 order.
 
 A dead actor is replaced and its batches sent again, each alone, up to ``RayOptions.max_batch_retries`` times; a batch
-that still kills actors is halved (:mod:`suffice.isolation`) down to the record that kills them, which gets an
+that still kills actors is halved (:mod:`suffice.serving.isolation`) down to the record that kills them, which gets an
 ``EngineCrashError`` row.  Deaths before an engine opened, and a server gone, are never blamed on records; an error no
 retry can fix stops the run, unwrapped, as do actors that die on every record.
 """
@@ -26,13 +26,13 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import EngineDeadError, EngineUnreachableError, SufficeError
 from suffice.gates.base import Gate
 from suffice.gates.registry import check_call
-from suffice.isolation import Bisection, halves
 from suffice.judge import Judge
 from suffice.records.item import record_id
 from suffice.results import JudgeResult
 from suffice.rows.shaping import crash_result
 from suffice.serving.base import Progress
 from suffice.serving.factory import engine_settings
+from suffice.serving.isolation import Bisection, halves
 
 #: Seconds without a finished batch after which the run checks that the cluster can still hold its actors.
 CAPACITY_CHECK_S = 30.0

@@ -26,18 +26,19 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from suffice import startup
 from suffice.audit import AuditLog, is_audit_file
 from suffice.audit.recording import audit_values, record_results, review_rule
+from suffice.batch.answered import KeyIndex, line_key, record_key
 from suffice.batch.inputs import InputFile
 from suffice.batch.journal import DUPLICATE_ID, ResultFile
-from suffice.batch.keys import KeyIndex, line_key, record_key
 from suffice.batch.options import BatchOptions
 from suffice.batch.ray_scorer import RayScorer
+from suffice.batch.run_settings import RunSettings
 from suffice.batch.scoring import LocalScorer, Notify, Scorer, _quiet
 from suffice.batch.service_scorer import ServiceScorer, request_options, service_gate, service_settings
+from suffice.batch.summary import RunSummary
 from suffice.batch.suspects import Suspects, suspects_path
-from suffice.config import JudgeConfig
+from suffice.config import JudgeConfig, JudgeProtocol
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
 from suffice.formats.files import FileFormat, file_format_of
@@ -45,15 +46,13 @@ from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.gates.roles import model_positive
 from suffice.judge import Judge
-from suffice.protocol import JudgeProtocol
 from suffice.records.item import record_id
-from suffice.records.jsonl import SourceLine
+from suffice.records.lines import SourceLine
 from suffice.results import ErrorInfo, Judged, JudgeResult, ResultsObserver, ResultsStream
 from suffice.rows.shaping import crash_result, error_result, result_row
-from suffice.run_settings import RunSettings
+from suffice.serving import startup
 from suffice.serving.base import Progress, checked_progress
-from suffice.serving.models import embedded_notice
-from suffice.summary import RunSummary
+from suffice.serving.weights import embedded_notice
 
 #: Called once with (total or ``None``, already done: 0); returns the :class:`~suffice.serving.base.Progress` (records
 #: done, prompts read, records answered without the engine) and a function that closes it.

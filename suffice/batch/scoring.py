@@ -21,7 +21,7 @@ from suffice.judge import Judge
 from suffice.records.item import Item
 from suffice.results import JudgeResult
 from suffice.serving.base import Progress
-from suffice.serving.models import embedded_notice
+from suffice.serving.weights import embedded_notice
 
 #: Called with a message for the user (resuming, starting the engine, ...).
 Notify = Callable[[str], None]

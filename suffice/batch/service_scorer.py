@@ -1,5 +1,5 @@
 """Judging a run's batches through a running ``suffice serve`` (``suffice judge --server``), or through any
-:class:`~suffice.protocol.JudgeProtocol` the caller gives ``judge_file(judge=...)``.
+:class:`~suffice.config.JudgeProtocol` the caller gives ``judge_file(judge=...)``.
 
 The service's engine is warm, so a small job costs its records' time, not an engine's
 start.  The output, its resume and its settings check are the runner's, as for an engine in
@@ -19,16 +19,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from suffice.batch.scoring import Crashed, Notify, Results, Scorer, _quiet
-from suffice.config import JudgeConfig
+from suffice.config import JudgeConfig, JudgeProtocol
 from suffice.exceptions import ConfigError, InvalidRequestError, ItemError, RequestTooLargeError
 from suffice.gates import Gate, make_gate
 from suffice.gates.roles import parse_item
-from suffice.isolation import isolate
-from suffice.protocol import JudgeProtocol
 from suffice.records.item import record_id
 from suffice.results import ErrorInfo, JudgeResult
 from suffice.rows.shaping import error_result
 from suffice.serving.base import Progress
+from suffice.serving.isolation import isolate
 from suffice.settings import declared
 
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from suffice.batch.keys import id_key
+from suffice.batch.answered import id_key
 from suffice.files import replace_atomically
 
 

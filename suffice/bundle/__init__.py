@@ -37,7 +37,7 @@ from suffice.bundle.verify import MANIFEST as MANIFEST
 from suffice.bundle.verify import sha256_of as sha256_of
 from suffice.exceptions import ConfigError, InputError
 from suffice.files import replace_atomically, writing
-from suffice.serving.models import ModelRef, resolve_model
+from suffice.serving.weights import ModelRef, resolve_model
 
 WHEELS = "wheels"
 MODEL = "model"

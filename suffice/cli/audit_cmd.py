@@ -28,11 +28,10 @@ from suffice.audit import (
 )
 from suffice.audit.log import export_lines
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import ExportWriteError, OutputWriteError
-from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE, ExportWriteError, OutputWriteError
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
-from suffice.text import terminal_text
 
 _KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
 

@@ -10,10 +10,9 @@ from typing import Any
 
 from suffice.bundle import MANIFEST, WHEELS, sha256_of, write_bundle
 from suffice.cli.errors import fail, reports_errors
-from suffice.exceptions import BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK, BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
-from suffice.text import terminal_text
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from typing import Any
 from suffice.cache import DEFAULT_MAX_BYTES, VerdictCache
 from suffice.cli.errors import reports_errors
 from suffice.config import CACHE_ENV, JudgeConfig
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK, ConfigError
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, from_args, setting
-from suffice.text import terminal_text
 
 _MIB = 1 << 20
 

@@ -12,21 +12,29 @@ from typing import Any
 
 from suffice.batch import BatchOptions
 from suffice.batch.options import AuditOptions
+from suffice.batch.run_settings import settings_path
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.serve_settings import SettingSources
-from suffice.exceptions import ConfigError, InputError, OutputWriteError, VerdictsFileError
-from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import (
+    EXIT_FATAL,
+    EXIT_ITEM_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    InputError,
+    OutputWriteError,
+    VerdictsFileError,
+)
 from suffice.files import replace_atomically
 from suffice.gates import CalibrationChoice, Gate
 from suffice.gates.base import fitted_under
 from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
-from suffice.records.jsonl import dump_line, read_records
-from suffice.run_settings import settings_path
+from suffice.records.lines import dump_line, read_records
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, declared, from_args, setting
-from suffice.text import terminal_text
 
 #: ``--save`` without a path: where the gate keeps its threshold (see suffice.gates.roles.save_calibration).
 SAVE_WHERE_THE_GATE_KEEPS_IT = Path()

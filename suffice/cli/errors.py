@@ -9,10 +9,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from suffice.exceptions import SufficeError, status_of
-from suffice.exit_codes import EXIT_FATAL
-from suffice.extras import missing_extra
-from suffice.text import terminal_text
+from suffice.exceptions import EXIT_FATAL, SufficeError, status_of
+from suffice.records.text import terminal_text
+from suffice.serving.extras import missing_extra
 
 
 def fail(error: SufficeError, results_in: Path | None = None, doing: str = "") -> int:
@@ -31,8 +30,8 @@ def fail(error: SufficeError, results_in: Path | None = None, doing: str = "") -
 
 def reports_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``run`` (a command) with any suffice error it raises said by :func:`fail`, its exit status returned; so is a
-    module that only an extra installs, found missing (:func:`suffice.extras.missing_extra`: the extra by name, not a
-    traceback)."""
+    module that only an extra installs, found missing (:func:`suffice.serving.extras.missing_extra`: the extra by
+    name, not a traceback)."""
 
     @functools.wraps(run)
     def reporting(args: argparse.Namespace) -> int:

@@ -21,12 +21,15 @@ from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
+    EXIT_ITEM_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
     ConfigError,
     SufficeError,
 )
-from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates import DEFAULT_GATE, gate_names
 from suffice.network import check_url, refuse_plain_http
+from suffice.records.text import terminal_text
 from suffice.server.config import read_api_key
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import machine_config
@@ -43,7 +46,6 @@ from suffice.settings import (
     tagged,
     values_of,
 )
-from suffice.text import terminal_text
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from suffice import startup
 from suffice.cli import (
     audit_cmd,
     bundle_cmd,
@@ -28,6 +27,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
 from suffice.gates.roles import add_commands
 from suffice.network import version
+from suffice.serving import startup
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,9 +9,9 @@ from typing import Any
 
 from suffice.bundle import MANIFEST, verify_bundle
 from suffice.cli.errors import reports_errors
-from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED
+from suffice.exceptions import EXIT_OK, EXIT_TAMPERED
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
-from suffice.text import terminal_text
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
 from suffice.cli.audit_cmd import AuditCommandFlags, _login_name, _onto_the_log, _open
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import ExportWriteError, OutputWriteError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, ExportWriteError, OutputWriteError
 from suffice.files import replace_atomically
+from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
-from suffice.text import terminal_text
 
 
 @dataclass(frozen=True)

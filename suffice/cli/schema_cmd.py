@@ -1,4 +1,4 @@
-"""``suffice schema``: the JSON Schema of a gate's result row (see :mod:`suffice.rows.models`), or of the options a
+"""``suffice schema``: the JSON Schema of a gate's result row (see :mod:`suffice.rows.row_types`), or of the options a
 request to ``suffice serve`` may set on it (see :mod:`suffice.server.contract`)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 from suffice.cli.errors import reports_errors
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_names
 from suffice.gates import DEFAULT_GATE
-from suffice.rows.models import DIALECT, result_row_schema
+from suffice.rows.row_types import DIALECT, result_row_schema
 from suffice.server.contract import request_options_schema
 from suffice.settings import add_flags, check, setting
 

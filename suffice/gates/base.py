@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suffice.exceptions import ConfigError, VerdictError
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.models import model_rx
+from suffice.grammars.from_model import model_rx
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
@@ -136,7 +136,7 @@ class Gate(ABC):
     """A gate's core: its options, its template, a constraint, a parser and a route.
 
     A gate declaring ``output_model`` (a pydantic class of the JSON the model writes, see
-    :mod:`suffice.grammars.models`) and ``from_output(output, item, chunk_ids)`` (its :class:`Verdict` computed
+    :mod:`suffice.grammars.from_model`) and ``from_output(output, item, chunk_ids)`` (its :class:`Verdict` computed
     from that output) gets :meth:`constraint_for` and :meth:`parse` derived from them, and a :class:`Verdict`
     routes by its ``passes`` unless the gate writes :meth:`route`.  Everything else a gate may do is a role it
     takes by defining the role's names, found by :mod:`suffice.gates.roles` (which also holds each role's
@@ -196,7 +196,7 @@ class Gate(ABC):
 
     def constraint_for(self, shown: Sequence[Chunk]) -> Constraint:
         """The constraint for a prompt showing these chunks (``0..n-1``); it depends on counts only.  By default
-        the JSON :attr:`output_model` describes, with its :data:`~suffice.grammars.models.ChunkLabel` fields
+        the JSON :attr:`output_model` describes, with its :data:`~suffice.grammars.from_model.ChunkLabel` fields
         among the labels shown."""
         return Constraint.from_rx(
             model_rx(_output_model(self, "constraint_for"), len(shown)), f"{self.name}/{len(shown)}"

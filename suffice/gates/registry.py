@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from suffice.exceptions import ConfigError
 from suffice.gates import roles
 from suffice.gates.base import Gate
-from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.gates.decision_mode import AutoGate, DecisionGate
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from suffice.exceptions import ConfigError
 from suffice.files import replace_atomically
 from suffice.gates.base import CalibrationChoice, Gate, Verdict
-from suffice.grammars.decision import decision_marker as marker_of
+from suffice.grammars.decision_verdict import decision_marker as marker_of
 from suffice.records.fields import FieldMap
 from suffice.records.item import Chunk, Item, parse_record
 

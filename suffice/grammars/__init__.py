@@ -3,7 +3,7 @@ bounds, the constraint and its segments, a constraint read from a pydantic model
 decision-only form, and routes."""
 
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.models import ChunkLabel, model_rx
+from suffice.grammars.from_model import ChunkLabel, model_rx
 from suffice.grammars.regex import (
     JSON_BOOL,
     UNIT_INTERVAL,

@@ -3,8 +3,8 @@
 Every round is one engine call and one retriever call for all open questions.  Every question ends in exactly one
 outcome: ``delivered``, ``abstained`` (the gate abstains, the retrieval budget is spent, or retrieval finds nothing
 new: the user sees the gap and the queries) or ``review`` (what the gate sends to a person, and failures).  A failing
-retrieval, rewrite or generation sends only its own question to review (:mod:`suffice.isolation`).  Every retrieval
-attempt is written to the audit log's ``retrievals`` chain, every evaluation to its ``evaluations`` chain.
+retrieval, rewrite or generation sends only its own question to review (:mod:`suffice.serving.isolation`).  Every
+retrieval attempt is written to the audit log's ``retrievals`` chain, every evaluation to its ``evaluations`` chain.
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ from suffice.audit import DEFAULT_AUDIT_DB, AuditLog
 from suffice.audit.encoding import sha256_text
 from suffice.audit.recording import UNNAMED_RULE, audit_values, failed_twice, review_record, weights_hash
 from suffice.audit.reviewing import APPLIED_RULE, applied_outcome, review_log_id, review_outcome
+from suffice.config import JudgeProtocol, require_judge
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
 from suffice.gates.roles import high_stakes, parse_item
 from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
-from suffice.isolation import step_outcomes
-from suffice.protocol import JudgeProtocol, require_judge
 from suffice.records.item import Chunk, Item, item_record, record_id
-from suffice.results import JudgeResult
-from suffice.review_outcomes import ReviewOutcome
+from suffice.results import JudgeResult, ReviewOutcome
+from suffice.serving.isolation import step_outcomes
 
 #: ``generator(question, chunks) -> answer``: the caller's answer generator, called again after a re-retrieval.
 Generator = Callable[[str, Sequence[Chunk]], str]

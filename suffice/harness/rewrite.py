@@ -4,7 +4,7 @@ The adequacy seed's retrieval expansion ("rewrite the query using a separate
 query-rewriting prompt").  If a rewrite fails to parse, the original queries are
 kept: rewriting may improve recall but must never lose a round.  If the engine
 call itself fails, the pipeline isolates the failing question (see
-:mod:`suffice.isolation`) and sends it alone to review.
+:mod:`suffice.serving.isolation`) and sends it alone to review.
 """
 
 from __future__ import annotations

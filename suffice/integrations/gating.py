@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from suffice.audit import AuditLog
 from suffice.audit.recording import audit_values, record_results, weights_hash
+from suffice.config import JudgeProtocol
 from suffice.exceptions import (
     ConfigError,
     GateFailedError,
@@ -45,7 +46,6 @@ from suffice.gates.recovery.grammar import JudgedSegment
 from suffice.gates.registry import DEFAULT_CHECK_GATE
 from suffice.gates.roles import parse_item, useful_chunk_ids
 from suffice.grammars.routes import Route, Routing
-from suffice.protocol import JudgeProtocol
 from suffice.results import JudgeResult
 
 #: What a compressor / postprocessor / router does with documents the gate judged insufficient:

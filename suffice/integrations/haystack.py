@@ -25,7 +25,7 @@ import typing
 from collections import abc
 
 import suffice.audit
-import suffice.protocol
+import suffice.config
 from suffice import exceptions
 from suffice.integrations import gating
 from suffice.serving.offline import environment as _environment
@@ -46,7 +46,7 @@ except ImportError as missing:  # the extra is not installed
 __all__ = ["AnswerCheck", "RouterOnInsufficient", "SufficiencyRouter", "check_payload", "insufficient_payload"]
 
 _logger = logging.getLogger("suffice.integrations.haystack")
-_JudgeLike = suffice.protocol.JudgeProtocol
+_JudgeLike = suffice.config.JudgeProtocol
 
 #: What :class:`SufficiencyRouter` does with documents the gate judged insufficient: ``"route"`` (the
 #: default) emits the verdict on the ``insufficient`` output; ``"raise"`` raises

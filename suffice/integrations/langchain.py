@@ -30,7 +30,7 @@ except ImportError as missing:  # the extra is not installed
 import pydantic
 
 import suffice.audit
-import suffice.protocol
+import suffice.config
 from suffice import exceptions
 from suffice.integrations import gating
 
@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_SCORE_KEYS", "CheckedAnswer", "RecoveryCheck", "SufficiencyC
 #: LangChain's rerankers write ``relevance_score``; a vector store's score is often put at ``score``.
 DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
 
-_JudgeLike = suffice.protocol.JudgeProtocol
+_JudgeLike = suffice.config.JudgeProtocol
 
 
 def _evidence(

@@ -20,10 +20,10 @@ from collections.abc import Sequence as _Sequence
 from typing import Any as _Any
 
 from suffice.audit import AuditLog as _AuditLog
+from suffice.config import JudgeProtocol as _JudgeProtocol
 from suffice.exceptions import ConfigError as _ConfigError
 from suffice.exceptions import InputError as _InputError
 from suffice.integrations import gating
-from suffice.protocol import JudgeProtocol as _JudgeProtocol
 
 try:
     from llama_index.core import schema

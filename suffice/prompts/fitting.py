@@ -19,8 +19,8 @@ from suffice.grammars.constraint import Constraint
 from suffice.prompts.templates import Message, PromptTemplate, fence_seed
 from suffice.prompts.windows import SegmentLike, plan_windows
 from suffice.records.item import Chunk, ChunkId, Item
+from suffice.records.text import normalise
 from suffice.serving.base import Engine
-from suffice.text import normalise
 
 TRUNCATION_MARK = " [truncated]"
 _MARK_TOKENS = 4

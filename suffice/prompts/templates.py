@@ -25,10 +25,10 @@ from typing import Any
 import jinja2
 
 from suffice.exceptions import ConfigError
-from suffice.text import WORD_JOINER
+from suffice.records.text import WORD_JOINER
 
-# Re-exported: user text as the prompt shows it (it lives in suffice.text, below records, which checks keys with it).
-from suffice.text import normalise as normalise
+# Re-exported: user text as the prompt shows it (it lives in suffice.records.text, which checks keys with it).
+from suffice.records.text import normalise as normalise
 
 #: The harness's own templates (query rewriting).
 TEMPLATE_ROOT = Path(__file__).parent / "templates"
@@ -198,7 +198,7 @@ MARKERS = re.compile(
 
 
 def defuse_markers(text: str) -> str:
-    """``text`` with every :data:`MARKERS` match broken by :data:`~suffice.text.WORD_JOINER`."""
+    """``text`` with every :data:`MARKERS` match broken by :data:`~suffice.records.text.WORD_JOINER`."""
     return MARKERS.sub(lambda m: m[0][0] + WORD_JOINER + m[0][1:], text)
 
 

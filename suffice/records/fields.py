@@ -95,7 +95,7 @@ def _digest(record: dict[str, Any]) -> str:
     which Parquet reads as nulls).  Why in the id: with the position alone, another
     record at that position (an edited line, a second shard judged into the same
     output) would get the old row's verdict; with the digest the old row is stale
-    and the record is judged (:func:`suffice.batch.keys.record_key`)."""
+    and the record is judged (:func:`suffice.batch.answered.record_key`)."""
     judged = {k: record[k] for k in FIELDS if k != "id" and record.get(k) is not None}
     text = json.dumps(judged, sort_keys=True, ensure_ascii=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:8]

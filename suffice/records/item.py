@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from suffice.exceptions import InputError
-from suffice.text import normalise
+from suffice.records.text import normalise
 
 ChunkId = int | str
 

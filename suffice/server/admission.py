@@ -18,7 +18,7 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from suffice.records.item import InvalidRecord
-from suffice.records.jsonl import parse_line
+from suffice.records.lines import parse_line
 from suffice.server.config import ServeConfig
 from suffice.server.metrics import Metrics
 from suffice.server.responses import JSONResponse, Location, unprocessable

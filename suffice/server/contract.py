@@ -2,7 +2,7 @@
 
 Each gate's route has a request body and query parameters of its own (the options it takes per
 request) and a typed response: :func:`response_model`, whose rows are the gate's
-:func:`~suffice.rows.models.result_row_model` with ``index``.  All of it is built from the registry,
+:func:`~suffice.rows.row_types.result_row_model` with ``index``.  All of it is built from the registry,
 so a gate from another package is described with no code naming it.  The route answers with the
 rows as they are (they are not validated again on the way out): ``tests/server`` checks real
 answers against these models.
@@ -22,7 +22,7 @@ from suffice.config import JudgeConfig
 from suffice.formats.verdicts import verdict_format, verdict_format_names
 from suffice.gates import gate_class
 from suffice.gates.base import Gate
-from suffice.rows.models import name_part, result_row_model
+from suffice.rows.row_types import name_part, result_row_model
 from suffice.settings import json_schema, per_request
 
 #: Where the named request schemas live in the document.

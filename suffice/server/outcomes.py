@@ -2,7 +2,7 @@
 
 ``GET /v1/reviews/{id}/outcome`` answers one review's outcome (pending, or the decision with who, the approved answer
 or the reviewers' queries, and the record as queued); ``GET /v1/reviews/events?since=N&wait=S`` the reviews decided
-after cursor ``N``, waiting up to ``S`` seconds (at most :data:`~suffice.review_outcomes.MAX_EVENTS_WAIT_S`) for one
+after cursor ``N``, waiting up to ``S`` seconds (at most :data:`~suffice.results.MAX_EVENTS_WAIT_S`) for one
 when there is none yet: a long poll, so an application follows decisions without a reviewer's key and without
 asking every second.  Reviewer keys decide and read the queue; the client key only learns outcomes:
 :class:`~suffice.server.reviews.ReviewPaths` hands these two paths to the client key's guard.
@@ -28,7 +28,7 @@ from fastapi.responses import Response
 from suffice.audit import AuditLog
 from suffice.audit.reviewing import decided_events, review_head, review_outcome
 from suffice.exceptions import ReviewNotFoundError, SufficeError
-from suffice.review_outcomes import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents, ReviewOutcome
+from suffice.results import MAX_EVENTS, MAX_EVENTS_WAIT_S, ReviewEvents, ReviewOutcome
 from suffice.server.responses import JSONResponse, error_responses, refused
 
 REVIEWS = "/v1/reviews"

@@ -34,7 +34,7 @@ from suffice.server.config import ServeConfig, options_for
 from suffice.server.contract import settable
 from suffice.serving.base import Engine
 from suffice.serving.factory import engine_settings, make_engine
-from suffice.serving.models import embedded_notice
+from suffice.serving.weights import embedded_notice
 from suffice.settings import per_request
 from suffice.telemetry import engine_start
 
@@ -227,7 +227,7 @@ class GateService:
 
     def settings(self, gate: str, options: Options) -> dict[str, str]:
         """What decides the rows ``gate`` gives with these options: the values ``suffice judge`` records beside
-        an output (:class:`~suffice.run_settings.RunSettings`, less the caller's format and field mapping), so
+        an output (:class:`~suffice.batch.run_settings.RunSettings`, less the caller's format and field mapping), so
         that a client resuming an output checks them as an in-process run does.  Raises :class:`RequestError`
         for an option the gate does not take per request.
 

@@ -11,8 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from suffice.exceptions import ConfigError
 from suffice.grammars.constraint import Constraint
+from suffice.records.text import defuse
 from suffice.serving.engine_config import EngineConfig
-from suffice.text import defuse
 
 Message = dict[str, str]
 
@@ -185,7 +185,7 @@ class Engine(ABC):
 
 def local_settings(config: EngineConfig) -> dict[str, str]:
     """:meth:`Engine.settings_of` for engines that load a local model folder."""
-    from suffice.serving.models import resolve_model
+    from suffice.serving.weights import resolve_model
 
     ref = resolve_model(config.model, config.verbose)
     settings = {

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib
 
-from suffice.extras import ENGINE_MODULES, missing_extra, require
 from suffice.serving.base import Engine
 from suffice.serving.engine_config import ENGINES, EngineConfig
+from suffice.serving.extras import ENGINE_MODULES, missing_extra, require
 
 #: kind → (module, class).  Completeness tests check every kind in ENGINES is here.
 ENGINE_CLASSES: dict[str, tuple[str, str]] = {

@@ -258,7 +258,7 @@ def host_ip() -> str:
 def engine_log_path() -> Path | None:
     """The hidden engine output's file: the cache's ``logs`` folder, else a temporary ``suffice-logs``, else ``None``
     (with a warning; a read-only root filesystem is no reason for the engine to fail)."""
-    from suffice.serving.models import cache_root
+    from suffice.serving.weights import cache_root
 
     name = f"engine-{os.getpid()}.log"
     failures = []

@@ -20,8 +20,8 @@ from suffice.exceptions import CancelledError, EngineError
 from suffice.grammars.constraint import Segment
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import offline
+from suffice.serving.weights import ModelRef, resolve_model
 
 #: Generators for per-request segments (tiny, many) kept; the request-independent
 #: ones (a few per gate, each an index built in seconds) are always kept.

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from suffice import startup
 from suffice.exceptions import CancelledError
 from suffice.grammars.constraint import Constraint, Segment
+from suffice.serving import startup
 from suffice.serving.base import Progress, report_read
 from suffice.serving.decoding import TokenTrail
 from suffice.serving.scheduling import Scheduler
@@ -89,7 +89,7 @@ class Driver:
         self._inbox: queue.Queue[Job | tuple[Job, BaseException]] = queue.Queue()
         self._running: dict[str, _Entry] = {}
         self._scheduler: Scheduler[_Entry] = Scheduler(capacity)
-        #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.startup`).
+        #: Requests whose first token was seen, while start-up marks are recorded (:mod:`suffice.serving.startup`).
         self._first_token: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="suffice-engine", daemon=True)
         self._thread.start()

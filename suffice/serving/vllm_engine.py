@@ -11,17 +11,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from suffice import startup
 from suffice.exceptions import CancelledError, EngineDeadError, EngineError
-from suffice.serving import machine
+from suffice.serving import machine, startup
 from suffice.serving.base import Engine, Generation, GenerationRequest, Progress, TokenizerMixin, local_settings
 from suffice.serving.decoding import TokenTrail, eos_ids, merge_by_text
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_machine_config, check_build, machine_config
-from suffice.serving.models import ModelRef, resolve_model
 from suffice.serving.offline import offline
 from suffice.serving.vllm_driver import Driver, Job, TokenSequence
 from suffice.serving.vllm_lifecycle import Lifecycle, kv_capacity, llm_kwargs, start_llm
+from suffice.serving.weights import ModelRef, resolve_model
 
 _log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ import gc
 from pathlib import Path
 from typing import Any
 
-from suffice import startup
 from suffice.exceptions import EngineDeadError, EngineError
+from suffice.serving import startup
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import MachineConfig, engine_output, log_tail
-from suffice.serving.models import ModelRef
+from suffice.serving.weights import ModelRef
 
 
 def llm_kwargs(config: EngineConfig, settings: MachineConfig, ref: ModelRef) -> dict[str, Any]:

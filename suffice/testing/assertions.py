@@ -1,6 +1,6 @@
 """One record against one gate: assertions that fail with the verdict's own words.
 
-Each helper takes a judge (any :class:`~suffice.protocol.JudgeProtocol`: a :class:`~suffice.Judge`, or a
+Each helper takes a judge (any :class:`~suffice.config.JudgeProtocol`: a :class:`~suffice.Judge`, or a
 :class:`~suffice.Client` of ``suffice serve``) and a record as ``suffice judge`` reads one (``question``,
 ``chunks``, and ``response`` for a gate that checks an answer; RAGAS names too; without an id, the one ``suffice
 judge`` gives), judges it, and returns the :class:`~suffice.results.JudgeResult`; when the gate says no, it raises
@@ -17,10 +17,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from suffice.config import JudgeProtocol
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates import Gate
 from suffice.gates.registry import DEFAULT_CHECK_GATE, DEFAULT_GATE
-from suffice.protocol import JudgeProtocol
 from suffice.records.fields import FieldMap
 from suffice.results import JudgeResult
 

@@ -12,7 +12,7 @@ from suffice.calibration.metrics import point
 from suffice.exceptions import ConfigError, InputError
 from suffice.gates.registry import DEFAULT_GATE
 from suffice.records.item import InvalidRecord
-from suffice.records.jsonl import read_lines
+from suffice.records.lines import read_lines
 from suffice.results import JudgeResult
 from suffice.testing.assertions import AS_JUDGED, JudgeLike, RecordProperty, describe_failure, gate_of, judge_records
 

@@ -15,8 +15,7 @@ from suffice.audit import AuditLog, load_key, save_anchor, write_key_file
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.audit_cmd import EXIT_TAMPERED
 from suffice.cli.main import main
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK, ConfigError
 from tests.batch.test_runner import CONFIG, good, opener, record
 from tests.fakes import ScriptedEngine
 

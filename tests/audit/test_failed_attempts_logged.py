@@ -21,8 +21,7 @@ from suffice.audit.schema import EARLIER_FORMATS, JSON_COLUMNS
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import AuditError, VerdictError
-from suffice.exit_codes import EXIT_OK, EXIT_TAMPERED
+from suffice.exceptions import EXIT_OK, EXIT_TAMPERED, AuditError, VerdictError
 from suffice.judge import RETRY_NOTE, Judge
 from suffice.results import ATTEMPT_ERROR_CHARS, ATTEMPT_TEXT_CHARS, FailedAttempt
 from suffice.server.app import create_app

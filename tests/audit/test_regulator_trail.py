@@ -28,8 +28,7 @@ from suffice.audit.schema import COLUMNS, EARLIER_FORMATS
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import AuditError, ConfigError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, AuditError, ConfigError
 from suffice.gates import gate_class, roles
 from suffice.harness.pipeline import Pipeline
 from suffice.judge import Judge

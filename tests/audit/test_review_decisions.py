@@ -11,7 +11,7 @@ import pytest
 from suffice.audit import AuditLog
 from suffice.audit.reviewing import machine_label, review_outcome, reviewers_for, state_of
 from suffice.exceptions import AuditError
-from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
+from suffice.results import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from tests.audit.test_audit import KEY, sql
 
 SUFFICIENT = {"is_sufficient": True, "confidence": 0.9}

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from suffice.audit import AuditLog
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.gates.adequacy.store import RubricStore
 from suffice.judge import Judge
 from suffice.server.app import create_app

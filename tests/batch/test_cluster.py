@@ -15,6 +15,7 @@ import pytest
 from suffice.batch import BatchOptions, RayOptions, judge_file, ray_scorer, resources
 from suffice.batch.ray_data import _DatasetWorker, judge_dataset
 from suffice.batch.resources import placeable
+from suffice.batch.run_settings import settings_path
 from suffice.config import JudgeConfig
 from suffice.exceptions import (
     ConfigError,
@@ -25,7 +26,6 @@ from suffice.exceptions import (
     OutputMismatchError,
 )
 from suffice.judge import Judge
-from suffice.run_settings import settings_path
 from suffice.serving.base import OnRecords
 from tests.batch.test_runner import good, record, rows, write_lines
 from tests.fakes import ScriptedEngine

@@ -32,7 +32,7 @@ import pytest
 
 from suffice.batch import BatchOptions, judge_file
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.serving.engine_config import EngineConfig
 from tests import test_no_network as network
 from tests.conftest import load_records

@@ -13,7 +13,7 @@ import pytest
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli import judge_cmd
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine

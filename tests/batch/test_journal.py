@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from suffice.batch.answered import IN_INPUT_ORDER, KeyIndex
 from suffice.batch.journal import ResultFile
-from suffice.batch.keys import IN_INPUT_ORDER, KeyIndex
 from suffice.exceptions import SufficeError
 
 

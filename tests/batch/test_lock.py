@@ -25,8 +25,7 @@ import pytest
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli import judge_cmd
 from suffice.config import JudgeConfig
-from suffice.exceptions import OutputBusyError
-from suffice.exit_codes import EXIT_BUSY
+from suffice.exceptions import EXIT_BUSY, OutputBusyError
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine

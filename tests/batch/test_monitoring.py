@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import BatchOptions, judge_file
+from suffice.batch.summary import RunSummary
 from suffice.config import JudgeConfig
 from suffice.serving.base import Generation
-from suffice.summary import RunSummary
 from tests.batch.test_runner import good, opener
 from tests.batch.test_runner import record as sufficiency_record
 from tests.fakes import ScriptedEngine

@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from suffice.batch import BatchOptions, judge_file
+from suffice.batch.answered import KeyIndex
 from suffice.batch.journal import ResultFile
-from suffice.batch.keys import KeyIndex
 from suffice.cli import judge_cmd
 from suffice.config import JudgeConfig
-from suffice.exceptions import OutputWriteError
-from suffice.exit_codes import EXIT_FATAL
+from suffice.exceptions import EXIT_FATAL, OutputWriteError
 from suffice.judge import Judge
 from tests.batch.test_runner import good, opener, record, write_lines
 from tests.fakes import ScriptedEngine

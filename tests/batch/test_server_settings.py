@@ -15,11 +15,10 @@ import pytest
 
 from suffice import Client
 from suffice.batch import judge_file
+from suffice.batch.run_settings import settings_path
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import STATUS, ConfigError
-from suffice.exit_codes import EXIT_OK
-from suffice.run_settings import settings_path
+from suffice.exceptions import EXIT_OK, STATUS, ConfigError
 from tests.batch.test_runner import rows, write_lines
 from tests.test_cascade import CascadeEngine
 from tests.test_client import serve

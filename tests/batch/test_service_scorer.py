@@ -13,11 +13,18 @@ import pytest
 
 from suffice import Client
 from suffice.batch import BatchOptions, judge_file
+from suffice.batch.run_settings import settings_path
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError, OutputMismatchError, ServiceUnavailableError
-from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
-from suffice.run_settings import settings_path
+from suffice.exceptions import (
+    EXIT_FATAL,
+    EXIT_ITEM_ERRORS,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    OutputMismatchError,
+    ServiceUnavailableError,
+)
 from suffice.serving.engine_config import EngineConfig
 from tests.batch.test_runner import CONFIG, DyingEngine, good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine

@@ -15,8 +15,7 @@ from suffice.audit import AuditLog, load_key
 from suffice.audit.keys import key_id
 from suffice.cli.audit_cmd import EXIT_TAMPERED, EXIT_UNKEYED
 from suffice.cli.main import main
-from suffice.exceptions import STATUS, ExportWriteError, Status
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, STATUS, ExportWriteError, Status
 from tests.setup_or_fail import need
 
 

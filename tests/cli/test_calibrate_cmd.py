@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.gates.sufficiency.calibration import GateConfig
 from tests.conftest import load_records
 from tests.vllm_server import through

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.main import main
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_FATAL, EXIT_OK, EXIT_USAGE
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from tests.fakes import ScriptedEngine

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE
 from tests.fakes import ScriptedEngine
 from tests.integrations.conftest import verdict_for
 from tests.test_client import serve

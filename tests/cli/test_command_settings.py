@@ -11,7 +11,7 @@ import pytest
 from suffice.cli.judge_cmd import read_settings
 from suffice.cli.main import build_parser, main
 from suffice.cli.serve_settings import Setting
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE
 from tests.cli.test_serve_settings import sample, toml
 
 COMMANDS = {"judge": ["in.jsonl", "-o", "out.jsonl"], "calibrate": ["golden.jsonl", "-o", "report"]}

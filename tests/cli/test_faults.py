@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 import pytest
 
-from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS
+from suffice.exceptions import EXIT_FATAL, EXIT_ITEM_ERRORS
 from tests import test_no_network as network
 from tests.batch.test_runner import WORST
 from tests.conftest import load_records

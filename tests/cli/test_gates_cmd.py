@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
 from suffice.gates.recovery.grammar import SEED_SCHEMA
 from tests.conftest import load_records
 from tests.vllm_server import through

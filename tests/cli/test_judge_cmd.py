@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from suffice.exit_codes import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
+from suffice.exceptions import EXIT_FATAL, EXIT_ITEM_ERRORS, EXIT_USAGE
 from suffice.gates.sufficiency.grammar import RAGFLOW_SCHEMA
 from tests.conftest import load_records
 from tests.vllm_server import SERVED, through

@@ -3,7 +3,7 @@
 import signal
 
 from suffice.cli.main import main
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 
 
 def test_main_called_from_python_gives_back_the_callers_sigterm_handler(tmp_path):

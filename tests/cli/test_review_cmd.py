@@ -12,10 +12,9 @@ import pytest
 from suffice.audit import AuditLog
 from suffice.cli import calibrate_cmd
 from suffice.cli.main import main
-from suffice.exceptions import STATUS, ExportWriteError, Status
-from suffice.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_FATAL, EXIT_OK, EXIT_USAGE, STATUS, ExportWriteError, Status
 from suffice.gates import gate_class, roles
-from suffice.records.jsonl import read_records
+from suffice.records.lines import read_records
 
 CHUNKS = [{"id": "d1", "text": "Ada wrote it.", "source": "a.txt", "score": None}, {"id": "d2", "text": "In 1843."}]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from suffice.audit import AuditLog
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from tests.vllm_server import through
 
 pytestmark = pytest.mark.engine

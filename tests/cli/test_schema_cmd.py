@@ -16,9 +16,9 @@ import pytest
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE
 from suffice.gates import gate_names
-from suffice.rows.models import result_row_model
+from suffice.rows.row_types import result_row_model
 from suffice.serving.base import GenerationRequest
 from tests.batch.test_runner import good, opener, record, rows, write_lines
 from tests.fakes import ScriptedEngine

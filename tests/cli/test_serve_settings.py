@@ -16,8 +16,7 @@ from suffice.audit.keys import write_key_file
 from suffice.cli.main import build_parser, main
 from suffice.cli.serve_cmd import config_from_args
 from suffice.cli.serve_settings import Setting
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE, ConfigError
 from suffice.server.config import ServeConfig
 
 

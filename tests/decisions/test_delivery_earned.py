@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suffice.audit import AuditLog
+from suffice.batch.summary import RunSummary
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
 from suffice.gates.sufficiency.calibration import GateConfig
@@ -24,7 +25,6 @@ from suffice.grammars.routes import Routing
 from suffice.integrations.gating import DocumentGate, Evidence
 from suffice.judge import Judge
 from suffice.serving.base import Generation, GenerationRequest
-from suffice.summary import RunSummary
 from tests.adequacy import criteria
 from tests.fakes import ScriptedEngine, recovery_reply
 

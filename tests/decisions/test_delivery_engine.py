@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from suffice.config import JudgeConfig
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.judge import Judge
 
 pytestmark = [pytest.mark.engine, pytest.mark.any_backend]

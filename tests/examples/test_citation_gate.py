@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 import suffice
 from suffice.cli.main import main
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE
 from suffice.judge import Judge
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from suffice.exceptions import ConfigError
 from suffice.formats.verdicts import RowShape, VerdictFormat
 from suffice.gates.base import Gate
-from suffice.records.jsonl import SourceLine, read_lines
+from suffice.records.lines import SourceLine, read_lines
 
 
 class Routed(BaseModel):

@@ -12,8 +12,7 @@ import suffice
 from suffice.audit.log import export_lines
 from suffice.batch import BatchOptions, InputFile
 from suffice.cli.main import main
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_ITEM_ERRORS, EXIT_OK, EXIT_USAGE, ConfigError
 from suffice.formats.files import RowLines, file_format_names, file_format_of
 from suffice.judge import Judge
 from tests.batch.test_runner import good, record

@@ -16,13 +16,12 @@ import suffice
 from suffice.batch import BatchOptions, judge_file
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, ConfigError
 from suffice.formats.verdicts import export, verdict_format, verdict_format_names
 from suffice.gates import DecisionGate, make_gate, roles
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.judge import Judge
-from suffice.rows.models import result_row_model
+from suffice.rows.row_types import result_row_model
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.service import GateService

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from suffice import Gate, Verdict, VerdictError, load_prompt
 from suffice.gates import roles
-from suffice.gates.decision import FROM_INNER, AutoGate, DecisionGate
+from suffice.gates.decision_mode import FROM_INNER, AutoGate, DecisionGate
 from suffice.grammars import ChunkLabel, model_rx
 from suffice.judge import Judge
 from suffice.records.item import Item

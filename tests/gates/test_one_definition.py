@@ -5,12 +5,12 @@ boolean kept beside it)."""
 from __future__ import annotations
 
 from suffice.audit.recording import audit_values
+from suffice.batch.summary import RunSummary
 from suffice.formats.verdicts import export
 from suffice.gates.sufficiency.calibration import GateConfig
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.gates.sufficiency.grammar import SufficiencyVerdict
 from suffice.results import JudgeResult
-from suffice.summary import RunSummary
 
 GATE = SufficiencyGate(calibration=GateConfig(gate="sufficiency", score="p_sufficient", threshold=0.7))
 # The model says sufficient; its probability is under the calibrated threshold.

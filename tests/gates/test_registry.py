@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.main import main
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE, ConfigError
 from suffice.gates import registry
 
 GROUP = registry.ENTRY_POINT_GROUP

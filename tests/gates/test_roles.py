@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from suffice import ConfigError, Gate, GateOptions, Routing, load_prompt
 from suffice.gates import roles
-from suffice.gates.decision import AutoGate, DecisionGate
+from suffice.gates.decision_mode import AutoGate, DecisionGate
 from suffice.gates.recovery.gate import RecoveryGate
 from suffice.gates.sufficiency.gate import SufficiencyGate
 from suffice.grammars import Constraint, alt, lit

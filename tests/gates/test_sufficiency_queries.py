@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from suffice import InsufficientContextError, Judge, JudgeConfig
-from suffice.gates.decision import DecisionGate
+from suffice.gates.decision_mode import DecisionGate
 from suffice.gates.sufficiency.gate import SufficiencyGate, SufficiencyOptions
 from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyOutput, sufficiency_constraint
 from suffice.integrations.gating import DocumentGate, Evidence

@@ -75,7 +75,7 @@ def tokenizer() -> Any:
     """The tokenizer an engine on the embedded model loads (``llm_kwargs``'s ``tokenizer``: the model folder)."""
     from transformers import AutoTokenizer
 
-    from suffice.serving.models import embedded_model
+    from suffice.serving.weights import embedded_model
 
     return AutoTokenizer.from_pretrained(str(embedded_model().path))
 

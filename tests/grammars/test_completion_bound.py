@@ -12,7 +12,7 @@ from suffice.gates.adequacy.grammar import DIMENSIONS, AdequacyBounds, adequacy_
 from suffice.gates.recovery.grammar import RecoveryBounds, recovery_constraint
 from suffice.gates.sufficiency.grammar import IDS_KEY, SufficiencyBounds, sufficiency_constraint
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.decision import decision_constraint
+from suffice.grammars.decision_verdict import decision_constraint
 from suffice.grammars.regex import STRING_CHAR_MAX_BYTES, json_list, lit, seq
 from tests.grammars.segments import decode, decoded_pieces
 

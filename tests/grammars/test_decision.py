@@ -10,7 +10,7 @@ from suffice.gates import DecisionGate
 from suffice.gates.adequacy import AdequacyGate
 from suffice.gates.recovery import RecoveryGate
 from suffice.gates.sufficiency import SufficiencyGate
-from suffice.grammars.decision import DecisionVerdict, decision_constraint
+from suffice.grammars.decision_verdict import DecisionVerdict, decision_constraint
 from suffice.judge import Judge
 from suffice.serving.base import Generation, GenerationRequest
 from tests.fakes import ScriptedEngine

@@ -14,7 +14,7 @@ from suffice.gates.adequacy.grammar import adequacy_constraint
 from suffice.gates.recovery.grammar import recovery_constraint
 from suffice.gates.sufficiency.grammar import sufficiency_constraint
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.decision import decision_constraint
+from suffice.grammars.decision_verdict import decision_constraint
 from tests.grammars.test_adequacy import N as ADEQUACY_CRITERIA
 from tests.grammars.test_adequacy import sample as adequacy_sample
 from tests.grammars.test_recovery import ABSTAIN, SUFFICIENT, dumps
@@ -92,7 +92,7 @@ def test_a_sufficiency_branch_prefills_what_its_decision_forces(decision):
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from suffice.serving.models import resolve_model
+    from suffice.serving.weights import resolve_model
 
     return AutoTokenizer.from_pretrained(str(resolve_model(None).path), local_files_only=True)
 

@@ -527,7 +527,7 @@ def test_a_failing_retrieval_after_rewriting_on_the_real_engine(tmp_path, xgramm
 
 def test_a_dead_engine_is_not_one_questions_failure():
     from suffice.exceptions import EngineDeadError, RewriteError
-    from suffice.isolation import step_outcomes
+    from suffice.serving.isolation import step_outcomes
 
     def dead(requests):
         raise EngineDeadError("the engine process 1 exited")

@@ -162,7 +162,7 @@ def test_an_extra_that_is_not_a_name_is_a_usage_error(tmp_path: Path):
 def test_a_converted_models_marker_is_not_carried(model_folder: Path, tmp_path: Path):
     """The embedded model's folder holds the converter's ``.suffice-complete``: a fact of this machine's cache."""
     from suffice.bundle import _copy_model
-    from suffice.serving.models import ModelRef
+    from suffice.serving.weights import ModelRef
 
     converted = tmp_path / "converted"
     _copy(model_folder, converted)

@@ -31,7 +31,7 @@ def bench() -> Any:
 
 @pytest.fixture(scope="module")
 def embedded() -> str:
-    from suffice.serving.models import EMBEDDED_NAME, resolve_model
+    from suffice.serving.weights import EMBEDDED_NAME, resolve_model
 
     assert resolve_model(None).path.name.startswith(EMBEDDED_NAME)
     return EMBEDDED_NAME
@@ -39,7 +39,7 @@ def embedded() -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer(bench: Any) -> Any:
-    from suffice.serving.models import resolve_model
+    from suffice.serving.weights import resolve_model
 
     return bench.load_tokenizer(str(resolve_model(None).path))
 

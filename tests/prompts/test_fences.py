@@ -41,7 +41,7 @@ from suffice.prompts.templates import (
     load_prompt,
 )
 from suffice.records.item import Chunk, Item
-from suffice.text import WORD_JOINER, normalise
+from suffice.records.text import WORD_JOINER, normalise
 from tests.fakes import ScriptedEngine
 
 # -- a parser of the fence syntax ------------------------------------------------------------

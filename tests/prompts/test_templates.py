@@ -7,8 +7,8 @@ from suffice.exceptions import ConfigError
 from suffice.gates.sufficiency.gate import TEMPLATES
 from suffice.gates.sufficiency.grammar import SufficiencyBounds
 from suffice.prompts.templates import load_prompt
+from suffice.records.text import WORD_JOINER
 from suffice.serving.base import TokenizerMixin
-from suffice.text import WORD_JOINER
 
 
 def test_version_and_strict_undefined():
@@ -66,7 +66,7 @@ class _Tokenizer(TokenizerMixin):
 def smollm2() -> _Tokenizer:
     from transformers import AutoTokenizer
 
-    from suffice.serving.models import resolve_model
+    from suffice.serving.weights import resolve_model
 
     return _Tokenizer(AutoTokenizer.from_pretrained(str(resolve_model(None).path), local_files_only=True))
 

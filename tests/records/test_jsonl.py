@@ -1,7 +1,7 @@
 import json
 
 from suffice.records.item import InvalidRecord, RepeatedKeys
-from suffice.records.jsonl import dump_line, read_lines, read_records
+from suffice.records.lines import dump_line, read_lines, read_records
 
 
 def test_read_records_marks_bad_lines_and_skips_blank_ones(tmp_path):

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from suffice.cli.main import main
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.judge import Judge
 from tests.fakes import ScriptedEngine, recovery_reply
 

@@ -17,7 +17,7 @@ from suffice.gates import DecisionGate, gate_names, make_gate, roles
 from suffice.gates.base import Gate
 from suffice.gates.recovery.grammar import Classification
 from suffice.gates.sufficiency.grammar import CalibratedDecision, ChunkId, SufficiencyVerdict
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.results import ErrorInfo, JudgeResult, TokenCounts
 from suffice.rows.tables import (
     ParquetRows,

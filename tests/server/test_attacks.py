@@ -17,8 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from suffice.config import JudgeConfig
-from suffice.exceptions import CancelledError, ConfigError
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE, CancelledError, ConfigError
 from suffice.gates.adequacy.store import builtin_dir
 from suffice.judge import Judge
 from suffice.prompts.fitting import fit_prompt

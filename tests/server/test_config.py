@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from suffice.cli.main import build_parser
-from suffice.exceptions import ConfigError
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE, ConfigError
 from suffice.server.config import ServeConfig
 
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from suffice.config import JudgeConfig
 from suffice.gates import gate_class, gate_names
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.contract import response_model

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from suffice.audit import AuditLog, write_key_file
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from tests.batch.test_runner import good
 from tests.browser import Page, browser
 from tests.fakes import ScriptedEngine

@@ -21,7 +21,7 @@ from suffice.exceptions import AuthenticationError, ConfigError, ReviewNotFoundE
 from suffice.harness.pipeline import Pipeline
 from suffice.harness.retrieval import FunctionRetriever
 from suffice.judge import Judge
-from suffice.review_outcomes import (
+from suffice.results import (
     MAX_ANSWER_CHARS,
     MAX_EVENTS,
     MAX_EVENTS_WAIT_S,

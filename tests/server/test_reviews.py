@@ -16,7 +16,7 @@ from suffice.audit import AuditLog, write_key_file
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates.adequacy.store import RubricStore
-from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
+from suffice.results import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.app import create_app
 from suffice.server.config import ServeConfig
 from suffice.server.reviews import MAX_NOTE_CHARS, REVIEW_BODY_BYTES, load_reviewer_keys

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from suffice.exit_codes import EXIT_USAGE
+from suffice.exceptions import EXIT_USAGE
 from tests.vllm_server import free_port
 
 #: Seconds the scripted engine takes to start: long enough to be seen starting on a loaded machine.

@@ -28,7 +28,7 @@ from suffice.gates.sufficiency.grammar import (
     sufficiency_constraint,
 )
 from suffice.grammars.constraint import Constraint, Segment
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.grammars.regex import alt, escape, lit, seq
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest

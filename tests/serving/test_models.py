@@ -3,7 +3,7 @@ import subprocess
 import pytest
 
 from suffice.exceptions import ModelNotFoundError
-from suffice.serving.models import embedded_model, local_model, resolve_model
+from suffice.serving.weights import embedded_model, local_model, resolve_model
 from tests.setup_or_fail import need
 
 
@@ -79,7 +79,7 @@ def test_the_gguf_loader_draws_its_bar_through_the_name_suffice_switches_off():
 
 
 def test_the_gguf_conversion_bar_is_hidden_unless_verbose(capsys):
-    from suffice.serving.models import _gguf_bar
+    from suffice.serving.weights import _gguf_bar
 
     with _gguf_bar(False):
         _draw_gguf_bar()
@@ -87,7 +87,7 @@ def test_the_gguf_conversion_bar_is_hidden_unless_verbose(capsys):
 
 
 def test_the_gguf_conversion_bar_is_shown_when_verbose(capsys):
-    from suffice.serving.models import _gguf_bar
+    from suffice.serving.weights import _gguf_bar
 
     with _gguf_bar(True):
         _draw_gguf_bar()

@@ -44,9 +44,9 @@ from suffice.grammars.constraint import Constraint, Segment
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest, OnRecords
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.models import cache_root
 from suffice.serving.openai import OpenAIEngine, client
 from suffice.serving.openai.engine import REFUSED_IN_A_ROW
+from suffice.serving.weights import cache_root
 from tests.batch.test_runner import write_lines
 from tests.grammars.segments import cut_back_constraint
 from tests.test_judge import GOOD, rec

@@ -15,7 +15,7 @@ import pytest
 
 from suffice.cli.main import main
 from suffice.config import JudgeConfig
-from suffice.exit_codes import EXIT_OK
+from suffice.exceptions import EXIT_OK
 from suffice.judge import Judge
 from suffice.results import JudgeResult
 from suffice.serving.engine_config import EngineConfig

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from suffice import startup
 from suffice.judge import Judge
+from suffice.serving import startup
 from tests.conftest import load_records
 
 pytestmark = pytest.mark.engine

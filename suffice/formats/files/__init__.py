@@ -21,7 +21,7 @@ from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
 from suffice.gates.registry import Registry
 from suffice.records import compressed
-from suffice.records.jsonl import SourceLine
+from suffice.records.lines import SourceLine
 
 #: The format of a file when neither a flag nor an extension says (JSON Lines).
 DEFAULT_FILE_FORMAT = "jsonl"

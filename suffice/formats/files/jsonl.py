@@ -15,7 +15,7 @@ from suffice.formats.files import DEFAULT_FILE_FORMAT
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
 from suffice.records import compressed
-from suffice.records.jsonl import SourceLine, parse_line, read_lines
+from suffice.records.lines import SourceLine, parse_line, read_lines
 
 
 class JsonLines:

@@ -20,7 +20,7 @@ from suffice.files import replace_atomically, write_error
 from suffice.formats.verdicts import VerdictFormat
 from suffice.gates.base import Gate
 from suffice.records.item import MAX_CHUNKS_PER_ITEM, MAX_FIELD_CHARS, InvalidRecord
-from suffice.records.jsonl import SourceLine, dump_line, read_lines
+from suffice.records.lines import SourceLine, dump_line, read_lines
 
 
 class Parquet:

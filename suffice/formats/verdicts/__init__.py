@@ -24,7 +24,7 @@ DEFAULT_VERDICT_FORMAT = "suffice"
 
 @dataclass(frozen=True)
 class RowShape:
-    """What a format puts in a row's typed model (:mod:`suffice.rows.models`): the verdict's type, described, the
+    """What a format puts in a row's typed model (:mod:`suffice.rows.row_types`): the verdict's type, described, the
     fields beside it, and whether a row may hold keys no field names."""
 
     verdict: Any

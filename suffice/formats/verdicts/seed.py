@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from suffice.formats.verdicts import RowShape
 from suffice.gates.base import Gate
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 
 
 @runtime_checkable

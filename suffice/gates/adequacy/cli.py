@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suffice.exceptions import InputError
-from suffice.exit_codes import EXIT_OK, EXIT_USAGE
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, InputError
 from suffice.gates.adequacy.store import RubricStore
 from suffice.settings import add_flags, setting
 

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from suffice.audit import LABELS, REVIEW_DECISIONS
-from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
+from suffice.results import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 from suffice.server.reviews.desk import PAGE
 from suffice.server.reviews.schema import MAX_NOTE_CHARS, ReviewDetail
 from suffice.server.reviews.sessions import Session

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, model_validator
 from suffice.audit import LABELS, AuditLog
 from suffice.audit.reviewing import decision_fields, decisions_of, state_of
 from suffice.exceptions import AuditError
-from suffice.review_outcomes import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
+from suffice.results import MAX_ANSWER_CHARS, MAX_QUERIES, MAX_QUERY_CHARS
 
 #: Characters of a note.
 MAX_NOTE_CHARS = 10_000

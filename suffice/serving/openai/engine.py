@@ -23,9 +23,9 @@ from suffice.exceptions import (
 from suffice.serving.base import Engine, Generation, GenerationRequest, Message, Progress
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.openai.client import Client, ServerError
+from suffice.serving.openai.handshake import check_tokenizer, pick_model
 from suffice.serving.openai.scheduling import Given, Scheduling
 from suffice.serving.openai.segments import Aborted, SegmentGenerator
-from suffice.serving.openai.startup import check_tokenizer, pick_model
 from suffice.serving.openai.tokens import LocalTokenizer, Tokens
 from suffice.serving.openai.workers import Workers
 

@@ -1,4 +1,4 @@
-"""Start-up steps as DEBUG lines with monotonic times, on the logger ``suffice.startup``.
+"""Start-up steps as DEBUG lines with monotonic times, on the logger ``suffice.serving.startup``.
 
 A one-record job spends most of its time before and around its first verdict: imports,
 the engine's processes, weights, KV cache, constraint compiles.  Each step's end is
@@ -13,7 +13,7 @@ import logging
 import time
 
 #: The logger the marks go to (DEBUG; off unless a handler and level are set on it).
-LOGGER = "suffice.startup"
+LOGGER = "suffice.serving.startup"
 
 _log = logging.getLogger(LOGGER)
 

@@ -29,7 +29,7 @@ class RunSummary(Tally):
     gate: str = ""
     seconds: float = 0.0
     #: What the run must say of its model (the embedded one's verdicts are not judgements), read from its rows'
-    #: model ids by ``notice_of`` (the batch run gives :func:`suffice.serving.models.embedded_notice`).
+    #: model ids by ``notice_of`` (the batch run gives :func:`suffice.serving.weights.embedded_notice`).
     notice: str | None = None
     notice_of: Callable[[str], str | None] = _no_notice
 

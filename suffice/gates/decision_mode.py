@@ -19,7 +19,7 @@ from suffice.exceptions import ConfigError, VerdictError
 from suffice.gates import roles
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
-from suffice.grammars.decision import DecisionVerdict, decision_constraint, decision_format
+from suffice.grammars.decision_verdict import DecisionVerdict, decision_constraint, decision_format
 from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.records.item import Chunk, Item

@@ -2,7 +2,7 @@
 
 A row is what :func:`suffice.rows.shaping.result_row` writes: a verdict or that record's error, with the
 model, backend, prompt version, tokens and retries.  Its verdict is typed by the gate class's
-``verdict_model`` (or the decision-only :class:`~suffice.grammars.decision.DecisionVerdict`), read
+``verdict_model`` (or the decision-only :class:`~suffice.grammars.decision_verdict.DecisionVerdict`), read
 from the registry, so a gate installed from another package gets typed rows with no code naming it.
 
 ``suffice judge`` writes each row with ``line`` (the input line it answers); ``suffice serve``
@@ -23,7 +23,7 @@ from suffice.exceptions import ConfigError
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, RowShape, verdict_format
 from suffice.gates.registry import check_detail, gate_class
 from suffice.gates.roles import decision_of
-from suffice.grammars.decision import DecisionVerdict
+from suffice.grammars.decision_verdict import DecisionVerdict
 from suffice.results import CacheHit, Cascade, ErrorInfo, TokenCounts
 
 #: Where a row says which input it answers: ``line`` in a ``suffice judge`` output, ``index`` in a response.
