@@ -72,6 +72,7 @@ from suffice.results import (
     ReviewOutcome,
     TokenCounts,
 )
+from suffice.rows.frames import Results
 from suffice.serving.base import Progress, checked_progress
 from suffice.serving.progress import progress_of
 from suffice.settings import per_request
@@ -241,14 +242,16 @@ class _Base:
         began: float,
         gate: str | None,
         options: Mapping[str, Any] | None,
-    ) -> None:
-        """Publish a judged batch to :attr:`stream`, with the gate that routes its verdicts where it can be built
-        here (one reading a rubric only the service holds cannot: its routes are then not counted)."""
+    ) -> Results:
+        """Publish a judged batch to :attr:`stream` and return it as :class:`~suffice.rows.frames.Results`, with the
+        gate that routes its verdicts where it can be built here (one reading a rubric only the service holds cannot:
+        its routes are then not counted)."""
         try:
             reader: Gate | None = self.gate_for(gate, options)
         except SufficeError:
             reader = None
         self.stream.publish(Judged(records, results, time.perf_counter() - began, reader, gate or self.gate))
+        return Results(results, reader)
 
     def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
         """The gate that reads the service's verdicts for ``gate`` with ``options`` (its decision, route and
@@ -337,8 +340,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         if unsent:
             settings = None if judged else self.settings(gate, options)
             results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
-        self._publish(records, results, began, gate, options)
-        return results
+        return self._publish(records, results, began, gate, options)
 
     def _send(
         self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
@@ -547,8 +549,7 @@ class AsyncClient(_Base):
         if unsent:
             settings = None if judged else await self.settings(gate, options)
             results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
-        self._publish(records, results, began, gate, options)
-        return results
+        return self._publish(records, results, began, gate, options)
 
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""

@@ -54,6 +54,7 @@ from suffice.results import (
     ResultsStream,
     TokenCounts,
 )
+from suffice.rows.frames import Results
 from suffice.serving.base import CappedProgress, Engine, Generation, GenerationRequest, Progress, checked_progress
 from suffice.serving.factory import engine_settings, make_engine
 from suffice.serving.isolation import isolate
@@ -362,7 +363,7 @@ class Judge(AbstractContextManager["Judge"]):
         self.stream.publish(Judged(records, final, time.perf_counter() - began, self.gate, self.gate.name))
         if self.review_queue is None:
             self._say_unqueued(final)
-        return final
+        return Results(final, self.gate)
 
     def _say_unqueued(self, results: Sequence[JudgeResult]) -> None:
         """Once per batch: how many of its records went to a person that no queue holds (no route is silent)."""

@@ -6,6 +6,7 @@ limits, in order, with one progress; progress is printed only when asked for."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -90,3 +91,25 @@ def test_progress_is_drawn_when_asked_for_and_never_by_default(shape, capsys):
         assert capsys.readouterr().err == ""
         judge.judge_batch(records, progress=True)
         assert "3/3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", ["judge", "client"])
+def test_results_are_a_table_typed_as_the_parquet_writer_types_them(shape, tmp_path):
+    import pyarrow.parquet as pq
+
+    from suffice.batch import BatchOptions, judge_file
+
+    records = [*RECORDS, record(7)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with serve(ScriptedEngine(good)) as url, Client(url) as client:
+        judge: Judge | Client = Judge(ScriptedEngine(good)) if shape == "judge" else client
+        results = judge.judge_batch(records)
+        table = results.to_arrow()
+    judge_file(JudgeConfig(), source, tmp_path / "out.parquet", BatchOptions(), judge=Judge(ScriptedEngine(good)))
+    written = pq.read_table(tmp_path / "out.parquet")
+    assert table.schema == written.schema
+    assert table.num_rows == len(records) and table.column("id").to_pylist() == written.column("id").to_pylist()
+    assert table.column("verdict").to_pylist()[:5] == written.column("verdict").to_pylist()[:5]
+    frame = results.to_pandas()
+    assert list(frame["id"]) == [r.id for r in results] and frame["error"].notna().sum() == 1

@@ -64,9 +64,14 @@ def test_without_positions_a_mapped_record_without_an_id_is_an_error_naming_id()
         parse_record(FieldMap().apply(RAGAS, None))
 
 
-def test_a_record_in_suffices_shape_without_an_id_is_still_an_error():
-    with pytest.raises(Exception, match="id"):
-        parse_record(FieldMap().apply({"question": "Q?", "chunks": []}, 3))
+def test_a_record_in_suffices_shape_without_an_id_gets_its_position_and_digest_as_id():
+    record = {"question": "Q?", "chunks": ["A."]}
+    read = FieldMap().apply(record, 3)
+    assert parse_record(read).id == read["id"] and read["id"].startswith("row-3-")
+    assert FieldMap().apply(dict(record), 3)["id"] == read["id"]  # the same record at the same line: the same id
+    assert "id" not in record  # the caller's record is not changed
+    with pytest.raises(Exception, match="id"):  # no position (a Python call): no id is made up
+        parse_record(FieldMap().apply(record, None))
 
 
 @pytest.mark.parametrize(
