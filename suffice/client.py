@@ -313,7 +313,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         options: Mapping[str, Any] | None = None,
         progress: Progress | bool | None = None,
         timeout: float | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """One result per record, in order, as ``Judge.judge_batch`` returns them, however many: they are sent in
         requests within the service's limits, one after another; ``options``: the gate's per-request options;
         ``progress``: ``True`` draws one bar on stderr for them all, or a :class:`~suffice.serving.base.Progress`;
@@ -387,7 +387,7 @@ class Client(_Base, AbstractContextManager["Client"]):
         options: Mapping[str, Any] | None = None,
         progress: Progress | bool | None = None,
         timeout: float | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """:meth:`judge_batch`, awaited on a worker thread (an :class:`AsyncClient` awaits natively: cancelling
         its task also ends the request)."""
         return await asyncio.to_thread(
@@ -500,7 +500,7 @@ class AsyncClient(_Base):
         options: Mapping[str, Any] | None = None,
         progress: Progress | bool | None = None,
         timeout: float | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """One result per record, in order, blocking (see :meth:`Client.judge_batch`)."""
         return self._blocking().judge_batch(records, gate=gate, options=options, progress=progress, timeout=timeout)
 
@@ -527,7 +527,7 @@ class AsyncClient(_Base):
         options: Mapping[str, Any] | None = None,
         progress: Progress | bool | None = None,
         timeout: float | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """One result per record, in order (see :meth:`Client.judge_batch`), awaited."""
         if isinstance(progress, bool):
             with progress_of(progress, len(records)) as bar:

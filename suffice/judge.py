@@ -337,7 +337,7 @@ class Judge(AbstractContextManager["Judge"]):
         *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """One result per record, in order; ``progress``: ``True`` draws a bar on stderr (nothing is printed by
         default), or a :class:`~suffice.serving.base.Progress` (a plain function as ``OnRecords(fn)``) is called with
         records as they finish, one in all per record, and told prompts as the
@@ -495,7 +495,7 @@ class Judge(AbstractContextManager["Judge"]):
         *,
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
-    ) -> list[JudgeResult]:
+    ) -> Results:
         """:meth:`judge_batch` awaited: it runs on a worker thread, so concurrent awaits share the engine's
         running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
         engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
@@ -651,7 +651,7 @@ class Judge(AbstractContextManager["Judge"]):
         self.close()
 
 
-def _drop_outcome(work: asyncio.Future[list[JudgeResult]]) -> None:
+def _drop_outcome(work: asyncio.Future[Results]) -> None:
     """Retrieve a withdrawn call's outcome so that asyncio does not log it as never retrieved."""
     if not work.cancelled():
         work.exception()

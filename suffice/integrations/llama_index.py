@@ -194,7 +194,7 @@ class ResponseCheck:
     def check(
         self,
         query: str | schema.QueryBundle,
-        response: _response.Response | None = None,
+        response: _response.RESPONSE_TYPE | None = None,
         *,
         nodes: _Sequence[schema.NodeWithScore] | None = None,
         answer: str | None = None,
@@ -206,7 +206,7 @@ class ResponseCheck:
     async def acheck(
         self,
         query: str | schema.QueryBundle,
-        response: _response.Response | None = None,
+        response: _response.RESPONSE_TYPE | None = None,
         *,
         nodes: _Sequence[schema.NodeWithScore] | None = None,
         answer: str | None = None,
