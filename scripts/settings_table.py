@@ -10,19 +10,19 @@ import sys
 from pathlib import Path
 
 from suffice.batch.options import BatchOptions, RayOptions
-from suffice.cli.audit_cmd import AuditCommandFlags
-from suffice.cli.bundle_cmd import BundleFlags
-from suffice.cli.cache_cmd import CacheCommandFlags, CacheFlags
-from suffice.cli.calibrate_cmd import CalibrateFlags
-from suffice.cli.demo_cmd import DemoFlags
-from suffice.cli.gate_args import GateOptionFlags
-from suffice.cli.judge_cmd import JudgeFlags
-from suffice.cli.models_cmd import ModelsFlags
-from suffice.cli.review_cmd import ReviewFlags
-from suffice.cli.schema_cmd import SchemaFlags
-from suffice.cli.serve_cmd import ServeFlags
+from suffice.cli.audit_cmd import AuditCommandSettings
+from suffice.cli.bundle_cmd import BundleSettings
+from suffice.cli.cache_cmd import CacheCommandSettings, CacheSettings
+from suffice.cli.calibrate_cmd import CalibrateSettings
+from suffice.cli.demo_cmd import DemoSettings
+from suffice.cli.gate_args import GateOptionSettings
+from suffice.cli.judge_cmd import JudgeSettings
+from suffice.cli.models_cmd import ModelsSettings
+from suffice.cli.review_cmd import ReviewSettings
+from suffice.cli.schema_cmd import SchemaSettings
+from suffice.cli.serve_cmd import ServeSettings
 from suffice.config import JudgeConfig
-from suffice.gates.adequacy.cli import RubricsFlags
+from suffice.gates.adequacy.cli import RubricsSettings
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
 from suffice.settings import table
@@ -76,53 +76,57 @@ SECTIONS = (
     ("Ray", "`RayOptions` (`suffice/batch/options.py`): `suffice judge --ray`; the others from Python.", RayOptions),
     (
         "Judge command",
-        "`JudgeFlags` (`suffice/cli/judge_cmd.py`): `suffice judge`'s own (`--no-progress` also calibrate's).",
-        JudgeFlags,
+        "`JudgeSettings` (`suffice/cli/judge_cmd.py`): `suffice judge`'s own (`--no-progress` also calibrate's).",
+        JudgeSettings,
     ),
-    ("Calibrate", "`CalibrateFlags` (`suffice/cli/calibrate_cmd.py`): `suffice calibrate`'s own.", CalibrateFlags),
-    ("Verdict cache", "`CacheFlags` (`suffice/cli/cache_cmd.py`): `judge`, `calibrate` and `serve`.", CacheFlags),
+    (
+        "Calibrate",
+        "`CalibrateSettings` (`suffice/cli/calibrate_cmd.py`): `suffice calibrate`'s own.",
+        CalibrateSettings,
+    ),
+    ("Verdict cache", "`CacheSettings` (`suffice/cli/cache_cmd.py`): `judge`, `calibrate` and `serve`.", CacheSettings),
     (
         "Gate options",
-        "`GateOptionFlags` (`suffice/cli/gate_args.py`): `judge`, `calibrate` and `serve`; each gate option also "
+        "`GateOptionSettings` (`suffice/cli/gate_args.py`): `judge`, `calibrate` and `serve`; each gate option also "
         "has a `--KEY` flag, derived from the gate's options model ([gates.md](gates.md)).",
-        GateOptionFlags,
+        GateOptionSettings,
     ),
-    ("Serve command", "`ServeFlags` (`suffice/cli/serve_cmd.py`): `suffice serve`'s own.", ServeFlags),
+    ("Serve command", "`ServeSettings` (`suffice/cli/serve_cmd.py`): `suffice serve`'s own.", ServeSettings),
 )
 
 #: The commands that take flags only (no variables, no file).
 FLAG_ONLY_SECTIONS = (
     (
         "Schema",
-        "`SchemaFlags` (`suffice/cli/schema_cmd.py`): `suffice schema` (also `--detail`, the judge's).",
-        SchemaFlags,
+        "`SchemaSettings` (`suffice/cli/schema_cmd.py`): `suffice schema` (also `--detail`, the judge's).",
+        SchemaSettings,
     ),
     (
         "Demo",
-        "`DemoFlags` (`suffice/cli/demo_cmd.py`): `suffice demo` (also `--backend`, `--model`, `-v`: the engine's; "
+        "`DemoSettings` (`suffice/cli/demo_cmd.py`): `suffice demo` (also `--backend`, `--model`, `-v`: the engine's; "
         "`--detail`: the judge's).",
-        DemoFlags,
+        DemoSettings,
     ),
     (
         "Cache command",
-        "`CacheCommandFlags` (`suffice/cli/cache_cmd.py`): `suffice cache` (also `--verdict-cache`).",
-        CacheCommandFlags,
+        "`CacheCommandSettings` (`suffice/cli/cache_cmd.py`): `suffice cache` (also `--verdict-cache`).",
+        CacheCommandSettings,
     ),
     (
         "Audit command",
-        "`AuditCommandFlags` (`suffice/cli/audit_cmd.py`): `suffice audit verify|anchor|keygen|export`, each the "
+        "`AuditCommandSettings` (`suffice/cli/audit_cmd.py`): `suffice audit verify|anchor|keygen|export`, each the "
         "ones it needs (`export`: `--format`, its `--output` optional).",
-        AuditCommandFlags,
+        AuditCommandSettings,
     ),
     (
         "Review command",
-        "`ReviewFlags` (`suffice/cli/review_cmd.py`): `suffice review list|show|decide|export`, each the ones it "
+        "`ReviewSettings` (`suffice/cli/review_cmd.py`): `suffice review list|show|decide|export`, each the ones it "
         "needs (`decide`: also `--audit-key`).",
-        ReviewFlags,
+        ReviewSettings,
     ),
-    ("Bundle", "`BundleFlags` (`suffice/cli/bundle_cmd.py`): `suffice bundle`.", BundleFlags),
-    ("Models", "`ModelsFlags` (`suffice/cli/models_cmd.py`): `suffice models verify`.", ModelsFlags),
-    ("Rubrics", "`RubricsFlags` (`suffice/gates/adequacy/cli.py`): `suffice rubrics list`.", RubricsFlags),
+    ("Bundle", "`BundleSettings` (`suffice/cli/bundle_cmd.py`): `suffice bundle`.", BundleSettings),
+    ("Models", "`ModelsSettings` (`suffice/cli/models_cmd.py`): `suffice models verify`.", ModelsSettings),
+    ("Rubrics", "`RubricsSettings` (`suffice/gates/adequacy/cli.py`): `suffice rubrics list`.", RubricsSettings),
 )
 
 

@@ -358,22 +358,22 @@ def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
 def test_every_command_line_setting_has_its_flag_on_its_commands():
     """Nothing declared is left off a command, and the declared flags keep their names."""
     from suffice.batch.options import AuditOptions, BatchOptions
-    from suffice.cli.cache_cmd import CacheFlags
-    from suffice.cli.calibrate_cmd import CalibrateFlags
-    from suffice.cli.judge_cmd import JudgeFlags
+    from suffice.cli.cache_cmd import CacheSettings
+    from suffice.cli.calibrate_cmd import CalibrateSettings
+    from suffice.cli.judge_cmd import JudgeSettings
     from suffice.cli.main import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     flags = {name: {o for a in p._actions for o in a.option_strings} for name, p in commands.items()}
     wanted = {
-        "judge": (JudgeFlags, BatchOptions, CacheFlags, JudgeConfig),
-        "calibrate": (CalibrateFlags, AuditOptions, CacheFlags, JudgeConfig),
-        "serve": (AuditOptions, CacheFlags, JudgeConfig, ServeConfig),
+        "judge": (JudgeSettings, BatchOptions, CacheSettings, JudgeConfig),
+        "calibrate": (CalibrateSettings, AuditOptions, CacheSettings, JudgeConfig),
+        "serve": (AuditOptions, CacheSettings, JudgeConfig, ServeConfig),
     }
     for command, classes in wanted.items():
         for cls in classes:
             for d in declared(cls):
-                if d.flag is None or (cls is JudgeFlags and command != "judge"):
+                if d.flag is None or (cls is JudgeSettings and command != "judge"):
                     continue
                 assert set(d.spellings) <= flags[command], (command, d.name)
     assert {"--verdict-cache", "--no-verdict-cache", "--audit-db", "--format", "--save"} <= (
@@ -437,15 +437,15 @@ def test_an_argument_and_a_required_flag_are_declared_settings_without_a_variabl
 
 def test_every_commands_declared_settings_are_its_flags():
     """Each command's flags and arguments are those its declarations give, spelled as declared."""
-    from suffice.cli.audit_cmd import AuditCommandFlags
-    from suffice.cli.bundle_cmd import BundleFlags
-    from suffice.cli.cache_cmd import CacheCommandFlags
-    from suffice.cli.demo_cmd import DemoFlags
+    from suffice.cli.audit_cmd import AuditCommandSettings
+    from suffice.cli.bundle_cmd import BundleSettings
+    from suffice.cli.cache_cmd import CacheCommandSettings
+    from suffice.cli.demo_cmd import DemoSettings
     from suffice.cli.main import build_parser
-    from suffice.cli.models_cmd import ModelsFlags
-    from suffice.cli.review_cmd import ReviewFlags
-    from suffice.cli.schema_cmd import SchemaFlags
-    from suffice.cli.serve_cmd import ServeFlags
+    from suffice.cli.models_cmd import ModelsSettings
+    from suffice.cli.review_cmd import ReviewSettings
+    from suffice.cli.schema_cmd import SchemaSettings
+    from suffice.cli.serve_cmd import ServeSettings
 
     def sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
         action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -454,16 +454,16 @@ def test_every_commands_declared_settings_are_its_flags():
 
     root = build_parser()
     wanted = {
-        ("serve",): {ServeFlags: None},
-        ("schema",): {SchemaFlags: None},
-        ("demo",): {DemoFlags: None},
-        ("cache",): {CacheCommandFlags: None},
-        ("bundle",): {BundleFlags: None},
-        ("models", "verify"): {ModelsFlags: None},
-        ("audit", "verify"): {AuditCommandFlags: ("db", "audit_key", "expect_keyed", "anchor_file")},
-        ("audit", "export"): {AuditCommandFlags: ("db", "since", "until", "export_format", "export_output")},
-        ("review", "decide"): {ReviewFlags: ("id", "decision", "label", "by", "note", "answer", "query", "db")},
-        ("review", "export"): {ReviewFlags: ("labels", "gate", "db")},
+        ("serve",): {ServeSettings: None},
+        ("schema",): {SchemaSettings: None},
+        ("demo",): {DemoSettings: None},
+        ("cache",): {CacheCommandSettings: None},
+        ("bundle",): {BundleSettings: None},
+        ("models", "verify"): {ModelsSettings: None},
+        ("audit", "verify"): {AuditCommandSettings: ("db", "audit_key", "expect_keyed", "anchor_file")},
+        ("audit", "export"): {AuditCommandSettings: ("db", "since", "until", "export_format", "export_output")},
+        ("review", "decide"): {ReviewSettings: ("id", "decision", "label", "by", "note", "answer", "query", "db")},
+        ("review", "export"): {ReviewSettings: ("labels", "gate", "db")},
     }
     for path, classes in wanted.items():
         parser = root

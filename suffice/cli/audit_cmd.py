@@ -42,7 +42,7 @@ def export_format_names() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class AuditCommandFlags:
+class AuditCommandSettings:
     """The settings of ``suffice audit``'s actions (``review decide`` takes ``--audit-key`` too)."""
 
     db: Path | None = setting(None, "the audit database", positional=True)
@@ -73,18 +73,18 @@ def add_parsers(sub: Any) -> None:
     verify = actions.add_parser(
         "verify", help="check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
     )
-    add_flags(verify, AuditCommandFlags, only=("db", "audit_key", "expect_keyed", "anchor_file"))
+    add_flags(verify, AuditCommandSettings, only=("db", "audit_key", "expect_keyed", "anchor_file"))
     verify.set_defaults(run=run_verify)
     anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
-    add_flags(anchor, AuditCommandFlags, only=("db", "audit_key", "output"))
+    add_flags(anchor, AuditCommandSettings, only=("db", "audit_key", "output"))
     anchor.set_defaults(run=run_anchor)
     keygen = actions.add_parser("keygen", help="write a new random key (hex, mode 0600; never overwrites)")
-    add_flags(keygen, AuditCommandFlags, only=("output",))
+    add_flags(keygen, AuditCommandSettings, only=("output",))
     keygen.set_defaults(run=run_keygen)
     export = actions.add_parser(
         "export", help="write the evaluation rows (of a time window) with their reviews, as JSONL or CSV"
     )
-    add_flags(export, AuditCommandFlags, only=("db", "since", "until", "export_format", "export_output"))
+    add_flags(export, AuditCommandSettings, only=("db", "since", "until", "export_format", "export_output"))
     export.set_defaults(run=run_export)
 
 

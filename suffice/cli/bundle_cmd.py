@@ -16,7 +16,7 @@ from suffice.settings import add_flags, check, setting
 
 
 @dataclass(frozen=True)
-class BundleFlags:
+class BundleSettings:
     """``suffice bundle``'s settings."""
 
     folder: str | None = setting(None, "a new or empty folder", positional=True, metavar="DIR")
@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
             'prints with this command\'s), then pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]".'
         ),
     )
-    add_flags(p, BundleFlags)
+    add_flags(p, BundleSettings)
     p.set_defaults(run=run)
 
 

@@ -20,7 +20,7 @@ _MIB = 1 << 20
 
 
 @dataclass(frozen=True)
-class CacheFlags:
+class CacheSettings:
     """The verdict cache's settings of ``judge``, ``calibrate`` and ``serve`` (``JudgeConfig``'s ``cache`` and
     ``cache_max_bytes`` as a command line says them)."""
 
@@ -52,19 +52,19 @@ class CacheFlags:
 
 
 def add_cache_args(p: argparse.ArgumentParser) -> None:
-    """The verdict cache's flags (:class:`CacheFlags`) of the commands that judge."""
-    add_flags(p, CacheFlags)
+    """The verdict cache's flags (:class:`CacheSettings`) of the commands that judge."""
+    add_flags(p, CacheSettings)
 
 
 def cache_settings(args: argparse.Namespace) -> dict[str, Any]:
     """``JudgeConfig``'s ``cache`` and ``cache_max_bytes`` from the flags."""
-    flags: CacheFlags = from_args(CacheFlags, args)
+    flags: CacheSettings = from_args(CacheSettings, args)
     return flags.judge_settings()
 
 
 @dataclass(frozen=True)
-class CacheCommandFlags:
-    """``suffice cache``'s own argument (its file is :class:`CacheFlags`' ``--verdict-cache``)."""
+class CacheCommandSettings:
+    """``suffice cache``'s own argument (its file is :class:`CacheSettings`' ``--verdict-cache``)."""
 
     action: str | None = setting(
         None, "stats: entries, bytes, hits (JSON); clear: empty it", positional=True, choices=("stats", "clear")
@@ -78,8 +78,8 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "cache", help="the verdict cache: stats, clear", description="Look into or empty the verdict cache."
     )
-    add_flags(p, CacheCommandFlags)
-    add_flags(p, CacheFlags, only=("verdict_cache",))
+    add_flags(p, CacheCommandSettings)
+    add_flags(p, CacheSettings, only=("verdict_cache",))
     p.set_defaults(run=run)
 
 

@@ -47,7 +47,7 @@ CHOICES = ("best-f1", "precision-target", "f-beta", "cost")
 
 
 @dataclass(frozen=True)
-class CalibrateFlags:
+class CalibrateSettings:
     """``suffice calibrate``'s own settings."""
 
     golden: Path | None = setting(None, "labeled JSONL (the ../shared/data format)", positional=True)
@@ -85,11 +85,13 @@ def add_parser(sub: Any) -> None:
         description="Judge labeled records (`sufficient` is the label), in this process or through a running service "
         "(--server), then write report.json, report.md, report.html and plots.",
     )
-    add_flags(p, CalibrateFlags, only=("golden", "output"))
+    add_flags(p, CalibrateSettings, only=("golden", "output"))
     judge_cmd.add_judge_args(p)
     add_flags(p, BatchOptions, only=(*(d.name for d in declared(AuditOptions)), "overwrite"))
-    add_flags(p, CalibrateFlags, only=[d.name for d in declared(CalibrateFlags) if d.name not in ("golden", "output")])
-    add_flags(p, judge_cmd.JudgeFlags, only=("server", "timeout"))
+    add_flags(
+        p, CalibrateSettings, only=[d.name for d in declared(CalibrateSettings) if d.name not in ("golden", "output")]
+    )
+    add_flags(p, judge_cmd.JudgeSettings, only=("server", "timeout"))
     p.set_defaults(run=run, command_settings=SettingSources(p, "calibrate", "precision_target = 0.95"))
 
 
@@ -97,7 +99,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     judge_cmd.read_settings(args)
     try:
-        from_args(CalibrateFlags, args)  # the bounds of what a flag, a variable or the file gave
+        from_args(CalibrateSettings, args)  # the bounds of what a flag, a variable or the file gave
     except ConfigError as exc:
         raise judge_cmd.named(exc, args) from None
     problem = _choice_problem(args)
@@ -179,7 +181,7 @@ def _destination(args: argparse.Namespace) -> Path | None:
 
 
 def _choice_problem(args: argparse.Namespace) -> str | None:
-    """Costs that no threshold can be chosen by (each is in its bounds: :class:`CalibrateFlags`); costs given
+    """Costs that no threshold can be chosen by (each is in its bounds: :class:`CalibrateSettings`); costs given
     without --choose choose by cost."""
     if args.choose is None and (args.fp_cost is not None or args.fn_cost is not None):
         args.choose = "cost"

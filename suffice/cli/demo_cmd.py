@@ -19,7 +19,7 @@ DEMO_OUTPUT = Path("out/demo-verdicts.jsonl")
 
 
 @dataclass(frozen=True)
-class DemoFlags:
+class DemoSettings:
     """``suffice demo``'s own setting (``--backend``, ``--model`` and ``-v`` are the engine's, ``--detail`` the
     judge's)."""
 
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
     )
-    add_flags(p, DemoFlags)
+    add_flags(p, DemoSettings)
     add_flags(p, EngineConfig, only=("backend", "model"))
     add_flags(p, JudgeConfig, only=("detail",))
     add_flags(p, EngineConfig, only=("verbose",))

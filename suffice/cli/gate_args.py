@@ -16,7 +16,7 @@ _PREFIX = "gate_option_"
 
 
 @dataclass(frozen=True)
-class GateOptionFlags:
+class GateOptionSettings:
     """A gate's own option by name, for one no ``--KEY`` flag reaches (an engine setting has that name)."""
 
     gate_option: tuple[str, ...] = setting(
@@ -26,7 +26,7 @@ class GateOptionFlags:
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
     """``--gate-option`` and a flag for every option of a registered gate, derived from its options model."""
-    add_flags(p, GateOptionFlags)
+    add_flags(p, GateOptionSettings)
     declared: dict[str, list[str]] = {}
     descriptions: dict[str, str] = {}
     choices: dict[str, tuple[Any, ...] | None] = {}

@@ -13,7 +13,7 @@ from typing import Any
 
 from suffice import batch
 from suffice.batch import BatchOptions, RayOptions
-from suffice.cli.cache_cmd import CacheFlags, add_cache_args, cache_settings
+from suffice.cli.cache_cmd import CacheSettings, add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import fail, reports_errors
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
@@ -49,7 +49,7 @@ from suffice.settings import (
 
 
 @dataclass(frozen=True)
-class JudgeFlags:
+class JudgeSettings:
     """``suffice judge``'s own settings besides :class:`BatchOptions` (``--gate`` and ``--no-progress``: calibrate's
     too)."""
 
@@ -87,12 +87,12 @@ class JudgeFlags:
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
-    add_flags(p, JudgeFlags, only=("gate",))
+    add_flags(p, JudgeSettings, only=("gate",))
     add_engine_args(p)
     add_flags(p, BatchOptions, only=("batch_size",))
     add_gate_args(p)
     add_judge_settings(p)
-    add_flags(p, JudgeFlags, only=("no_progress",))
+    add_flags(p, JudgeSettings, only=("no_progress",))
     add_cache_args(p)
 
 
@@ -110,11 +110,11 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
     )
-    add_flags(p, JudgeFlags, only=("input", "output"))
+    add_flags(p, JudgeSettings, only=("input", "output"))
     add_judge_args(p)
     add_flags(p, BatchOptions, only=[d.name for d in declared(BatchOptions) if d.name != "batch_size"])
     add_flags(p, RayOptions)
-    add_flags(p, JudgeFlags, only=("server", "timeout"))
+    add_flags(p, JudgeSettings, only=("server", "timeout"))
     p.set_defaults(run=run, command_settings=SettingSources(p, "judge", "batch_size = 64"))
 
 
@@ -138,7 +138,7 @@ IN_PROCESS = (
     *in_process_flags(EngineConfig),
     *in_process_flags(RayOptions),
     *in_process_flags(BatchOptions),
-    *in_process_flags(CacheFlags),
+    *in_process_flags(CacheSettings),
 )
 #: The defaults of :data:`IN_PROCESS` arguments that are neither ``None`` nor ``False``.
 _DEFAULTS = {d.dest: d.default for d in tagged(EngineConfig, in_process=True) if d.type is not bool}
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         read_settings(args)
-        flags: JudgeFlags = from_args(JudgeFlags, args)  # the bounds of what a variable or the file gave too
+        flags: JudgeSettings = from_args(JudgeSettings, args)  # the bounds of what a variable or the file gave too
         config = judge_config(args)
         if args.actors is not None and args.ray is None:
             raise ConfigError("actors", args.actors, "needs --ray")

@@ -15,7 +15,7 @@ from suffice.settings import add_flags, check, setting
 
 
 @dataclass(frozen=True)
-class ModelsFlags:
+class ModelsSettings:
     """``suffice models verify``'s argument."""
 
     folder: str | None = setting(
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
         "verify",
         help=f"check every file of a bundle against {MANIFEST} (exit 0 intact, 4 changed, missing or added, 2 usage)",
     )
-    add_flags(verify, ModelsFlags)
+    add_flags(verify, ModelsSettings)
     verify.set_defaults(run=run_verify)
 
 

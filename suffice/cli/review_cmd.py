@@ -20,7 +20,7 @@ from typing import Any
 
 from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
-from suffice.cli.audit_cmd import AuditCommandFlags, _login_name, _onto_the_log, _open
+from suffice.cli.audit_cmd import AuditCommandSettings, _login_name, _onto_the_log, _open
 from suffice.cli.errors import reports_errors
 from suffice.exceptions import EXIT_OK, EXIT_USAGE, ExportWriteError, OutputWriteError
 from suffice.files import replace_atomically
@@ -29,8 +29,8 @@ from suffice.settings import add_flags, check, setting
 
 
 @dataclass(frozen=True)
-class ReviewFlags:
-    """The settings of ``suffice review``'s actions (``--audit-key``: :class:`AuditCommandFlags`')."""
+class ReviewSettings:
+    """The settings of ``suffice review``'s actions (``--audit-key``: :class:`AuditCommandSettings`')."""
 
     db: Path = setting(DEFAULT_AUDIT_DB, f"default {DEFAULT_AUDIT_DB}", flag="--audit-db")
     all: bool = setting(False, "include resolved reviews")
@@ -61,19 +61,19 @@ def add_parser(sub: Any) -> None:
     review = sub.add_parser("review", help="the human review queue: list, show, decide, export labels")
     actions = review.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="open reviews (or --all)")
-    add_flags(listing, ReviewFlags, only=("db", "all", "json"))
+    add_flags(listing, ReviewSettings, only=("db", "all", "json"))
     listing.set_defaults(run=run_list)
     show = actions.add_parser("show", help="one review: query, context, verdict, rule, decisions")
-    add_flags(show, ReviewFlags, only=("id", "db", "json"))
+    add_flags(show, ReviewSettings, only=("id", "db", "json"))
     show.set_defaults(run=run_show)
     decide = actions.add_parser("decide", aliases=["resolve"], help="record a person's decision on a review")
-    add_flags(decide, ReviewFlags, only=("id", "decision", "label", "by", "note", "answer", "query", "db"))
-    add_flags(decide, AuditCommandFlags, only=("audit_key",))
+    add_flags(decide, ReviewSettings, only=("id", "decision", "label", "by", "note", "answer", "query", "db"))
+    add_flags(decide, AuditCommandSettings, only=("audit_key",))
     decide.set_defaults(run=run_decide)
     export = actions.add_parser(
         "export", help="write resolved reviews as labeled records for `suffice calibrate`, with the overrides"
     )
-    add_flags(export, ReviewFlags, only=("labels", "gate", "db"))
+    add_flags(export, ReviewSettings, only=("labels", "gate", "db"))
     export.set_defaults(run=run_export)
 
 

@@ -19,7 +19,7 @@ from suffice.settings import add_flags, check, setting
 
 
 @dataclass(frozen=True)
-class SchemaFlags:
+class SchemaSettings:
     """``suffice schema``'s settings (``--detail`` is :class:`~suffice.config.JudgeConfig`'s)."""
 
     # Not choices: an unknown gate is the registry's error, which names the gates there are.
@@ -46,10 +46,10 @@ def add_parser(sub: Any) -> None:
         "verdict model, or that record's error (--detail left out: a row of either); or, with --request, of the "
         "options a request to `suffice serve` may set on the gate.",
     )
-    add_flags(p, SchemaFlags, only=("gate",))
+    add_flags(p, SchemaSettings, only=("gate",))
     add_flags(p, JudgeConfig, only=("detail",))
     p.set_defaults(detail=None)
-    add_flags(p, SchemaFlags, only=("format", "served", "request"))
+    add_flags(p, SchemaSettings, only=("format", "served", "request"))
     p.set_defaults(run=run)
 
 

@@ -27,7 +27,7 @@ from suffice.settings import add_flags, check, from_args, setting
 
 
 @dataclass(frozen=True)
-class ServeFlags:
+class ServeSettings:
     """``suffice serve``'s flags that are not :class:`~suffice.server.config.ServeConfig`'s own settings."""
 
     gate: tuple[str, ...] = setting((), "a gate to serve (repeat; default all)", choices=gate_names)
@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
         "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
         "a flag wins over a variable, a variable over the file.",
     )
-    add_flags(p, ServeFlags)
+    add_flags(p, ServeSettings)
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
     add_judge_settings(p)

@@ -14,7 +14,7 @@ from suffice.settings import add_flags, setting
 
 
 @dataclass(frozen=True)
-class RubricsFlags:
+class RubricsSettings:
     """``suffice rubrics list``'s setting."""
 
     rubric_dir: Path | None = setting(None, "a rubric folder (default: built-in)")
@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("rubrics", help="adequacy rubrics in the store")
     actions = p.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="list rubrics: name, version, risk level, threshold, use case")
-    add_flags(listing, RubricsFlags)
+    add_flags(listing, RubricsSettings)
     listing.set_defaults(run=run_list)
 
 
