@@ -115,7 +115,7 @@ def run_vllm_peers(items: list[dict[str, Any]], ragflow: bool = True) -> tuple[d
     from vllm import LLM
 
     from suffice.serving.machine import apply_machine_config, machine_config
-    from suffice.serving.vllm_lifecycle import shutdown_llm
+    from suffice.serving.vllm.lifecycle import shutdown_llm
 
     settings = machine_config(EngineConfig())
     apply_machine_config(settings)

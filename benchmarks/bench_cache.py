@@ -26,7 +26,7 @@ from suffice.config import JudgeConfig
 from suffice.judge import Judge
 from suffice.rows.shaping import result_row
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from common import load_items, report
 from suffice.config import JudgeConfig
 from suffice.judge import Judge
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ from suffice.config import BACKENDS, JudgeConfig
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import EngineConfig
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 def _recovery_item(item: dict[str, Any]) -> dict[str, Any]:

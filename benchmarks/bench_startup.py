@@ -2,7 +2,7 @@
 answering one token, each a fresh process, side by side in one run.
 
 Both processes get the same engine: the embedded model, the ``LLM`` arguments suffice passes
-(``suffice.serving.vllm_lifecycle.llm_kwargs``: dtype, block size, backend, prefix caching, eager mode)
+(``suffice.serving.vllm.lifecycle.llm_kwargs``: dtype, block size, backend, prefix caching, eager mode)
 and the environment it sets (cores, KV cache, offline).  Wall time is taken here, from the
 process's start to its exit.
 
@@ -51,7 +51,7 @@ from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_machine_config, gpu_build, machine_config
 from suffice.serving.offline import force_offline
 from suffice.serving.startup import LOGGER
-from suffice.serving.vllm_lifecycle import llm_kwargs
+from suffice.serving.vllm.lifecycle import llm_kwargs
 from suffice.serving.weights import resolve_model
 
 #: vLLM's log lines as this benchmark's logging config writes them: creation time, pid, message.

@@ -81,7 +81,7 @@ from suffice.gates.sufficiency import SufficiencyGate
 from suffice.judge import Judge
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import cpu_flags
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 def parameter_counts(folder: Path) -> tuple[int, int]:

@@ -309,7 +309,7 @@ class Breakdown:
         return cls(folder)
 
     def install_suffice(self, engine: Any) -> None:
-        """Record one :class:`~suffice.serving.vllm_engine.VLLMEngine`'s driver (its work between segments)."""
+        """Record one :class:`~suffice.serving.vllm.engine.VLLMEngine`'s driver (its work between segments)."""
         from suffice.grammars.constraint import Constraint
 
         rec = recorder()

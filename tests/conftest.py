@@ -92,7 +92,7 @@ def engine(request):
     the suite's 55 minutes on two cores (it re-encodes the whole prompt per segment).
     """
     from suffice.serving.engine_config import EngineConfig
-    from suffice.serving.vllm_engine import VLLMEngine
+    from suffice.serving.vllm.engine import VLLMEngine
 
     built = VLLMEngine(EngineConfig(backend=request.param))
     yield built

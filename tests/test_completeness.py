@@ -19,7 +19,7 @@ from suffice.serving.engine_config import ENGINES as KINDS
 from suffice.serving.factory import ENGINE_CLASSES, engine_class
 from suffice.serving.openai import OpenAIEngine
 from suffice.serving.transformers_engine import TransformersEngine
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 from tests.fakes import ScriptedEngine
 
 ENGINES = [VLLMEngine, TransformersEngine, OpenAIEngine, ScriptedEngine]

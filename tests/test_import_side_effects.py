@@ -302,7 +302,7 @@ def _check(changed: dict[str, dict[str, object]], module: str) -> None:
 def test_the_lists_hold_the_modules_an_application_imports():
     assert {"suffice", "suffice.client", "suffice.testing.plugin", "suffice.cli.main"} <= set(PUBLIC)
     assert {"suffice.integrations.haystack", "suffice.integrations.langchain"} <= set(PUBLIC)
-    assert "suffice.serving.vllm_engine" in OTHERS and "suffice.serving.offline" in OTHERS
+    assert "suffice.serving.vllm.engine" in OTHERS and "suffice.serving.offline" in OTHERS
 
 
 @pytest.mark.parametrize("module", PUBLIC)

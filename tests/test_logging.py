@@ -44,7 +44,7 @@ def test_the_check_finds_a_print_call_and_nothing_else():
 def test_the_command_line_modules_are_told_apart():
     assert is_cli(PACKAGE / "cli" / "main.py")
     assert is_cli(PACKAGE / "gates" / "adequacy" / "cli.py")
-    assert not is_cli(PACKAGE / "serving" / "vllm_engine.py")
+    assert not is_cli(PACKAGE / "serving" / "vllm" / "engine.py")
 
 
 def test_the_suffice_logger_has_a_null_handler():

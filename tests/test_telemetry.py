@@ -185,7 +185,7 @@ def test_a_folder_model_is_named_by_its_last_part_never_its_path():
 def test_the_engines_name_their_provider():
     from suffice.serving.openai import OpenAIEngine
     from suffice.serving.transformers_engine import TransformersEngine
-    from suffice.serving.vllm_engine import VLLMEngine
+    from suffice.serving.vllm.engine import VLLMEngine
 
     names = {cls: t.provider_name(object.__new__(cls)) for cls in (VLLMEngine, OpenAIEngine, TransformersEngine)}
     assert names == {VLLMEngine: "vllm", OpenAIEngine: "vllm", TransformersEngine: "transformers"}

@@ -16,7 +16,7 @@ from suffice.serving.extras import ENGINE_MODULES, missing_extra, require
 
 #: kind → (module, class).  Completeness tests check every kind in ENGINES is here.
 ENGINE_CLASSES: dict[str, tuple[str, str]] = {
-    "vllm": ("suffice.serving.vllm_engine", "VLLMEngine"),
+    "vllm": ("suffice.serving.vllm.engine", "VLLMEngine"),
     "transformers": ("suffice.serving.transformers_engine", "TransformersEngine"),
     "openai": ("suffice.serving.openai.engine", "OpenAIEngine"),
 }

@@ -43,8 +43,8 @@ def test_a_scored_segment_without_log_probabilities_leaves_the_generation_withou
 def test_the_in_process_engine_absorbs_a_segment_through_the_trail():
     """vLLM's per-position logprobs (ids to entries) merged by text, the end-of-sequence token left out: checked
     without an engine (the engine tests run it on a real one)."""
-    from suffice.serving.vllm_driver import TokenSequence as _Sequence
-    from suffice.serving.vllm_engine import VLLMEngine
+    from suffice.serving.vllm.driver import TokenSequence as _Sequence
+    from suffice.serving.vllm.engine import VLLMEngine
 
     engine = object.__new__(VLLMEngine)
     engine._eos_ids = frozenset({0})

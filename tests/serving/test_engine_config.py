@@ -16,7 +16,7 @@ from suffice.serving.engine_config import DEFAULT_BACKEND, EngineConfig
 from suffice.serving.factory import engine_settings
 from suffice.serving.machine import check_build
 from suffice.serving.offline import OFFLINE_ENV
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 @pytest.mark.parametrize(

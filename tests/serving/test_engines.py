@@ -33,7 +33,7 @@ from suffice.grammars.regex import alt, escape, lit, seq
 from suffice.judge import Judge
 from suffice.serving.base import GenerationRequest
 from suffice.serving.engine_config import DEFAULT_BACKEND
-from suffice.serving.vllm_driver import TokenSequence as _Sequence
+from suffice.serving.vllm.driver import TokenSequence as _Sequence
 from tests.conftest import load_records
 from tests.grammars.segments import cut_back_constraint
 

@@ -163,7 +163,7 @@ def test_verbose_redirects_nothing(tmp_path, monkeypatch):
 @pytest.mark.engine
 def test_an_engine_that_cannot_start_quotes_its_log(tmp_path, monkeypatch):
     from suffice.exceptions import EngineError
-    from suffice.serving.vllm_engine import VLLMEngine
+    from suffice.serving.vllm.engine import VLLMEngine
     from suffice.serving.weights import ModelRef
 
     monkeypatch.setenv("SUFFICE_CACHE", str(tmp_path / "cache"))

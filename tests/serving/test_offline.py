@@ -23,7 +23,7 @@ from suffice.serving.engine_config import EngineConfig
 from suffice.serving.offline import OFFLINE_ENV, environment, offline
 from suffice.serving.openai.tokens import LocalTokenizer
 from suffice.serving.transformers_engine import TransformersEngine
-from suffice.serving.vllm_engine import VLLMEngine
+from suffice.serving.vllm.engine import VLLMEngine
 
 
 def offline_now() -> dict[str, str | None]:

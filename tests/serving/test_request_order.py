@@ -21,11 +21,11 @@ from suffice.grammars.constraint import Constraint, Segment
 from suffice.grammars.regex import lit, repeat
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import MachineConfig
-from suffice.serving.vllm_driver import Driver as _Driver
-from suffice.serving.vllm_driver import Job as _Job
-from suffice.serving.vllm_driver import TokenSequence as _Sequence
-from suffice.serving.vllm_engine import VLLMEngine
-from suffice.serving.vllm_lifecycle import llm_kwargs
+from suffice.serving.vllm.driver import Driver as _Driver
+from suffice.serving.vllm.driver import Job as _Job
+from suffice.serving.vllm.driver import TokenSequence as _Sequence
+from suffice.serving.vllm.engine import VLLMEngine
+from suffice.serving.vllm.lifecycle import llm_kwargs
 from suffice.serving.weights import ModelRef
 
 

@@ -1,5 +1,5 @@
 """The in-process vLLM engine's life: its start (the ``LLM`` and its arguments), its liveness (a dead engine process
-told within :data:`~suffice.serving.vllm_driver.WATCH_INTERVAL`) and its shutdown (no process left behind)."""
+told within :data:`~suffice.serving.vllm.driver.WATCH_INTERVAL`) and its shutdown (no process left behind)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The vLLM engine (GPU or CPU build): an in-process ``LLM``, one ``SamplingParams`` per request with its own regex,
 temperature 0, prefix caching on.  Its requests are built and their outputs read here; the loop that batches them is
-:mod:`~suffice.serving.vllm_driver`, the ``LLM``'s start, liveness and shutdown :mod:`~suffice.serving.vllm_lifecycle`
+:mod:`~suffice.serving.vllm.driver`, the ``LLM``'s start, liveness and shutdown :mod:`~suffice.serving.vllm.lifecycle`
 (with this module, the only ones that import vLLM)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from suffice.serving.decoding import TokenTrail, eos_ids, merge_by_text
 from suffice.serving.engine_config import EngineConfig
 from suffice.serving.machine import apply_machine_config, check_build, machine_config
 from suffice.serving.offline import offline
-from suffice.serving.vllm_driver import Driver, Job, TokenSequence
-from suffice.serving.vllm_lifecycle import Lifecycle, kv_capacity, llm_kwargs, start_llm
+from suffice.serving.vllm.driver import Driver, Job, TokenSequence
+from suffice.serving.vllm.lifecycle import Lifecycle, kv_capacity, llm_kwargs, start_llm
 from suffice.serving.weights import ModelRef, resolve_model
 
 _log = logging.getLogger(__name__)
