@@ -28,7 +28,15 @@ from suffice.audit import (
 )
 from suffice.audit.log import export_lines
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import EXIT_OK, EXIT_TAMPERED, EXIT_UNKEYED, EXIT_USAGE, ExportWriteError, OutputWriteError
+from suffice.exceptions import (
+    EXIT_OK,
+    EXIT_TAMPERED,
+    EXIT_UNKEYED,
+    EXIT_USAGE,
+    ConfigError,
+    ExportWriteError,
+    OutputWriteError,
+)
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
 from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
@@ -88,12 +96,11 @@ def add_parsers(sub: Any) -> None:
     export.set_defaults(run=run_export)
 
 
-def _open(db: Path, key_file: Path | None = None) -> AuditLog | None:
-    """The database opened with its key, or None after printing that there is none: a missing
-    file is not created here, since a typo must not look like an empty, intact log."""
+def _open(db: Path, key_file: Path | None = None) -> AuditLog:
+    """The database opened with its key; a missing file is a :class:`ConfigError` naming ``audit_db``, not created
+    here, since a typo must not look like an empty, intact log."""
     if not db.is_file():
-        print(f"error: no audit database at {terminal_text(db)}", file=sys.stderr)
-        return None
+        raise ConfigError("audit_db", str(db), "no audit database there")
     return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
 
 
@@ -114,8 +121,6 @@ def _onto_the_log(db: Path, output: Path) -> bool:
 def run_verify(args: argparse.Namespace) -> int:
     anchor = load_anchor(args.anchor_file) if args.anchor_file else None
     log = _open(args.db, args.audit_key)
-    if log is None:
-        return EXIT_USAGE
     if log.keyed and args.audit_key is None:
         # Without the key nothing about a keyed log can be checked: not a pass, not "tampered" either.
         log.close()
@@ -150,8 +155,6 @@ def run_anchor(args: argparse.Namespace) -> int:
     if _onto_the_log(args.db, args.output):
         return EXIT_USAGE
     log = _open(args.db, args.audit_key)
-    if log is None:
-        return EXIT_USAGE
     try:
         anchor = log.anchor()  # a broken chain (AuditBrokenError) is not anchored: exit 4, tampered
     finally:
@@ -188,8 +191,6 @@ def run_export(args: argparse.Namespace) -> int:
     if args.output is not None and _onto_the_log(args.db, args.output):
         return EXIT_USAGE
     log = _open(args.db)
-    if log is None:
-        return EXIT_USAGE
     try:
         if args.output is not None:
             n = log.export(args.output, since=args.since, until=args.until, fmt=args.export_format)

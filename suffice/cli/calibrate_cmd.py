@@ -104,14 +104,11 @@ def run(args: argparse.Namespace) -> int:
         raise judge_cmd.named(exc, args) from None
     problem = _choice_problem(args)
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("fn_cost", 0, problem)
     if not args.golden.is_file():
-        print(f"error: golden file {str(args.golden)!r} is not a file", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("golden", str(args.golden), "is not a file")
     if args.output.exists() and not args.output.is_dir():
-        print(f"error: -o {str(args.output)!r} is a file; calibrate writes a report folder there", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("output", str(args.output), "is a file; calibrate writes a report folder there")
     try:
         config = judge_cmd.judge_config(args)
         options: BatchOptions = from_args(BatchOptions, args)
@@ -122,8 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save is not None:
         problem = save_problem(gate, _destination(args), args.output)
         if problem is not None:
-            print(f"error: --save: {terminal_text(problem)}", file=sys.stderr)
-            return EXIT_USAGE
+            raise ConfigError("save", str(_destination(args)), problem)
     records = [r for r in read if isinstance(r, dict)]
     if len(records) < len(read):
         left = len(read) - len(records)

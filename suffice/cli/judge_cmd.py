@@ -23,7 +23,6 @@ from suffice.config import JudgeConfig
 from suffice.exceptions import (
     EXIT_ITEM_ERRORS,
     EXIT_OK,
-    EXIT_USAGE,
     ConfigError,
     SufficeError,
 )
@@ -243,8 +242,7 @@ def open_client(args: argparse.Namespace, config: JudgeConfig) -> Client | None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     if not args.input.is_file():
-        print(f"error: input {str(args.input)!r} is not a file", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("input", str(args.input), "is not a file")
     try:
         read_settings(args)
         flags: JudgeSettings = from_args(JudgeSettings, args)  # the bounds of what a variable or the file gave too

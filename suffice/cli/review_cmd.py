@@ -22,7 +22,7 @@ from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
 from suffice.cli.audit_cmd import AuditCommandSettings, _login_name, _onto_the_log, _open
 from suffice.cli.errors import reports_errors
-from suffice.exceptions import EXIT_OK, EXIT_USAGE, ExportWriteError, OutputWriteError
+from suffice.exceptions import EXIT_OK, EXIT_USAGE, ConfigError, ExportWriteError, OutputWriteError
 from suffice.files import replace_atomically
 from suffice.records.text import terminal_text
 from suffice.settings import add_flags, check, setting
@@ -94,8 +94,6 @@ def _parsed(row: dict[str, Any], db: Path) -> dict[str, Any] | None:
 @reports_errors
 def run_list(args: argparse.Namespace) -> int:
     log = _open(args.db)
-    if log is None:
-        return EXIT_USAGE
     try:
         rows = log.reviews(None if args.all else "open")
     finally:
@@ -128,8 +126,6 @@ def run_list(args: argparse.Namespace) -> int:
 @reports_errors
 def run_show(args: argparse.Namespace) -> int:
     log = _open(args.db)
-    if log is None:
-        return EXIT_USAGE
     try:
         row = log.review(args.id)
     finally:
@@ -183,11 +179,8 @@ def _text(review: dict[str, Any]) -> str:
 def run_decide(args: argparse.Namespace) -> int:
     by = args.by or _login_name()
     if by is None:
-        print("error: --by: no login name to record as the reviewer here; pass --by NAME", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigError("by", None, "no login name to record as the reviewer here; pass --by NAME")
     log = _open(args.db, args.audit_key)
-    if log is None:
-        return EXIT_USAGE
     try:
         done = log.resolve_review(
             args.id,
@@ -237,8 +230,6 @@ def run_export(args: argparse.Namespace) -> int:
     if _onto_the_log(args.db, args.labels):
         return EXIT_USAGE
     log = _open(args.db)
-    if log is None:
-        return EXIT_USAGE
     try:
         rows = [row for row in log.reviews("resolved") if args.gate is None or row["gate"] == args.gate]
     finally:
