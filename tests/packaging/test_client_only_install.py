@@ -40,10 +40,14 @@ def fresh(tmp_path_factory: pytest.TempPathFactory, client_wheels: Path) -> Path
     return python
 
 
-def test_no_extra_installs_neither_vllm_nor_torch_nor_transformers(fresh: Path):
+#: What the client install leaves to extras: Parquet (``suffice[parquet]``) and the server (``suffice[serve]``).
+EXTRAS_ONLY = ("pyarrow", "fastapi", "uvicorn", "prometheus_client")
+
+
+def test_no_extra_installs_neither_the_engine_nor_parquet_nor_the_server(fresh: Path):
     probe = "import importlib.util, json; print(json.dumps({m: importlib.util.find_spec(m) is not None for m in %r}))"
-    found = _run([str(fresh), "-c", probe % (HEAVY,)])
-    assert json.loads(found.stdout) == dict.fromkeys(HEAVY, False), found.stderr
+    found = _run([str(fresh), "-c", probe % ((*HEAVY, *EXTRAS_ONLY),)])
+    assert json.loads(found.stdout) == dict.fromkeys((*HEAVY, *EXTRAS_ONLY), False), found.stderr
 
 
 def test_the_client_the_integrations_and_the_plugin_import_without_them(fresh: Path):
