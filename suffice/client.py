@@ -30,7 +30,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
@@ -83,6 +83,8 @@ DEFAULT_TIMEOUT_S = 600.0
 
 _Answer = TypeVar("_Answer", ReviewOutcome, ReviewEvents)
 _Read = TypeVar("_Read")
+#: One request a batch makes: how its answer is read, the method, URL and timeout, and httpx's other arguments.
+_Call = tuple[Callable[[httpx.Response], Any], str, str, "float | None", dict[str, Any]]
 
 
 class _Base:
@@ -208,6 +210,45 @@ class _Base:
             )
         return results
 
+    def _batch(
+        self,
+        records: Sequence[object],
+        gate: str | None,
+        options: Mapping[str, Any] | None,
+        progress: Progress | None,
+        timeout: float | None,
+    ) -> Generator[_Call, Any, Results]:
+        """A batch's steps, each request to the service yielded for the client to make and sent back its answer as
+        read: one logic for the blocking client and the awaited one, which only wait differently."""
+        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
+        began = time.perf_counter()
+        if len(records) > 1 and self._limits is None:
+            self._limits = yield (_limits, "GET", self._settings_request(gate, None)[0], timeout, {})
+        unsent, parts = self._plan(records, options)
+        judged: list[JudgeResult] = []
+        for part in parts:
+            name, url, body, sent = self._request([records[i] for i in part], gate, options)
+            read = functools.partial(_results, gate=name, count=len(part), sent=sent, auth=self._auth)
+            judged += yield (read, "POST", url, timeout, {"json": body})
+            if progress is not None:
+                progress(len(part))
+        if unsent and progress is not None:
+            progress.skipped(len(unsent))
+        results = judged
+        if unsent:
+            settings = None
+            if not judged:
+                url, query, sent = self._settings_request(gate, options)
+                settings = yield (
+                    functools.partial(_settings, sent=sent, auth=self._auth),
+                    "GET",
+                    url,
+                    None,
+                    {"params": query},
+                )
+            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+        return self._publish(records, results, began, gate, options)
+
     def _plan(
         self, records: Sequence[object], options: Mapping[str, Any] | None
     ) -> tuple[dict[int, InputError], list[list[int]]]:
@@ -323,32 +364,14 @@ class Client(_Base, AbstractContextManager["Client"]):
         if isinstance(progress, bool):
             with progress_of(progress, len(records)) as bar:
                 return self.judge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
-        progress = checked_progress(progress)
-        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
-        began = time.perf_counter()
-        if len(records) > 1 and self._limits is None:
-            self._limits = self._exchange(_limits, "GET", self._settings_request(gate, None)[0], timeout)
-        unsent, parts = self._plan(records, options)
-        judged: list[JudgeResult] = []
-        for part in parts:
-            judged += self._send([records[i] for i in part], gate, options, timeout)
-            if progress is not None:
-                progress(len(part))
-        if unsent and progress is not None:
-            progress.skipped(len(unsent))
-        results = judged
-        if unsent:
-            settings = None if judged else self.settings(gate, options)
-            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
-        return self._publish(records, results, began, gate, options)
-
-    def _send(
-        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
-    ) -> list[JudgeResult]:
-        name, url, body, sent = self._request(records, gate, options)
-        return self._exchange(
-            lambda r: _results(r, name, len(records), sent, self._auth), "POST", url, timeout, json=body
-        )
+        steps = self._batch(records, gate, options, checked_progress(progress), timeout)
+        try:
+            call = next(steps)
+            while True:
+                read, method, url, timeout, request = call
+                call = steps.send(self._exchange(read, method, url, timeout, **request))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def _exchange(
         self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
@@ -532,37 +555,19 @@ class AsyncClient(_Base):
         if isinstance(progress, bool):
             with progress_of(progress, len(records)) as bar:
                 return await self.ajudge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
-        progress = checked_progress(progress)
-        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
-        began = time.perf_counter()
-        if len(records) > 1 and self._limits is None:
-            self._limits = await self._exchange(_limits, "GET", self._settings_request(gate, None)[0], timeout)
-        unsent, parts = self._plan(records, options)
-        judged: list[JudgeResult] = []
-        for part in parts:
-            judged += await self._send([records[i] for i in part], gate, options, timeout)
-            if progress is not None:
-                progress(len(part))
-        if unsent and progress is not None:
-            progress.skipped(len(unsent))
-        results = judged
-        if unsent:
-            settings = None if judged else await self.settings(gate, options)
-            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
-        return self._publish(records, results, began, gate, options)
+        steps = self._batch(records, gate, options, checked_progress(progress), timeout)
+        try:
+            call = next(steps)
+            while True:
+                read, method, url, timeout, request = call
+                call = steps.send(await self._exchange(read, method, url, timeout, **request))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
         """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
         url, query, sent = self._settings_request(gate, options)
         return await self._exchange(lambda r: _settings(r, sent, self._auth), "GET", url, None, params=query)
-
-    async def _send(
-        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None, timeout: float | None
-    ) -> list[JudgeResult]:
-        name, url, body, sent = self._request(records, gate, options)
-        return await self._exchange(
-            lambda r: _results(r, name, len(records), sent, self._auth), "POST", url, timeout, json=body
-        )
 
     async def _exchange(
         self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
