@@ -112,14 +112,17 @@ def _chunks(path: Path) -> Iterator[bytes]:
 
 
 def source_tree() -> Path | None:
-    """The project folder of an editable install of suffice (where its wheel can be built), if this is one."""
+    """The project folder suffice runs from, where its wheel can be built: a source checkout's (the folder above the
+    imported package holds suffice's pyproject.toml, as with ``PYTHONPATH`` or an editable install), else the one
+    an editable install records; ``None`` for a wheel install."""
+    here = Path(__file__).resolve().parents[2]
+    if (here / "pyproject.toml").is_file() and (here / "suffice" / "bundle" / "__init__.py").is_file():
+        return here
     try:
         text = importlib.metadata.distribution("suffice").read_text("direct_url.json")
     except importlib.metadata.PackageNotFoundError:
         return None
-    if not text:
-        return None
-    info = json.loads(text)
+    info = json.loads(text) if text else {}
     if not info.get("dir_info", {}).get("editable"):
         return None
     url = urlparse(info.get("url", ""))
@@ -177,7 +180,9 @@ def _wheel_name(name: str, version: str, tag: str) -> str:
 def repack(dist: importlib.metadata.Distribution, folder: Path) -> Path:
     """``dist`` as a wheel in ``folder``, made from its installed files (its RECORD's, less what the installer
     wrote): how a wheel install of suffice, which no index holds, is carried."""
-    info = next(p for p in dist.files or [] if p.parts[0].endswith(".dist-info"))
+    info = next((p for p in dist.files or [] if p.parts[0].endswith(".dist-info")), None)
+    if info is None:
+        raise ConfigError("source", None, "this suffice is not a wheel install: give --source, its project folder")
     info_dir = info.parts[0]
     wheel_text = dist.read_text("WHEEL") or "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     tags = [line.split(":", 1)[1].strip() for line in wheel_text.splitlines() if line.startswith("Tag:")]

@@ -192,6 +192,20 @@ def test_the_bundle_verifies_itself_before_suffice_is_installed(bundle: Path, tm
     assert _bare_verify(copy).returncode == 2
 
 
+def test_an_editable_install_bundles_the_wheel_built_from_its_tree(client_wheels: Path, tmp_path: Path):
+    """This environment's suffice is editable (``make dev``): with no ``--source``, its project folder is found from
+    the install and the wheel built there, none taken from the wheel folder (it holds suffice's wheel, left out)."""
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for wheel in client_wheels.glob("*.whl"):
+        if not wheel.name.startswith("suffice-"):
+            shutil.copy(wheel, deps)
+    done = _offline(*SUFFICE, "bundle", tmp_path / "air", "--no-index", "--find-links", deps)
+    assert done.returncode == 0, done.stderr
+    assert len(list((tmp_path / "air" / "wheels").glob("suffice-0.1.0-*.whl"))) == 1
+    assert _bare_verify(tmp_path / "air").returncode == 0
+
+
 @pytest.fixture(scope="module")
 def wheel_install(tmp_path_factory: pytest.TempPathFactory, client_wheels: Path) -> tuple[Path, Path]:
     """A fresh virtual environment with suffice installed from its wheel (not editable), and a wheelhouse of its
