@@ -21,7 +21,6 @@ What ran is counted in the session's summary (:func:`tests.docs.blocks.summary_l
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -30,13 +29,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.docs.blocks import BLOCKS, ENGINE, EXAMPLES, LANGUAGES, PYTHON, ROOT, RUN, URL, Block
+from tests.server.scripted_serve import wait_ready
 from tests.setup_or_fail import need
 from tests.vllm_server import free_port
 
@@ -129,22 +128,6 @@ def environment(folder: Path) -> dict[str, str]:
 
 def with_port(code: str, port: int) -> str:
     return URL.sub(f"127.0.0.1:{port}", code)
-
-
-def wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"suffice serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"suffice serve not ready:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

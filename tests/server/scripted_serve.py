@@ -10,9 +10,15 @@ the start fail with a :class:`~suffice.exceptions.ConfigError` naming ``model``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+import httpx
+import pytest
 
 from suffice.cli.main import main
 from suffice.exceptions import ConfigError
@@ -36,6 +42,22 @@ def _start(config: object) -> ScriptedEngine:
     if START_FAILS:
         raise ConfigError("model", "scripted", "the scripted engine was told to fail its start")
     return ScriptedEngine(_slow_good)
+
+
+def wait_ready(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until the service started as ``process`` on ``port`` answers ``/ready`` (its output in ``log``, shown if it
+    exits or is not ready within two minutes)."""
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"suffice serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"suffice serve not ready:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
 
 
 def run(argv: list[str]) -> int:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from suffice.server.reviews import REVIEW_BODY_BYTES, REVIEW_BODY_SECONDS
+from tests.server.scripted_serve import wait_ready
 from tests.server.test_reviews import make_keys
 from tests.vllm_server import free_port
 
@@ -32,17 +33,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, dict
     command += ["--reviewer-keys", str(folder / "reviewers")]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"suffice serve exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                break
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"suffice serve not ready:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
+    wait_ready(process, port, log)
     yield port, keys
     process.terminate()
     try:
