@@ -717,11 +717,13 @@ def _set_per_request(config: JudgeConfig) -> dict[str, Any]:
     }
 
 
-def _limits(response: httpx.Response) -> tuple[int, int]:
-    """The service's request limits from a ``GET /v1/settings/{gate}`` answer: most items, largest body in bytes;
-    a refusal raises later, at the judge request, with its own typed error."""
-    body = response.json() if response.status_code == 200 else {}
-    return int(body.get("max_items") or 1), int(body.get("max_body_bytes") or 0)
+def _limits(response: httpx.Response) -> tuple[int, int] | None:
+    """The service's request limits from a ``GET /v1/settings/{gate}`` answer: most items, largest body in bytes.
+    ``None`` for a refusal (not kept: the next batch asks again); the judge request then raises its typed error."""
+    if response.status_code != 200:
+        return None
+    body = response.json()
+    return int(body["max_items"]), int(body["max_body_bytes"])
 
 
 def _settings(response: httpx.Response, sent: Mapping[str, Any], auth: _KeySource) -> dict[str, str]:

@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from suffice import AsyncClient, Client, Judge, JudgeConfig
@@ -113,3 +114,31 @@ def test_results_are_a_table_typed_as_the_parquet_writer_types_them(shape, tmp_p
     assert table.column("verdict").to_pylist()[:5] == written.column("verdict").to_pylist()[:5]
     frame = results.to_pandas()
     assert list(frame["id"]) == [r.id for r in results] and frame["error"].notna().sum() == 1
+
+
+class _SettingsRefusedOnce(httpx.BaseTransport):
+    """The real transport, but the first ``GET /v1/settings`` answers 503 (a service still starting)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.posts = 0
+        self.refused = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/settings") and not self.refused:
+            self.refused = True
+            return httpx.Response(503, json={"detail": "starting"})
+        self.posts += request.method == "POST"
+        return self.inner.handle_request(request)
+
+
+def test_limits_refused_once_are_asked_again_not_kept():
+    transport = _SettingsRefusedOnce()
+    records = [record(i) for i in range(3)]
+    with serve(ScriptedEngine(good), max_items=2) as url, Client(url) as client:
+        client._http = httpx.Client(transport=transport)
+        assert [r.id for r in client.judge_batch(records[:2])] == ["q0", "q1"]
+        assert transport.posts == 1  # no limits known: one request, not one per record
+        transport.posts = 0
+        assert all(r.ok for r in client.judge_batch(records))
+        assert transport.posts == 2  # asked again: at most 2 items a request
