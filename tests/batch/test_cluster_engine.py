@@ -226,10 +226,11 @@ def test_ray_gives_the_same_verdicts_as_the_in_process_run(runs):
 
 
 def test_ray_gives_the_same_decision_probabilities_to_float_noise(runs):
-    """Measured: they differ by up to 4e-6 (a prefix-cache hit or a fresh engine sums
-    the same logits in another order); every token is the same."""
+    """Measured: they differ by up to 1.2e-4 (CI, stop 57; 4e-6 on most runs): a prefix-cache hit, a fresh
+    engine or another batch sums the same float32 logits in another order.  Every token is the same; a
+    different decision token would move the probability far more than the 1e-3 allowed."""
     local = _probabilities(runs["local"])
-    assert _probabilities(runs["ray"]) == pytest.approx(local, abs=1e-4)
+    assert _probabilities(runs["ray"]) == pytest.approx(local, abs=1e-3)
 
 
 def test_the_actor_was_killed_mid_run_and_replaced(runs):
