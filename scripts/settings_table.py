@@ -22,6 +22,7 @@ from suffice.cli.review_cmd import ReviewSettings
 from suffice.cli.schema_cmd import SchemaSettings
 from suffice.cli.serve_cmd import ServeSettings
 from suffice.config import JudgeConfig
+from suffice.gates import gate_class
 from suffice.gates.adequacy.cli import RubricsSettings
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
@@ -92,6 +93,15 @@ SECTIONS = (
         GateOptionSettings,
     ),
     ("Serve command", "`ServeSettings` (`suffice/cli/serve_cmd.py`): `suffice serve`'s own.", ServeSettings),
+    *(
+        (
+            f"Gate options: {name}",
+            f"`{gate_class(name).options_model.__name__}`: the {name} gate's own, for `judge`, `calibrate` and "
+            "`serve` (also `--gate-option KEY=VALUE`) and `JudgeConfig(options=...)`.",
+            gate_class(name).options_model,
+        )
+        for name in ("sufficiency", "recovery", "adequacy")
+    ),
 )
 
 #: The commands that take flags only (no variables, no file).

@@ -61,6 +61,7 @@ from suffice.records.item import Chunk, Item  # noqa: E402
 from suffice.results import JudgeResult  # noqa: E402
 from suffice.rows.row_types import result_row_model, result_row_schema  # noqa: E402
 from suffice.serving.engine_config import EngineConfig  # noqa: E402
+from suffice.settings import setting  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
@@ -117,4 +118,5 @@ __all__ = [
     "make_gate",
     "result_row_model",
     "result_row_schema",
+    "setting",
 ]

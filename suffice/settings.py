@@ -77,6 +77,8 @@ class Spec:
     #: ``--field``, held as a ``FieldMap``), and the function making that value the setting's.
     reads: Any = None
     convert: Callable[[Any], Any] | None = None
+    #: Its JSON Schema where its type alone does not say it (a text or a mapping: a gate's ``threshold``).
+    schema: Mapping[str, Any] | None = None
 
 
 def setting(default: Any, help: str, **tags: Any) -> Any:
@@ -356,7 +358,7 @@ def json_schema(d: Declared) -> dict[str, Any]:
     """The JSON Schema of setting ``d``: its type, default, bounds or values, and its help as the description (for
     the OpenAPI description of a request and ``suffice schema --request``)."""
     s = d.spec
-    schema: dict[str, Any] = {"type": _JSON_TYPES[d.reads]}
+    schema: dict[str, Any] = dict(s.schema) if s.schema is not None else {"type": _JSON_TYPES[d.reads]}
     if d.choices is not None:
         schema["enum"] = list(d.choices)
     for key, bound in (("minimum", s.minimum), ("exclusiveMinimum", s.above), ("maximum", s.maximum)):

@@ -27,19 +27,19 @@ from suffice.audit import (
     write_key_file,
 )
 from suffice.audit.log import export_lines
-from suffice.cli.errors import reports_errors
+from suffice.cli.errors import command
 from suffice.exceptions import (
     EXIT_OK,
     EXIT_TAMPERED,
     EXIT_UNKEYED,
-    EXIT_USAGE,
     ConfigError,
     ExportWriteError,
+    OutputMismatchError,
     OutputWriteError,
 )
 from suffice.formats.files import DEFAULT_FILE_FORMAT, RowLines, file_format_names
 from suffice.records.text import terminal_text
-from suffice.settings import add_flags, check, setting
+from suffice.settings import setting
 
 _KEY_HELP = "key file from `suffice audit keygen` (required for a database created with a key)"
 
@@ -71,29 +71,20 @@ class AuditCommandSettings:
         None, "the file (mode 0600; default: stdout)", flag="--output", also=("-o",), dest="output"
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parsers(sub: Any) -> None:
     audit = sub.add_parser("audit", help="check, anchor or export an audit database; make a key")
     actions = audit.add_subparsers(dest="action", required=True)
-    verify = actions.add_parser(
-        "verify", help="check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
-    )
-    add_flags(verify, AuditCommandSettings, only=("db", "audit_key", "expect_keyed", "anchor_file"))
-    verify.set_defaults(run=run_verify)
-    anchor = actions.add_parser("anchor", help="write the row counts and heads (MAC'd with the key) to keep elsewhere")
-    add_flags(anchor, AuditCommandSettings, only=("db", "audit_key", "output"))
-    anchor.set_defaults(run=run_anchor)
-    keygen = actions.add_parser("keygen", help="write a new random key (hex, mode 0600; never overwrites)")
-    add_flags(keygen, AuditCommandSettings, only=("output",))
-    keygen.set_defaults(run=run_keygen)
-    export = actions.add_parser(
-        "export", help="write the evaluation rows (of a time window) with their reviews, as JSONL or CSV"
-    )
-    add_flags(export, AuditCommandSettings, only=("db", "since", "until", "export_format", "export_output"))
-    export.set_defaults(run=run_export)
+    verify_help = "check the chains (exit 0 intact with the key, 5 intact without a key, 4 tampered, 2 usage)"
+    verify_flags = ("db", "audit_key", "expect_keyed", "anchor_file")
+    command(actions, "verify", run_verify, AuditCommandSettings, verify_flags, help=verify_help)
+    anchor_help = "write the row counts and heads (MAC'd with the key) to keep elsewhere"
+    command(actions, "anchor", run_anchor, AuditCommandSettings, ("db", "audit_key", "output"), help=anchor_help)
+    keygen_help = "write a new random key (hex, mode 0600; never overwrites)"
+    command(actions, "keygen", run_keygen, AuditCommandSettings, ("output",), help=keygen_help)
+    export_help = "write the evaluation rows (of a time window) with their reviews, as JSONL or CSV"
+    export_flags = ("db", "since", "until", "export_format", "export_output")
+    command(actions, "export", run_export, AuditCommandSettings, export_flags, help=export_help)
 
 
 def _open(db: Path, key_file: Path | None = None) -> AuditLog:
@@ -104,32 +95,22 @@ def _open(db: Path, key_file: Path | None = None) -> AuditLog:
     return AuditLog(db, key=load_key(key_file) if key_file else None, create=False)
 
 
-def _onto_the_log(db: Path, output: Path) -> bool:
-    """Whether ``output`` is the database or one of SQLite's files beside it (an anchor
-    or export written there destroyed the log); says so."""
+def _refuse_the_log(db: Path, output: Path) -> None:
+    """Refuse an ``output`` that is the database or one of SQLite's files beside it (an anchor or export written
+    there destroyed the log)."""
     if is_audit_file(db, output):
-        print(
-            f"error: -o {terminal_text(output)} is the audit database {terminal_text(db)} (or its -wal/-shm "
-            "file); choose another",
-            file=sys.stderr,
-        )
-        return True
-    return False
+        reason = f"-o {output} is the audit database {db} (or its -wal/-shm file); choose another"
+        raise OutputMismatchError("output", reason)
 
 
-@reports_errors
 def run_verify(args: argparse.Namespace) -> int:
     anchor = load_anchor(args.anchor_file) if args.anchor_file else None
     log = _open(args.db, args.audit_key)
     if log.keyed and args.audit_key is None:
         # Without the key nothing about a keyed log can be checked: not a pass, not "tampered" either.
         log.close()
-        print(
-            f"error: audit_key: cannot verify {terminal_text(args.db)}: it is chained with HMAC-SHA256 and only "
-            "its key can check it; pass --audit-key FILE",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        reason = f"cannot verify {args.db}: it is chained with HMAC-SHA256 and only its key can check it"
+        raise ConfigError("audit_key", None, f"{reason}; pass --audit-key FILE")
     try:
         report = log.verify(anchor, expect_keyed=args.expect_keyed)
     finally:
@@ -150,10 +131,8 @@ def run_verify(args: argparse.Namespace) -> int:
     return EXIT_UNKEYED
 
 
-@reports_errors
 def run_anchor(args: argparse.Namespace) -> int:
-    if _onto_the_log(args.db, args.output):
-        return EXIT_USAGE
+    _refuse_the_log(args.db, args.output)
     log = _open(args.db, args.audit_key)
     try:
         anchor = log.anchor()  # a broken chain (AuditBrokenError) is not anchored: exit 4, tampered
@@ -161,12 +140,8 @@ def run_anchor(args: argparse.Namespace) -> int:
         log.close()
     try:
         save_anchor(anchor, args.output)
-    except OSError as exc:
-        print(
-            f"error: cannot write the anchor to {terminal_text(args.output)}: {terminal_text(exc)}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    except OSError as exc:  # written whole or not at all, as an export is: -o must change
+        raise ExportWriteError(str(args.output), str(exc)) from exc
     chains = anchor["chains"]
     print(
         f"anchored {chains['evaluations']['count']} rows and {chains['reviews']['count']} review events "
@@ -176,7 +151,6 @@ def run_anchor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@reports_errors
 def run_keygen(args: argparse.Namespace) -> int:
     kid = write_key_file(args.output)
     print(
@@ -186,10 +160,9 @@ def run_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@reports_errors
 def run_export(args: argparse.Namespace) -> int:
-    if args.output is not None and _onto_the_log(args.db, args.output):
-        return EXIT_USAGE
+    if args.output is not None:
+        _refuse_the_log(args.db, args.output)
     log = _open(args.db)
     try:
         if args.output is not None:

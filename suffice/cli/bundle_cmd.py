@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from suffice.bundle import MANIFEST, WHEELS, sha256_of, write_bundle
-from suffice.cli.errors import fail, reports_errors
+from suffice.cli.errors import command
 from suffice.exceptions import EXIT_OK, BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
 from suffice.records.text import terminal_text
-from suffice.settings import add_flags, check, setting
+from suffice.settings import setting
 
 
 @dataclass(frozen=True)
@@ -42,27 +42,22 @@ class BundleSettings:
         metavar="PATH",
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    command(
+        sub,
         "bundle",
+        run,
+        BundleSettings,
         help="write what an air-gapped site needs: wheels, a model, a manifest of digests",
-        description=(
-            "Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME "
-            "(with --model), DIR/verify.py, DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the "
-            "far side: `python3 DIR/verify.py` (before suffice is installed; compare the manifest's SHA-256 it "
-            'prints with this command\'s), then pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]".'
-        ),
     )
-    add_flags(p, BundleSettings)
-    p.set_defaults(run=run)
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME (with
+    --model), DIR/verify.py, DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the far side:
+    `python3 DIR/verify.py` (before suffice is installed; compare the manifest's SHA-256 it prints with this
+    command's), then pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]"."""
     try:
         manifest = write_bundle(
             args.folder,
@@ -74,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
             source=args.source,
         )
     except ModelNotFoundError as exc:  # --model names a folder to copy: the command must change (a run's is exit 1)
-        return fail(ConfigError("model", exc.path, exc.reason))
+        raise ConfigError("model", exc.path, exc.reason) from exc
     except OutputWriteError as exc:  # a bundle is written anew: nothing to resume, as the table's hint would say
-        return fail(BundleWriteError(exc.path, exc.reason))
+        raise BundleWriteError(exc.path, exc.reason) from exc
     wheels = sum(1 for f in manifest.files if f.path.startswith(f"{WHEELS}/"))
     size = sum(f.bytes for f in manifest.files)
     print(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.cache import DEFAULT_MAX_BYTES, VerdictCache
-from suffice.cli.errors import reports_errors
+from suffice.cli.errors import command
 from suffice.config import CACHE_ENV, JudgeConfig
 from suffice.exceptions import EXIT_OK, ConfigError
 from suffice.records.text import terminal_text
@@ -70,21 +70,14 @@ class CacheCommandSettings:
         None, "stats: entries, bytes, hits (JSON); clear: empty it", positional=True, choices=("stats", "clear")
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "cache", help="the verdict cache: stats, clear", description="Look into or empty the verdict cache."
-    )
-    add_flags(p, CacheCommandSettings)
+    p = command(sub, "cache", run, CacheCommandSettings, help="the verdict cache: stats, clear")
     add_flags(p, CacheSettings, only=("verdict_cache",))
-    p.set_defaults(run=run)
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Look into or empty the verdict cache."""
     path = JudgeConfig(cache=args.verdict_cache).cache_path()
     if path is None:
         raise ConfigError("cache", args.verdict_cache, "is off here; name the cache file with --verdict-cache PATH")

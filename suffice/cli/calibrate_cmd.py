@@ -16,16 +16,16 @@ from suffice.batch.run_settings import settings_path
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report
 from suffice.cli import judge_cmd
-from suffice.cli.errors import fail, reports_errors
+from suffice.cli.errors import command, fail
 from suffice.cli.serve_settings import SettingSources
 from suffice.exceptions import (
-    EXIT_FATAL,
     EXIT_ITEM_ERRORS,
     EXIT_OK,
-    EXIT_USAGE,
     ConfigError,
     InputError,
+    OutputMismatchError,
     OutputWriteError,
+    SufficeError,
     VerdictsFileError,
 )
 from suffice.files import replace_atomically
@@ -34,7 +34,7 @@ from suffice.gates.base import fitted_under
 from suffice.gates.roles import default_choice, save_calibration, save_problem, saveable_scores
 from suffice.records.lines import dump_line, read_records
 from suffice.records.text import terminal_text
-from suffice.settings import add_flags, check, declared, from_args, setting
+from suffice.settings import add_flags, declared, from_args, setting, values_of
 
 #: ``--save`` without a path: where the gate keeps its threshold (see suffice.gates.roles.save_calibration).
 SAVE_WHERE_THE_GATE_KEEPS_IT = Path()
@@ -74,32 +74,24 @@ class CalibrateSettings:
         metavar="PATH",
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "calibrate",
-        help="tune a gate on golden data",
-        description="Judge labeled records (`sufficient` is the label), in this process or through a running service "
-        "(--server), then write report.json, report.md, report.html and plots.",
-    )
-    add_flags(p, CalibrateSettings, only=("golden", "output"))
+    p = command(sub, "calibrate", run, CalibrateSettings, ("golden", "output"), help="tune a gate on golden data")
     judge_cmd.add_judge_args(p)
     add_flags(p, BatchOptions, only=(*(d.name for d in declared(AuditOptions)), "overwrite"))
     add_flags(
         p, CalibrateSettings, only=[d.name for d in declared(CalibrateSettings) if d.name not in ("golden", "output")]
     )
     add_flags(p, judge_cmd.JudgeSettings, only=("server", "timeout"))
-    p.set_defaults(run=run, command_settings=SettingSources(p, "calibrate", "precision_target = 0.95"))
+    p.set_defaults(command_settings=SettingSources(p, "calibrate", "precision_target = 0.95"))
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Judge labeled records (`sufficient` is the label), in this process or through a running service (--server),
+    then write report.json, report.md, report.html and plots."""
     judge_cmd.read_settings(args)
     try:
-        from_args(CalibrateSettings, args)  # the bounds of what a flag, a variable or the file gave
+        values_of(CalibrateSettings, args)  # the bounds of what a flag, a variable or the file gave
     except ConfigError as exc:
         raise judge_cmd.named(exc, args) from None
     problem = _choice_problem(args)
@@ -126,10 +118,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {left} lines of {terminal_text(args.golden)} are not JSON objects: left out", file=sys.stderr)
     if args.limit is not None:
         records = records[: args.limit]
-    problem = _label_problem(records)
-    if problem is not None:
-        print(f"error: {terminal_text(args.golden)}: {terminal_text(problem)}", file=sys.stderr)
-        return EXIT_USAGE
+    _check_labels(records, args.golden)
     labeled = sum(isinstance(r.get("sufficient"), bool) for r in records)
     if labeled < SEED_MINIMUM_GOLDEN:
         print(
@@ -140,10 +129,9 @@ def run(args: argparse.Namespace) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     source = args.output / "golden.jsonl"
     if args.golden.resolve() == source.resolve():
-        print(
-            f"error: the golden file is {source}, which calibrate writes; move it or choose another -o", file=sys.stderr
+        raise OutputMismatchError(
+            "output", f"the golden file is {source}, which calibrate writes; move it or choose another -o"
         )
-        return EXIT_USAGE
     replace_atomically(source, (dump_line(r) for r in records), private=True)
     verdicts = args.output / "verdicts.jsonl"
     try:
@@ -158,10 +146,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = build_report(gate, records, rows, args.precision_target)
     except InputError as exc:
-        return fail(VerdictsFileError(str(verdicts), str(exc)))
+        raise VerdictsFileError(str(verdicts), str(exc)) from exc
     if not report["scores"]:
-        print("error: no labeled verdicts to calibrate on", file=sys.stderr)
-        return EXIT_FATAL
+        raise SufficeError("no labeled verdicts to calibrate on")
     try:
         files = write_report(report, args.output)
     except OutputWriteError as exc:  # as judge says it: room made, the same command resumes the verdicts
@@ -188,16 +175,15 @@ def _choice_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _label_problem(records: list[dict[str, Any]]) -> str | None:
-    """Why the golden records cannot calibrate, found before anything is judged: a
-    label that is not true or false (``"true"``, ``0``), or no label at all."""
+def _check_labels(records: list[dict[str, Any]], golden: Path) -> None:
+    """Refuse golden records that cannot calibrate before anything is judged: a label that is not true or false
+    (``"true"``, ``0``), or no label at all."""
     for number, record in enumerate(records, start=1):
         label = record.get("sufficient")
         if label is not None and not isinstance(label, bool):
-            return f"record {number}: sufficient must be true or false, got {label!r}"
+            raise InputError(str(golden), f"record {number}: sufficient must be true or false, got {label!r}")
     if not any(isinstance(r.get("sufficient"), bool) for r in records):
-        return "no record has a label (sufficient: true or false)"
-    return None
+        raise InputError(str(golden), "no record has a label (sufficient: true or false)")
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -209,28 +195,25 @@ def _summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     allowed = [s for s in saveable_scores(gate) if s in report["scores"]]
     if args.score is not None:
         if args.score not in allowed:
-            print(f"error: --score {args.score!r} cannot be saved; have {allowed}", file=sys.stderr)
-            return None
+            raise judge_cmd.named(ConfigError("score", args.score, f"cannot be saved; have {allowed}"), args)
         name = args.score
     elif allowed:
         name = max(allowed, key=lambda s: report["scores"][s]["auc"] or 0.0)
     else:
-        print(f"error: no saveable score for the {args.gate} gate", file=sys.stderr)
-        return None
+        raise ConfigError("gate", args.gate, "has no score a threshold can be saved for")
     scores = report["scores"][name]
     negatives = scores["n"] - scores["positives"]
     if scores["positives"] == 0 or negatives == 0:
         missing = "sufficient" if scores["positives"] == 0 else "insufficient"
-        print(
-            f"error: no threshold is saved: the {scores['n']} labeled verdicts have no {missing} item, "
-            "so no threshold separates the two",
-            file=sys.stderr,
+        raise InputError(
+            str(args.golden),
+            f"no threshold is saved: the {scores['n']} labeled verdicts have no {missing} item, so no threshold "
+            "separates the two",
         )
-        return None
     rule, why = (args.choose, None) if args.choose is not None else default_choice(gate)
     sweep = Sweep(scores["_values"], scores["_labels"])
     extra: dict[str, Any] = {}
@@ -249,8 +232,8 @@ def _choose(args: argparse.Namespace, gate: Gate, report: dict[str, Any]) -> tup
         how = f"the threshold saved is the best F{args.beta:g}" if rule == "f-beta" else f"--choose {rule}"
         print(f"note: {terminal_text(why)}; {how} (--choose best-f1 for F1)", file=sys.stderr)
     if chosen is None:
-        print(f"error: no threshold of {name} reaches precision {args.precision_target}", file=sys.stderr)
-        return None
+        reason = f"no threshold of {name} reaches it"
+        raise judge_cmd.named(ConfigError("precision_target", args.precision_target, reason), args)
     if scores["auc"] is None or scores["auc"] <= 0.5:
         # Saved all the same (the user asked), but a threshold on a score that ranks
         # the labels no better than chance routes by chance (every score equal
@@ -279,10 +262,7 @@ def _fitted_under(verdicts: Path) -> dict[str, str]:
 def _save(args: argparse.Namespace, gate: Gate, report: dict[str, Any], fitted: dict[str, str]) -> int:
     if args.save is None:
         return EXIT_OK
-    picked = _choose(args, gate, report)
-    if picked is None:
-        return EXIT_USAGE
-    name, metrics = picked
+    name, metrics = _choose(args, gate, report)
     choice = CalibrationChoice(
         score=name, threshold=metrics["threshold"], metrics=metrics, golden=args.golden, fitted_under=fitted
     )

@@ -10,9 +10,10 @@ from typing import Any
 
 from suffice.batch import BatchOptions
 from suffice.cli import judge_cmd
+from suffice.cli.errors import command
 from suffice.config import JudgeConfig
 from suffice.serving.engine_config import EngineConfig
-from suffice.settings import add_flags, check, setting
+from suffice.settings import add_flags, setting
 
 #: Where ``suffice demo`` writes its verdicts.
 DEMO_OUTPUT = Path("out/demo-verdicts.jsonl")
@@ -25,26 +26,20 @@ class DemoSettings:
 
     output: Path = setting(DEMO_OUTPUT, "the verdicts file (overwritten)", also=("-o",))
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def sample_path() -> Path:
     return Path(str(files("suffice") / "data" / "sample.jsonl"))
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "demo", help="judge the bundled sample", description="Judge the bundled 50-item labeled sample."
-    )
-    add_flags(p, DemoSettings)
+    p = command(sub, "demo", run, DemoSettings, help="judge the bundled sample")
     add_flags(p, EngineConfig, only=("backend", "model"))
     add_flags(p, JudgeConfig, only=("detail",))
     add_flags(p, EngineConfig, only=("verbose",))
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Judge the bundled 50-item labeled sample."""
     print(f"judging {sample_path()} (SQuAD 2.0, HotpotQA, MuSiQue; see data/NOTICE.md for attribution)")
     engine = EngineConfig(backend=args.backend, model=args.model, verbose=args.verbose)
     config = JudgeConfig(engine=engine, detail=args.detail)

@@ -1,17 +1,19 @@
 """The one place a command turns a suffice error into its message and exit status, both read from
-:data:`suffice.exceptions.STATUS`."""
+:data:`suffice.exceptions.STATUS`, and the one way a command is added (:func:`command`)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from suffice.exceptions import EXIT_FATAL, SufficeError, status_of
 from suffice.records.text import terminal_text
 from suffice.serving.extras import missing_extra
+from suffice.settings import add_flags
 
 
 def fail(error: SufficeError, results_in: Path | None = None, doing: str = "") -> int:
@@ -46,3 +48,20 @@ def reports_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argpar
             return fail(said)
 
     return reporting
+
+
+def command(
+    sub: Any,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    settings: type,
+    only: Sequence[str] | None = None,
+    **parser: Any,
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` added to ``sub`` (``parser``: its help, aliases; its description is ``run``'s
+    docstring), with a flag for each setting ``settings`` declares (of those named ``only``), run by ``run`` with its
+    errors said by :func:`reports_errors`; the command's other flags go onto the parser returned."""
+    p: argparse.ArgumentParser = sub.add_parser(name, description=run.__doc__, **parser)
+    add_flags(p, settings, only=only)
+    p.set_defaults(run=reports_errors(run))
+    return p

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
+from typing import Any
 
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_class, gate_names
-from suffice.settings import add_flags, setting
+from suffice.settings import Declared, add_flags, declared, setting
 
 _PREFIX = "gate_option_"
 
@@ -25,27 +25,21 @@ class GateOptionSettings:
 
 
 def add_gate_args(p: argparse.ArgumentParser) -> None:
-    """``--gate-option`` and a flag for every option of a registered gate, derived from its options model."""
+    """``--gate-option`` and a flag for every option of a registered gate, from its declaration (one flag for an
+    option several gates declare; its text read as the option's type when the gate is made)."""
     add_flags(p, GateOptionSettings)
-    declared: dict[str, list[str]] = {}
-    descriptions: dict[str, str] = {}
-    choices: dict[str, tuple[Any, ...] | None] = {}
+    options: dict[str, tuple[Declared, list[str]]] = {}
     for name in gate_names():
         with contextlib.suppress(ConfigError):  # a gate that cannot load says so when it is chosen
-            for key, info in gate_class(name).options_model.model_fields.items():
-                declared.setdefault(key, []).append(name)
-                descriptions.setdefault(key, info.description or "")
-                literal = get_origin(info.annotation) is Literal
-                choices.setdefault(key, get_args(info.annotation) if literal else None)
-    for key, gates in declared.items():
-        flag = "--" + key.replace("_", "-")
+            for d in declared(gate_class(name).options_model):
+                options.setdefault(d.name, (d, []))[1].append(name)
+    for key, (d, gates) in options.items():
         # argparse formats help with %: a description's own "99%" would break --help.
-        help_text = f"{', '.join(gates)} gate: {descriptions[key]}".rstrip(": ").replace("%", "%%")
+        help_text = f"{', '.join(gates)} gate: {d.spec.help}".replace("%", "%%")
+        metavar = "{" + ",".join(map(str, d.choices)) + "}" if d.choices else key.upper()
         # A name some other flag has already (an engine setting) stays reachable by --gate-option.
         with contextlib.suppress(argparse.ArgumentError):
-            allowed = choices[key]
-            metavar = "{" + ",".join(map(str, allowed)) + "}" if allowed else key.upper()
-            p.add_argument(flag, dest=_PREFIX + key, default=None, metavar=metavar, help=help_text)
+            p.add_argument(d.flag or "", dest=_PREFIX + key, default=None, metavar=metavar, help=help_text)
 
 
 def gate_options_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from suffice import batch
 from suffice.batch import BatchOptions, RayOptions
 from suffice.cli.cache_cmd import CacheSettings, add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
-from suffice.cli.errors import fail, reports_errors
+from suffice.cli.errors import command, fail
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.serve_settings import SettingSources, with_origin
 from suffice.client import DEFAULT_TIMEOUT_S, Client
@@ -36,7 +36,6 @@ from suffice.serving.progress import progress_bar
 from suffice.settings import (
     ENV_PREFIX,
     add_flags,
-    check,
     declared,
     from_args,
     in_process_flags,
@@ -80,9 +79,6 @@ class JudgeSettings:
         metavar="SECONDS",
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
     """The options that build a judge (shared by ``judge`` and ``calibrate``)."""
@@ -106,15 +102,12 @@ def judge_settings_from_args(args: argparse.Namespace, config: type[JudgeConfig]
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "judge", help="judge JSONL records", description="Judge every record of INPUT; write one result line each."
-    )
-    add_flags(p, JudgeSettings, only=("input", "output"))
+    p = command(sub, "judge", run, JudgeSettings, ("input", "output"), help="judge JSONL records")
     add_judge_args(p)
     add_flags(p, BatchOptions, only=[d.name for d in declared(BatchOptions) if d.name != "batch_size"])
     add_flags(p, RayOptions)
     add_flags(p, JudgeSettings, only=("server", "timeout"))
-    p.set_defaults(run=run, command_settings=SettingSources(p, "judge", "batch_size = 64"))
+    p.set_defaults(command_settings=SettingSources(p, "judge", "batch_size = 64"))
 
 
 def read_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
@@ -239,13 +232,13 @@ def open_client(args: argparse.Namespace, config: JudgeConfig) -> Client | None:
     )
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Judge every record of INPUT; write one result line each."""
     if not args.input.is_file():
         raise ConfigError("input", str(args.input), "is not a file")
     try:
         read_settings(args)
-        flags: JudgeSettings = from_args(JudgeSettings, args)  # the bounds of what a variable or the file gave too
+        values_of(JudgeSettings, args)  # the bounds of what a variable or the file gave too
         config = judge_config(args)
         if args.actors is not None and args.ray is None:
             raise ConfigError("actors", args.actors, "needs --ray")
@@ -255,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise named(exc, args) from None  # said by reports_errors, with the table's exit status
     with client or contextlib.nullcontext():
-        return judge_file(config, args.input, args.output, options, progress=not flags.no_progress, client=client)
+        return judge_file(config, args.input, args.output, options, progress=not args.no_progress, client=client)
 
 
 def judge_file(

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.bundle import MANIFEST, verify_bundle
-from suffice.cli.errors import reports_errors
+from suffice.cli.errors import command
 from suffice.exceptions import EXIT_OK, EXIT_TAMPERED
 from suffice.records.text import terminal_text
-from suffice.settings import add_flags, check, setting
+from suffice.settings import setting
 
 
 @dataclass(frozen=True)
@@ -22,9 +22,6 @@ class ModelsSettings:
         None, "the bundle's folder (as `suffice bundle DIR` wrote it)", positional=True, metavar="DIR"
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -33,15 +30,15 @@ def add_parser(sub: Any) -> None:
         description="Model folders and bundles carried across an air gap.",
     )
     actions = p.add_subparsers(dest="models_action", required=True)
-    verify = actions.add_parser(
+    command(
+        actions,
         "verify",
+        run_verify,
+        ModelsSettings,
         help=f"check every file of a bundle against {MANIFEST} (exit 0 intact, 4 changed, missing or added, 2 usage)",
     )
-    add_flags(verify, ModelsSettings)
-    verify.set_defaults(run=run_verify)
 
 
-@reports_errors
 def run_verify(args: argparse.Namespace) -> int:
     problems = verify_bundle(args.folder)  # an unreadable manifest: InputError, said by reports_errors
     if problems:

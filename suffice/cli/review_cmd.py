@@ -20,12 +20,12 @@ from typing import Any
 
 from suffice.audit import DEFAULT_AUDIT_DB, LABELS, REVIEW_DECISIONS
 from suffice.audit.reviewing import decisions_of, state_of
-from suffice.cli.audit_cmd import AuditCommandSettings, _login_name, _onto_the_log, _open
-from suffice.cli.errors import reports_errors
-from suffice.exceptions import EXIT_OK, EXIT_USAGE, ConfigError, ExportWriteError, OutputWriteError
+from suffice.cli.audit_cmd import AuditCommandSettings, _login_name, _open, _refuse_the_log
+from suffice.cli.errors import command
+from suffice.exceptions import EXIT_OK, AuditError, ConfigError, ExportWriteError, OutputWriteError
 from suffice.files import replace_atomically
 from suffice.records.text import terminal_text
-from suffice.settings import add_flags, check, setting
+from suffice.settings import add_flags, setting
 
 
 @dataclass(frozen=True)
@@ -53,45 +53,33 @@ class ReviewSettings:
     labels: Path | None = setting(None, "the JSONL file to write", required=True)
     gate: str | None = setting(None, "only this gate's reviews (calibrate tunes one gate)")
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
     review = sub.add_parser("review", help="the human review queue: list, show, decide, export labels")
     actions = review.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="open reviews (or --all)")
-    add_flags(listing, ReviewSettings, only=("db", "all", "json"))
-    listing.set_defaults(run=run_list)
-    show = actions.add_parser("show", help="one review: query, context, verdict, rule, decisions")
-    add_flags(show, ReviewSettings, only=("id", "db", "json"))
-    show.set_defaults(run=run_show)
-    decide = actions.add_parser("decide", aliases=["resolve"], help="record a person's decision on a review")
-    add_flags(decide, ReviewSettings, only=("id", "decision", "label", "by", "note", "answer", "query", "db"))
+    command(actions, "list", run_list, ReviewSettings, ("db", "all", "json"), help="open reviews (or --all)")
+    show_help = "one review: query, context, verdict, rule, decisions"
+    command(actions, "show", run_show, ReviewSettings, ("id", "db", "json"), help=show_help)
+    decide_flags = ("id", "decision", "label", "by", "note", "answer", "query", "db")
+    decide_help = "record a person's decision on a review"
+    decide = command(actions, "decide", run_decide, ReviewSettings, decide_flags, aliases=["resolve"], help=decide_help)
     add_flags(decide, AuditCommandSettings, only=("audit_key",))
-    decide.set_defaults(run=run_decide)
-    export = actions.add_parser(
-        "export", help="write resolved reviews as labeled records for `suffice calibrate`, with the overrides"
-    )
-    add_flags(export, ReviewSettings, only=("labels", "gate", "db"))
-    export.set_defaults(run=run_export)
+    export_help = "write resolved reviews as labeled records for `suffice calibrate`, with the overrides"
+    command(actions, "export", run_export, ReviewSettings, ("labels", "gate", "db"), help=export_help)
 
 
-def _parsed(row: dict[str, Any], db: Path) -> dict[str, Any] | None:
-    """``row`` with its payload and decisions parsed, or None after saying the payload is damaged."""
+def _parsed(row: dict[str, Any], db: Path) -> dict[str, Any]:
+    """``row`` with its payload and decisions parsed; a damaged payload is an :class:`AuditError` naming it."""
     try:
         payload = json.loads(row["payload"])
     except (TypeError, ValueError):
-        print(
-            f"error: {terminal_text(db)}: review {row['id']}: payload is not JSON (was the log altered? "
-            "`suffice audit verify` names the damage)",
-            file=sys.stderr,
-        )
-        return None
+        raise AuditError(
+            f"{db}: review {row['id']}: payload is not JSON (was the log altered? `suffice audit verify` names "
+            "the damage)"
+        ) from None
     return {**row, "payload": payload, "decisions": decisions_of(row), "state": state_of(row)}
 
 
-@reports_errors
 def run_list(args: argparse.Namespace) -> int:
     log = _open(args.db)
     try:
@@ -102,8 +90,6 @@ def run_list(args: argparse.Namespace) -> int:
         # Every payload parsed before anything is printed: a script reading the
         # lines gets all of them or none, never the queue cut at an altered review.
         parsed = [_parsed(row, args.db) for row in rows]
-        if any(row is None for row in parsed):
-            return EXIT_USAGE
         for row in parsed:
             print(json.dumps(row, ensure_ascii=False))
         return EXIT_OK
@@ -123,7 +109,6 @@ def run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@reports_errors
 def run_show(args: argparse.Namespace) -> int:
     log = _open(args.db)
     try:
@@ -131,8 +116,6 @@ def run_show(args: argparse.Namespace) -> int:
     finally:
         log.close()
     review = _parsed(row, args.db)
-    if review is None:
-        return EXIT_USAGE
     if args.json:
         print(json.dumps(review, ensure_ascii=False))
         return EXIT_OK
@@ -175,7 +158,6 @@ def _text(review: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@reports_errors
 def run_decide(args: argparse.Namespace) -> int:
     by = args.by or _login_name()
     if by is None:
@@ -225,24 +207,19 @@ def labeled_record(review: dict[str, Any]) -> dict[str, Any] | None:
     return record
 
 
-@reports_errors
 def run_export(args: argparse.Namespace) -> int:
-    if _onto_the_log(args.db, args.labels):
-        return EXIT_USAGE
+    _refuse_the_log(args.db, args.labels)
     log = _open(args.db)
     try:
         rows = [row for row in log.reviews("resolved") if args.gate is None or row["gate"] == args.gate]
     finally:
         log.close()
     reviews = [_parsed(row, args.db) for row in rows]
-    if any(review is None for review in reviews):
-        return EXIT_USAGE
     records, left_out = [], 0
     seen: Counter[str] = Counter()
     per: Counter[tuple[str, str]] = Counter()
     overrides: Counter[tuple[str, str]] = Counter()
     for review in reviews:
-        assert review is not None
         record = labeled_record(review)
         if record is None:
             left_out += 1

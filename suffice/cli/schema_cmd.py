@@ -8,14 +8,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from suffice.cli.errors import reports_errors
+from suffice.cli.errors import command
 from suffice.config import JudgeConfig
 from suffice.exceptions import EXIT_OK
 from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT, verdict_format_names
 from suffice.gates import DEFAULT_GATE
 from suffice.rows.row_types import DIALECT, result_row_schema
 from suffice.server.contract import request_options_schema
-from suffice.settings import add_flags, check, setting
+from suffice.settings import add_flags, setting
 
 
 @dataclass(frozen=True)
@@ -34,27 +34,18 @@ class SchemaSettings:
         False, "the options a request may set on the gate instead (its <Gate>Options in /openapi.json)"
     )
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "schema",
-        help="print the JSON Schema of a gate's result row",
-        description="Print the JSON Schema of one result row of a gate: a verdict typed by the gate's "
-        "verdict model, or that record's error (--detail left out: a row of either); or, with --request, of the "
-        "options a request to `suffice serve` may set on the gate.",
-    )
-    add_flags(p, SchemaSettings, only=("gate",))
+    p = command(sub, "schema", run, SchemaSettings, ("gate",), help="print the JSON Schema of a gate's result row")
     add_flags(p, JudgeConfig, only=("detail",))
     p.set_defaults(detail=None)
     add_flags(p, SchemaSettings, only=("format", "served", "request"))
-    p.set_defaults(run=run)
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Print the JSON Schema of one result row of a gate: a verdict typed by the gate's verdict model, or that
+    record's error (--detail left out: a row of either); or, with --request, of the options a request to
+    `suffice serve` may set on the gate."""
     if args.request:
         schema = {"$schema": DIALECT, **request_options_schema(args.gate)}
     else:

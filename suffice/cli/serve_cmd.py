@@ -14,7 +14,7 @@ from suffice.audit import AuditLog
 from suffice.batch.options import AuditOptions
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
-from suffice.cli.errors import fail, reports_errors
+from suffice.cli.errors import command, fail
 from suffice.cli.gate_args import add_gate_args, gate_options_from_args
 from suffice.cli.judge_cmd import add_judge_settings, judge_settings_from_args
 from suffice.cli.serve_settings import SettingSources, with_origin
@@ -23,7 +23,7 @@ from suffice.exceptions import ConfigError, SufficeError
 from suffice.gates import gate_names
 from suffice.server.config import ServeConfig
 from suffice.serving.engine_config import EngineConfig
-from suffice.settings import add_flags, check, from_args, setting
+from suffice.settings import add_flags, from_args, setting
 
 
 @dataclass(frozen=True)
@@ -32,19 +32,9 @@ class ServeSettings:
 
     gate: tuple[str, ...] = setting((), "a gate to serve (repeat; default all)", choices=gate_names)
 
-    def __post_init__(self) -> None:
-        check(self)
-
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "serve",
-        help="serve the gates over HTTP",
-        description="Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json). "
-        "Every flag is also a SUFFICE_* environment variable and a key of a --config TOML file: "
-        "a flag wins over a variable, a variable over the file.",
-    )
-    add_flags(p, ServeSettings)
+    p = command(sub, "serve", run, ServeSettings, help="serve the gates over HTTP")
     add_engine_args(p, key_option="--engine-key-file")
     add_gate_args(p)
     add_judge_settings(p)
@@ -52,7 +42,7 @@ def add_parser(sub: Any) -> None:
     add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
     add_flags(p, AuditOptions)
     settings = SettingSources(p, "serve")
-    p.set_defaults(run=run, command_settings=settings, serve_settings=settings)
+    p.set_defaults(command_settings=settings, serve_settings=settings)
 
 
 #: The settings' names in the errors of the configs they make, where they differ from their keys.
@@ -90,8 +80,10 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
     return served
 
 
-@reports_errors
 def run(args: argparse.Namespace) -> int:
+    """Serve POST /v1/judge/{gate} beside a RAG application (OpenAPI at /openapi.json). Every flag is also a
+    SUFFICE_* environment variable and a key of a --config TOML file: a flag wins over a variable, a variable over
+    the file."""
     from suffice.server.run import serve
 
     def notify(message: str) -> None:

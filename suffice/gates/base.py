@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from suffice.exceptions import ConfigError, VerdictError
 from suffice.grammars.constraint import Constraint
@@ -20,33 +20,33 @@ from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import PromptTemplate
 from suffice.records.item import Chunk, Item
+from suffice.settings import check, declared, setting
 
 
-class GateOptions(BaseModel):
-    """A gate's own settings, as fields of a subclass: set by ``--gate-option KEY=VALUE`` (or ``--KEY``),
-    ``JudgeConfig(options=...)`` and the HTTP request's ``options``."""
+@dataclass(frozen=True)
+class GateOptions:
+    """A gate's own settings, each a :func:`~suffice.settings.setting` field of a frozen dataclass subclass (tagged
+    ``per_request`` where a client of ``suffice serve`` may set it): set by ``--KEY`` (or ``--gate-option
+    KEY=VALUE``), ``JudgeConfig(options=...)`` and the HTTP request's ``options``.  A check across options goes in
+    the subclass's ``__post_init__`` (after this one's)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    #: The options a client of ``suffice serve`` may set per request; the others are the server's own.
-    per_request: ClassVar[frozenset[str]] = frozenset()
+    def __post_init__(self) -> None:
+        check(self)
 
     @classmethod
     def parse(cls, gate: str, values: Mapping[str, Any]) -> Self:
-        """The options from plain values; a :class:`ConfigError` names the option."""
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            cause = (error.get("ctx") or {}).get("error")
-            if not error["loc"] and isinstance(cause, ConfigError):
-                raise cause from None  # a check across options names its own key
-            key = str(error["loc"][0]) if error["loc"] else "gate_option"
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(cls.model_fields) or "none"
-                reason = f"the {gate} gate takes no such option (its options: {known})"
-                raise ConfigError(key, values.get(key), reason) from None
-            raise ConfigError(key, values.get(key), f"{error['msg']} (an option of the {gate} gate)") from exc
+        """The options from plain values (text read as its setting's type); a :class:`ConfigError` names the
+        option."""
+        known = {d.name: d for d in declared(cls)}
+        for key, value in values.items():
+            if key not in known:
+                reason = f"the {gate} gate takes no such option (its options: {', '.join(known) or 'none'})"
+                raise ConfigError(key, value, reason)
+        return cls(**{key: known[key].parsed(value) for key, value in values.items()})
+
+    def recorded(self) -> dict[str, str]:
+        """Every option's value as recorded beside a batch output (its ``repr``), by name."""
+        return {d.name: repr(getattr(self, d.name)) for d in declared(type(self))}
 
 
 #: The default bound on a verdict's free-text reasoning, in characters, and the bounds of ``reasoning_chars``.
@@ -54,6 +54,7 @@ REASONING_CHARS = 200
 REASONING_CHARS_RANGE = (1, 1000)
 
 
+@dataclass(frozen=True)
 class ReasoningOptions(GateOptions):
     """The options of a gate whose verdict holds a free-text reasoning field: ``reasoning_chars``, its bound.
 
@@ -62,14 +63,11 @@ class ReasoningOptions(GateOptions):
     constraint, the prompt and the verdict's validation use it.  ``--detail decision`` decodes no reasoning at all.
     """
 
-    reasoning_chars: int = Field(
-        default=REASONING_CHARS,
-        ge=REASONING_CHARS_RANGE[0],
-        le=REASONING_CHARS_RANGE[1],
-        description=(
-            f"characters the model's reasoning may take ({REASONING_CHARS_RANGE[0]}-{REASONING_CHARS_RANGE[1]}, "
-            f"default {REASONING_CHARS}): fewer decode fewer tokens per verdict"
-        ),
+    reasoning_chars: int = setting(
+        REASONING_CHARS,
+        "characters the model's reasoning may take: fewer decode fewer tokens per verdict",
+        minimum=REASONING_CHARS_RANGE[0],
+        maximum=REASONING_CHARS_RANGE[1],
     )
 
 
@@ -182,7 +180,7 @@ class Gate(ABC):
         """What, besides the model and engine, decides this gate's verdicts (recorded beside a batch output):
         its name, prompt version and the options it was made from."""
         chosen = self.__dict__.get("_options")
-        options = {} if chosen is None else {key: repr(value) for key, value in chosen}
+        options = {} if chosen is None else chosen.recorded()
         return {"gate": self.name, "prompt_version": self.prompt_version, **options}
 
     def system_context(self, item: Item) -> dict[str, Any]:

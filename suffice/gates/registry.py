@@ -17,6 +17,7 @@ from suffice.exceptions import ConfigError
 from suffice.gates import roles
 from suffice.gates.base import Gate
 from suffice.gates.decision_mode import AutoGate, DecisionGate
+from suffice.settings import declared
 
 T = TypeVar("T")
 
@@ -105,7 +106,7 @@ def gate_class(name: str) -> type[Gate]:
 
 def option_names(name: str) -> frozenset[str]:
     """The options gate ``name`` declares."""
-    return frozenset(gate_class(name).options_model.model_fields)
+    return frozenset(d.name for d in declared(gate_class(name).options_model))
 
 
 def check_call(gate: object, options: object) -> None:

@@ -58,16 +58,15 @@ _EXAMPLE = {"id": "q1", "question": "Who wrote Hamlet?", "chunks": ["Hamlet is a
 def settable(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> tuple[str, ...]:
     """What a request may set on ``gate``: the gate's per-request options and the judge settings ``judge`` tags
     ``per_request`` (``auto_margin``, the token budgets), by name."""
-    return tuple(sorted({*gate_class(gate).options_model.per_request, *(d.name for d in per_request(judge))}))
+    options = gate_class(gate).options_model
+    return tuple(sorted({d.name for cls in (options, judge) for d in per_request(cls)}))
 
 
 def per_request_options(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:
-    """The JSON Schema of each option a request may set on ``gate``, by name: a gate option's from its options
-    model, a judge setting's from its declaration (:func:`suffice.settings.json_schema`)."""
-    model = gate_class(gate).options_model
-    schema = model.model_json_schema()["properties"]
-    settings = {d.name: json_schema(d) for d in per_request(judge)}
-    return {key: settings[key] if key in settings else schema[key] for key in settable(gate, judge)}
+    """The JSON Schema of each option a request may set on ``gate``, by name, from its declaration (a gate option
+    or a judge setting: :func:`suffice.settings.json_schema`)."""
+    settings = {d.name: json_schema(d) for cls in (gate_class(gate).options_model, judge) for d in per_request(cls)}
+    return {key: settings[key] for key in sorted(settings)}
 
 
 def request_options_schema(gate: str, judge: type[JudgeConfig] = JudgeConfig) -> dict[str, Any]:

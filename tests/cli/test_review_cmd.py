@@ -111,7 +111,7 @@ def test_export_writes_labels_calibrate_takes_and_counts_the_overrides(db, tmp_p
         ("q2", True, True),
     ]
     # What calibrate checks before it judges, and the gate's own reading of each record.
-    assert calibrate_cmd._label_problem(records) is None
+    calibrate_cmd._check_labels(records, labels)  # raises for a record calibrate would refuse
     gate = gate_class("sufficiency")()
     for record in records:
         item = roles.parse_item(gate, record)

@@ -33,6 +33,7 @@ from suffice.judge import Judge
 from suffice.prompts.windows import SEGMENT_FENCE_TOKENS, WINDOW_SEGMENTS
 from suffice.records.item import Chunk
 from suffice.serving.base import GenerationRequest
+from suffice.settings import declared, json_schema
 from tests.fakes import Labeller, ScriptedEngine, prompt_segments, recovery_reply
 
 SHORT = "Ada Lovelace wrote the notes."
@@ -210,9 +211,9 @@ def option_schemas() -> dict[str, dict[str, Any]]:
     """Every registered gate's whole-number options: name -> JSON schema (default, minimum, maximum)."""
     out: dict[str, dict[str, Any]] = {}
     for name in gate_names():
-        for key, schema in gate_class(name).options_model.model_json_schema()["properties"].items():
-            if schema.get("type") == "integer":
-                out[key] = schema
+        for d in declared(gate_class(name).options_model):
+            if d.type is int:
+                out[d.name] = json_schema(d)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from suffice.grammars import Constraint, alt, lit
 from suffice.judge import Judge
 from suffice.prompts.fitting import FittedPrompt
 from suffice.records.item import Chunk, Item
+from suffice.settings import setting
 from tests.fakes import ScriptedEngine
 
 
@@ -114,8 +116,9 @@ def test_the_decision_wrappers_read_the_inner_gates_declarations_rather_than_cop
     assert auto.verdict_model is inner.verdict_model
 
 
+@dataclass(frozen=True)
 class Share(GateOptions):
-    share: float = 0.5
+    share: float = setting(0.5, "a share")
 
 
 class OptionGate(CoreGate):

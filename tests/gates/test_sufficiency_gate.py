@@ -15,6 +15,7 @@ from suffice.gates.sufficiency.gate import SufficiencyGate, SufficiencyOptions
 from suffice.gates.sufficiency.grammar import SufficiencyBounds, SufficiencyVerdict
 from suffice.prompts.fitting import FittedPrompt, ShownChunk
 from suffice.records.item import Chunk, Item
+from suffice.settings import declared
 from tests.grammars.test_sufficiency import output
 
 
@@ -45,9 +46,9 @@ def test_the_options_default_to_bounds_that_cover_the_labeled_data():
     options = SufficiencyOptions()
     assert options.bounds == SufficiencyBounds()
     assert (options.max_entities, options.max_useful_chunks) == (5, 8)
-    fields = SufficiencyOptions.model_fields
-    assert "99.25%" in (fields["max_entities"].description or "")
-    assert "100%" in (fields["max_useful_chunks"].description or "")
+    helps = {d.name: d.spec.help for d in declared(SufficiencyOptions)}
+    assert "99.25%" in helps["max_entities"]
+    assert "100%" in helps["max_useful_chunks"]
 
 
 @pytest.mark.parametrize(("key", "value"), [("max_entities", 0), ("max_entities", 17), ("max_useful_chunks", 65)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,9 +27,11 @@ def sentences_of(response: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", response.strip()) if s.strip()]
 
 
+@dataclass(frozen=True)
 class CitationOptions(suffice.GateOptions):
-    min_cited_share: float = Field(1.0, ge=0.0, le=1.0, description="the share of sentences that must cite a chunk")
-    per_request = frozenset({"min_cited_share"})
+    min_cited_share: float = suffice.setting(
+        1.0, "the share of sentences that must cite a chunk", minimum=0.0, maximum=1.0, per_request=True
+    )
 
 
 class Output(BaseModel):

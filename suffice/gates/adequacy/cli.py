@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    try:
-        store = RubricStore(args.rubric_dir)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    store = RubricStore(args.rubric_dir)  # an unusable folder: an InputError, which `suffice` says (exit 2)
     print(f"rubric store: {store.folder}")
     print(f"{'rubric':<32} {'risk':<7} {'pass':>5}  use case")
     broken = 0

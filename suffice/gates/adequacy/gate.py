@@ -6,10 +6,11 @@ import argparse
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import ConfigError, InputError, VerdictError
 from suffice.files import replace_atomically
@@ -37,21 +38,22 @@ from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
 from suffice.records.item import Chunk, Item, parse_record
+from suffice.settings import setting
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+@dataclass(frozen=True)
 class AdequacyOptions(ReasoningOptions):
-    rubric: str | None = Field(
-        default=None, description="the default rubric NAME[@VERSION] (newest if none); a record's own overrides it"
+    rubric: str | None = setting(
+        None, "the default rubric NAME[@VERSION] (newest if none); a record's own overrides it", per_request=True
     )
-    rubric_dir: Path | None = Field(default=None, description="your own rubric folder (default: the built-in rubrics)")
-    retrieval_exhausted: bool = Field(
-        default=False,
-        description="no retrieval is left for any record (no retriever): a FAIL that wants more goes to a person",
+    rubric_dir: Path | None = setting(None, "your own rubric folder (default: the built-in rubrics)")
+    retrieval_exhausted: bool = setting(
+        False,
+        "no retrieval is left for any record (no retriever): a FAIL that wants more goes to a person",
+        per_request=True,
     )
-
-    per_request = frozenset({"rubric", "retrieval_exhausted"})
 
 
 class AdequacyGate(Gate):

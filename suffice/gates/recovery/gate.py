@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import InputError, VerdictError
 from suffice.gates.base import Gate, GateOptions
@@ -36,57 +37,52 @@ from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt, source_labels
 from suffice.prompts.templates import load_prompt
 from suffice.records.item import Chunk, Item
+from suffice.settings import setting
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 B = RecoveryBounds
 
 
+def _threshold(value: Any) -> Any:
+    """A threshold as the options hold it (a mapping of keys), refused naming the key at fault."""
+    SufficiencyThreshold.from_spec(value)
+    return dict(value)
+
+
+@dataclass(frozen=True)
 class RecoveryOptions(GateOptions):
-    threshold: str | dict[str, Any] = Field(
-        default="strict",
-        description=(
-            "the threshold routing applies: a preset (strict, loose) or explicit values, "
-            "e.g. min_passages=2,min_cumulative_score=1.5,required_support_ratio=0.8,min_passage_score=0.3 "
-            "(keys left out come from strict)"
-        ),
+    threshold: str | dict[str, Any] = setting(
+        "strict",
+        "the threshold routing applies: a preset (strict, loose) or explicit values, e.g. "
+        "min_passages=2,min_cumulative_score=1.5,required_support_ratio=0.8,min_passage_score=0.3 (keys left out "
+        "come from strict)",
+        convert=_threshold,
+        schema={"anyOf": [{"type": "string"}, {"type": "object"}]},
+        per_request=True,
+    )
+    max_sources_per_segment: int = setting(
+        B.SOURCES_MAX,
+        "sources the model may name for one segment of the response",
+        minimum=B.SOURCES_RANGE[0],
+        maximum=B.SOURCES_RANGE[1],
+    )
+    unsupported_marker: str = setting(
+        UNSUPPORTED_MARKER,
+        "what follows each segment not fully supported in a partial answer that is delivered (loose threshold), so "
+        "no application shows it as supported",
+        per_request=True,
+    )
+    retrieval_exhausted: bool = setting(
+        False,
+        "no retrieval is left for any record (no retriever): a shortfall abstains (high stakes: a person)",
+        per_request=True,
     )
 
-    max_sources_per_segment: int = Field(
-        default=B.SOURCES_MAX,
-        ge=B.SOURCES_RANGE[0],
-        le=B.SOURCES_RANGE[1],
-        description=(
-            f"sources the model may name for one segment of the response ({B.SOURCES_RANGE[0]}-{B.SOURCES_RANGE[1]}, "
-            f"default {B.SOURCES_MAX})"
-        ),
-    )
-
-    unsupported_marker: str = Field(
-        default=UNSUPPORTED_MARKER,
-        description=(
-            "what follows each segment not fully supported in a partial answer that is delivered (loose threshold), "
-            f"so no application shows it as supported (default {UNSUPPORTED_MARKER})"
-        ),
-    )
-
-    retrieval_exhausted: bool = Field(
-        default=False,
-        description="no retrieval is left for any record (no retriever): a shortfall abstains (high stakes: a person)",
-    )
-
-    per_request = frozenset({"threshold", "retrieval_exhausted", "unsupported_marker"})
-
-    @field_validator("threshold")
-    @classmethod
-    def _known_threshold(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
-        SufficiencyThreshold.from_spec(value)  # a ConfigError names the key at fault
-        return value
-
-    @field_validator("unsupported_marker")
-    @classmethod
-    def _usable_marker(cls, value: str) -> str:
-        return check_marker(value)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        SufficiencyThreshold.from_spec(self.threshold)  # text: a ConfigError names the key at fault
+        check_marker(self.unsupported_marker)
 
     @property
     def bounds(self) -> RecoveryBounds:
@@ -113,7 +109,7 @@ class RecoveryGate(Gate):
     ) -> None:
         self.template = load_prompt(TEMPLATES, self.name, prompt_version)
         # The options' default, so RecoveryGate() in Python is the gate the CLI, TOML and HTTP build by default.
-        self.threshold = threshold or SufficiencyThreshold.from_spec(RecoveryOptions.model_fields["threshold"].default)
+        self.threshold = threshold or SufficiencyThreshold.from_spec(RecoveryOptions.threshold)
         self.bounds = bounds
         #: Every record is judged as if its ``retrieval_exhausted`` were set.
         self.retrieval_exhausted = retrieval_exhausted

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suffice.exceptions import ConfigError, VerdictError
 from suffice.gates.base import CalibrationChoice, Gate, GateOptions, ReasoningOptions
@@ -26,6 +27,7 @@ from suffice.grammars.routes import Routing
 from suffice.prompts.fitting import FittedPrompt
 from suffice.prompts.templates import load_prompt
 from suffice.records.item import Chunk, Item
+from suffice.settings import setting
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -33,41 +35,31 @@ TEMPLATES = Path(__file__).parent / "templates"
 B = SufficiencyBounds
 
 
+@dataclass(frozen=True)
 class SufficiencyOptions(ReasoningOptions):
-    per_request = frozenset({"max_retrieval_queries"})
-
-    gate_config: Path | None = Field(
-        default=None, description="a calibrated threshold file written by `suffice calibrate --save PATH`"
+    gate_config: Path | None = setting(None, "a calibrated threshold file written by `suffice calibrate --save PATH`")
+    max_entities: int = setting(
+        B.ENTITIES_MAX,
+        f"required entities the model may list; the default {B.ENTITIES_MAX} covers 99.25% of the labeled questions "
+        "in shared/data (HotpotQA's p90; 6 would cover 99.7% but doubles the coarse head's compile time); each one "
+        "adds ~150 bytes to max_tokens",
+        minimum=B.ENTITIES_RANGE[0],
+        maximum=B.ENTITIES_RANGE[1],
     )
-    max_entities: int = Field(
-        default=B.ENTITIES_MAX,
-        ge=B.ENTITIES_RANGE[0],
-        le=B.ENTITIES_RANGE[1],
-        description=(
-            f"required entities the model may list ({B.ENTITIES_RANGE[0]}-{B.ENTITIES_RANGE[1]}); the default "
-            f"{B.ENTITIES_MAX} covers 99.25% of the labeled questions in shared/data (HotpotQA's p90; 6 would "
-            "cover 99.7% but doubles the coarse head's compile time); each one adds ~150 bytes to max_tokens"
-        ),
+    max_useful_chunks: int = setting(
+        B.USEFUL_MAX,
+        f"useful chunk ids the model may list; the default {B.USEFUL_MAX} covers 100% of the labeled "
+        "useful_chunk_ids in shared/data (p100: at most 4)",
+        minimum=B.USEFUL_RANGE[0],
+        maximum=B.USEFUL_RANGE[1],
     )
-    max_useful_chunks: int = Field(
-        default=B.USEFUL_MAX,
-        ge=B.USEFUL_RANGE[0],
-        le=B.USEFUL_RANGE[1],
-        description=(
-            f"useful chunk ids the model may list ({B.USEFUL_RANGE[0]}-{B.USEFUL_RANGE[1]}); the default "
-            f"{B.USEFUL_MAX} covers 100% of the labeled useful_chunk_ids in shared/data (p100: at most 4)"
-        ),
-    )
-
-    max_retrieval_queries: int = Field(
-        default=B.QUERIES_MAX,
-        ge=B.QUERIES_RANGE[0],
-        le=B.QUERIES_RANGE[1],
-        description=(
-            f"search queries for the missing information an insufficient verdict lists ({B.QUERIES_RANGE[0]}-"
-            f"{B.QUERIES_RANGE[1]}, each at most {B.QUERY_CHARS} characters; default {B.QUERIES_MAX}: off, the "
-            "verdict has no retrieval_queries); they become the route's queries"
-        ),
+    max_retrieval_queries: int = setting(
+        B.QUERIES_MAX,
+        f"search queries for the missing information an insufficient verdict lists (each at most {B.QUERY_CHARS} "
+        f"characters; {B.QUERIES_MAX}: off, the verdict has no retrieval_queries); they become the route's queries",
+        minimum=B.QUERIES_RANGE[0],
+        maximum=B.QUERIES_RANGE[1],
+        per_request=True,
     )
 
     @property
