@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -441,14 +441,7 @@ class Pipeline:
 
     def _review_settings(self) -> dict[str, Any]:
         """The run's settings a reviewer sees: the gate's, the engine's and the loop's."""
-        config = self.config
-        loop = {
-            "max_rounds": config.max_rounds,
-            "base_width": config.base_width,
-            "width_growth": config.width_growth,
-            "rewrite_queries": config.rewrite_queries,
-            "high_stakes": config.high_stakes,
-        }
+        loop = {k: v for k, v in asdict(self.config).items() if k != "retrieval_timeout_s"}
         return {**self._settings, "pipeline": loop}
 
     def _high_stakes(self, item: Item) -> bool:
@@ -659,23 +652,19 @@ class Pipeline:
         chunks = record.get("chunks")
         chunk_ids = [c.get("id") for c in chunks if isinstance(c, Mapping)] if isinstance(chunks, list) else []
         who = f"review {decided.review_id}, by {', '.join(decided.decided_by) or 'a reviewer'}"
-        if decided.decision == "answer":
-            wrote = decided.answer_from == "reviewers"
-            return Outcome(
-                id=decided.item_id,
-                kind="delivered",
-                reason=f"a person {'wrote' if wrote else 'approved'} the answer ({who})",
-                rounds=0,
-                answer=decided.answer,
-                chunk_ids=chunk_ids,
-            )
+        delivered = decided.decision == "answer"
         note = f": {decided.note}" if decided.note else ""
+        if delivered:
+            reason = f"a person {'wrote' if decided.answer_from == 'reviewers' else 'approved'} the answer ({who})"
+        else:
+            reason = f"a person decided no context will answer it ({who}){note}"
         return Outcome(
             id=decided.item_id,
-            kind="abstained",
-            reason=f"a person decided no context will answer it ({who}){note}",
+            kind="delivered" if delivered else "abstained",
+            reason=reason,
             rounds=0,
-            gap=list(decided.gap),
+            gap=[] if delivered else list(decided.gap),
+            answer=decided.answer if delivered else None,
             chunk_ids=chunk_ids,
         )
 

@@ -4,6 +4,8 @@ A framework adapter (:mod:`suffice.integrations.langchain`, ``.llama_index``, ``
 its documents into :class:`Evidence` and calls :class:`DocumentGate`; the gate's own methods
 (:meth:`~suffice.Gate.is_positive`, :meth:`~suffice.Gate.route`,
 ``useful_chunk_ids``, a calibration role) read the verdict, so no adapter asks which gate it runs.
+Each adapter takes the judge and then the gate's settings by keyword (:class:`GateSettings`; a check,
+:class:`CheckSettings`), which the gate checks and keeps.
 
 A check of a generated answer (LangChain's ``RecoveryCheck``, Haystack's ``AnswerCheck``, LlamaIndex's
 ``ResponseCheck``) runs an :class:`AnswerGate`, whose :class:`CheckedAnswer` it returns (Haystack's emits it as a
@@ -27,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from pydantic import BaseModel
 
@@ -73,6 +75,27 @@ _log = logging.getLogger(__name__)
 METADATA_KEY = "suffice"
 
 _Scalar = str | int | float | bool | None
+
+
+class CheckSettings(TypedDict, total=False):
+    """The settings every integration takes, by keyword (what each means: :class:`DocumentGate`); an answer check
+    takes these."""
+
+    gate: str | None
+    options: Mapping[str, Any] | None
+    on_error: OnError
+    metadata_keys: Sequence[str]
+    audit: AuditLog | None
+    on_unavailable: OnUnavailable
+    timeout: float | None
+
+
+class GateSettings(CheckSettings, total=False):
+    """The settings of an integration that returns documents: :class:`CheckSettings` and what a negative route
+    does with them."""
+
+    on_insufficient: OnInsufficient
+    on_review: OnReview | None
 
 
 @dataclass(frozen=True)
@@ -183,7 +206,8 @@ class DocumentGate:
     take no ``timeout``, as an in-process one, refuses it).  ``audit``: with an in-process judge (one whose
     ``engine`` is here), every verdict is written to this audit log and each one sent to a person (a
     ``human_review`` route, two failed generations) is queued for review there, as ``suffice judge --audit-db``
-    does (through a client, the service keeps its own log: ``suffice serve --audit-db``).
+    does (through a client, the service keeps its own log: ``suffice serve --audit-db``).  ``metadata_keys``: the
+    keys of a document's metadata the judge sees (see :func:`scalar_metadata`), kept here for the adapter.
     """
 
     def __init__(
@@ -197,6 +221,7 @@ class DocumentGate:
         on_unavailable: OnUnavailable = "raise",
         timeout: float | None = None,
         on_review: OnReview | None = None,
+        metadata_keys: Sequence[str] = (),
     ) -> None:
         if not isinstance(judge, JudgeProtocol):
             raise ConfigError(
@@ -212,6 +237,8 @@ class DocumentGate:
             raise ConfigError("on_error", on_error, "must be 'raise' or 'keep'")
         if on_unavailable not in ("raise", "keep", "empty"):
             raise ConfigError("on_unavailable", on_unavailable, "must be 'raise', 'keep' or 'empty'")
+        if isinstance(metadata_keys, str) or not all(isinstance(key, str) for key in metadata_keys):
+            raise ConfigError("metadata_keys", metadata_keys, "must be a list of metadata key names")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf")
         ):
@@ -231,6 +258,7 @@ class DocumentGate:
         self.on_unavailable: OnUnavailable = on_unavailable
         self.timeout = timeout
         self.options = dict(options or {})
+        self.metadata_keys = tuple(metadata_keys)
         self.judge_object = judge
         #: The call's keywords: the gate and options, and the timeout where one is set.
         self._call: dict[str, Any] = {"gate": gate, "options": self.options or None}
@@ -459,27 +487,9 @@ class AnswerGate(DocumentGate):
     ``owner`` names the check in the :class:`~suffice.ConfigError` for a gate that reads no answer.
     """
 
-    def __init__(
-        self,
-        judge: JudgeProtocol,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        on_error: OnError = "raise",
-        audit: AuditLog | None = None,
-        on_unavailable: OnUnavailable = "raise",
-        timeout: float | None = None,
-        *,
-        owner: str = "AnswerGate",
-    ) -> None:
-        super().__init__(
-            judge,
-            gate or DEFAULT_CHECK_GATE,
-            options,
-            on_error=on_error,
-            audit=audit,
-            on_unavailable=on_unavailable,
-            timeout=timeout,
-        )
+    def __init__(self, judge: JudgeProtocol, *, owner: str = "AnswerGate", **settings: Unpack[CheckSettings]) -> None:
+        settings["gate"] = settings.get("gate") or DEFAULT_CHECK_GATE
+        super().__init__(judge, **settings)
         if not self.gate.needs_response:
             raise ConfigError(
                 "gate",

@@ -24,7 +24,6 @@ import os
 import typing
 from collections import abc
 
-import suffice.audit
 import suffice.config
 from suffice import exceptions
 from suffice.integrations import gating
@@ -53,6 +52,8 @@ _JudgeLike = suffice.config.JudgeProtocol
 #: :class:`~suffice.InsufficientContextError` (as the other integrations do by default); ``"empty"``
 #: emits ``documents=[]``; ``"keep"`` emits every document on ``documents``.
 RouterOnInsufficient = typing.Literal["route", "raise", "empty", "keep"]
+#: What :class:`AnswerCheck` reads the answer from: a generator's replies (strings or chat messages).
+_Replies = list[str] | list[haystack.dataclasses.ChatMessage] | None
 
 
 def _telemetry_off() -> None:
@@ -76,38 +77,6 @@ def _refuse_saved_judge(judge: object, component: str) -> None:
             f"a saved {component} keeps no judge: give it back with Pipeline.from_dict(data, "
             "callbacks=DeserializationCallbacks(component_pre_init=...)) setting init_params['judge']",
         )
-
-
-def _metadata_keys(metadata_keys: abc.Sequence[str]) -> list[str]:
-    if isinstance(metadata_keys, str) or not all(isinstance(key, str) for key in metadata_keys):
-        raise exceptions.ConfigError("metadata_keys", metadata_keys, "must be a list of metadata key names")
-    return list(metadata_keys)
-
-
-def _saved_options(options: abc.Mapping[str, typing.Any]) -> dict[str, typing.Any] | None:
-    """The gate's options as ``to_dict`` writes them: a path option (a gate config file) as its string, since a
-    saved pipeline is YAML or JSON."""
-    return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()} or None
-
-
-def _described_judge(judge: object, gate: str) -> dict[str, typing.Any]:
-    """What ``to_dict`` writes for the judge: never its engine, never a client's key."""
-    described: dict[str, typing.Any] = {"kind": type(judge).__name__, "gate": gate}
-    base_url = getattr(judge, "base_url", None)  # a client's; an engine's settings stay unwritten
-    if isinstance(base_url, str):
-        described["base_url"] = base_url
-    return described
-
-
-def _evidence(document: haystack.Document, metadata_keys: abc.Sequence[str]) -> gating.Evidence:
-    """A Haystack document as the judge sees it: its id (a content hash unless the application set one),
-    its text (a document without text shows as empty), its retriever's score and the chosen metadata."""
-    return gating.Evidence(
-        text=document.content or "",
-        id=document.id or None,
-        score=document.score,
-        metadata=gating.scalar_metadata(document.meta, metadata_keys),
-    )
 
 
 def _with_verdict(document: haystack.Document, outcome: gating.GateOutcome | None) -> haystack.Document:
@@ -141,8 +110,68 @@ def insufficient_payload(
     }
 
 
+class _Component:
+    """What the router and the check share: the gate they run, and the judge, which ``to_dict`` only describes
+    (never its engine, never a client's key)."""
+
+    def _hold(self, judge: _JudgeLike, gate: gating.DocumentGate) -> None:
+        """Keep the judge and the gate (a method, not ``__init__``: Haystack's decorator rebuilds each component
+        class, so a ``super()`` in one would not find the class it names)."""
+        self._judge = judge
+        self._gate = gate
+        _telemetry_off()
+
+    @property
+    def gate(self) -> str:
+        """The name of the gate this component runs."""
+        return self._gate.gate_name
+
+    @property
+    def on_error(self) -> gating.OnError:
+        """What the component does when the gate gives no verdict (see :data:`~suffice.integrations.gating.OnError`)."""
+        return self._gate.on_error
+
+    def _evidence(self, documents: abc.Sequence[haystack.Document]) -> list[gating.Evidence]:
+        """The documents as the judge sees them: each one's id (a content hash unless the application set one), its
+        text (a document without text shows as empty), its retriever's score and the chosen metadata."""
+        return [
+            gating.Evidence(
+                text=document.content or "",
+                id=document.id or None,
+                score=document.score,
+                metadata=gating.scalar_metadata(document.meta, self._gate.metadata_keys),
+            )
+            for document in documents
+        ]
+
+    def to_dict(self) -> dict[str, typing.Any]:
+        """The component's settings for ``Pipeline.to_dict``; the judge only described (see the class docstring)."""
+        gate = self._gate
+        judge: dict[str, typing.Any] = {"kind": type(self._judge).__name__, "gate": self.gate}
+        base_url = getattr(self._judge, "base_url", None)  # a client's; an engine's settings stay unwritten
+        if isinstance(base_url, str):
+            judge["base_url"] = base_url
+        # A path option (a gate config file) as its string: a saved pipeline is YAML or JSON.
+        options = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in gate.options.items()}
+        return haystack.default_to_dict(
+            self,
+            judge=judge,
+            gate=self.gate,
+            options=options or None,
+            on_error=gate.on_error,
+            on_unavailable=gate.on_unavailable,
+            timeout=gate.timeout,
+            metadata_keys=list(gate.metadata_keys),
+            **self._saved(),
+        )
+
+    def _saved(self) -> dict[str, typing.Any]:
+        """What ``to_dict`` writes besides the settings every component takes."""
+        return {}
+
+
 @haystack.component
-class SufficiencyRouter:
+class SufficiencyRouter(_Component):
     """A Haystack component that routes on the gate's verdict: ``run(query, documents)`` emits exactly
     one of ``documents`` (sufficient: the useful ones, in their order, copies with the verdict in
     ``meta["suffice"]``) and ``insufficient`` (a dict, :func:`insufficient_payload`).
@@ -167,40 +196,20 @@ class SufficiencyRouter:
     def __init__(
         self,
         judge: _JudgeLike,
-        gate: str | None = None,
-        options: abc.Mapping[str, typing.Any] | None = None,
+        *,
         on_insufficient: RouterOnInsufficient = "route",
-        on_error: gating.OnError = "raise",
-        metadata_keys: abc.Sequence[str] = (),
-        audit: suffice.audit.AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
         on_review: gating.OnReview | None = None,
+        **settings: typing.Unpack[gating.CheckSettings],
     ) -> None:
         _refuse_saved_judge(judge, "SufficiencyRouter")
         if on_insufficient not in ("route", "raise", "empty", "keep"):
             raise exceptions.ConfigError(
                 "on_insufficient", on_insufficient, "must be 'route', 'raise', 'empty' or 'keep'"
             )
-        self.metadata_keys = _metadata_keys(metadata_keys)
-        _telemetry_off()
         self.on_insufficient: RouterOnInsufficient = on_insufficient
         # "route" reads the outcome itself; the gate then keeps every document and never raises.
         policy: gating.OnInsufficient = "keep" if on_insufficient == "route" else on_insufficient
-        self._gate = gating.DocumentGate(
-            judge, gate, options, policy, on_error, audit, on_unavailable, timeout, on_review
-        )
-        self._judge = judge
-
-    @property
-    def gate(self) -> str:
-        """The name of the gate this router runs."""
-        return self._gate.gate_name
-
-    @property
-    def on_error(self) -> gating.OnError:
-        """What the router does when the gate gives no verdict (see :data:`~suffice.integrations.gating.OnError`)."""
-        return self._gate.on_error
+        self._hold(judge, gating.DocumentGate(judge, on_insufficient=policy, on_review=on_review, **settings))
 
     @haystack.component.output_types(documents=list[haystack.Document], insufficient=dict[str, typing.Any])
     def run(self, query: str, documents: list[haystack.Document]) -> dict[str, typing.Any]:
@@ -208,8 +217,7 @@ class SufficiencyRouter:
         Raises :class:`~suffice.InsufficientContextError` (``on_insufficient="raise"``),
         :class:`~suffice.GateFailedError` (``on_error="raise"``) and :class:`~suffice.ConfigError` for an
         :class:`~suffice.AsyncClient` called where an event loop runs (use ``run_async``)."""
-        evidence = [_evidence(document, self.metadata_keys) for document in documents]
-        kept, outcome = self._gate.select(query, evidence)
+        kept, outcome = self._gate.select(query, self._evidence(documents))
         return self._route(query, documents, kept, outcome)
 
     @haystack.component.output_types(documents=list[haystack.Document], insufficient=dict[str, typing.Any])
@@ -217,8 +225,7 @@ class SufficiencyRouter:
         """:meth:`run`, awaited on the judge's ``ajudge``: an :class:`~suffice.AsyncClient` natively, a
         :class:`~suffice.Judge` on a worker thread (cancelling the task stops its generation), a
         :class:`~suffice.Client` on a thread."""
-        evidence = [_evidence(document, self.metadata_keys) for document in documents]
-        kept, outcome = await self._gate.aselect(query, evidence)
+        kept, outcome = await self._gate.aselect(query, self._evidence(documents))
         return self._route(query, documents, kept, outcome)
 
     def _route(
@@ -232,20 +239,8 @@ class SufficiencyRouter:
             return {"insufficient": insufficient_payload(query, outcome, documents)}
         return {"documents": [_with_verdict(documents[i], outcome) for i in kept]}
 
-    def to_dict(self) -> dict[str, typing.Any]:
-        """The router's settings for ``Pipeline.to_dict``; the judge only described (see the class docstring)."""
-        return haystack.default_to_dict(
-            self,
-            judge=_described_judge(self._judge, self.gate),
-            gate=self.gate,
-            options=_saved_options(self._gate.options),
-            on_insufficient=self.on_insufficient,
-            on_error=self.on_error,
-            on_unavailable=self._gate.on_unavailable,
-            timeout=self._gate.timeout,
-            on_review=self._gate.on_review,
-            metadata_keys=list(self.metadata_keys),
-        )
+    def _saved(self) -> dict[str, typing.Any]:
+        return {"on_insufficient": self.on_insufficient, "on_review": self._gate.on_review}
 
 
 def check_payload(checked: gating.CheckedAnswer, documents: abc.Sequence[haystack.Document]) -> dict[str, typing.Any]:
@@ -289,7 +284,7 @@ _CHECK_OUTPUTS: dict[str, typing.Any] = {
 
 
 @haystack.component
-class AnswerCheck:
+class AnswerCheck(_Component):
     """A Haystack component that checks a generated answer against its documents with a post-generation gate
     (default: the recovery gate) and routes it: ``run(query, documents, replies=None, answer=None)``.
 
@@ -310,75 +305,29 @@ class AnswerCheck:
     ``Pipeline.from_dict`` needs it given back the same way.
     """
 
-    def __init__(
-        self,
-        judge: _JudgeLike,
-        gate: str | None = None,
-        options: abc.Mapping[str, typing.Any] | None = None,
-        on_error: gating.OnError = "raise",
-        metadata_keys: abc.Sequence[str] = (),
-        audit: suffice.audit.AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
-    ) -> None:
+    _gate: gating.AnswerGate
+
+    def __init__(self, judge: _JudgeLike, **settings: typing.Unpack[gating.CheckSettings]) -> None:
         _refuse_saved_judge(judge, "AnswerCheck")
-        self.metadata_keys = _metadata_keys(metadata_keys)
-        _telemetry_off()
-        self._gate = gating.AnswerGate(
-            judge, gate, options, on_error, audit, on_unavailable, timeout, owner="AnswerCheck"
-        )
-        self._judge = judge
-
-    @property
-    def gate(self) -> str:
-        """The name of the gate this check runs."""
-        return self._gate.gate_name
-
-    @property
-    def on_error(self) -> gating.OnError:
-        """What the check does when the gate gives no verdict (see :data:`~suffice.integrations.gating.OnError`)."""
-        return self._gate.on_error
+        self._hold(judge, gating.AnswerGate(judge, owner="AnswerCheck", **settings))
 
     @haystack.component.output_types(**_CHECK_OUTPUTS)
     def run(
-        self,
-        query: str,
-        documents: list[haystack.Document],
-        replies: list[str] | list[haystack.dataclasses.ChatMessage] | None = None,
-        answer: str | None = None,
+        self, query: str, documents: list[haystack.Document], replies: _Replies = None, answer: str | None = None
     ) -> dict[str, typing.Any]:
         """Check the answer for ``query`` against ``documents`` and emit its route (see the class docstring);
         blocking.  Raises :class:`~suffice.InputError` naming ``replies`` or ``answer`` when neither or both
         are given, or the replies are not one reply with text."""
-        text = _answer(replies, answer)
-        evidence = [_evidence(document, self.metadata_keys) for document in documents]
-        return _check_outputs(self._gate.check(query, evidence, text), documents)
+        checked = self._gate.check(query, self._evidence(documents), _answer(replies, answer))
+        return _check_outputs(checked, documents)
 
     @haystack.component.output_types(**_CHECK_OUTPUTS)
     async def run_async(
-        self,
-        query: str,
-        documents: list[haystack.Document],
-        replies: list[str] | list[haystack.dataclasses.ChatMessage] | None = None,
-        answer: str | None = None,
+        self, query: str, documents: list[haystack.Document], replies: _Replies = None, answer: str | None = None
     ) -> dict[str, typing.Any]:
         """:meth:`run`, awaited on the judge's ``ajudge`` (see :meth:`SufficiencyRouter.run_async`)."""
-        text = _answer(replies, answer)
-        evidence = [_evidence(document, self.metadata_keys) for document in documents]
-        return _check_outputs(await self._gate.acheck(query, evidence, text), documents)
-
-    def to_dict(self) -> dict[str, typing.Any]:
-        """The check's settings for ``Pipeline.to_dict``; the judge only described (see the class docstring)."""
-        return haystack.default_to_dict(
-            self,
-            judge=_described_judge(self._judge, self.gate),
-            gate=self.gate,
-            options=_saved_options(self._gate.options),
-            on_error=self.on_error,
-            on_unavailable=self._gate.on_unavailable,
-            timeout=self._gate.timeout,
-            metadata_keys=list(self.metadata_keys),
-        )
+        checked = await self._gate.acheck(query, self._evidence(documents), _answer(replies, answer))
+        return _check_outputs(checked, documents)
 
 
 def _answer(replies: abc.Sequence[str | haystack.dataclasses.ChatMessage] | None, answer: str | None) -> str:

@@ -29,7 +29,6 @@ except ImportError as missing:  # the extra is not installed
     ) from missing
 import pydantic
 
-import suffice.audit
 import suffice.config
 from suffice import exceptions
 from suffice.integrations import gating
@@ -103,33 +102,17 @@ class SufficiencyCompressor(lc_documents.BaseDocumentCompressor):
     def __init__(
         self,
         judge: _JudgeLike,
-        gate: str | None = None,
-        options: abc.Mapping[str, typing.Any] | None = None,
-        on_insufficient: gating.OnInsufficient = "raise",
-        on_error: gating.OnError = "raise",
-        metadata_keys: abc.Sequence[str] = (),
+        *,
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
-        audit: suffice.audit.AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
-        on_review: gating.OnReview | None = None,
+        **settings: typing.Unpack[gating.GateSettings],
     ) -> None:
         # Built first: a bad setting is a ConfigError naming it, before pydantic sees the fields.
-        document_gate = gating.DocumentGate(
-            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout, on_review
-        )
-        fields: dict[str, typing.Any] = {  # a dict: the base's typed __init__ names none of these
-            "judge": judge,
-            "gate": document_gate.gate_name,
-            "options": dict(options) if options else None,
-            "on_insufficient": on_insufficient,
-            "on_error": on_error,
-            "on_unavailable": on_unavailable,
-            "timeout": timeout,
-            "on_review": on_review,
-            "metadata_keys": tuple(metadata_keys),
-            "score_keys": tuple(score_keys),
-        }
+        document_gate = gating.DocumentGate(judge, **settings)
+        # The fields as the gate settled them; a dict: the base's typed __init__ names none of them.
+        settled = ("on_insufficient", "on_error", "on_unavailable", "timeout", "on_review", "metadata_keys")
+        fields: dict[str, typing.Any] = {name: getattr(document_gate, name) for name in settled}
+        fields.update(judge=judge, gate=document_gate.gate_name, options=document_gate.options or None)
+        fields["score_keys"] = tuple(score_keys)
         super().__init__(**fields)
         self._gate = document_gate
 
@@ -183,20 +166,12 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
     def __init__(
         self,
         judge: _JudgeLike,
-        gate: str | None = None,
-        options: abc.Mapping[str, typing.Any] | None = None,
-        on_error: gating.OnError = "raise",
-        metadata_keys: abc.Sequence[str] = (),
+        *,
         score_keys: abc.Sequence[str] = DEFAULT_SCORE_KEYS,
-        audit: suffice.audit.AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
+        **settings: typing.Unpack[gating.CheckSettings],
     ) -> None:
-        self._gate = gating.AnswerGate(
-            judge, gate, options, on_error, audit, on_unavailable, timeout, owner="RecoveryCheck"
-        )
+        self._gate = gating.AnswerGate(judge, owner="RecoveryCheck", **settings)
         self.gate = self._gate.gate_name
-        self.metadata_keys = tuple(metadata_keys)
         self.score_keys = tuple(score_keys)
 
     def invoke(
@@ -242,4 +217,4 @@ class RecoveryCheck(lc_runnables.Runnable[abc.Mapping[str, typing.Any], CheckedA
             answer = answer.text
         if not isinstance(answer, str):
             raise exceptions.InputError("answer", f"must be a string or a message, not {type(answer).__name__}")
-        return question, _evidence(documents, self.metadata_keys, self.score_keys), answer
+        return question, _evidence(documents, self._gate.metadata_keys, self.score_keys), answer

@@ -15,11 +15,9 @@ ship inside llama-index-core (``llama_index/core/_static``) and load from there,
 environment points ``TIKTOKEN_CACHE_DIR`` or ``NLTK_DATA`` at a folder without them.
 """
 
-from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence as _Sequence
-from typing import Any as _Any
+from typing import Unpack as _Unpack
 
-from suffice.audit import AuditLog as _AuditLog
 from suffice.config import JudgeProtocol as _JudgeProtocol
 from suffice.exceptions import ConfigError as _ConfigError
 from suffice.exceptions import InputError as _InputError
@@ -39,6 +37,11 @@ __all__ = ["CheckedAnswer", "ResponseCheck", "SufficiencyPostprocessor"]
 #: What :class:`ResponseCheck` returns (the class every integration's check returns: see
 #: :class:`suffice.integrations.gating.CheckedAnswer`).
 CheckedAnswer = gating.CheckedAnswer
+
+#: What :class:`ResponseCheck` takes: the question, the query engine's response, the nodes the answer came from.
+_Query = str | schema.QueryBundle
+_Response = _response.RESPONSE_TYPE | None
+_Nodes = _Sequence[schema.NodeWithScore] | None
 
 
 class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
@@ -61,27 +64,10 @@ class SufficiencyPostprocessor(_types.BaseNodePostprocessor):
     metadata_keys: tuple[str, ...] = ()
     _gate: gating.DocumentGate
 
-    def __init__(
-        self,
-        judge: _JudgeProtocol,
-        gate: str | None = None,
-        options: _Mapping[str, _Any] | None = None,
-        on_insufficient: gating.OnInsufficient = "raise",
-        on_error: gating.OnError = "raise",
-        metadata_keys: _Sequence[str] = (),
-        audit: _AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
-        on_review: gating.OnReview | None = None,
-        **kwargs: _Any,
-    ) -> None:
-        if isinstance(metadata_keys, str):
-            raise _ConfigError("metadata_keys", metadata_keys, "must be a sequence of keys, not one string")
-        super().__init__(**kwargs)
-        self.metadata_keys = tuple(metadata_keys)
-        self._gate = gating.DocumentGate(
-            judge, gate, options, on_insufficient, on_error, audit, on_unavailable, timeout, on_review
-        )
+    def __init__(self, judge: _JudgeProtocol, **settings: _Unpack[gating.GateSettings]) -> None:
+        super().__init__()
+        self._gate = gating.DocumentGate(judge, **settings)
+        self.metadata_keys = self._gate.metadata_keys
 
     @classmethod
     def class_name(cls) -> str:
@@ -168,23 +154,8 @@ class ResponseCheck:
     ``ajudge``.
     """
 
-    def __init__(
-        self,
-        judge: _JudgeProtocol,
-        gate: str | None = None,
-        options: _Mapping[str, _Any] | None = None,
-        on_error: gating.OnError = "raise",
-        metadata_keys: _Sequence[str] = (),
-        audit: _AuditLog | None = None,
-        on_unavailable: gating.OnUnavailable = "raise",
-        timeout: float | None = None,
-    ) -> None:
-        if isinstance(metadata_keys, str):
-            raise _ConfigError("metadata_keys", metadata_keys, "must be a sequence of keys, not one string")
-        self.metadata_keys = tuple(metadata_keys)
-        self._gate = gating.AnswerGate(
-            judge, gate, options, on_error, audit, on_unavailable, timeout, owner="ResponseCheck"
-        )
+    def __init__(self, judge: _JudgeProtocol, **settings: _Unpack[gating.CheckSettings]) -> None:
+        self._gate = gating.AnswerGate(judge, owner="ResponseCheck", **settings)
 
     @property
     def gate(self) -> str:
@@ -192,35 +163,21 @@ class ResponseCheck:
         return self._gate.gate_name
 
     def check(
-        self,
-        query: str | schema.QueryBundle,
-        response: _response.RESPONSE_TYPE | None = None,
-        *,
-        nodes: _Sequence[schema.NodeWithScore] | None = None,
-        answer: str | None = None,
+        self, query: _Query, response: _Response = None, *, nodes: _Nodes = None, answer: str | None = None
     ) -> gating.CheckedAnswer:
         """Check the answer for ``query`` (a string or a query bundle) against its nodes (blocking).  An
         :class:`~suffice.InputError` names what is missing or mistyped."""
         return self._gate.check(*self._read(query, response, nodes, answer))
 
     async def acheck(
-        self,
-        query: str | schema.QueryBundle,
-        response: _response.RESPONSE_TYPE | None = None,
-        *,
-        nodes: _Sequence[schema.NodeWithScore] | None = None,
-        answer: str | None = None,
+        self, query: _Query, response: _Response = None, *, nodes: _Nodes = None, answer: str | None = None
     ) -> gating.CheckedAnswer:
         """:meth:`check`, awaited on the judge's ``ajudge`` (see
         :meth:`suffice.integrations.gating.DocumentGate.ajudge`), not the blocking call on a thread."""
         return await self._gate.acheck(*self._read(query, response, nodes, answer))
 
     def _read(
-        self,
-        query: object,
-        response: object,
-        nodes: _Sequence[schema.NodeWithScore] | None,
-        answer: object,
+        self, query: object, response: object, nodes: _Nodes, answer: object
     ) -> tuple[str, list[gating.Evidence], str]:
         if isinstance(query, schema.QueryBundle):
             query = query.query_str
@@ -250,4 +207,4 @@ class ResponseCheck:
             raise _InputError("answer", f"must be a string, not {type(answer).__name__}")
         if not isinstance(nodes, _Sequence) or not all(isinstance(n, schema.NodeWithScore) for n in nodes):
             raise _InputError("nodes", "must be a list of LlamaIndex NodeWithScore objects")
-        return query, _evidence(nodes, self.metadata_keys), answer
+        return query, _evidence(nodes, self._gate.metadata_keys), answer
