@@ -1,10 +1,11 @@
 """How many places a setting is written in: hand-written checks in the config dataclasses, hand-written argparse
 flags (``add_argument`` calls) and range checks in ``suffice/cli``, and the files and lines that name one engine
-option, at a git ref ("before") and in the working tree ("after").
+option, at a git ref ("before") and in the working tree ("after").  Then, for the working tree: the declarations
+of each kind of knob, the surfaces derived from them, and the files one must touch to add a knob of each kind.
 
     PYTHONPATH=. python benchmarks/bench_settings.py [BEFORE_REF]   # default: 6bff9d5 (main before issue 39)
 
-Prints a table and writes benchmarks/results/settings.json.
+Prints the tables and writes benchmarks/results/settings.json.
 """
 
 from __future__ import annotations
@@ -108,6 +109,77 @@ def mentions(sources: dict[str, str], name: str) -> tuple[int, int]:
     return len(hits), sum(hits.values())
 
 
+def knob_kinds() -> dict[str, tuple[type, ...]]:
+    """Each kind of knob and the classes that declare it (imported: the declarations are read, not grepped)."""
+    from suffice.batch.options import BatchOptions, RayOptions
+    from suffice.config import JudgeConfig
+    from suffice.gates import gate_class
+    from suffice.server.config import ServeConfig
+    from suffice.serving.engine_config import EngineConfig
+
+    gates = tuple(gate_class(name).options_model for name in ("sufficiency", "recovery", "adequacy"))
+    return {
+        "engine option": (EngineConfig,),
+        "judge setting": (JudgeConfig,),
+        "batch option": (BatchOptions, RayOptions),
+        "serve setting": (ServeConfig,),
+        "gate option": gates,
+        "per-request option": (JudgeConfig, *gates),
+    }
+
+
+def declarations() -> dict[str, dict[str, int]]:
+    """Per kind of knob: its ``setting()`` declarations, the other ways it is declared (pydantic ``Field`` options,
+    hand-copied fields), and how many of the declarations reach each surface."""
+    from suffice.settings import declared
+
+    out: dict[str, dict[str, int]] = {}
+    for kind, classes in knob_kinds().items():
+        found = [d for cls in classes for d in declared(cls)]
+        if kind == "per-request option":
+            found = [d for d in found if d.spec.per_request]
+        plain = sum(
+            1
+            for cls in classes
+            for name in getattr(cls, "__dataclass_fields__", {})
+            if name not in {d.name for d in declared(cls)}
+        )
+        out[kind] = {
+            "setting() declarations": len(found),
+            # Plain dataclass fields (nested configs, Python-only knobs) and pydantic fields: not derived.
+            "declared another way": 0
+            if kind == "per-request option"
+            else plain + sum(len(getattr(cls, "model_fields", {})) for cls in classes),
+            "flag": sum(d.flag is not None or d.spec.positional for d in found),
+            "variable and TOML key": sum(d.from_environment for d in found),
+            "HTTP parameter and OpenAPI": sum(d.spec.per_request for d in found),
+            "resume check": sum(d.spec.verdict or kind in ("gate option", "per-request option") for d in found),
+            "docs table": len(found),
+            "Python keyword": len(found),
+        }
+    return out
+
+
+#: The files one edits to add a knob of each kind, and the test that adds one in a fixture and checks its surfaces
+#: (docs/settings.md is regenerated, not written).
+FILES_TO_ADD = {
+    "engine option": (("suffice/serving/engine_config.py",), "test_a_new_engine_option_*"),
+    "batch option": (
+        ("suffice/batch/options.py",),
+        "test_a_new_batch_setting_is_a_judge_flag_a_variable_and_a_table_row",
+    ),
+    "judge setting": (("suffice/config.py",), "test_a_new_judge_setting_*"),
+    "gate option": (
+        ("the gate's module",),
+        "test_a_new_gate_option_is_a_flag_a_variable_a_toml_key_and_a_python_option",
+    ),
+    "per-request option": (("the declaring module (per_request=True)",), "test_a_new_per_request_gate_option_*"),
+    "verdict format": (("its module", "pyproject.toml (entry point suffice.verdict_formats)"), "tests/formats"),
+    "file format": (("its module", "pyproject.toml (entry point suffice.file_formats)"), "tests/formats"),
+    "gate": (("its package", "pyproject.toml (entry point suffice.gates)"), "tests/examples/test_citation_gate.py"),
+}
+
+
 def main(argv: list[str]) -> int:
     before_ref = argv[0] if argv else "6bff9d5"
     result: dict[str, dict[str, object]] = {}
@@ -134,6 +206,15 @@ def main(argv: list[str]) -> int:
         print(f"{key:40} {result['before'][key]!s:>12} {result['after'][key]!s:>12}")
     for label in ("before", "after"):
         print(f"\n{label}: " + ", ".join(f"{k.split(':')[1]} {v}" for k, v in result[label]["by_class"].items()))  # type: ignore[union-attr]
+    kinds = declarations()
+    surfaces = list(next(iter(kinds.values())))
+    print(f"\n{'knob kind':20} " + " ".join(f"{name[:14]:>14}" for name in surfaces))
+    for kind, counts in kinds.items():
+        print(f"{kind:20} " + " ".join(f"{counts[name]:>14}" for name in surfaces))
+    print(f"\n{'to add a':20} {'files':>5}  where (proof)")
+    for kind, (where, proof) in FILES_TO_ADD.items():
+        print(f"{kind:20} {len(where):>5}  {', '.join(where)} ({proof})")
+    result["knobs"] = {"declarations": kinds, "files_to_add": {k: list(w) for k, (w, _) in FILES_TO_ADD.items()}}  # type: ignore[dict-item]
     out = ROOT / "benchmarks" / "results" / "settings.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -66,9 +66,10 @@ class Spec:
     #: It sets what runs in this process: refused where another process judges (``judge --server``).
     in_process: bool = False
     #: It can change a verdict: recorded beside a batch output (under ``record``, default its name) when it
-    #: differs from its default, and a resume must match it.
+    #: differs from its default (``record_default``: at its default too), and a resume must match it.
     verdict: bool = False
     record: str | None = None
+    record_default: bool = False
     #: The keyword of vLLM's ``LLM`` it is passed to, when not ``None``.
     vllm: str | None = None
     #: A client of ``suffice serve`` may set it for one request (a query parameter or the body's ``options``).
@@ -383,12 +384,12 @@ def in_process_flags(cls: type) -> tuple[tuple[str, str], ...]:
 
 def recorded(obj: Any, engine: str, settings: dict[str, str]) -> dict[str, str]:
     """``settings`` (what an engine records beside an output) with every setting tagged ``verdict`` that ``engine``
-    takes, set to other than its default and not recorded yet, as a string."""
+    takes, set to other than its default (or tagged ``record_default``) and not recorded yet, as a string."""
     for d in tagged(type(obj), verdict=True):
         value = getattr(obj, d.name)
         key = d.spec.record or d.name
         taken = d.spec.engines is None or engine in d.spec.engines
-        if taken and key not in settings and not d.is_default(value):
+        if taken and key not in settings and (d.spec.record_default or not d.is_default(value)):
             settings[key] = str(value)
     return settings
 

@@ -541,3 +541,72 @@ def test_the_settings_doc_names_every_flag_and_variable_the_commands_take_and_no
     documented = _docs_flags_and_variables()
     assert (documented[0] - flags, flags - documented[0]) == (set(), set())
     assert (documented[1] - variables, variables - documented[1]) == (set(), set())
+
+
+# A gate's own option, declared once on its options class (``per_request`` a tag like any setting's): it is a
+# flag, a variable, a TOML key, a Python option, an HTTP parameter, an OpenAPI entry, a recorded setting and a row
+# of the docs' table, with the bounds and text of its declaration.
+
+
+@dataclass(frozen=True)
+class ExtendedSufficiency(SufficiencyOptions):
+    min_overlap: int = setting(2, "words a chunk shares with the question at least", minimum=1, maximum=9)
+    max_hops: int = setting(3, "reasoning hops the model may take", minimum=1, maximum=8, per_request=True)
+
+
+@pytest.fixture
+def extended_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from suffice.gates.sufficiency.gate import SufficiencyGate
+
+    monkeypatch.setattr(SufficiencyGate, "options_model", ExtendedSufficiency)
+
+
+@pytest.mark.usefixtures("extended_gate")
+def test_a_new_gate_option_is_a_flag_a_variable_a_toml_key_and_a_python_option(tmp_path: Path):
+    from suffice.cli.gate_args import add_gate_args, gate_options_from_args
+    from suffice.cli.serve_settings import SettingSources
+
+    parser = argparse.ArgumentParser()
+    add_gate_args(parser)
+    assert "--min-overlap" in parser.format_help() and "--max-hops" in parser.format_help()
+    settings = SettingSources(parser, "judge")
+    file = tmp_path / "s.toml"
+    file.write_text("min_overlap = 5\n", encoding="utf-8")
+    for argv, environ, want in (
+        (["--min-overlap", "3"], {"SUFFICE_MIN_OVERLAP": "4"}, 3),
+        (["--config", str(file)], {"SUFFICE_MIN_OVERLAP": "4"}, 4),
+        (["--config", str(file)], {}, 5),
+        (["--gate-option", "min_overlap=6"], {}, 6),
+        ([], {}, 2),
+    ):
+        args = parser.parse_args(argv)
+        settings.resolve(args, environ)
+        config = JudgeConfig(gate="sufficiency", options=gate_options_from_args(args))
+        gate = config.make_gate()
+        assert gate.options.min_overlap == want  # type: ignore[attr-defined]
+        assert gate.settings().get("min_overlap") == (None if want == 2 else str(want))  # recorded when set
+    with pytest.raises(ConfigError, match="must be between 1 and 9") as caught:
+        JudgeConfig(gate="sufficiency", options={"min_overlap": "10"})
+    assert caught.value.parameter == "min_overlap"
+    rows = table(ExtendedSufficiency)
+    assert (
+        "| `min_overlap` | `--min-overlap` `SUFFICE_MIN_OVERLAP` `min_overlap` | int | `2` | between 1 and 9 |" in rows
+    )
+    assert "`--max-hops` `SUFFICE_MAX_HOPS` `max_hops`; per request: `?max_hops=`" in rows
+
+
+@pytest.mark.usefixtures("extended_gate")
+def test_a_new_per_request_gate_option_is_an_http_parameter_and_an_openapi_entry_and_the_others_are_not():
+    client = _served(JudgeConfig())
+    spec = client.get("/openapi.json").json()
+    names = [p["name"] for p in spec["paths"]["/v1/judge/sufficiency"]["post"]["parameters"]]
+    assert "max_hops" in names and "min_overlap" not in names
+    [d] = [d for d in declared(ExtendedSufficiency) if d.name == "max_hops"]
+    body = spec["components"]["schemas"]["SufficiencyOptions"]["properties"]
+    assert _bounds(body["max_hops"]) == _declared_bounds(d) and "min_overlap" not in body
+    assert client.post("/v1/judge/sufficiency?max_hops=5", json=[ITEM]).status_code == 200
+    assert client.get("/v1/settings/sufficiency?max_hops=5").json()["settings"]["max_hops"] == "5"
+    answer = client.post("/v1/judge/sufficiency", json={"items": [ITEM], "options": {"max_hops": 9}})
+    assert answer.status_code == 422 and "must be between 1 and 8" in answer.json()["detail"][0]["msg"]
+    refused = client.post("/v1/judge/sufficiency?min_overlap=3", json=[ITEM])
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["query", "min_overlap"]

@@ -104,6 +104,9 @@ class BatchOptions(AuditOptions):
         flag="--format",
         label="format",
         choices=verdict_format_names,
+        verdict=True,
+        record="format",
+        record_default=True,  # what every row looks like: each output says it
     )
     input_format: str | None = setting(None, "input format (default: by extension)", choices=file_format_names)
     output_format: str | None = setting(None, "output format (default: by extension)", choices=file_format_names)
@@ -116,6 +119,7 @@ class BatchOptions(AuditOptions):
         metavar="FIELD=NAME",
         reads=tuple[str, ...],
         convert=FieldMap.parse,
+        verdict=True,  # which input field is the question decides the verdict
     )
     ray: RayOptions | None = setting(
         None,

@@ -14,11 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from suffice.batch.options import BatchOptions
 from suffice.config import JudgeConfig
 from suffice.exceptions import OutputMismatchError
 from suffice.files import replace_atomically
 from suffice.gates.base import Gate
 from suffice.serving.factory import engine_settings
+from suffice.settings import recorded
 
 #: The key of what a started engine says it serves (:meth:`RunSettings.check_served`).
 SERVED = "served"
@@ -35,21 +37,17 @@ class RunSettings:
     values: dict[str, str]
 
     @classmethod
-    def of(cls, config: JudgeConfig, gate: Gate, fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
-        """``fields``: the input's field mapping (recorded only when there is one: which
-        input field is the question decides the verdict)."""
+    def of(cls, config: JudgeConfig, gate: Gate, options: BatchOptions) -> RunSettings:
         # A cascade's rows depend on its margin: a resume under another would mix two runs' choices.
         margin = {"auto_margin": repr(config.auto_margin)} if config.detail == "auto" else {}
-        return cls.judged_by({**gate.settings(), **margin, **engine_settings(config.engine)}, fmt, fields)
+        return cls.judged_by({**gate.settings(), **margin, **engine_settings(config.engine)}, config, options)
 
     @classmethod
-    def judged_by(cls, judge: Mapping[str, str], fmt: str, fields: Mapping[str, str] | None = None) -> RunSettings:
+    def judged_by(cls, judge: Mapping[str, str], config: JudgeConfig, options: BatchOptions) -> RunSettings:
         """The settings of rows from a judge whose own settings (gate and engine) are ``judge``: this process's,
-        or those a service reports (``suffice judge --server``), with the output's format and field mapping."""
-        values = {**judge, "format": fmt}
-        if fields:
-            values["fields"] = ",".join(f"{ours}={theirs}" for ours, theirs in sorted(fields.items()))
-        return cls(values)
+        or those a service reports (``suffice judge --server``), with the output's (``options`` tagged verdict:
+        the format and the field mapping)."""
+        return cls(recorded(options, config.engine.kind, dict(judge)))
 
     def write(self, output: Path, *, keep_served: bool = False) -> None:
         """Write the settings beside ``output``; ``keep_served``: keep what an earlier

@@ -163,9 +163,9 @@ def judge_file(
     if refused is not None:
         raise ConfigError("format", options.fmt, refused)
     if judge is None:
-        settings = RunSettings.of(config, gate, options.fmt, options.fields.names)
+        settings = RunSettings.of(config, gate, options)
     else:
-        settings = RunSettings.judged_by(service_settings(judge, config), options.fmt, options.fields.names)
+        settings = RunSettings.judged_by(service_settings(judge, config), config, options)
     journal = output if out_format.appendable else journal_path(output)
     with writing(output.parent):
         output.parent.mkdir(parents=True, exist_ok=True)

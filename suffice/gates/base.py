@@ -5,6 +5,7 @@ package registered under the entry-point group ``suffice.gates`` (:mod:`suffice.
 
 from __future__ import annotations
 
+import json
 from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,8 +46,13 @@ class GateOptions:
         return cls(**{key: known[key].parsed(value) for key, value in values.items()})
 
     def recorded(self) -> dict[str, str]:
-        """Every option's value as recorded beside a batch output (its ``repr``), by name."""
-        return {d.name: repr(getattr(self, d.name)) for d in declared(type(self))}
+        """Every option set to other than its default, as text, by name: what a resume must match (any option may
+        change a verdict; a gate records its own form of one where two spellings mean the same)."""
+        return {
+            d.name: json.dumps(value) if isinstance(value, bool) else str(value)
+            for d in declared(type(self))
+            if not d.is_default(value := getattr(self, d.name))
+        }
 
 
 #: The default bound on a verdict's free-text reasoning, in characters, and the bounds of ``reasoning_chars``.
@@ -155,15 +161,20 @@ class Gate(ABC):
 
     @classmethod
     def from_options(cls, options: GateOptions) -> Gate:
-        """The gate its options describe: by default made with no arguments, the options then kept as
-        :attr:`options` (and recorded by :meth:`settings`)."""
-        gate = cls()
+        """The gate its options describe (made by :meth:`build`), the options kept as :attr:`options` so that
+        :meth:`settings` records them: every way a gate is made from options goes through here."""
+        gate = cls.build(options)
         gate.options = options
         return gate
 
+    @classmethod
+    def build(cls, options: GateOptions) -> Gate:
+        """The gate made from ``options``; by default with no arguments (it reads :attr:`options`)."""
+        return cls()
+
     @property
     def options(self) -> GateOptions:
-        """The options the gate was made from (by the default :meth:`from_options`; else the defaults)."""
+        """The options the gate was made from (by :meth:`from_options`; else the defaults)."""
         chosen = self.__dict__.get("_options")
         return chosen if isinstance(chosen, GateOptions) else self.options_model()
 
@@ -178,10 +189,8 @@ class Gate(ABC):
 
     def settings(self) -> dict[str, str]:
         """What, besides the model and engine, decides this gate's verdicts (recorded beside a batch output):
-        its name, prompt version and the options it was made from."""
-        chosen = self.__dict__.get("_options")
-        options = {} if chosen is None else chosen.recorded()
-        return {"gate": self.name, "prompt_version": self.prompt_version, **options}
+        its name, prompt version and every option it was made from set to other than its default."""
+        return {"gate": self.name, "prompt_version": self.prompt_version, **self.options.recorded()}
 
     def system_context(self, item: Item) -> dict[str, Any]:
         """What the template's system part is rendered with: instructions shared by many items (kept identical so

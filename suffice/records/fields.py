@@ -49,6 +49,10 @@ class FieldMap:
             names[ours] = theirs
         return cls(names)
 
+    def __str__(self) -> str:
+        """As an output's settings record it: ``ours=theirs`` pairs, sorted, comma-joined."""
+        return ",".join(f"{ours}={theirs}" for ours, theirs in sorted(self.names.items()))
+
     def apply(self, record: object, position: int | None) -> object:
         """The record with suffice's names (anything not a JSON object passes through,
         to get its own error line); ``position``: the id a mapped record without one

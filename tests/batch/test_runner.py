@@ -589,6 +589,24 @@ def test_a_resume_with_another_field_mapping_is_refused_naming_it(tmp_path):
     assert caught.value.setting == "fields"
 
 
+def test_an_output_records_its_format_at_the_default_and_its_field_mapping_sorted(tmp_path):
+    from suffice.batch import FieldMap
+    from suffice.batch.run_settings import settings_path
+    from suffice.formats.verdicts import DEFAULT_VERDICT_FORMAT
+
+    source = tmp_path / "in.jsonl"
+    write_lines(source, [json.dumps({"key": "a", "query": "Q?", "chunks": []}).encode()])
+    judge_file(CONFIG, source, tmp_path / "plain.jsonl", open_judge=opener(ScriptedEngine(good)))
+    plain = json.loads(settings_path(tmp_path / "plain.jsonl").read_text())
+    assert plain["format"] == DEFAULT_VERDICT_FORMAT and "fields" not in plain
+    mapped = BatchOptions(fields=FieldMap.parse(["question=query", "id=key"]))
+    judge_file(CONFIG, source, tmp_path / "mapped.jsonl", mapped, open_judge=opener(ScriptedEngine(good)))
+    recorded = json.loads(settings_path(tmp_path / "mapped.jsonl").read_text())
+    assert [key for key in recorded if key in ("format", "fields")] == ["format", "fields"]
+    assert recorded["fields"] == "id=key,question=query"
+    assert {k: v for k, v in recorded.items() if k != "fields"} == plain
+
+
 @pytest.mark.parametrize("which", ["output", "input"])
 def test_an_audit_database_that_is_the_output_or_the_input_is_refused(tmp_path, which):
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

@@ -231,7 +231,7 @@ def test_the_docs_state_the_defaults_and_ranges_the_options_have():
             s = schemas[key]
             assert f"{s['minimum']}-{s['maximum']} (default {s['default']}" in cell, f"docs/gates.md: {key}: {cell}"
             checked += 1
-    assert checked >= 8  # the option table's rows and the prose's mentions
+    assert checked >= 6  # the prose's mentions (the options' tables are docs/settings.md's, generated)
 
 
 def test_the_docs_state_the_recovery_bounds_the_code_has():

@@ -93,7 +93,7 @@ class AdequacyGate(Gate):
             self.store.get(rubric)  # fail at construction for a bad default
 
     @classmethod
-    def from_options(cls, options: GateOptions) -> AdequacyGate:
+    def build(cls, options: GateOptions) -> AdequacyGate:
         assert isinstance(options, AdequacyOptions)
         return cls(
             RubricStore(options.rubric_dir),
@@ -161,12 +161,7 @@ class AdequacyGate(Gate):
         digest = hashlib.sha256()
         for path in sorted(self.store.folder.glob("*.json")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        settings = {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
-        if self.reasoning_chars != AdequacyBounds.RATIONALE_CHARS:
-            settings["reasoning_chars"] = str(self.reasoning_chars)
-        if self.retrieval_exhausted:
-            settings["retrieval_exhausted"] = "true"
-        return settings
+        return {**super().settings(), "rubric": rubric, "rubrics": digest.hexdigest()}
 
     def high_stakes(self, item: Item) -> bool:
         """A HIGH-risk rubric (the record's own, else the default)."""

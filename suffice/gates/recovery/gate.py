@@ -116,7 +116,7 @@ class RecoveryGate(Gate):
         self.unsupported_marker = check_marker(unsupported_marker)
 
     @classmethod
-    def from_options(cls, options: GateOptions) -> RecoveryGate:
+    def build(cls, options: GateOptions) -> RecoveryGate:
         assert isinstance(options, RecoveryOptions)
         return cls(
             SufficiencyThreshold.from_spec(options.threshold),
@@ -142,16 +142,7 @@ class RecoveryGate(Gate):
         return self.route(verdict).route == "deliver"
 
     def settings(self) -> dict[str, str]:
-        settings = {
-            **super().settings(),
-            "threshold": self.threshold.describe(),
-            "max_sources_per_segment": str(self.bounds.sources_max),
-        }
-        if self.unsupported_marker != UNSUPPORTED_MARKER:
-            settings["unsupported_marker"] = self.unsupported_marker
-        if self.retrieval_exhausted:
-            settings["retrieval_exhausted"] = "true"
-        return settings
+        return {**super().settings(), "threshold": self.threshold.describe()}
 
     def seed_extras(self, verdict: BaseModel) -> dict[str, Any]:
         """Beside the seed's shape: every segment with its label and sources, the model's own classification, and

@@ -92,7 +92,7 @@ class SufficiencyGate(Gate):
         self.bounds = bounds
 
     @classmethod
-    def from_options(cls, options: GateOptions) -> SufficiencyGate:
+    def build(cls, options: GateOptions) -> SufficiencyGate:
         assert isinstance(options, SufficiencyOptions)
         path = options.gate_config
         calibration = None if path is None else GateConfig.load(path)
@@ -169,15 +169,7 @@ class SufficiencyGate(Gate):
     def settings(self) -> dict[str, str]:
         config = self.calibration
         calibrated = "none" if config is None else f"{config.score}>={config.threshold!r}"
-        settings = {**super().settings(), "gate_config": calibrated}
-        if (self.bounds.entities_max, self.bounds.useful_max) != (B.ENTITIES_MAX, B.USEFUL_MAX):
-            settings["max_entities"] = str(self.bounds.entities_max)
-            settings["max_useful_chunks"] = str(self.bounds.useful_max)
-        if self.bounds.reasoning_chars != B.REASONING_CHARS:
-            settings["reasoning_chars"] = str(self.bounds.reasoning_chars)
-        if self.bounds.queries_max != B.QUERIES_MAX:
-            settings["max_retrieval_queries"] = str(self.bounds.queries_max)
-        return settings
+        return {**super().settings(), "gate_config": calibrated}
 
     def is_positive(self, verdict: BaseModel) -> bool:
         """Whether the route delivers: the calibrated decision when a gate config set one, else the model's
