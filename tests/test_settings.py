@@ -359,7 +359,8 @@ def test_a_command_line_setting_out_of_its_bounds_is_a_usage_error_naming_it(
 
 def test_every_command_line_setting_has_its_flag_on_its_commands():
     """Nothing declared is left off a command, and the declared flags keep their names."""
-    from suffice.batch.options import AuditOptions, BatchOptions
+    from suffice.audit.options import AuditOptions
+    from suffice.batch.options import BatchOptions
     from suffice.cli.cache_cmd import CacheSettings
     from suffice.cli.calibrate_cmd import CalibrateSettings
     from suffice.cli.judge_cmd import JudgeSettings

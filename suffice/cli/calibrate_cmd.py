@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suffice.audit.options import AuditOptions
 from suffice.batch import BatchOptions
-from suffice.batch.options import AuditOptions
 from suffice.batch.run_settings import settings_path
 from suffice.calibration.metrics import Sweep
 from suffice.calibration.report import build_report, write_report

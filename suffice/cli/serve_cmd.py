@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from suffice.audit import AuditLog
-from suffice.batch.options import AuditOptions
 from suffice.cli.cache_cmd import add_cache_args, cache_settings
 from suffice.cli.engine_args import add_engine_args, engine_config_from_args, engine_keys
 from suffice.cli.errors import command, fail
@@ -39,8 +38,9 @@ def add_parser(sub: Any) -> None:
     add_gate_args(p)
     add_judge_settings(p)
     add_cache_args(p)
-    add_flags(p, ServeConfig)  # --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
-    add_flags(p, AuditOptions)
+    add_flags(
+        p, ServeConfig
+    )  # the audit log's, --host, --port, --api-key-file, the limits and timeouts, --reviewer-keys
     settings = SettingSources(p, "serve")
     p.set_defaults(command_settings=settings, serve_settings=settings)
 
@@ -74,7 +74,6 @@ def _config(args: argparse.Namespace, engine: EngineConfig) -> ServeConfig:
         judge=JudgeConfig(gate=gates[0], engine=engine, **judge_settings_from_args(args), **cache_settings(args)),
         gates=gates,
         options=gate_options_from_args(args),
-        **vars(from_args(AuditOptions, args)),
         verbose=args.verbose,
     )
     return served

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suffice.audit.options import AuditOptions
 from suffice.config import JudgeConfig
 from suffice.exceptions import ConfigError
 from suffice.gates import gate_names
@@ -20,7 +21,7 @@ MAX_HEADER_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
-class ServeConfig:
+class ServeConfig(AuditOptions):
     """What ``suffice serve`` runs: which gates, on which judge settings, behind which guards.
 
     ``judge`` holds the engine and the detail; its ``gate`` field is ignored, ``gates``
@@ -36,10 +37,6 @@ class ServeConfig:
     api_key_file: Path | None = setting(
         None, "file holding the bearer token clients must send (default: no authentication)", dest="client_key_file"
     )
-    audit_db: Path | None = None
-    audit_key: bytes | None = None
-    #: Where ``suffice serve`` writes an anchor of the audit log when it shuts down.
-    anchor_file: Path | None = None
     #: A folder of ``NAME.key`` files, one per reviewer of the review page (see :mod:`suffice.server.reviews`).
     reviewer_keys: Path | None = setting(
         None,
@@ -105,6 +102,7 @@ class ServeConfig:
     verbose: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "gates", tuple(self.gates))
         if not self.gates:
             raise ConfigError("gates", self.gates, "serve at least one gate")
