@@ -73,7 +73,7 @@ from suffice.results import (
     TokenCounts,
 )
 from suffice.rows.frames import Results
-from suffice.serving.base import Progress, checked_progress
+from suffice.serving.base import Progress
 from suffice.serving.progress import progress_of
 from suffice.settings import per_request
 from suffice.telemetry import outgoing_headers, traced_async_transport, traced_transport
@@ -83,8 +83,10 @@ DEFAULT_TIMEOUT_S = 600.0
 
 _Answer = TypeVar("_Answer", ReviewOutcome, ReviewEvents)
 _Read = TypeVar("_Read")
-#: One request a batch makes: how its answer is read, the method, URL and timeout, and httpx's other arguments.
-_Call = tuple[Callable[[httpx.Response], Any], str, str, "float | None", dict[str, Any]]
+#: A call's gate options, over the client's.
+_Options = Mapping[str, Any] | None
+#: What an exchange asks its driver for: a request (method, URL, httpx's other arguments), or seconds to wait.
+_Step = tuple[str, str, dict[str, Any]] | float
 
 
 class _Base:
@@ -153,14 +155,14 @@ class _Base:
         """Make what the subclass sends with."""
         raise NotImplementedError
 
-    def _call(self, gate: str | None, options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    def _call(self, gate: str | None, options: _Options) -> tuple[str, dict[str, Any]]:
         """The gate and options of a call, checked as the in-process judge checks them (a ConfigError naming
         ``gate`` or ``options``); the service checks what they hold."""
         check_call(gate, options)
         return gate or self.gate, {**self.judge_settings, **self.options, **(options or {})}
 
     def _request(
-        self, records: Sequence[object], gate: str | None, options: Mapping[str, Any] | None
+        self, records: Sequence[object], gate: str | None, options: _Options
     ) -> tuple[str, str, object, dict[str, Any]]:
         """The gate, the URL and the JSON body of one call, and what it sent by name (to rebuild a refusal)."""
         name, values = self._call(gate, options)
@@ -168,13 +170,12 @@ class _Base:
         body: object = {"items": items, "options": values} if values else items
         return name, f"{self.base_url}/v1/judge/{quote(name, safe='')}", body, {**values, "gate": name}
 
-    def _settings_request(
-        self, gate: str | None, options: Mapping[str, Any] | None
-    ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        """The URL and query of ``GET /v1/settings/{gate}``, and what it sent by name (to rebuild a refusal)."""
+    def _settings_exchange(self, gate: str | None, options: _Options) -> Generator[_Step, Any, dict[str, str]]:
+        """The exchange of ``GET /v1/settings/{gate}``; a refusal is rebuilt from what it sent by name."""
         name, values = self._call(gate, options)
         query = {key: value if isinstance(value, str) else json.dumps(value) for key, value in values.items()}
-        return f"{self.base_url}/v1/settings/{quote(name, safe='')}", query, {**values, "gate": name}
+        read = functools.partial(_settings, sent={**values, "gate": name}, auth=self._auth)
+        return self._exchange(read, "GET", f"{self.base_url}/v1/settings/{quote(name, safe='')}", None, params=query)
 
     def _unsent_results(
         self,
@@ -214,44 +215,61 @@ class _Base:
         self,
         records: Sequence[object],
         gate: str | None,
-        options: Mapping[str, Any] | None,
-        progress: Progress | None,
+        options: _Options,
+        progress: Progress | bool | None,
         timeout: float | None,
-    ) -> Generator[_Call, Any, Results]:
-        """A batch's steps, each request to the service yielded for the client to make and sent back its answer as
-        read: one logic for the blocking client and the awaited one, which only wait differently."""
-        check_call(gate, options)  # a mistaken call is refused as the in-process judge refuses it, before any request
-        began = time.perf_counter()
-        if len(records) > 1 and self._limits is None:
-            self._limits = yield (_limits, "GET", self._settings_request(gate, None)[0], timeout, {})
-        unsent, parts = self._plan(records, options)
-        judged: list[JudgeResult] = []
-        for part in parts:
-            name, url, body, sent = self._request([records[i] for i in part], gate, options)
-            read = functools.partial(_results, gate=name, count=len(part), sent=sent, auth=self._auth)
-            judged += yield (read, "POST", url, timeout, {"json": body})
-            if progress is not None:
-                progress(len(part))
-        if unsent and progress is not None:
-            progress.skipped(len(unsent))
-        results = judged
-        if unsent:
-            settings = None
-            if not judged:
-                url, query, sent = self._settings_request(gate, options)
-                settings = yield (
-                    functools.partial(_settings, sent=sent, auth=self._auth),
-                    "GET",
-                    url,
-                    None,
-                    {"params": query},
-                )
-            results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
-        return self._publish(records, results, began, gate, options)
+    ) -> Generator[_Step, Any, Results]:
+        """A batch's exchanges (see :meth:`_exchange`): one logic for the blocking client and the awaited one, which
+        only wait differently.  ``progress``: as ``judge_batch`` takes it."""
+        with progress_of(progress, len(records)) as bar:
+            # A mistaken call is refused as the in-process judge refuses it, before any request.
+            check_call(gate, options)
+            began = time.perf_counter()
+            if len(records) > 1 and self._limits is None:
+                url = f"{self.base_url}/v1/settings/{quote(gate or self.gate, safe='')}"
+                self._limits = yield from self._exchange(_limits, "GET", url, timeout)
+            unsent, parts = self._plan(records, options)
+            judged: list[JudgeResult] = []
+            for part in parts:
+                name, url, body, sent = self._request([records[i] for i in part], gate, options)
+                read = functools.partial(_results, gate=name, count=len(part), sent=sent, auth=self._auth)
+                judged += yield from self._exchange(read, "POST", url, timeout, json=body)
+                if bar is not None:
+                    bar(len(part))
+            if unsent and bar is not None:
+                bar.skipped(len(unsent))
+            results = judged
+            if unsent:
+                settings = None if judged else (yield from self._settings_exchange(gate, options))
+                results = self._unsent_results(gate or self.gate, records, unsent, judged, settings)
+            return self._publish(records, results, began, gate, options)
 
-    def _plan(
-        self, records: Sequence[object], options: Mapping[str, Any] | None
-    ) -> tuple[dict[int, InputError], list[list[int]]]:
+    def _exchange(
+        self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
+    ) -> Generator[_Step, Any, _Read]:
+        """One request, tried again as :attr:`retry` says: it yields the request for the driver (:meth:`_run`,
+        :meth:`_arun`) to send, sent back the response or the ``httpx.TransportError``, and each wait to sleep; it
+        returns the answer as ``read`` takes it (a typed error but 200)."""
+        attempt = 0
+        while True:
+            response = yield (method, url, {"headers": outgoing_headers(), "timeout": _per_call(timeout), **request})
+            if isinstance(response, httpx.TransportError):
+                raise self._unanswered(response, timeout) from response
+            wait = self.retry.wait(attempt, response.status_code, response.headers.get("retry-after"))
+            if wait is None:
+                return read(response)
+            yield wait
+            attempt += 1
+
+    def _run(self, steps: Generator[_Step, Any, _Read]) -> _Read:
+        """The answer of ``steps``, each request sent and each wait slept, blocking."""
+        raise NotImplementedError
+
+    async def _arun(self, steps: Generator[_Step, Any, _Read]) -> _Read:
+        """:meth:`_run`, awaited."""
+        raise NotImplementedError
+
+    def _plan(self, records: Sequence[object], options: _Options) -> tuple[dict[int, InputError], list[list[int]]]:
         """The records no request can carry (by index, each its error row's :class:`InputError`) and the others in
         requests within the service's limits, in order: at most ``max_items`` each, and bodies under
         ``max_body_bytes`` (a record larger than that alone is an error row, not a refused batch)."""
@@ -282,7 +300,7 @@ class _Base:
         results: list[JudgeResult],
         began: float,
         gate: str | None,
-        options: Mapping[str, Any] | None,
+        options: _Options,
     ) -> Results:
         """Publish a judged batch to :attr:`stream` and return it as :class:`~suffice.rows.frames.Results`, with the
         gate that routes its verdicts where it can be built here (one reading a rubric only the service holds cannot:
@@ -294,7 +312,7 @@ class _Base:
         self.stream.publish(Judged(records, results, time.perf_counter() - began, reader, gate or self.gate))
         return Results(results, reader)
 
-    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+    def gate_for(self, gate: str | None = None, options: _Options = None) -> Gate:
         """The gate that reads the service's verdicts for ``gate`` with ``options`` (its decision, route and
         useful chunks), built here: an option the gate does not take is a
         :class:`~suffice.exceptions.ConfigError` naming it, before any request.  It reads a verdict of any
@@ -302,15 +320,16 @@ class _Base:
         gate's rule, which would need the full verdict)."""
         return VerdictReader(make_gate(gate or self.gate, {**self.options, **(options or {})}))
 
-    def _outcome_url(self, review_id: int) -> str:
-        """The URL of ``GET /v1/reviews/{review_id}/outcome``; a :class:`ConfigError` for an id that is no id."""
+    def _outcome(self, review_id: int) -> Generator[_Step, Any, ReviewOutcome]:
+        """The exchange of ``GET /v1/reviews/{review_id}/outcome``; a :class:`ConfigError` for an id that is no id."""
         if isinstance(review_id, bool) or not isinstance(review_id, int) or review_id < 1:
             raise ConfigError("review_id", review_id, "must be a review's number (a whole number from 1)")
-        return f"{self.base_url}/v1/reviews/{review_id}/outcome"
+        read = functools.partial(_reviewed, model=ReviewOutcome, auth=self._auth)
+        return self._exchange(read, "GET", f"{self.base_url}/v1/reviews/{review_id}/outcome", None)
 
-    def _events_request(self, since: int, wait: float, limit: int | None) -> tuple[str, dict[str, Any], float]:
-        """The URL, query and timeout of ``GET /v1/reviews/events``: the wait on top of the client's timeout, since
-        the service holds the answer that long when nothing is decided.  Values the route refuses are a
+    def _events(self, since: int, wait: float, limit: int | None) -> Generator[_Step, Any, ReviewEvents]:
+        """The exchange of ``GET /v1/reviews/events``, its timeout the wait on top of the client's, since the
+        service holds the answer that long when nothing is decided.  Values the route refuses are a
         :class:`ConfigError` naming them, before any request."""
         if isinstance(since, bool) or not isinstance(since, int) or since < 0:
             raise ConfigError("since", since, "must be the `next` of an earlier answer (a whole number from 0)")
@@ -321,7 +340,8 @@ class _Base:
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_EVENTS:
                 raise ConfigError("limit", limit, f"must be a whole number from 1 to {MAX_EVENTS}")
             query["limit"] = limit
-        return f"{self.base_url}/v1/reviews/events", query, self.timeout + wait
+        read = functools.partial(_reviewed, model=ReviewEvents, auth=self._auth)
+        return self._exchange(read, "GET", f"{self.base_url}/v1/reviews/events", self.timeout + wait, params=query)
 
     def _unanswered(self, exc: httpx.TransportError, timeout: float | None = None) -> ServiceError:
         """The typed error for a request the service did not answer (a timeout is an ``httpx.TransportError``); the
@@ -330,6 +350,79 @@ class _Base:
         if isinstance(exc, httpx.TimeoutException):
             return ServiceTimeoutError(f"no answer within {self.timeout if timeout is None else timeout:g} s: {said}")
         return ServiceUnavailableError(f"cannot reach {redact_url(self.base_url)}: {said}")
+
+    def judge_batch(
+        self,
+        records: Sequence[object],
+        *,
+        gate: str | None = None,
+        options: _Options = None,
+        progress: Progress | bool | None = None,
+        timeout: float | None = None,
+    ) -> Results:
+        """One result per record, in order, as ``Judge.judge_batch`` returns them, however many: they are sent in
+        requests within the service's limits, one after another; ``options``: the gate's per-request options;
+        ``progress``: ``True`` draws one bar on stderr for them all, or a :class:`~suffice.serving.base.Progress`;
+        ``timeout``: seconds each request may take (default: the client's).  Raises a
+        :class:`~suffice.exceptions.ServiceError` for a refused request, and for a gate or option refused the error
+        ``Judge.judge_batch`` raises (a :class:`~suffice.exceptions.ConfigError` naming it).  Blocking, in an
+        :class:`AsyncClient` too (on a connection of its own, made at the first such call)."""
+        return self._run(self._batch(records, gate, options, progress, timeout))
+
+    def judge(
+        self, record: object, *, gate: str | None = None, options: _Options = None, timeout: float | None = None
+    ) -> JudgeResult:
+        """One record's result (see :meth:`judge_batch`)."""
+        return self.judge_batch([record], gate=gate, options=options, timeout=timeout)[0]
+
+    async def ajudge_batch(
+        self,
+        records: Sequence[object],
+        *,
+        progress: Progress | bool | None = None,
+        gate: str | None = None,
+        options: _Options = None,
+        timeout: float | None = None,
+    ) -> Results:
+        """:meth:`judge_batch`, awaited: a :class:`Client` on a worker thread, an :class:`AsyncClient` natively
+        (cancelling its task also ends the request)."""
+        return await self._arun(self._batch(records, gate, options, progress, timeout))
+
+    async def ajudge(
+        self, record: object, *, gate: str | None = None, options: _Options = None, timeout: float | None = None
+    ) -> JudgeResult:
+        """One record's result, awaited (see :meth:`ajudge_batch`)."""
+        return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
+
+    def settings_for(self, gate: str | None = None, options: _Options = None) -> dict[str, str]:
+        """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
+        the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
+        extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does.  Blocking, under
+        the name every :class:`~suffice.config.JudgeProtocol` gives it."""
+        return self._run(self._settings_exchange(gate, options))
+
+    def review_outcome(self, review_id: int) -> ReviewOutcome:
+        """What a person decided on review ``review_id`` of the service's queue (``GET /v1/reviews/{id}/outcome``,
+        with the client's key): pending (``decided`` false) or the decision, who made it, the approved answer or the
+        reviewers' queries, and the record as queued.  An unknown id raises
+        :class:`~suffice.exceptions.ReviewNotFoundError` (as the audit log in process does), other refusals a
+        :class:`~suffice.exceptions.ServiceError`."""
+        return self._run(self._outcome(review_id))
+
+    def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """The reviews decided after cursor ``since`` (``GET /v1/reviews/events``), oldest first: pass the answer's
+        ``next`` as ``since`` to follow them.  ``wait``: seconds (at most
+        :data:`~suffice.results.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
+        ``limit``: the most events (default and at most :data:`~suffice.results.MAX_EVENTS`)."""
+        return self._run(self._events(since, wait, limit))
+
+    async def areview_outcome(self, review_id: int) -> ReviewOutcome:
+        """:meth:`review_outcome`, awaited."""
+        return await self._arun(self._outcome(review_id))
+
+    async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
+        """:meth:`review_events`, awaited: in an :class:`AsyncClient`, cancelling the task ends the long poll."""
+        return await self._arun(self._events(since, wait, limit))
 
 
 class Client(_Base, AbstractContextManager["Client"]):
@@ -340,131 +433,36 @@ class Client(_Base, AbstractContextManager["Client"]):
     over plain ``http://`` to another machine (refused otherwise, as a bad address is: a
     :class:`~suffice.exceptions.ConfigError` naming ``base_url``, raised here); ``judge_settings``: judge settings
     sent with every call, as its options are (``{"auto_margin": 0.3}``; one a request cannot set is a
-    :class:`~suffice.exceptions.ConfigError` naming it, raised here)."""
+    :class:`~suffice.exceptions.ConfigError` naming it, raised here).  Its awaited calls run on a worker thread."""
 
     def _open(self) -> None:
         transport = traced_transport(httpx.HTTPTransport())  # a CLIENT span per call
         self._http = httpx.Client(timeout=self.timeout, trust_env=False, headers=self._headers, transport=transport)
 
-    def judge_batch(
-        self,
-        records: Sequence[object],
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        progress: Progress | bool | None = None,
-        timeout: float | None = None,
-    ) -> Results:
-        """One result per record, in order, as ``Judge.judge_batch`` returns them, however many: they are sent in
-        requests within the service's limits, one after another; ``options``: the gate's per-request options;
-        ``progress``: ``True`` draws one bar on stderr for them all, or a :class:`~suffice.serving.base.Progress`;
-        ``timeout``: seconds each request may take (default: the client's).  Raises a
-        :class:`~suffice.exceptions.ServiceError` for a refused request, and for a gate or option refused the error
-        ``Judge.judge_batch`` raises (a :class:`~suffice.exceptions.ConfigError` naming it)."""
-        if isinstance(progress, bool):
-            with progress_of(progress, len(records)) as bar:
-                return self.judge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
-        steps = self._batch(records, gate, options, checked_progress(progress), timeout)
+    def _run(self, steps: Generator[_Step, Any, _Read]) -> _Read:
         try:
-            call = next(steps)
+            step = steps.send(None)
             while True:
-                read, method, url, timeout, request = call
-                call = steps.send(self._exchange(read, method, url, timeout, **request))
+                step = steps.send(self._send(step))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _exchange(
-        self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
-    ) -> _Read:
-        """One request, tried again as :attr:`retry` says; its answer as ``read`` takes it (a typed error but 200)."""
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(
-                    method, url, headers=outgoing_headers(), timeout=_per_call(timeout), **request
-                )
-            except httpx.TransportError as exc:
-                raise self._unanswered(exc, timeout) from exc
-            wait = self.retry.wait(attempt, response.status_code, response.headers.get("retry-after"))
-            if wait is None:
-                return read(response)
-            time.sleep(wait)
-            attempt += 1
+    def _send(self, step: _Step) -> object:
+        """What a step of :meth:`_Base._exchange` is sent back."""
+        if not isinstance(step, tuple):
+            time.sleep(step)
+            return None
+        try:
+            return self._http.request(step[0], step[1], **step[2])
+        except httpx.TransportError as exc:
+            return exc
 
-    def judge(
-        self,
-        record: object,
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> JudgeResult:
-        """One record's result (see :meth:`judge_batch`)."""
-        return self.judge_batch([record], gate=gate, options=options, timeout=timeout)[0]
+    async def _arun(self, steps: Generator[_Step, Any, _Read]) -> _Read:
+        return await asyncio.to_thread(self._run, steps)
 
-    async def ajudge_batch(
-        self,
-        records: Sequence[object],
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        progress: Progress | bool | None = None,
-        timeout: float | None = None,
-    ) -> Results:
-        """:meth:`judge_batch`, awaited on a worker thread (an :class:`AsyncClient` awaits natively: cancelling
-        its task also ends the request)."""
-        return await asyncio.to_thread(
-            functools.partial(self.judge_batch, gate=gate, options=options, progress=progress, timeout=timeout),
-            records,
-        )
-
-    async def ajudge(
-        self,
-        record: object,
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> JudgeResult:
-        """One record's result, awaited (see :meth:`ajudge_batch`)."""
-        return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
-
-    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
-        """:meth:`settings` under the name every :class:`~suffice.config.JudgeProtocol` gives it."""
-        return self.settings(gate, options)
-
-    def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
-        """What decides the rows the service gives for ``gate`` with ``options`` (``GET /v1/settings/{gate}``):
-        the values ``suffice judge`` records beside an output, which ``suffice judge --server`` compares before it
-        extends one.  Raises a :class:`~suffice.exceptions.ServiceError` as :meth:`judge_batch` does."""
-        url, query, sent = self._settings_request(gate, options)
-        return self._exchange(lambda r: _settings(r, sent, self._auth), "GET", url, None, params=query)
-
-    def review_outcome(self, review_id: int) -> ReviewOutcome:
-        """What a person decided on review ``review_id`` of the service's queue (``GET /v1/reviews/{id}/outcome``,
-        with the client's key): pending (``decided`` false) or the decision, who made it, the approved answer or the
-        reviewers' queries, and the record as queued.  An unknown id raises
-        :class:`~suffice.exceptions.ReviewNotFoundError` (as the audit log in process does), other refusals a
-        :class:`~suffice.exceptions.ServiceError`."""
-        return self._exchange(
-            lambda r: _reviewed(r, ReviewOutcome, self._auth), "GET", self._outcome_url(review_id), None
-        )
-
-    def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
-        """The reviews decided after cursor ``since`` (``GET /v1/reviews/events``), oldest first: pass the answer's
-        ``next`` as ``since`` to follow them.  ``wait``: seconds (at most
-        :data:`~suffice.results.MAX_EVENTS_WAIT_S`) the service holds the call when none is decided yet;
-        ``limit``: the most events (default and at most :data:`~suffice.results.MAX_EVENTS`)."""
-        url, query, timeout = self._events_request(since, wait, limit)
-        return self._exchange(lambda r: _reviewed(r, ReviewEvents, self._auth), "GET", url, timeout, params=query)
-
-    async def areview_outcome(self, review_id: int) -> ReviewOutcome:
-        """:meth:`review_outcome`, awaited on a worker thread."""
-        return await asyncio.to_thread(self.review_outcome, review_id)
-
-    async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
-        """:meth:`review_events`, awaited on a worker thread."""
-        return await asyncio.to_thread(self.review_events, since, wait, limit)
+    def settings(self, gate: str | None = None, options: _Options = None) -> dict[str, str]:
+        """:meth:`settings_for`."""
+        return self.settings_for(gate, options)
 
     def close(self) -> None:
         self._http.close()
@@ -482,7 +480,7 @@ class AsyncClient(_Base):
     ``judge`` / ``judge_batch`` / ``settings_for`` block, as on every :class:`~suffice.config.JudgeProtocol`
     (on a connection of their own, made at the first such call), so an AsyncClient serves sync code too."""
 
-    #: The blocking client of the sync calls, made at the first such call.
+    #: The blocking client whose connection the sync calls send on, made at the first such call.
     _blocking_client: Client | None = None
 
     def _open(self) -> None:
@@ -510,114 +508,28 @@ class AsyncClient(_Base):
     def _blocking(self) -> Client:
         """The blocking client of the sync calls: an asyncio connection belongs to the loop that opened it."""
         if self._blocking_client is None:
-            client = Client(**self._made_with)
-            client.options, client.stats, client.stream = self.options, self.stats, self.stream  # one judge's counts
-            self._blocking_client = client
+            self._blocking_client = Client(**self._made_with)
         return self._blocking_client
 
-    def judge_batch(
-        self,
-        records: Sequence[object],
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        progress: Progress | bool | None = None,
-        timeout: float | None = None,
-    ) -> Results:
-        """One result per record, in order, blocking (see :meth:`Client.judge_batch`)."""
-        return self._blocking().judge_batch(records, gate=gate, options=options, progress=progress, timeout=timeout)
+    def _run(self, steps: Generator[_Step, Any, _Read]) -> _Read:
+        return self._blocking()._run(steps)
 
-    def judge(
-        self,
-        record: object,
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> JudgeResult:
-        """One record's result, blocking (see :meth:`Client.judge_batch`)."""
-        return self._blocking().judge(record, gate=gate, options=options, timeout=timeout)
-
-    def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
-        """:meth:`settings`, blocking (see :meth:`Client.settings`)."""
-        return self._blocking().settings(gate, options)
-
-    async def ajudge_batch(
-        self,
-        records: Sequence[object],
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        progress: Progress | bool | None = None,
-        timeout: float | None = None,
-    ) -> Results:
-        """One result per record, in order (see :meth:`Client.judge_batch`), awaited."""
-        if isinstance(progress, bool):
-            with progress_of(progress, len(records)) as bar:
-                return await self.ajudge_batch(records, gate=gate, options=options, progress=bar, timeout=timeout)
-        steps = self._batch(records, gate, options, checked_progress(progress), timeout)
-        try:
-            call = next(steps)
-            while True:
-                read, method, url, timeout, request = call
-                call = steps.send(await self._exchange(read, method, url, timeout, **request))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-    async def settings(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
-        """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`Client.settings`)."""
-        url, query, sent = self._settings_request(gate, options)
-        return await self._exchange(lambda r: _settings(r, sent, self._auth), "GET", url, None, params=query)
-
-    async def _exchange(
-        self, read: Callable[[httpx.Response], _Read], method: str, url: str, timeout: float | None, **request: Any
-    ) -> _Read:
-        """:meth:`Client._exchange`, awaited."""
+    async def _arun(self, steps: Generator[_Step, Any, _Read]) -> _Read:
         http = await self._http()
-        attempt = 0
+        sent: object = None
         while True:
             try:
-                response = await http.request(
-                    method, url, headers=outgoing_headers(), timeout=_per_call(timeout), **request
-                )
+                step = steps.send(sent)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                sent = await (http.request(*step[:2], **step[2]) if isinstance(step, tuple) else asyncio.sleep(step))
             except httpx.TransportError as exc:
-                raise self._unanswered(exc, timeout) from exc
-            wait = self.retry.wait(attempt, response.status_code, response.headers.get("retry-after"))
-            if wait is None:
-                return read(response)
-            await asyncio.sleep(wait)
-            attempt += 1
+                sent = exc
 
-    async def ajudge(
-        self,
-        record: object,
-        *,
-        gate: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> JudgeResult:
-        """One record's result, awaited (see :meth:`ajudge_batch`)."""
-        return (await self.ajudge_batch([record], gate=gate, options=options, timeout=timeout))[0]
-
-    def review_outcome(self, review_id: int) -> ReviewOutcome:
-        """What a person decided on review ``review_id``, blocking (see :meth:`Client.review_outcome`)."""
-        return self._blocking().review_outcome(review_id)
-
-    def review_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
-        """The reviews decided after ``since``, blocking (see :meth:`Client.review_events`)."""
-        return self._blocking().review_events(since, wait, limit)
-
-    async def areview_outcome(self, review_id: int) -> ReviewOutcome:
-        """What a person decided on review ``review_id`` (see :meth:`Client.review_outcome`), awaited."""
-        return await self._exchange(
-            lambda r: _reviewed(r, ReviewOutcome, self._auth), "GET", self._outcome_url(review_id), None
-        )
-
-    async def areview_events(self, since: int = 0, wait: float = 0.0, limit: int | None = None) -> ReviewEvents:
-        """The reviews decided after ``since`` (see :meth:`Client.review_events`), awaited: cancelling the task
-        ends the long poll."""
-        url, query, timeout = self._events_request(since, wait, limit)
-        return await self._exchange(lambda r: _reviewed(r, ReviewEvents, self._auth), "GET", url, timeout, params=query)
+    async def settings(self, gate: str | None = None, options: _Options = None) -> dict[str, str]:
+        """What decides the rows the service gives for ``gate`` with ``options`` (see :meth:`settings_for`)."""
+        return await self._arun(self._settings_exchange(gate, options))
 
     async def aclose(self) -> None:
         """Close the running loop's connections and the blocking calls' (another loop's close when it shuts down)."""

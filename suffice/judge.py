@@ -445,7 +445,7 @@ class Judge(AbstractContextManager["Judge"]):
             try:
                 item, prepared = self._prepare(record, cancel)
             except ItemError as exc:
-                results[index] = self._error(record_id(record), exc, TokenCounts(), retries=0)
+                results[index] = self._result(record_id(record), TokenCounts(), 0, exc)
                 continue
             if isinstance(prepared, FittedPrompt):
                 if self.cache is not None:
@@ -456,7 +456,7 @@ class Judge(AbstractContextManager["Judge"]):
                         continue
                 pending.append(_Pending(index, item, prepared))
             else:
-                results[index] = self._verdict(item.id, prepared, TokenCounts(), retries=0)
+                results[index] = self._result(item.id, TokenCounts(), 0, verdict=prepared)
 
         if progress is not None and len(records) > len(pending):
             progress(len(records) - len(pending))
@@ -478,7 +478,7 @@ class Judge(AbstractContextManager["Judge"]):
             ]
             for p, error in self._run(retry, results, retries=1, cancel=cancel):
                 self.stats.add("retry_failures", 1)
-                results[p.index] = self._error(p.item.id, error, p.tokens, retries=1, attempts=_failed(p, error))
+                results[p.index] = self._result(p.item.id, p.tokens, 1, error, attempts=_failed(p, error))
 
         if self.cache is not None:
             fresh = [(keys[p.index], results[p.index]) for p in pending]
@@ -541,8 +541,8 @@ class Judge(AbstractContextManager["Judge"]):
             gens = [next(generated) for _ in p.fitted.prompts]
             engine_error = next((g for g in gens if isinstance(g, EngineError)), None)
             if engine_error is not None:
-                results[p.index] = self._error(
-                    p.item.id, GenerationError(str(engine_error)), p.tokens, retries, attempts=p.attempts
+                results[p.index] = self._result(
+                    p.item.id, p.tokens, retries, GenerationError(str(engine_error)), attempts=p.attempts
                 )
                 continue
             windows = [g for g in gens if not isinstance(g, EngineError)]
@@ -579,8 +579,8 @@ class Judge(AbstractContextManager["Judge"]):
             except VerdictError as exc:
                 failed.append((p, exc))
                 continue
-            results[p.index] = self._verdict(
-                p.item.id, verdict, p.tokens, retries, text, p.fitted.fence, attempts=p.attempts
+            results[p.index] = self._result(
+                p.item.id, p.tokens, retries, verdict=verdict, raw_text=text, fence=p.fitted.fence, attempts=p.attempts
             )
         return failed
 
@@ -600,48 +600,21 @@ class Judge(AbstractContextManager["Judge"]):
 
         return isolate(lambda part: self.engine.generate(list(part), progress, cancel), requests, failed)
 
-    def _verdict(
-        self,
-        item_id: str,
-        verdict: BaseModel,
-        tokens: TokenCounts,
-        retries: int,
-        raw_text: str | None = None,
-        fence: str | None = None,
-        attempts: tuple[FailedAttempt, ...] = (),
+    def _result(
+        self, item_id: str | None, tokens: TokenCounts, retries: int, error: ItemError | None = None, **outcome: Any
     ) -> JudgeResult:
+        """A result of this judge's gate, model and prompt: its ``error``, or its verdict as ``outcome`` gives it
+        (``verdict``, ``raw_text``, ``fence``), with the ``attempts`` that failed before."""
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,
-            verdict=verdict,
+            error=None if error is None else ErrorInfo.from_exception(error),
             model=self.engine.model_id,
             backend=self.engine.backend,
             prompt_version=self.prompt_version,
             tokens=tokens,
             retries=retries,
-            raw_text=raw_text,
-            fence=fence,
-            attempts=attempts,
-        )
-
-    def _error(
-        self,
-        item_id: str | None,
-        exc: ItemError,
-        tokens: TokenCounts,
-        retries: int,
-        attempts: tuple[FailedAttempt, ...] = (),
-    ) -> JudgeResult:
-        return JudgeResult(
-            id=item_id,
-            gate=self.gate.name,
-            error=ErrorInfo.from_exception(exc),
-            model=self.engine.model_id,
-            backend=self.engine.backend,
-            prompt_version=self.prompt_version,
-            tokens=tokens,
-            retries=retries,
-            attempts=attempts,
+            **outcome,
         )
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from suffice.exceptions import InputError, VerdictError
+from suffice.exceptions import ConfigError, InputError, VerdictError
 from suffice.gates.base import Gate, GateOptions
 from suffice.gates.recovery.citing import UNSUPPORTED_MARKER, check_marker, cite
 from suffice.gates.recovery.decision import SufficiencyThreshold, decide
@@ -45,9 +45,13 @@ B = RecoveryBounds
 
 
 def _threshold(value: Any) -> Any:
-    """A threshold as the options hold it (a mapping of keys), refused naming the key at fault."""
-    SufficiencyThreshold.from_spec(value)
-    return dict(value)
+    """A threshold as the options hold it (text, or a mapping of keys as a dict), refused as the ``threshold``
+    option with the key at fault in the reason."""
+    try:
+        SufficiencyThreshold.from_spec(value)
+    except ConfigError as exc:
+        raise ConfigError("threshold", value, str(exc)) from None
+    return value if isinstance(value, str) else dict(value)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class RecoveryOptions(GateOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        SufficiencyThreshold.from_spec(self.threshold)  # text: a ConfigError names the key at fault
+        _threshold(self.threshold)  # text: its flag's and a query parameter's
         check_marker(self.unsupported_marker)
 
     @property
