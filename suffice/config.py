@@ -73,8 +73,13 @@ class JudgeConfig:
     #: The verdict cache (:mod:`suffice.cache`): ``None`` reads ``$SUFFICE_VERDICT_CACHE`` (a path, or ``off``),
     #: else the file in suffice's cache folder; ``"off"`` (or ``False``) judges every record again; a path.
     cache: str | os.PathLike[str] | bool | None = None
-    #: The cache's bound in bytes; the least recently used entries go past it.
-    cache_max_bytes: int = 1 << 30
+    cache_max_bytes: int = setting(
+        1 << 30,
+        "the verdict cache's bound in bytes; the least recently used entries go past it (judge, calibrate and serve: "
+        "--verdict-cache-mib)",
+        flag="",
+        minimum=1 << 16,
+    )
 
     def __post_init__(self) -> None:
         options = gate_class(self.gate).options_model
@@ -91,8 +96,6 @@ class JudgeConfig:
             raise ConfigError("cache", self.cache, "must be a path, 'off' or False")
         if isinstance(self.cache, str) and not self.cache.strip():
             raise ConfigError("cache", self.cache, "must be a path, 'off' or False")
-        if not isinstance(self.cache_max_bytes, int) or self.cache_max_bytes < 1 << 16:
-            raise ConfigError("cache_max_bytes", self.cache_max_bytes, "must be a whole number of at least 65536")
 
     def cache_path(self) -> Path | None:
         """Where the verdict cache is (``None``: off): the ``cache`` setting, else ``$SUFFICE_VERDICT_CACHE``,
