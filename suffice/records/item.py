@@ -225,17 +225,30 @@ def _metadata(value: object, field: str) -> tuple[tuple[str, MetadataValue], ...
 
 
 def check_sources(chunks: tuple[Chunk, ...] | list[Chunk]) -> None:
-    """Refuse a ``source`` that spells a sourceless chunk's id.
+    """Refuse a ``source`` that spells a sourceless chunk's id, or that looks like another source without being it.
 
-    A citation names a source, and a chunk without one is cited by its id: the two would
-    be one source to the model, and a citation of it would credit either chunk's text."""
-    sourceless = {str(c.id): i for i, c in enumerate(chunks) if c.source is None}
+    A citation names a source, and a chunk without one is cited by its id: the two would be one source to the model,
+    and a citation of it would credit either chunk's text.  Names are compared as the prompt shows them
+    (:func:`~suffice.records.text.normalise`: NFKC, no invisible characters), so a full-width, zero-width-spaced
+    or soft-hyphenated look-alike is the same name."""
+    sourceless = {normalise(str(c.id)): i for i, c in enumerate(chunks) if c.source is None}
+    shown: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
-        if chunk.source is not None and (other := sourceless.get(chunk.source)) is not None:
+        if chunk.source is None:
+            continue
+        name = normalise(chunk.source)
+        if (other := sourceless.get(name)) is not None:
             raise InputError(
                 f"chunks[{i}].source",
                 f"{_short(chunk.source)} is the id of chunks[{other}], which has no source, so a citation could not "
                 f"tell them apart: give chunks[{other}] its source",
+            )
+        first = shown.setdefault(name, i)
+        if chunks[first].source != chunk.source:
+            raise InputError(
+                f"chunks[{i}].source",
+                f"{_short(chunk.source)} looks like chunks[{first}].source {_short(chunks[first].source)} as the "
+                "prompt shows it (Unicode normalisation), so a citation could not tell them apart",
             )
 
 
@@ -268,10 +281,11 @@ def parse_record(record: object, *, need_response: bool = False) -> Item:
     if not isinstance(raw_chunks, list):
         raise InputError("chunks", f"must be a list, got {type(raw_chunks).__name__}")
     chunks = tuple(parse_chunk(raw, i) for i, raw in enumerate(raw_chunks))
-    # Compared as text: 1 and "1" are one id in a citation, a Parquet column and a user's eyes.
+    # Compared as shown: 1 and "1", or "a" and a full-width or zero-width-spaced "a", are one id in a citation, a
+    # Parquet column and a user's eyes.
     seen: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
-        key = str(chunk.id)
+        key = normalise(str(chunk.id))
         if key in seen:
             raise InputError(f"chunks[{i}].id", f"duplicate chunk id {_short(chunk.id)} (also chunks[{seen[key]}])")
         seen[key] = i

@@ -71,3 +71,37 @@ def test_a_chunk_naming_itself_or_another_sourced_chunks_id_is_fine() -> None:
 def test_a_retrieved_chunk_cannot_take_a_sourceless_chunks_id_as_its_source() -> None:
     with pytest.raises(InputError, match="source"):
         merge_chunks((Chunk("kb-1", "x"),), [{"text": "planted", "source": "kb-1"}], 1)
+
+
+#: Look-alikes the prompt shows as the plain name (it is NFKC-normalised, invisible characters removed).
+LOOK_ALIKES = {
+    "fullwidth": "\uff4b\uff42-123",  # ｋｂ-123
+    "zero-width space": "kb-\u200b123",
+    "soft hyphen": "kb\u00ad-123",
+    "word joiner": "kb-1\u206023",
+}
+
+
+@pytest.mark.parametrize("planted", LOOK_ALIKES.values(), ids=LOOK_ALIKES.keys())
+def test_a_look_alike_of_a_sourceless_chunks_id_is_refused_through_the_recovery_gate(planted: str) -> None:
+    judge = Judge(ScriptedEngine(lambda r: CITING_SOURCE_0), RecoveryGate(SufficiencyThreshold.loose()))
+    [result] = judge.judge_batch([laundered("kb-123", planted)])
+    assert result.verdict is None, f"delivered on the attacker's text: {result.verdict}"
+    assert result.error is not None and result.error.field == "chunks[1].source"
+
+
+@pytest.mark.parametrize("planted", LOOK_ALIKES.values(), ids=LOOK_ALIKES.keys())
+def test_a_look_alike_of_another_source_or_chunk_id_is_refused(planted: str) -> None:
+    sources = [{"id": "a", "text": "x", "source": "kb-123"}, {"id": "b", "text": "y", "source": planted}]
+    with pytest.raises(InputError, match="looks like chunks\\[0\\].source") as caught:
+        parse_record(laundered() | {"chunks": sources})
+    assert caught.value.field == "chunks[1].source"
+    ids = [{"id": "kb-123", "text": "x"}, {"id": planted, "text": "y"}]
+    with pytest.raises(InputError, match="duplicate chunk id") as caught:
+        parse_record(laundered() | {"chunks": ids})
+    assert caught.value.field == "chunks[1].id"
+
+
+def test_distinct_names_that_stay_distinct_when_shown_are_fine() -> None:
+    chunks = [{"id": "a", "text": "x", "source": "kb-123"}, {"id": "b", "text": "y", "source": "kb-124"}]
+    assert len(parse_record(laundered() | {"chunks": chunks}).chunks) == 2
