@@ -63,18 +63,30 @@ def _refuse_link(path: Path, exc: OSError) -> OutputWriteError:
     return write_error(path, exc)
 
 
+def planted(info: os.stat_result, *, private: bool) -> str | None:
+    """Why a file suffice writes to (or reads its own state from) is not its own, or ``None``: another user owns it
+    (planted beside the output, what we write would be theirs to read or to change), or others may write it (every
+    user; for a ``private`` file, the group too: a cache, an audit log or a key must be the owner's alone).  The one
+    owner check every writer goes through."""
+    if info.st_uid != os.geteuid():
+        return f"belongs to another user (uid {info.st_uid}), who could read or change it"
+    if info.st_mode & (0o022 if private else 0o002):
+        return f"may be written by other users (mode {stat.S_IMODE(info.st_mode):04o}): chmod go-w it"
+    return None
+
+
 def _check_opened(path: Path, fd: int, *, private: bool) -> None:
     """Refuse (closing ``fd``) what an open without following links can still reach: a FIFO or device, a hard
-    link to someone's file, and for ``private`` a file another user owns (planted beside the output, what we append
-    would be theirs to read).  An existing file's mode is its owner's choice and is kept."""
+    link to someone's file, a file that is not this user's own (:func:`planted`).  An existing file's mode is
+    otherwise its owner's choice and is kept."""
     info = os.fstat(fd)
     why = None
     if not stat.S_ISREG(info.st_mode):
         why = "is not a regular file"
     elif info.st_nlink > 1:
         why = "is a second link to another file"
-    elif private and info.st_uid != os.geteuid():
-        why = f"belongs to another user (uid {info.st_uid}), who could read what is written"
+    else:
+        why = planted(info, private=private)
     if why is not None:
         os.close(fd)
         raise OutputWriteError(str(path), f"{why}: refusing to write to it")
@@ -126,7 +138,7 @@ def create_private(path: Path) -> None:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise _refuse_link(path, exc) from exc
-        _check_opened(path, fd, private=False)
+        _check_opened(path, fd, private=True)
         os.close(fd)
 
 

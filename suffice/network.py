@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
 from suffice.exceptions import ConfigError
+from suffice.files import planted
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:)?//[^/?#]*@")
 
@@ -146,6 +147,8 @@ def read_key_file(
                     f"the key file has mode {mode:04o}: group or others may read or change it, and whoever can "
                     f"read it can {forging}; run `chmod 600 {where}`",
                 )
+            if forging is not None and (why := planted(info, private=True)) is not None:
+                raise ConfigError(parameter, where, f"the key file {why}, and could {forging}")
             data = handle.read(KEY_FILE_MAX_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(parameter, where, missing) from None
