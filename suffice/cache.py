@@ -9,8 +9,10 @@ engine's, and a rerun should try again).
 One SQLite file (default ``<cache folder>/verdicts.sqlite3``, see :func:`default_cache_path`) in WAL mode: several
 processes share it (SQLite's own locking; a writer waits up to :data:`BUSY_MS`).  Bounded by ``max_bytes``: past it
 the least recently used entries go.  A file that is not a verdict cache is refused with :class:`ConfigError` naming
-``cache`` (it may be someone's data); a damaged entry is a miss, never a wrong verdict: each entry holds its own key
-and digest, checked on every read.
+``cache`` (it may be someone's data); a damaged or forged entry is a miss, never a wrong verdict: each entry holds
+its own key and a MAC of key and value under a secret only the cache's owner can read (``<cache>.key``, mode 0600,
+made with the cache), checked on every read and counted when it fails (``rejected``).  Whoever can write the file but
+not read the secret cannot make an entry that is used.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -28,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from suffice.exceptions import ConfigError, OutputWriteError
-from suffice.files import create_private
+from suffice.files import create_private, write_new
 from suffice.gates.base import Gate
 from suffice.grammars.constraint import Constraint
+from suffice.network import read_key_file
 from suffice.records.item import Item
 from suffice.results import CacheHit, JudgeResult
 
@@ -109,7 +114,29 @@ class VerdictCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        #: Entries read whose MAC failed (damaged, or written without the secret) this process: each was a miss.
+        self.rejected = 0
         self._db = self._open()
+        self._secret = self._read_or_make_secret()
+
+    def _read_or_make_secret(self) -> bytes:
+        """The MAC secret beside the cache, made (0600, never over a planted file) the first time."""
+        path = self.path.with_name(self.path.name + ".key")
+        try:
+            write_new(path, secrets.token_hex(32).encode("ascii"), private=True)
+        except FileExistsError:
+            pass
+        except OutputWriteError as exc:
+            raise ConfigError("cache", str(path), f"its key cannot be made: {exc.reason}") from exc
+        for _ in range(100):  # another process may be writing it this moment
+            secret = read_key_file(path, "cache", forging="forge cached verdicts")
+            if len(secret) == 64:
+                return secret
+            time.sleep(0.01)
+        raise ConfigError("cache", str(path), "its key file is not a cache key (64 hex digits)")
+
+    def _mac(self, key: str, value: str) -> str:
+        return hmac.new(self._secret, f"{key}\0{value}".encode(), hashlib.sha256).hexdigest()
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
@@ -176,8 +203,9 @@ class VerdictCache:
             if row is None:
                 return None
             value, digest, first = row
-            if hashlib.sha256(f"{key}\0{value}".encode()).hexdigest() != digest:
-                return None  # damaged: judged again, and the fresh verdict replaces it
+            if not hmac.compare_digest(self._mac(key, value), digest):
+                self.rejected += 1
+                return None  # damaged or forged: judged again, and the fresh verdict replaces it
             try:
                 data = json.loads(value)
                 verdict = gate.verdict_model.model_validate(data.pop("verdict"))
@@ -197,7 +225,7 @@ class VerdictCache:
             if result.verdict is None or result.error is not None:
                 continue
             value = result.model_dump_json(exclude={"cached"})
-            digest = hashlib.sha256(f"{key}\0{value}".encode()).hexdigest()
+            digest = self._mac(key, value)
             rows.append((key, value, digest, len(value) + len(key), first, now))
         if not rows:
             return
@@ -232,7 +260,8 @@ class VerdictCache:
         self._db.executemany("DELETE FROM verdicts WHERE key = ?", doomed)
 
     def stats(self) -> dict[str, Any]:
-        """Entries, their bytes, the bound, hits so far and the file's size on disk."""
+        """Entries, their bytes, the bound, hits so far, entries this process refused (their MAC failed) and the
+        file's size on disk."""
         with self._lock:
             entries, size, hits = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(hits), 0) FROM verdicts"
@@ -244,6 +273,7 @@ class VerdictCache:
             "bytes": size,
             "max_bytes": self.max_bytes,
             "hits": hits,
+            "rejected": self.rejected,
             "file_bytes": on_disk,
         }
 

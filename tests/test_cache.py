@@ -3,10 +3,13 @@ the identical row marked as a hit, and a damaged, foreign or shared cache never 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import multiprocessing
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +153,33 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path):
     third, engine = judge_with(path)
     (result,) = third.judge_batch([rec(0)])
     assert engine.calls == [] and result.verdict.is_sufficient is True
+
+
+def test_a_forged_entry_with_its_digest_recomputed_is_a_miss_and_is_counted(tmp_path):
+    """Key and value are in the row: whoever can write the file can recompute a plain hash of them, but not the
+    MAC under the owner's secret (``c.sqlite3.key``, mode 0600)."""
+    path = tmp_path / "c.sqlite3"
+    judge, _ = judge_with(path)
+    judge.judge_batch([rec(0)])
+    assert stat.S_IMODE(path.with_name("c.sqlite3.key").stat().st_mode) == 0o600
+    db = sqlite3.connect(path)
+    key, raw = db.execute("SELECT key, value FROM verdicts").fetchone()
+    value = json.loads(raw)
+    value["verdict"]["is_sufficient"] = False
+    forged = json.dumps(value)
+    for digest in (
+        hashlib.sha256(f"{key}\0{forged}".encode()).hexdigest(),
+        hmac.new(b"guess", forged.encode(), "sha256").hexdigest(),
+    ):
+        db.execute("UPDATE verdicts SET value = ?, digest = ?", (forged, digest))
+        db.commit()
+        again, engine = judge_with(path)
+        assert again.cache is not None
+        before = again.cache.stats()["rejected"]
+        (result,) = again.judge_batch([rec(0)])
+        assert engine.calls == [1] and result.verdict.is_sufficient is True and result.cached is None
+        assert again.cache.stats()["rejected"] == before + 1
+    db.close()
 
 
 def test_a_file_that_is_not_a_verdict_cache_is_refused_and_left_alone(tmp_path):
