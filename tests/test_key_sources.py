@@ -1,5 +1,5 @@
 """A service's key is never said, and a 401 says where the key came from: ``suffice judge --server`` names the flag,
-the variable or the settings file it read the key file from (and the file), the pytest plugin ``--suffice-api-key``
+the variable or the settings file it read the key file from (and the file), the pytest plugin ``--suffice-api-key-file``
 or ``$SUFFICE_API_KEY``; a key read with its newline is the key without it."""
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def test_judged(suffice_judge):
 @pytest.mark.parametrize(
     ("flag", "variable", "said"),
     [
-        (True, False, "the service refused the key from --suffice-api-key"),
+        (True, False, "the service refused the key from --suffice-api-key-file"),
         (False, True, "the service refused the key from $SUFFICE_API_KEY"),
-        (False, False, "give its key with --suffice-api-key or $SUFFICE_API_KEY"),
+        (False, False, "give its key with --suffice-api-key-file or $SUFFICE_API_KEY"),
     ],
 )
 def test_the_plugins_401_names_its_option_or_variable(pytester, monkeypatch, keyed, flag, variable, said):
@@ -90,10 +90,12 @@ def test_the_plugins_401_names_its_option_or_variable(pytester, monkeypatch, key
         monkeypatch.setenv("SUFFICE_API_KEY", WRONG + "\n")
     pytester.makepyfile(test_team=TEAM_TEST)
     args = [*_plugin_args(), "-p", "no:cacheprovider", f"--suffice-server={keyed}"]
-    result = pytester.runpytest_subprocess(*args, *([f"--suffice-api-key={WRONG}"] if flag else []))
+    key_file = pytester.path / "wrong.key"
+    key_file.write_text(WRONG + "\n")
+    result = pytester.runpytest_subprocess(*args, *([f"--suffice-api-key-file={key_file}"] if flag else []))
     output = result.stdout.str() + result.stderr.str()
     assert said in output, output[-3000:]
-    assert WRONG not in output.replace(f"--suffice-api-key={WRONG}", "")  # the command line pytest echoes aside
+    assert WRONG not in output
 
 
 def test_the_401_judge_md_shows_is_the_one_the_client_says():

@@ -3,7 +3,8 @@
 Fixtures:
 
 * ``suffice_judge`` (session): the judge every test shares.  With ``--suffice-server URL`` a
-  :class:`~suffice.Client` of that ``suffice serve`` (key: ``--suffice-api-key``, else ``$SUFFICE_API_KEY``);
+  :class:`~suffice.Client` of that ``suffice serve`` (key: read from ``--suffice-api-key-file``, else
+  ``$SUFFICE_API_KEY``; never on the command line, where other users' ``ps`` would show it);
   without it an in-process :class:`~suffice.Judge` (``--suffice-model PATH``: a local model folder, else the
   embedded one), started at the first test that asks for it and closed at the session's end.  A conftest.py
   that defines its own ``suffice_judge`` replaces it.
@@ -35,6 +36,7 @@ from suffice.exceptions import (
     ServiceError,
     SufficeError,
 )
+from suffice.network import read_key_file
 from suffice.results import JudgeResult
 from suffice.testing import assertions, labels
 
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from suffice.client import Client
     from suffice.judge import Judge
 
-#: The environment variable read for the service's key when ``--suffice-api-key`` is not given.
+#: The environment variable read for the service's key when ``--suffice-api-key-file`` is not given.
 API_KEY_ENV = "SUFFICE_API_KEY"
 
 P = ParamSpec("P")
@@ -58,7 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="judge through this suffice serve (a suffice.Client) instead of an in-process judge",
     )
     group.addoption(
-        "--suffice-api-key", metavar="KEY", default=None, help=f"the service's bearer key (default: ${API_KEY_ENV})"
+        "--suffice-api-key-file",
+        metavar="PATH",
+        default=None,
+        help=f"file holding the service's bearer key (default: ${API_KEY_ENV})",
     )
     group.addoption(
         "--suffice-model",
@@ -80,10 +85,12 @@ def _opened(config: pytest.Config) -> Judge | Client:
         return Judge.open(JudgeConfig(engine=EngineConfig(model=Path(model) if model else None)))
     from suffice.client import Client
 
-    given = config.getoption("suffice_api_key")
-    key = given or os.environ.get(API_KEY_ENV) or None
+    given = config.getoption("suffice_api_key_file")
+    key = read_key_file(given, "suffice_api_key_file", forging=None).decode() if given else None
+    key = key or os.environ.get(API_KEY_ENV) or None
     # Where the key came from, as a 401 says it (or where to give one).
-    source = "--suffice-api-key" if given else f"${API_KEY_ENV}" if key else f"--suffice-api-key or ${API_KEY_ENV}"
+    flag = "--suffice-api-key-file"
+    source = flag if given else f"${API_KEY_ENV}" if key else f"{flag} or ${API_KEY_ENV}"
     client = Client(server, api_key=key, api_key_source=source)
     try:
         client.settings()  # one request before any test: the service answers, and takes the key

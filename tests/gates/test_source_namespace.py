@@ -93,7 +93,7 @@ def test_a_look_alike_of_a_sourceless_chunks_id_is_refused_through_the_recovery_
 @pytest.mark.parametrize("planted", LOOK_ALIKES.values(), ids=LOOK_ALIKES.keys())
 def test_a_look_alike_of_another_source_or_chunk_id_is_refused(planted: str) -> None:
     sources = [{"id": "a", "text": "x", "source": "kb-123"}, {"id": "b", "text": "y", "source": planted}]
-    with pytest.raises(InputError, match="looks like chunks\\[0\\].source") as caught:
+    with pytest.raises(InputError, match=r"looks like chunks\[0\]\.source") as caught:
         parse_record(laundered() | {"chunks": sources})
     assert caught.value.field == "chunks[1].source"
     ids = [{"id": "kb-123", "text": "x"}, {"id": planted, "text": "y"}]

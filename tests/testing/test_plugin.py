@@ -241,7 +241,7 @@ def test_an_in_process_judge_a_conftest_gives_judges_every_gate(
 
 def test_the_options_show_in_pytest_help(pytester: pytest.Pytester):
     result = pytester.runpytest_subprocess(*_plugin_args(), "--help")
-    result.stdout.fnmatch_lines(["*--suffice-server=URL*", "*--suffice-api-key=KEY*", "*--suffice-model=PATH*"])
+    result.stdout.fnmatch_lines(["*--suffice-server=URL*", "*--suffice-api-key-file=PATH*", "*--suffice-model=PATH*"])
 
 
 def test_a_bound_outside_0_to_1_is_a_config_error_naming_it(tmp_path: Path):
@@ -355,7 +355,11 @@ def _unreachable() -> str:
     ("server", "key", "said"),
     [
         ("down", None, "suffice_judge: cannot reach http://127.0.0.1:*; start suffice serve there, or give its URL *"),
-        ("keyed", "w" * 32, "suffice_judge: HTTP 401: *the service refused the key from --suffice-api-key: give the *"),
+        (
+            "keyed",
+            "w" * 32,
+            "suffice_judge: HTTP 401: *the service refused the key from --suffice-api-key-file: give the *",
+        ),
     ],
 )
 def test_a_service_down_or_a_wrong_key_is_one_error_per_test_saying_what_to_fix(
@@ -364,7 +368,9 @@ def test_a_service_down_or_a_wrong_key_is_one_error_per_test_saying_what_to_fix(
     pytester.makepyfile(test_team=TEAM_TESTS)
     _labeled(pytester)
     xml = pytester.path / "report.xml"
-    args = [*_plugin_args(), f"--junitxml={xml}", *([f"--suffice-api-key={key}"] if key else [])]
+    key_file = pytester.path / "service.key"
+    key_file.write_text(key or "")
+    args = [*_plugin_args(), f"--junitxml={xml}", *([f"--suffice-api-key-file={key_file}"] if key else [])]
     if server == "down":
         result = pytester.runpytest_subprocess(*args, f"--suffice-server={_unreachable()}")
     else:
@@ -431,8 +437,10 @@ def test_agreement(suffice_gate):
 """
     )
     xml = pytester.path / "report.xml"
+    key_file = pytester.path / "service.key"
+    key_file.write_text(SERVE_KEY)
     result = pytester.runpytest_subprocess(
-        *_plugin_args(), f"--junitxml={xml}", f"--suffice-server={suffice_server}", f"--suffice-api-key={SERVE_KEY}"
+        *_plugin_args(), f"--junitxml={xml}", f"--suffice-server={suffice_server}", f"--suffice-api-key-file={key_file}"
     )
     found = _outcomes(xml)
     outcome, message, properties = found["test_sufficient"]
