@@ -174,10 +174,6 @@ class ResultsStream:
             if not any(o is observer for o in self._observers):
                 self._observers = (*self._observers, observer)
 
-    def unsubscribe(self, observer: ResultsObserver) -> None:
-        with self._lock:
-            self._observers = tuple(o for o in self._observers if o is not observer)
-
     @property
     def observers(self) -> tuple[ResultsObserver, ...]:
         return self._observers

@@ -1,47 +1,40 @@
 """Traces of the judge through the OpenTelemetry API (the ``otel`` extra); no other module imports it.
 
-Only the API is used, so nothing is recorded or sent unless the application installs an SDK
-(a ``TracerProvider``) with an exporter of its own; without ``opentelemetry-api`` installed at
-all, every function here does nothing and suffice works unchanged.
+Only the API is used, so nothing is recorded or sent unless the application installs an SDK (a
+``TracerProvider``) with an exporter of its own; without ``opentelemetry-api`` every function here does nothing.
 
 The spans follow the GenAI semantic conventions (``gen_ai.*``, as the installed
-``opentelemetry-semantic-conventions`` names them; ``tests/test_telemetry.py`` holds the names
-to that package):
+``opentelemetry-semantic-conventions`` names them; ``tests/test_telemetry.py`` holds the names to that package):
 
-- **A span per record sent to the model**, an inference span: ``gen_ai.operation.name`` is
-  ``chat`` (the conventions' value for a chat completion), because the judge sends each record to
-  the model as chat messages (the gate's system and user turns) and reads one assistant answer
-  back.  Its name is ``chat {gen_ai.request.model}``, as the conventions say for inference spans,
-  the model by its plain name (``SmolLM2-135M-Instruct``; a folder's last part, never its path);
-  ``gen_ai.provider.name`` says what serves it (:func:`provider_name`).  A record settled before
-  the model was called (refused by its checks, decided without evidence, or found in the cache)
-  has no inference span: the batch's span counts it.  A retry
-  after a failed validation stays inside the record's span: the conventions ask a retried
-  request's span to cover the logical operation with all its retries, and the token counts are
+- **A span per record sent to the model**, an inference span ``chat {gen_ai.request.model}``: the judge sends
+  each record as chat messages (the gate's system and user turns) and reads one assistant answer back.  The
+  model is named plainly (``SmolLM2-135M-Instruct``; a folder's last part, never its path);
+  ``gen_ai.provider.name`` says what serves it (:func:`provider_name`).  A record settled before the model was
+  called (refused by its checks, decided without evidence, or found in the cache) has no inference span: the
+  batch's span counts it.  A retry after a failed validation stays inside the record's span: the conventions
+  ask a retried request's span to cover the logical operation with all its retries, and the token counts are
   the record's (both generations), as its :class:`~suffice.results.JudgeResult` counts them.
-- **A span per batch**, ``invoke_workflow``: one ``judge_batch`` call coordinates many inference
-  calls (the records share the engine's running batch), which is what the conventions' workflow
-  span stands for.  Its name is ``invoke_workflow {gen_ai.workflow.name}``, the workflow being
-  ``suffice.<gate>``; it also carries the model and the batch's token totals.
+- **A span per batch**, ``invoke_workflow suffice.<gate>``: one ``judge_batch`` call coordinates many inference
+  calls (the records share the engine's running batch), which is what the conventions' workflow span stands
+  for; it also carries the model and the batch's token totals.
 
-Both are ``INTERNAL`` spans: they stand for the judge's own work (fitting, generation, parsing,
-routing), not only a call to the model, which runs under the judge's own engine.  suffice's own
-attributes: ``suffice.gate``, ``suffice.route`` (``Gate.route``), ``suffice.p_positive`` (the
-model's probability of the gate's positive decision value, read from its log-probabilities; absent
-where the model was not called or gave none), ``suffice.record.id``, ``suffice.retries``; a record
-that failed has an error status and ``error.type`` (its error class, as in the result row).
+Both are ``INTERNAL`` spans: they stand for the judge's own work (fitting, generation, parsing, routing), not
+only a call to the model.  suffice's own attributes: ``suffice.gate``, ``suffice.route`` (``Gate.route``),
+``suffice.p_positive`` (the model's probability of the gate's positive decision value, from its
+log-probabilities; absent where the model was not called or gave none), ``suffice.record.id``,
+``suffice.retries``; a record that failed has an error status and ``error.type`` (its error class, as in the
+result row).
 
 A **CLIENT span per HTTP call** of :class:`~suffice.Client` and :class:`~suffice.AsyncClient`
-(:func:`traced_transport`), by the HTTP conventions (``POST /v1/judge/{gate}``, the method, the
-URL, the server, the status code, ``error.type``); the service's spans nest under it.
+(:func:`traced_transport`), by the HTTP conventions (``POST /v1/judge/{gate}``, the method, the URL, the server,
+the status code, ``error.type``); the service's spans nest under it.
 
-vLLM's own spans of its start-up (``SyncMPClient init`` and the like) stay out of the caller's
-trace: the engine starts under a trace that is not sampled (:func:`engine_start`), unless
-``SUFFICE_TRACE_ENGINE=1`` asks for them.
+vLLM's own spans of its start-up (``SyncMPClient init`` and the like) stay out of the caller's trace: the engine
+starts under a trace that is not sampled (:func:`engine_start`), unless ``SUFFICE_TRACE_ENGINE=1`` asks for them.
 
-The record spans are written when the batch ends (the engine generates for all of a batch's
-records together, so no record has a generation of its own to time): each starts with the batch
-and ends when its result was settled (before generation, after the first pass, or after a retry).
+The record spans are written when the batch ends (the engine generates for all of a batch's records together, so
+no record has a generation of its own to time): each starts with the batch and ends when its result was settled
+(before generation, after the first pass, or after a retry).
 """
 
 from __future__ import annotations
@@ -310,41 +303,43 @@ def engine_start() -> Iterator[None]:
         _context.detach(token)
 
 
-def _client_span(request: httpx.Request, gate: str | None) -> Any:
-    """A CLIENT span for ``request`` (started, not current), its trace injected into the request's headers."""
+@contextlib.contextmanager
+def _client_span(request: httpx.Request) -> Iterator[Any]:
+    """A CLIENT span for ``request`` (started, not current), its trace injected into the request's headers; an
+    exception out of the block is the span's error."""
     assert _trace is not None and _propagate is not None
-    template = re.sub(r"^/v1/(judge|settings)/[^/]+$", r"/v1/\1/{gate}", request.url.path)
+    served = re.match(r"^/v1/(judge|settings)/([^/]+)$", request.url.path)
     attributes: dict[str, Any] = {
         HTTP_METHOD: request.method,
         URL_FULL: str(request.url.copy_with(query=None)),
         SERVER_ADDRESS: request.url.host,
         SERVER_PORT: request.url.port or (443 if request.url.scheme == "https" else 80),
     }
-    if gate is not None:
-        attributes[GATE] = gate
+    if served:
+        attributes[GATE] = served.group(2)
+    template = f"/v1/{served.group(1)}/{{gate}}" if served else request.url.path
     span = _trace.get_tracer(SCOPE, version()).start_span(
         f"{request.method} {template}", kind=_trace.SpanKind.CLIENT, attributes=attributes
     )
     _propagate.inject(request.headers, context=_trace.set_span_in_context(span))
-    return span
-
-
-def _end_client_span(span: Any, response: httpx.Response | None, error: BaseException | None) -> None:
-    assert _trace is not None
-    if response is not None:
-        span.set_attribute(HTTP_STATUS, response.status_code)
-        if response.status_code >= 400:
-            span.set_attribute(ERROR_TYPE, str(response.status_code))
-            span.set_status(_trace.Status(_trace.StatusCode.ERROR))
-    if error is not None:
+    try:
+        yield span
+    except BaseException as error:
         span.set_attribute(ERROR_TYPE, type(error).__qualname__)
         span.set_status(_trace.Status(_trace.StatusCode.ERROR, str(error)))
-    span.end()
+        raise
+    finally:
+        span.end()
 
 
-def _gate_of(request: httpx.Request) -> str | None:
-    match = re.match(r"^/v1/(?:judge|settings)/([^/]+)$", request.url.path)
-    return match.group(1) if match else None
+def _answered(span: Any, response: httpx.Response) -> httpx.Response:
+    """``response``, its status noted on ``span`` (an error status from 400 up)."""
+    assert _trace is not None
+    span.set_attribute(HTTP_STATUS, response.status_code)
+    if response.status_code >= 400:
+        span.set_attribute(ERROR_TYPE, str(response.status_code))
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR))
+    return response
 
 
 class _TracedTransport(httpx.BaseTransport):
@@ -352,14 +347,8 @@ class _TracedTransport(httpx.BaseTransport):
         self.inner = inner
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        span = _client_span(request, _gate_of(request))
-        try:
-            response = self.inner.handle_request(request)
-        except BaseException as exc:
-            _end_client_span(span, None, exc)
-            raise
-        _end_client_span(span, response, None)
-        return response
+        with _client_span(request) as span:
+            return _answered(span, self.inner.handle_request(request))
 
     def close(self) -> None:
         self.inner.close()
@@ -370,14 +359,8 @@ class _AsyncTracedTransport(httpx.AsyncBaseTransport):
         self.inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        span = _client_span(request, _gate_of(request))
-        try:
-            response = await self.inner.handle_async_request(request)
-        except BaseException as exc:
-            _end_client_span(span, None, exc)
-            raise
-        _end_client_span(span, response, None)
-        return response
+        with _client_span(request) as span:
+            return _answered(span, await self.inner.handle_async_request(request))
 
     async def aclose(self) -> None:
         await self.inner.aclose()

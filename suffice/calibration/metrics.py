@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 
@@ -57,61 +59,39 @@ class Sweep:
         self.n = n
         self.positives = sum(labels)
         self.negatives = n - self.positives
-        ranked = sorted(zip(scores, labels, strict=True), key=lambda p: p[0], reverse=True)
-        thresholds: list[float] = []
-        tps: list[int] = []
-        fps: list[int] = []
+        ranked = sorted(zip(scores, labels, strict=True), key=itemgetter(0), reverse=True)
+        self.thresholds: list[float] = []
+        self.tp: list[int] = []
+        self.fp: list[int] = []
         tp = fp = 0
-        i = 0
-        while i < n:
-            value = ranked[i][0]
-            while i < n and ranked[i][0] == value:
-                if ranked[i][1]:
-                    tp += 1
-                else:
-                    fp += 1
-                i += 1
-            thresholds.append(value)
-            tps.append(tp)
-            fps.append(fp)
-        self.thresholds, self.tp, self.fp = thresholds, tps, fps
-        self.points = [self._point(t, a, b) for t, a, b in zip(thresholds, tps, fps, strict=True)]
-
-    def _point(self, threshold: float, tp: int, fp: int) -> ThresholdPoint:
-        """As :func:`point` computes it, from the counts (the same floats)."""
-        fn = self.positives - tp
-        tn = self.negatives - fp
-        precision = tp / (tp + fp) if tp + fp else 1.0
-        recall = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return ThresholdPoint(threshold, precision, recall, f1, (tp + tn) / self.n)
+        for value, group in groupby(ranked, key=itemgetter(0)):
+            positive = [y for _, y in group]
+            tp += sum(positive)
+            fp += len(positive) - sum(positive)
+            self.thresholds.append(value)
+            self.tp.append(tp)
+            self.fp.append(fp)
+        self.points = [
+            _point(t, a, b, self.positives, n) for t, a, b in zip(self.thresholds, self.tp, self.fp, strict=True)
+        ]
 
     def auc(self) -> float | None:
         """:func:`roc_auc` from the counts: the mean rank of each tie group, lowest first."""
         if self.positives == 0 or self.negatives == 0:
             return None
         rank_sum = 0.0
-        below = 0  # items under the current group
-        previous_tp = previous_fp = 0
-        groups = list(zip(self.tp, self.fp, strict=True))
-        sizes = []
-        for tp, fp in groups:
-            sizes.append((tp - previous_tp, fp - previous_fp))
-            previous_tp, previous_fp = tp, fp
-        for pos, neg in reversed(sizes):
-            j = below + pos + neg
-            rank_sum += (below + 1 + j) / 2 * pos  # ranks are 1-based; ties share the mean rank
-            below = j
+        groups = zip(self.tp, self.fp, [0, *self.tp], [0, *self.fp], strict=False)
+        for tp, fp, tp_above, fp_above in reversed(list(groups)):
+            below = self.n - tp - fp  # items under this group
+            pos = tp - tp_above
+            # Ranks are 1-based; ties share the mean rank.
+            rank_sum += (below + 1 + below + pos + fp - fp_above) / 2 * pos
         p = self.positives
         return (rank_sum - p * (p + 1) / 2) / (p * self.negatives)
 
     def best_f1(self) -> ThresholdPoint:
         """See :func:`best_f1`."""
-        best = self.points[0]
-        for p in self.points:
-            if p.f1 > best.f1:
-                best = p
-        return best
+        return max(self.points, key=lambda p: p.f1)  # the first of equals: the higher threshold
 
     def best_fbeta(self, beta: float) -> ThresholdPoint:
         """The threshold maximising F-beta (beta < 1 weighs precision more: fewer false
@@ -119,13 +99,12 @@ class Sweep:
         if not (math.isfinite(beta) and beta > 0):
             raise ValueError(f"beta must be a positive number, got {beta!r}")
         b2 = beta * beta
-        best, best_score = self.points[0], -1.0
-        for p in self.points:
+
+        def score(p: ThresholdPoint) -> float:
             denominator = b2 * p.precision + p.recall
-            score = (1 + b2) * p.precision * p.recall / denominator if denominator else 0.0
-            if score > best_score:
-                best, best_score = p, score
-        return best
+            return (1 + b2) * p.precision * p.recall / denominator if denominator else 0.0
+
+        return max(self.points, key=score)
 
     def min_cost(self, fp_cost: float, fn_cost: float) -> tuple[ThresholdPoint, float]:
         """The threshold with the least expected cost per item, ``(fp_cost * FP +
@@ -133,12 +112,10 @@ class Sweep:
         for name, cost in (("fp_cost", fp_cost), ("fn_cost", fn_cost)):
             if not (math.isfinite(cost) and cost >= 0):
                 raise ValueError(f"{name} must be a number of 0 or more, got {cost!r}")
-        best, best_cost = self.points[0], math.inf
-        for p, tp, fp in zip(self.points, self.tp, self.fp, strict=True):
-            cost = (fp_cost * fp + fn_cost * (self.positives - tp)) / self.n
-            if cost < best_cost:
-                best, best_cost = p, cost
-        return best, best_cost
+        costs = [
+            (fp_cost * fp + fn_cost * (self.positives - tp)) / self.n for tp, fp in zip(self.tp, self.fp, strict=True)
+        ]
+        return min(zip(self.points, costs, strict=True), key=itemgetter(1))
 
     def for_precision(self, target: float) -> ThresholdPoint | None:
         """See :func:`threshold_for_precision`."""
@@ -155,12 +132,17 @@ def point(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> 
     _check(scores, labels)
     tp = sum(1 for s, y in zip(scores, labels, strict=True) if s >= threshold and y)
     fp = sum(1 for s, y in zip(scores, labels, strict=True) if s >= threshold and not y)
-    fn = sum(1 for s, y in zip(scores, labels, strict=True) if s < threshold and y)
-    tn = len(labels) - tp - fp - fn
+    return _point(threshold, tp, fp, sum(labels), len(labels))
+
+
+def _point(threshold: float, tp: int, fp: int, positives: int, n: int) -> ThresholdPoint:
+    """The point of ``tp`` true and ``fp`` false positives among ``n`` items, ``positives`` of them positive."""
+    fn = positives - tp
+    tn = n - positives - fp
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return ThresholdPoint(threshold, precision, recall, f1, (tp + tn) / len(labels))
+    return ThresholdPoint(threshold, precision, recall, f1, (tp + tn) / n)
 
 
 def curve(scores: Sequence[float], labels: Sequence[bool]) -> list[ThresholdPoint]:
@@ -199,20 +181,17 @@ def reliability(scores: Sequence[float], labels: Sequence[bool], bins: int = 10)
         if b is not None:
             members[b].append(s)
             positives[b] += y
-    out = []
-    for b in range(bins):
-        if members[b]:
-            count = len(members[b])
-            out.append(
-                {
-                    "lo": b / bins,
-                    "hi": (b + 1) / bins,
-                    "mean_score": sum(members[b]) / count,
-                    "share_positive": positives[b] / count,
-                    "count": float(count),
-                }
-            )
-    return out
+    return [
+        {
+            "lo": b / bins,
+            "hi": (b + 1) / bins,
+            "mean_score": sum(members[b]) / len(members[b]),
+            "share_positive": positives[b] / len(members[b]),
+            "count": float(len(members[b])),
+        }
+        for b in range(bins)
+        if members[b]
+    ]
 
 
 def expected_calibration_error(scores: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:

@@ -3,17 +3,16 @@
 The core (:class:`~suffice.gates.base.Gate`) is a gate's options, template, constraint, parse and route.  A
 role is found by what the gate defines, never by what :class:`Gate` defines for it: a gate without a role gets
 the default written here, in the function the rest of suffice calls (``shortcut(gate, item)``, not
-``gate.shortcut(item)``).  Each role is a :class:`typing.Protocol` for a type checker and a tuple of its names
-(:data:`ROLES`) for :func:`takes`: a gate takes a role by defining any of its names, which ``isinstance`` against
-the protocol (all of them) would not see.
+``gate.shortcut(item)``).  :data:`ROLES` names each role's names for :func:`takes`: a gate takes a role by
+defining any of them.
 
-- **decision** (:class:`DecidesByToken`): the decision as one JSON key and its values, so ``--detail decision``
-  and ``auto`` can decode it alone and its probability be read from the token log-probabilities.
-- **input** (:class:`ReadsItems`): how a record becomes an item, a verdict without the model, a constraint that
-  depends on the item, whether an item is high-stakes.
-- **calibration** (:class:`Calibrates`): the scores ``suffice calibrate`` measures, the threshold it may save and
-  where.  A gate naming ``threshold_option`` (the option the threshold sets) gets saving for free.
-- **commands** (:class:`HasCommands`): subcommands of the gate's own.
+- **decision**: the decision as one JSON key and its values, so ``--detail decision`` and ``auto`` can decode it
+  alone and its probability be read from the token log-probabilities.
+- **input**: how a record becomes an item, a verdict without the model, a constraint that depends on the item,
+  whether an item is high-stakes.
+- **calibration**: the scores ``suffice calibrate`` measures, the threshold it may save and where.  A gate naming
+  ``threshold_option`` (the option the threshold sets) gets saving for free.
+- **commands**: subcommands of the gate's own.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -36,64 +35,6 @@ from suffice.records.item import Chunk, Item, parse_record
 
 if TYPE_CHECKING:
     from suffice.grammars.constraint import Constraint
-
-
-class DecidesByToken(Protocol):
-    #: The decision as a JSON key, its values as JSON texts, and the value that says "enough evidence".
-    decision_key: str
-    decision_json_values: tuple[str, ...]
-    positive_value: str
-    #: Whether the decision token alone decides the gate's rule, so that a decision-only verdict may deliver
-    #: (default: no; the sufficiency gate without a calibrated threshold: yes).
-    decision_delivers: bool
-
-    def with_probabilities(self, verdict: BaseModel, probabilities: dict[str, float] | None) -> BaseModel:
-        """The verdict with its decision probabilities filled in."""
-
-    def model_positive(self, verdict: BaseModel) -> bool | None:
-        """The model's own decision beside the one that routes (``None``: none separate, or not decided)."""
-
-    def check_detail(self, detail: str) -> None:
-        """Raise :class:`ConfigError` if this gate cannot judge at ``detail``."""
-
-
-class ReadsItems(Protocol):
-    def parse_item(self, record: object) -> Item: ...
-
-    def shortcut(self, item: Item) -> BaseModel | None: ...
-
-    def item_constraint(self, item: Item, shown: Sequence[Chunk]) -> Constraint: ...
-
-    def high_stakes(self, item: Item) -> bool: ...
-
-    def response_segments(self, item: Item) -> Sequence[Any] | None:
-        """The response's segments, for a gate that judges it segment by segment (each needs a ``text``):
-        the response is then shown as them, in windows (:func:`~suffice.prompts.fitting.fit_prompt`)."""
-
-    def window_constraint(self, item: Item, shown: Sequence[Chunk], window: tuple[int, int]) -> Constraint:
-        """The constraint for the window of ``count`` segments from ``first`` (``window``), these chunks shown."""
-
-
-class Calibrates(Protocol):
-    #: The scores a threshold can be saved for.
-    saveable_scores: tuple[str, ...]
-
-    def calibration_scores(self, verdict: Mapping[str, Any]) -> dict[str, float | None]: ...
-
-    def useful_chunk_ids(self, verdict: Mapping[str, Any]) -> list[Any] | None: ...
-
-    def save_problem(self, destination: Path | None, report_dir: Path) -> str | None: ...
-
-    def save_calibration(self, choice: CalibrationChoice, destination: Path | None, report_dir: Path) -> str: ...
-
-    def default_choice(self) -> tuple[str, str | None]: ...
-
-    def calibrated_under(self) -> Mapping[str, str] | None: ...
-
-
-class HasCommands(Protocol):
-    @classmethod
-    def add_commands(cls, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
 #: Each role's names: a gate takes a role by defining any of them (the rest keep their defaults).

@@ -26,7 +26,6 @@ from suffice.audit.reviewing import APPLIED_RULE, applied_outcome, review_log_id
 from suffice.config import JudgeProtocol, require_judge
 from suffice.exceptions import ConfigError, InputError, RetrievalError, RewriteError, StepError, SufficeError
 from suffice.gates.roles import high_stakes, parse_item
-from suffice.grammars.routes import Routing
 from suffice.harness.retrieval import RawChunk, RetrievalRequest, Retriever, merge_chunks
 from suffice.harness.rewrite import QueryRewriter, RewriteRequest
 from suffice.records.item import Chunk, Item, item_record, record_id
@@ -156,6 +155,8 @@ class OutcomeSource(Protocol):
 
 #: The route an applied decision takes, as the audit row's ``decision`` records it.
 _APPLIED_ROUTES = {"answer": "deliver", "refine_retrieval": "retrieve_more", "unanswerable": "abstain"}
+#: What an applied decision's audit row leaves out of the review's outcome: the rest is who decided what.
+_NOT_APPLIED = {"state", "decided", "item_id", "run_id", "gate", "rule", "gap", "record"}
 
 
 @dataclass
@@ -232,44 +233,43 @@ class Pipeline:
         for index, record in enumerate(records):
             if isinstance(record, Mapping) and "chunks" not in record:
                 record = {**record, "chunks": []}  # a question alone: the retriever finds its chunks
-            generate_first = (
-                self.generator is not None
-                and self.gate.needs_response
-                and isinstance(record, Mapping)
-                and record.get("response") is None
-            )
-            if generate_first:
-                assert isinstance(record, Mapping)
-                record = {**record, "response": _PENDING}
             try:
-                item = parse_item(self.gate, record)
+                state = self._open(index, record)
             except InputError as exc:
                 outcomes[index] = self._review(
-                    run_id, record_id(record), None, f"input error: {exc}", [], None, None, rule="input_error"
+                    run_id, None, f"input error: {exc}", [], None, None, rule="input_error", item_id=record_id(record)
                 )
                 continue
-            state = _Open(index, item, generate_first=generate_first, exhausted_given=item.retrieval_exhausted)
-            (open_ if item.chunks else first_retrieval).append(state)
+            (open_ if state.item.chunks else first_retrieval).append(state)
         if first_retrieval:  # no chunks given: the first retrieval is the question itself
             self._retrieve(first_retrieval, {id(s): [s.item.question] for s in first_retrieval}, round=1)
-            for state in first_retrieval:
-                if state.failure is not None:
-                    outcomes[state.index] = self._failed(run_id, state)
-                else:
-                    open_.append(state)
-            open_.sort(key=lambda s: s.index)
+            open_ = sorted([*open_, *self._unfailed(run_id, first_retrieval, outcomes)], key=lambda s: s.index)
         first_answers = [s for s in open_ if s.generate_first]
         if first_answers:
             self._generate(first_answers, round=1)
-            for state in first_answers:
-                if state.failure is not None:
-                    outcomes[state.index] = self._failed(run_id, state)
-            open_ = [s for s in open_ if s.failure is None]
+            open_ = self._unfailed(run_id, open_, outcomes)
         self._loop(run_id, open_, outcomes)
 
         final = [o for o in outcomes if o is not None]
         assert len(final) == len(records), "every question ends in exactly one outcome"
         return final
+
+    def _open(self, index: int, record: object) -> _Open:
+        """``record`` as an open question, its answer pending where the generator writes the first one; an
+        :class:`InputError` where it cannot be read."""
+        pending = False
+        if self.generator is not None and self.gate.needs_response and isinstance(record, Mapping):
+            pending = record.get("response") is None
+            record = {**record, "response": _PENDING} if pending else record
+        item = parse_item(self.gate, record)
+        return _Open(index, item, generate_first=pending, exhausted_given=item.retrieval_exhausted)
+
+    def _unfailed(self, run_id: str, states: list[_Open], outcomes: list[Outcome | None]) -> list[_Open]:
+        """``states`` whose step did not fail; each failed one's review is its outcome."""
+        for state in states:
+            if state.failure is not None:
+                outcomes[state.index] = self._failed(run_id, state)
+        return [s for s in states if s.failure is None]
 
     def _loop(self, run_id: str, open_: list[_Open], outcomes: list[Outcome | None]) -> None:
         """The rounds: judge every open question, route, re-retrieve (and regenerate) what the gate sends back,
@@ -328,7 +328,7 @@ class Pipeline:
             reason = f"evaluation failed: {result.error.message if result.error else 'unknown'}"
             state.trace.append(RoundTrace(round=round, route="error", reason=reason, audit_seq=seq))
             rule = "two_failed_generations" if failed_twice(result) else "evaluation_failed"
-            return self._review(run_id, item.id, item, reason, [], None, seq, state.trace, rule=rule)
+            return self._review(run_id, state, reason, [], None, seq, rule=rule)
         routing = self.gate.route(result.verdict)
         verdict = result.verdict.model_dump(mode="json")
         # A gate without retrieval queries (the sufficiency gate's are empty) is searched for by its gap.
@@ -338,24 +338,25 @@ class Pipeline:
         spent = round >= self.config.max_rounds and not state.exhausted_given
         budget = f"retrieval budget of {self.config.max_rounds} rounds spent: "
         if routing.route == "deliver":
-            return self._outcome("delivered", item, routing.reason, routing, verdict, state.trace)
+            return Outcome(
+                id=item.id,
+                kind="delivered",
+                reason=routing.reason,
+                rounds=_rounds(state.trace),
+                gap=routing.gap,
+                answer=routing.answer,
+                caveats=routing.caveats,
+                citations=routing.citations,
+                chunk_ids=[c.id for c in item.chunks],
+                verdict=verdict,
+                trace=list(state.trace),
+            )
         if routing.route == "human_review":
             named = routing.rule
             if spent and named == "abstained_high_stakes":
                 named = "budget_spent_high_stakes"
             reason = (budget if spent else "") + routing.reason
-            return self._review(
-                run_id,
-                item.id,
-                item,
-                reason,
-                routing.gap,
-                verdict,
-                seq,
-                state.trace,
-                rule=named,
-                queries=routing.queries,
-            )
+            return self._review(run_id, state, reason, routing.gap, verdict, seq, rule=named, queries=routing.queries)
         if routing.route == "abstain":
             return self._abstain(run_id, state, (budget if spent else "") + routing.reason, spent=spent, seq=seq)
         if round >= self.config.max_rounds:
@@ -364,45 +365,22 @@ class Pipeline:
         queries[id(state)] = (search if item.has_evidence else []) or [item.question]
         return None
 
-    def _outcome(
-        self,
-        kind: Literal["delivered", "abstained"],
-        item: Item,
-        reason: str,
-        routing: Routing,
-        verdict: dict[str, Any],
-        trace: list[RoundTrace],
-    ) -> Outcome:
-        return Outcome(
-            id=item.id,
-            kind=kind,
-            reason=reason,
-            rounds=_rounds(trace),
-            gap=routing.gap,
-            answer=routing.answer,
-            caveats=routing.caveats,
-            citations=routing.citations,
-            queries=routing.queries if kind == "abstained" else [],
-            chunk_ids=[c.id for c in item.chunks],
-            verdict=verdict,
-            trace=list(trace),
-        )
-
     def _review(
         self,
         run_id: str,
-        item_id: str | None,
-        item: Item | None,
+        state: _Open | None,
         reason: str,
         gap: list[str],
         verdict: dict[str, Any] | None,
         seq: int | None,
-        trace: list[RoundTrace] | None = None,
-        failure: StepFailure | None = None,
         *,
         rule: str | None,
         queries: Sequence[str] = (),
+        item_id: str | None = None,
     ) -> Outcome:
+        """A person's review of the question (``state``; ``None``: a record that could not be read, ``item_id``)."""
+        item, trace, failure = (state.item, state.trace, state.failure) if state is not None else (None, [], None)
+        item_id = item.id if item is not None else item_id
         rule = rule or UNNAMED_RULE
         payload = {
             "rule": rule,
@@ -428,14 +406,14 @@ class Pipeline:
             id=item_id,
             kind="review",
             reason=reason,
-            rounds=_rounds(trace or []),
+            rounds=_rounds(trace),
             gap=gap,
             chunk_ids=[c.id for c in item.chunks] if item else [],
             review_id=review_id,
             queries=list(queries),
             rule=rule,
             verdict=verdict,
-            trace=list(trace or []),
+            trace=list(trace),
             failure=failure,
         )
 
@@ -459,16 +437,7 @@ class Pipeline:
             rule = "budget_spent_high_stakes" if spent else "abstained_high_stakes"
             seq = seq if seq is not None else _last_seq(state)
             return self._review(
-                run_id,
-                state.item.id,
-                state.item,
-                why,
-                list(state.gap),
-                state.verdict,
-                seq,
-                state.trace,
-                rule=rule,
-                queries=state.queries,
+                run_id, state, why, list(state.gap), state.verdict, seq, rule=rule, queries=state.queries
             )
         return Outcome(
             id=state.item.id,
@@ -487,18 +456,7 @@ class Pipeline:
         failure = state.failure
         assert failure is not None
         reason = f"{failure.step} failed in round {failure.round}: {failure.message}"
-        return self._review(
-            run_id,
-            state.item.id,
-            state.item,
-            reason,
-            state.gap,
-            state.verdict,
-            _last_seq(state),
-            state.trace,
-            failure,
-            rule="step_failed",
-        )
+        return self._review(run_id, state, reason, state.gap, state.verdict, _last_seq(state), rule="step_failed")
 
     @staticmethod
     def _fail(state: _Open, error: StepError, round: int, queries: Sequence[str]) -> None:
@@ -585,13 +543,8 @@ class Pipeline:
                 continue
             state.item = replace(state.item, response=answer)
             state.generate_first = False
-            state.trace.append(
-                RoundTrace(
-                    round=round,
-                    route=GenerationError.step,
-                    reason=f"answer generated from {len(state.item.chunks)} chunk(s)",
-                )
-            )
+            reason = f"answer generated from {len(state.item.chunks)} chunk(s)"
+            state.trace.append(RoundTrace(round=round, route=GenerationError.step, reason=reason))
 
     # -- a person's decision applied ------------------------------------------------------
     def resume(self, review_id: int, source: OutcomeSource | AuditLog | None = None) -> Outcome:
@@ -674,9 +627,8 @@ class Pipeline:
         question = record.get("question")
         if not isinstance(question, str) or not question.strip():
             reason = f"review {decided.review_id} asks to refine retrieval, but holds no question to retrieve for"
-            return self._review(
-                run_id, decided.item_id, None, reason, list(decided.gap), None, None, rule="input_error"
-            )
+            gap = list(decided.gap)
+            return self._review(run_id, None, reason, gap, None, None, rule="input_error", item_id=decided.item_id)
         chunks = record.get("chunks")
         given: dict[str, Any] = {
             "id": decided.item_id,
@@ -689,15 +641,11 @@ class Pipeline:
         }
         if isinstance(record.get("response"), str):
             given["response"] = record["response"]
-        generate_first = self.generator is not None and self.gate.needs_response and "response" not in given
-        if generate_first:
-            given["response"] = _PENDING
         try:
-            item = parse_item(self.gate, given)
+            state = self._open(0, given)
         except InputError as exc:
             reason = f"review {decided.review_id}: input error: {exc}"
-            return self._review(run_id, decided.item_id, None, reason, [], None, None, rule="input_error")
-        state = _Open(0, item, generate_first=generate_first, exhausted_given=item.retrieval_exhausted)
+            return self._review(run_id, None, reason, [], None, None, rule="input_error", item_id=decided.item_id)
         state.gap = list(decided.gap)
         state.queries = list(decided.queries or decided.gap) or [question]
         self._retrieve([state], {id(state): state.queries}, round=1)
@@ -725,19 +673,7 @@ class Pipeline:
             query_hash=sha256_text(question) if isinstance(question, str) else None,
             decision=_APPLIED_ROUTES[str(decided.decision)],
             rule=APPLIED_RULE,
-            verdict={
-                "review_id": decided.review_id,
-                "log_id": decided.log_id,
-                "decision": decided.decision,
-                "label": decided.label,
-                "decided_by": list(decided.decided_by),
-                "decided_at": decided.decided_at,
-                "note": decided.note,
-                "answer": decided.answer,
-                "answer_from": decided.answer_from,
-                "queries": list(decided.queries),
-                "queries_from": decided.queries_from,
-            },
+            verdict=decided.model_dump(exclude=_NOT_APPLIED),
             raw_output=outcome.model_dump_json(),
         )
 

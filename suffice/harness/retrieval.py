@@ -45,14 +45,10 @@ class FunctionRetriever:
         self.pass_request = pass_request
 
     def retrieve(self, requests: Sequence[RetrievalRequest]) -> list[list[RawChunk]]:
-        out: list[list[RawChunk]] = []
-        for request in requests:
-            found: list[RawChunk] = []
-            for query in request.queries:
-                args = (query, request.width, request) if self.pass_request else (query, request.width)
-                found.extend(self.fn(*args))
-            out.append(found)
-        return out
+        return [[chunk for query in r.queries for chunk in self._found(query, r)] for r in requests]
+
+    def _found(self, query: str, request: RetrievalRequest) -> Iterable[RawChunk]:
+        return self.fn(query, request.width, request) if self.pass_request else self.fn(query, request.width)
 
 
 def content_key(chunk: Chunk) -> tuple[str | None, str]:

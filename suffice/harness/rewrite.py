@@ -66,11 +66,8 @@ class QueryRewriter:
 def _fresh(queries: Sequence[str], request: RewriteRequest) -> list[str]:
     """``queries`` without repeats and without those already tried (compared without
     case and spacing), so the retries search the gap, not ``a`` again."""
-    seen = {" ".join(q.lower().split()) for q in request.tried}
-    out = []
+    tried = {" ".join(q.lower().split()) for q in request.tried}
+    fresh: dict[str, str] = {}
     for query in queries:
-        key = " ".join(query.lower().split())
-        if key and key not in seen:
-            seen.add(key)
-            out.append(query)
-    return out
+        fresh.setdefault(" ".join(query.lower().split()), query)
+    return [query for key, query in fresh.items() if key and key not in tried]

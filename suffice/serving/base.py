@@ -229,8 +229,7 @@ class TokenizerMixin:
         return [len(ids) for ids in encoded["input_ids"]]
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        with TOKENIZER_LOCK:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+        ids = self.text_ids(text)
         if len(ids) <= max_tokens:
             return text
         with TOKENIZER_LOCK:
