@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -67,10 +68,8 @@ _POSITIONAL = re.compile(r"row-(\d+)(-[0-9a-f]{8})?")
 def record_key(record_id: str | None, position: int) -> str:
     """The key of the record at ``position``: by its id, unless it has none or its id was made from this position
     (``row-7-3fa9c2d1`` or ``row-7``), so the position's old row is found when another record now sits there."""
-    if record_id is None:
-        return line_key(position)
-    made = _POSITIONAL.fullmatch(record_id)
-    if made is not None and int(made.group(1)) == position:
+    made = None if record_id is None else _POSITIONAL.fullmatch(record_id)
+    if record_id is None or (made is not None and int(made.group(1)) == position):
         return line_key(position)
     return id_key(record_id)
 
@@ -144,6 +143,12 @@ class KeyIndex:
                     self._db.execute("ROLLBACK")
                 raise
 
+    def _among(self, query: str, values: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``query`` (ending ``IN``) for ``values``, asked :data:`_CHUNK` at a time."""
+        for start in range(0, len(values), _CHUNK):
+            part = [_b(v) for v in values[start : start + _CHUNK]]
+            yield from self._db.execute(f"{query} ({','.join('?' * len(part))})", part)
+
     # -- rows of the output ---------------------------------------------------------
     def add_done(self, rows: Iterable[DoneRow], *, met: bool = False) -> None:
         """Record rows of the output (keys not yet present); ``met``: rows this run wrote for its input's records."""
@@ -162,15 +167,11 @@ class KeyIndex:
 
     def done_rows(self, keys: Sequence[str]) -> dict[str, DoneRow]:
         """The final rows among ``keys``."""
-        out: dict[str, DoneRow] = {}
-        for start in range(0, len(keys), _CHUNK):
-            part = [_b(k) for k in keys[start : start + _CHUNK]]
-            marks = ",".join("?" * len(part))
-            query = f"SELECT key, offset, length, line, id, error FROM done WHERE final = 1 AND key IN ({marks})"
-            for blob, offset, length, line, rid, error in self._db.execute(query, part):
-                key = str(_s(blob))
-                out[key] = DoneRow(key, offset, length, line, _s(rid), bool(error))
-        return out
+        query = "SELECT key, offset, length, line, id, error FROM done WHERE final = 1 AND key IN"
+        return {
+            str(_s(blob)): DoneRow(str(_s(blob)), offset, length, line, _s(rid), bool(error))
+            for blob, offset, length, line, rid, error in self._among(query, keys)
+        }
 
     def forget(self, keys: Sequence[str]) -> int:
         """Drop these final rows (stale); returns how many were errors."""
@@ -213,12 +214,7 @@ class KeyIndex:
     def first_lines(self, ids: Sequence[tuple[str, int]]) -> dict[str, int]:
         """Note each (id, position) met in the input; return where each id was first met (this batch or before)."""
         unique = list(dict.fromkeys(i for i, _ in ids))
-        first: dict[str, int] = {}
-        for start in range(0, len(unique), _CHUNK):
-            part = [_b(i) for i in unique[start : start + _CHUNK]]
-            marks = ",".join("?" * len(part))
-            query = f"SELECT id, line FROM seen WHERE id IN ({marks})"
-            first.update((str(_s(blob)), line) for blob, line in self._db.execute(query, part))
+        first = {str(_s(blob)): line for blob, line in self._among("SELECT id, line FROM seen WHERE id IN", unique)}
         new: list[tuple[bytes, int]] = []
         for rid, line in ids:
             if rid not in first:

@@ -33,9 +33,7 @@ def row_is_final(row: dict[str, Any], retry_errors: bool = False) -> bool:
     error = row.get("error")
     if not isinstance(error, dict):
         return True
-    if retry_errors:
-        return False
-    return bool(error.get("final", error.get("type") not in _NOT_FINAL))
+    return not retry_errors and bool(error.get("final", error.get("type") not in _NOT_FINAL))
 
 
 def row_key(row: dict[str, Any]) -> str:
@@ -47,15 +45,24 @@ def row_key(row: dict[str, Any]) -> str:
     return record_key(str(rid), int(row["line"]))
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """(line number, byte offset, raw line) of every complete line of ``path``."""
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, raw line) of every complete line of ``path``."""
     offset = 0
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for raw in handle:
             if not raw.endswith(b"\n"):
                 return  # a partial last line: the run died mid-write
-            yield number, offset, raw
+            yield offset, raw
             offset += len(raw)
+
+
+def _row(raw: bytes) -> dict[str, Any] | None:
+    """The row of a line, or ``None`` for a line to set aside (not a JSON object with an int ``line``)."""
+    try:
+        row = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("line"), int) else None
 
 
 def _done(row: dict[str, Any], offset: int, length: int) -> DoneRow:
@@ -94,20 +101,19 @@ class ResultFile:
         #: A write failed: close() neither flushes nor reorders what is there.
         self._broken = False
         if path.exists() and not overwrite:
-            self._read(retry_errors)
+            self._read()
         else:
             self._rewrite = True
 
-    def _read(self, retry_errors: bool) -> None:
-        self._retry_errors = retry_errors
+    def _read(self) -> None:
         batch: list[DoneRow] = []
-        for number, offset, raw in _lines(self.path):
+        for offset, raw in _lines(self.path):
             self._size = offset + len(raw)
-            row = self._row(raw, number)
+            row = _row(raw)
             if row is None:
                 self.rejected += 1
                 continue
-            if not row_is_final(row, retry_errors):
+            if not row_is_final(row, self._retry_errors):
                 self.redo += 1
                 continue
             batch.append(_done(row, offset, len(raw)))
@@ -161,13 +167,13 @@ class ResultFile:
         if not self.path.exists() or (self.index.done_count == 0 and self.rejected == 0):
             return
         offset = 0
-        pending: list[tuple[str, int, int, bytes]] = []
+        pending: list[tuple[str, int, bytes]] = []
 
         def flush() -> Iterator[bytes]:
-            indexed = self.index.done_rows([key for key, _, _, _ in pending])
+            indexed = self.index.done_rows([key for key, _, _ in pending])
             nonlocal offset
             moves: list[tuple[str, int]] = []
-            for key, old, _, raw in pending:
+            for key, old, raw in pending:
                 if key in indexed and indexed[key].offset == old:
                     moves.append((key, offset))
                     offset += len(raw)
@@ -177,15 +183,15 @@ class ResultFile:
 
         with contextlib.ExitStack() as stack:
             aside: IO[bytes] | None = None
-            for number, old, raw in _lines(self.path):
-                row = self._row(raw, number)
+            for old, raw in _lines(self.path):
+                row = _row(raw)
                 if row is None:
                     if aside is None:
                         aside = stack.enter_context(open_output(self.rejected_path, "append", private=True))
                     with writing(self.rejected_path):
                         aside.write(raw)
                 elif row_is_final(row, self._retry_errors):
-                    pending.append((row_key(row), old, number, raw))
+                    pending.append((row_key(row), old, raw))
                 if len(pending) >= _BATCH:
                     yield from flush()
             yield from flush()
@@ -198,16 +204,6 @@ class ResultFile:
         """Track whether the rows are still in input order (else :meth:`close` sorts)."""
         self._in_order = self._in_order and line > self._last_line
         self._last_line = max(self._last_line, line)
-
-    def _row(self, raw: bytes, number: int) -> dict[str, Any] | None:
-        """The row of a line, or ``None`` for a line to set aside (not a JSON object with an int ``line``)."""
-        try:
-            row = json.loads(raw)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return None
-        if not isinstance(row, dict) or not isinstance(row.get("line"), int):
-            return None
-        return row
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Append rows (each with its ``id`` and ``line``) and flush them to disk."""

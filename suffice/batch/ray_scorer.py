@@ -107,18 +107,15 @@ class RayJudge(AbstractContextManager["RayJudge"]):
         self._lock = threading.Lock()
         self._gates: dict[tuple[str, tuple[tuple[str, str], ...]], Gate] = {}
 
-    def _config_for(self, gate: str | None, options: Mapping[str, Any] | None) -> JudgeConfig:
-        """The config of a call's judge, as an in-process :class:`Judge` builds it (a refused one: ConfigError)."""
+    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
+        """The gate the actors judge a call with this ``gate`` and ``options`` by (built here, once, as an in-process
+        :class:`Judge` builds it: a refused one is a ConfigError)."""
+        if gate in (None, self.config.gate) and not options:
+            return self.gate
         check_call(gate, options)
         name = gate or self.config.gate
         merged = {**self.config.options, **(options or {})} if name == self.config.gate else dict(options or {})
-        return dataclasses.replace(self.config, gate=name, options=merged)
-
-    def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
-        """The gate the actors judge a call with this ``gate`` and ``options`` by (built here, once)."""
-        if gate in (None, self.config.gate) and not options:
-            return self.gate
-        config = self._config_for(gate, options)
+        config = dataclasses.replace(self.config, gate=name, options=merged)
         key = (config.gate, tuple(sorted((str(k), repr(v)) for k, v in config.options.items())))
         if key not in self._gates:
             self._gates[key] = config.make_gate()

@@ -17,13 +17,14 @@ A Parquet output is written from a JSONL journal beside it (``OUTPUT.journal.jso
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suffice.audit import AuditLog, is_audit_file
@@ -41,7 +42,7 @@ from suffice.batch.suspects import Suspects, suspects_path
 from suffice.config import JudgeConfig, JudgeProtocol
 from suffice.exceptions import ConfigError, EngineDeadError, OutputMismatchError, SufficeError
 from suffice.files import output_lock, writing
-from suffice.formats.files import FileFormat, file_format_of
+from suffice.formats.files import file_format_of
 from suffice.formats.verdicts import verdict_format
 from suffice.gates.base import Gate
 from suffice.gates.roles import model_positive
@@ -173,110 +174,78 @@ def judge_file(
     with output_lock(output):
         if not options.overwrite and (_nonempty(journal) or _nonempty(output)):
             settings.check(output)
-        report = _judge_locked(
-            config,
-            gate,
-            inputs,
-            output,
-            journal,
-            out_format,
-            settings,
-            options,
-            notify,
-            progress,
-            open_judge,
-            judge,
-            observers,
-        )
-    return report
-
-
-def _judge_locked(
-    config: JudgeConfig,
-    gate: Gate,
-    inputs: InputFile,
-    output: Path,
-    journal: Path,
-    out_format: FileFormat,
-    settings: RunSettings,
-    options: BatchOptions,
-    notify: Notify,
-    progress: ProgressFactory | None,
-    open_judge: Callable[[JudgeConfig], Judge],
-    judge: JudgeProtocol | None,
-    observers: Sequence[ResultsObserver] = (),
-) -> BatchReport:
-    """The run itself, with the output's lock held (:func:`judge_file`)."""
-    with ExitStack() as stack:
-        index = KeyIndex(output.parent)
-        stack.callback(index.close)
-        if not out_format.appendable and not options.overwrite and output.exists() and not journal.exists():
-            out_format.resume(output, journal)
-        results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
-        stack.callback(results.close)
-        if index.done_count:
-            notify(f"resuming {output}: it holds {index.done_count} finished rows; records that have one are skipped")
-        if results.redo:
-            notify(f"judging again {results.redo} records whose rows were engine failures or errors")
-        if results.repeated:
-            notify(f"dropping {results.repeated} second rows for records already answered")
-        if results.rejected:
-            notify(
-                f"set aside {results.rejected} lines of {journal} that are not result rows (torn or damaged): "
-                f"appended to {results.rejected_path}; records left without a row are judged"
-            )
-        suspects = Suspects(suspects_path(output), overwrite=options.overwrite, retry_errors=options.retry_errors)
-        stack.callback(suspects.close)
-        if suspects.suspects:
-            notify(f"judging alone the {len(suspects.suspects)} records in flight when the engine died")
-        if suspects.culprits:
-            notify(f"{len(suspects.culprits)} records stopped the engine when judged alone: they get error rows")
-        # A bad key or a damaged audit log stops the run before the engine starts.
-        audit = (
-            stack.enter_context(closing(AuditLog(options.audit_db, key=options.audit_key)))
-            if options.audit_db
-            else None
-        )
-        if audit is not None:
-            audit.check_writable()
-        results.start()
-        settings.write(output, keep_served=not options.overwrite)
-        v = settings.values
-        describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
-        scorer: Scorer
-        if judge is not None:
-            scorer = ServiceScorer(judge, gate, request_options(judge, config), v, notify=notify)
-        elif options.ray is not None:
-            scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
-        else:
-            scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
-        stack.callback(scorer.close)
-        report = BatchReport(total=0, skipped=0, summary=_summary_for(gate), redone=results.redo)
-        errors_before = index.done_errors
-        stream = ResultsStream([report.summary, *observers])
-        run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output, stream)
-        anchor = options.anchor_file if audit is not None else None
-        try:
-            run.go(inputs, progress)
-        except BaseException:
-            if anchor is not None and audit is not None:
-                _anchor(audit, anchor, notify, failing=True)
-            raise
-        if anchor is not None and audit is not None:
-            _anchor(audit, anchor, notify, failing=False)
-        suspects.forget_rest()
-        report.foreign = index.unmet()
-        report.errors = errors_before - run.forgotten_errors + report.summary.errors
-    if report.total == report.skipped and report.skipped:
-        notify(f"nothing to do: every record already has a result in {output}")
-    elif report.skipped:
-        notify(f"resuming: {report.skipped} of {report.total} records already had a row in {output}; not judged again")
-    if report.foreign:
-        notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
-    if not out_format.appendable:
-        out_format.finish(journal, output, gate)
-        journal.unlink()
-    return report
+        with ExitStack() as stack:
+            index = KeyIndex(output.parent)
+            stack.callback(index.close)
+            if not out_format.appendable and not options.overwrite and output.exists() and not journal.exists():
+                out_format.resume(output, journal)
+            results = ResultFile(journal, index, overwrite=options.overwrite, retry_errors=options.retry_errors)
+            stack.callback(results.close)
+            if done := index.done_count:
+                notify(f"resuming {output}: it holds {done} finished rows; records that have one are skipped")
+            if results.redo:
+                notify(f"judging again {results.redo} records whose rows were engine failures or errors")
+            if results.repeated:
+                notify(f"dropping {results.repeated} second rows for records already answered")
+            if results.rejected:
+                notify(
+                    f"set aside {results.rejected} lines of {journal} that are not result rows (torn or damaged): "
+                    f"appended to {results.rejected_path}; records left without a row are judged"
+                )
+            suspects = Suspects(suspects_path(output), overwrite=options.overwrite, retry_errors=options.retry_errors)
+            stack.callback(suspects.close)
+            if suspects.suspects:
+                notify(f"judging alone the {len(suspects.suspects)} records in flight when the engine died")
+            if suspects.culprits:
+                notify(f"{len(suspects.culprits)} records stopped the engine when judged alone: they get error rows")
+            # A bad key or a damaged audit log stops the run before the engine starts.
+            audit = None
+            if options.audit_db:
+                audit = stack.enter_context(closing(AuditLog(options.audit_db, key=options.audit_key)))
+                audit.check_writable()
+            results.start()
+            settings.write(output, keep_served=not options.overwrite)
+            v = settings.values
+            describe = f"{v['engine']}, backend {v['backend']}, model {v['model']}"
+            scorer: Scorer
+            if judge is not None:
+                scorer = ServiceScorer(judge, gate, request_options(judge, config), v, notify=notify)
+            elif options.ray is not None:
+                scorer = RayScorer(config, gate, options.ray, notify=notify, describe=describe, open_judge=open_judge)
+            else:
+                scorer = LocalScorer(config, gate, open_judge, notify=notify, describe=describe)
+            stack.callback(scorer.close)
+            report = BatchReport(total=0, skipped=0, summary=_summary_for(gate), redone=results.redo)
+            errors_before = index.done_errors
+            stream = ResultsStream([report.summary, *observers])
+            run = _Run(scorer, gate, options, results, index, audit, settings, report, suspects, output, stream)
+            failing = True
+            try:
+                run.go(inputs, progress)
+                failing = False
+            finally:
+                # Anchored after a failed run too (the rows it recorded count); a failure to anchor is raised only
+                # after a run that ended well, else the run's own error is reported.
+                if audit is not None and (anchor := options.anchor_file) is not None:
+                    try:
+                        audit.save_anchor(anchor)
+                    except (SufficeError, OSError) as exc:
+                        if not failing:
+                            raise
+                        notify(f"could not write the audit anchor {anchor}: {exc}")
+            suspects.forget_rest()
+            report.foreign = index.unmet()
+            report.errors = errors_before - run.forgotten_errors + report.summary.errors
+        if (skipped := report.skipped) and report.total == skipped:
+            notify(f"nothing to do: every record already has a result in {output}")
+        elif skipped:
+            notify(f"resuming: {skipped} of {report.total} records already had a row in {output}; not judged again")
+        if report.foreign:
+            notify(f"note: {output} holds {report.foreign} rows for ids this input does not have; they were kept")
+        if not out_format.appendable:
+            out_format.finish(journal, output, gate)
+            journal.unlink()
+        return report
 
 
 def _summary_for(gate: Gate) -> RunSummary:
@@ -290,65 +259,37 @@ def _summary_for(gate: Gate) -> RunSummary:
     )
 
 
-def _anchor(audit: AuditLog, path: Path, notify: Notify, *, failing: bool) -> None:
-    """Write the audit log's anchor, also after a run that failed (``failing``): the rows it recorded are anchored
-    too.  A failure to anchor is raised only when the run ended well; otherwise the run's own error is reported."""
-    try:
-        audit.save_anchor(path)
-    except (SufficeError, OSError) as exc:
-        if not failing:
-            raise
-        notify(f"could not write the audit anchor {path}: {exc}")
-
-
+@dataclass
 class _Run:
     """One pass over the input: skip what is answered, flag repeated ids, judge, write and audit the rest."""
 
-    def __init__(
-        self,
-        scorer: Scorer,
-        gate: Gate,
-        options: BatchOptions,
-        results: ResultFile,
-        index: KeyIndex,
-        audit: AuditLog | None,
-        settings: RunSettings,
-        report: BatchReport,
-        suspects: Suspects,
-        output: Path,
-        stream: ResultsStream,
-    ) -> None:
-        self.scorer = scorer
-        #: Where each batch written is published: the run's summary observes it.
-        self.stream = stream
-        self.suspects = suspects
-        self.gate = gate
-        self.options = options
-        self.results = results
-        self.index = index
-        self.audit = audit
-        self.settings = settings
-        #: The output the user named (for Parquet, ``results`` is its journal).
-        self.output = output
-        self.report = report
-        self.update: Progress | None = None
-        self.run_id = uuid.uuid4().hex
-        #: Error rows dropped as stale (they no longer count in the output's errors).
-        self.forgotten_errors = 0
-        self._weights: str | None = None
+    scorer: Scorer
+    gate: Gate
+    options: BatchOptions
+    results: ResultFile
+    index: KeyIndex
+    audit: AuditLog | None
+    settings: RunSettings
+    report: BatchReport
+    suspects: Suspects
+    #: The output the user named (for Parquet, ``results`` is its journal).
+    output: Path
+    #: Where each batch written is published: the run's summary observes it.
+    stream: ResultsStream
+    update: Progress | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Error rows dropped as stale (they no longer count in the output's errors).
+    forgotten_errors: int = 0
+    _weights: str | None = None
+
+    def __post_init__(self) -> None:
         #: What the audit rows record as deciding their verdicts: the run's settings less the output's own
         #: (its format and field mapping change the file, not a verdict), so ``serve`` records the same.
-        self._verdict_settings = {k: v for k, v in settings.values.items() if k not in _OUTPUT_ONLY}
+        self._verdict_settings = {k: v for k, v in self.settings.values.items() if k not in _OUTPUT_ONLY}
 
     def go(self, inputs: InputFile, progress: ProgressFactory | None) -> None:
         # From 0, advanced as answered records are met (:meth:`_todo`): the output's row count would overshoot.
         update, close_progress = progress(inputs.count, 0) if progress else (None, None)
-        try:
-            self.update = checked_progress(update, "progress")
-        except ConfigError:
-            if close_progress is not None:
-                close_progress()
-            raise
         start = time.perf_counter()
         sent: deque[tuple[list[tuple[SourceLine, str]], float]] = deque()
         written = 0  # batches written, so sent[0] is batch number `written`
@@ -363,6 +304,7 @@ class _Run:
                 yield [line.record for line, _ in batch]
 
         try:
+            self.update = checked_progress(update, "progress")
             for judged in self.scorer.map(batches(), self.update, self._crashed):
                 batch, began = sent.popleft()
                 self._write([line for line, _ in batch], judged, (time.perf_counter() - began) * 1000)
@@ -417,9 +359,7 @@ class _Run:
             )
             keyed: list[tuple[SourceLine, str, str | None, int | None]] = []
             for line, rid, key in found:
-                if rid is None or key == line_key(line.line):
-                    keyed.append((line, key, rid, None))
-                elif first[rid] != line.line:
+                if rid is not None and key != line_key(line.line) and first[rid] != line.line:
                     keyed.append((line, line_key(line.line), rid, first[rid]))
                 else:
                     keyed.append((line, key, rid, None))
@@ -496,13 +436,7 @@ _OUTPUT_ONLY = ("format", "fields")
 
 
 def _batches(lines: Iterator[SourceLine], size: int) -> Iterator[list[SourceLine]]:
-    batch: list[SourceLine] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
+    while batch := list(itertools.islice(lines, size)):
         yield batch
 
 

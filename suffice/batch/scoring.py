@@ -49,16 +49,16 @@ class Scorer(ABC):
         alone, where a scorer can find it on the same run (Ray); an in-process run
         finds it across reruns instead (:mod:`suffice.batch.suspects`)."""
 
-    @abstractmethod
     def implicated(self) -> int | None:
         """After ``map`` raised :class:`EngineDeadError`: the number (0-based, in the
         order ``map`` took them) of the one batch a running engine died with, or
         ``None`` when no batch is known to be the cause (the engine never started, a
         server went away, an actor died with several batches queued)."""
+        return None
 
-    @abstractmethod
     def weights_hash(self) -> str | None:
-        """The audit log's hash of the weights (after the first batch started the engine)."""
+        """The audit log's hash of the weights (after the first batch started the engine); ``None``: not known here."""
+        return None
 
     def served(self) -> dict[str, str]:
         """What the engine says it serves once started (see :meth:`Engine.served`); the
@@ -72,9 +72,9 @@ class Scorer(ABC):
         except Exception:
             return None
 
-    @abstractmethod
     def close(self) -> None:
-        """Stop every engine this scorer started."""
+        """Stop every engine this scorer started (a scorer that starts none has nothing to stop)."""
+        return None
 
 
 class LocalScorer(Scorer):

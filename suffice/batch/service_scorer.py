@@ -153,12 +153,3 @@ class ServiceScorer(Scorer):
     def _error_row(self, record: object, error: ErrorInfo) -> JudgeResult:
         """A row made here, not by the service: the model and backend are those its settings name."""
         return error_result(record_id(record), self.gate, self._model, self._backend, error)
-
-    def implicated(self) -> int | None:
-        return None
-
-    def weights_hash(self) -> str | None:
-        return None
-
-    def close(self) -> None:
-        return None

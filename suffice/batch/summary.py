@@ -39,10 +39,8 @@ class RunSummary(Tally):
 
     def on_judged(self, judged: Judged) -> None:
         super().on_judged(judged)
-        for result in judged.results:
-            if self.notice is not None:
-                break
-            self.notice = self.notice_of(result.model)
+        if self.notice is None:
+            self.notice = next((n for r in judged.results if (n := self.notice_of(r.model)) is not None), None)
 
     @property
     def share_sufficient(self) -> float | None:

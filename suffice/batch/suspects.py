@@ -42,10 +42,8 @@ class Suspects:
             return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return
         except (OSError, ValueError):
-            return  # written atomically by suffice: unreadable means not ours; judge normally
+            return  # none, or (written atomically by suffice) not ours: judge normally
         if isinstance(data, dict):
             digests = data.get("digests")
             digests = digests if isinstance(digests, dict) else {}

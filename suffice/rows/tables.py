@@ -77,10 +77,7 @@ def _split_optional(annotation: Any) -> tuple[Any, bool]:
 
 def _is_int_or_str(annotation: Any) -> bool:
     """A union whose members are ``int`` and ``str`` (like ``ChunkId``)."""
-    if typing.get_origin(annotation) not in _UNIONS:
-        return False
-    members = {_unwrap(m) for m in typing.get_args(annotation)}
-    return members == {int, str}
+    return typing.get_origin(annotation) in _UNIONS and {_unwrap(m) for m in typing.get_args(annotation)} == {int, str}
 
 
 def _field(name: str, annotation: Any, stack: tuple[type, ...]) -> Any:
@@ -164,9 +161,7 @@ _OMITTED_KEY = b"suffice.verdict_omitted_when_null"
 def _without_omitted(row: dict[str, Any], omitted: tuple[str, ...]) -> dict[str, Any]:
     verdict = row.get("verdict")
     if isinstance(verdict, dict):
-        for name in omitted:
-            if name in verdict and verdict[name] is None:
-                del verdict[name]
+        row["verdict"] = {k: v for k, v in verdict.items() if v is not None or k not in omitted}
     return row
 
 
@@ -184,13 +179,11 @@ def _coerce(value: Any, field: Any, key: str) -> Any:
             raise RowError(key, "is required (null or missing)")
         return None
     kind = field.type
-    if pa.types.is_struct(kind):
+    if pa.types.is_struct(kind) or pa.types.is_map(kind):
         if not isinstance(value, Mapping):
             raise RowError(key, f"must be an object, not {_describe(value)}")
-        return _coerce_struct(value, kind, key)
-    if pa.types.is_map(kind):
-        if not isinstance(value, Mapping):
-            raise RowError(key, f"must be an object, not {_describe(value)}")
+        if pa.types.is_struct(kind):
+            return _coerce_struct(value, kind, key)
         for k in value:
             if not isinstance(k, str):
                 raise RowError(key, f"map keys must be strings, not {_describe(k)}")
@@ -227,15 +220,11 @@ def _coerce_scalar(value: Any, field: Any, key: str) -> Any:
 
 
 def _coerce_struct(value: Mapping[str, Any], kind: Any, key: str) -> dict[str, Any]:
-    names = {kind.field(i).name for i in range(kind.num_fields)}
+    names = {child.name for child in kind}
     for name in value:
         if name not in names:
             raise RowError(f"{key}.{name}", f"is not a field of the schema (expected some of {sorted(names)})")
-    out = {}
-    for i in range(kind.num_fields):
-        child = kind.field(i)
-        out[child.name] = _coerce(value.get(child.name), child, f"{key}.{child.name}")
-    return out
+    return {child.name: _coerce(value.get(child.name), child, f"{key}.{child.name}") for child in kind}
 
 
 def coerce_row(row: Mapping[str, Any], schema: Any) -> dict[str, Any]:
@@ -255,7 +244,7 @@ def _has_map(kind: Any) -> bool:
     if pa.types.is_map(kind):
         return True
     if pa.types.is_struct(kind):
-        return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
+        return any(_has_map(child.type) for child in kind)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         return _has_map(kind.value_type)
     return False

@@ -9,6 +9,7 @@ limits.  On a GPU only the dtype and log level apply.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import tempfile
@@ -73,38 +74,32 @@ def gpu_build() -> bool:
 def check_build(config: EngineConfig, *, gpu: bool) -> None:
     """Refuse settings the installed vLLM build cannot use (known only on the machine that starts the engine)."""
     # Settings for vLLM's CPU build, and for its GPU build (given above 1 for tensor_parallel_size): tagged so.
-    if gpu:
-        for name in (d.name for d in tagged(type(config), build="cpu")):
-            value = getattr(config, name)
-            if value is not None:
-                raise ConfigError(
-                    name,
-                    value,
-                    "a setting for vLLM's CPU build, and vLLM runs on a GPU here "
-                    "(size its memory with gpu_memory_utilization instead)",
-                )
-        return
-    for name in (d.name for d in tagged(type(config), build="gpu")):
+    for name in (d.name for d in tagged(type(config), build="cpu" if gpu else "gpu")):
         value = getattr(config, name)
-        if value is not None and not (name == "tensor_parallel_size" and value == 1):
-            raise ConfigError(
-                name,
-                value,
-                'needs vLLM\'s GPU build on a machine with a GPU (`pip install "suffice[gpu]"`); '
-                "vLLM runs on the CPU here",
-            )
+        if value is None or (name == "tensor_parallel_size" and value == 1):
+            continue
+        raise ConfigError(
+            name,
+            value,
+            "a setting for vLLM's CPU build, and vLLM runs on a GPU here "
+            "(size its memory with gpu_memory_utilization instead)"
+            if gpu
+            else 'needs vLLM\'s GPU build on a machine with a GPU (`pip install "suffice[gpu]"`); '
+            "vLLM runs on the CPU here",
+        )
+
+
+def _proc_line(path: str, prefix: str) -> str | None:
+    """The first line of ``path`` that starts with ``prefix`` (``None`` where there is none or it cannot be read)."""
+    with contextlib.suppress(OSError), open(path) as handle:
+        return next((line for line in handle if line.startswith(prefix)), None)
+    return None
 
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    line = _proc_line("/proc/cpuinfo", "flags")
+    return set(line.split(":", 1)[1].split()) if line else set()
 
 
 def native_bf16() -> bool:
@@ -117,11 +112,9 @@ def gpu_bf16() -> bool:
     """Whether the GPU torch sees computes in bfloat16 (compute capability 8.0 and up); read only on a GPU."""
     try:
         import torch
-    except ImportError:
-        return False
-    try:
+
         return bool(torch.cuda.is_bf16_supported())
-    except (AssertionError, RuntimeError):  # no usable device after all
+    except (ImportError, AssertionError, RuntimeError):  # no torch, or no usable device after all
         return False
 
 
@@ -150,14 +143,8 @@ def compute_dtype(gpu: bool, requested: str | None = None) -> tuple[str, str]:
 
 def host_available_gib() -> float | None:
     """``MemAvailable`` from ``/proc/meminfo`` (Linux), else ``None``."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024**2
-    except OSError:
-        return None
-    return None
+    line = _proc_line("/proc/meminfo", "MemAvailable:")
+    return int(line.split()[1]) / 1024**2 if line else None
 
 
 def available_memory_gib() -> float | None:
@@ -195,14 +182,9 @@ def parse_cores(spec: str) -> tuple[int, ...]:
 
 
 def core_ranges(cores: list[int]) -> str:
-    parts: list[str] = []
-    start = prev = cores[0]
-    for core in [*cores[1:], -2]:
-        if core != prev + 1:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-            start = core
-        prev = core
-    return ",".join(parts)
+    # A run of consecutive cores keeps one difference between core and position.
+    runs = [[core for _, core in run] for _, run in itertools.groupby(enumerate(cores), lambda p: p[1] - p[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 def machine_config(config: EngineConfig, *, gpu: bool = False) -> MachineConfig:
@@ -250,8 +232,7 @@ def host_ip() -> str:
     on one machine talks only to its own processes)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
-        address: str = ray.util.get_node_ip_address()
-        return address
+        return str(ray.util.get_node_ip_address())
     return "127.0.0.1"
 
 
@@ -267,11 +248,8 @@ def engine_log_path() -> Path | None:
             folder.mkdir(parents=True, exist_ok=True)
             # The temporary folder is shared: a neighbour's link planted at this name is refused, not followed.
             open_output(folder / name, "append", private=True).close()
-        except OutputWriteError as exc:
-            failures.append(f"{folder}: {exc.reason}")
-            continue
-        except OSError as exc:
-            failures.append(f"{folder}: {exc.strerror or exc}")
+        except (OutputWriteError, OSError) as exc:
+            failures.append(f"{folder}: {exc.reason if isinstance(exc, OutputWriteError) else exc.strerror or exc}")
             continue
         return folder / name
     warnings.warn(
@@ -301,15 +279,13 @@ def engine_output(verbose: bool) -> Iterator[Path | None]:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
+        for fd, copy in enumerate(saved, start=1):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def log_tail(path: Path | None, lines: int = 15) -> str:
     """The last lines of an engine log, for an error message."""
     if path is None or not path.exists():
         return ""
-    text = path.read_text(errors="replace").splitlines()[-lines:]
-    return "\n".join(text)
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -9,6 +9,7 @@ Strings UTF-8 cannot hold (lone surrogates), and strings starting with :data:`ES
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -39,7 +40,24 @@ class Parquet:
             raise ConfigError("input", str(path), f"is not a readable Parquet file: {exc}") from exc
 
     def records(self, path: Path, caps: tuple[int, int]) -> Iterator[SourceLine]:
-        return _parquet_lines(path, caps)
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(path).metadata
+        # Strings read as dictionaries: a value repeated in every row (how a 2 KB file holds 64 x 16 MB) is held once,
+        # and measured once, instead of once a row.
+        strings = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        strings = [p for i, p in enumerate(strings) if meta.schema.column(i).physical_type == "BYTE_ARRAY"]
+        # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks.
+        reader = pq.ParquetFile(path, buffer_size=1 << 20, read_dictionary=strings)
+        position = 0
+        for group in range(meta.num_row_groups):
+            rows = meta.row_group(group).num_rows
+            size = sum(meta.row_group(group).column(i).total_uncompressed_size for i in range(meta.num_columns))
+            per_batch = max(1, min(1024, _BATCH_BYTES * max(rows, 1) // max(size, 1)))
+            for batch in reader.iter_batches(batch_size=per_batch, row_groups=[group]):
+                for record in _rows(batch, position, caps):
+                    position += 1
+                    yield SourceLine(position, record)
 
     def refuses(self, verdicts: VerdictFormat, detail: str) -> ConfigError | None:
         if not verdicts.typed:
@@ -56,7 +74,17 @@ class Parquet:
         parquet_from_journal(journal, output, gate)
 
     def resume(self, output: Path, journal: Path) -> None:
-        journal_from_parquet(output, journal)
+        from suffice.rows.tables import iter_parquet
+
+        try:
+            replace_atomically(journal, (dump_line(unescape(row)) for row in iter_parquet(output)), private=True)
+        except OutputWriteError:
+            raise
+        except Exception as exc:
+            # A rerun of the same command would meet the same file: not "rerun to resume".
+            raise OutputMismatchError(
+                "output", f"{output} cannot be read to resume it ({exc}); use --overwrite to start over"
+            ) from exc
 
 
 PARQUET = Parquet()
@@ -84,14 +112,12 @@ def escape(value: Any) -> Any:
 
 def unescape(value: Any) -> Any:
     """The inverse of :func:`escape`; a marked string that is not JSON is left as it is."""
-    if isinstance(value, str):
-        if value.startswith(ESCAPED):
-            try:
-                text = json.loads(value[len(ESCAPED) :])
-            except ValueError:
-                return value
-            return text if isinstance(text, str) else value
-        return value
+    if isinstance(value, str) and value.startswith(ESCAPED):
+        try:
+            text = json.loads(value[len(ESCAPED) :])
+        except ValueError:
+            return value
+        return text if isinstance(text, str) else value
     if isinstance(value, dict):
         return {unescape(k): unescape(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -129,53 +155,10 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
     return int(writer.rows_written)
 
 
-def _output_rows(output: Path) -> Iterator[bytes]:
-    from suffice.rows.tables import iter_parquet
-
-    for row in iter_parquet(output):
-        yield dump_line(unescape(row))
-
-
-def journal_from_parquet(output: Path, journal: Path) -> None:
-    """Turn a finished Parquet output back into a journal to resume from."""
-    try:
-        replace_atomically(journal, _output_rows(output), private=True)
-    except OutputWriteError:
-        raise
-    except Exception as exc:
-        # A rerun of the same command would meet the same file: not "rerun to resume".
-        raise OutputMismatchError(
-            "output", f"{output} cannot be read to resume it ({exc}); use --overwrite to start over"
-        ) from exc
-
-
 _CAP_OPTIONS = "--max-field-chars, --max-chunks-per-item"
-#: Bytes of Parquet data decoded at once (a batch's rows, as the row group's metadata sizes them): rows of 16 MB
-#: strings are read a few at a time, not 1,024.
+#: Bytes of Parquet data decoded at once (a batch's rows, as the row group's metadata sizes them, at most 1,024 rows):
+#: rows of 16 MB strings are read a few at a time.
 _BATCH_BYTES = 64 << 20
-
-
-def _parquet_lines(
-    path: Path, caps: tuple[int, int] = (MAX_FIELD_CHARS, MAX_CHUNKS_PER_ITEM), batch_rows: int = 1024
-) -> Iterator[SourceLine]:
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
-    # Strings read as dictionaries: a value repeated in every row (how a 2 KB file holds 64 x 16 MB) is held once,
-    # and measured once, instead of once a row.
-    strings = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    strings = [p for i, p in enumerate(strings) if meta.schema.column(i).physical_type == "BYTE_ARRAY"]
-    # Buffered reads: unbuffered (pyarrow's default) loads whole column chunks.
-    reader = pq.ParquetFile(path, buffer_size=1 << 20, read_dictionary=strings)
-    position = 0
-    for group in range(meta.num_row_groups):
-        rows = meta.row_group(group).num_rows
-        size = sum(meta.row_group(group).column(i).total_uncompressed_size for i in range(meta.num_columns))
-        per_batch = max(1, min(batch_rows, _BATCH_BYTES * max(rows, 1) // max(size, 1)))
-        for batch in reader.iter_batches(batch_size=per_batch, row_groups=[group]):
-            for record in _rows(batch, position, caps):
-                position += 1
-                yield SourceLine(position, record)
 
 
 def _over_arrow(array: Any, caps: tuple[int, int]) -> Any:
@@ -232,11 +215,7 @@ def _rows(batch: Any, position: int, caps: tuple[int, int] = (MAX_FIELD_CHARS, M
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    over = pa.array([False] * batch.num_rows)
-    for column in batch.columns:
-        column_over = _over_arrow(column, caps)
-        if column_over is not None:
-            over = pc.or_(over, column_over)
+    over = _over_arrow(pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema)), caps)
     if pc.any(over).as_py():
         rows: list[object] = []
         for offset, is_over in enumerate(over.to_pylist()):
@@ -247,11 +226,9 @@ def _rows(batch: Any, position: int, caps: tuple[int, int] = (MAX_FIELD_CHARS, M
             else:
                 rows.extend(_rows(batch.slice(offset, 1), position + offset, caps))
         return rows
-    try:
+    with contextlib.suppress(ValueError, OverflowError, TypeError):  # pyarrow's ArrowInvalid is a ValueError
         converted: list[object] = batch.to_pylist()
         return converted
-    except (ValueError, OverflowError, TypeError):  # pyarrow's ArrowInvalid is a ValueError
-        pass
     rows = []
     for offset in range(batch.num_rows):
         try:

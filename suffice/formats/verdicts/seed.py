@@ -77,11 +77,8 @@ class SeedFormat:
         decision = getattr(verdict, "decision", None)
         if isinstance(decision, BaseModel):
             row["decision"] = decision.model_dump(mode="json")
-        for key, value in extras.items():
-            if key == "fitting":
-                row["fitting"].update(value)
-            else:
-                row[key] = value
+        row["fitting"].update(extras.get("fitting", {}))
+        row.update((key, value) for key, value in extras.items() if key != "fitting")
         return row
 
     def row(self, verdicts: tuple[type[BaseModel], ...]) -> RowShape:

@@ -124,11 +124,8 @@ class Client:
                     f"the server at {self.base_url} was asked for through the proxy {self._config.proxy} (--proxy), "
                     f"which refused it ({self._redact(str(exc))}): for a server on this network leave --proxy out"
                 ) from exc
-            except httpx.DecodingError as exc:  # a body that does not decode (a broken gzip)
-                failure = f"the answer did not decode: {exc}"
-                reachable = True
-            except _AnswerTooLarge as exc:
-                failure = str(exc)
+            except (httpx.DecodingError, _AnswerTooLarge) as exc:  # a broken gzip, say, or too long an answer
+                failure = f"the answer did not decode: {exc}" if isinstance(exc, httpx.DecodingError) else str(exc)
                 reachable = True
             else:
                 status = response.status_code

@@ -124,19 +124,17 @@ class OpenAIEngine(Engine):
         pending = set(futures)
         while pending:
             done, pending = wait_all(pending, timeout=_CANCEL_POLL, return_when=FIRST_EXCEPTION)
-            if (cancel is not None and cancel.is_set()) or self._closed:
+            closed, withdrawn = self._closed, cancel is not None and cancel.is_set()
+            if fatal is None and not (closed or withdrawn):
+                fatal = next((f.exception() for f in done if _is_fatal(f.exception())), None)
+            if closed or withdrawn or fatal is not None:
                 aborted.set()  # calls in flight are dropped when they return
                 for future in pending:
                     future.cancel()
-                if self._closed:
-                    raise EngineFatalError("the openai engine was closed while it generated")
+            if closed:
+                raise EngineFatalError("the openai engine was closed while it generated")
+            if withdrawn:
                 raise CancelledError("the caller withdrew the request")
-            if fatal is None:
-                fatal = next((f.exception() for f in done if _is_fatal(f.exception())), None)
-                if fatal is not None:
-                    aborted.set()
-                    for future in pending:
-                        future.cancel()
         if fatal is not None:
             if isinstance(fatal, EngineUnreachableError) and self._client.cuts > cuts_before:
                 # A request of this call was cut while the server worked on it: the

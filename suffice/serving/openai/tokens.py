@@ -38,8 +38,7 @@ class LocalTokenizer(TokenizerMixin):
 
     def decode(self, ids: Sequence[int]) -> str:
         with TOKENIZER_LOCK:
-            text: str = self.tokenizer.decode(list(ids), skip_special_tokens=False)  # type: ignore[attr-defined]
-        return text
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))  # type: ignore[attr-defined]
 
 
 def _generation_eos(folder: Path) -> object:

@@ -111,11 +111,8 @@ class Driver:
         while True:
             if not self._running and not self._scheduler.waiting:
                 self._take(self._inbox.get())
-            while True:
-                try:
-                    self._take(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
+            while not self._inbox.empty():  # this thread alone takes from the inbox
+                self._take(self._inbox.get_nowait())
             for (seq, job), rank in self._scheduler.admit(lambda entry: entry[1].done.is_set()):
                 seq.rank = rank
                 self._add(job, [seq])

@@ -160,13 +160,9 @@ class VLLMEngine(TokenizerMixin, Engine):
 
     def _prefix_ids(self, prefix: str) -> list[int]:
         """A segment prefix's token ids (a handful of constant texts: kept)."""
-        if not prefix:
-            return []
-        ids = self._prefixes.get(prefix)
-        if ids is None:
-            ids = [int(i) for i in self.text_ids(prefix)]
-            self._prefixes[prefix] = ids
-        return ids
+        if prefix and prefix not in self._prefixes:
+            self._prefixes[prefix] = [int(i) for i in self.text_ids(prefix)]
+        return self._prefixes[prefix] if prefix else []
 
     def _absorb(self, seq: TokenSequence, completion: Any) -> None:
         """Append a finished segment to its sequence (an inner end-of-sequence token is dropped)."""

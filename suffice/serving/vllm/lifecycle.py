@@ -65,9 +65,8 @@ def engine_processes() -> list[Any]:
     """The engine's processes (vLLM names them ``VLLM::...``), children of this one."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
     named = []
-    for child in children:
+    for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if "VLLM" in child.name() or any("VLLM" in part for part in child.cmdline()[:1]):
                 named.append(child)
