@@ -5,10 +5,9 @@ session's CSRF token."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
@@ -145,10 +144,25 @@ async def list_page(request: Request, show: str = "open") -> Response:
     return render("list.html.j2", "Reviews", session=session, rows=rows, shown=shown)
 
 
+def _same_origin(request: Request) -> bool:
+    """Whether a login was posted from this server's own page: a browser's ``Sec-Fetch-Site`` says so, and an
+    ``Origin`` (other than ``null``, which the page's no-referrer policy makes it send) names this server as the
+    ``Host`` does.  A client that sends neither (curl, a script) holds the key anyway."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin", "null")
+    return origin == "null" or urlsplit(origin).netloc.lower() == request.headers.get("host", "").lower()
+
+
 @router.post(LOGIN, include_in_schema=False)
 async def log_in(request: Request) -> Response:
     desk = _desk(request)
+    if not _same_origin(request):
+        return render("login.html.j2", "Log in", 403, message="A login from another site's page is refused.")
     reviewer = desk.reviewers.of_key((await _form(request)).get("key", ""))
+    address = f"addr:{request.client.host if request.client else ''}"
+    if not desk.reviewers.allow_login(address, *([f"key:{reviewer}"] if reviewer else [])):
+        return render("login.html.j2", "Log in", 429, message="Too many logins: wait a minute.")
     if reviewer is None:
         return render("login.html.j2", "Log in", 401, message="That key is not a reviewer's key.")
     response = RedirectResponse(PAGE, status_code=303)
@@ -159,9 +173,10 @@ async def log_in(request: Request) -> Response:
 
 @router.post(f"{PAGE}/logout", include_in_schema=False)
 async def log_out(request: Request) -> Response:
-    desk, session = _session(request)
-    if session is not None and hmac.compare_digest((await _form(request)).get("csrf", ""), session.csrf):
-        desk.reviewers.close(request.cookies.get(COOKIE))
+    # Closed whatever the form holds: a logout that left the session alive would leave a copied cookie working for
+    # hours (the cookie is SameSite=Strict, so another site cannot post here with it).
+    desk, _ = _session(request)
+    desk.reviewers.close(request.cookies.get(COOKIE))
     response = RedirectResponse(PAGE, status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
@@ -190,7 +205,7 @@ async def decide_page(review_id: int, request: Request) -> Response:
     if session is None:
         return render("login.html.j2", "Log in", 401, message="Log in first.")
     form = await _form(request)
-    if not hmac.compare_digest(form.get("csrf", ""), session.csrf):
+    if not session.csrf_matches(form.get("csrf", "")):
         return render("page.html.j2", "Refused", 403, text=Markup("The form is stale or not this site's: reload it."))
     decision = form.get("decision", "")
     # Each field goes with its decision only: the page hides the other's field, so what is left in it was not

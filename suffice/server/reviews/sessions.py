@@ -20,8 +20,13 @@ from suffice.server.guards import bearer_token
 COOKIE = "suffice_review"
 #: Seconds a page session lasts.
 SESSION_S = 8 * 3600
-#: Sessions kept at once (the oldest go first).
+#: Sessions kept at once (the oldest go first), and per reviewer: one key logging in again and again replaces its
+#: own oldest session, never another reviewer's.
 MAX_SESSIONS = 4096
+SESSIONS_PER_REVIEWER = 16
+#: Login attempts a peer address, and a reviewer's key, may make per :data:`LOGIN_WINDOW_S`; past it 429.
+LOGINS_PER_WINDOW = 20
+LOGIN_WINDOW_S = 60.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -56,6 +61,11 @@ class Session:
     csrf: str
     expires: float
 
+    def csrf_matches(self, given: str) -> bool:
+        """Whether a form's CSRF value is this session's (compared as bytes in constant time: any text a client
+        sends is an answer, never a 500)."""
+        return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self.csrf.encode())
+
 
 class Reviewers:
     """The reviewers' keys (none: nobody may review) and the sessions the page opens with them."""
@@ -64,6 +74,8 @@ class Reviewers:
         self.keys = keys
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        #: Recent login attempts (monotonic times) by peer address and by reviewer.
+        self._attempts: dict[str, list[float]] = {}
 
     def of_key(self, given: str) -> str | None:
         """The reviewer whose key ``given`` (hex) is, compared in constant time with every key."""
@@ -81,12 +93,31 @@ class Reviewers:
         """The reviewer whose key an ``Authorization`` header's value carries."""
         return self.of_key(bearer_token(authorization))
 
+    def allow_login(self, *who: str) -> bool:
+        """Note one login attempt by each of ``who`` (``addr:HOST``, ``key:NAME``); ``False`` when one of them made
+        :data:`LOGINS_PER_WINDOW` already in the last :data:`LOGIN_WINDOW_S` seconds (the attempt is refused and not
+        counted).  The table is bounded: a flood of addresses forgets the oldest."""
+        now = time.monotonic()
+        with self._lock:
+            recent = {w: [t for t in self._attempts.get(w, ()) if now - t < LOGIN_WINDOW_S] for w in who}
+            if any(len(times) >= LOGINS_PER_WINDOW for times in recent.values()):
+                return False
+            for w, times in recent.items():
+                self._attempts.pop(w, None)
+                self._attempts[w] = [*times, now]
+            while len(self._attempts) > MAX_SESSIONS:
+                del self._attempts[next(iter(self._attempts))]
+        return True
+
     def open(self, reviewer: str) -> str:
         """A new session's token (the cookie's value)."""
         token = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
             for old in [t for t, s in self._sessions.items() if s.expires < now]:
+                del self._sessions[old]
+            own = [t for t, s in self._sessions.items() if s.reviewer == reviewer]
+            for old in own[: max(0, len(own) - SESSIONS_PER_REVIEWER + 1)]:
                 del self._sessions[old]
             while len(self._sessions) >= MAX_SESSIONS:
                 del self._sessions[next(iter(self._sessions))]
