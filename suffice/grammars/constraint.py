@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from suffice.grammars.regex import Rx
@@ -84,7 +85,6 @@ class Constraint:
     #: The most tokens decoding any output takes, all segments together (:attr:`max_completion_tokens`), as the
     #: gate that chains the segments counts it; ``None`` for one segment.
     completion_bound: int | None = None
-    _compiled: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_rx(cls, rx: Rx, key: str, **fields: Any) -> Constraint:
@@ -151,10 +151,10 @@ class Constraint:
 
     def matches(self, text: str) -> bool:
         """Whether ``text`` is in the constraint's language (Python's ``re``, then :attr:`check`)."""
-        compiled = self._compiled
-        if compiled is None:
-            compiled = re.compile(self.pattern)
-            object.__setattr__(self, "_compiled", compiled)
-        if compiled.fullmatch(text) is None:
+        if self._compiled.fullmatch(text) is None:
             return False
         return self.check is None or self.check(text)
+
+    @cached_property
+    def _compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)

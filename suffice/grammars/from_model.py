@@ -77,21 +77,20 @@ def _rx(annotation: Any, metadata: list[Any], labels: int, where: str) -> Rx | N
         return lit("null")
     if origin is Literal:
         return alt(*[lit(json.dumps(value)) for value in get_args(annotation)])
-    if origin is list:
+    if origin is list or annotation is str:
         limit = _bound(metadata, "max_length")
         if limit is None:
-            raise TypeError(f"{where}: a list needs max_length (the constraint bounds every output)")
+            kind = "list" if origin is list else "str"
+            raise TypeError(f"{where}: a {kind} needs max_length (the constraint bounds every output)")
+    if annotation is str:
+        return json_string(_bound(metadata, "min_length", 0), limit)
+    if origin is list:
         item, least = _rx(get_args(annotation)[0], [], labels, where), _bound(metadata, "min_length", 0)
         if item is None:
             return None if least else lit("[]")
         return json_list(item, least, limit)
     if annotation is bool:
         return JSON_BOOL
-    if annotation is str:
-        limit = _bound(metadata, "max_length")
-        if limit is None:
-            raise TypeError(f"{where}: a str needs max_length (the constraint bounds every output)")
-        return json_string(_bound(metadata, "min_length", 0), limit)
     if annotation is int:
         lo, hi = _bound(metadata, "ge"), _bound(metadata, "le")
         if lo is None or hi is None or hi - lo >= MAX_INT_VALUES:

@@ -107,13 +107,9 @@ def json_list(item: Rx, min_items: int, max_items: int) -> Rx:
 
 def json_members(fields: list[tuple[str, Rx]]) -> Rx:
     """``"key":value`` pairs joined by commas, without the braces."""
-    parts: list[Rx] = []
-    for index, (key, value) in enumerate(fields):
-        if index:
-            parts.append(lit(","))
-        parts.append(lit(json.dumps(key) + ":"))
-        parts.append(value)
-    return seq(*parts)
+    return seq(
+        *[seq(lit(("," if index else "") + json.dumps(key) + ":"), value) for index, (key, value) in enumerate(fields)]
+    )
 
 
 def json_object(fields: list[tuple[str, Rx]]) -> Rx:

@@ -8,6 +8,7 @@ Shown chunks are labelled ``0..n-1`` in their original order.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -59,10 +60,7 @@ def source_key(chunk: Chunk | ShownChunk) -> str:
 
 def source_labels(chunks: Sequence[Chunk]) -> dict[str, int]:
     """Distinct sources numbered ``0..m-1`` in order of first appearance."""
-    labels: dict[str, int] = {}
-    for chunk in chunks:
-        labels.setdefault(source_key(chunk), len(labels))
-    return labels
+    return {source: label for label, source in enumerate(dict.fromkeys(map(source_key, chunks)))}
 
 
 @dataclass(frozen=True)
@@ -103,14 +101,8 @@ class FittedPrompt:
 
 def water_level(lengths: Sequence[int], room: int) -> int:
     """The largest cap ``c`` with ``sum(min(l, c)) <= room``."""
-    lo, hi = 0, max(lengths, default=0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if sum(min(n, mid) for n in lengths) <= room:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    caps = range(max(lengths, default=0) + 1)
+    return max(0, bisect.bisect_right(caps, room, key=lambda cap: sum(min(n, cap) for n in lengths)) - 1)
 
 
 def _priority(chunks: Sequence[Chunk]) -> list[int]:
@@ -167,24 +159,15 @@ def fit_prompt(
     windows: list[tuple[int, int]] = []
     shown_segments: list[str] = []
     segment_tokens: list[int] = []
+    response_chars = None if item.response is None else len(normalise(item.response))
+    response: str | None = None
+    response_truncated, response_chars_checked = False, response_chars
     if segments is not None:
         shown_segments = [normalise(s.text) for s in segments]
         segment_tokens = engine.count_tokens(shown_segments)
-        response, response_truncated = None, False
     elif item.response is not None:
         response, response_truncated = cut_text(engine, normalise(item.response), config.max_response_tokens)
-    else:
-        response, response_truncated = None, False
-    response_chars = None if item.response is None else len(normalise(item.response))
-    response_chars_checked = (
-        response_chars
-        if segments is not None
-        else None
-        if response is None
-        else len(response) - len(TRUNCATION_MARK)
-        if response_truncated
-        else len(response)
-    )
+        response_chars_checked = len(response) - (len(TRUNCATION_MARK) if response_truncated else 0)
     # The windows that need the most: room in the prompt (tokens of their segments) and in the output (segments).
     widest: tuple[int, int] | None = None
     longest: tuple[int, int] | None = None
@@ -198,9 +181,6 @@ def fit_prompt(
     slack = 0
     # Every rendering of this item (measured with texts left out, cut, whole) gets one fence token.
     seed = fence_seed([item.question, item.response, *(t for c in item.chunks for t in _fenced_fields(c))])
-
-    def render(keep: set[int], texts: dict[int, str]) -> tuple[Message, ...]:
-        return render_fenced(keep, texts, widest)[0]
 
     def render_fenced(
         keep: set[int], texts: dict[int, str], window: tuple[int, int] | None = None
@@ -248,7 +228,7 @@ def fit_prompt(
         the window of the most segments leaves, the overhead of the one of the most text."""
         constraint = window_constraint(keep, longest)
         budget = engine.max_model_len - constraint.max_tokens - RETRY_RESERVE
-        return constraint, budget, engine.prompt_tokens(render(keep, {i: "" for i in keep}))
+        return constraint, budget, engine.prompt_tokens(render_fenced(keep, {i: "" for i in keep}, widest)[0])
 
     for _ in range(_MAX_ATTEMPTS):
         check()
@@ -269,37 +249,28 @@ def fit_prompt(
                 else:
                     hi = mid - 1
             if lo == 0:
-                raise PromptTooLongError(
-                    f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown: "
-                    f"{_spent(engine, found.get(1) or measure(set(ranked[:1])))}"
-                )
+                raise _too_long(engine, found.get(1) or measure(set(ranked[:1])))
             keep = set(ranked[:lo])
             constraint, budget, overhead = found[lo]
         room = budget - overhead - slack
         if room <= 0:
-            raise PromptTooLongError(
-                f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown: "
-                f"{_spent(engine, (constraint, budget, overhead))}"
-            )
+            raise _too_long(engine, (constraint, budget, overhead))
         kept = sorted(keep)
         cap = water_level([lengths[i] for i in kept], room)
-        texts: dict[int, str] = {}
-        truncated: set[int] = set()
-        for i in kept:
-            if lengths[i] > cap:
-                texts[i] = engine.truncate(precut[i][0], max(cap - _MARK_TOKENS, 1)) + TRUNCATION_MARK
-                truncated.add(i)
-            else:
-                texts[i] = precut[i][0]
+        truncated = {i for i in kept if lengths[i] > cap}
+        texts = {
+            i: engine.truncate(precut[i][0], max(cap - _MARK_TOKENS, 1)) + TRUNCATION_MARK
+            if i in truncated
+            else precut[i][0]
+            for i in kept
+        }
         rendered = [render_fenced(keep, texts, w) for w in (windows or [None])]  # type: ignore[list-item]
         messages, fence = rendered[0]
         actual = max(engine.prompt_tokens(m) for m, _ in rendered)
         if actual <= budget:
             shown = tuple(
-                ShownChunk(
-                    label, item.chunks[i].id, texts[i], item.chunks[i].source, i in truncated, item.chunks[i].score
-                )
-                for label, i in enumerate(kept)
+                ShownChunk(label, c.id, texts[i], c.source, i in truncated, c.score)
+                for label, (i, c) in enumerate((i, item.chunks[i]) for i in kept)
             )
             return FittedPrompt(
                 messages=messages,
@@ -328,10 +299,11 @@ def _fenced_fields(chunk: Chunk) -> tuple[str | None, ...]:
     return (str(chunk.id), chunk.text, chunk.source, chunk.date, metadata)
 
 
-def _spent(engine: Engine, measured: tuple[Constraint, int, int]) -> str:
-    """Where the window went, for an error message."""
+def _too_long(engine: Engine, measured: tuple[Constraint, int, int]) -> PromptTooLongError:
+    """The error naming where the window went."""
     constraint, _, overhead = measured
-    return (
+    return PromptTooLongError(
+        f"the prompt does not fit in max_model_len={engine.max_model_len} with any chunk shown: "
         f"the output's worst case takes {constraint.max_tokens} tokens, the retry reserve {RETRY_RESERVE}, "
         f"the instructions and question {overhead}, which leaves "
         f"{engine.max_model_len - constraint.max_tokens - RETRY_RESERVE - overhead} for evidence"

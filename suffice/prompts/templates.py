@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import re
@@ -132,12 +133,9 @@ class Fence:
         """The first fence from counter ``start`` on that none of ``fields`` contains, derived
         from ``seed`` (default: :func:`fence_seed` of the fields), and its counter."""
         seed = fence_seed(fields) if seed is None else seed
-        counter = start
-        while True:
-            token = fence_token(seed, counter, secret)
-            if not any(token in field for field in fields):
-                return cls(token), counter
-            counter += 1
+        tokens = ((fence_token(seed, counter, secret), counter) for counter in itertools.count(start))
+        token, counter = next((token, counter) for token, counter in tokens if not any(token in f for f in fields))
+        return cls(token), counter
 
     def __call__(
         self, kind: str, text: str, label: int | None = None, close: bool = True, **attributes: Attribute

@@ -91,11 +91,10 @@ def check_threshold(threshold: float | None) -> None:
 
 
 def effective_threshold(rubric: Rubric, threshold: float | None = None) -> float:
-    """The composite threshold PASS needs: ``threshold`` (an override) or the rubric's
-    pass threshold plus its risk margin (capped at 1), or the rubric's calibrated
-    threshold as it is, but for a HIGH-risk rubric never under the uncalibrated one:
-    calibration keeps the margin's direction there ("for high-stakes domains ... bias
-    toward false negatives").  The prompt states this one, the decision applies it."""
+    """The composite threshold PASS needs: ``threshold`` (an override) or the rubric's pass threshold plus its risk
+    margin (capped at 1), or the rubric's calibrated threshold as it is, but for a HIGH-risk rubric never under the
+    uncalibrated one: calibration keeps the margin's direction there ("for high-stakes domains ... bias toward false
+    negatives").  The prompt states this one, the decision applies it."""
     check_threshold(threshold)
     base = rubric.pass_threshold if threshold is None else threshold
     uncalibrated = round(min(1.0, base + RISK_MARGIN[rubric.risk_level]), 6)
@@ -113,12 +112,10 @@ def decide(
     can_retrieve: bool = True,
     question_truncated: bool = False,
 ) -> AdequacyDecision:
-    """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must
-    be in [0, 1].  ``can_retrieve=False``: no retrieval is left, so a FAIL that more
-    retrieval would have fixed goes to a person (the seed's escalation after the round limit).
-
-    The model's ESCALATE_TO_HUMAN or FLAG_AS_UNANSWERABLE is never delivered, whatever the
-    composite: it goes to a person, unless the rubric sets ``trust_computed_pass``."""
+    """``threshold`` overrides the rubric's (e.g. one chosen by calibration); it must be in [0, 1].
+    ``can_retrieve=False``: no retrieval is left, so a FAIL that more retrieval would have fixed goes to a person
+    (the seed's escalation after the round limit).  The model's ESCALATE_TO_HUMAN or FLAG_AS_UNANSWERABLE is never
+    delivered, whatever the composite: it goes to a person, unless the rubric sets ``trust_computed_pass``."""
     effective = effective_threshold(rubric, threshold)
     scores = output.scores()
     composite = composite_score(scores, rubric)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -46,7 +46,7 @@ def check_dimension_names(names: Sequence[str]) -> None:
         raise ValueError("dimension names must be distinct")
 
 
-RECOMMENDATIONS = ("PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE")
+Recommendation = Literal["PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE"]
 
 
 class AdequacyBounds:
@@ -83,11 +83,6 @@ DECISION_PREFIX = DECISION_KEY[:-2]
 REST_PREFIX = '","adequacy_score":'
 
 
-def _rest(dimensions: tuple[str, ...], criteria: int, rationale_chars: int) -> Rx:
-    """Everything after ``"PASS"`` / ``"FAIL"``."""
-    return lit(REST_PREFIX[1:]) + _rest_body(dimensions, criteria, rationale_chars)
-
-
 def _criteria(count: int) -> Rx:
     """Criteria 1 to ``count``, each number a literal: the model cannot skip, repeat, reorder or add one, only
     score and assess each."""
@@ -101,13 +96,7 @@ def _criteria(count: int) -> Rx:
         )
         for number in range(1, count + 1)
     ]
-    parts: list[Rx] = [lit("[")]
-    for number, entry in enumerate(entries):
-        if number:
-            parts.append(lit(","))
-        parts.append(entry)
-    parts.append(lit("]"))
-    return seq(*parts)
+    return seq(lit("["), entries[0], *[seq(lit(","), entry) for entry in entries[1:]], lit("]"))
 
 
 def _rest_body(dimensions: tuple[str, ...], criteria: int, rationale_chars: int) -> Rx:
@@ -122,7 +111,7 @@ def _rest_body(dimensions: tuple[str, ...], criteria: int, rationale_chars: int)
                 ("criteria", _criteria(criteria)),
                 ("dimensions", json_object([(d, dimension) for d in dimensions])),
                 ("missing_information", json_list(json_string(1, B.MISSING_CHARS), 0, B.MISSING_MAX)),
-                ("recommendation", alt(*[lit(f'"{r}"') for r in RECOMMENDATIONS])),
+                ("recommendation", alt(*[lit(f'"{r}"') for r in get_args(Recommendation)])),
                 ("rationale", json_string(1, rationale_chars)),
             ]
         ),
@@ -142,12 +131,10 @@ def check_criteria_count(count: int) -> None:
 def adequacy_constraint(
     dimensions: Sequence[str] = DIMENSIONS, rationale_chars: int = B.RATIONALE_CHARS, *, criteria: int
 ) -> Constraint:
-    """Two segments: the decision alone (the only one with log-probabilities; the key
-    before it prefilled), then the rest (its opening key prefilled), which scores
-    criteria 1 to ``criteria`` in order, then exactly ``dimensions`` in their order, and
-    bounds the rationale at ``rationale_chars``.  Keyed by the dimension names, the
-    number of criteria and a rationale bound other than the default: rubrics scoring
-    the same dimensions with as many criteria share one compiled form."""
+    """Two segments: the decision alone (the only one with log-probabilities; the key before it prefilled), then
+    the rest (its opening key prefilled): criteria 1 to ``criteria`` in order, exactly ``dimensions`` in their order,
+    the rationale bounded at ``rationale_chars``.  Keyed by the dimension names, the number of criteria and a
+    rationale bound other than the default: rubrics scoring the same dimensions with as many criteria share one."""
     # Checked before the cache: ``True`` hashes as ``1`` and would find its form.
     check_criteria_count(criteria)
     return _constraint(tuple(dimensions), criteria, rationale_chars)
@@ -159,30 +146,22 @@ def _constraint(dimensions: tuple[str, ...], criteria: int, rationale_chars: int
     lo, hi = B.RATIONALE_RANGE
     if not lo <= rationale_chars <= hi:
         raise ValueError(f"reasoning_chars must be between {lo} and {hi}, got {rationale_chars}")
-    suffix = "" if dimensions == DIMENSIONS else "/" + ",".join(dimensions)
-    suffix += f"/c{criteria}"
-    if rationale_chars != B.RATIONALE_CHARS:
-        suffix += f"/r{rationale_chars}"
+    suffix = ("" if dimensions == DIMENSIONS else "/" + ",".join(dimensions)) + f"/c{criteria}"
+    suffix += "" if rationale_chars == B.RATIONALE_CHARS else f"/r{rationale_chars}"
     values = alt(lit("PASS"), lit("FAIL"))
     decision = Segment.from_rx(
         lit(DECISION_KEY[-2:] + '"') + values, key="adequacy/decision", logprobs=True, prefix=DECISION_PREFIX
     )
-    rest = Segment.from_rx(
-        _rest_body(dimensions, criteria, rationale_chars), key="adequacy/rest" + suffix, prefix=REST_PREFIX
-    )
+    body = _rest_body(dimensions, criteria, rationale_chars)
+    rest = Segment.from_rx(body, key="adequacy/rest" + suffix, prefix=REST_PREFIX)
+    # Everything after ``"PASS"`` / ``"FAIL"``.
+    after = seq(lit(REST_PREFIX[1:]), body)
 
     def continuation(text: str) -> Segment | None:
-        if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL'):
-            return rest
-        return None
+        return rest if text in (DECISION_KEY + '"PASS', DECISION_KEY + '"FAIL') else None
 
-    coarse = Segment.from_rx(
-        seq(_DECISION, _rest(dimensions, criteria, rationale_chars)),
-        key="adequacy/whole" + suffix,
-        logprobs=True,
-        prefix=DECISION_KEY,
-    )
-    rx = seq(lit(DECISION_KEY), _DECISION, _rest(dimensions, criteria, rationale_chars))
+    coarse = Segment.from_rx(seq(_DECISION, after), key="adequacy/whole" + suffix, logprobs=True, prefix=DECISION_KEY)
+    rx = seq(lit(DECISION_KEY), _DECISION, after)
     return Constraint.from_rx(
         rx,
         key="adequacy" + suffix,
@@ -221,9 +200,6 @@ class JudgedCriterion(CriterionScore):
     #: The score at which it is met (the rubric's).
     minimum: float = Field(ge=0.0, le=1.0)
     met: bool
-
-
-Recommendation = Literal["PROCEED_WITH_ANSWER", "RETRIEVE_MORE", "ESCALATE_TO_HUMAN", "FLAG_AS_UNANSWERABLE"]
 
 
 class AdequacyOutput(BaseModel):

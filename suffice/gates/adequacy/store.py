@@ -125,10 +125,9 @@ class Rubric(BaseModel):
         # Infinity (JSON's too) or 1e308 twice would make every composite NaN.
         if not 0 < sum(self.weights.values()) < math.inf:
             raise ValueError("weights: must be finite numbers summing to a positive, finite number")
-        if any(not 0 <= f <= 1 for f in self.critical.values()):
-            raise ValueError("critical: every floor must be in [0, 1]")
-        if any(not 0 <= f <= 1 for f in self.minimums.values()):
-            raise ValueError("minimums: every minimum must be in [0, 1]")
+        for field, value, noun in (("critical", self.critical, "floor"), ("minimums", self.minimums, "minimum")):
+            if any(not 0 <= f <= 1 for f in value.values()):
+                raise ValueError(f"{field}: every {noun} must be in [0, 1]")
         return self
 
     def minimum(self, dimension: str) -> float:
@@ -150,10 +149,6 @@ class Rubric(BaseModel):
         return self.weights.get(dimension, 0.0)
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def builtin_dir() -> Path:
     return Path(__file__).parent / "rubrics"
 
@@ -161,13 +156,8 @@ def builtin_dir() -> Path:
 def _field_of(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
-    if not loc and str(err.get("msg", "")).startswith("Value error, weights"):
-        return "weights"
-    if not loc and str(err.get("msg", "")).startswith("Value error, critical"):
-        return "critical"
-    if not loc and str(err.get("msg", "")).startswith("Value error, minimums"):
-        return "minimums"
-    return loc or "rubric"
+    fields = ("weights", "critical", "minimums")
+    return loc or next((f for f in fields if str(err.get("msg", "")).startswith(f"Value error, {f}")), "rubric")
 
 
 def load_rubric_file(path: Path) -> Rubric:
@@ -195,12 +185,9 @@ class RubricStore:
         self._cache: dict[str, Rubric] = {}
 
     def refs(self) -> list[tuple[str, str]]:
-        out = []
-        for path in self.folder.glob("*@*.json"):
-            name, _, version = path.stem.partition("@")
-            if _VERSION.match(version):
-                out.append((name, version))
-        return sorted(out, key=lambda nv: (nv[0], _version_key(nv[1])))
+        stems = (path.stem.partition("@") for path in self.folder.glob("*@*.json"))
+        out = [(name, version) for name, _, version in stems if _VERSION.match(version)]
+        return sorted(out, key=lambda nv: (nv[0], tuple(int(part) for part in nv[1].split("."))))
 
     def versions(self, name: str) -> list[str]:
         return [v for n, v in self.refs() if n == name]
@@ -233,10 +220,9 @@ def next_rubric_path(rubric: Rubric, folder: Path) -> Path:
 def save_rubric_version(rubric: Rubric, metrics: dict[str, Any], folder: Path) -> Path:
     """The rubric's next patch version, with the calibrated composite threshold.
 
-    Raises :class:`ConfigError` naming ``save_rubric`` when that version exists
-    already (a hand-edited version is never overwritten) or cannot be written.
-    A file this call created and could not finish (a full disk) is removed: left
-    empty, it would be the store's newest version, and unreadable."""
+    Raises :class:`ConfigError` naming ``save_rubric`` when that version exists already (a hand-edited version is
+    never overwritten) or cannot be written.  A file this call created and could not finish (a full disk) is
+    removed: left empty, it would be the store's newest version, and unreadable."""
     path = next_rubric_path(rubric, folder)
     version = path.stem.rsplit("@", 1)[1]
     data = rubric.model_dump(mode="json")

@@ -23,20 +23,18 @@ from suffice.prompts.fitting import ShownChunk, source_key
 class SufficiencyThreshold:
     """When evidence is enough to deliver an answer.
 
-    ``min_cumulative_score`` is in the retriever's own units (chunks without a
-    score count 0), any finite number, since a cross-encoder's logits are negative;
-    ``None`` (the default) asks for none.  ``min_passage_score`` is a floor for each passage in the same units:
-    a cited passage below it does not count toward ``min_passages`` (``None``: every cited passage counts).
+    ``min_cumulative_score`` is in the retriever's own units (chunks without a score count 0), any finite number,
+    since a cross-encoder's logits are negative; ``None`` (the default) asks for none.  ``min_passage_score`` is a
+    floor for each passage in the same units: a cited passage below it does not count toward ``min_passages``
+    (``None``: every cited passage counts).
 
-    ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose
-    support ratio meets ``required_support_ratio``: the checked answer goes out with
-    caveats naming what the evidence does not support (the seed: "a looser threshold
-    allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT
-    verdicts to human review instead of deciding automatically.  When no retrieval can
-    help (``can_retrieve=False``), any other shortfall abstains with the gap and the
-    queries (what the seed says to show the user), and under ``high_stakes`` that
-    abstention goes to a person with them (the seed: "a human review gate when the
-    system abstains on high-stakes queries").
+    ``accept_partial`` delivers a PARTIALLY_SUFFICIENT verdict whose support ratio meets ``required_support_ratio``:
+    the checked answer goes out with caveats naming what the evidence does not support (the seed: "a looser
+    threshold allows partial answers with caveats").  ``high_stakes`` sends PARTIALLY_SUFFICIENT verdicts to human
+    review instead of deciding automatically.  When no retrieval can help (``can_retrieve=False``), any other
+    shortfall abstains with the gap and the queries (what the seed says to show the user), and under
+    ``high_stakes`` that abstention goes to a person with them (the seed: "a human review gate when the system
+    abstains on high-stakes queries").
     """
 
     min_passages: int = 1
@@ -85,11 +83,9 @@ class SufficiencyThreshold:
 
     @classmethod
     def preset(cls, name: str) -> SufficiencyThreshold:
-        if name == "strict":
-            return cls.strict()
-        if name == "loose":
-            return cls.loose()
-        raise ConfigError("threshold", name, "must be 'strict' or 'loose'")
+        if name not in ("strict", "loose"):
+            raise ConfigError("threshold", name, "must be 'strict' or 'loose'")
+        return cls.strict() if name == "strict" else cls.loose()
 
     @classmethod
     def from_spec(cls, spec: str | Mapping[str, Any] | SufficiencyThreshold) -> SufficiencyThreshold:
@@ -197,9 +193,11 @@ def decide(
             rule=rule,
         )
 
-    def no_more_retrieval(reason: str, gap: list[str] = gap, queries: list[str] = queries) -> RecoveryDecision:
-        # The seed's ABSTAIN: the user sees the gap and the queries that could fill it; under high stakes a
-        # person sees them first.
+    def shortfall(retrieve: str, reason: str, gap: list[str] = gap, queries: list[str] = queries) -> RecoveryDecision:
+        """``retrieve_more`` for the reason ``retrieve`` where retrieval is left.  Else the seed's ABSTAIN: the user
+        sees the gap and the queries that could fill it; under high stakes a person sees them first."""
+        if can_retrieve:
+            return out("retrieve_more", retrieve, queries=queries, gap=gap)
         reason += "; no retrieval left"
         if threshold.high_stakes:
             return out("human_review", reason + ": high stakes", gap=gap, queries=queries, rule="abstained_high_stakes")
@@ -218,9 +216,7 @@ def decide(
         if not shortfalls:
             return out("deliver", "SUFFICIENT and the threshold is met")
         reason = "SUFFICIENT but below the threshold: " + "; ".join(shortfalls)
-        if can_retrieve:
-            return out("retrieve_more", reason, queries=more_of(supported), gap=shortfalls)
-        return no_more_retrieval(reason, gap=shortfalls, queries=more_of(supported))
+        return shortfall(reason, reason, gap=shortfalls, queries=more_of(supported))
 
     if verdict.classification is Classification.PARTIALLY_SUFFICIENT:
         if threshold.high_stakes:
@@ -232,13 +228,9 @@ def decide(
         if threshold.accept_partial and ratio >= threshold.required_support_ratio:
             reason = f"partial support accepted (support ratio {ratio:.2f}): delivered with caveats"
             return out("deliver", reason, caveats=partial_caveats(verdict))
-        if can_retrieve:
-            return out("retrieve_more", "PARTIALLY_SUFFICIENT: retrieve for the unsupported claims")
-        return no_more_retrieval("PARTIALLY_SUFFICIENT")
+        return shortfall("PARTIALLY_SUFFICIENT: retrieve for the unsupported claims", "PARTIALLY_SUFFICIENT")
 
-    if can_retrieve:
-        return out("retrieve_more", "INSUFFICIENT: retrieve with the suggested queries")
-    return no_more_retrieval("INSUFFICIENT")
+    return shortfall("INSUFFICIENT: retrieve with the suggested queries", "INSUFFICIENT")
 
 
 #: The rule that sends a verdict on a question cut to fit to a person instead of delivering it, and what was not

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
+from urllib.parse import quote, unquote_to_bytes
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,13 +62,9 @@ class RecoveryBounds:
         return "" if self.sources_max == self.SOURCES_MAX else f"/k{self.sources_max}"
 
     def for_prompt(self) -> dict[str, int]:
-        """The bounds by the names the templates use."""
-        return {
-            "SOURCES_MAX": self.sources_max,
-            "NOTICE_CHARS": self.NOTICE_CHARS,
-            "QUERIES_MAX": self.QUERIES_MAX,
-            "QUERY_CHARS": self.QUERY_CHARS,
-        }
+        """The bounds by the names the templates use: an option's value under its default's name."""
+        names = ("SOURCES_MAX", "NOTICE_CHARS", "QUERIES_MAX", "QUERY_CHARS")
+        return {name: getattr(self, name.lower(), getattr(self, name)) for name in names}
 
 
 B = RecoveryBounds
@@ -125,14 +122,10 @@ CLOSE = "]}"
 QUERIES_KEY = ',"suggested_retrieval_queries":'
 
 
-def _source_label(n_sources: int) -> Rx:
-    return alt(*[lit(str(i)) for i in range(n_sources)])
-
-
 def _entry_body(n_sources: int, bounds: RecoveryBounds) -> Rx:
     """One segment's entry after its prefilled ``[index``: the comma, a label, its sources, the entry's close.  The
     comma is decoded, not prefilled: tokenizers read ``,"`` as one token, and a prefix ends where they split."""
-    sources = json_list(_source_label(n_sources), 1, bounds.sources_max)
+    sources = json_list(alt(*[lit(str(i)) for i in range(n_sources)]), 1, bounds.sources_max)
     return alt(
         seq(lit(',"supported",'), sources, lit("]")),
         seq(lit(',"partial",'), sources, lit("]")),
@@ -154,23 +147,13 @@ def _entry_prefix(index: int, first: bool) -> str:
     return (SEGMENTS_KEY if first else ",") + f"[{index}"
 
 
-@lru_cache(maxsize=1)
-def _head() -> Segment:
-    return Segment.from_rx(
-        alt(*[lit(c.value) for c in Classification]), key="recovery/decision", logprobs=True, prefix=CLASSIFICATION_KEY
-    )
-
-
-@lru_cache(maxsize=1)
-def _close() -> Segment:
-    return Segment.from_rx(lit(CLOSE), key="recovery/close")
-
-
-@lru_cache(maxsize=1)
-def _abstention() -> Segment:
-    # Decoded whole: its key's quotes merge with the colon and the notice's opening quote in one token, so no prefix
-    # could end at a token boundary there.
-    return Segment.from_rx(seq(lit(ABSTENTION_KEY), _abstention_body()), key="recovery/abstention")
+_HEAD = Segment.from_rx(
+    alt(*[lit(c.value) for c in Classification]), key="recovery/decision", logprobs=True, prefix=CLASSIFICATION_KEY
+)
+_CLOSE = Segment.from_rx(lit(CLOSE), key="recovery/close")
+# Decoded whole: its key's quotes merge with the colon and the notice's opening quote in one token, so no prefix
+# could end at a token boundary there.
+_ABSTENTION = Segment.from_rx(seq(lit(ABSTENTION_KEY), _abstention_body()), key="recovery/abstention")
 
 
 @lru_cache(maxsize=4096)
@@ -218,7 +201,6 @@ def recovery_constraint(n_sources: int, first: int, count: int, bounds: Recovery
         *entries,
         alt(lit(CLOSE), seq(lit(ABSTENTION_KEY), _abstention_body())),
     )
-    head = _head()
 
     def continuation(text: str) -> Segment | None:
         if text.endswith("}"):
@@ -226,7 +208,7 @@ def recovery_constraint(n_sources: int, first: int, count: int, bounds: Recovery
         done = len(read_labels(text))
         if done < count:
             return _entry(n_sources, bounds, first + done, done == 0)
-        return _abstention() if _abstains(text) else _close()
+        return _ABSTENTION if _abstains(text) else _CLOSE
 
     def check(text: str) -> bool:
         # What the pattern cannot say: an abstention (ending in its queries' '"]}') follows exactly the outputs
@@ -234,11 +216,11 @@ def recovery_constraint(n_sources: int, first: int, count: int, bounds: Recovery
         return _abstains(text) == text.endswith('"]}')
 
     entry = _entry(n_sources, bounds, first, True).max_tokens
-    bound = head.max_tokens + count * entry + max(_close().max_tokens, _abstention().max_tokens)
+    bound = _HEAD.max_tokens + count * entry + max(_CLOSE.max_tokens, _ABSTENTION.max_tokens)
     return Constraint.from_rx(
         rx,
         key=f"recovery/{n_sources}/n{count}{bounds.suffix}",
-        head=head,
+        head=_HEAD,
         continuation=continuation,
         check=check,
         completion_bound=bound,
@@ -397,10 +379,8 @@ EMPTY_SOURCE = "%"
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
-def _escape_char(char: str) -> str:
-    if char in _ESCAPED or not char.isprintable():
-        return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
-    return char
+def _escaped(char: str) -> bool:
+    return char in _ESCAPED or not char.isprintable()
 
 
 def cite_source(source: str) -> str:
@@ -408,31 +388,20 @@ def cite_source(source: str) -> str:
     ``[``, ``]`` and non-printable characters become ``%XX`` UTF-8 bytes; the empty id is a lone ``%``."""
     if not source:
         return EMPTY_SOURCE
-    return "".join(_escape_char(c) for c in source)
+    return "".join(quote(c, safe="", errors="surrogatepass") if _escaped(c) else c for c in source)
 
 
 def _read_source(marker: str, text: str) -> str:
     """Undo :func:`cite_source`; reject anything it cannot have written."""
     if text == EMPTY_SOURCE:
         return ""
-    out = bytearray()
-    at = 0
-    for match in _ESCAPE.finditer(text):
-        out += _literal(marker, text[at : match.start()])
-        out.append(int(match.group(1), 16))
-        at = match.end()
-    out += _literal(marker, text[at:])
+    for char in _ESCAPE.sub("", text):
+        if _escaped(char):
+            raise CitationError(marker, f"{char!r} must be %-escaped")
     try:
-        return out.decode("utf-8", "surrogatepass")
+        return unquote_to_bytes(text).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise CitationError(marker, f"its %-escapes are not UTF-8: {exc.reason}") from exc
-
-
-def _literal(marker: str, text: str) -> bytes:
-    for char in text:
-        if char in _ESCAPED or not char.isprintable():
-            raise CitationError(marker, f"{char!r} must be %-escaped")
-    return text.encode("utf-8", "surrogatepass")
 
 
 def parse_citations(answer: str) -> list[str]:
@@ -441,27 +410,23 @@ def parse_citations(answer: str) -> list[str]:
     return [_read_source(match.group(0), match.group(1)) for match in CITATION.finditer(answer)]
 
 
+_SEED_PROPERTIES: dict[str, Any] = {
+    "classification": {"enum": [c.value for c in Classification]},
+    "supported_claims": {"type": "array", "items": {"type": "string"}},
+    "unsupported_claims": {"type": "array", "items": {"type": "string"}},
+    "answer": {"type": "string", "pattern": r"\[CITATION:[^\]]+\]"},
+    "abstention_notice": {"type": "string"},
+    "suggested_retrieval_queries": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    "sufficiency_verdict": {"enum": ["SUFFICIENT", "INSUFFICIENT", "ABSTAIN"]},
+    "gap_description": {"type": "string"},
+    "retrieval_queries": {"type": "array", "items": {"type": "string"}},
+}
+#: Every property but the three that depend on the classification is required.
+_CONDITIONAL = ("answer", "abstention_notice", "suggested_retrieval_queries")
 SEED_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": [
-        "classification",
-        "supported_claims",
-        "unsupported_claims",
-        "sufficiency_verdict",
-        "gap_description",
-        "retrieval_queries",
-    ],
-    "properties": {
-        "classification": {"enum": [c.value for c in Classification]},
-        "supported_claims": {"type": "array", "items": {"type": "string"}},
-        "unsupported_claims": {"type": "array", "items": {"type": "string"}},
-        "answer": {"type": "string", "pattern": r"\[CITATION:[^\]]+\]"},
-        "abstention_notice": {"type": "string"},
-        "suggested_retrieval_queries": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-        "sufficiency_verdict": {"enum": ["SUFFICIENT", "INSUFFICIENT", "ABSTAIN"]},
-        "gap_description": {"type": "string"},
-        "retrieval_queries": {"type": "array", "items": {"type": "string"}},
-    },
+    "required": [name for name in _SEED_PROPERTIES if name not in _CONDITIONAL],
+    "properties": _SEED_PROPERTIES,
     "additionalProperties": False,
     "if": {"properties": {"classification": {"const": "SUFFICIENT"}}},
     "then": {"required": ["answer"], "not": {"anyOf": [{"required": ["abstention_notice"]}]}},

@@ -53,6 +53,7 @@ last whitespace (or CJK clause mark), else (none at all) at exactly ``max_chars`
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Literal
@@ -109,12 +110,9 @@ _BLANK, _MARKUP, _CODE, _HEADING_LINE, _TABLE, _ITEM, _QUOTE, _TEXT = range(8)
 
 def _lines(response: str) -> list[tuple[int, int]]:
     """(start, end) of each line, its break left out."""
-    found = []
-    start = 0
-    for line in response.splitlines(keepends=True):
-        found.append((start, start + len(line.splitlines()[0])))
-        start += len(line)
-    return found
+    lines = response.splitlines(keepends=True)
+    starts = itertools.accumulate(map(len, lines), initial=0)
+    return [(start, start + len(line.splitlines()[0])) for start, line in zip(starts, lines, strict=False)]
 
 
 def _types(response: str, lines: list[tuple[int, int]]) -> list[int]:
@@ -130,32 +128,29 @@ def _types(response: str, lines: list[tuple[int, int]]) -> list[int]:
             types.append(_MARKUP if closes else _CODE if stripped else _BLANK)
             fence = None if closes else fence
             continue
+        delimiter = False
         if not stripped:
-            types.append(_BLANK)
-            table = False
+            kind = _BLANK
         elif opening := _FENCE.match(line):
-            types.append(_MARKUP)
-            fence, table = opening.group(1), False
+            kind, fence = _MARKUP, opening.group(1)
         elif "|" in line and _DELIMITER_ROW.fullmatch(line):
-            types.append(_MARKUP)
-            table = True
+            kind, delimiter = _MARKUP, True
             # A GFM table's header row needs no leading pipe: the delimiter row under it says it is one.
-            if len(types) > 1 and types[-2] == _TEXT and "|" in response[slice(*lines[len(types) - 2])]:
-                types[-2] = _TABLE
+            if types and types[-1] == _TEXT and "|" in response[slice(*lines[len(types) - 1])]:
+                types[-1] = _TABLE
         elif _THEMATIC_BREAK.fullmatch(line):
-            types.append(_MARKUP)
-            table = False
+            kind = _MARKUP
         elif _HEADING.match(line):
-            types.append(_HEADING_LINE)
-            table = False
+            kind = _HEADING_LINE
         elif stripped.startswith("|") or (table and "|" in line and not _LIST_ITEM.match(line)):
-            types.append(_TABLE)
+            kind = _TABLE
         elif _LIST_ITEM.match(line):
-            types.append(_ITEM)
-            table = False
+            kind = _ITEM
         else:
-            types.append(_QUOTE if stripped.startswith(">") else _TEXT)
-            table = False
+            kind = _QUOTE if stripped.startswith(">") else _TEXT
+        types.append(kind)
+        # A table runs from its delimiter row over the rows under it.
+        table = delimiter or (table and kind == _TABLE)
     return types
 
 
@@ -236,12 +231,10 @@ def _protected(span: str) -> list[int]:
     while i < len(runs):
         first, length = runs[i][0], runs[i][1] - runs[i][0]
         closing = next((j for j in range(i + 1, len(runs)) if runs[j][1] - runs[j][0] == length), None)
-        if closing is None:
-            i += 1
-            continue
-        hold(first, runs[closing][1] - 1)
-        in_code[first : runs[closing][1]] = [True] * (runs[closing][1] - first)
-        i = closing + 1
+        if closing is not None:
+            hold(first, runs[closing][1] - 1)
+            in_code[first : runs[closing][1]] = [True] * (runs[closing][1] - first)
+        i = i + 1 if closing is None else closing + 1
     stack: list[tuple[str, int]] = []
     # How many of each opener the stack holds, so that a closer with none open is ignored without a search.
     open_count: dict[str, int] = {}

@@ -116,19 +116,10 @@ class SufficiencyBounds:
         return self.head_suffix + useful + self.queries_suffix
 
     def for_prompt(self) -> dict[str, int]:
-        """The bounds by the names the templates use."""
-        return {
-            "ENTITIES_MAX": self.entities_max,
-            "ENTITY_CHARS": self.ENTITY_CHARS,
-            "MISSING_MAX": self.MISSING_MAX,
-            "MISSING_CHARS": self.MISSING_CHARS,
-            "CONTRADICTIONS_MAX": self.CONTRADICTIONS_MAX,
-            "CONTRADICTION_CHARS": self.CONTRADICTION_CHARS,
-            "REASONING_CHARS": self.reasoning_chars,
-            "USEFUL_MAX": self.useful_max,
-            "QUERIES_MAX": self.queries_max,
-            "QUERY_CHARS": self.QUERY_CHARS,
-        }
+        """The bounds by the names the templates use: an option's value under its default's name."""
+        names = "ENTITIES_MAX ENTITY_CHARS MISSING_MAX MISSING_CHARS CONTRADICTIONS_MAX CONTRADICTION_CHARS"
+        names += " REASONING_CHARS USEFUL_MAX QUERIES_MAX QUERY_CHARS"
+        return {name: getattr(self, name.lower(), getattr(self, name)) for name in names.split()}
 
 
 B = SufficiencyBounds
@@ -149,32 +140,19 @@ _WORD = re.compile(WORD_CHAR_CLASS)
 
 def _ranges(char_class: str) -> list[tuple[int, int]]:
     """The code point ranges of a bracket class as this module writes them (no negation)."""
-    body, out, i = char_class[1:-1], [], 0
-    while i < len(body):
-        char = body[i + 1] if body[i] == "\\" else body[i]
-        i += 2 if body[i] == "\\" else 1
-        if i + 1 < len(body) and body[i] == "-":
-            high = body[i + 2] if body[i + 1] == "\\" else body[i + 1]
-            i += 3 if body[i + 1] == "\\" else 2
-            out.append((ord(char), ord(high)))
-        else:
-            out.append((ord(char), ord(char)))
-    return out
+    pairs = re.findall(r"(\\.|[^\\])(?:-(\\.|[^\\]))?", char_class[1:-1])
+    return [(ord(lo[-1]), ord((hi or lo)[-1])) for lo, hi in pairs]
 
 
 def _without(char_class: str, removed: str) -> str:
     """``char_class`` less the characters of ``removed``, as a bracket class."""
     drop = _ranges(removed)
     kept = [c for lo, hi in _ranges(char_class) for c in range(lo, hi + 1) if not any(a <= c <= b for a, b in drop)]
-    parts, start = [], 0
-    while start < len(kept):
-        end = start
-        while end + 1 < len(kept) and kept[end + 1] == kept[end] + 1:
-            end += 1
-        lo, hi = (chr(kept[start]) if chr(kept[start]) not in "\\]-^[" else "\\" + chr(kept[start])), chr(kept[end])
-        hi = hi if hi not in "\\]-^[" else "\\" + hi
-        parts.append(lo if start == end else lo + "-" + hi)
-        start = end + 1
+    parts = []
+    for _, run in itertools.groupby(enumerate(kept), lambda pair: pair[1] - pair[0]):
+        codes = [chr(c) for _, c in run]
+        lo, hi = ("\\" + c if c in "\\]-^[" else c for c in (codes[0], codes[-1]))
+        parts.append(lo if len(codes) == 1 else lo + "-" + hi)
     return "[" + "".join(parts) + "]"
 
 
@@ -344,11 +322,8 @@ class SufficiencyVerdict(BaseModel):
     # No return annotation: pydantic would take it for the serialized schema and lose the fields' own.
     @model_serializer(mode="wrap")
     def _without_queries_when_off(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
-        data: dict[str, Any] = handler(self)
-        for name in self.omitted_when_none:
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        return data
+        off = {name for name in self.omitted_when_none if getattr(self, name) is None}
+        return {key: value for key, value in handler(self).items() if key not in off}
 
     def to_seed(self) -> dict[str, Any]:
         """The seed's (RAGFlow's) JSON shape; see :meth:`to_ragflow`."""
@@ -458,17 +433,12 @@ def _after(decision: bool, bounds: SufficiencyBounds) -> Rx:
     return lit(after_prefix(decision, bounds)) + _after_body(decision, bounds)
 
 
-def _label(lo: int, n_chunks: int) -> Rx:
-    """One prompt label from ``lo..n-1``."""
-    return alt(*[lit(str(k)) for k in range(lo, n_chunks)])
-
-
 def _ids(n_chunks: int, at_least_one: bool, useful_max: int) -> Rx:
     """The id list after its ``[`` and the closing ``]}``, in any order (:func:`ascending_ids` checks order)."""
     most = min(useful_max, n_chunks)
     if most == 0:
         return lit("]}")
-    label = _label(0, n_chunks)
+    label = alt(*[lit(str(k)) for k in range(n_chunks)])
     listed = seq(label, repeat(seq(lit(","), label), 0, most - 1))
     return seq(listed if at_least_one else opt(listed), lit("]}"))
 
@@ -523,9 +493,7 @@ def settle_ids(text: str, *, n_chunks: int) -> str:
     ids = listed_ids(text)
     if ids is None or ascending(ids):
         return text
-    keep = 1
-    while ids[keep - 1] < ids[keep]:
-        keep += 1
+    keep = next(k for k in range(1, len(ids)) if ids[k - 1] >= ids[k])
     kept = text.rsplit(IDS_KEY, 1)[0] + IDS_KEY + ",".join(str(k) for k in ids[:keep])
     return kept + "]}" if ids[keep - 1] == n_chunks - 1 else kept
 
@@ -662,11 +630,9 @@ def to_verdict(
     coverage: dict[str, bool] = {}
     for item in output.required_entities:
         coverage[item.entity] = coverage.get(item.entity, True) and item.covered
-    forced_by: Literal["uncovered_entity", "no_chunks_shown"] | None = None
-    if not all(coverage.values()):
-        forced_by = "uncovered_entity"
-    elif not chunk_ids:
-        forced_by = "no_chunks_shown"
+    forced_by: Literal["uncovered_entity", "no_chunks_shown"] | None = (
+        "uncovered_entity" if not all(coverage.values()) else None if chunk_ids else "no_chunks_shown"
+    )
     return SufficiencyVerdict(
         is_sufficient=output.is_sufficient,
         required_entities=list(coverage),
@@ -686,30 +652,21 @@ def to_verdict(
     )
 
 
-#: JSON schema of the seed's exported shape, for consumers that validate it.
+_RAGFLOW_PROPERTIES: dict[str, Any] = {
+    "Sufficient Context": {"type": "boolean"},
+    "is_sufficient": {"type": "boolean"},
+    "required_entities": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    "coverage": {"type": "object", "additionalProperties": {"type": "boolean"}},
+    "missing_information": {"type": "array", "items": {"type": "string"}},
+    "contradictions": {"type": "array", "items": {"type": "string"}},
+    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    "reasoning": {"type": "string"},
+    "useful_chunk_ids": {"type": "array", "items": {"type": ["integer", "string"]}, "uniqueItems": True},
+}
+#: JSON schema of the seed's exported shape, for consumers that validate it: every property required.
 RAGFLOW_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": [
-        "Sufficient Context",
-        "is_sufficient",
-        "required_entities",
-        "coverage",
-        "missing_information",
-        "contradictions",
-        "confidence",
-        "reasoning",
-        "useful_chunk_ids",
-    ],
-    "properties": {
-        "Sufficient Context": {"type": "boolean"},
-        "is_sufficient": {"type": "boolean"},
-        "required_entities": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-        "coverage": {"type": "object", "additionalProperties": {"type": "boolean"}},
-        "missing_information": {"type": "array", "items": {"type": "string"}},
-        "contradictions": {"type": "array", "items": {"type": "string"}},
-        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        "reasoning": {"type": "string"},
-        "useful_chunk_ids": {"type": "array", "items": {"type": ["integer", "string"]}, "uniqueItems": True},
-    },
+    "required": list(_RAGFLOW_PROPERTIES),
+    "properties": _RAGFLOW_PROPERTIES,
 }
