@@ -13,6 +13,7 @@ JSON escapes instead, so the line is valid and reads back to the same string.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,22 @@ def _marking_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return marked
 
 
-def parse_line(raw: bytes, number: int) -> object:
-    """The JSON value of one input line, or an :class:`InvalidRecord` saying why not."""
+#: A JSON string, escapes included (possessive: linear, no backtracking).
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+
+
+def containers(raw: bytes) -> int:
+    """The objects and arrays in JSON text ``raw`` (its brackets outside strings), counted in C without parsing:
+    what a parse would build, bounded before anything is built."""
+    outside = _STRING.sub(b"", raw)
+    return outside.count(b"{") + outside.count(b"[")
+
+
+def parse_line(raw: bytes, number: int, max_containers: int | None = None) -> object:
+    """The JSON value of one input line, or an :class:`InvalidRecord` saying why not (also when it holds more than
+    ``max_containers`` objects and arrays: refused before it is parsed, so its memory is never spent)."""
+    if max_containers is not None and (found := containers(raw)) > max_containers:
+        return InvalidRecord(line=number, message=f"holds {found} objects and arrays: at most {max_containers}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -101,6 +101,12 @@ class ServeConfig(AuditOptions):
     #: Show the engine's log and uvicorn's access log.
     verbose: bool = False
 
+    @property
+    def max_containers(self) -> int:
+        """The objects and arrays a request body may hold, checked before it is parsed: what the most items and
+        chunks a request may carry need (an item, its chunk list; a chunk, its metadata) and the envelope's few."""
+        return 2 * self.max_items + 2 * self.max_pending_chunks + 8
+
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "gates", tuple(self.gates))

@@ -165,6 +165,26 @@ def test_a_head_without_end_is_cut_at_its_limit_and_the_server_stays_small(serve
     assert httpx.get(served.url + "/health", timeout=5).status_code == 200
 
 
+def test_a_body_of_millions_of_empty_objects_is_refused_before_it_is_parsed(served: Served):
+    """16 MiB of ``[{},{},...]`` (5.6 million objects): parsed, it took +454 MiB of the server's memory per request.
+    Its objects are counted before the parse now: 422 naming the body, and the peak grows by a small multiple of
+    the body (the body, its text, the count's copy), not by the parse's ~80 bytes an object."""
+    body = b"[" + b"{}," * ((16 * 2**20 - 2048) // 3) + b"{}]"
+    before = served.ps.memory_info().rss
+    peak = 0
+    with httpx.Client(timeout=60) as client:
+        for _ in range(3):
+            answer = client.post(
+                f"{served.url}/v1/judge/sufficiency",
+                content=body,
+                headers={**AUTH, "content-type": "application/json"},
+            )
+            peak = max(peak, served.ps.memory_info().rss)
+            assert answer.status_code == 422, answer.text[:300]
+            assert "objects and arrays" in answer.text and '"body"' in answer.text
+    assert peak - before < 8 * len(body), f"+{(peak - before) >> 20} MiB for a {len(body) >> 20} MiB body"
+
+
 def test_a_head_of_too_many_header_lines_is_431(served: Served):
     head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"a: b\r\n" * (MAX_HEADERS + 5) + b"\r\n"
     _, answer = send_without_end(served.port, head, b"", 0)
