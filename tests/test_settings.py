@@ -514,7 +514,7 @@ def _docs_flags_and_variables() -> tuple[set[str], set[str]]:
     (`serve`'s `--engine-key-file`)."""
     lines = (ROOT / "docs" / "settings.md").read_text().split("\n## ", 1)[1].splitlines()
     texts = [line.split(" | ")[1] if line[:3] == "| `" else line for line in lines if line[:1] in "`|"]
-    words = {word for text in texts for word in re.findall(r"`(--[a-z][a-z-]*|SUFFICE_[A-Z_]+)`", text)}
+    words = {word for text in texts for word in re.findall(r"`(--[a-z][a-z0-9-]*|SUFFICE_[A-Z0-9_]+)`", text)}
     return {w for w in words if w.startswith("--")}, {w for w in words if w.startswith("SUFFICE_")}
 
 

@@ -2,9 +2,10 @@
 
 ``write_bundle`` gathers a wheelhouse for suffice with the chosen extras (``pip download`` of wheels only, from
 an index or from local folders alone), copies a model folder, copies :mod:`suffice.bundle.verify` as
-``verify.py`` and writes ``manifest.json`` last: every file's size and SHA-256.  On the far side ``python3
-verify.py`` checks the bundle before anything is installed; then ``pip install --no-index --find-links DIR/wheels
-"suffice[EXTRAS]"`` installs it, and ``suffice models verify DIR`` is the same check again.
+``verify.py`` and writes ``manifest.json`` last: every file's size and SHA-256.  The manifest is authenticated by
+its own SHA-256, written beside the bundle as ``DIR.manifest.sha256`` to be carried apart from it, and, with a key
+the far side holds, by its HMAC-SHA256 in ``manifest.json.sig``.  On the far side ``python3 verify.py DIR
+--expect-manifest-sha256 HEX`` (or ``--key FILE``) checks the bundle before anything from it is installed.
 
 suffice is not on an index, so its own wheel comes from this install, whatever its kind: built from the project
 tree of an editable install or of ``source`` (``pip wheel --no-build-isolation``: the environment's build tools,
@@ -32,11 +33,13 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from suffice.bundle import verify
-from suffice.bundle.verify import FORMAT, ManifestError, listing, problems
+from suffice.bundle.verify import FORMAT, entries, signature
 from suffice.bundle.verify import MANIFEST as MANIFEST
+from suffice.bundle.verify import SIGNATURE as SIGNATURE
 from suffice.bundle.verify import sha256_of as sha256_of
-from suffice.exceptions import ConfigError, InputError
+from suffice.exceptions import ConfigError
 from suffice.files import replace_atomically, writing
+from suffice.network import read_key_file
 from suffice.serving.weights import ModelRef, resolve_model
 
 WHEELS = "wheels"
@@ -80,17 +83,6 @@ class Manifest:
             "install": install_command(self.requirement),
             "files": {f.path: {"sha256": f.sha256, "bytes": f.bytes} for f in self.files},
         }
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One way a bundle differs from its manifest."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
 
 
 def install_command(requirement: str) -> str:
@@ -254,7 +246,8 @@ def _readme(requirement: str, model: str | None) -> bytes:
     lines = [
         "A suffice bundle (written by `suffice bundle`). On the machine without a network, in this folder:",
         "",
-        f"    python3 {VERIFIER}    # every file against {MANIFEST}, before anything is installed (exit 0: intact)",
+        f"    python3 {VERIFIER} . --expect-manifest-sha256 HEX    # before anything is installed (exit 0: intact)",
+        f"        (HEX: the {MANIFEST} SHA-256 `suffice bundle` printed, carried apart; or --key FILE if signed)",
         "    python -m venv .venv && . .venv/bin/activate",
         f"    {install_command(requirement)}",
     ]
@@ -272,12 +265,14 @@ def write_bundle(
     constraints: str | os.PathLike[str] | None = None,
     model: str | None = None,
     source: str | os.PathLike[str] | None = None,
+    sign_key: str | os.PathLike[str] | None = None,
 ) -> Manifest:
     """Write a bundle into ``folder`` (new or empty): ``wheels/`` for ``suffice[extras]``, ``model/NAME/``
     (``model``: ``"embedded"`` or a local model folder; ``None``: no model, the client-only set), ``INSTALL.txt``
     and ``manifest.json``.  ``find_links``: local folders of wheels; ``no_index``: those alone, no index;
     ``source``: the project tree to build suffice's wheel from (default: an editable install's; a wheel install's
-    own files otherwise)."""
+    own files otherwise); ``sign_key``: a key file to sign the manifest with (``manifest.json.sig``).  The manifest's
+    SHA-256 is written beside the folder, as ``DIR.manifest.sha256`` (``sha256sum -c`` reads it there)."""
     target = Path(folder)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError("folder", str(target), "must be a new or empty folder (a bundle is written whole)")
@@ -292,6 +287,9 @@ def write_bundle(
     tree = Path(source) if source is not None else source_tree()
     if tree is not None and not (tree / "pyproject.toml").is_file():
         raise ConfigError("source", str(tree), "has no pyproject.toml (give suffice's project folder)")
+    key = read_key_file(sign_key, "sign_key", forging="sign a bundle the far side installs") if sign_key else None
+    if key is not None and not key:
+        raise ConfigError("sign_key", str(sign_key), "is empty: give a key (suffice audit keygen writes one)")
     chosen = resolve_model(None if model == "embedded" else model) if model is not None else None
     with writing(target):
         (target / WHEELS).mkdir(parents=True, exist_ok=True)
@@ -310,29 +308,13 @@ def write_bundle(
     replace_atomically(target / README, [_readme(requirement, name)], mode=0o644)
     replace_atomically(target / VERIFIER, [Path(verify.__file__).read_bytes()], mode=0o644)
     manifest = Manifest(requirement=requirement, extras=list(extras), model=f"{MODEL}/{name}" if name else None)
-    for relative in listing(target):
-        path = target / relative
-        manifest.files.append(BundleFile(relative, sha256_of(path), path.stat().st_size))
-    text = json.dumps(manifest.as_json(), indent=2, sort_keys=True) + "\n"
-    replace_atomically(target / MANIFEST, [text.encode()], mode=0o644)
+    for relative, size in sorted(entries(target)[0].items()):
+        manifest.files.append(BundleFile(relative, sha256_of(target / relative), size))
+    text = (json.dumps(manifest.as_json(), indent=2, sort_keys=True) + "\n").encode()
+    if key is not None:
+        replace_atomically(target / SIGNATURE, [f"{signature(text, key)}\n".encode()], mode=0o644)
+    replace_atomically(target / MANIFEST, [text], mode=0o644)
+    whole = target.resolve()
+    digest = f"{hashlib.sha256(text).hexdigest()}  {whole.name}/{MANIFEST}\n"
+    replace_atomically(whole.parent / f"{whole.name}.manifest.sha256", [digest.encode()], mode=0o644)
     return manifest
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of the bundle in ``folder``; a missing or unreadable one is an :class:`InputError`."""
-    try:
-        return verify.read_manifest(folder)
-    except ManifestError as exc:
-        raise InputError("manifest", str(exc)) from None
-
-
-def verify_bundle(folder: str | os.PathLike[str]) -> list[Problem]:
-    """Every difference between the bundle in ``folder`` and its manifest: a file changed (its digest or size),
-    missing, or there but not listed.  Empty: intact."""
-    root = Path(folder)
-    if not root.is_dir():
-        raise InputError("folder", f"{root} is not a folder")
-    try:
-        return [Problem(path, reason) for path, reason in problems(root)]
-    except ManifestError as exc:
-        raise InputError("manifest", str(exc)) from None

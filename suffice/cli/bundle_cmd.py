@@ -1,4 +1,5 @@
-"""``suffice bundle DIR``: wheels, a model and a manifest of SHA-256 digests, to carry across an air gap."""
+"""``suffice bundle DIR``: wheels, a model and an authenticated manifest of SHA-256 digests, to carry across an air
+gap."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suffice.bundle import MANIFEST, WHEELS, sha256_of, write_bundle
+from suffice.bundle import MANIFEST, SIGNATURE, WHEELS, sha256_of, write_bundle
 from suffice.cli.errors import command
 from suffice.exceptions import EXIT_OK, BundleWriteError, ConfigError, ModelNotFoundError, OutputWriteError
 from suffice.records.text import terminal_text
@@ -41,6 +42,11 @@ class BundleSettings:
         "suffice's project folder to build its wheel from (default: an editable install's)",
         metavar="PATH",
     )
+    sign_key: str | None = setting(
+        None,
+        "sign the manifest with this key file (manifest.json.sig, HMAC-SHA256): the far side verifies with --key",
+        metavar="FILE",
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -55,9 +61,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write DIR/wheels (suffice with the chosen extras and every dependency, wheels only), DIR/model/NAME (with
-    --model), DIR/verify.py, DIR/INSTALL.txt and DIR/manifest.json (each file's SHA-256). On the far side:
-    `python3 DIR/verify.py` (before suffice is installed; compare the manifest's SHA-256 it prints with this
-    command's), then pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]"."""
+    --model), DIR/verify.py, DIR/INSTALL.txt, DIR/manifest.json (each file's SHA-256; DIR/manifest.json.sig with
+    --sign-key) and DIR.manifest.sha256 (the manifest's own digest, also printed). On the far side, before anything
+    is installed: `python3 DIR/verify.py DIR --expect-manifest-sha256 HEX` (or --key FILE), then
+    pip install --no-index --find-links DIR/wheels "suffice[EXTRAS]"."""
     try:
         manifest = write_bundle(
             args.folder,
@@ -67,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             constraints=args.constraints,
             model=args.model,
             source=args.source,
+            sign_key=args.sign_key,
         )
     except ModelNotFoundError as exc:  # --model names a folder to copy: the command must change (a run's is exit 1)
         raise ConfigError("model", exc.path, exc.reason) from exc
@@ -77,8 +85,15 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {terminal_text(args.folder)}: {wheels} wheels for {manifest.requirement}"
         + (f", {manifest.model}" if manifest.model else "")
-        + f", {len(manifest.files)} files, {size / (1 << 20):.1f} MiB, digests in {MANIFEST} "
-        + f"(sha256 {sha256_of(Path(args.folder) / MANIFEST)}: carry this line apart from the bundle)",
+        + f", {len(manifest.files)} files, {size / (1 << 20):.1f} MiB, digests in {MANIFEST}"
+        + (f", signed ({SIGNATURE})" if args.sign_key else ""),
+        file=sys.stderr,
+    )
+    digest = sha256_of(Path(args.folder) / MANIFEST)
+    print(
+        f"{MANIFEST} sha256 {digest} (also in {terminal_text(Path(args.folder).resolve())}.manifest.sha256): carry it "
+        f"apart from the bundle. On the far side, in its folder, before installing anything: "
+        f"python3 verify.py . --expect-manifest-sha256 {digest}",
         file=sys.stderr,
     )
     return EXIT_OK

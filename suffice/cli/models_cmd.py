@@ -1,25 +1,30 @@
-"""``suffice models verify DIR``: a bundle's files against its manifest's SHA-256 digests."""
+"""``suffice models verify DIR``: a bundle's manifest authenticated, then its files against the manifest's digests."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from suffice.bundle import MANIFEST, verify_bundle
+from suffice.bundle import verify
 from suffice.cli.errors import command
-from suffice.exceptions import EXIT_OK, EXIT_TAMPERED
-from suffice.records.text import terminal_text
+from suffice.network import read_key_file
 from suffice.settings import setting
 
 
 @dataclass(frozen=True)
 class ModelsSettings:
-    """``suffice models verify``'s argument."""
+    """``suffice models verify``'s arguments."""
 
     folder: str | None = setting(
         None, "the bundle's folder (as `suffice bundle DIR` wrote it)", positional=True, metavar="DIR"
+    )
+    expect_manifest_sha256: str | None = setting(
+        None, "the SHA-256 of manifest.json that `suffice bundle` printed, carried apart from the bundle", metavar="HEX"
+    )
+    key: str | None = setting(
+        None, "the key file the bundle was signed with (suffice bundle --sign-key)", metavar="FILE"
     )
 
 
@@ -35,16 +40,11 @@ def add_parser(sub: Any) -> None:
         "verify",
         run_verify,
         ModelsSettings,
-        help=f"check every file of a bundle against {MANIFEST} (exit 0 intact, 4 changed, missing or added, 2 usage)",
+        help=f"authenticate a bundle's {verify.MANIFEST} (--expect-manifest-sha256 or --key), then check every file "
+        "against it (exit 0 intact, 4 changed, missing, added or a link, 2 usage)",
     )
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    problems = verify_bundle(args.folder)  # an unreadable manifest: InputError, said by reports_errors
-    if problems:
-        for problem in problems:
-            print(f"FAILED {terminal_text(problem)}", file=sys.stderr)
-        print(f"{len(problems)} file(s) differ from {MANIFEST}: do not install this bundle", file=sys.stderr)
-        return EXIT_TAMPERED
-    print(f"ok: every file of {terminal_text(args.folder)} matches {MANIFEST}", file=sys.stderr)
-    return EXIT_OK
+    key = read_key_file(args.key, "key", forging="sign a bundle this site installs") if args.key else None
+    return verify.run(Path(args.folder), args.expect_manifest_sha256, key)  # the bundle's own verify.py, the same

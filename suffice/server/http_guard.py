@@ -25,6 +25,13 @@ its request unanswered, when a burst of connections arrives behind it:
   client may not have been scheduled between ``connect`` and ``send``.  A slow head or an idle
   keep-alive connection goes first; among silent ones the oldest still goes, so a flood of silent
   connections cannot hold the cap.
+
+What a client without a key can make one connection cost is bounded the same way: at most
+:data:`MAX_PIPELINED` requests queued behind the one in flight (more: 503 and closed; each pipelined
+head counted by the parser's own callbacks, so a second head in the same read meets the head limits
+too); an answer the client does not read closes the connection after :data:`WRITE_TIMEOUT_S` of
+writing blocked; and a request still sending its body to a path outside ``/v1/`` (the review login)
+counts as waiting, so slow logins cannot hold the cap against keyed requests.
 """
 
 from __future__ import annotations
@@ -54,6 +61,12 @@ SILENT_GRACE_S = 1.0
 READS_PER_NEW_CONNECTION = 32
 #: What a refusal asks the client to wait before it tries again (``Retry-After``).
 RETRY_AFTER_S = 1
+#: Requests one connection may queue behind the one in flight (HTTP/1.1 pipelining); more is 503.
+MAX_PIPELINED = 4
+#: Seconds an answer may wait for the client to read it (the transport's buffer past its high-water mark).
+WRITE_TIMEOUT_S = 10.0
+#: Where a request is protected work: a slow body elsewhere (the review login) is as idle as a slow head.
+PROTECTED_PREFIX = "/v1/"
 
 _REASONS = {
     408: b"Request Timeout",
@@ -103,6 +116,7 @@ class _Guarded:
         self._line_done = False
         self._tail = b""
         self._deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
         self._seen_cycle: Any = None
         self._begun = False
         self._waiting_since = self.loop.time()
@@ -117,11 +131,37 @@ class _Guarded:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._unblocked()
         super().connection_lost(exc)  # type: ignore[misc]
 
+    def pause_writing(self) -> None:
+        """The client does not read what is written: closed if it still does not within :data:`WRITE_TIMEOUT_S`."""
+        super().pause_writing()  # type: ignore[misc]
+        if self._write_deadline is None:
+            self._write_deadline = self.loop.call_later(WRITE_TIMEOUT_S, self.transport.abort)
+
+    def resume_writing(self) -> None:
+        self._unblocked()
+        super().resume_writing()  # type: ignore[misc]
+
+    def _unblocked(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def send_400_response(self, msg: str) -> None:
+        if not self.transport.is_closing():  # refused already, with its own answer
+            super().send_400_response(msg)  # type: ignore[misc]
+
     def _without_request(self) -> bool:
-        """Open, and no request in flight: idle, or its head not yet complete (read so far)."""
-        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+        """Open, and no request in flight (idle, or its head not yet complete), or one still sending its body to a
+        path that is not protected work."""
+        if self.transport.is_closing():
+            return False
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return True
+        return bool(cycle.more_body) and not str(cycle.scope.get("path", "")).startswith(PROTECTED_PREFIX)
 
     def _idle_since(self) -> float | None:
         """When this connection, without a request in flight, began to wait, moved later by the
@@ -245,13 +285,44 @@ def _unread(transport: asyncio.Transport) -> bytes:
         return b""
 
 
+class _Stop(Exception):
+    """Raised in a parser callback once the connection is refused: the parser stops reading the rest."""
+
+
 class _Pipelined:
-    """httptools: the parser says when the next request's head begins, while the last is still
-    in flight, so pipelined head bytes are counted too."""
+    """httptools: the parser says when the next request's head begins, while the last is still in flight, so
+    pipelined heads are counted too: their number, and each one's request line, bytes and lines as the parser
+    reads them (a second head in the same read as the first is never seen by :meth:`_Guarded.data_received`'s
+    count)."""
+
+    pipeline: Any
+    _refuse: Any
 
     def on_message_begin(self) -> None:
+        if len(self.pipeline) >= MAX_PIPELINED:
+            self._refuse(503, f"more than {MAX_PIPELINED} requests pipelined behind one in flight")
+            raise _Stop
         super().on_message_begin()  # type: ignore[misc]
         self._begun = True
+        self._parsed_line = self._parsed_bytes = self._parsed_lines = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._parsed_line += len(url)
+        if self._parsed_line > MAX_REQUEST_LINE:
+            self._refuse(414, f"request line over {MAX_REQUEST_LINE} bytes")
+            raise _Stop
+        super().on_url(url)  # type: ignore[misc]
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._parsed_bytes += len(name) + len(value) + 4
+        self._parsed_lines += 1
+        if self._parsed_line + self._parsed_bytes > MAX_HEAD_BYTES:
+            self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
+            raise _Stop
+        if self._parsed_lines > MAX_HEADERS:
+            self._refuse(431, f"more than {MAX_HEADERS} header lines")
+            raise _Stop
+        super().on_header(name, value)  # type: ignore[misc]
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()  # type: ignore[misc]

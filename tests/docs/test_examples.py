@@ -208,7 +208,9 @@ def run_console(block: Block, folder: Path, port: int) -> None:
 def run_test_module(block: Block, folder: Path, port: int) -> None:
     (folder / "tests" / "test_example.py").write_text(with_port(block.code, port), encoding="utf-8")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_example.py"]
-    command += ["--suffice-server", f"http://127.0.0.1:{port}", "--suffice-api-key", KEY]
+    key_file = folder / "client.key"
+    key_file.write_text(KEY + "\n", encoding="utf-8")
+    command += ["--suffice-server", f"http://127.0.0.1:{port}", "--suffice-api-key-file", str(key_file)]
     done = subprocess.run(
         command, cwd=folder, env=environment(folder), capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
     )

@@ -8,6 +8,7 @@ loop is bounded and stops by itself.  See docs/security.md, attacks 29 to 32.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import os
@@ -28,7 +29,12 @@ import psutil
 import pytest
 import uvicorn
 
-from suffice.server.http_guard import MAX_HEAD_BYTES, MAX_HEADERS, MAX_REQUEST_LINE
+from suffice.server.http_guard import (
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_PIPELINED,
+    MAX_REQUEST_LINE,
+)
 from tests.server.test_app import record
 from tests.vllm_server import free_port
 
@@ -183,6 +189,128 @@ def test_a_body_of_millions_of_empty_objects_is_refused_before_it_is_parsed(serv
             assert answer.status_code == 422, answer.text[:300]
             assert "objects and arrays" in answer.text and '"body"' in answer.text
     assert peak - before < 8 * len(body), f"+{(peak - before) >> 20} MiB for a {len(body) >> 20} MiB body"
+
+
+def _read_all(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sends until it closes the connection (or ``seconds`` pass)."""
+    sock.settimeout(seconds)
+    got = b""
+    with contextlib.suppress(TimeoutError, ConnectionResetError):
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 100_000 + b"\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"a: b\r\n" * 5000 + b"\r\n",
+    ],
+    ids=["100 KB head", "5,000 lines"],
+)
+def test_a_second_head_pipelined_in_the_same_read_meets_the_head_limits(served: Served, second: bytes):
+    """The guard counted a read only up to its first blank line: a small request followed by a huge second head in
+    the same write was answered 200.  Now the parser's own callbacks count every head: 431, and closed."""
+    first = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        sock.sendall(first + second)
+        answer = _read_all(sock, 10)
+    assert b"HTTP/1.1 431" in answer, answer[-300:]
+    assert answer.count(b"HTTP/1.1 200") <= 1  # the first request's answer at most, never the second's
+
+
+def test_pipelining_without_reading_is_cut_at_its_limit_and_the_memory_stays(served: Served):
+    """One connection pipelining ``GET /health`` and never reading took the server from 82 to 2,005 MiB in 12 s,
+    kept after the client left.  Now at most MAX_PIPELINED requests queue behind one in flight: 503, closed."""
+    rss = served.ps.memory_info().rss
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    sent = 0
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        sock.settimeout(5)
+        with contextlib.suppress(OSError):
+            while sent < 64 * 2**20:
+                sock.sendall(request * 1000)
+                sent += len(request) * 1000
+        answer = _read_all(sock, 10)
+    assert b"HTTP/1.1 503" in answer and b"pipelined" in answer, answer[-300:]
+    assert answer.count(b"HTTP/1.1 200") <= MAX_PIPELINED + 1
+    assert sent < 32 * 2**20  # refused near the start, not after 64 MiB
+    assert served.ps.memory_info().rss - rss < 32 * 2**20
+    assert judge_seconds(served, 3) < 5
+
+
+def test_answers_never_read_do_not_hold_the_places_of_keyed_clients(served: Served):
+    """Connections pipelining ``GET /openapi.json`` for ever and never reading held every place: each one's answer
+    could never finish, so none was idle, and keyed requests and ``/health`` answered 503 for the whole hold.  Now a
+    connection queues at most MAX_PIPELINED requests (then 503, closed), and one whose answers wait unread past
+    WRITE_TIMEOUT_S is closed: keyed clients keep their place."""
+    request = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    holders = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+            sock.connect(("127.0.0.1", served.port))
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                for _ in range(2000):
+                    sock.send(request * 50)
+            holders.append(sock)
+        time.sleep(1)
+        assert judge_seconds(served, 3) < 5  # keyed requests are answered while the hold lasts
+        assert httpx.get(served.url + "/health", timeout=10).status_code == 200
+    finally:
+        for sock in holders:
+            sock.close()
+
+
+def test_a_connection_whose_answer_waits_unread_is_closed_after_the_write_timeout(monkeypatch: pytest.MonkeyPatch):
+    """The transport says writing is blocked (its buffer past the high-water mark): if the client does not read
+    within WRITE_TIMEOUT_S the connection is aborted; reading in time keeps it."""
+    from suffice.server import http_guard
+
+    monkeypatch.setattr(http_guard, "WRITE_TIMEOUT_S", 0.05)
+    protocol_cls = http_guard.protocol_class(http_guard.ConnectionLimits(8, 5.0))
+
+    class Transport(asyncio.Transport):
+        aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+        def is_closing(self) -> bool:
+            return self.aborted
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
+
+        def write(self, data: Any) -> None:
+            pass
+
+        def close(self) -> None:
+            self.aborted = True
+
+    async def run() -> tuple[bool, bool]:
+        from uvicorn.config import Config
+        from uvicorn.server import ServerState
+
+        config = Config(app=lambda *_: None, log_level="critical")
+        config.load()
+        outcomes = []
+        for read_in_time in (True, False):
+            protocol = protocol_cls(config=config, server_state=ServerState(), app_state={})  # type: ignore[call-arg]
+            transport = Transport()
+            protocol.connection_made(transport)
+            protocol.pause_writing()
+            if read_in_time:
+                protocol.resume_writing()
+            await asyncio.sleep(0.2)
+            outcomes.append(transport.aborted)
+            protocol.connection_lost(None)
+        return outcomes[0], outcomes[1]
+
+    assert asyncio.run(run()) == (False, True)
 
 
 def test_a_head_of_too_many_header_lines_is_431(served: Served):

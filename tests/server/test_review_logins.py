@@ -5,7 +5,9 @@ replaces its own oldest sessions, never another reviewer's."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +98,101 @@ def test_the_security_page_states_the_limits_the_code_has():
     assert f"`LOGINS_PER_WINDOW` ({sessions.LOGINS_PER_WINDOW}) a minute" in text
     assert sessions.LOGIN_WINDOW_S == 60.0
     assert f"`SESSIONS_PER_REVIEWER` ({sessions.SESSIONS_PER_REVIEWER}) sessions" in text
+
+
+def test_login_bodies_cut_short_do_not_fill_the_log(tmp_path: Path):
+    """A login body then a hang-up, again and again: each wrote a 4 KB traceback (18.1 MiB in 10 s).  The log of a
+    real ``suffice serve`` process stays at its start-up lines."""
+    import socket
+    import subprocess
+    import sys
+
+    from suffice.audit import write_key_file
+    from tests.server.scripted_serve import wait_ready
+    from tests.vllm_server import free_port
+
+    (tmp_path / "reviewers").mkdir()
+    write_key_file(tmp_path / "reviewers" / "alice.key")
+    AuditLog(tmp_path / "audit.db").close()
+    port, log = free_port(), tmp_path / "serve.log"
+    command = [sys.executable, "-m", "tests.server.scripted_serve", "serve", "--port", str(port)]
+    command += ["--audit-db", str(tmp_path / "audit.db"), "--reviewer-keys", str(tmp_path / "reviewers")]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(process, port, log)
+        started = log.stat().st_size
+        head = f"POST /reviews/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        head += "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nkey=00"
+        for _ in range(500):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(head.encode())
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+        assert log.stat().st_size - started < 4096, log.read_text()[-2000:]
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_slow_login_bodies_do_not_hold_the_places_of_keyed_clients(tmp_path: Path):
+    """Connections sending ``/reviews/login`` bodies slowly held every place of ``--max-connections`` (a body
+    arriving counted as work in flight): keyed judge requests were answered 503.  A body still arriving on a path
+    outside ``/v1/`` counts as waiting now, so a keyed client's connection takes the place of the longest waiting."""
+    import socket
+    import subprocess
+    import sys
+
+    from suffice.audit import write_key_file
+    from tests.server.scripted_serve import wait_ready
+    from tests.server.test_app import record
+    from tests.vllm_server import free_port
+
+    (tmp_path / "reviewers").mkdir()
+    write_key_file(tmp_path / "reviewers" / "alice.key")
+    AuditLog(tmp_path / "audit.db").close()
+    key = tmp_path / "client.key"
+    key.write_text("c" * 32 + "\n")
+    key.chmod(0o600)
+    port, log, cap = free_port(), tmp_path / "serve.log", 16
+    command = [sys.executable, "-m", "tests.server.scripted_serve", "serve", "--port", str(port)]
+    command += ["--audit-db", str(tmp_path / "audit.db"), "--reviewer-keys", str(tmp_path / "reviewers")]
+    command += ["--api-key-file", str(key), "--max-connections", str(cap)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    head = (
+        f"POST /reviews/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 4096\r\n\r\nkey="
+    ).encode()
+    holders = []
+    try:
+        wait_ready(process, port, log)
+        for _ in range(cap):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(head)
+            holders.append(sock)
+        time.sleep(0.5)
+        for sock in holders:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"0")  # still sending, slowly
+        auth = {"authorization": "Bearer " + "c" * 32}
+        statuses = [
+            httpx.post(
+                f"http://127.0.0.1:{port}/v1/judge/sufficiency", json=record(0), headers=auth, timeout=30
+            ).status_code
+            for _ in range(5)
+        ]
+        assert statuses == [200] * 5
+    finally:
+        for sock in holders:
+            sock.close()
+        process.terminate()
+        process.wait(30)
+
+
+def test_the_security_page_states_the_connection_limits_the_code_has():
+    from suffice.server import http_guard
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
+    assert f"`MAX_PIPELINED` ({http_guard.MAX_PIPELINED})" in text
+    assert f"`WRITE_TIMEOUT_S` ({http_guard.WRITE_TIMEOUT_S:g})" in text
+    assert f"outside `{http_guard.PROTECTED_PREFIX}`" in text

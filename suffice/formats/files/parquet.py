@@ -51,9 +51,11 @@ class Parquet:
         reader = pq.ParquetFile(path, buffer_size=1 << 20, read_dictionary=strings)
         position = 0
         for group in range(meta.num_row_groups):
-            rows = meta.row_group(group).num_rows
-            size = sum(meta.row_group(group).column(i).total_uncompressed_size for i in range(meta.num_columns))
-            per_batch = max(1, min(1024, _BATCH_BYTES * max(rows, 1) // max(size, 1)))
+            chunks = [meta.row_group(group).column(i) for i in range(meta.num_columns)]
+            rows = max(meta.row_group(group).num_rows, 1)
+            size = sum(chunk.total_uncompressed_size for chunk in chunks)
+            values = max((chunk.num_values for chunk in chunks), default=0)
+            per_batch = max(1, min(1024, _BATCH_BYTES * rows // max(size, 1), _BATCH_VALUES * rows // max(values, 1)))
             for batch in reader.iter_batches(batch_size=per_batch, row_groups=[group]):
                 for record in _rows(batch, position, caps):
                     position += 1
@@ -156,15 +158,18 @@ def parquet_from_journal(journal: Path, output: Path, gate: Gate) -> int:
 
 
 _CAP_OPTIONS = "--max-field-chars, --max-chunks-per-item"
-#: Bytes of Parquet data decoded at once (a batch's rows, as the row group's metadata sizes them, at most 1,024 rows):
-#: rows of 16 MB strings are read a few at a time.
+#: A batch's rows (at most 1,024), as the row group's metadata sizes them: about this many bytes of Parquet data (rows
+#: of 16 MB strings are read a few at a time) and this many values of one column, nulls and list entries included,
+#: as decoding costs about 14 bytes a value however few bytes they take in the file (a 1.6 KB file holds 128 lists
+#: of a million nulls).
 _BATCH_BYTES = 64 << 20
+_BATCH_VALUES = 1 << 20
 
 
 def _over_arrow(array: Any, caps: tuple[int, int]) -> Any:
     """Per row of ``array``: the largest string length (characters) or list length over its cap, as a boolean
-    array, computed on Arrow's buffers (a dictionary's values once each); ``None`` where a type is not measured
-    here (the record is checked after conversion, as a JSONL one is)."""
+    array, computed on Arrow's buffers (a dictionary's values once each); ``None`` where a type holds nothing to
+    measure (a number) or is not measured here (the record is checked after conversion, as a JSONL one is)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -188,14 +193,12 @@ def _over_arrow(array: Any, caps: tuple[int, int]) -> Any:
                 over = pc.or_(over, mask)
         return over
     if pa.types.is_struct(kind):
-        over = pa.array([False] * len(array))
+        over = pa.repeat(False, len(array))
         for i in range(kind.num_fields):
             child = _over_arrow(array.field(i), caps)
             if child is not None:
                 over = pc.or_(over, child)
         return over
-    if pa.types.is_primitive(kind) or pa.types.is_null(kind):
-        return pa.array([False] * len(array))
     return None
 
 

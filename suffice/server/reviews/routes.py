@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from markupsafe import Markup
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from suffice.audit.reviewing import review_log_id
 from suffice.exceptions import SufficeError, status_of
@@ -112,11 +113,16 @@ def _session(request: Request) -> tuple[ReviewDesk, Session | None]:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A posted form's fields (``application/x-www-form-urlencoded`` only; the first of a repeated field)."""
+    """A posted form's fields (``application/x-www-form-urlencoded`` only; the first of a repeated field); none when
+    the client hung up before sending it all (its answer goes nowhere, and a traceback each time would let anyone
+    fill the log)."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         return {}
-    raw = (await request.body()).decode("utf-8", "replace")
+    try:
+        raw = (await request.body()).decode("utf-8", "replace")
+    except ClientDisconnect:
+        return {}
     return {key: values[0] for key, values in parse_qs(raw, keep_blank_values=True).items()}
 
 
