@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 from suffice.audit.encoding import GENESIS, Stored, head_digest, now, row_digest, same
@@ -25,11 +25,9 @@ def is_audit_file(db: str | os.PathLike[str], path: str | os.PathLike[str]) -> b
     """Whether ``path`` is the audit database ``db`` or SQLite's ``-wal``/``-shm`` beside it."""
     target = Path(path)
     for candidate in (Path(db), Path(f"{db}-wal"), Path(f"{db}-shm")):
-        try:
-            if candidate.exists() and target.exists() and os.path.samefile(candidate, target):
+        with contextlib.suppress(OSError):  # either missing: compared by path below
+            if os.path.samefile(candidate, target):
                 return True
-        except OSError:
-            pass
         if candidate.resolve() == target.resolve():
             return True
     return False
@@ -120,26 +118,25 @@ class Database:
         tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "meta" not in tables:
             if tables & OLD_TABLES:
-                raise AuditError(
-                    f"{self.path} was written by an earlier suffice (audit format 1: no key, reviews not "
-                    f"chained) and cannot be extended or verified by this one ({FORMAT}); keep it as it is "
-                    "and record into a new database"
-                )
+                raise self._earlier("format 1: no key, reviews not chained")
             if tables:
                 raise AuditError(f"{self.path} is not a suffice audit database (tables: {', '.join(sorted(tables))})")
             return None
         meta = {str(k): str(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
         earlier = EARLIER_FORMATS.get(str(meta.get("format")))
         if earlier is not None:
-            raise AuditError(
-                f"{self.path} was written by an earlier suffice (audit {meta.get('format')}: {earlier}) and cannot "
-                f"be extended or verified by this one ({FORMAT}); keep it as it is and record into a new database"
-            )
+            raise self._earlier(f"{meta.get('format')}: {earlier}")
         if meta.get("format") != FORMAT:
             raise AuditError(f"{self.path}: audit format {meta.get('format')!r}, this suffice reads {FORMAT!r}")
         if meta.get("mac") not in (ALG_KEYED, ALG_PLAIN) or not meta.get("db_id"):
             raise AuditError(f"{self.path}: the meta table is damaged or was altered ({meta})")
         return meta
+
+    def _earlier(self, what: str) -> AuditError:
+        return AuditError(
+            f"{self.path} was written by an earlier suffice (audit {what}) and cannot be extended or verified by this "
+            f"one ({FORMAT}); keep it as it is and record into a new database"
+        )
 
     def _check_key(self, key: bytes | None, meta: Mapping[str, str]) -> str | None:
         """Why ``key`` does not fit this database, or None; writes refuse, :meth:`verify` reports a break."""
@@ -169,23 +166,17 @@ class Database:
             )
         return self._key
 
-    @contextmanager
+    @contextlib.contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Cursor]:
         """One transaction: IMMEDIATE for writes (serialises writers), DEFERRED for reads (a snapshot)."""
         cur = self._db.cursor()
         try:
             cur.execute(f"BEGIN {mode}")
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
-        try:
-            yield cur
-        except sqlite3.Error as exc:
-            cur.execute("ROLLBACK")
-            raise audit_error(self.path, exc) from exc
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        try:
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
             cur.execute("COMMIT")
         except sqlite3.Error as exc:
             raise audit_error(self.path, exc) from exc
@@ -196,8 +187,8 @@ class Database:
             for chain in CHAINS:
                 self._check_head(cur, chain)
 
-    def _check_head(self, cur: sqlite3.Cursor, chain: Chain) -> bytes | None:
-        """The writing key, once ``chain``'s head verifies against it and its table."""
+    def _check_head(self, cur: sqlite3.Cursor, chain: Chain) -> tuple[bytes | None, int, str]:
+        """The writing key and ``chain``'s head (count, last hash), once it verifies against the key and table."""
         key = self._need_key("writing")
         head = cur.execute("SELECT count, last_hash, mac FROM chain_heads WHERE chain = ?", (chain.name,)).fetchone()
         if head is None:
@@ -211,12 +202,11 @@ class Database:
                 f"{self.path}: the {chain.name} chain head records {count} {chain.nouns} but the table ends "
                 f"at {last[0] if last else 0}; run `suffice audit verify`"
             )
-        return key
+        return key, count, prev
 
     def _append(self, cur: sqlite3.Cursor, chain: Chain, rows: Sequence[Mapping[str, Stored]]) -> list[int]:
         """Append rows to ``chain`` inside the caller's transaction, checking its head first (not to bless damage)."""
-        key = self._check_head(cur, chain)
-        count, prev = cur.execute("SELECT count, last_hash FROM chain_heads WHERE chain = ?", (chain.name,)).fetchone()
+        key, count, prev = self._check_head(cur, chain)
         names = [name for name, _ in chain.columns]
         insert = (
             f"INSERT INTO {chain.table} (seq, {', '.join(names)}, prev_hash, row_hash) "

@@ -44,9 +44,7 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             return repr(value)
-        if value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        return value
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
     if isinstance(value, Mapping):
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -132,7 +130,4 @@ def instant(name: str, text: str) -> str:
     except OverflowError:  # 0001-01-01T00:00+01:00: before the first representable instant
         raise ConfigError(name, text, "outside the years 1-9999 once in UTC") from None
     # Not strftime: its %Y leaves years before 1000 unpadded, which would sort wrong against stored text.
-    return (
-        f"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"
-        f".{when.microsecond // 1000:03d}Z"
-    )
+    return when.isoformat(timespec="milliseconds").removesuffix("+00:00") + "Z"

@@ -92,19 +92,16 @@ class AuditLog(Database):
 
     def evaluation(self, seq: int) -> dict[str, Any] | None:
         """The evaluation row ``seq`` as stored (``None``: there is none)."""
-        found = list(self._select("SELECT * FROM evaluations WHERE seq = ?", (seq,)))
-        return found[0] if found else None
+        return next(iter(list(self._select("SELECT * FROM evaluations WHERE seq = ?", (seq,)))), None)
 
     def _append_rows(self, chain: Chain, rows: Iterable[Mapping[str, Any]], what: str) -> list[int]:
         """Check and encode ``rows`` for ``chain``, then append them in one transaction (a bad value writes none)."""
-        columns = chain.columns
-        names = {name for name, _ in columns}
+        names = {name for name, _ in chain.columns}
         stored = []
         for values in rows:
-            unknown = set(values) - names
-            if unknown:
+            if unknown := set(values) - names:
                 raise AuditError(f"unknown {what} columns: {sorted(unknown)}")
-            row = {name: store(name, kind, values.get(name)) for name, kind in columns}
+            row = {name: store(name, kind, values.get(name)) for name, kind in chain.columns}
             row["ts"] = row["ts"] or now()
             stored.append(row)
         if not stored:
@@ -129,8 +126,7 @@ class AuditLog(Database):
         """The evaluation rows :meth:`rows` gives, JSON columns parsed, each with ``reviews``: the reviews queued
         for it, each with who decided what and when (joined here: a chained row is never changed), ``[]`` when
         none.  A JSON column that does not parse raises :class:`AuditError` naming row and column."""
-        rows = self.rows(since, until)  # the bounds are checked now, before anything is written
-        return self._with_reviews(rows)
+        return self._with_reviews(self.rows(since, until))  # the bounds are checked now, before anything is written
 
     def _with_reviews(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         reviews = self._reviews_by_evaluation()
@@ -142,8 +138,7 @@ class AuditLog(Database):
             yield row
 
     def _parse_json(self, row: dict[str, Any], keys: Iterable[str], what: str, hint: str = "") -> None:
-        """Parse ``row``'s JSON columns among ``keys`` in place; one that does not parse is an :class:`AuditError`
-        naming ``what`` and its ``seq``."""
+        """Parse ``row``'s JSON columns among ``keys`` in place (an :class:`AuditError` names one that does not)."""
         for key in keys:
             if row.get(key):
                 try:
@@ -154,24 +149,18 @@ class AuditLog(Database):
     def _reviews_by_evaluation(self) -> dict[int, list[dict[str, Any]]]:
         """Each evaluation row's reviews without their payload (the record the row already hashes), with
         ``events``: every chained change after the queueing (``resolved``: decision, by whom, when, note)."""
-        try:
-            cur = self._db.execute("SELECT * FROM reviews WHERE evaluation_seq IS NOT NULL ORDER BY id")
-            names = [d[0] for d in cur.description]
-            found = [dict(zip(names, values, strict=True)) for values in cur]
-            events: dict[int, list[dict[str, Any]]] = {}
-            for review_id, event, ts, data in self._db.execute(
-                "SELECT review_id, event, ts, data FROM review_events WHERE event != 'enqueued' ORDER BY seq"
-            ):
-                try:
-                    fields = json.loads(data)
-                except ValueError:
-                    raise AuditError(
-                        f"{self.path}: a {event} event of review {review_id} is not JSON (was the log altered? "
-                        "`suffice audit verify` names the damage)"
-                    ) from None
-                events.setdefault(review_id, []).append({"event": event, "ts": ts, **_parsed(fields)})
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
+        found = list(self._select("SELECT * FROM reviews WHERE evaluation_seq IS NOT NULL ORDER BY id", ()))
+        events: dict[int, list[dict[str, Any]]] = {}
+        query = "SELECT review_id, event, ts, data FROM review_events WHERE event != 'enqueued' ORDER BY seq"
+        for row in list(self._select(query, ())):
+            try:
+                fields = json.loads(row["data"])
+            except ValueError:
+                raise AuditError(
+                    f"{self.path}: a {row['event']} event of review {row['review_id']} is not JSON (was the log "
+                    "altered? `suffice audit verify` names the damage)"
+                ) from None
+            events.setdefault(row["review_id"], []).append({"event": row["event"], "ts": row["ts"], **_parsed(fields)})
         by_row: dict[int, list[dict[str, Any]]] = {}
         for review in found:
             seq = review["evaluation_seq"]
@@ -185,12 +174,10 @@ class AuditLog(Database):
     def export(
         self, out: Path, *, since: str | None = None, until: str | None = None, fmt: str = DEFAULT_FILE_FORMAT
     ) -> int:
-        """Write the evaluation rows :meth:`export_rows` gives (``fmt``: JSON Lines, or CSV with a header and
-        the structured columns as JSON text: :func:`export_lines`); returns the count.
+        """Write the evaluation rows :meth:`export_rows` gives in ``fmt`` (:func:`export_lines`); returns the count.
 
         Non-UTF-8 text is written as ``\\udcXX`` escapes; an unwritable file raises
-        :class:`~suffice.exceptions.OutputWriteError`.  The file is replaced whole (an error leaves the old one)
-        and readable by the owner only, as the database is: it holds the same rows.
+        :class:`~suffice.exceptions.OutputWriteError`.  The file is replaced whole and readable by the owner only.
         """
         n = 0
 
@@ -209,9 +196,8 @@ class AuditLog(Database):
         """Check both chains, the heads, the review table against its events and, given an ``anchor``, that the
         anchored rows are unchanged; reports the first problem.  Raises :class:`ConfigError` without the key.
 
-        An unkeyed log that verifies proves only that nothing was edited by accident (``report.keyed`` is False):
-        whoever can write the file can rebuild a SHA-256 chain, a keyed log's too, as an unkeyed one.
-        ``expect_keyed`` (or a key given when the log was opened) makes an unkeyed log a failure."""
+        An unkeyed log that verifies proves only that nothing was edited by accident: whoever can write the file can
+        rebuild a SHA-256 chain.  ``expect_keyed`` (or a key given at opening) makes an unkeyed log a failure."""
         key = self._need_key("verifying")
         if self._key_problem is not None:
             return VerifyReport(False, 0, None, self._key_problem, "meta", 0, self.keyed)
@@ -268,8 +254,7 @@ class AuditLog(Database):
         ``rule`` names what sent it (default: the payload's ``rule``); ``reviewers``: how many independent
         reviewers must agree (default: :func:`~suffice.audit.reviewing.reviewers_for` the payload).
         """
-        if reviewers is None:
-            reviewers = reviewers_for(payload)
+        reviewers = reviewers_for(payload) if reviewers is None else reviewers
         if isinstance(reviewers, bool) or not isinstance(reviewers, int) or not 1 <= reviewers <= MAX_REVIEWERS:
             raise AuditError(f"reviewers={reviewers!r}: must be a whole number from 1 to {MAX_REVIEWERS}")
         given = {
@@ -303,26 +288,19 @@ class AuditLog(Database):
 
     def review(self, review_id: int) -> dict[str, Any]:
         """One review as stored; :class:`AuditError` ("no such review") if there is none."""
-        found = list(self._select("SELECT * FROM reviews WHERE id = ?", (review_id,)))
-        if not found:
-            raise ReviewNotFoundError(f"review {review_id}: no such review")
-        return found[0]
+        for found in list(self._select("SELECT * FROM reviews WHERE id = ?", (review_id,))):
+            return found
+        raise ReviewNotFoundError(f"review {review_id}: no such review")
 
     def review_counts(self) -> list[dict[str, Any]]:
         """Per gate, rule and status: how many reviews, and of the resolved how many overrode the machine
         (the people's label differs from the machine's)."""
-        try:
-            cur = self._db.execute(
-                "SELECT gate, rule, status, COUNT(*), "
-                "SUM(CASE WHEN status = 'resolved' AND machine_label IS NOT NULL AND label IS NOT machine_label "
-                "THEN 1 ELSE 0 END) FROM reviews GROUP BY gate, rule, status ORDER BY gate, rule, status"
-            )
-            return [
-                {"gate": gate, "rule": rule, "status": status, "count": int(count), "overrides": int(overrides or 0)}
-                for gate, rule, status, count, overrides in cur
-            ]
-        except sqlite3.Error as exc:
-            raise audit_error(self.path, exc) from exc
+        query = (
+            "SELECT gate, rule, status, COUNT(*) AS count, "
+            "SUM(CASE WHEN status = 'resolved' AND machine_label IS NOT NULL AND label IS NOT machine_label "
+            "THEN 1 ELSE 0 END) AS overrides FROM reviews GROUP BY gate, rule, status ORDER BY gate, rule, status"
+        )
+        return list(self._select(query, ()))
 
     def resolve_review(
         self,
@@ -336,15 +314,12 @@ class AuditLog(Database):
         queries: Sequence[str] | None = None,
     ) -> Decided:
         """Record a person's decision and chain it (one transaction): a ``resolved`` event when it completes
-        the agreement the review requires, else a ``decided`` event that leaves it open.
+        the agreement the review requires, else a ``decided`` event that leaves it open.  One decision per reviewer.
 
-        ``label``: the reviewer's correction (``True``/``"sufficient"`` or ``False``/``"insufficient"``),
-        default the decision's (:func:`~suffice.audit.reviewing.implied_label`).  One decision per reviewer.
-        ``answer`` (for ``answer``): the answer the reviewer approved or wrote, delivered in place of the response
-        under review; reviewers agree only on the same answer.  ``queries`` (for ``refine_retrieval``): what to
-        search, in place of the note's lines.  Both are kept in the reviewer's chained decision entry and handed
-        over by the resolution; an :class:`AuditError` names a bad one, or one given for another decision
-        (:func:`~suffice.audit.reviewing.decision_fields`).
+        ``label``: the reviewer's correction (``True``/``"sufficient"`` or ``False``/``"insufficient"``), default
+        the decision's.  ``answer`` (for ``answer``: delivered in place of the response under review; reviewers
+        agree only on the same one) and ``queries`` (for ``refine_retrieval``: searched in place of the note's
+        lines) are checked by :func:`~suffice.audit.reviewing.decision_fields` and handed over by the resolution.
         """
         if decision not in REVIEW_DECISIONS:
             raise AuditError(f"decision={decision!r}: must be one of {', '.join(REVIEW_DECISIONS)}")
@@ -352,10 +327,7 @@ class AuditLog(Database):
         if not isinstance(by, str) or not by.strip():
             raise AuditError("by: the reviewer's name is required")
         by = by.strip()
-        if isinstance(label, bool):
-            label = label_text(label)
-        if label is None:
-            label = implied_label(decision)
+        label = label_text(label) if isinstance(label, bool) else implied_label(decision) if label is None else label
         if label not in LABELS:
             raise AuditError(f"label={label!r}: must be one of {', '.join(LABELS)} (or true/false)")
         at = now()
@@ -414,14 +386,10 @@ class AuditLog(Database):
             queries=tuple(handed.get("queries", ())),
         )
 
-    #: ``suffice review decide`` and the review page's name for :meth:`resolve_review`.
-    decide_review = resolve_review
-
 
 @dataclass(frozen=True)
 class Decided:
-    """What a decision did: closed the review (``agreed_by``: the reviewers who agree), or left it open with
-    ``decisions`` of the ``required`` recorded (disputed when as many as required but no agreement)."""
+    """What a decision did: closed the review (``agreed_by``), or left it open with ``decisions`` of ``required``."""
 
     review_id: int
     resolved: bool

@@ -17,8 +17,7 @@ from suffice.serving.weights import ModelRef
 
 
 def weights_hash(model_path: Path | None) -> str | None:
-    """The weight folder's fingerprint (see :meth:`ModelRef.fingerprint`): cheap, and it
-    changes whenever the weights are swapped, without reading gigabytes."""
+    """The weight folder's fingerprint (:meth:`ModelRef.fingerprint`: cheap, yet it changes with the weights)."""
     if model_path is None or not model_path.is_dir():
         return None
     return ModelRef(model_path, str(model_path)).fingerprint()
@@ -72,12 +71,10 @@ def audit_values(
     weights_hash: str | None,
     settings: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The audit row's values for one evaluation (a verdict or an error), for
-    :meth:`AuditLog.record_many` (a whole batch in one transaction: one disk sync
-    instead of one per row).  The decision recorded is the gate's route: the
-    calibrated one when configured, with the rule that chose it.  ``settings``: the
-    gate's and the engine's settings that decide verdicts (:meth:`Gate.settings`
-    with :func:`~suffice.serving.factory.engine_settings`, as a run records them)."""
+    """The audit row's values for one evaluation (a verdict or an error), for :meth:`AuditLog.record_many`.  The
+    decision recorded is the gate's route (the calibrated one when configured) with its rule.  ``settings``: the
+    gate's and the engine's settings that decide verdicts (:meth:`Gate.settings` with
+    :func:`~suffice.serving.factory.engine_settings`)."""
     values: dict[str, Any] = {
         "run_id": run_id,
         "item_id": result.id,
@@ -87,9 +84,7 @@ def audit_values(
         "model_id": result.model,
         "weights_hash": weights_hash,
         "backend": result.backend,
-        "raw_output": result.raw_text
-        if result.raw_text is not None
-        else (result.error.raw_text if result.error else None),
+        "raw_output": result.error.raw_text if result.raw_text is None and result.error else result.raw_text,
         "round": round,
         "latency_ms": round_ms(latency_ms),
         "settings": dict(settings),
@@ -156,22 +151,18 @@ def review_rule(gate: Gate, result: JudgeResult) -> str | None:
 
 def review_record(item: Item | None) -> dict[str, Any]:
     """The record as a review's payload shows it: question, response and chunks (empty where it is not an item)."""
-    return {
-        "question": item.question if item else None,
-        "response": item.response if item else None,
-        "chunks": [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
-        if item
-        else [],
-    }
+    if item is None:
+        return {"question": None, "response": None, "chunks": []}
+    chunks = [{"id": c.id, "source": c.source, "score": c.score, "text": c.text} for c in item.chunks]
+    return {"question": item.question, "response": item.response, "chunks": chunks}
 
 
 def review_entry(
     result: JudgeResult, item: Item | None, gate: Gate | None = None, settings: Mapping[str, Any] | None = None
 ) -> dict[str, Any] | None:
-    """The review queue entry for a record sent to a person (``None``: it is not), by the rule that
-    sent it (:func:`review_rule`): the seeds' "after two failures, log the raw output and route to a
-    human review queue", and each gate's ``human_review`` route.  The payload holds the record as
-    judged (question, response, chunks), the verdict, the rule, the reason and the run's settings."""
+    """The review queue entry for a record sent to a person by :func:`review_rule` (``None``: it is not).  The
+    payload holds the record as judged (question, response, chunks), the verdict, the rule, the reason and the
+    run's settings."""
     rule = review_rule(gate, result) if gate is not None else TWO_FAILED_GENERATIONS if failed_twice(result) else None
     if rule is None:
         return None
@@ -217,10 +208,8 @@ def record_results(
     gate: Gate | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> list[int]:
-    """Record the audit rows of ``results`` (one per result, as :func:`audit_values` gives
-    them) and queue a review, pointing at its row, for each record sent to a person
-    (:func:`review_entry`; without ``gate``, only two failed generations).  Returns the rows'
-    sequence numbers."""
+    """Record the audit rows of ``results`` (as :func:`audit_values` gives them) and queue a review pointing at its
+    row for each record sent to a person (:func:`review_entry`); returns the rows' sequence numbers."""
     seqs = log.record_many(rows)
     for seq, result, item in zip(seqs, results, items, strict=True):
         entry = review_entry(result, item, gate, settings)

@@ -67,15 +67,11 @@ def machine_label(gate: str | None, payload: Mapping[str, Any]) -> Label | None:
 
 
 def _high_risk(payload: Mapping[str, Any]) -> bool:
-    verdict = payload.get("verdict")
-    settings = payload.get("settings")
-    for place in (payload, verdict, settings):
-        if isinstance(place, Mapping):
-            if str(place.get("risk_level", "")).upper() == "HIGH":
-                return True
-            if place.get("high_stakes") in (True, "true", "True"):
-                return True
-    return False
+    return any(
+        isinstance(place, Mapping)
+        and (str(place.get("risk_level", "")).upper() == "HIGH" or place.get("high_stakes") in (True, "true", "True"))
+        for place in (payload, payload.get("verdict"), payload.get("settings"))
+    )
 
 
 def reviewers_for(payload: Mapping[str, Any]) -> int:
@@ -92,12 +88,9 @@ def reviewers_for(payload: Mapping[str, Any]) -> int:
 
 
 def decision_fields(decision: str, answer: object = None, queries: object = None) -> dict[str, Any]:
-    """A reviewer's ``answer`` (for ``answer``: the answer approved or written) and ``queries`` (for
-    ``refine_retrieval``: what to search), checked, as a decision entry keeps them: only those given, the answer
-    stripped, the queries stripped and each once.  An :class:`AuditError` names the field: one given for another
-    decision, not text, blank, too long (:data:`~suffice.results.MAX_ANSWER_CHARS`,
-    :data:`~suffice.results.MAX_QUERY_CHARS`), a query of more than one line, or too many queries
-    (:data:`~suffice.results.MAX_QUERIES`)."""
+    """A reviewer's ``answer`` (for ``answer``) and ``queries`` (for ``refine_retrieval``) as a decision entry keeps
+    them: only those given, stripped, each query once.  An :class:`AuditError` names a field given for another
+    decision, not text, blank, too long, a query of more than one line, or too many queries."""
     fields: dict[str, Any] = {}
     if answer is not None:
         if decision != "answer":
@@ -120,7 +113,7 @@ def decision_fields(decision: str, answer: object = None, queries: object = None
             raise AuditError(
                 f"queries: {len(queries)} given; from 1 to {MAX_QUERIES} (leave it out to search the note's lines)"
             )
-        kept: list[str] = []
+        kept: dict[str, None] = {}
         for index, query in enumerate(queries):
             if not isinstance(query, str):
                 raise AuditError(f"queries[{index}]: must be text, not {type(query).__name__}")
@@ -131,9 +124,8 @@ def decision_fields(decision: str, answer: object = None, queries: object = None
                 raise AuditError(f"queries[{index}]: one line each (give each query on its own)")
             if len(text) > MAX_QUERY_CHARS:
                 raise AuditError(f"queries[{index}]: {len(text)} characters; at most {MAX_QUERY_CHARS}")
-            if text not in kept:
-                kept.append(text)
-        fields["queries"] = kept
+            kept[text] = None
+        fields["queries"] = list(kept)
     return fields
 
 
@@ -198,8 +190,7 @@ def review_log_id(db_id: str) -> str:
 
 def reviewers_answer(agreeing: Sequence[Mapping[str, Any]]) -> str | None:
     """The answer the agreeing reviewers gave in the field (they agree on it: :func:`agreed`), or ``None``."""
-    written = [d["answer"] for d in agreeing if isinstance(d.get("answer"), str)]
-    return written[0] if written else None
+    return next((d["answer"] for d in agreeing if isinstance(d.get("answer"), str)), None)
 
 
 def reviewers_queries(agreeing: Sequence[Mapping[str, Any]]) -> list[str] | None:
@@ -211,10 +202,9 @@ def reviewers_queries(agreeing: Sequence[Mapping[str, Any]]) -> list[str] | None
 
 
 def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
-    """What the application learns of ``review`` (a ``reviews`` row): pending, or the agreed decision with who,
-    the answer to deliver (``answer``: the reviewers' own, else the response under review, else the answer its
-    verdict wrote) or the queries to search (``refine_retrieval``: the reviewers' own, else their notes' lines),
-    and where each came from (``answer_from``, ``queries_from``)."""
+    """What the application learns of ``review`` (a ``reviews`` row): pending, or the agreed decision with who, the
+    answer to deliver (the reviewers' own, else the response under review, else its verdict's) or the queries to
+    search (the reviewers' own, else their notes' lines), and where each came from."""
     try:
         payload = json.loads(review.get("payload") or "{}")
     except (TypeError, ValueError):
@@ -236,11 +226,9 @@ def review_outcome(review: Mapping[str, Any], log_id: str) -> ReviewOutcome:
         given = reviewers_queries(agreeing)
         if given is not None:
             queries, queries_from = given, "reviewers"
-        else:  # decided before the field existed, or without it: the notes, a query a line
-            for entry in agreeing:
-                for line in str(entry.get("note") or "").splitlines():
-                    if line.strip() and line.strip() not in queries:
-                        queries.append(line.strip())
+        else:  # decided without the field: the notes, a query a line
+            notes = (line.strip() for entry in agreeing for line in str(entry.get("note") or "").splitlines())
+            queries = list(dict.fromkeys(line for line in notes if line))
             queries_from = "notes" if queries else None
     answer: str | None = None
     answer_from: AnswerFrom | None = None
@@ -303,7 +291,7 @@ def review_head(log: _Reads) -> int:
     """The last review event's sequence number (0: none): whether anything changed, at the cost of one lookup."""
     # Lists, not a generator left half read: an unfinished statement would hold its read snapshot open.
     found = list(log._select("SELECT MAX(seq) AS head FROM review_events", ()))
-    return int(found[0]["head"] or 0) if found else 0
+    return int(found[0]["head"] or 0)
 
 
 def applied_outcome(log: _Reads, log_id: str, review_id: int) -> str | None:
