@@ -56,9 +56,8 @@ EXIT_OK = 0  #: every record got a verdict
 EXIT_FATAL = 1  #: nothing more could be judged: model missing, engine failed, unreadable output
 EXIT_USAGE = 2  #: bad arguments or settings
 EXIT_ITEM_ERRORS = 3  #: the run finished, but some records got error lines instead of verdicts
-#: another suffice run is writing the output: nothing was read or written; the same
-#: command works once that run has ended (a script can wait and retry on it, where 1 and
-#: 2 need a person).  ``audit verify`` uses 4 for a tampered log: a different command.
+#: another suffice run is writing the output: nothing was read or written; the same command works once that
+#: run has ended (a script can wait and retry on it, where 1 and 2 need a person).
 EXIT_BUSY = 4
 #: ``audit verify``/``audit anchor``: the log's chains do not verify (tampered).
 EXIT_TAMPERED = 4
@@ -100,9 +99,8 @@ class ModelNotFoundError(SufficeError, FileNotFoundError):
 
 
 class MissingExtraError(SufficeError, ImportError):
-    """What was asked for needs ``module``, which is not installed; ``extras`` are the extras of suffice that
-    install it (``("cpu", "gpu")``: the engine; ``()``: one of suffice's own dependencies, missing from a broken
-    install).  The message says the command that installs it (:mod:`suffice.serving.extras`)."""
+    """What was asked for needs ``module``, not installed; ``extras``: suffice's extras that install it (``()``:
+    a broken install).  The message says the command that installs it (:mod:`suffice.serving.extras`)."""
 
     def __init__(self, module: str, extras: tuple[str, ...], message: str) -> None:
         self.module = module
@@ -159,9 +157,8 @@ class CancelledError(SufficeError):
 class InsufficientContextError(SufficeError):
     """A framework integration's gate judged the retrieved documents insufficient (``on_insufficient="raise"``).
 
-    ``missing``: what the verdict says is missing; ``queries``: what to retrieve next (the gate's suggested
-    queries, where it gives them); ``result``: the :class:`~suffice.JudgeResult` with the whole verdict;
-    ``routing``: its :class:`~suffice.Routing`.  The application can show the gap or retrieve again."""
+    ``missing``: what the verdict says is missing; ``queries``: what to retrieve next; ``result``: the
+    :class:`~suffice.JudgeResult`; ``routing``: its :class:`~suffice.Routing`."""
 
     def __init__(self, question: str, missing: list[str], queries: list[str], result: Any, routing: Any) -> None:
         self.question = question
@@ -174,9 +171,8 @@ class InsufficientContextError(SufficeError):
 
 
 class GateFailedError(SufficeError):
-    """A framework integration's gate gave no verdict for the documents (``on_error="raise"``): the record's
-    error row is ``result`` (its ``error.type`` says why: a bad field, a prompt too long, a generation
-    that failed).  Retry, or pass ``on_error="keep"`` to let the documents through unjudged."""
+    """A framework integration's gate gave no verdict for the documents (``on_error="raise"``): ``result`` is the
+    record's error row.  Retry, or pass ``on_error="keep"`` to let the documents through unjudged."""
 
     def __init__(self, result: Any) -> None:
         self.result = result
@@ -204,10 +200,8 @@ class RequestTooLargeError(ServiceError):
 
 
 class InvalidRequestError(ServiceError, ValueError):
-    """422 (or 404, 415): the service refused the request as malformed; ``field`` names where (the last
-    part of the 422's ``loc``: an option, ``body``, an item's field), ``None`` when it does not say.  Where the
-    answer names the error a judge in process raises for the same mistake (a gate or option refused), a client
-    raises that error instead, with this one as its ``__cause__`` (:func:`refused_as`)."""
+    """422 (or 404, 415): the service refused the request as malformed; ``field`` names where (``None``: not said).
+    Where a judge in process would raise its own error, a client raises that one from this (:func:`refused_as`)."""
 
     def __init__(self, detail: str, status: int | None = None, field: str | None = None) -> None:
         self.field = field
@@ -231,8 +225,7 @@ class OutputMismatchError(SufficeError):
 
 
 class OutputWriteError(SufficeError):
-    """A file suffice writes could not be written: the run stops and what was written stays (a torn last
-    line is cut on resume).  ``path`` names the file, ``reason`` the system's message."""
+    """A file could not be written: the run stops and what was written stays (a torn last line is cut on resume)."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -358,9 +351,8 @@ class RewriteError(StepError):
 
 
 class Status(NamedTuple):
-    """What an error means to whoever asked: ``exit``, the ``suffice`` command's exit status
-    (:mod:`suffice.exceptions`); ``http``, the status ``suffice serve`` answers with; ``then``, what the caller
-    can do about it, said after the message ("" when the message says it already)."""
+    """What an error means: ``exit``, the ``suffice`` command's exit status; ``http``, the status ``suffice serve``
+    answers with; ``then``, what the caller can do, said after the message ("" when the message says it)."""
 
     exit: int
     http: int
@@ -417,10 +409,7 @@ STATUS: dict[type[SufficeError], Status] = {
 
 def status_of(error: SufficeError) -> Status:
     """``error``'s :class:`Status`: its class's entry in :data:`STATUS`, else its nearest listed base class's."""
-    for cls in type(error).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return STATUS[SufficeError]
+    return STATUS[next(cls for cls in type(error).__mro__ if cls in STATUS)]
 
 
 def listed_name(error: SufficeError) -> str:
@@ -430,11 +419,9 @@ def listed_name(error: SufficeError) -> str:
 
 
 def refused_as(name: object, field: str, message: str, value: object = None) -> SufficeError | None:
-    """The error a judge in process raises for the mistake a service refused, rebuilt from the refusal: ``name``
-    the class its body names (found in :data:`STATUS`, no other list), ``field`` the option or field at fault,
-    ``message`` the service's words (``"FIELD: ..."``), ``value`` what the caller sent there.  Only a caller's
-    mistake that names its field is rebuilt (a :class:`ConfigError`, an :class:`InputError`); ``None`` for any
-    other name, which stays the client's :class:`ServiceError`."""
+    """The :class:`ConfigError` or :class:`InputError` a judge in process raises for the mistake a service refused,
+    rebuilt from the refusal (``name``: the class in :data:`STATUS`; ``field``, ``message``: ``"FIELD: ..."``,
+    ``value``: what the caller sent); ``None`` for any other name, which stays the client's :class:`ServiceError`."""
     cls = next((listed for listed in STATUS if listed.__name__ == name), None)
     reason = message.removeprefix(f"{field}: ")
     if cls is not None and issubclass(cls, ConfigError):

@@ -101,15 +101,11 @@ _log = logging.getLogger("suffice")
 
 
 class Judge(AbstractContextManager["Judge"]):
-    """A gate on an engine: one result per record, in order (see the module docstring).
+    """A gate on an engine: one result per record, in order; a :class:`~suffice.JudgeProtocol`.
 
-    A :class:`~suffice.JudgeProtocol`: ``judge``, ``judge_batch``, ``ajudge`` and ``ajudge_batch`` take
-    ``gate=`` and ``options=`` as :class:`~suffice.Client` does; a judge for another gate or other options is
-    built once on the same engine and kept (the last :data:`DERIVED_JUDGES`), its counters in this one's
-    ``stats``.
-
-    Every batch judged is published once to :attr:`stream` (a :class:`~suffice.results.ResultsStream`), which
-    :attr:`stats` observes; subscribe another observer there to count the same results."""
+    ``gate=`` and ``options=`` work as on :class:`~suffice.Client`: a judge for them is built once on the same
+    engine and kept (the last :data:`DERIVED_JUDGES`), its counters in this one's ``stats``.  Every batch is
+    published once to :attr:`stream`, which :attr:`stats` observes; subscribe another observer there."""
 
     def __init__(self, engine: Engine, gate: Gate | str | None = None, config: JudgeConfig | None = None) -> None:
         """``gate`` defaults to the one ``config`` names (built with its options)."""
@@ -124,9 +120,8 @@ class Judge(AbstractContextManager["Judge"]):
             self.gate = AutoGate(self.gate)  # a full gate given under the cascade's config: cascade it
         self.stats = JudgeStats()
         self.stream = ResultsStream([self.stats])
-        #: Who queues this judge's routes to a person (an audit log's owner: the batch run, the service, the
-        #: Pipeline, an integration with ``audit=``); ``None``: nobody, and each batch that sends records to a
-        #: person says how many on the ``suffice`` logger, as ``suffice judge`` does on stderr.
+        #: Who queues this judge's routes to a person (an audit log's owner); ``None``: nobody, and each batch
+        #: that sends records to a person says how many on the ``suffice`` logger.
         self.review_queue: str | None = None
         self._derived: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Judge] = OrderedDict()
         self._derived_lock = threading.Lock()
@@ -151,27 +146,22 @@ class Judge(AbstractContextManager["Judge"]):
         return judge
 
     def _open_cache(self) -> tuple[VerdictCache | None, str]:
-        """The verdict cache this judge reads and fills (``None``: off, or an engine whose verdicts cannot be
-        reused), and the part of every key that this judge's settings make."""
+        """The verdict cache (``None``: off, or verdicts not reusable) and the part of every key this judge makes."""
         path = self.config.cache_path()
         if path is None or not self.engine.cacheable:
             return None, ""
         config = self.config
         fitting = {
-            "detail": config.detail,
-            "max_question_tokens": config.max_question_tokens,
-            "max_response_tokens": config.max_response_tokens,
-            "min_chunk_tokens": config.min_chunk_tokens,
-            "max_chunks": config.max_chunks,
+            key: getattr(config, key)
+            for key in ("detail", "max_question_tokens", "max_response_tokens", "min_chunk_tokens", "max_chunks")
         }
         engine = type(self.engine).settings_of(config.engine)
         sampling = {"temperature": 0.0, "model_id": self.engine.model_id, "backend": self.engine.backend}
         return shared_cache(path, config.cache_max_bytes), judge_digest(engine, self.gate, fitting, sampling)
 
     def check_calibration(self) -> None:
-        """Warn (:class:`CalibrationMismatchWarning`) when the gate's calibrated threshold was fitted under other
-        engine settings than this engine's: its scores move (dtype, weights, backend) and so does the threshold's
-        meaning.  A warning, not an error: a threshold can still be the best one at hand."""
+        """Warn (:class:`CalibrationMismatchWarning`) when the gate's threshold was calibrated under other engine
+        settings, which move its scores.  Not an error: a threshold can still be the best one at hand."""
         fitted = roles.calibrated_under(self.gate)
         if not fitted:
             return
@@ -276,8 +266,7 @@ class Judge(AbstractContextManager["Judge"]):
         )
 
     def gate_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> Gate:
-        """The gate that judges (and reads the verdicts of) a call with this ``gate`` and ``options``; a
-        :class:`~suffice.exceptions.ConfigError` names a gate or an option it refuses."""
+        """The gate that judges a call with this ``gate`` and ``options`` (a refused one: :class:`ConfigError`)."""
         return self._for(gate, options).gate
 
     def settings_for(self, gate: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -315,8 +304,7 @@ class Judge(AbstractContextManager["Judge"]):
         return judge
 
     def _count_in(self, stats: JudgeStats, stream: ResultsStream) -> None:
-        """Count this judge's work in ``stats`` and publish its results to ``stream`` (a judge derived for other
-        options counts in its parent's)."""
+        """Count this judge's work in ``stats`` and publish its results to ``stream`` (a derived judge's parent's)."""
         self.stats = stats
         self.stream = stream
         for part in self._passes or ():
@@ -338,14 +326,10 @@ class Judge(AbstractContextManager["Judge"]):
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Results:
-        """One result per record, in order; ``progress``: ``True`` draws a bar on stderr (nothing is printed by
-        default), or a :class:`~suffice.serving.base.Progress` (a plain function as ``OnRecords(fn)``) is called with
-        records as they finish, one in all per record, and told prompts as the
-        engine reads them.  Setting ``cancel`` stops the engine's work and raises
-        :class:`~suffice.exceptions.CancelledError`.  ``gate`` / ``options``: another gate, or options over this
-        judge's own (see the class docstring).
-        Traced through the OpenTelemetry API when it is installed (:mod:`suffice.telemetry`: a span for the batch
-        and one per record, under the caller's current span)."""
+        """One result per record, in order; ``progress``: ``True`` draws a bar on stderr, or a
+        :class:`~suffice.serving.base.Progress` is credited once per record and told prompts as the engine reads
+        them.  Setting ``cancel`` stops the engine and raises :class:`~suffice.exceptions.CancelledError`.
+        Traced through OpenTelemetry when installed (:mod:`suffice.telemetry`: a span per batch and per record)."""
         if isinstance(progress, bool):
             with progress_of(progress, len(records)) as bar:
                 return self.judge_batch(records, bar, cancel, gate=gate, options=options)
@@ -390,8 +374,7 @@ class Judge(AbstractContextManager["Judge"]):
         decide, full = self._passes
         margin = self.config.auto_margin
         if not self.gate.decision.decision_delivers:
-            # Every decision of this gate would be judged again (a positive one cannot deliver, a negative one does
-            # not): a decision pass would only add its prefill, so every record is judged in full at once.
+            # Every decision of this gate would be judged again: a decision pass would only add its prefill.
             judged = [
                 result.model_copy(update={"cascade": Cascade(detail="full", reason="decision_only", margin=margin)})
                 for result in full.judge_batch(records, progress, cancel)
@@ -470,7 +453,10 @@ class Judge(AbstractContextManager["Judge"]):
                 _Pending(
                     p.index,
                     p.item,
-                    _with_note(p.fitted, RETRY_NOTE.format(error=_ascii(str(error))[:_ERROR_CHARS])),
+                    # ASCII only, so the note's token count stays within the fitting's reserve.
+                    _with_note(
+                        p.fitted, RETRY_NOTE.format(error=str(error).encode("ascii", "replace").decode()[:_ERROR_CHARS])
+                    ),
                     p.tokens,
                     attempts=_failed(p, error),
                 )
@@ -496,10 +482,8 @@ class Judge(AbstractContextManager["Judge"]):
         gate: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> Results:
-        """:meth:`judge_batch` awaited: it runs on a worker thread, so concurrent awaits share the engine's
-        running batch as threads do.  Cancelling the awaiting task sets ``judge_batch``'s ``cancel`` (the
-        engine stops this call's requests) and re-raises :class:`asyncio.CancelledError`.  ``asyncio.to_thread``
-        runs it in a copy of the awaiting task's context, so its spans join the task's trace."""
+        """:meth:`judge_batch` on a worker thread (in the task's context, so spans join its trace): concurrent
+        awaits share the engine's batch.  Cancelling the task sets ``cancel`` and re-raises it."""
         if isinstance(progress, bool):
             with progress_of(progress, len(records)) as bar:
                 return await self.ajudge_batch(records, bar, gate=gate, options=options)
@@ -546,10 +530,9 @@ class Judge(AbstractContextManager["Judge"]):
                 )
                 continue
             windows = [g for g in gens if not isinstance(g, EngineError)]
-            prompt_tokens = sum(g.prompt_tokens for g in windows)
-            completion_tokens = sum(g.completion_tokens for g in windows)
             p.tokens = TokenCounts(
-                prompt=p.tokens.prompt + prompt_tokens, completion=p.tokens.completion + completion_tokens
+                prompt=p.tokens.prompt + sum(g.prompt_tokens for g in windows),
+                completion=p.tokens.completion + sum(g.completion_tokens for g in windows),
             )
             gen = windows[0]
             text = "\n".join(g.text for g in windows)
@@ -603,8 +586,7 @@ class Judge(AbstractContextManager["Judge"]):
     def _result(
         self, item_id: str | None, tokens: TokenCounts, retries: int, error: ItemError | None = None, **outcome: Any
     ) -> JudgeResult:
-        """A result of this judge's gate, model and prompt: its ``error``, or its verdict as ``outcome`` gives it
-        (``verdict``, ``raw_text``, ``fence``), with the ``attempts`` that failed before."""
+        """This judge's result: its ``error``, or ``outcome`` (``verdict``, ``raw_text``, ``fence``, ``attempts``)."""
         return JudgeResult(
             id=item_id,
             gate=self.gate.name,
@@ -620,7 +602,7 @@ class Judge(AbstractContextManager["Judge"]):
     def close(self) -> None:
         self.engine.close()
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
 
@@ -633,11 +615,6 @@ def _drop_outcome(work: asyncio.Future[Results]) -> None:
 def _failed(p: _Pending, error: ItemError) -> tuple[FailedAttempt, ...]:
     """``p``'s failed outputs with ``error``'s, the latest: the seeds' "log every evaluation attempt"."""
     return (*p.attempts, FailedAttempt.from_exception(error))
-
-
-def _ascii(text: str) -> str:
-    """ASCII only, so the note's token count stays within the fitting's reserve."""
-    return text.encode("ascii", "replace").decode("ascii")
 
 
 def _with_note(fitted: FittedPrompt, note: str) -> FittedPrompt:

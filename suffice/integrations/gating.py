@@ -1,21 +1,13 @@
 """What every framework integration does around the judge, once: documents in, a decision out.
 
-A framework adapter (:mod:`suffice.integrations.langchain`, ``.llama_index``, ``.haystack``) turns
-its documents into :class:`Evidence` and calls :class:`DocumentGate`; the gate's own methods
-(:meth:`~suffice.Gate.is_positive`, :meth:`~suffice.Gate.route`,
-``useful_chunk_ids``, a calibration role) read the verdict, so no adapter asks which gate it runs.
-Each adapter takes the judge and then the gate's settings by keyword (:class:`GateSettings`; a check,
-:class:`CheckSettings`), which the gate checks and keeps.
+An adapter (:mod:`suffice.integrations.langchain`, ``.llama_index``, ``.haystack``) turns its documents into
+:class:`Evidence` and calls :class:`DocumentGate` (an answer check: :class:`AnswerGate`, which returns a
+:class:`CheckedAnswer`), passing the gate's settings by keyword (:class:`GateSettings`, :class:`CheckSettings`);
+the gate's own methods read the verdict, so no adapter asks which gate it runs.
 
-A check of a generated answer (LangChain's ``RecoveryCheck``, Haystack's ``AnswerCheck``, LlamaIndex's
-``ResponseCheck``) runs an :class:`AnswerGate`, whose :class:`CheckedAnswer` it returns (Haystack's emits it as a
-dict): the route, and on a delivery the answer with ``[CITATION:source_id]`` after each segment its documents
-support (a document's source id is its chunk id, below).
-
-Ids: a document's own id becomes its chunk id; a document without one gets its position (an
-``int``), and one whose id repeats an earlier document's gets ``"<id>@<position>"`` (chunk ids of
-a record must differ).  The verdict's useful ids map back to the documents by these ids, and the
-kept documents stay in the order given.
+Ids: a document's own id becomes its chunk id (and source id); one without gets its position (an ``int``), and
+one repeating an earlier document's gets ``"<id>@<position>"`` (chunk ids of a record must differ).  The
+verdict's useful ids map back to the documents by these ids; kept documents stay in the order given.
 """
 
 from __future__ import annotations
@@ -53,17 +45,14 @@ from suffice.results import JudgeResult
 #: What a compressor / postprocessor / router does with documents the gate judged insufficient:
 #: raise :class:`~suffice.InsufficientContextError`, return no documents, or return them all.
 OnInsufficient = Literal["raise", "empty", "keep"]
-#: What it does with documents the gate sent to a person (a ``human_review`` route): by default what
-#: :data:`OnInsufficient` says, except that ``"keep"`` there returns none here (a route to a person is never
-#: "keep and generate" unless asked for by this name: ``on_review="keep"``, which the outcome then records).
+#: What it does with documents the gate sent to a person (``human_review``): by default as :data:`OnInsufficient`,
+#: except that ``"keep"`` there returns none here (only ``on_review="keep"`` keeps them, and the outcome says so).
 OnReview = Literal["raise", "empty", "keep"]
 #: What it does when the gate gave no verdict: raise :class:`~suffice.GateFailedError` (fail closed),
 #: or let every document through unjudged (fail open).
 OnError = Literal["raise", "keep"]
-#: What it does when the service a client judges through does not answer (down, refusing the connection,
-#: overloaded past its retries, or past ``timeout``): raise the client's
-#: :class:`~suffice.ServiceUnavailableError` / :class:`~suffice.ServiceTimeoutError` (fail closed), let
-#: every document through unjudged, or return none.
+#: What it does when the service a client judges through does not answer (down, overloaded past its retries,
+#: past ``timeout``): raise the client's error (fail closed), let every document through unjudged, or return none.
 OnUnavailable = Literal["raise", "keep", "empty"]
 
 #: The errors :data:`OnUnavailable` covers: the service gave no verdict because it did not answer.
@@ -115,12 +104,10 @@ class Evidence:
 class GateOutcome:
     """The gate's decision on a list of documents.
 
-    ``positive``: whether the route delivers (``routing.route == "deliver"``: never a bare boolean of the
-    verdict, so a computed PASS that the model escalated is not positive); ``kept``: the indices of the documents
-    to keep on a delivery, in the order given (the useful ones; every one when it names none); ``routing``: where
-    the verdict sends the question.  Once the gate applied its policy (:meth:`DocumentGate.select`):
-    ``returned``, the indices it returned, ``dropped``, those it did not, and ``policy``, why (the route and the
-    setting that decided, e.g. ``human_review: on_review='keep'``).
+    ``positive``: whether the route delivers (not the verdict's bare boolean: an escalated PASS is not positive);
+    ``kept``: the indices to keep on a delivery, in order (the useful ones; all when it names none).  Once the gate
+    applied its policy (:meth:`DocumentGate.select`): ``returned`` and ``dropped`` indices, and ``policy``, the
+    route and the setting that decided (e.g. ``human_review: on_review='keep'``).
     """
 
     result: JudgeResult[BaseModel]
@@ -161,21 +148,15 @@ def chunk_ids(evidence: Sequence[Evidence]) -> list[str | int]:
 
 
 def record_for(question: str, evidence: Sequence[Evidence], answer: str | None = None) -> dict[str, Any]:
-    """The judge's input record for one question and its documents (and the answer, for a checking gate).
-
-    The record id is a digest of the question and the chunk ids, so one question over the same
-    documents is one id in an audit log."""
+    """The judge's input record for one question, its documents and answer; its id is a digest of the question and
+    the chunk ids, so one question over the same documents is one id in an audit log."""
     ids = chunk_ids(evidence)
-    chunks: list[dict[str, Any]] = []
-    for cid, doc in zip(ids, evidence, strict=True):
-        chunk: dict[str, Any] = {"id": cid, "text": doc.text}
-        for key in ("score", "source", "date"):
-            value = getattr(doc, key)
-            if value is not None:
-                chunk[key] = value
-        if doc.metadata:
-            chunk["metadata"] = dict(doc.metadata)
-        chunks.append(chunk)
+    chunks = [
+        {"id": cid, "text": doc.text}
+        | {key: getattr(doc, key) for key in ("score", "source", "date") if getattr(doc, key) is not None}
+        | ({"metadata": dict(doc.metadata)} if doc.metadata else {})
+        for cid, doc in zip(ids, evidence, strict=True)
+    ]
     digest = hashlib.sha256(json.dumps([question, [str(i) for i in ids]]).encode()).hexdigest()[:16]
     record: dict[str, Any] = {"id": f"q-{digest}", "question": question, "chunks": chunks}
     if answer is not None:
@@ -184,10 +165,8 @@ def record_for(question: str, evidence: Sequence[Evidence], answer: str | None =
 
 
 def scalar_metadata(metadata: Mapping[str, Any] | None, keys: Sequence[str]) -> dict[str, _Scalar] | None:
-    """The ``keys`` of a framework document's metadata that hold a JSON scalar, to show the judge.
-
-    Only the keys asked for: a framework's metadata (file paths, embeddings' ids) would otherwise
-    fill the prompt's window and every chunk's fence line."""
+    """The ``keys`` of a framework document's metadata that hold a JSON scalar, to show the judge: only those asked
+    for, as a framework's metadata (file paths, embeddings' ids) would fill the window and every fence line."""
     if not metadata or not keys:
         return None
     shown = {k: metadata[k] for k in keys if isinstance(metadata.get(k), str | int | float | bool)}
@@ -198,16 +177,12 @@ class DocumentGate:
     """A gate over framework documents, on any :class:`~suffice.JudgeProtocol`: an in-process
     :class:`~suffice.Judge`, a :class:`~suffice.Client` or :class:`~suffice.AsyncClient` of ``suffice serve``.
 
-    ``gate``: which gate (default: the judge's own); ``options``: the gate's options for each call (on a
-    ``Judge``, a judge for them is built once on the same engine; through a client they travel with each
-    request, so only the gate's per-request options are accepted by the service).  ``on_insufficient`` /
-    ``on_error`` / ``on_unavailable``: see :data:`OnInsufficient`, :data:`OnError`, :data:`OnUnavailable`;
-    ``timeout``: seconds one call to the service may take (a client's own timeout otherwise; a judge whose calls
-    take no ``timeout``, as an in-process one, refuses it).  ``audit``: with an in-process judge (one whose
-    ``engine`` is here), every verdict is written to this audit log and each one sent to a person (a
-    ``human_review`` route, two failed generations) is queued for review there, as ``suffice judge --audit-db``
-    does (through a client, the service keeps its own log: ``suffice serve --audit-db``).  ``metadata_keys``: the
-    keys of a document's metadata the judge sees (see :func:`scalar_metadata`), kept here for the adapter.
+    ``gate``: which gate (default: the judge's own); ``options``: its options for each call (through a client
+    they travel with each request).  ``on_*``: see :data:`OnInsufficient`, :data:`OnReview`, :data:`OnError`,
+    :data:`OnUnavailable`; ``timeout``: seconds one call to a service may take (refused for an in-process judge).
+    ``audit``: with an in-process judge, every verdict is written to this audit log and each one sent to a
+    person queued for review there, as ``suffice judge --audit-db`` does (a service keeps its own log).
+    ``metadata_keys``: the metadata keys the judge sees (:func:`scalar_metadata`), kept here for the adapter.
     """
 
     def __init__(
@@ -262,8 +237,7 @@ class DocumentGate:
         self.judge_object = judge
         #: The call's keywords: the gate and options, and the timeout where one is set.
         self._call: dict[str, Any] = {"gate": gate, "options": self.options or None}
-        if timeout is not None:
-            self._call["timeout"] = timeout
+        self._call |= {"timeout": timeout} if timeout is not None else {}
         # Reads the verdicts here (route, useful ids); a gate or option the judge refuses fails now, not per call.
         self.gate: Gate = judge.gate_for(gate, self.options)
         self.audit = audit
@@ -331,13 +305,10 @@ class DocumentGate:
     def select(
         self, question: str, evidence: Sequence[Evidence], answer: str | None = None
     ) -> tuple[list[int], GateOutcome | None]:
-        """Judge the documents and return the indices to keep (by ``on_insufficient``) with the outcome
-        (``None`` when the gate failed and ``on_error="keep"`` let every document through).
+        """Judge the documents: the indices to return and the outcome (``None`` when no verdict decided).
 
-        Raises :class:`~suffice.InsufficientContextError` (an insufficient verdict under ``"raise"``) and
-        :class:`~suffice.GateFailedError` (no verdict under ``on_error="raise"``), and the client's
-        :class:`~suffice.ServiceUnavailableError` / :class:`~suffice.ServiceTimeoutError` under
-        ``on_unavailable="raise"`` (otherwise every document or none, with no outcome)."""
+        Raises :class:`~suffice.InsufficientContextError`, :class:`~suffice.GateFailedError` or the client's
+        unavailable/timeout error where ``on_insufficient``, ``on_error`` or ``on_unavailable`` is ``"raise"``."""
         try:
             result: JudgeResult | Exception = self.judge(question, evidence, answer)
         except UNAVAILABLE as exc:
@@ -373,8 +344,7 @@ class DocumentGate:
         return returned, dataclasses.replace(outcome, returned=returned, dropped=dropped)
 
     def unavailable(self, exc: Exception, count: int) -> list[int]:
-        """The indices of the documents to return when the service did not answer, by ``on_unavailable``
-        (``"keep"`` or ``"empty"``; the caller re-raises under ``"raise"``)."""
+        """The indices to return when the service did not answer (``on_unavailable`` ``"keep"`` or ``"empty"``)."""
         # A fail-open gate passes documents nobody judged: the log says so, each time.
         _log.warning("suffice: the service gave no verdict (%s); on_unavailable=%r", exc, self.on_unavailable)
         return list(range(count)) if self.on_unavailable == "keep" else []
@@ -413,8 +383,7 @@ class DocumentGate:
         return "empty" if self.on_insufficient == "keep" else self.on_insufficient
 
     def keep(self, question: str, outcome: GateOutcome | None, count: int) -> list[int]:
-        """The indices of the documents to return, by ``on_insufficient``; raises
-        :class:`~suffice.InsufficientContextError` for an insufficient verdict under ``"raise"``."""
+        """The indices to return, by ``on_insufficient`` (``"raise"``: :class:`~suffice.InsufficientContextError`)."""
         if outcome is None:
             return list(range(count))
         if outcome.positive:
@@ -432,15 +401,11 @@ class DocumentGate:
 class CheckedAnswer:
     """What a check of a generated answer returns: the answer as given and where the verdict routes it.
 
-    ``route``: ``"deliver"``, ``"retrieve_more"``, ``"abstain"`` or ``"human_review"``;
-    ``delivered``: what to show the user on ``"deliver"`` (``None`` otherwise): the gate's delivered answer, for
-    the recovery gate the answer byte for byte with ``[CITATION:source_id]`` after each segment the documents
-    support, and under a threshold that accepts partial support the gate's unsupported marker after each segment
-    they do not (the answer as given when no verdict decided), with ``caveats``; ``gap``: what the documents do
-    not support; ``queries``: what to retrieve to close it; ``outcome``: the gate's whole decision
-    (:attr:`GateOutcome.result` holds the verdict), ``None`` when the gate gave no verdict and ``on_error="keep"``
-    delivered the answer unchecked, or the service did not answer and ``on_unavailable`` let it through or
-    withheld it.
+    ``route``: ``"deliver"``, ``"retrieve_more"``, ``"abstain"`` or ``"human_review"``; ``delivered``: what to
+    show the user on ``"deliver"`` (``None`` otherwise): the gate's delivered answer (for the recovery gate, the
+    answer byte for byte with ``[CITATION:source_id]`` after each supported segment), with ``caveats``; ``gap``:
+    what the documents do not support; ``queries``: what to retrieve to close it; ``outcome``: the gate's whole
+    decision, ``None`` when no verdict decided (``on_error`` / ``on_unavailable`` did).
     """
 
     question: str
@@ -459,9 +424,8 @@ class CheckedAnswer:
 
     @property
     def segments(self) -> list[JudgedSegment]:
-        """The verdict's segments of the answer, in order, each with its label (``supported``, ``partial``,
-        ``unsupported``, ``no_claim``) and the source ids that support it; ``[]`` without a verdict or for a gate
-        that judges no segments."""
+        """The verdict's segments of the answer, in order, each with its label and the source ids that support it;
+        ``[]`` without a verdict or for a gate that judges no segments."""
         if self.outcome is None:
             return []
         found = getattr(self.outcome.verdict, "segments", None) or []
@@ -481,9 +445,8 @@ class AnswerGate(DocumentGate):
     """A :class:`DocumentGate` that checks a generated answer against its documents (default: the
     :data:`~suffice.gates.registry.DEFAULT_CHECK_GATE`) and routes it: what every integration's check runs.
 
-    A negative verdict is routed, never raised: :meth:`check` returns a :class:`CheckedAnswer`.  ``on_error``:
-    ``"raise"`` (:class:`~suffice.GateFailedError`) or ``"keep"`` (the answer delivered unchecked);
-    ``on_unavailable``: ``"raise"``, ``"keep"`` (delivered unchecked) or ``"empty"`` (routed to ``"abstain"``).
+    A negative verdict is routed, never raised (:meth:`check` returns a :class:`CheckedAnswer`); ``"keep"`` under
+    ``on_error`` / ``on_unavailable`` delivers the answer unchecked, ``on_unavailable="empty"`` abstains.
     ``owner`` names the check in the :class:`~suffice.ConfigError` for a gate that reads no answer.
     """
 

@@ -39,8 +39,7 @@ class Chunk:
     score: float | None = None
     #: When the chunk's content dates from: ISO 8601 (a date or a date and time), as given.
     date: str | None = None
-    #: Free attributes of the chunk (a JSON object of scalars), as ``(key, value)`` pairs in
-    #: the given order (a tuple keeps the chunk hashable).
+    #: Free attributes (a JSON object of scalars), as ``(key, value)`` pairs in order: a tuple keeps it hashable.
     metadata: tuple[tuple[str, MetadataValue], ...] | None = None
 
     @property
@@ -71,16 +70,15 @@ class Item:
 def item_record(item: Item) -> dict[str, Any]:
     """``item`` as the JSON record it was read from (``parse_record`` gives the same item back): what a judge
     behind a service, which takes records only, is sent."""
-    chunks: list[dict[str, Any]] = []
-    for chunk in item.chunks:
-        raw: dict[str, Any] = {"id": chunk.id, "text": chunk.text}
-        for key in ("source", "score", "date"):
-            value = getattr(chunk, key)
-            if value is not None:
-                raw[key] = value
-        if chunk.metadata is not None:
-            raw["metadata"] = dict(chunk.metadata)
-        chunks.append(raw)
+    fields = ("id", "text", "source", "score", "date", "metadata")
+    chunks = [
+        {
+            key: dict(value) if key == "metadata" else value
+            for key in fields
+            if (value := getattr(chunk, key)) is not None
+        }
+        for chunk in item.chunks
+    ]
     record: dict[str, Any] = {"id": item.id, "question": item.question, "chunks": chunks}
     if item.response is not None:
         record["response"] = item.response
@@ -180,10 +178,7 @@ def _date(value: object, field: str) -> str | None:
     if not isinstance(value, str) or len(value) > DATE_CHARS:
         raise InputError(field, f"must be an ISO 8601 date such as '2024-03-01', got {_short(value)}")
     try:
-        if len(value) == 10:
-            Date.fromisoformat(value)
-        else:
-            datetime.fromisoformat(value)
+        (Date if len(value) == 10 else datetime).fromisoformat(value)
     except ValueError:
         raise InputError(
             field, f"must be an ISO 8601 date such as '2024-03-01' or '2024-03-01T12:00:00Z', got {_short(value)}"
@@ -225,12 +220,9 @@ def _metadata(value: object, field: str) -> tuple[tuple[str, MetadataValue], ...
 
 
 def check_sources(chunks: tuple[Chunk, ...] | list[Chunk]) -> None:
-    """Refuse a ``source`` that spells a sourceless chunk's id, or that looks like another source without being it.
-
-    A citation names a source, and a chunk without one is cited by its id: the two would be one source to the model,
-    and a citation of it would credit either chunk's text.  Names are compared as the prompt shows them
-    (:func:`~suffice.records.text.normalise`: NFKC, no invisible characters), so a full-width, zero-width-spaced
-    or soft-hyphenated look-alike is the same name."""
+    """Refuse a ``source`` that spells a sourceless chunk's id (which cites it), or that looks like another source
+    without being it: a citation of either would credit both chunks.  Names are compared as the prompt shows them
+    (:func:`~suffice.records.text.normalise`), so a full-width or zero-width-spaced look-alike is the same name."""
     sourceless = {normalise(str(c.id)): i for i, c in enumerate(chunks) if c.source is None}
     shown: dict[str, int] = {}
     for i, chunk in enumerate(chunks):
@@ -343,18 +335,16 @@ def _check_keys(raw: Mapping[str, Any], where: str, read: frozenset[str]) -> Non
             raise InputError(field, "is given twice in one object; which value is meant is not known")
 
 
-#: Most characters in one string of a record (a field, a chunk, a metadata value or key), for ``suffice serve``
-#: (``--max-field-chars``) and ``suffice judge`` alike: a chunk is a passage, not a book, and a cap keeps one record
-#: from taking the process's memory (a 2 KB Parquet file held 64 strings of 16 MB).
+#: Most characters in one string of a record, for ``suffice serve`` (``--max-field-chars``) and ``suffice judge``:
+#: a cap keeps one record from taking the process's memory (a 2 KB Parquet file held 64 strings of 16 MB).
 MAX_FIELD_CHARS = 200_000
 #: Most entries in one list of a record (its chunks, most often), for serve and judge alike.
 MAX_CHUNKS_PER_ITEM = 512
 
 
 def over_caps(value: object, max_chars: int, max_entries: int) -> tuple[str, str] | None:
-    """The first string or key in ``value`` over ``max_chars`` characters, or list over ``max_entries`` entries, as
-    (where, why) with ``where`` a dotted field name (``chunks.3.text``); ``None`` if all fit.  Iterative: a record
-    may be nested deeply."""
+    """The first string or key over ``max_chars`` or list over ``max_entries`` in ``value``, as (where, why), where
+    a dotted field name (``chunks.3.text``); ``None`` if all fit.  Iterative: a record may be nested deeply."""
     stack: list[tuple[object, str]] = [(value, "")]
     while stack:
         node, where = stack.pop()
