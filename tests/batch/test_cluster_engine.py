@@ -226,9 +226,9 @@ def test_ray_gives_the_same_verdicts_as_the_in_process_run(runs):
 
 
 def test_ray_gives_the_same_decision_probabilities_to_float_noise(runs):
-    """Measured: they differ by up to 1.2e-4 (CI, stop 57; 4e-6 on most runs): a prefix-cache hit, a fresh
-    engine or another batch sums the same float32 logits in another order.  Every token is the same; a
-    different decision token would move the probability far more than the 1e-3 allowed."""
+    """A prefix-cache hit, a fresh engine or another batch sums the same float32 logits in another order, which
+    moves a probability by up to about 1e-4 while every token stays the same; a different decision token would
+    move it far more than the 1e-3 allowed."""
     local = _probabilities(runs["local"])
     assert _probabilities(runs["ray"]) == pytest.approx(local, abs=1e-3)
 
